@@ -1,0 +1,318 @@
+//! The model manifest (§8): `manifest.json` in a model directory, written last. It records the
+//! architecture config verbatim, the tokenizer files, which layers are present, every file with
+//! its size and hashes, and where the conversion came from.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// File name of the manifest inside a model directory.
+pub const MANIFEST_NAME: &str = "manifest.json";
+/// File name of the trunk file (embeddings, final norm, output head, other model-level tensors).
+pub const TRUNK_NAME: &str = "trunk.jnf";
+/// The `format` value of a v1 manifest.
+pub const FORMAT_NAME: &str = "jnf-model";
+/// Largest manifest a reader accepts (GGUF tokenizer arrays make big ones).
+pub const MAX_MANIFEST_LEN: u64 = 512 << 20;
+
+/// File name of the JNF file of one layer.
+pub fn layer_file_name(layer: u32) -> String {
+    format!("layer-{layer:05}.jnf")
+}
+
+/// What a listed file is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    /// `trunk.jnf`.
+    Trunk,
+    /// `layer-NNNNN.jnf`.
+    Layer,
+    /// A file copied verbatim from the source (config, tokenizer, generation config).
+    Aux,
+}
+
+/// One file of the model directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileEntry {
+    /// Name relative to the model directory (no directories in v1).
+    pub path: String,
+    /// What it is.
+    pub kind: FileKind,
+    /// The layer, for a layer file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layer: Option<u32>,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256, hex: the root digest for JNF files (§5.4), of the whole file for aux files.
+    pub sha256: String,
+    /// BLAKE3, hex, with the same meaning.
+    pub blake3: String,
+}
+
+/// The source checkpoint's architecture.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Architecture {
+    /// `"safetensors"`, `"gguf"` or `"synthetic"` (test vectors).
+    pub source_format: String,
+    /// HF `config.json` verbatim, or the GGUF key/values.
+    pub config: serde_json::Value,
+    /// Number of layers of the full model (transformer blocks, MTP layers included).
+    pub num_layers: u32,
+}
+
+/// One source file the conversion read.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SourceFile {
+    /// Name relative to the source directory.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// SHA-256 of the whole file, hex, when the conversion read all of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// Where the model directory came from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Conversion {
+    /// Tool name.
+    pub tool: String,
+    /// Tool version.
+    pub tool_version: String,
+    /// Source files read.
+    pub sources: Vec<SourceFile>,
+}
+
+/// `manifest.json`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// `[major, minor]`; a reader refuses another major.
+    pub format_version: [u16; 2],
+    /// Architecture config.
+    pub architecture: Architecture,
+    /// Names of the tokenizer files among `files` (empty when the tokenizer is in the config).
+    pub tokenizer: Vec<String>,
+    /// Layers present, ascending.
+    pub layers: Vec<u32>,
+    /// Every file of the directory except the manifest itself.
+    pub files: Vec<FileEntry>,
+    /// Provenance of the conversion.
+    pub conversion: Conversion,
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// A plain file name: no directory separators, not `.`/`..`, not hidden.
+pub fn is_plain_name(s: &str) -> bool {
+    !s.is_empty() && !s.contains(['/', '\\', '\0']) && !s.starts_with('.')
+}
+
+impl Manifest {
+    /// Check the rules of §8 that need no file system: returns what is wrong.
+    pub fn check(&self) -> std::result::Result<(), String> {
+        if self.format != FORMAT_NAME {
+            return Err(format!("format is {:?}, not {FORMAT_NAME:?}", self.format));
+        }
+        if self.format_version[0] != 1 {
+            return Err(format!(
+                "format major version {} is not supported (this reader implements 1)",
+                self.format_version[0]
+            ));
+        }
+        let mut names = BTreeSet::new();
+        let mut file_layers = BTreeSet::new();
+        let mut trunks = 0;
+        for f in &self.files {
+            if !is_plain_name(&f.path) || f.path == MANIFEST_NAME {
+                return Err(format!("file name {:?} is not a plain name", f.path));
+            }
+            if !names.insert(f.path.as_str()) {
+                return Err(format!("file {:?} is listed twice", f.path));
+            }
+            if !is_hex64(&f.sha256) || !is_hex64(&f.blake3) {
+                return Err(format!(
+                    "file {:?}: hashes must be 64 lowercase hex digits",
+                    f.path
+                ));
+            }
+            match (f.kind, f.layer) {
+                (FileKind::Layer, Some(l)) => {
+                    if f.path != layer_file_name(l) {
+                        return Err(format!(
+                            "layer {l} file must be named {}",
+                            layer_file_name(l)
+                        ));
+                    }
+                    file_layers.insert(l);
+                }
+                (FileKind::Trunk, None) if f.path == TRUNK_NAME => trunks += 1,
+                (FileKind::Aux, None) if !f.path.ends_with(".jnf") => {}
+                _ => {
+                    return Err(format!(
+                        "file {:?}: kind {:?} with layer {:?} is not allowed",
+                        f.path, f.kind, f.layer
+                    ))
+                }
+            }
+        }
+        if trunks > 1 {
+            return Err("more than one trunk file".into());
+        }
+        if !self.layers.windows(2).all(|w| w[0] < w[1]) {
+            return Err("layers must be ascending without repeats".into());
+        }
+        let listed: BTreeSet<u32> = self.layers.iter().copied().collect();
+        if listed != file_layers {
+            return Err(format!(
+                "layers {:?} do not match the layer files {:?}",
+                self.layers, file_layers
+            ));
+        }
+        if let Some(&l) = self
+            .layers
+            .iter()
+            .find(|&&l| l >= self.architecture.num_layers)
+        {
+            return Err(format!(
+                "layer {l} is not below num_layers {}",
+                self.architecture.num_layers
+            ));
+        }
+        for t in &self.tokenizer {
+            if !self
+                .files
+                .iter()
+                .any(|f| &f.path == t && f.kind == FileKind::Aux)
+            {
+                return Err(format!("tokenizer file {t:?} is not listed as an aux file"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Read and check `DIR/manifest.json`.
+    pub fn load(dir: &Path) -> Result<Manifest> {
+        let path = dir.join(MANIFEST_NAME);
+        let bad = |detail: String| Error::Manifest {
+            path: path.clone(),
+            detail,
+        };
+        let len = std::fs::metadata(&path)
+            .map_err(|e| Error::io(&path, "stat", e))?
+            .len();
+        if len > MAX_MANIFEST_LEN {
+            return Err(bad(format!(
+                "{len} bytes is over the {MAX_MANIFEST_LEN}-byte limit"
+            )));
+        }
+        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
+        let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        m.check().map_err(bad)?;
+        Ok(m)
+    }
+
+    /// Check, then publish as `DIR/manifest.json` atomically.
+    pub fn publish(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(MANIFEST_NAME);
+        self.check().map_err(|detail| Error::Manifest {
+            path: path.clone(),
+            detail,
+        })?;
+        let mut bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::Manifest {
+            path: path.clone(),
+            detail: e.to_string(),
+        })?;
+        bytes.push(b'\n');
+        crate::publish::write_atomic(&path, &bytes)
+    }
+
+    /// The entry of a layer's file.
+    pub fn layer_file(&self, layer: u32) -> Option<&FileEntry> {
+        self.files
+            .iter()
+            .find(|f| f.kind == FileKind::Layer && f.layer == Some(layer))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(path: &str, kind: FileKind, layer: Option<u32>) -> FileEntry {
+        FileEntry {
+            path: path.into(),
+            kind,
+            layer,
+            size: 4096,
+            sha256: "0".repeat(64),
+            blake3: "1".repeat(64),
+        }
+    }
+
+    fn manifest() -> Manifest {
+        Manifest {
+            format: FORMAT_NAME.into(),
+            format_version: [1, 0],
+            architecture: Architecture {
+                source_format: "synthetic".into(),
+                config: serde_json::json!({}),
+                num_layers: 2,
+            },
+            tokenizer: vec![],
+            layers: vec![0, 1],
+            files: vec![
+                entry("trunk.jnf", FileKind::Trunk, None),
+                entry("layer-00000.jnf", FileKind::Layer, Some(0)),
+                entry("layer-00001.jnf", FileKind::Layer, Some(1)),
+            ],
+            conversion: Conversion {
+                tool: "tarfa".into(),
+                tool_version: "0".into(),
+                sources: vec![],
+            },
+        }
+    }
+
+    #[test]
+    fn manifest_rules_reject_each_inconsistency() {
+        assert_eq!(manifest().check(), Ok(()));
+        let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+            ("major", Box::new(|m| m.format_version = [2, 0])),
+            ("layer missing", Box::new(|m| m.layers = vec![0])),
+            ("extra layer", Box::new(|m| m.layers = vec![0, 1, 2])),
+            ("unsorted", Box::new(|m| m.layers = vec![1, 0])),
+            (
+                "dup file",
+                Box::new(|m| m.files.push(entry("trunk.jnf", FileKind::Aux, None))),
+            ),
+            ("path", Box::new(|m| m.files[0].path = "../x".into())),
+            ("hash", Box::new(|m| m.files[1].sha256 = "XYZ".into())),
+            ("name", Box::new(|m| m.files[1].path = "layer-0.jnf".into())),
+            (
+                "tokenizer",
+                Box::new(|m| m.tokenizer = vec!["tokenizer.json".into()]),
+            ),
+            ("num_layers", Box::new(|m| m.architecture.num_layers = 1)),
+        ];
+        for (what, mutate) in cases {
+            let mut m = manifest();
+            mutate(&mut m);
+            assert!(m.check().is_err(), "{what} must be refused");
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The strict reader. [`JnfReader::open`] reads the header page and the index with `pread`,
+//! bounded by the file's real size, and checks every structural rule before returning;
+//! [`JnfReader::verify_data`] reads every data byte and checks hashes and padding. Region bytes are
+//! served by `pread` ([`JnfReader::read_region`]) or by a memory map ([`JnfReader::map`]).
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result, Violation};
+use crate::hash::{DualHash, DualHasher};
+use crate::layout::{
+    align_up, ExpertRecord, Footer, Header, RegionRecord, Role, ALIGN, FOOTER_LEN,
+};
+use crate::validate::{self, Index};
+
+/// An open, structurally validated JNF file.
+#[derive(Debug)]
+pub struct JnfReader {
+    path: PathBuf,
+    file: File,
+    index: Index,
+    by_name: HashMap<String, u32>,
+    root: DualHash,
+}
+
+/// Chunk size for streaming reads during verification.
+const VERIFY_CHUNK: usize = 8 << 20;
+
+impl JnfReader {
+    /// Open and validate `path` (§2–§6). Nothing is allocated beyond what the file's real size
+    /// and the format's limits allow.
+    pub fn open(path: impl AsRef<Path>) -> Result<JnfReader> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::open(&path).map_err(|e| Error::io(&path, "open", e))?;
+        let len = file
+            .metadata()
+            .map_err(|e| Error::io(&path, "stat", e))?
+            .len();
+        let fail = |violation: Violation| Error::Format {
+            path: path.clone(),
+            violation,
+        };
+        let mut page = vec![0u8; ALIGN as usize];
+        if len < ALIGN {
+            return Err(fail(Violation::FileTooShort { len }));
+        }
+        file.read_exact_at(&mut page, 0)
+            .map_err(|e| Error::io(&path, "read header", e))?;
+        let header = validate::check_header(&page, len).map_err(fail)?;
+        let mut footer_bytes = [0u8; FOOTER_LEN];
+        file.read_exact_at(&mut footer_bytes, len - FOOTER_LEN as u64)
+            .map_err(|e| Error::io(&path, "read footer", e))?;
+        let footer = validate::check_footer(&header, &page, &footer_bytes, len).map_err(fail)?;
+        // check_footer bounded index_len by the file length and MAX_INDEX_LEN.
+        let mut index_bytes = vec![0u8; footer.index_len as usize];
+        file.read_exact_at(&mut index_bytes, footer.index_offset)
+            .map_err(|e| Error::io(&path, "read index", e))?;
+        let index = validate::check_index(header, footer, &index_bytes).map_err(fail)?;
+        let by_name = (0..index.regions.len() as u32)
+            .map(|i| (index.name(i).to_string(), i))
+            .collect();
+        let root = crate::hash::root_digest(&page, &footer_bytes);
+        Ok(JnfReader {
+            path,
+            file,
+            index,
+            by_name,
+            root,
+        })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The file's root digests (§5.4), as recorded in a model manifest.
+    pub fn root(&self) -> &DualHash {
+        &self.root
+    }
+
+    /// The validated index.
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    /// The header.
+    pub fn header(&self) -> &Header {
+        &self.index.header
+    }
+
+    /// The footer.
+    pub fn footer(&self) -> &Footer {
+        &self.index.footer
+    }
+
+    /// Region records, in file order.
+    pub fn regions(&self) -> &[RegionRecord] {
+        &self.index.regions
+    }
+
+    /// Expert records, in grid order.
+    pub fn experts(&self) -> &[ExpertRecord] {
+        &self.index.experts
+    }
+
+    /// A region's name.
+    pub fn name(&self, region: u32) -> &str {
+        self.index.name(region)
+    }
+
+    /// The region with this name.
+    pub fn region_by_name(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
+    }
+
+    /// The record of `(layer, expert)`, found in O(1) from the grid position.
+    pub fn expert(&self, layer: u32, expert: u32) -> Option<&ExpertRecord> {
+        let h = &self.index.header;
+        if layer < h.layer_first || expert >= h.experts_per_layer {
+            return None;
+        }
+        let row = u64::from(layer - h.layer_first);
+        if row >= u64::from(h.layer_count) {
+            return None;
+        }
+        let k = row * u64::from(h.experts_per_layer) + u64::from(expert);
+        self.index.experts.get(usize::try_from(k).ok()?)
+    }
+
+    /// The region of one projection of one expert: `(layer, expert, role)` to a region, O(1).
+    pub fn projection(&self, layer: u32, expert: u32, role: Role) -> Option<u32> {
+        let e = self.expert(layer, expert)?;
+        (e.first_region..e.first_region + e.region_count)
+            .find(|&i| self.index.regions[i as usize].role == role.code())
+    }
+
+    /// Read a region's exact bytes with `pread` (not hash-checked; see [`Self::read_region_verified`]).
+    pub fn read_region(&self, region: u32) -> Result<Vec<u8>> {
+        let r = &self.index.regions[region as usize];
+        // The index check bounded offset + length by the file size.
+        let mut buf = vec![0u8; r.length as usize];
+        self.file
+            .read_exact_at(&mut buf, r.offset)
+            .map_err(|e| Error::io(&self.path, "read region", e))?;
+        Ok(buf)
+    }
+
+    /// Read a region's bytes and check both recorded hashes.
+    pub fn read_region_verified(&self, region: u32) -> Result<Vec<u8>> {
+        let buf = self.read_region(region)?;
+        validate::check_region_bytes(&self.index, region, &buf).map_err(|v| self.fail(v))?;
+        Ok(buf)
+    }
+
+    /// Map the whole file read-only. Slices of it by region: [`Self::region_in`].
+    pub fn map(&self) -> Result<memmap2::Mmap> {
+        // SAFETY: the map is read-only; a concurrent truncation of the file by another process
+        // would raise SIGBUS, the documented hazard of file maps, which we accept for the
+        // comparison backend only. JNF files are published once and never written in place.
+        unsafe { memmap2::Mmap::map(&self.file) }.map_err(|e| Error::io(&self.path, "mmap", e))
+    }
+
+    /// A region's bytes within a map made by [`Self::map`].
+    pub fn region_in<'m>(&self, map: &'m [u8], region: u32) -> &'m [u8] {
+        let r = &self.index.regions[region as usize];
+        &map[r.offset as usize..r.end() as usize]
+    }
+
+    /// Read every byte of the file once: check each region's SHA-256 and BLAKE3, and that all
+    /// padding (after each region, after the index) is zero. Returns the first fault found.
+    pub fn verify_data(&self) -> Result<()> {
+        let mut buf = vec![0u8; VERIFY_CHUNK];
+        let idx = &self.index;
+        for (i, r) in idx.regions.iter().enumerate() {
+            let mut h = DualHasher::new();
+            let mut at = r.offset;
+            while at < r.end() {
+                let n = VERIFY_CHUNK.min((r.end() - at) as usize);
+                self.pread(&mut buf[..n], at)?;
+                h.update(&buf[..n]);
+                at += n as u64;
+            }
+            validate::check_region_hash(idx, i as u32, &h.finish()).map_err(|v| self.fail(v))?;
+            let pad_end = align_up(r.end()).unwrap_or(r.end());
+            let pad = (pad_end - r.end()) as usize;
+            self.pread(&mut buf[..pad], r.end())?;
+            validate::check_zero(&buf[..pad], r.end(), || {
+                format!("region {i} '{}'", idx.name(i as u32))
+            })
+            .map_err(|v| self.fail(v))?;
+        }
+        let index_end = idx.footer.index_offset + idx.footer.index_len;
+        let pad = (idx.footer.file_len - FOOTER_LEN as u64 - index_end) as usize;
+        self.pread(&mut buf[..pad], index_end)?;
+        validate::check_zero(&buf[..pad], index_end, || "the index".to_string())
+            .map_err(|v| self.fail(v))
+    }
+
+    fn pread(&self, buf: &mut [u8], at: u64) -> Result<()> {
+        self.file
+            .read_exact_at(buf, at)
+            .map_err(|e| Error::io(&self.path, "read", e))
+    }
+
+    fn fail(&self, violation: Violation) -> Error {
+        Error::Format {
+            path: self.path.clone(),
+            violation,
+        }
+    }
+}

@@ -1,0 +1,678 @@
+//! The rules of `spec/JNF_V1.md`, as code. The reader runs them on every file it opens and the
+//! writer runs the same functions on the header and index it is about to publish, so the writer is
+//! never laxer than the reader.
+
+use std::collections::HashMap;
+
+use sha2::Digest;
+
+use crate::dtype::Dtype;
+use crate::error::Violation;
+use crate::hash::{expert_digest, DualHash};
+use crate::layout::{
+    align_up, ExpertRecord, Footer, Header, RegionRecord, Role, StrRef, ALIGN, EXPERT_RECORD_LEN,
+    FOOTER_HASHED_LEN, FOOTER_LEN, FOOTER_MAGIC, HEADER_HASHED_LEN, HEADER_LEN,
+    KNOWN_REQUIRED_FLAGS, MAGIC, MAJOR, MAX_RANK, NONE, REGION_RECORD_LEN,
+};
+
+/// Largest index a reader accepts (§6).
+pub const MAX_INDEX_LEN: u64 = 1 << 30;
+/// Most regions one file may hold (§6).
+pub const MAX_REGIONS: u64 = 1 << 22;
+/// Longest name or provenance string (§6).
+pub const MAX_STRING_LEN: u32 = 4096;
+/// Most regions one expert may have (§5.2).
+pub const MAX_EXPERT_REGIONS: u32 = 8;
+
+/// A fully validated index: header, records and string table.
+#[derive(Clone, Debug)]
+pub struct Index {
+    /// The header.
+    pub header: Header,
+    /// The footer.
+    pub footer: Footer,
+    /// Region records in file order.
+    pub regions: Vec<RegionRecord>,
+    /// Expert records in (layer, expert) grid order.
+    pub experts: Vec<ExpertRecord>,
+    /// The string table.
+    pub strings: Vec<u8>,
+}
+
+impl Index {
+    /// The string a reference points to. Valid for every reference of a validated index.
+    pub fn str(&self, r: StrRef) -> &str {
+        let s = r.offset as usize;
+        self.strings
+            .get(s..s + r.len as usize)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or("")
+    }
+
+    /// Region name.
+    pub fn name(&self, region: u32) -> &str {
+        self.str(self.regions[region as usize].name)
+    }
+
+    /// End of the data area: where the index starts.
+    pub fn data_end(&self) -> u64 {
+        self.footer.index_offset
+    }
+}
+
+/// Check the header page (§2.1). `actual_len` is the file's real length.
+pub fn check_header(page: &[u8], actual_len: u64) -> Result<Header, Violation> {
+    if actual_len < ALIGN || page.len() < ALIGN as usize {
+        return Err(Violation::FileTooShort { len: actual_len });
+    }
+    if page[..8] != MAGIC {
+        return Err(Violation::BadMagic {
+            found: hex::encode(&page[..8]),
+        });
+    }
+    let h = Header::decode(&page[..HEADER_LEN]);
+    if h.major != MAJOR {
+        return Err(Violation::UnsupportedMajor { major: h.major });
+    }
+    if *blake3::hash(&page[..HEADER_HASHED_LEN]).as_bytes() != h.header_blake3 {
+        return Err(Violation::HeaderHashMismatch);
+    }
+    let unknown = h.required_flags & !KNOWN_REQUIRED_FLAGS;
+    if unknown != 0 {
+        return Err(Violation::UnknownRequiredFlags { flags: unknown });
+    }
+    // Reserved: 12..16 and 44..48 always; the rest of the page when minor is 0 (a later minor
+    // may define fields there that a 1.0 reader can ignore).
+    let tail_end = if h.minor == 0 { ALIGN as usize } else { 0 };
+    let reserved = (12..16).chain(44..48).chain(HEADER_LEN..tail_end);
+    first_nonzero(page, reserved, 0)?;
+    let grid = u64::from(h.layer_count) * u64::from(h.experts_per_layer);
+    if grid > MAX_REGIONS {
+        return Err(Violation::LimitExceeded {
+            what: "layer_count x experts_per_layer",
+            value: grid,
+            limit: MAX_REGIONS,
+            why: "JNF v1 allows (§6)",
+        });
+    }
+    if u64::from(h.layer_first) + u64::from(h.layer_count) >= u64::from(NONE) {
+        return Err(Violation::LimitExceeded {
+            what: "layer_first + layer_count",
+            value: u64::from(h.layer_first) + u64::from(h.layer_count),
+            limit: u64::from(NONE) - 1,
+            why: "leaves room for the 'no layer' marker",
+        });
+    }
+    Ok(h)
+}
+
+fn first_nonzero(
+    bytes: &[u8],
+    range: impl Iterator<Item = usize>,
+    base: u64,
+) -> Result<(), Violation> {
+    for o in range {
+        if bytes[o] != 0 {
+            return Err(Violation::NonZeroReserved {
+                offset: base + o as u64,
+                value: bytes[o],
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Check the footer (§2.2), the last [`FOOTER_LEN`] bytes of a file of `actual_len` bytes whose
+/// checked header page is `page`.
+pub fn check_footer(
+    header: &Header,
+    page: &[u8],
+    footer_bytes: &[u8],
+    actual_len: u64,
+) -> Result<Footer, Violation> {
+    if actual_len % ALIGN != 0 || footer_bytes[..8] != FOOTER_MAGIC {
+        return Err(Violation::NoFooter { len: actual_len });
+    }
+    let f = Footer::decode(footer_bytes);
+    if Footer::hash_with(page, footer_bytes) != f.footer_blake3 {
+        return Err(Violation::FooterHashMismatch);
+    }
+    let footer_at = actual_len - FOOTER_LEN as u64;
+    first_nonzero(footer_bytes, 104..FOOTER_HASHED_LEN, footer_at)?;
+    if f.file_len != actual_len {
+        return Err(Violation::FileLenMismatch {
+            expected: f.file_len,
+            actual: actual_len,
+        });
+    }
+    if f.index_offset % ALIGN != 0 {
+        return Err(Violation::Misaligned {
+            what: "index offset".into(),
+            value: f.index_offset,
+        });
+    }
+    let index_end = f.index_offset.checked_add(f.index_len);
+    let want_len = index_end
+        .and_then(|e| e.checked_add(FOOTER_LEN as u64))
+        .and_then(align_up);
+    if f.index_offset < ALIGN || want_len != Some(actual_len) {
+        return Err(Violation::IndexPlacement {
+            offset: f.index_offset,
+            len: f.index_len,
+            expected: f.index_offset.max(ALIGN),
+            file_len: actual_len,
+        });
+    }
+    if f.index_len > MAX_INDEX_LEN {
+        return Err(Violation::LimitExceeded {
+            what: "index length",
+            value: f.index_len,
+            limit: MAX_INDEX_LEN,
+            why: "JNF v1 allows (§6)",
+        });
+    }
+    if u64::from(f.region_count) > MAX_REGIONS {
+        return Err(Violation::LimitExceeded {
+            what: "region count",
+            value: f.region_count.into(),
+            limit: MAX_REGIONS,
+            why: "JNF v1 allows (§6)",
+        });
+    }
+    let records = u64::from(f.region_count) * REGION_RECORD_LEN as u64
+        + u64::from(f.expert_count) * EXPERT_RECORD_LEN as u64;
+    if records > f.index_len {
+        return Err(Violation::LimitExceeded {
+            what: "bytes of index records",
+            value: records,
+            limit: f.index_len,
+            why: "the index length in the footer holds",
+        });
+    }
+    let grid = u64::from(header.layer_count) * u64::from(header.experts_per_layer);
+    if grid != u64::from(f.expert_count) {
+        return Err(Violation::BadExpert {
+            record: NONE,
+            layer: header.layer_first,
+            expert: NONE,
+            detail: format!(
+                "footer expert_count {} != layer_count {} x experts_per_layer {}",
+                f.expert_count, header.layer_count, header.experts_per_layer
+            ),
+        });
+    }
+    Ok(f)
+}
+
+/// The string a reference names, checked (§5.3).
+fn get_str<'a>(
+    table: &'a [u8],
+    r: StrRef,
+    region: u32,
+    field: &'static str,
+) -> Result<&'a str, Violation> {
+    let end = u64::from(r.offset) + u64::from(r.len);
+    if end > table.len() as u64 || r.len > MAX_STRING_LEN {
+        return Err(Violation::StringOutOfBounds {
+            region,
+            field,
+            offset: r.offset,
+            len: r.len,
+            table_len: table.len() as u64,
+        });
+    }
+    let bytes = &table[r.offset as usize..end as usize];
+    std::str::from_utf8(bytes).map_err(|e| Violation::BadUtf8 {
+        region,
+        field,
+        valid_up_to: e.valid_up_to(),
+    })
+}
+
+/// Decode and check the index (§3, §4, §5) given its bytes and the checked header.
+pub fn check_index(header: Header, footer: Footer, bytes: &[u8]) -> Result<Index, Violation> {
+    let b3 = *blake3::hash(bytes).as_bytes();
+    if b3 != footer.index_blake3 {
+        return Err(Violation::IndexHashMismatch {
+            algo: "blake3",
+            expected: hex::encode(footer.index_blake3),
+            actual: hex::encode(b3),
+        });
+    }
+    let sha: [u8; 32] = sha2::Sha256::digest(bytes).into();
+    if sha != footer.index_sha256 {
+        return Err(Violation::IndexHashMismatch {
+            algo: "sha256",
+            expected: hex::encode(footer.index_sha256),
+            actual: hex::encode(sha),
+        });
+    }
+    let nr = footer.region_count as usize;
+    let ne = footer.expert_count as usize;
+    let experts_at = nr * REGION_RECORD_LEN;
+    let strings_at = experts_at + ne * EXPERT_RECORD_LEN;
+    let table = &bytes[strings_at..];
+
+    let mut regions = Vec::with_capacity(nr);
+    let mut names: HashMap<&str, u32> = HashMap::with_capacity(nr);
+    let mut expected_offset = ALIGN;
+    for i in 0..nr {
+        let rec_at = i * REGION_RECORD_LEN;
+        let (r, reserved, tail) = RegionRecord::decode(&bytes[rec_at..rec_at + REGION_RECORD_LEN]);
+        let ri = i as u32;
+        let abs = |o: usize| footer.index_offset + (rec_at + o) as u64;
+        if reserved != 0 {
+            let k = reserved
+                .to_le_bytes()
+                .iter()
+                .position(|&x| x != 0)
+                .unwrap_or(0);
+            return Err(Violation::NonZeroReserved {
+                offset: abs(132 + k),
+                value: reserved.to_le_bytes()[k],
+            });
+        }
+        if let Some(k) = tail.iter().position(|&x| x != 0) {
+            return Err(Violation::NonZeroReserved {
+                offset: abs(280 + k),
+                value: tail[k],
+            });
+        }
+        let name = get_str(table, r.name, ri, "name")?;
+        if name.is_empty() {
+            return Err(Violation::BadName {
+                region: ri,
+                detail: "empty",
+            });
+        }
+        if name.contains('\0') {
+            return Err(Violation::BadName {
+                region: ri,
+                detail: "contains NUL",
+            });
+        }
+        if let Some(first) = names.insert(name, ri) {
+            return Err(Violation::DuplicateName {
+                name: name.to_string(),
+                first,
+                second: ri,
+            });
+        }
+        check_region_placement(&r, ri, name, expected_offset, footer.index_offset)?;
+        expected_offset = align_up(r.end()).unwrap_or(u64::MAX);
+        check_region_type(&r, ri, name)?;
+        check_region_role(&r, ri, name, &header)?;
+        let src_file = get_str(table, r.src_file, ri, "source file")?;
+        let src_tensor = get_str(table, r.src_tensor, ri, "source tensor")?;
+        check_provenance(&r, ri, name, src_file, src_tensor)?;
+        regions.push(r);
+    }
+    if expected_offset != footer.index_offset {
+        return Err(Violation::IndexPlacement {
+            offset: footer.index_offset,
+            len: footer.index_len,
+            expected: expected_offset,
+            file_len: footer.file_len,
+        });
+    }
+    drop(names);
+
+    let mut experts = Vec::with_capacity(ne);
+    let mut owned = vec![false; nr];
+    let epl = header.experts_per_layer.max(1);
+    for k in 0..ne {
+        let at = experts_at + k * EXPERT_RECORD_LEN;
+        let e = ExpertRecord::decode(&bytes[at..at + EXPERT_RECORD_LEN]);
+        check_expert(&e, k as u32, epl, &header, &regions, &mut owned)?;
+        experts.push(e);
+    }
+    if let Some(i) = (0..nr).find(|&i| !owned[i] && regions[i].role != Role::Tensor.code()) {
+        let name = std::str::from_utf8(
+            &table[regions[i].name.offset as usize..][..regions[i].name.len as usize],
+        )
+        .unwrap_or("");
+        return Err(Violation::BadRegionRole {
+            region: i as u32,
+            name: name.to_string(),
+            detail: "an expert projection that no expert record lists".into(),
+        });
+    }
+    Ok(Index {
+        header,
+        footer,
+        regions,
+        experts,
+        strings: table.to_vec(),
+    })
+}
+
+fn check_region_placement(
+    r: &RegionRecord,
+    ri: u32,
+    name: &str,
+    expected: u64,
+    data_end: u64,
+) -> Result<(), Violation> {
+    if r.offset % ALIGN != 0 {
+        return Err(Violation::Misaligned {
+            what: format!("region {ri} '{name}' offset"),
+            value: r.offset,
+        });
+    }
+    let end = r.offset.checked_add(r.length).and_then(align_up);
+    if r.offset > data_end || end.is_none_or(|e| e > data_end) {
+        return Err(Violation::RegionOutOfFile {
+            region: ri,
+            name: name.to_string(),
+            offset: r.offset,
+            len: r.length,
+            end: data_end,
+        });
+    }
+    if r.offset != expected {
+        return Err(Violation::RegionPlacement {
+            region: ri,
+            name: name.to_string(),
+            offset: r.offset,
+            expected,
+        });
+    }
+    Ok(())
+}
+
+pub(crate) fn check_region_type(r: &RegionRecord, ri: u32, name: &str) -> Result<(), Violation> {
+    let Some(dtype) = Dtype::from_code(r.dtype) else {
+        return Err(Violation::UnknownDtype {
+            region: ri,
+            code: r.dtype,
+        });
+    };
+    let bad = |detail: String| Violation::BadShape {
+        region: ri,
+        name: name.to_string(),
+        detail,
+    };
+    if r.ndim as usize > MAX_RANK {
+        return Err(bad(format!(
+            "rank {} is over the limit of {MAX_RANK}",
+            r.ndim
+        )));
+    }
+    if r.shape[r.ndim as usize..].iter().any(|&d| d != 0) {
+        return Err(bad("shape entries past the rank are not zero".into()));
+    }
+    match dtype.byte_len(r.shape()) {
+        Some(n) if n == r.length => Ok(()),
+        Some(n) => Err(bad(format!(
+            "{dtype} {:?} is {n} bytes but the region is {}",
+            r.shape(),
+            r.length
+        ))),
+        None => Err(bad(format!(
+            "{dtype} {:?}: row is not a whole number of {}-element blocks, or the size overflows",
+            r.shape(),
+            dtype.geometry().block_elems
+        ))),
+    }
+}
+
+pub(crate) fn check_region_role(
+    r: &RegionRecord,
+    ri: u32,
+    name: &str,
+    h: &Header,
+) -> Result<(), Violation> {
+    let bad = |detail: String| Violation::BadRegionRole {
+        region: ri,
+        name: name.to_string(),
+        detail,
+    };
+    let Some(role) = Role::from_code(r.role) else {
+        return Err(bad(format!("unknown role code {}", r.role)));
+    };
+    let in_file = |l: u32| l >= h.layer_first && l - h.layer_first < h.layer_count;
+    if r.layer != NONE && !in_file(r.layer) {
+        return Err(bad(format!(
+            "layer {} is outside this file's layers {}..{}",
+            r.layer,
+            h.layer_first,
+            u64::from(h.layer_first) + u64::from(h.layer_count)
+        )));
+    }
+    if role == Role::Tensor {
+        if r.expert != NONE {
+            return Err(bad("a plain tensor must not name an expert".into()));
+        }
+    } else if r.layer == NONE || r.expert >= h.experts_per_layer {
+        return Err(bad(format!(
+            "expert projection needs a layer and an expert below {} (has layer {}, expert {})",
+            h.experts_per_layer, r.layer, r.expert
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_provenance(
+    r: &RegionRecord,
+    ri: u32,
+    name: &str,
+    src_file: &str,
+    src_tensor: &str,
+) -> Result<(), Violation> {
+    let bad = |detail: String| Violation::BadProvenance {
+        region: ri,
+        name: name.to_string(),
+        detail,
+    };
+    if r.src_dtype != r.dtype {
+        return Err(bad(format!(
+            "source dtype {:#x} differs from the stored dtype {:#x}; v1 stores bytes unconverted",
+            r.src_dtype, r.dtype
+        )));
+    }
+    if r.src_ndim as usize > MAX_RANK || r.src_shape[r.src_ndim as usize..].iter().any(|&d| d != 0)
+    {
+        return Err(bad(format!(
+            "source rank {} or its unused dims are bad",
+            r.src_ndim
+        )));
+    }
+    if src_file.is_empty() {
+        if !src_tensor.is_empty() || r.src_begin != 0 || r.src_end != 0 || r.src_ndim != 0 {
+            return Err(bad("no source file, yet other source fields are set".into()));
+        }
+        return Ok(());
+    }
+    if src_file.starts_with('/')
+        || src_file
+            .split(['/', '\\'])
+            .any(|c| c == ".." || c.is_empty())
+        || src_file.contains('\0')
+    {
+        return Err(bad(format!(
+            "source file '{src_file}' is not a plain relative path"
+        )));
+    }
+    if src_tensor.is_empty() {
+        return Err(bad("source tensor name is empty".into()));
+    }
+    if r.src_end.checked_sub(r.src_begin) != Some(r.length) {
+        return Err(bad(format!(
+            "source range {}..{} is not {} bytes long",
+            r.src_begin, r.src_end, r.length
+        )));
+    }
+    let dtype = Dtype::from_code(r.dtype).unwrap_or(Dtype::F32);
+    match dtype.byte_len(r.src_shape()) {
+        Some(n) if n >= r.length => Ok(()),
+        _ => Err(bad(format!(
+            "source tensor shape {:?} cannot hold {} bytes",
+            r.src_shape(),
+            r.length
+        ))),
+    }
+}
+
+fn check_expert(
+    e: &ExpertRecord,
+    k: u32,
+    epl: u32,
+    h: &Header,
+    regions: &[RegionRecord],
+    owned: &mut [bool],
+) -> Result<(), Violation> {
+    let bad = |detail: String| Violation::BadExpert {
+        record: k,
+        layer: e.layer,
+        expert: e.expert,
+        detail,
+    };
+    let (want_layer, want_expert) = (h.layer_first + k / epl, k % epl);
+    if (e.layer, e.expert) != (want_layer, want_expert) {
+        return Err(bad(format!(
+            "records must be in grid order: expected layer {want_layer}, expert {want_expert}"
+        )));
+    }
+    if e.region_count == 0 || e.region_count > MAX_EXPERT_REGIONS {
+        return Err(bad(format!(
+            "{} regions; an expert has 1..={MAX_EXPERT_REGIONS}",
+            e.region_count
+        )));
+    }
+    let first = e.first_region as usize;
+    let end = first + e.region_count as usize;
+    if end > regions.len() {
+        return Err(bad(format!(
+            "regions {first}..{end} lie past the {} region records",
+            regions.len()
+        )));
+    }
+    let mut prev_role = 0u32;
+    let mut has = [false; 9];
+    for (i, r) in regions[first..end].iter().enumerate() {
+        let ri = first + i;
+        if owned[ri] {
+            return Err(bad(format!(
+                "region {ri} already belongs to another expert"
+            )));
+        }
+        owned[ri] = true;
+        if (r.layer, r.expert) != (e.layer, e.expert) || r.role == Role::Tensor.code() {
+            return Err(bad(format!(
+                "region {ri} is layer {} expert {} role {}, not a projection of this expert",
+                r.layer, r.expert, r.role
+            )));
+        }
+        if r.role <= prev_role {
+            return Err(bad(format!(
+                "region {ri}: roles must strictly increase within an expert (role {} after {})",
+                r.role, prev_role
+            )));
+        }
+        prev_role = r.role;
+        has[r.role as usize] = true;
+    }
+    let (gu, g, u) = (
+        Role::GateUp.code() as usize,
+        Role::Gate.code() as usize,
+        Role::Up.code() as usize,
+    );
+    if has[gu] && (has[g] || has[u]) {
+        return Err(bad(
+            "a fused gate_up projection beside a separate gate or up".into(),
+        ));
+    }
+    let extent_end = align_up(regions[end - 1].end()).unwrap_or(u64::MAX);
+    let want_off = regions[first].offset;
+    if e.extent_offset != want_off || e.extent_len != extent_end - want_off {
+        return Err(bad(format!(
+            "extent {}+{} does not match its regions, {}+{}",
+            e.extent_offset,
+            e.extent_len,
+            want_off,
+            extent_end - want_off
+        )));
+    }
+    let hashes: Vec<DualHash> = regions[first..end]
+        .iter()
+        .map(|r| DualHash {
+            sha256: r.sha256,
+            blake3: r.blake3,
+        })
+        .collect();
+    let d = expert_digest(
+        regions[first..end]
+            .iter()
+            .zip(&hashes)
+            .map(|(r, h)| (r.role, r.length, h)),
+    );
+    if d.blake3 != e.blake3 {
+        return Err(Violation::ExpertDigestMismatch {
+            layer: e.layer,
+            expert: e.expert,
+            algo: "blake3",
+        });
+    }
+    if d.sha256 != e.sha256 {
+        return Err(Violation::ExpertDigestMismatch {
+            layer: e.layer,
+            expert: e.expert,
+            algo: "sha256",
+        });
+    }
+    Ok(())
+}
+
+/// A region's human location: `layer 3 expert 7 gate` or `trunk tensor`.
+pub fn describe_location(r: &RegionRecord) -> String {
+    let role = Role::from_code(r.role).map_or("?", Role::name);
+    match (r.layer, r.expert) {
+        (NONE, _) => "trunk tensor".to_string(),
+        (l, NONE) => format!("layer {l} tensor"),
+        (l, e) => format!("layer {l} expert {e} {role}"),
+    }
+}
+
+/// Check one region's bytes against its recorded hashes (§5.4).
+pub fn check_region_bytes(index: &Index, region: u32, bytes: &[u8]) -> Result<(), Violation> {
+    let h = crate::hash::dual_hash(bytes);
+    check_region_hash(index, region, &h)
+}
+
+/// Compare computed hashes of a region with the recorded ones.
+pub fn check_region_hash(index: &Index, region: u32, h: &DualHash) -> Result<(), Violation> {
+    let r = &index.regions[region as usize];
+    for (algo, want, got) in [
+        ("blake3", r.blake3, h.blake3),
+        ("sha256", r.sha256, h.sha256),
+    ] {
+        if want != got {
+            return Err(Violation::RegionHashMismatch {
+                region,
+                name: index.name(region).to_string(),
+                location: describe_location(r),
+                offset: r.offset,
+                algo,
+                expected: hex::encode(want),
+                actual: hex::encode(got),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The first non-zero byte of a padding span, as a violation.
+pub fn check_zero(
+    bytes: &[u8],
+    file_offset: u64,
+    after: impl FnOnce() -> String,
+) -> Result<(), Violation> {
+    match bytes.iter().position(|&b| b != 0) {
+        None => Ok(()),
+        Some(k) => Err(Violation::NonZeroPadding {
+            offset: file_offset + k as u64,
+            value: bytes[k],
+            after: after(),
+        }),
+    }
+}

@@ -1,0 +1,540 @@
+//! The streaming writer. It never holds a region in memory: bytes flow from a [`Read`] through
+//! SHA-256 and BLAKE3 (on two cores) into the file in fixed-size chunks. A typestate fixes the call
+//! order — plain tensors and whole experts in any interleaving, an expert's projections only
+//! between [`JnfWriter::begin_expert`] and [`JnfWriter::end_expert`], nothing after
+//! [`JnfWriter::finish`] — and `finish` checks the index it built with the reader's own
+//! validation before publishing it atomically.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{Read, Write};
+use std::marker::PhantomData;
+use std::path::{Path, PathBuf};
+
+use sha2::Digest;
+
+use crate::dtype::Dtype;
+use crate::error::{Error, Result};
+use crate::hash::{expert_digest, DualHash, DualHasher};
+use crate::layout::{
+    align_up, ExpertRecord, Footer, Header, RegionRecord, Role, StrRef, ALIGN, FOOTER_LEN, MAJOR,
+    MAX_RANK, MINOR, NONE,
+};
+use crate::publish::PendingFile;
+use crate::validate::{self, MAX_EXPERT_REGIONS, MAX_STRING_LEN};
+
+/// Which layers and experts a file holds (§5.2: the expert table is this grid, complete).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileLayout {
+    /// First layer.
+    pub layer_first: u32,
+    /// Number of layers (0 for a file of plain tensors only).
+    pub layer_count: u32,
+    /// Experts per layer (0 for a file without experts).
+    pub experts_per_layer: u32,
+}
+
+impl FileLayout {
+    /// A file of plain tensors only (no layer range, no experts).
+    pub fn trunk() -> FileLayout {
+        FileLayout {
+            layer_first: 0,
+            layer_count: 0,
+            experts_per_layer: 0,
+        }
+    }
+
+    /// One layer with `experts` experts.
+    pub fn layer(layer: u32, experts: u32) -> FileLayout {
+        FileLayout {
+            layer_first: layer,
+            layer_count: 1,
+            experts_per_layer: experts,
+        }
+    }
+}
+
+/// Where a region's bytes came from (§5.1 provenance).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Provenance {
+    /// Source file, relative to the source checkpoint's directory.
+    pub file: String,
+    /// Tensor name in the source file.
+    pub tensor: String,
+    /// Byte offset of the region's first byte in the source file.
+    pub begin: u64,
+    /// Row-major shape of the whole source tensor.
+    pub shape: Vec<u64>,
+}
+
+/// What to write for one region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RegionSpec {
+    /// Unique name within the file.
+    pub name: String,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Row-major shape.
+    pub shape: Vec<u64>,
+    /// The layer a plain tensor belongs to (`None` for trunk tensors). Ignored for expert
+    /// projections, whose layer is the open expert's.
+    pub layer: Option<u32>,
+    /// Where the bytes came from, if from a file.
+    pub source: Option<Provenance>,
+}
+
+impl RegionSpec {
+    /// Exact byte length implied by dtype and shape, if valid.
+    pub fn byte_len(&self) -> Option<u64> {
+        self.dtype.byte_len(&self.shape)
+    }
+}
+
+/// Typestate: regions and experts may be added; `finish` may be called.
+#[derive(Debug)]
+pub enum Open {}
+/// Typestate: an expert is open; only its projections may be added.
+#[derive(Debug)]
+pub enum InExpert {}
+
+/// A JNF file being written. See the module docs for the call order.
+#[derive(Debug)]
+pub struct JnfWriter<S> {
+    core: Box<Core>,
+    _state: PhantomData<S>,
+}
+
+/// What [`JnfWriter::finish`] published.
+#[derive(Clone, Debug)]
+pub struct WrittenFile {
+    /// Final path.
+    pub path: PathBuf,
+    /// File length.
+    pub file_len: u64,
+    /// The file's root digests (§5.4): hashes of header fields and footer.
+    pub root: DualHash,
+    /// Number of regions.
+    pub regions: u32,
+    /// Number of experts.
+    pub experts: u32,
+    /// Bytes of region data (padding excluded).
+    pub data_bytes: u64,
+}
+
+#[derive(Debug)]
+struct OpenExpert {
+    layer: u32,
+    expert: u32,
+    first_region: u32,
+    last_role: u32,
+}
+
+#[derive(Debug)]
+struct Core {
+    pending: PendingFile,
+    header: Header,
+    header_page: Vec<u8>,
+    pos: u64,
+    regions: Vec<RegionRecord>,
+    experts: Vec<ExpertRecord>,
+    strings: Vec<u8>,
+    string_ids: HashMap<String, StrRef>,
+    names: HashSet<String>,
+    buf: Vec<u8>,
+    next_expert: u64,
+    open: Option<OpenExpert>,
+    data_bytes: u64,
+}
+
+/// Bytes moved per read/hash/write step.
+const CHUNK: usize = 4 << 20;
+static ZEROS: [u8; ALIGN as usize] = [0; ALIGN as usize];
+
+impl JnfWriter<Open> {
+    /// Start a file that will be published as `path`.
+    pub fn create(path: impl AsRef<Path>, layout: FileLayout) -> Result<JnfWriter<Open>> {
+        let path = path.as_ref();
+        let header = Header {
+            major: MAJOR,
+            minor: MINOR,
+            required_flags: 0,
+            optional_flags: 0,
+            layer_first: layout.layer_first,
+            layer_count: layout.layer_count,
+            experts_per_layer: layout.experts_per_layer,
+            header_blake3: [0; 32],
+        };
+        let header_page = header.encode_page();
+        // The writer refuses what the reader would refuse, through the same checks.
+        let header = validate::check_header(&header_page, ALIGN)
+            .map_err(|v| Error::usage(format!("bad layout: {v}"), path))?;
+        let pending = PendingFile::create(path)?;
+        let mut core = Core {
+            pending,
+            header,
+            header_page,
+            pos: 0,
+            regions: Vec::new(),
+            experts: Vec::new(),
+            strings: Vec::new(),
+            string_ids: HashMap::new(),
+            names: HashSet::new(),
+            buf: vec![0u8; CHUNK],
+            next_expert: 0,
+            open: None,
+            data_bytes: 0,
+        };
+        let page = std::mem::take(&mut core.header_page);
+        core.write(&page)?;
+        core.header_page = page;
+        Ok(JnfWriter {
+            core: Box::new(core),
+            _state: PhantomData,
+        })
+    }
+
+    /// Write a plain (non-expert) tensor, streaming exactly `spec.byte_len()` bytes from `data`.
+    pub fn tensor(&mut self, spec: &RegionSpec, data: &mut dyn Read) -> Result<DualHash> {
+        self.core
+            .region(spec, Role::Tensor, spec.layer.unwrap_or(NONE), NONE, data)
+    }
+
+    /// Open the next expert. Experts come in grid order: every expert of `layer_first`, then
+    /// of the next layer, and so on.
+    pub fn begin_expert(mut self, layer: u32, expert: u32) -> Result<JnfWriter<InExpert>> {
+        let c = &mut self.core;
+        let epl = u64::from(c.header.experts_per_layer);
+        let total = epl * u64::from(c.header.layer_count);
+        let want = (c.next_expert < total).then(|| {
+            (
+                c.header.layer_first + (c.next_expert / epl) as u32,
+                (c.next_expert % epl) as u32,
+            )
+        });
+        if want != Some((layer, expert)) {
+            let msg = match want {
+                Some((l, e)) => format!("expert (layer {layer}, expert {expert}) out of order: next is (layer {l}, expert {e})"),
+                None => format!("expert (layer {layer}, expert {expert}) is outside this file's grid or already written"),
+            };
+            return Err(c.usage(msg));
+        }
+        c.open = Some(OpenExpert {
+            layer,
+            expert,
+            first_region: c.regions.len() as u32,
+            last_role: 0,
+        });
+        Ok(JnfWriter {
+            core: self.core,
+            _state: PhantomData,
+        })
+    }
+
+    /// Write the index and footer, check the whole index with the reader's rules, fsync and
+    /// publish atomically. Every expert of the grid must have been written.
+    pub fn finish(mut self) -> Result<WrittenFile> {
+        let c = &mut self.core;
+        let total = u64::from(c.header.experts_per_layer) * u64::from(c.header.layer_count);
+        if c.next_expert != total {
+            let msg = format!("finish with {} of {total} experts written", c.next_expert);
+            return Err(c.usage(msg));
+        }
+        let index_offset = c.pos;
+        let mut index = Vec::with_capacity(
+            c.regions.len() * crate::layout::REGION_RECORD_LEN
+                + c.experts.len() * crate::layout::EXPERT_RECORD_LEN
+                + c.strings.len(),
+        );
+        c.regions.iter().for_each(|r| r.encode(&mut index));
+        c.experts.iter().for_each(|e| e.encode(&mut index));
+        index.extend_from_slice(&c.strings);
+        let index_len = index.len() as u64;
+        let file_len = align_up(index_offset + index_len + FOOTER_LEN as u64)
+            .ok_or_else(|| c.usage("file length overflows".into()))?;
+        let footer = Footer {
+            file_len,
+            index_offset,
+            index_len,
+            region_count: c.regions.len() as u32,
+            expert_count: c.experts.len() as u32,
+            index_blake3: *blake3::hash(&index).as_bytes(),
+            index_sha256: sha2::Sha256::digest(&index).into(),
+            footer_blake3: [0; 32],
+        };
+        let footer_bytes = footer.encode(&c.header_page);
+        let footer = validate::check_footer(&c.header, &c.header_page, &footer_bytes, file_len)
+            .map_err(|v| c.usage(format!("internal: footer fails validation: {v}")))?;
+        validate::check_index(c.header.clone(), footer, &index)
+            .map_err(|v| c.usage(format!("index fails validation: {v}")))?;
+        c.write(&index)?;
+        let gap = file_len - FOOTER_LEN as u64 - c.pos;
+        c.write_zeros(gap)?;
+        c.write(&footer_bytes)?;
+        let root = crate::hash::root_digest(&c.header_page, &footer_bytes);
+        let written = WrittenFile {
+            path: c.pending.dest().to_path_buf(),
+            file_len,
+            root,
+            regions: c.regions.len() as u32,
+            experts: c.experts.len() as u32,
+            data_bytes: c.data_bytes,
+        };
+        let core = *self.core;
+        core.pending.publish()?;
+        Ok(written)
+    }
+}
+
+impl JnfWriter<InExpert> {
+    /// Write one projection of the open expert. Roles must strictly increase (gate_up or
+    /// gate, up; then down; biases after), as §5.2 requires.
+    pub fn projection(
+        &mut self,
+        role: Role,
+        spec: &RegionSpec,
+        data: &mut dyn Read,
+    ) -> Result<DualHash> {
+        let c = &mut self.core;
+        let Some(open) = c.open.as_ref() else {
+            return Err(c.usage("no open expert".into()));
+        };
+        let (layer, expert, last_role) = (open.layer, open.expert, open.last_role);
+        if role == Role::Tensor {
+            return Err(c.usage("an expert projection needs a projection role".into()));
+        }
+        if spec.layer.is_some_and(|l| l != layer) {
+            return Err(c.usage(format!(
+                "projection '{}' names layer {:?} inside an expert of layer {layer}",
+                spec.name, spec.layer
+            )));
+        }
+        if role.code() <= last_role {
+            return Err(c.usage(format!(
+                "role {} after role code {last_role}: roles must strictly increase within an expert",
+                role.name()
+            )));
+        }
+        let n = c.regions.len() as u32 - open.first_region;
+        if n >= MAX_EXPERT_REGIONS {
+            return Err(c.usage(format!(
+                "more than {MAX_EXPERT_REGIONS} regions in one expert"
+            )));
+        }
+        let fused_clash = {
+            let roles: Vec<u32> = c.regions[open.first_region as usize..]
+                .iter()
+                .map(|r| r.role)
+                .collect();
+            let has = |r: Role| roles.contains(&r.code()) || role == r;
+            has(Role::GateUp) && (has(Role::Gate) || has(Role::Up))
+        };
+        if fused_clash {
+            return Err(c.usage("a fused gate_up projection beside a separate gate or up".into()));
+        }
+        let h = c.region(spec, role, layer, expert, data)?;
+        if let Some(o) = c.open.as_mut() {
+            o.last_role = role.code();
+        }
+        Ok(h)
+    }
+
+    /// Close the expert: record its extent and digests.
+    pub fn end_expert(mut self) -> Result<JnfWriter<Open>> {
+        let c = &mut self.core;
+        let Some(open) = c.open.take() else {
+            return Err(c.usage("no open expert".into()));
+        };
+        let regs = &c.regions[open.first_region as usize..];
+        if regs.is_empty() {
+            return Err(c.usage(format!(
+                "layer {} expert {} has no projections",
+                open.layer, open.expert
+            )));
+        }
+        let hashes: Vec<DualHash> = regs
+            .iter()
+            .map(|r| DualHash {
+                sha256: r.sha256,
+                blake3: r.blake3,
+            })
+            .collect();
+        let d = expert_digest(regs.iter().zip(&hashes).map(|(r, h)| (r.role, r.length, h)));
+        let extent_offset = regs[0].offset;
+        c.experts.push(ExpertRecord {
+            layer: open.layer,
+            expert: open.expert,
+            first_region: open.first_region,
+            region_count: regs.len() as u32,
+            extent_offset,
+            extent_len: c.pos - extent_offset,
+            sha256: d.sha256,
+            blake3: d.blake3,
+        });
+        c.next_expert += 1;
+        Ok(JnfWriter {
+            core: self.core,
+            _state: PhantomData,
+        })
+    }
+}
+
+impl Core {
+    fn path(&self) -> PathBuf {
+        self.pending.dest().to_path_buf()
+    }
+
+    fn usage(&self, msg: String) -> Error {
+        Error::usage(msg, &self.path())
+    }
+
+    fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.pending
+            .file()
+            .write_all(bytes)
+            .map_err(|e| Error::io(self.pending.dest(), "write", e))?;
+        self.pos += bytes.len() as u64;
+        Ok(())
+    }
+
+    fn write_zeros(&mut self, mut n: u64) -> Result<()> {
+        while n > 0 {
+            let k = n.min(ALIGN) as usize;
+            self.write(&ZEROS[..k])?;
+            n -= k as u64;
+        }
+        Ok(())
+    }
+
+    fn intern(&mut self, s: &str) -> Result<StrRef> {
+        if let Some(r) = self.string_ids.get(s) {
+            return Ok(*r);
+        }
+        if s.len() > MAX_STRING_LEN as usize {
+            return Err(self.usage(format!(
+                "string of {} bytes is over the {MAX_STRING_LEN}-byte limit",
+                s.len()
+            )));
+        }
+        let r = StrRef {
+            offset: u32::try_from(self.strings.len())
+                .map_err(|_| self.usage("string table over 4 GiB".into()))?,
+            len: s.len() as u32,
+        };
+        self.strings.extend_from_slice(s.as_bytes());
+        self.string_ids.insert(s.to_string(), r);
+        Ok(r)
+    }
+
+    fn region(
+        &mut self,
+        spec: &RegionSpec,
+        role: Role,
+        layer: u32,
+        expert: u32,
+        data: &mut dyn Read,
+    ) -> Result<DualHash> {
+        if spec.shape.len() > MAX_RANK {
+            return Err(self.usage(format!("'{}': rank {} over 8", spec.name, spec.shape.len())));
+        }
+        if self.names.contains(&spec.name) {
+            return Err(self.usage(format!("duplicate region name '{}'", spec.name)));
+        }
+        let length = spec.byte_len().ok_or_else(|| {
+            self.usage(format!(
+                "'{}': {} {:?} is not a whole number of blocks",
+                spec.name, spec.dtype, spec.shape
+            ))
+        })?;
+        let mut shape = [0u64; MAX_RANK];
+        shape[..spec.shape.len()].copy_from_slice(&spec.shape);
+        let mut rec = RegionRecord {
+            offset: self.pos,
+            length,
+            dtype: spec.dtype.code(),
+            ndim: spec.shape.len() as u32,
+            shape,
+            layer,
+            expert,
+            role: role.code(),
+            name: self.intern(&spec.name)?,
+            src_file: StrRef::default(),
+            src_tensor: StrRef::default(),
+            src_dtype: spec.dtype.code(),
+            src_ndim: 0,
+            src_begin: 0,
+            src_end: 0,
+            src_shape: [0; MAX_RANK],
+            sha256: [0; 32],
+            blake3: [0; 32],
+        };
+        let (mut src_file, mut src_tensor) = ("", "");
+        if let Some(p) = &spec.source {
+            if p.shape.len() > MAX_RANK {
+                return Err(self.usage(format!("'{}': source rank over 8", spec.name)));
+            }
+            rec.src_file = self.intern(&p.file)?;
+            rec.src_tensor = self.intern(&p.tensor)?;
+            rec.src_ndim = p.shape.len() as u32;
+            rec.src_shape[..p.shape.len()].copy_from_slice(&p.shape);
+            rec.src_begin = p.begin;
+            rec.src_end = p.begin.saturating_add(length);
+            (src_file, src_tensor) = (p.file.as_str(), p.tensor.as_str());
+        }
+        let ri = self.regions.len() as u32;
+        // The reader's own per-region rules, before a byte is written.
+        let bad = |v: crate::error::Violation| Error::usage(v.to_string(), &self.path());
+        let checks = validate::check_region_type(&rec, ri, &spec.name)
+            .and_then(|()| validate::check_region_role(&rec, ri, &spec.name, &self.header))
+            .and_then(|()| validate::check_provenance(&rec, ri, &spec.name, src_file, src_tensor));
+        checks.map_err(bad)?;
+        if spec.name.is_empty() || spec.name.contains('\0') {
+            return Err(self.usage(format!("bad region name {:?}", spec.name)));
+        }
+
+        let mut hasher = DualHasher::new();
+        let mut left = length;
+        let mut buf = std::mem::take(&mut self.buf);
+        let result = (|| {
+            while left > 0 {
+                let want = (left.min(CHUNK as u64)) as usize;
+                let got = read_full(data, &mut buf[..want])
+                    .map_err(|e| Error::io(&self.path(), "read region source", e))?;
+                if got < want {
+                    return Err(self.usage(format!(
+                        "'{}': source ended after {} of {length} bytes",
+                        spec.name,
+                        length - left + got as u64
+                    )));
+                }
+                hasher.update(&buf[..want]);
+                self.write(&buf[..want])?;
+                left -= want as u64;
+            }
+            Ok(())
+        })();
+        self.buf = buf;
+        result?;
+        let pad = align_up(self.pos).unwrap_or(self.pos) - self.pos;
+        self.write_zeros(pad)?;
+        let h = hasher.finish();
+        rec.sha256 = h.sha256;
+        rec.blake3 = h.blake3;
+        self.names.insert(spec.name.clone());
+        self.regions.push(rec);
+        self.data_bytes += length;
+        Ok(h)
+    }
+}
+
+/// Read until `buf` is full or the source ends; returns bytes read.
+fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
