@@ -1,1 +1,36 @@
-fn main() {}
+//! `tarfa`: the command-line front of the tarfa crates. Argument parsing, output and exit codes
+//! live here; everything else is a library call.
+//!
+//! Exit codes: 0 success; 1 the input is invalid or inconsistent (a JNF rule broken, a model
+//! directory that disagrees with its manifest); 2 tarfa could not run (bad arguments, I/O errors).
+
+mod cli;
+mod inspect;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    let result = match &args.command {
+        cli::Command::Inspect(a) => inspect::run(a),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            let invalid = e.downcast_ref::<tarfa_format::Error>().is_some_and(|e| {
+                matches!(
+                    e,
+                    tarfa_format::Error::Format { .. } | tarfa_format::Error::Manifest { .. }
+                )
+            });
+            if invalid {
+                eprintln!("hint: the file breaks a rule of spec/JNF_V1.md; it was not written by a conforming writer or was damaged since");
+            }
+            ExitCode::from(if invalid { 1 } else { 2 })
+        }
+    }
+}

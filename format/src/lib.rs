@@ -12,6 +12,7 @@
 //! - [`writer::JnfWriter`]: the streaming, typestate-ordered writer;
 //! - [`publish`]: atomic publishing (temp, fsync, rename, fsync the directory);
 //! - [`manifest`]: the model manifest that ties a directory of JNF files to its checkpoint;
+//! - [`summary`]: what `tarfa inspect` reports, as data;
 //! - [`golden`]: the generator of the golden test vectors in `fixtures/golden/`.
 //!
 //! ```
@@ -44,6 +45,7 @@ pub mod layout;
 pub mod manifest;
 pub mod publish;
 pub mod reader;
+pub mod summary;
 pub mod validate;
 pub mod writer;
 

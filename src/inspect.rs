@@ -1,0 +1,189 @@
+//! `tarfa inspect`: print a [`tarfa_format::summary`] for people, or as JSON.
+
+use std::fmt::Write as _;
+
+use tarfa_format::summary::{self, FileSummary, ModelSummary};
+
+use crate::cli::InspectArgs;
+
+/// What inspect found; `Ok(false)` when a model directory disagrees with its manifest.
+pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
+    if args.path.is_dir() {
+        let m = summary::summarize_model(&args.path)?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&m)?);
+        } else {
+            print!("{}", render_model(&m, args.regions));
+        }
+        return Ok(m.mismatches.is_empty());
+    }
+    let f = summary::summarize_file(&args.path)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&f)?);
+    } else {
+        print!("{}", render_file(&f, true));
+    }
+    Ok(true)
+}
+
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn layers_text(f: &FileSummary) -> String {
+    match f.layer_count {
+        0 => "trunk (no layers)".to_string(),
+        1 => format!("layer {}", f.layer_first),
+        n => format!("layers {}..={}", f.layer_first, f.layer_first + n - 1),
+    }
+}
+
+/// The readable summary of one file.
+pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{}: JNF {}, {} ({} bytes), {}, {} experts/layer",
+        f.path,
+        f.version,
+        bytes(f.file_len),
+        f.file_len,
+        layers_text(f),
+        f.experts_per_layer
+    );
+    let _ = writeln!(s, "  root sha256 {}", f.root_sha256);
+    let _ = writeln!(s, "  root blake3 {}", f.root_blake3);
+    let _ = writeln!(
+        s,
+        "  {} regions, {} experts, {} of data; index {} bytes at {}",
+        f.regions.len(),
+        f.experts.len(),
+        bytes(f.data_bytes),
+        f.index_len,
+        f.index_offset
+    );
+    let dtypes: Vec<String> = f
+        .dtypes
+        .iter()
+        .map(|(d, t)| format!("{d} x{} ({})", t.regions, bytes(t.bytes)))
+        .collect();
+    let _ = writeln!(s, "  dtypes: {}", dtypes.join(", "));
+    if let (Some(first), Some(last)) = (f.experts.first(), f.experts.last()) {
+        let sizes: Vec<u64> = f.experts.iter().map(|e| e.extent_len).collect();
+        let _ = writeln!(
+            s,
+            "  experts: ({}, {})..=({}, {}), extents {}..={} each",
+            first.layer,
+            first.expert,
+            last.layer,
+            last.expert,
+            bytes(sizes.iter().copied().min().unwrap_or(0)),
+            bytes(sizes.iter().copied().max().unwrap_or(0)),
+        );
+    }
+    if with_regions {
+        let _ = writeln!(
+            s,
+            "  {:>4} {:>12} {:>10} {:<6} {:<16} {:<14} {:<16} name / source",
+            "#", "offset", "length", "dtype", "shape", "where", "sha256"
+        );
+        for r in &f.regions {
+            let place = match (r.layer, r.expert) {
+                (None, _) => "trunk".to_string(),
+                (Some(l), None) => format!("L{l}"),
+                (Some(l), Some(e)) => format!("L{l} E{e} {}", r.role),
+            };
+            let _ = writeln!(
+                s,
+                "  {:>4} {:>12} {:>10} {:<6} {:<16} {:<14} {:<16} {}",
+                r.index,
+                r.offset,
+                r.length,
+                r.dtype,
+                format!("{:?}", r.shape),
+                place,
+                &r.sha256[..16],
+                r.name
+            );
+            if let Some(src) = &r.source {
+                let _ = writeln!(
+                    s,
+                    "  {:>85} <- {} '{}' bytes {}..{} of {:?}",
+                    "", src.file, src.tensor, src.begin, src.end, src.shape
+                );
+            }
+        }
+    }
+    s
+}
+
+/// The readable summary of a model directory.
+pub fn render_model(m: &ModelSummary, with_regions: bool) -> String {
+    let mut s = String::new();
+    let a = &m.manifest.architecture;
+    let model_type = a
+        .config
+        .get("model_type")
+        .or_else(|| a.config.get("general.architecture"))
+        .and_then(|v| v.as_str())
+        .unwrap_or("?");
+    let _ = writeln!(
+        s,
+        "{}: JNF model {}.{}, {} ({}), {} of {} layers present",
+        m.dir,
+        m.manifest.format_version[0],
+        m.manifest.format_version[1],
+        model_type,
+        a.source_format,
+        m.manifest.layers.len(),
+        a.num_layers
+    );
+    let c = &m.manifest.conversion;
+    let _ = writeln!(
+        s,
+        "  converted by {} {} from {} source file(s)",
+        c.tool,
+        c.tool_version,
+        c.sources.len()
+    );
+    let total: u64 = m.manifest.files.iter().map(|f| f.size).sum();
+    let _ = writeln!(
+        s,
+        "  {} files, {} in all",
+        m.manifest.files.len(),
+        bytes(total)
+    );
+    for f in &m.manifest.files {
+        let _ = writeln!(
+            s,
+            "  {:<18} {:>10} {:?} sha256 {}",
+            f.path,
+            bytes(f.size),
+            f.kind,
+            f.sha256
+        );
+    }
+    for f in &m.files {
+        let _ = writeln!(s);
+        s.push_str(&render_file(f, with_regions));
+    }
+    if m.mismatches.is_empty() {
+        let _ = writeln!(s, "\nall files match the manifest's sizes and root digests");
+    } else {
+        for x in &m.mismatches {
+            let _ = writeln!(s, "\nMISMATCH {x}");
+        }
+    }
+    s
+}
