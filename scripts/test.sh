@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The test command of README.md and CI: installs what the tests need on a fresh machine, then runs
+# formatting, lints and every test of the workspace. Exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+export CARGO_TERM_COLOR=never
+
+if ! command -v cargo >/dev/null; then
+  echo "error: cargo not found; install Rust (rustup) first" >&2
+  exit 2
+fi
+rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy (all targets, warnings are errors)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test"
+cargo test --workspace --locked
