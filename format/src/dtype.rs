@@ -31,7 +31,9 @@ const TABLE: &[(u32, &str, u64, u64)] = &[
     (6, "Q5_0", 32, 22),
     (7, "Q5_1", 32, 24),
     (8, "Q8_0", 32, 34),
-    (9, "Q8_1", 32, 40),
+    // ggml block_q8_1 is 36 bytes (half2 d,s + 32 int8; static_assert in ggml-common.h);
+    // gguf-py's GGML_QUANT_SIZES still says 40. ggml is the authority for what files hold.
+    (9, "Q8_1", 32, 36),
     (10, "Q2_K", 256, 84),
     (11, "Q3_K", 256, 110),
     (12, "Q4_K", 256, 144),

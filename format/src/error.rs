@@ -33,14 +33,22 @@ pub enum Violation {
     /// §2: the header's own BLAKE3 does not match its bytes.
     #[error("header hash mismatch: header bytes 0..48 were changed")]
     HeaderHashMismatch,
+    /// §2.1: a header field breaks a rule of its own.
+    #[error("header field {field}: {detail}")]
+    BadHeaderField {
+        /// The field.
+        field: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
     /// §2.2: the file does not end in a JNF footer.
     #[error("file is {len} bytes and does not end in a JNF footer: truncated, or bytes appended")]
     NoFooter {
         /// Actual length.
         len: u64,
     },
-    /// §2.2: the footer's BLAKE3 does not match the footer and header fields.
-    #[error("footer hash mismatch: the footer or the header's fields were changed")]
+    /// §2.2: the footer's BLAKE3 does not match the footer and the header page.
+    #[error("footer hash mismatch: the footer or the header page was changed")]
     FooterHashMismatch,
     /// §2: a reserved byte is not zero.
     #[error("reserved byte at offset {offset} is {value:#04x}, must be zero")]
@@ -61,7 +69,7 @@ pub enum Violation {
     /// §3: an offset or length that must be a multiple of 4096 is not.
     #[error("{what} at {value} is not a multiple of 4096")]
     Misaligned {
-        /// What is misaligned (`"region 3 'x' offset"`, `"index offset"`, `"file length"`).
+        /// What is misaligned (`"region 3 'x' offset"`, `"index offset"`).
         what: String,
         /// The offending value.
         value: u64,
@@ -90,8 +98,10 @@ pub enum Violation {
         /// Where the limit comes from.
         why: &'static str,
     },
-    /// §2/§5: the index bytes do not match the hash in the header.
-    #[error("index hash mismatch ({algo}): expected {expected}, got {actual}")]
+    /// §2.2/§5.4: the index bytes do not match the hash in the footer.
+    #[error(
+        "index hash mismatch ({algo}): the footer records {expected}, the index hashes to {actual}"
+    )]
     IndexHashMismatch {
         /// `"blake3"` or `"sha256"`.
         algo: &'static str,
@@ -170,13 +180,28 @@ pub enum Violation {
         /// Length of the valid prefix.
         valid_up_to: usize,
     },
-    /// §5.1: a region name that is empty, too long or contains NUL.
+    /// §5.1: a region name that is empty or contains NUL (too long: `StringOutOfBounds`).
     #[error("region {region}: bad name: {detail}")]
     BadName {
         /// Region number.
         region: u32,
         /// What is wrong.
         detail: &'static str,
+    },
+    /// §5.3: the string table is not in canonical form (each distinct string once, in order of
+    /// first reference, nothing else).
+    #[error("region {region}: {field} string at {offset}+{len}: {detail}")]
+    NonCanonicalStrings {
+        /// Region number (or the region count, for trailing bytes).
+        region: u32,
+        /// Which field.
+        field: &'static str,
+        /// Offset in the table.
+        offset: u32,
+        /// Length.
+        len: u32,
+        /// What is wrong.
+        detail: String,
     },
     /// §5.1: two regions with one name.
     #[error("duplicate region name '{name}' (regions {first} and {second})")]
@@ -232,7 +257,7 @@ pub enum Violation {
         /// `"blake3"` or `"sha256"`.
         algo: &'static str,
     },
-    /// §3 (data): a region's bytes do not match its recorded hash.
+    /// §5.4 (data): a region's bytes do not match its recorded hash.
     #[error("region {region} '{name}' ({location}) at file offset {offset}: {algo} mismatch, expected {expected}, got {actual}")]
     RegionHashMismatch {
         /// Region number.

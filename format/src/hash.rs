@@ -80,13 +80,13 @@ pub fn expert_digest<'a>(regions: impl IntoIterator<Item = (u32, u64, &'a DualHa
     }
 }
 
-/// A file's root digests (§5.4): `H(header bytes 0..80 || footer bytes 0..128)`. The footer holds
+/// A file's root digests (§5.4): `H(header page 0..4096 || footer bytes 0..128)`. The footer holds
 /// the index hashes, the index holds every region hash, and padding must be zero, so the root
 /// names every byte of the file; its BLAKE3 flavour is the footer's own `footer_blake3`.
 pub fn root_digest(header_page: &[u8], footer: &[u8]) -> DualHash {
-    use crate::layout::{FOOTER_HASHED_LEN, HEADER_LEN};
+    use crate::layout::{ALIGN, FOOTER_HASHED_LEN};
     let mut sha = sha2::Sha256::new();
-    sha.update(&header_page[..HEADER_LEN]);
+    sha.update(&header_page[..ALIGN as usize]);
     sha.update(&footer[..FOOTER_HASHED_LEN]);
     DualHash {
         sha256: sha.finalize().into(),

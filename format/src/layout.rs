@@ -20,7 +20,7 @@ pub const HEADER_LEN: usize = 80;
 pub const FOOTER_MAGIC: [u8; 8] = [0x89, b'J', b'N', b'F', b'E', b'N', b'D', 0x0A];
 /// The footer occupies the last this-many bytes of the file.
 pub const FOOTER_LEN: usize = 160;
-/// Bytes of the footer covered (with the header's fields) by `footer_blake3`.
+/// Bytes of the footer covered (with the whole header page) by `footer_blake3`.
 pub const FOOTER_HASHED_LEN: usize = 128;
 /// Size of one region record in the index.
 pub const REGION_RECORD_LEN: usize = 288;
@@ -137,7 +137,7 @@ pub struct Footer {
     pub index_blake3: [u8; 32],
     /// SHA-256 of the index bytes.
     pub index_sha256: [u8; 32],
-    /// BLAKE3 of header bytes `0..80` followed by footer bytes `0..128`.
+    /// BLAKE3 of the whole header page (`0..4096`) followed by footer bytes `0..128`.
     pub footer_blake3: [u8; 32],
 }
 
@@ -210,7 +210,7 @@ impl Footer {
     /// `footer_blake3` for these footer bytes and this header page.
     pub fn hash_with(header_page: &[u8], footer: &[u8]) -> [u8; 32] {
         let mut h = blake3::Hasher::new();
-        h.update(&header_page[..HEADER_LEN]);
+        h.update(&header_page[..ALIGN as usize]);
         h.update(&footer[..FOOTER_HASHED_LEN]);
         *h.finalize().as_bytes()
     }

@@ -37,7 +37,6 @@ pub enum FileKind {
 
 /// One file of the model directory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct FileEntry {
     /// Name relative to the model directory (no directories in v1).
     pub path: String,
@@ -56,7 +55,6 @@ pub struct FileEntry {
 
 /// The source checkpoint's architecture.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Architecture {
     /// `"safetensors"`, `"gguf"` or `"synthetic"` (test vectors).
     pub source_format: String,
@@ -68,7 +66,6 @@ pub struct Architecture {
 
 /// One source file the conversion read.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct SourceFile {
     /// Name relative to the source directory.
     pub path: String,
@@ -81,7 +78,6 @@ pub struct SourceFile {
 
 /// Where the model directory came from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Conversion {
     /// Tool name.
     pub tool: String,
@@ -93,11 +89,11 @@ pub struct Conversion {
 
 /// `manifest.json`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Manifest {
     /// Always [`FORMAT_NAME`].
     pub format: String,
-    /// `[major, minor]`; a reader refuses another major.
+    /// `[major, minor]`; a reader refuses another major and ignores fields it does not know
+    /// (a later minor may add some).
     pub format_version: [u16; 2],
     /// Architecture config.
     pub architecture: Architecture,
@@ -133,6 +129,24 @@ impl Manifest {
                 "format major version {} is not supported (this reader implements 1)",
                 self.format_version[0]
             ));
+        }
+        if !["safetensors", "gguf", "synthetic"].contains(&self.architecture.source_format.as_str())
+        {
+            return Err(format!(
+                "source_format {:?} is not safetensors, gguf or synthetic",
+                self.architecture.source_format
+            ));
+        }
+        for src in &self.conversion.sources {
+            let plain = !src.path.is_empty()
+                && !src.path.starts_with('/')
+                && src
+                    .path
+                    .split('/')
+                    .all(|c| !c.is_empty() && c != "." && c != "..");
+            if !plain || src.sha256.as_deref().is_some_and(|h| !is_hex64(h)) {
+                return Err(format!("source {:?}: bad path or sha256", src.path));
+            }
         }
         let mut names = BTreeSet::new();
         let mut file_layers = BTreeSet::new();

@@ -228,6 +228,16 @@ pub fn summarize_model(dir: &Path) -> Result<ModelSummary> {
             continue;
         }
         let s = summarize_file(&path)?;
+        let (want_first, want_count) = match f.kind {
+            FileKind::Layer => (f.layer.unwrap_or(0), 1),
+            _ => (0, 0),
+        };
+        if (s.layer_first, s.layer_count) != (want_first, want_count) {
+            mismatches.push(format!(
+                "{}: holds layers {}+{}, the manifest lists it as {:?} {:?}",
+                f.path, s.layer_first, s.layer_count, f.kind, f.layer
+            ));
+        }
         if s.file_len != f.size || s.root_sha256 != f.sha256 || s.root_blake3 != f.blake3 {
             mismatches.push(format!(
                 "{}: size {} root sha256 {} differ from the manifest's {} {}",

@@ -86,6 +86,15 @@ pub fn check_header(page: &[u8], actual_len: u64) -> Result<Header, Violation> {
     let tail_end = if h.minor == 0 { ALIGN as usize } else { 0 };
     let reserved = (12..16).chain(44..48).chain(HEADER_LEN..tail_end);
     first_nonzero(page, reserved, 0)?;
+    if h.layer_count == 0 && (h.layer_first != 0 || h.experts_per_layer != 0) {
+        return Err(Violation::BadHeaderField {
+            field: "layer_first/experts_per_layer",
+            detail: format!(
+                "a file of no layers has layer_first 0 and experts_per_layer 0 (found {} and {})",
+                h.layer_first, h.experts_per_layer
+            ),
+        });
+    }
     let grid = u64::from(h.layer_count) * u64::from(h.experts_per_layer);
     if grid > MAX_REGIONS {
         return Err(Violation::LimitExceeded {
@@ -229,6 +238,68 @@ fn get_str<'a>(
     })
 }
 
+/// Reads string references in record order and holds the string table to its canonical form
+/// (§5.3): each distinct non-empty string stored once, at the point of its first reference, in
+/// order; every later reference reuses it; empty strings are `(0, 0)`; no other bytes.
+struct StringTable<'a> {
+    table: &'a [u8],
+    cursor: u64,
+    seen: HashMap<&'a str, StrRef>,
+}
+
+impl<'a> StringTable<'a> {
+    fn take(&mut self, r: StrRef, region: u32, field: &'static str) -> Result<&'a str, Violation> {
+        let s = get_str(self.table, r, region, field)?;
+        let bad = |detail: String| Violation::NonCanonicalStrings {
+            region,
+            field,
+            offset: r.offset,
+            len: r.len,
+            detail,
+        };
+        if r.len == 0 {
+            return if r.offset == 0 {
+                Ok(s)
+            } else {
+                Err(bad("an empty string is stored as offset 0, length 0".into()))
+            };
+        }
+        if let Some(first) = self.seen.get(s) {
+            return if *first == r {
+                Ok(s)
+            } else {
+                Err(bad(format!(
+                    "repeats the string stored at {}; a repeat must reference it",
+                    first.offset
+                )))
+            };
+        }
+        if u64::from(r.offset) != self.cursor {
+            return Err(bad(format!(
+                "a new string must start at {}, right after the previous new string",
+                self.cursor
+            )));
+        }
+        self.cursor += u64::from(r.len);
+        self.seen.insert(s, r);
+        Ok(s)
+    }
+
+    fn finish(self, regions: u32) -> Result<(), Violation> {
+        let len = self.table.len() as u64;
+        if self.cursor != len {
+            return Err(Violation::NonCanonicalStrings {
+                region: regions,
+                field: "string table",
+                offset: self.cursor as u32,
+                len: (len - self.cursor) as u32,
+                detail: "bytes that no record references".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
 /// Decode and check the index (§3, §4, §5) given its bytes and the checked header.
 pub fn check_index(header: Header, footer: Footer, bytes: &[u8]) -> Result<Index, Violation> {
     let b3 = *blake3::hash(bytes).as_bytes();
@@ -255,6 +326,11 @@ pub fn check_index(header: Header, footer: Footer, bytes: &[u8]) -> Result<Index
 
     let mut regions = Vec::with_capacity(nr);
     let mut names: HashMap<&str, u32> = HashMap::with_capacity(nr);
+    let mut strings = StringTable {
+        table,
+        cursor: 0,
+        seen: HashMap::new(),
+    };
     let mut expected_offset = ALIGN;
     for i in 0..nr {
         let rec_at = i * REGION_RECORD_LEN;
@@ -278,7 +354,7 @@ pub fn check_index(header: Header, footer: Footer, bytes: &[u8]) -> Result<Index
                 value: tail[k],
             });
         }
-        let name = get_str(table, r.name, ri, "name")?;
+        let name = strings.take(r.name, ri, "name")?;
         if name.is_empty() {
             return Err(Violation::BadName {
                 region: ri,
@@ -302,8 +378,8 @@ pub fn check_index(header: Header, footer: Footer, bytes: &[u8]) -> Result<Index
         expected_offset = align_up(r.end()).unwrap_or(u64::MAX);
         check_region_type(&r, ri, name)?;
         check_region_role(&r, ri, name, &header)?;
-        let src_file = get_str(table, r.src_file, ri, "source file")?;
-        let src_tensor = get_str(table, r.src_tensor, ri, "source tensor")?;
+        let src_file = strings.take(r.src_file, ri, "source file")?;
+        let src_tensor = strings.take(r.src_tensor, ri, "source tensor")?;
         check_provenance(&r, ri, name, src_file, src_tensor)?;
         regions.push(r);
     }
@@ -316,14 +392,26 @@ pub fn check_index(header: Header, footer: Footer, bytes: &[u8]) -> Result<Index
         });
     }
     drop(names);
+    strings.finish(nr as u32)?;
 
-    let mut experts = Vec::with_capacity(ne);
+    let mut experts: Vec<ExpertRecord> = Vec::with_capacity(ne);
     let mut owned = vec![false; nr];
     let epl = header.experts_per_layer.max(1);
     for k in 0..ne {
         let at = experts_at + k * EXPERT_RECORD_LEN;
         let e = ExpertRecord::decode(&bytes[at..at + EXPERT_RECORD_LEN]);
         check_expert(&e, k as u32, epl, &header, &regions, &mut owned)?;
+        if experts
+            .last()
+            .is_some_and(|p| e.first_region <= p.first_region)
+        {
+            return Err(Violation::BadExpert {
+                record: k as u32,
+                layer: e.layer,
+                expert: e.expert,
+                detail: "extents must lie in the file in grid order".into(),
+            });
+        }
         experts.push(e);
     }
     if let Some(i) = (0..nr).find(|&i| !owned[i] && regions[i].role != Role::Tensor.code()) {
@@ -486,7 +574,7 @@ pub(crate) fn check_provenance(
     if src_file.starts_with('/')
         || src_file
             .split(['/', '\\'])
-            .any(|c| c == ".." || c.is_empty())
+            .any(|c| c.is_empty() || c == "." || c == ".." || c.contains(':'))
         || src_file.contains('\0')
     {
         return Err(bad(format!(
@@ -580,6 +668,21 @@ fn check_expert(
     if has[gu] && (has[g] || has[u]) {
         return Err(bad(
             "a fused gate_up projection beside a separate gate or up".into(),
+        ));
+    }
+    let (gub, gb, ub) = (
+        Role::GateUpBias.code() as usize,
+        Role::GateBias.code() as usize,
+        Role::UpBias.code() as usize,
+    );
+    if has[gub] && (has[gb] || has[ub]) {
+        return Err(bad(
+            "a fused gate_up bias beside a separate gate or up bias".into(),
+        ));
+    }
+    if !(1..=Role::Down.code() as usize).any(|r| has[r]) {
+        return Err(bad(
+            "an expert needs at least one weight projection, not only biases".into(),
         ));
     }
     let extent_end = align_up(regions[end - 1].end()).unwrap_or(u64::MAX);

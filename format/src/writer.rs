@@ -75,8 +75,8 @@ pub struct RegionSpec {
     pub dtype: Dtype,
     /// Row-major shape.
     pub shape: Vec<u64>,
-    /// The layer a plain tensor belongs to (`None` for trunk tensors). Ignored for expert
-    /// projections, whose layer is the open expert's.
+    /// The layer a plain tensor belongs to (`None` for trunk tensors). For an expert projection
+    /// it must be `None` or the open expert's layer.
     pub layer: Option<u32>,
     /// Where the bytes came from, if from a file.
     pub source: Option<Provenance>,
@@ -165,8 +165,11 @@ impl JnfWriter<Open> {
         };
         let header_page = header.encode_page();
         // The writer refuses what the reader would refuse, through the same checks.
-        let header = validate::check_header(&header_page, ALIGN)
-            .map_err(|v| Error::usage(format!("bad layout: {v}"), path))?;
+        let header =
+            validate::check_header(&header_page, ALIGN).map_err(|violation| Error::Format {
+                path: path.to_path_buf(),
+                violation,
+            })?;
         let pending = PendingFile::create(path)?;
         let mut core = Core {
             pending,
@@ -435,6 +438,12 @@ impl Core {
         if spec.shape.len() > MAX_RANK {
             return Err(self.usage(format!("'{}': rank {} over 8", spec.name, spec.shape.len())));
         }
+        if self.regions.len() as u64 >= validate::MAX_REGIONS {
+            return Err(self.usage(format!(
+                "more than {} regions in one file",
+                validate::MAX_REGIONS
+            )));
+        }
         if self.names.contains(&spec.name) {
             return Err(self.usage(format!("duplicate region name '{}'", spec.name)));
         }
@@ -481,7 +490,10 @@ impl Core {
         }
         let ri = self.regions.len() as u32;
         // The reader's own per-region rules, before a byte is written.
-        let bad = |v: crate::error::Violation| Error::usage(v.to_string(), &self.path());
+        let bad = |violation: crate::error::Violation| Error::Format {
+            path: self.path(),
+            violation,
+        };
         let checks = validate::check_region_type(&rec, ri, &spec.name)
             .and_then(|()| validate::check_region_role(&rec, ri, &spec.name, &self.header))
             .and_then(|()| validate::check_provenance(&rec, ri, &spec.name, src_file, src_tensor));

@@ -551,6 +551,77 @@ fn source_dtype_differing_from_the_stored_dtype_is_refused() {
     ));
 }
 
+#[test]
+fn string_table_bytes_that_no_record_references_are_refused() {
+    let mut b = valid_file();
+    let p = parts(&b);
+    // One more byte at the end of the index, inside the same page: the string table grows.
+    put_u64(&mut b, p.footer_at + 24, p.index_len as u64 + 1);
+    b[p.index_offset + p.index_len] = b'x';
+    reseal(&mut b);
+    assert!(matches!(
+        violation_of(&b),
+        Violation::NonCanonicalStrings {
+            field: "string table",
+            len: 1,
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_repeated_string_stored_twice_is_refused() {
+    let mut b = valid_file();
+    // Region 0's source tensor is "norm", the same as its name: it must reuse the name's bytes.
+    let r0 = region_at(&b, 0);
+    let name_off = u32::from_le_bytes(b[r0 + 100..r0 + 104].try_into().expect("4"));
+    let tensor_off = u32::from_le_bytes(b[r0 + 116..r0 + 120].try_into().expect("4"));
+    assert_eq!(
+        name_off, tensor_off,
+        "the writer stores a repeated string once"
+    );
+    put_u32(&mut b, r0 + 116, name_off + 1);
+    put_u32(&mut b, r0 + 120, 3); // "orm": a new string, but not where a new one must start
+    reseal(&mut b);
+    assert!(matches!(
+        violation_of(&b),
+        Violation::NonCanonicalStrings {
+            region: 0,
+            field: "source tensor",
+            ..
+        }
+    ));
+}
+
+#[test]
+fn a_file_of_no_layers_must_not_name_a_first_layer() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t.jnf");
+    JnfWriter::create(&path, FileLayout::trunk())
+        .expect("create")
+        .finish()
+        .expect("finish");
+    let mut b = std::fs::read(&path).expect("read");
+    put_u32(&mut b, 32, 9);
+    reseal(&mut b);
+    assert!(matches!(violation_of(&b), Violation::BadHeaderField { .. }));
+}
+
+#[test]
+fn an_expert_of_biases_only_is_refused() {
+    let mut b = valid_file();
+    // Expert 1's regions are 5 (gate), 6 (up), 7 (down): make them biases.
+    for (i, role) in [(5, Role::GateBias), (6, Role::UpBias), (7, Role::DownBias)] {
+        let at = region_at(&b, i) + 96;
+        put_u32(&mut b, at, role.code());
+    }
+    reseal(&mut b);
+    assert!(matches!(
+        violation_of(&b),
+        Violation::BadExpert { record: 1, .. }
+    ));
+}
+
 fn expert_at(b: &[u8], k: usize) -> usize {
     let p = parts(b);
     p.index_offset + p.region_count * REGION_RECORD_LEN + k * 96
