@@ -305,7 +305,8 @@ mod tests {
     #[test]
     fn manifest_rules_reject_each_inconsistency() {
         assert_eq!(manifest().check(), Ok(()));
-        let cases: Vec<(&str, Box<dyn Fn(&mut Manifest)>)> = vec![
+        type Mutation = Box<dyn Fn(&mut Manifest)>;
+        let cases: Vec<(&str, Mutation)> = vec![
             ("major", Box::new(|m| m.format_version = [2, 0])),
             ("layer missing", Box::new(|m| m.layers = vec![0])),
             ("extra layer", Box::new(|m| m.layers = vec![0, 1, 2])),

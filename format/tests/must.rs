@@ -710,7 +710,7 @@ fn changed_region_byte_fails_the_region_hash() {
 fn non_zero_padding_after_a_region_is_refused() {
     let mut b = valid_file();
     let r0 = region_at(&b, 0);
-    let end = (get_u64(&b, r0) + get_u64(&b, r0 + 8)) as u64;
+    let end = get_u64(&b, r0) + get_u64(&b, r0 + 8);
     b[end as usize + 10] = 0xAB;
     assert_eq!(
         data_violation_of(&b),
