@@ -169,3 +169,30 @@ fn fused_experts_record_where_each_slice_lies_in_the_source_tensor() {
     assert_eq!(rec.src_begin, 1000 + 2 * rec.length);
     assert_eq!(rec.src_end - rec.src_begin, rec.length);
 }
+
+/// The hex dump in spec §11 is the golden `hex-example.jnf`, byte for byte: every listed line
+/// matches, every line the dump leaves out (`*`) is zero, and the dump covers the whole file.
+#[test]
+fn the_spec_worked_example_is_the_golden_file() {
+    let spec = std::fs::read_to_string(golden_dir().join("../../spec/JNF_V1.md")).expect("spec");
+    let section = spec.split("## 11.").nth(1).expect("spec has §11");
+    let dump = section.split("```").nth(1).expect("§11 has a code block");
+    let file = std::fs::read(golden_dir().join("hex-example.jnf")).expect("vector");
+    let mut expect = vec![0u8; file.len()];
+    let mut listed = 0;
+    for line in dump
+        .lines()
+        .filter(|l| l.len() > 10 && l.as_bytes()[8] == b':')
+    {
+        let off = usize::from_str_radix(&line[..8], 16).expect("offset");
+        let hex: String = line[10..49].split_whitespace().collect();
+        let bytes = hex::decode(&hex).expect("hex");
+        expect[off..off + bytes.len()].copy_from_slice(&bytes);
+        listed += 1;
+    }
+    assert!(listed > 10, "the dump lists the file's non-zero lines");
+    assert!(
+        expect == file,
+        "spec §11 disagrees with fixtures/golden/hex-example.jnf"
+    );
+}
