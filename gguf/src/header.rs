@@ -291,7 +291,7 @@ pub fn parse_header(window: &[u8], file_len: u64) -> Step<Header> {
         if (window.len() as u64) < want {
             return Err(HeaderParse::NeedMore { at_least: want });
         }
-        if file_len < 4 && !window.is_empty() && MAGIC.starts_with(window) {
+        if file_len < 4 && MAGIC.starts_with(window) {
             c.take(4, &|| "magic".into())?;
         }
         return Err(sniff_not_gguf(window).into());
@@ -371,7 +371,9 @@ pub fn parse_header(window: &[u8], file_len: u64) -> Step<Header> {
         what: "data section start".into(),
     })?;
 
-    // ggml's strict layout: offsets are the running sum of padded sizes, in info order.
+    // ggml's strict layout: offsets are the running sum of padded sizes, in info order. All
+    // offsets are checked before any end, as ggml does, so a size lie is reported as the layout
+    // break it causes.
     let mut expected = 0u64;
     for t in &mut tensors {
         if t.offset != expected {
@@ -382,8 +384,15 @@ pub fn parse_header(window: &[u8], file_len: u64) -> Step<Header> {
             }
             .into());
         }
+        expected = align_up(t.byte_len, alignment)
+            .and_then(|p| expected.checked_add(p))
+            .ok_or_else(|| Violation::SizeOverflow {
+                what: format!("padded end of tensor '{}'", t.name),
+            })?;
+    }
+    for t in &mut tensors {
         let overflow = || Violation::SizeOverflow {
-            what: format!("tensor '{}' end", t.name),
+            what: format!("end of tensor '{}'", t.name),
         };
         t.data_offset = data_start.checked_add(t.offset).ok_or_else(overflow)?;
         let end = t.data_offset.checked_add(t.byte_len).ok_or_else(overflow)?;
@@ -395,9 +404,6 @@ pub fn parse_header(window: &[u8], file_len: u64) -> Step<Header> {
             }
             .into());
         }
-        expected = align_up(t.byte_len, alignment)
-            .and_then(|p| expected.checked_add(p))
-            .ok_or_else(overflow)?;
     }
 
     Ok(Header {
