@@ -20,6 +20,33 @@ pub enum Command {
     /// Summarise a JNF file or a model directory: layers, experts, dtypes, sizes, hashes,
     /// provenance. Opening a file checks its whole structure (not its data; see `verify`).
     Inspect(InspectArgs),
+    /// Convert a Hugging Face safetensors checkpoint (a directory: one model.safetensors or
+    /// shards with model.safetensors.index.json) into a JNF model directory, one layer range at a
+    /// time. Rerunning skips layers already present and checked; a killed run resumes.
+    Convert(ConvertArgs),
+}
+
+/// `tarfa convert`.
+#[derive(Debug, clap::Args)]
+pub struct ConvertArgs {
+    /// The checkpoint directory.
+    pub source: PathBuf,
+    /// The model directory to write (created if missing; never the source directory).
+    #[arg(short, long)]
+    pub output: PathBuf,
+    /// Inclusive layer range to convert, e.g. `0-11` or `7` (default: every layer). The trunk
+    /// (embeddings, final norm, head) is written by every run that lacks it.
+    #[arg(long, value_name = "A-B")]
+    pub layers: Option<String>,
+    /// Write through the page cache instead of with O_DIRECT.
+    #[arg(long)]
+    pub buffered: bool,
+    /// No progress output (errors and the summary still print).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tarfa inspect`.

@@ -165,12 +165,12 @@ pub fn render_model(m: &ModelSummary, with_regions: bool) -> String {
         bytes(total)
     );
     for f in &m.manifest.files {
+        let kind = format!("{:?}", f.kind).to_lowercase();
         let _ = writeln!(
             s,
-            "  {:<18} {:>10} {:?} sha256 {}",
+            "  {:<24} {:>10} {kind:<5} sha256 {}",
             f.path,
             bytes(f.size),
-            f.kind,
             f.sha256
         );
     }

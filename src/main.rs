@@ -5,6 +5,7 @@
 //! directory that disagrees with its manifest); 2 tarfa could not run (bad arguments, I/O errors).
 
 mod cli;
+mod convert_cmd;
 mod inspect;
 
 use std::process::ExitCode;
@@ -15,6 +16,7 @@ fn main() -> ExitCode {
     let args = cli::Cli::parse();
     let result = match &args.command {
         cli::Command::Inspect(a) => inspect::run(a),
+        cli::Command::Convert(a) => convert_cmd::run(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -27,6 +29,20 @@ fn main() -> ExitCode {
                     tarfa_format::Error::Format { .. } | tarfa_format::Error::Manifest { .. }
                 )
             });
+            let invalid = invalid
+                || e.downcast_ref::<tarfa_converter::ConvertError>()
+                    .is_some_and(|e| {
+                        use tarfa_converter::ConvertError as C;
+                        matches!(
+                            e,
+                            C::MissingShard { .. }
+                                | C::LfsPointer { .. }
+                                | C::BadShard { .. }
+                                | C::BadTensor { .. }
+                                | C::BadSource { .. }
+                                | C::BadExperts { .. }
+                        )
+                    });
             if invalid {
                 eprintln!("hint: the file breaks a rule of spec/JNF_V1.md; it was not written by a conforming writer or was damaged since");
             }

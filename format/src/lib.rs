@@ -40,6 +40,7 @@
 // Offsets and lengths are u64 on disk and index memory as usize: tarfa targets 64-bit Linux.
 const _: () = assert!(usize::BITS == 64, "tarfa-format needs a 64-bit target");
 
+pub mod aligned;
 pub mod dtype;
 pub mod error;
 pub mod golden;

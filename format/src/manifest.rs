@@ -74,6 +74,10 @@ pub struct SourceFile {
     /// SHA-256 of the whole file, hex, when the conversion read all of it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// SHA-256 of the file's header (safetensors: the 8-byte length and the JSON), hex: names
+    /// the source's layout without reading its data.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header_sha256: Option<String>,
 }
 
 /// Where the model directory came from.
@@ -144,7 +148,8 @@ impl Manifest {
                     .path
                     .split('/')
                     .all(|c| !c.is_empty() && c != "." && c != "..");
-            if !plain || src.sha256.as_deref().is_some_and(|h| !is_hex64(h)) {
+            let bad_hash = |h: &Option<String>| h.as_deref().is_some_and(|h| !is_hex64(h));
+            if !plain || bad_hash(&src.sha256) || bad_hash(&src.header_sha256) {
                 return Err(format!("source {:?}: bad path or sha256", src.path));
             }
         }

@@ -14,6 +14,7 @@ pub struct PendingFile {
     dest: PathBuf,
     file: File,
     published: bool,
+    direct: bool,
 }
 
 /// The temporary name used for `dest`: `.NAME.tmp-PID` in the same directory, so the rename
@@ -29,20 +30,61 @@ pub fn temp_path_for(dest: &Path) -> PathBuf {
 impl PendingFile {
     /// Create the temporary file for `dest` (replacing a leftover of this process id).
     pub fn create(dest: &Path) -> Result<PendingFile> {
+        Self::create_with(dest, false)
+    }
+
+    /// Like [`Self::create`]; with `direct`, try `O_DIRECT` first and fall back to buffered
+    /// writes where the filesystem refuses it (tmpfs, some network filesystems).
+    pub fn create_with(dest: &Path, direct: bool) -> Result<PendingFile> {
+        use std::os::unix::fs::OpenOptionsExt;
         let tmp = temp_path_for(dest);
-        let file = OpenOptions::new()
-            .write(true)
-            .read(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(|e| Error::io(&tmp, "create temporary file", e))?;
+        let open = |flags: i32| {
+            OpenOptions::new()
+                .write(true)
+                .read(true)
+                .create(true)
+                .truncate(true)
+                .custom_flags(flags)
+                .open(&tmp)
+        };
+        let (file, direct) = match direct.then(|| open(libc::O_DIRECT)) {
+            Some(Ok(f)) => (f, true),
+            _ => (
+                open(0).map_err(|e| Error::io(&tmp, "create temporary file", e))?,
+                false,
+            ),
+        };
         Ok(PendingFile {
             tmp,
             dest: dest.to_path_buf(),
             file,
             published: false,
+            direct,
         })
+    }
+
+    /// Whether writes bypass the page cache.
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Switch to buffered writes (after the filesystem refused an `O_DIRECT` write).
+    pub fn drop_direct(&mut self) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        let fd = self.file.as_raw_fd();
+        // SAFETY: fcntl on an fd we own; no memory is involved.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        // SAFETY: as above.
+        let rc = unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT) };
+        if flags < 0 || rc < 0 {
+            return Err(Error::io(
+                &self.tmp,
+                "fcntl",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        self.direct = false;
+        Ok(())
     }
 
     /// The open temporary file.

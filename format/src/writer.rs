@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use sha2::Digest;
 
+use crate::aligned::AlignedBuf;
 use crate::dtype::Dtype;
 use crate::error::{Error, Result};
 use crate::hash::{expert_digest, DualHash, DualHasher};
@@ -89,6 +90,14 @@ impl RegionSpec {
     }
 }
 
+/// How to write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// Bypass the page cache with `O_DIRECT` where the filesystem allows (every write is a whole
+    /// number of pages from a page-aligned buffer); falls back to buffered writes otherwise.
+    pub direct_io: bool,
+}
+
 /// Typestate: regions and experts may be added; `finish` may be called.
 #[derive(Debug)]
 pub enum Open {}
@@ -118,6 +127,8 @@ pub struct WrittenFile {
     pub experts: u32,
     /// Bytes of region data (padding excluded).
     pub data_bytes: u64,
+    /// Whether the whole file was written with `O_DIRECT`.
+    pub direct_io: bool,
 }
 
 #[derive(Debug)]
@@ -139,7 +150,7 @@ struct Core {
     strings: Vec<u8>,
     string_ids: HashMap<String, StrRef>,
     names: HashSet<String>,
-    buf: Vec<u8>,
+    buf: AlignedBuf,
     next_expert: u64,
     open: Option<OpenExpert>,
     data_bytes: u64,
@@ -147,11 +158,19 @@ struct Core {
 
 /// Bytes moved per read/hash/write step.
 const CHUNK: usize = 4 << 20;
-static ZEROS: [u8; ALIGN as usize] = [0; ALIGN as usize];
 
 impl JnfWriter<Open> {
-    /// Start a file that will be published as `path`.
+    /// Start a file that will be published as `path`, with buffered writes.
     pub fn create(path: impl AsRef<Path>, layout: FileLayout) -> Result<JnfWriter<Open>> {
+        Self::create_with(path, layout, WriterOptions::default())
+    }
+
+    /// Start a file that will be published as `path`.
+    pub fn create_with(
+        path: impl AsRef<Path>,
+        layout: FileLayout,
+        options: WriterOptions,
+    ) -> Result<JnfWriter<Open>> {
         let path = path.as_ref();
         let header = Header {
             major: MAJOR,
@@ -170,7 +189,7 @@ impl JnfWriter<Open> {
                 path: path.to_path_buf(),
                 violation,
             })?;
-        let pending = PendingFile::create(path)?;
+        let pending = PendingFile::create_with(path, options.direct_io)?;
         let mut core = Core {
             pending,
             header,
@@ -181,14 +200,13 @@ impl JnfWriter<Open> {
             strings: Vec::new(),
             string_ids: HashMap::new(),
             names: HashSet::new(),
-            buf: vec![0u8; CHUNK],
+            buf: AlignedBuf::new(CHUNK),
             next_expert: 0,
             open: None,
             data_bytes: 0,
         };
-        let page = std::mem::take(&mut core.header_page);
-        core.write(&page)?;
-        core.header_page = page;
+        let page = core.header_page.clone();
+        core.write_through_buf(&page)?;
         Ok(JnfWriter {
             core: Box::new(core),
             _state: PhantomData,
@@ -268,10 +286,10 @@ impl JnfWriter<Open> {
             .map_err(|v| c.usage(format!("internal: footer fails validation: {v}")))?;
         validate::check_index(c.header.clone(), footer, &index)
             .map_err(|v| c.usage(format!("index fails validation: {v}")))?;
-        c.write(&index)?;
-        let gap = file_len - FOOTER_LEN as u64 - c.pos;
-        c.write_zeros(gap)?;
-        c.write(&footer_bytes)?;
+        let mut tail = index;
+        tail.resize((file_len - FOOTER_LEN as u64 - c.pos) as usize, 0);
+        tail.extend_from_slice(&footer_bytes);
+        c.write_through_buf(&tail)?;
         let root = crate::hash::root_digest(&c.header_page, &footer_bytes);
         let written = WrittenFile {
             path: c.pending.dest().to_path_buf(),
@@ -280,6 +298,7 @@ impl JnfWriter<Open> {
             regions: c.regions.len() as u32,
             experts: c.experts.len() as u32,
             data_bytes: c.data_bytes,
+            direct_io: c.pending.is_direct(),
         };
         let core = *self.core;
         core.pending.publish()?;
@@ -389,20 +408,36 @@ impl Core {
         Error::usage(msg, &self.path())
     }
 
-    fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        self.pending
-            .file()
-            .write_all(bytes)
-            .map_err(|e| Error::io(self.pending.dest(), "write", e))?;
-        self.pos += bytes.len() as u64;
+    /// Write `buf[..n]`, a whole number of pages starting at a page-aligned file offset.
+    fn write_buf(&mut self, n: usize) -> Result<()> {
+        debug_assert!(n % ALIGN as usize == 0 && self.pos % ALIGN == 0);
+        let mut res = self.pending.file().write_all(&self.buf[..n]);
+        if self.pending.is_direct()
+            && res
+                .as_ref()
+                .is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL))
+        {
+            // The filesystem took O_DIRECT at open but refuses it on write: go buffered.
+            self.pending.drop_direct()?;
+            let file = self.pending.file();
+            res = std::os::unix::fs::FileExt::write_all_at(file, &self.buf[..n], self.pos)
+                .and_then(|()| {
+                    use std::io::Seek;
+                    let mut f = file;
+                    f.seek(std::io::SeekFrom::Start(self.pos + n as u64))
+                        .map(drop)
+                });
+        }
+        res.map_err(|e| Error::io(self.pending.dest(), "write", e))?;
+        self.pos += n as u64;
         Ok(())
     }
 
-    fn write_zeros(&mut self, mut n: u64) -> Result<()> {
-        while n > 0 {
-            let k = n.min(ALIGN) as usize;
-            self.write(&ZEROS[..k])?;
-            n -= k as u64;
+    /// Copy `bytes` (a whole number of pages) through the aligned buffer into the file.
+    fn write_through_buf(&mut self, bytes: &[u8]) -> Result<()> {
+        for chunk in bytes.chunks(CHUNK) {
+            self.buf[..chunk.len()].copy_from_slice(chunk);
+            self.write_buf(chunk.len())?;
         }
         Ok(())
     }
@@ -502,31 +537,27 @@ impl Core {
             return Err(self.usage(format!("bad region name {:?}", spec.name)));
         }
 
+        // Each chunk is read into the aligned buffer, hashed, zero-padded to a page if it is the
+        // region's last, and written: every write is whole pages, as O_DIRECT needs.
         let mut hasher = DualHasher::new();
         let mut left = length;
-        let mut buf = std::mem::take(&mut self.buf);
-        let result = (|| {
-            while left > 0 {
-                let want = (left.min(CHUNK as u64)) as usize;
-                let got = read_full(data, &mut buf[..want])
-                    .map_err(|e| Error::io(&self.path(), "read region source", e))?;
-                if got < want {
-                    return Err(self.usage(format!(
-                        "'{}': source ended after {} of {length} bytes",
-                        spec.name,
-                        length - left + got as u64
-                    )));
-                }
-                hasher.update(&buf[..want]);
-                self.write(&buf[..want])?;
-                left -= want as u64;
+        while left > 0 {
+            let want = (left.min(CHUNK as u64)) as usize;
+            let got = read_full(data, &mut self.buf[..want])
+                .map_err(|e| Error::io(&self.path(), "read region source", e))?;
+            if got < want {
+                return Err(self.usage(format!(
+                    "'{}': source ended after {} of {length} bytes",
+                    spec.name,
+                    length - left + got as u64
+                )));
             }
-            Ok(())
-        })();
-        self.buf = buf;
-        result?;
-        let pad = align_up(self.pos).unwrap_or(self.pos) - self.pos;
-        self.write_zeros(pad)?;
+            hasher.update(&self.buf[..want]);
+            let padded = want.div_ceil(ALIGN as usize) * ALIGN as usize;
+            self.buf[want..padded].fill(0);
+            self.write_buf(padded)?;
+            left -= want as u64;
+        }
         let h = hasher.finish();
         rec.sha256 = h.sha256;
         rec.blake3 = h.blake3;

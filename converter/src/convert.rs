@@ -1,0 +1,587 @@
+//! The conversion itself: plan, then for each selected layer either skip it (its file is present,
+//! made from this source, and every hash checks) or write it, then publish the manifest last.
+//! Files are published atomically and independently, so a run killed at any moment resumes where
+//! it stopped, and `--layers 0-11` then `--layers 12-47` gives the same bytes as `--layers 0-47`.
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::time::Instant;
+
+use tarfa_format::manifest::{
+    self, layer_file_name, Architecture, Conversion, FileEntry, FileKind, Manifest, SourceFile,
+    MANIFEST_NAME, TRUNK_NAME,
+};
+use tarfa_format::writer::WriterOptions;
+use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
+
+use crate::error::ConvertError;
+use crate::plan::{plan, Item, Plan};
+use crate::source::Checkpoint;
+
+/// Files copied verbatim from the source directory when present.
+pub const AUX_FILES: &[&str] = &[
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+];
+/// The aux files that make up the tokenizer.
+pub const TOKENIZER_FILES: &[&str] = &[
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "chat_template.jinja",
+    "chat_template.json",
+];
+/// Largest aux file copied (a tokenizer.json of a big vocabulary is tens of MB).
+const MAX_AUX_LEN: u64 = 256 << 20;
+/// Space kept free beyond what a file needs.
+const SPACE_MARGIN: u64 = 16 << 20;
+
+/// What to convert and how.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Inclusive layer range; `None` for every layer.
+    pub layers: Option<(u32, u32)>,
+    /// Write with `O_DIRECT` where the filesystem allows.
+    pub direct_io: bool,
+}
+
+/// Progress callbacks (by bytes); the binary draws bars, tests count.
+pub trait Progress: Sync {
+    /// The conversion will write up to `bytes` of region data in `files` files.
+    fn start(&self, _bytes: u64, _files: usize) {}
+    /// A file begins.
+    fn file_start(&self, _label: &str, _bytes: u64) {}
+    /// `n` more source bytes were copied.
+    fn advance(&self, _n: u64) {}
+    /// A file was written or skipped.
+    fn file_done(&self, _label: &str, _outcome: &Outcome) {}
+}
+
+/// No progress output.
+#[derive(Debug)]
+pub struct Quiet;
+impl Progress for Quiet {}
+
+/// What happened to one file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written now.
+    Written {
+        /// Region bytes.
+        bytes: u64,
+    },
+    /// Already present from this source, every hash checked.
+    Skipped,
+}
+
+/// The result of a conversion.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct Summary {
+    /// Layers written by this run.
+    pub layers_written: Vec<u32>,
+    /// Layers in range that were already present and checked.
+    pub layers_skipped: Vec<u32>,
+    /// Whether this run wrote the trunk.
+    pub trunk_written: bool,
+    /// Layers present in the output after this run.
+    pub layers_present: Vec<u32>,
+    /// Layers of the whole model.
+    pub num_layers: u32,
+    /// Experts in the layers written.
+    pub experts_written: u64,
+    /// Region bytes written.
+    pub bytes_written: u64,
+    /// Wall time, seconds.
+    pub seconds: f64,
+    /// Expert layout per written layer: `"per-expert"`, `"fused"` or dense (empty).
+    pub expert_layouts: Vec<(u32, String)>,
+    /// Trunk tensors with names tarfa does not recognise (kept).
+    pub unrecognised: Vec<String>,
+    /// Tensors under `experts.E.` that are no known projection (kept as plain tensors).
+    pub loose_expert_tensors: Vec<String>,
+    /// Whether writes used `O_DIRECT`.
+    pub direct_io: bool,
+}
+
+/// Parse `A-B` or `A` into an inclusive range.
+pub fn parse_layer_range(s: &str) -> Result<(u32, u32), ConvertError> {
+    let bad = || ConvertError::Usage(format!("--layers {s:?}: expected A-B or A (e.g. 0-47)"));
+    let (a, b) = match s.split_once('-') {
+        Some((a, b)) => (a.trim(), b.trim()),
+        None => (s.trim(), s.trim()),
+    };
+    let (a, b): (u32, u32) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+    if a > b {
+        return Err(ConvertError::Usage(format!(
+            "--layers {s}: the range is empty ({a} > {b})"
+        )));
+    }
+    Ok((a, b))
+}
+
+/// Holds `OUT/.tarfa-convert.lock` (flock) for the duration of a conversion.
+#[derive(Debug)]
+struct OutputLock(#[allow(dead_code)] File);
+
+fn lock_output(out: &Path) -> Result<OutputLock, ConvertError> {
+    use std::os::fd::AsRawFd;
+    let path = out.join(".tarfa-convert.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| ConvertError::Io {
+            path: path.clone(),
+            op: "create lock",
+            source,
+        })?;
+    // SAFETY: flock on an fd we own; no memory is involved.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(ConvertError::BadOutput {
+            path: out.to_path_buf(),
+            detail: "another tarfa convert is writing into this directory".into(),
+        });
+    }
+    Ok(OutputLock(f))
+}
+
+fn free_space(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: c is a valid NUL-terminated path; st is a valid out-pointer.
+    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+}
+
+fn file_size_estimate(items: &[&Item], experts: usize) -> u64 {
+    let data: u64 = items
+        .iter()
+        .map(|i| i.slice.len().div_ceil(4096) * 4096)
+        .sum();
+    let strings: u64 = items
+        .iter()
+        .map(|i| (i.name.len() + i.slice.tensor.len() + 64) as u64)
+        .sum();
+    let index = 288 * items.len() as u64 + 96 * experts as u64 + strings;
+    4096 + data + index.div_ceil(4096) * 4096 + 4096
+}
+
+fn check_space(out: &Path, what: &str, needed: u64) -> Result<(), ConvertError> {
+    if let Some(available) = free_space(out) {
+        if available < needed + SPACE_MARGIN {
+            return Err(ConvertError::NoSpace {
+                dir: out.to_path_buf(),
+                what: what.to_string(),
+                needed: needed + SPACE_MARGIN,
+                available,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Remove temporary files left by a killed run (we hold the lock: no live writer owns them).
+fn remove_leftovers(out: &Path) -> Result<(), ConvertError> {
+    let rd = std::fs::read_dir(out).map_err(|source| ConvertError::Io {
+        path: out.to_path_buf(),
+        op: "list",
+        source,
+    })?;
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && name.contains(".tmp-") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    Ok(())
+}
+
+/// A `Read` that reports the bytes it passes on.
+struct Counted<'a, R> {
+    inner: R,
+    progress: &'a dyn Progress,
+}
+
+impl<R: Read> Read for Counted<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.progress.advance(n as u64);
+        Ok(n)
+    }
+}
+
+struct Ctx<'a> {
+    ck: &'a Checkpoint,
+    out: &'a Path,
+    progress: &'a dyn Progress,
+    writer_options: WriterOptions,
+}
+
+impl Ctx<'_> {
+    fn spec(&self, item: &Item, layer: Option<u32>) -> RegionSpec {
+        RegionSpec {
+            name: item.name.clone(),
+            dtype: item.slice.dtype,
+            shape: item.slice.shape.clone(),
+            layer,
+            source: Some(Provenance {
+                file: self.ck.shards[item.slice.shard].rel.clone(),
+                tensor: item.slice.tensor.clone(),
+                begin: item.slice.begin,
+                shape: item.slice.src_shape.clone(),
+            }),
+        }
+    }
+
+    fn reader(&self, item: &Item) -> Counted<'_, crate::source::RangeReader<'_>> {
+        Counted {
+            inner: self
+                .ck
+                .reader(item.slice.shard, item.slice.begin, item.slice.end),
+            progress: self.progress,
+        }
+    }
+
+    /// Does the file at `path` hold exactly these regions, from this source? (Index only.)
+    fn matches(
+        &self,
+        r: &JnfReader,
+        layout: FileLayout,
+        items: &[&Item],
+        layer: Option<u32>,
+    ) -> bool {
+        let h = r.header();
+        if (h.layer_first, h.layer_count, h.experts_per_layer)
+            != (
+                layout.layer_first,
+                layout.layer_count,
+                layout.experts_per_layer,
+            )
+            || r.regions().len() != items.len()
+        {
+            return false;
+        }
+        let idx = r.index();
+        items.iter().zip(r.regions()).all(|(item, rec)| {
+            let spec = self.spec(item, layer);
+            let src = spec.source.as_ref();
+            idx.str(rec.name) == item.name
+                && rec.role == item.role.code()
+                && rec.dtype() == Some(item.slice.dtype)
+                && rec.shape() == item.slice.shape.as_slice()
+                && rec.src_begin == item.slice.begin
+                && rec.src_end == item.slice.end
+                && rec.src_shape() == item.slice.src_shape.as_slice()
+                && src.is_some_and(|s| {
+                    idx.str(rec.src_file) == s.file && idx.str(rec.src_tensor) == s.tensor
+                })
+        })
+    }
+
+    /// Is `path` already this file, with every byte checked?
+    fn present_and_verified(
+        &self,
+        path: &Path,
+        layout: FileLayout,
+        items: &[&Item],
+        layer: Option<u32>,
+    ) -> bool {
+        match JnfReader::open(path) {
+            Ok(r) => self.matches(&r, layout, items, layer) && r.verify_data().is_ok(),
+            Err(_) => false,
+        }
+    }
+
+    fn write_trunk(&self, plan: &Plan) -> Result<Option<u64>, ConvertError> {
+        let path = self.out.join(TRUNK_NAME);
+        let items: Vec<&Item> = plan.trunk.iter().collect();
+        let bytes: u64 = items.iter().map(|i| i.slice.len()).sum();
+        self.progress.file_start(TRUNK_NAME, bytes);
+        if self.present_and_verified(&path, FileLayout::trunk(), &items, None) {
+            self.progress.file_done(TRUNK_NAME, &Outcome::Skipped);
+            return Ok(None);
+        }
+        check_space(self.out, TRUNK_NAME, file_size_estimate(&items, 0))?;
+        let mut w = JnfWriter::create_with(&path, FileLayout::trunk(), self.writer_options)?;
+        for item in &items {
+            w.tensor(&self.spec(item, None), &mut self.reader(item))?;
+        }
+        w.finish()?;
+        self.progress
+            .file_done(TRUNK_NAME, &Outcome::Written { bytes });
+        Ok(Some(bytes))
+    }
+
+    fn layer_items<'p>(&self, lp: &'p crate::plan::LayerPlan) -> Vec<&'p Item> {
+        lp.items().collect()
+    }
+
+    fn write_layer(
+        &self,
+        layer: u32,
+        lp: &crate::plan::LayerPlan,
+    ) -> Result<Outcome, ConvertError> {
+        let name = layer_file_name(layer);
+        let path = self.out.join(&name);
+        let layout = FileLayout::layer(layer, lp.experts.len() as u32);
+        let items = self.layer_items(lp);
+        let bytes = lp.data_bytes();
+        self.progress.file_start(&name, bytes);
+        if self.present_and_verified(&path, layout, &items, Some(layer)) {
+            self.progress.file_done(&name, &Outcome::Skipped);
+            return Ok(Outcome::Skipped);
+        }
+        check_space(
+            self.out,
+            &name,
+            file_size_estimate(&items, lp.experts.len()),
+        )?;
+        let mut w = JnfWriter::create_with(&path, layout, self.writer_options)?;
+        for item in &lp.plain {
+            w.tensor(&self.spec(item, Some(layer)), &mut self.reader(item))?;
+        }
+        for (e, projections) in lp.experts.iter().enumerate() {
+            let mut x = w.begin_expert(layer, e as u32)?;
+            for item in projections {
+                x.projection(
+                    item.role,
+                    &self.spec(item, Some(layer)),
+                    &mut self.reader(item),
+                )?;
+            }
+            w = x.end_expert()?;
+        }
+        w.finish()?;
+        let outcome = Outcome::Written { bytes };
+        self.progress.file_done(&name, &outcome);
+        Ok(outcome)
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(x), Ok(y)) => x == y,
+        _ => false,
+    }
+}
+
+fn copy_aux(ck: &Checkpoint, out: &Path) -> Result<Vec<FileEntry>, ConvertError> {
+    let mut entries = Vec::new();
+    for name in AUX_FILES {
+        let src = ck.dir.join(name);
+        let Ok(meta) = std::fs::metadata(&src) else {
+            continue;
+        };
+        if meta.len() > MAX_AUX_LEN {
+            return Err(ConvertError::BadSource {
+                path: src,
+                detail: format!(
+                    "{} bytes is over the {MAX_AUX_LEN}-byte limit for an aux file",
+                    meta.len()
+                ),
+            });
+        }
+        let bytes = std::fs::read(&src).map_err(|source| ConvertError::Io {
+            path: src.clone(),
+            op: "read",
+            source,
+        })?;
+        let dest = out.join(name);
+        if std::fs::read(&dest).ok().as_deref() != Some(&bytes[..]) {
+            tarfa_format::publish::write_atomic(&dest, &bytes)?;
+        }
+        let h = tarfa_format::hash::dual_hash(&bytes);
+        entries.push(FileEntry {
+            path: name.to_string(),
+            kind: FileKind::Aux,
+            layer: None,
+            size: bytes.len() as u64,
+            sha256: hex::encode(h.sha256),
+            blake3: hex::encode(h.blake3),
+        });
+    }
+    Ok(entries)
+}
+
+fn sources(ck: &Checkpoint) -> Vec<SourceFile> {
+    ck.shards
+        .iter()
+        .map(|s| SourceFile {
+            path: s.rel.clone(),
+            size: s.len,
+            sha256: None,
+            header_sha256: Some(hex::encode(s.header_sha256)),
+        })
+        .collect()
+}
+
+fn jnf_entry(path: &Path, kind: FileKind, layer: Option<u32>) -> Result<FileEntry, ConvertError> {
+    let r = JnfReader::open(path)?;
+    Ok(FileEntry {
+        path: path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        kind,
+        layer,
+        size: r.footer().file_len,
+        sha256: hex::encode(r.root().sha256),
+        blake3: hex::encode(r.root().blake3),
+    })
+}
+
+/// Convert the HF checkpoint in `src` into the model directory `out`.
+pub fn convert(
+    src: &Path,
+    out: &Path,
+    opts: &Options,
+    progress: &dyn Progress,
+) -> Result<Summary, ConvertError> {
+    let t0 = Instant::now();
+    let ck = Checkpoint::open(src)?;
+    let plan = plan(&ck)?;
+    std::fs::create_dir_all(out).map_err(|source| ConvertError::Io {
+        path: out.to_path_buf(),
+        op: "create directory",
+        source,
+    })?;
+    if same_dir(src, out) {
+        return Err(ConvertError::BadOutput {
+            path: out.to_path_buf(),
+            detail:
+                "the output directory is the source directory; tarfa never writes into its input"
+                    .into(),
+        });
+    }
+    let _lock = lock_output(out)?;
+    remove_leftovers(out)?;
+    let srcs = sources(&ck);
+    if out.join(MANIFEST_NAME).exists() {
+        let old = Manifest::load(out)?;
+        if old.conversion.sources != srcs {
+            return Err(ConvertError::BadOutput {
+                path: out.to_path_buf(),
+                detail: "it holds a conversion of another checkpoint (its manifest lists other source shards); use a new directory".into(),
+            });
+        }
+    }
+    let selected: Vec<u32> = match opts.layers {
+        None => plan.layers.keys().copied().collect(),
+        Some((a, b)) => {
+            let s: Vec<u32> = plan.layers.range(a..=b).map(|(l, _)| *l).collect();
+            if s.is_empty() {
+                return Err(ConvertError::Usage(format!(
+                    "--layers {a}-{b} selects no layer; the checkpoint has layers {:?}",
+                    plan.layers.keys().collect::<Vec<_>>()
+                )));
+            }
+            s
+        }
+    };
+    let ctx = Ctx {
+        ck: &ck,
+        out,
+        progress,
+        writer_options: WriterOptions {
+            direct_io: opts.direct_io,
+        },
+    };
+    let total: u64 = plan.trunk.iter().map(|i| i.slice.len()).sum::<u64>()
+        + selected
+            .iter()
+            .map(|l| plan.layers[l].data_bytes())
+            .sum::<u64>();
+    progress.start(total, selected.len() + 1);
+
+    let mut summary = Summary {
+        num_layers: plan.num_layers,
+        unrecognised: plan.unrecognised.clone(),
+        loose_expert_tensors: plan.loose_expert_tensors.clone(),
+        direct_io: opts.direct_io,
+        ..Summary::default()
+    };
+    let mut files = copy_aux(&ck, out)?;
+    if let Some(bytes) = ctx.write_trunk(&plan)? {
+        summary.trunk_written = true;
+        summary.bytes_written += bytes;
+    }
+    for &layer in &selected {
+        let lp = &plan.layers[&layer];
+        match ctx.write_layer(layer, lp)? {
+            Outcome::Written { bytes } => {
+                summary.layers_written.push(layer);
+                summary.bytes_written += bytes;
+                summary.experts_written += lp.experts.len() as u64;
+                summary
+                    .expert_layouts
+                    .push((layer, lp.expert_layout.to_string()));
+            }
+            Outcome::Skipped => summary.layers_skipped.push(layer),
+        }
+    }
+
+    // The manifest lists every layer file present that was made from this source: this run's and
+    // earlier runs'. Files of other layers are checked against the plan by their index.
+    files.push(jnf_entry(&out.join(TRUNK_NAME), FileKind::Trunk, None)?);
+    let mut present = BTreeSet::new();
+    for (&layer, lp) in &plan.layers {
+        let path = out.join(layer_file_name(layer));
+        if !path.exists() {
+            continue;
+        }
+        let r = JnfReader::open(&path)?;
+        let layout = FileLayout::layer(layer, lp.experts.len() as u32);
+        if !ctx.matches(&r, layout, &ctx.layer_items(lp), Some(layer)) {
+            return Err(ConvertError::BadOutput {
+                path: path.clone(),
+                detail: "this layer file was not made from this checkpoint; remove it or use a new directory".into(),
+            });
+        }
+        files.push(jnf_entry(&path, FileKind::Layer, Some(layer))?);
+        present.insert(layer);
+    }
+    let tokenizer = TOKENIZER_FILES
+        .iter()
+        .filter(|t| files.iter().any(|f| f.path == **t))
+        .map(|t| t.to_string())
+        .collect();
+    let m = Manifest {
+        format: manifest::FORMAT_NAME.into(),
+        format_version: [1, 0],
+        architecture: Architecture {
+            source_format: "safetensors".into(),
+            config: ck.config.clone(),
+            num_layers: plan.num_layers,
+        },
+        tokenizer,
+        layers: present.iter().copied().collect(),
+        files,
+        conversion: Conversion {
+            tool: "tarfa".into(),
+            tool_version: env!("CARGO_PKG_VERSION").into(),
+            sources: srcs,
+        },
+    };
+    m.publish(out)?;
+    summary.layers_present = m.layers;
+    summary.seconds = t0.elapsed().as_secs_f64();
+    Ok(summary)
+}

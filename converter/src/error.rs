@@ -1,0 +1,90 @@
+//! Converter errors: each names the file, and the tensor, layer or expert where there is one.
+
+use std::path::PathBuf;
+
+/// Why a conversion stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    /// A shard named by the index (or the single file) does not exist.
+    #[error("{}: missing shard (listed in model.safetensors.index.json, not on disk)", path.display())]
+    MissingShard {
+        /// The shard's path.
+        path: PathBuf,
+    },
+    /// A Git LFS pointer where weights should be.
+    #[error("{}: this is a Git LFS pointer file, not the weights; fetch the real file (git lfs pull) and retry", path.display())]
+    LfsPointer {
+        /// The pointer file.
+        path: PathBuf,
+    },
+    /// A shard whose header or length is wrong.
+    #[error("{}: {detail}", path.display())]
+    BadShard {
+        /// The shard.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// One tensor's header entry is wrong.
+    #[error("{}: tensor '{tensor}': {detail}", path.display())]
+    BadTensor {
+        /// The shard.
+        path: PathBuf,
+        /// The tensor.
+        tensor: String,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The checkpoint as a whole cannot be converted (layout, names, config).
+    #[error("{}: {detail}", path.display())]
+    BadSource {
+        /// The file or directory.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// The experts of a layer do not form a complete, uniform grid.
+    #[error("layer {layer}: {detail}")]
+    BadExperts {
+        /// The layer.
+        layer: u32,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Not enough free space for the next file.
+    #[error("{}: not enough free space for {what}: needs {needed} bytes, {available} available; nothing of it was written (free space, or convert fewer layers with --layers)", dir.display())]
+    NoSpace {
+        /// The output directory.
+        dir: PathBuf,
+        /// What was about to be written.
+        what: String,
+        /// Bytes needed.
+        needed: u64,
+        /// Bytes available.
+        available: u64,
+    },
+    /// The output directory cannot be used.
+    #[error("{}: {detail}", path.display())]
+    BadOutput {
+        /// The output directory.
+        path: PathBuf,
+        /// What is wrong.
+        detail: String,
+    },
+    /// Arguments that make no sense.
+    #[error("{0}")]
+    Usage(String),
+    /// Writing or reading JNF failed.
+    #[error(transparent)]
+    Format(#[from] tarfa_format::Error),
+    /// An I/O call failed.
+    #[error("{}: {op}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What we were doing.
+        op: &'static str,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}

@@ -1,0 +1,436 @@
+//! Which source bytes go into which JNF region: the layout is detected from tensor names and
+//! shapes, never from the model type. Per-expert tensors (`experts.E.{gate,up,down}_proj`,
+//! Mixtral's `experts.E.w{1,3,2}`) and fused 3-D stacks (`experts.gate_up_proj`, `experts.down_proj`
+//! in either dimension order, sliced along the expert dimension) become expert extents; every other
+//! tensor of a layer (attention, norms, router, correction bias, shared experts) is a plain tensor of
+//! that layer; MTP layers (`model.layers.{num_hidden_layers}.*`, `mtp.*`) are layers too; the rest
+//! is the trunk. Nothing is dropped.
+
+use std::collections::BTreeMap;
+
+use tarfa_format::{Dtype, Role};
+
+use crate::error::ConvertError;
+use crate::source::{Checkpoint, SourceTensor};
+
+/// A byte range of a source tensor that becomes one region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Slice {
+    /// Source tensor name.
+    pub tensor: String,
+    /// Shard index.
+    pub shard: usize,
+    /// Absolute begin offset in the shard.
+    pub begin: u64,
+    /// Absolute end offset.
+    pub end: u64,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Shape of the region.
+    pub shape: Vec<u64>,
+    /// Shape of the whole source tensor.
+    pub src_shape: Vec<u64>,
+}
+
+impl Slice {
+    fn whole(t: &SourceTensor) -> Slice {
+        Slice {
+            tensor: t.name.clone(),
+            shard: t.shard,
+            begin: t.begin,
+            end: t.end,
+            dtype: t.dtype,
+            shape: t.shape.clone(),
+            src_shape: t.shape.clone(),
+        }
+    }
+
+    /// Bytes of the region.
+    pub fn len(&self) -> u64 {
+        self.end - self.begin
+    }
+
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.begin == self.end
+    }
+}
+
+/// One region to write: its JNF name and its bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Item {
+    /// Region name in the JNF file.
+    pub name: String,
+    /// Projection role (`Role::Tensor` for plain tensors).
+    pub role: Role,
+    /// Where its bytes are.
+    pub slice: Slice,
+}
+
+/// Everything of one layer.
+#[derive(Clone, Debug, Default)]
+pub struct LayerPlan {
+    /// Plain tensors, in source order.
+    pub plain: Vec<Item>,
+    /// Experts `0..n`, each its projections in role order.
+    pub experts: Vec<Vec<Item>>,
+    /// `"fused"` or `"per-expert"` (empty for a dense layer).
+    pub expert_layout: &'static str,
+}
+
+impl LayerPlan {
+    /// Bytes of region data.
+    pub fn data_bytes(&self) -> u64 {
+        self.items().map(|i| i.slice.len()).sum()
+    }
+
+    /// Every item in write order.
+    pub fn items(&self) -> impl Iterator<Item = &Item> {
+        self.plain.iter().chain(self.experts.iter().flatten())
+    }
+}
+
+/// The whole conversion.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    /// Model-level tensors.
+    pub trunk: Vec<Item>,
+    /// Layers by index.
+    pub layers: BTreeMap<u32, LayerPlan>,
+    /// `num_hidden_layers` from the config (or the layers seen).
+    pub num_hidden_layers: u32,
+    /// Layers of the whole model, MTP layers included.
+    pub num_layers: u32,
+    /// Trunk tensors whose names tarfa does not recognise (kept all the same).
+    pub unrecognised: Vec<String>,
+    /// Tensors under `experts.E.` that are not a known projection (kept as plain tensors).
+    pub loose_expert_tensors: Vec<String>,
+}
+
+fn parse_u32(s: &str) -> Option<u32> {
+    (!s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| s.parse().ok())
+        .flatten()
+}
+
+/// `(layer, rest)` for a layer tensor: `…layers.L.rest`, `mtp.layers.K.rest` (layer N+K) or
+/// `mtp.rest` (layer N).
+fn layer_of(name: &str, n_hidden: u32) -> Option<(u32, &str)> {
+    if let Some(rest) = name.strip_prefix("mtp.") {
+        if let Some(r) = rest.strip_prefix("layers.") {
+            if let Some((k, tail)) = r.split_once('.') {
+                if let Some(k) = parse_u32(k) {
+                    return Some((n_hidden.checked_add(k)?, tail));
+                }
+            }
+        }
+        return Some((n_hidden, rest));
+    }
+    let mut search = 0;
+    while let Some(p) = name[search..].find("layers.") {
+        let at = search + p;
+        if at == 0 || name.as_bytes()[at - 1] == b'.' {
+            let r = &name[at + 7..];
+            if let Some((l, tail)) = r.split_once('.') {
+                if let Some(l) = parse_u32(l) {
+                    return Some((l, tail));
+                }
+            }
+        }
+        search = at + 7;
+    }
+    None
+}
+
+/// What an expert tensor is.
+enum ExpertName {
+    /// `experts.E.proj.{weight,bias}`.
+    PerExpert(u32, Role),
+    /// `experts.proj` stacked over experts.
+    Fused(Role),
+}
+
+fn role_of_proj(proj: &str, bias: bool) -> Option<Role> {
+    Some(match (proj, bias) {
+        ("gate_proj" | "w1", false) => Role::Gate,
+        ("up_proj" | "w3", false) => Role::Up,
+        ("down_proj" | "w2", false) => Role::Down,
+        ("gate_up_proj", false) => Role::GateUp,
+        ("gate_proj" | "w1", true) => Role::GateBias,
+        ("up_proj" | "w3", true) => Role::UpBias,
+        ("down_proj" | "w2", true) => Role::DownBias,
+        ("gate_up_proj", true) => Role::GateUpBias,
+        _ => return None,
+    })
+}
+
+/// Classify the part of a layer tensor's name after `layers.L.`; `Err(())` for a name under
+/// `experts.` that is not a known projection.
+fn expert_name(rest: &str) -> Result<Option<ExpertName>, ()> {
+    let segs: Vec<&str> = rest.split('.').collect();
+    let Some(i) = segs.iter().position(|s| *s == "experts") else {
+        return Ok(None);
+    };
+    let tail = &segs[i + 1..];
+    match tail {
+        [e, proj, suffix] if parse_u32(e).is_some() => {
+            let bias = match *suffix {
+                "weight" => false,
+                "bias" => true,
+                _ => return Err(()),
+            };
+            let e = parse_u32(e).ok_or(())?;
+            role_of_proj(proj, bias)
+                .map(|r| Some(ExpertName::PerExpert(e, r)))
+                .ok_or(())
+        }
+        [proj] | [proj, "weight"] => {
+            let (p, bias) = match proj.strip_suffix("_bias") {
+                Some(p) => (p, true),
+                None => (*proj, false),
+            };
+            role_of_proj(p, bias)
+                .map(|r| Some(ExpertName::Fused(r)))
+                .ok_or(())
+        }
+        [proj, "bias"] => role_of_proj(proj, true)
+            .map(|r| Some(ExpertName::Fused(r)))
+            .ok_or(()),
+        _ => Err(()),
+    }
+}
+
+fn n_hidden_layers(config: &serde_json::Value) -> Option<u32> {
+    let get = |v: &serde_json::Value| v.get("num_hidden_layers").and_then(|x| x.as_u64());
+    get(config)
+        .or_else(|| config.get("text_config").and_then(get))
+        .and_then(|n| u32::try_from(n).ok())
+}
+
+fn is_known_trunk(name: &str) -> bool {
+    ["embed_tokens.weight", "norm.weight", "lm_head.weight"]
+        .iter()
+        .any(|k| name == format!("model.{k}") || name == *k || name.ends_with(&format!(".{k}")))
+}
+
+/// Build the plan of a checkpoint.
+pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
+    let seen_max = ck
+        .tensors
+        .keys()
+        .filter(|n| !n.starts_with("mtp."))
+        .filter_map(|n| layer_of(n, 0).map(|(l, _)| l))
+        .max();
+    let n_hidden = n_hidden_layers(&ck.config).unwrap_or(seen_max.map_or(0, |m| m + 1));
+    let mut plan = Plan {
+        num_hidden_layers: n_hidden,
+        ..Plan::default()
+    };
+    let mut per_expert: BTreeMap<u32, BTreeMap<u32, Vec<Item>>> = BTreeMap::new();
+    let mut fused: BTreeMap<u32, Vec<(Role, &SourceTensor)>> = BTreeMap::new();
+    for t in ck.tensors.values() {
+        let Some((layer, rest)) = layer_of(&t.name, n_hidden) else {
+            if !is_known_trunk(&t.name) {
+                plan.unrecognised.push(t.name.clone());
+            }
+            plan.trunk.push(Item {
+                name: t.name.clone(),
+                role: Role::Tensor,
+                slice: Slice::whole(t),
+            });
+            continue;
+        };
+        let lp = plan.layers.entry(layer).or_default();
+        match expert_name(rest) {
+            Ok(Some(ExpertName::PerExpert(e, role))) => {
+                per_expert
+                    .entry(layer)
+                    .or_default()
+                    .entry(e)
+                    .or_default()
+                    .push(Item {
+                        name: t.name.clone(),
+                        role,
+                        slice: Slice::whole(t),
+                    });
+            }
+            Ok(Some(ExpertName::Fused(role))) => fused.entry(layer).or_default().push((role, t)),
+            Ok(None) => lp.plain.push(Item {
+                name: t.name.clone(),
+                role: Role::Tensor,
+                slice: Slice::whole(t),
+            }),
+            Err(()) => {
+                plan.loose_expert_tensors.push(t.name.clone());
+                lp.plain.push(Item {
+                    name: t.name.clone(),
+                    role: Role::Tensor,
+                    slice: Slice::whole(t),
+                });
+            }
+        }
+    }
+    for (layer, experts) in per_expert {
+        if fused.contains_key(&layer) {
+            return Err(ConvertError::BadExperts {
+                layer,
+                detail: "both per-expert and fused (3-D) expert tensors".into(),
+            });
+        }
+        let n = experts.keys().max().map_or(0, |m| m + 1);
+        let mut grid = Vec::with_capacity(n as usize);
+        for e in 0..n {
+            let Some(mut items) = experts.get(&e).cloned() else {
+                return Err(ConvertError::BadExperts {
+                    layer,
+                    detail: format!("expert {e} is missing (experts 0..{n} expected)"),
+                });
+            };
+            items.sort_by_key(|i| i.role.code());
+            grid.push(items);
+        }
+        check_uniform(layer, &grid)?;
+        let lp = plan.layers.entry(layer).or_default();
+        lp.experts = grid;
+        lp.expert_layout = "per-expert";
+    }
+    for (layer, stacks) in fused {
+        let n = stacks[0].1.shape.first().copied().unwrap_or(0);
+        let mut grid: Vec<Vec<Item>> = (0..n).map(|_| Vec::new()).collect();
+        for (role, t) in &stacks {
+            let want_rank = if matches!(
+                role,
+                Role::GateUpBias | Role::GateBias | Role::UpBias | Role::DownBias
+            ) {
+                2
+            } else {
+                3
+            };
+            if t.shape.len() != want_rank || t.shape[0] != n {
+                return Err(ConvertError::BadExperts {
+                    layer,
+                    detail: format!(
+                        "fused expert tensor '{}' has shape {:?}; expected rank {want_rank} with {n} experts first",
+                        t.name, t.shape
+                    ),
+                });
+            }
+            let per = t.dtype.byte_len(&t.shape[1..]).unwrap_or(0);
+            for (e, slot) in grid.iter_mut().enumerate() {
+                let begin = t.begin + e as u64 * per;
+                slot.push(Item {
+                    name: format!("{}[{e}]", t.name),
+                    role: *role,
+                    slice: Slice {
+                        tensor: t.name.clone(),
+                        shard: t.shard,
+                        begin,
+                        end: begin + per,
+                        dtype: t.dtype,
+                        shape: t.shape[1..].to_vec(),
+                        src_shape: t.shape.clone(),
+                    },
+                });
+            }
+        }
+        for items in &mut grid {
+            items.sort_by_key(|i| i.role.code());
+        }
+        check_uniform(layer, &grid)?;
+        let lp = plan.layers.entry(layer).or_default();
+        lp.experts = grid;
+        lp.expert_layout = "fused";
+    }
+    let by_source =
+        |a: &Item, b: &Item| (a.slice.shard, a.slice.begin).cmp(&(b.slice.shard, b.slice.begin));
+    plan.trunk.sort_by(by_source);
+    for lp in plan.layers.values_mut() {
+        lp.plain.sort_by(by_source);
+    }
+    let max_layer = plan.layers.keys().max().map_or(0, |m| m + 1);
+    plan.num_layers = max_layer.max(n_hidden);
+    Ok(plan)
+}
+
+fn check_uniform(layer: u32, grid: &[Vec<Item>]) -> Result<(), ConvertError> {
+    let roles = |items: &Vec<Item>| items.iter().map(|i| i.role).collect::<Vec<_>>();
+    let Some(first) = grid.first().map(roles) else {
+        return Ok(());
+    };
+    for (e, items) in grid.iter().enumerate() {
+        let r = roles(items);
+        if r.windows(2).any(|w| w[0] == w[1]) {
+            return Err(ConvertError::BadExperts {
+                layer,
+                detail: format!(
+                    "expert {e} has two tensors for one projection (e.g. both w1 and gate_proj)"
+                ),
+            });
+        }
+        if r != first {
+            return Err(ConvertError::BadExperts {
+                layer,
+                detail: format!(
+                    "expert {e} has projections {:?} but expert 0 has {:?}",
+                    r.iter().map(|x| x.name()).collect::<Vec<_>>(),
+                    first.iter().map(|x| x.name()).collect::<Vec<_>>()
+                ),
+            });
+        }
+        let has = |x: Role| r.contains(&x);
+        if has(Role::GateUp) && (has(Role::Gate) || has(Role::Up)) {
+            return Err(ConvertError::BadExperts {
+                layer,
+                detail: format!("expert {e} has a fused gate_up beside a separate gate or up"),
+            });
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layer_names_are_found_in_every_naming_scheme() {
+        assert_eq!(
+            layer_of("model.layers.3.mlp.gate.weight", 48),
+            Some((3, "mlp.gate.weight"))
+        );
+        assert_eq!(
+            layer_of("model.language_model.layers.0.x", 48),
+            Some((0, "x"))
+        );
+        assert_eq!(
+            layer_of("mtp.layers.1.mlp.experts.2.up_proj.weight", 48),
+            Some((49, "mlp.experts.2.up_proj.weight"))
+        );
+        assert_eq!(layer_of("mtp.fc.weight", 48), Some((48, "fc.weight")));
+        assert_eq!(layer_of("model.embed_tokens.weight", 48), None);
+        assert_eq!(
+            layer_of("model.extra_layers.3.x", 48),
+            None,
+            "'layers' must be a whole segment"
+        );
+    }
+
+    #[test]
+    fn expert_projections_are_recognised_and_others_are_not() {
+        let role = |s: &str| match expert_name(s) {
+            Ok(Some(ExpertName::PerExpert(e, r))) => format!("{e}:{}", r.name()),
+            Ok(Some(ExpertName::Fused(r))) => format!("fused:{}", r.name()),
+            Ok(None) => "plain".into(),
+            Err(()) => "loose".into(),
+        };
+        assert_eq!(role("mlp.experts.7.gate_proj.weight"), "7:gate");
+        assert_eq!(role("block_sparse_moe.experts.0.w3.weight"), "0:up");
+        assert_eq!(role("block_sparse_moe.experts.0.w2.weight"), "0:down");
+        assert_eq!(role("mlp.experts.gate_up_proj"), "fused:gate_up");
+        assert_eq!(role("mlp.experts.down_proj.weight"), "fused:down");
+        assert_eq!(role("mlp.experts.gate_up_proj_bias"), "fused:gate_up_bias");
+        assert_eq!(role("mlp.shared_experts.gate_proj.weight"), "plain");
+        assert_eq!(role("mlp.shared_expert.up_proj.weight"), "plain");
+        assert_eq!(role("mlp.experts.3.gate_proj.weight_scale_inv"), "loose");
+    }
+}

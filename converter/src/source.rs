@@ -1,0 +1,442 @@
+//! Reading a Hugging Face safetensors checkpoint: one `model.safetensors` or shards listed in
+//! `model.safetensors.index.json`. Only headers are read here; tensor bytes are streamed later
+//! with `pread`. Every header is checked as strictly as the safetensors crate checks it
+//! (contiguous offsets from 0, exact byte counts, no trailing bytes), and each failure names the
+//! shard and, where there is one, the tensor.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use tarfa_format::Dtype;
+
+use crate::error::ConvertError;
+
+/// Largest safetensors header accepted (the safetensors crate's own limit).
+pub const MAX_HEADER_LEN: u64 = 100_000_000;
+/// Largest `model.safetensors.index.json` accepted.
+pub const MAX_INDEX_JSON_LEN: u64 = 64 << 20;
+
+/// One tensor of a shard.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceTensor {
+    /// Name in the header.
+    pub name: String,
+    /// Index of its shard in [`Checkpoint::shards`].
+    pub shard: usize,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Row-major shape.
+    pub shape: Vec<u64>,
+    /// Absolute byte offset of its first byte in the shard file.
+    pub begin: u64,
+    /// Absolute end offset (exclusive).
+    pub end: u64,
+}
+
+/// One safetensors file.
+#[derive(Debug)]
+pub struct Shard {
+    /// Name relative to the checkpoint directory.
+    pub rel: String,
+    /// Full path.
+    pub path: PathBuf,
+    /// Open file, for `pread`.
+    pub file: File,
+    /// File length.
+    pub len: u64,
+    /// SHA-256 of the 8-byte length and the JSON header: identifies the shard's layout.
+    pub header_sha256: [u8; 32],
+}
+
+/// A checkpoint directory: its shards and every tensor in them.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// The directory.
+    pub dir: PathBuf,
+    /// Shards, in name order.
+    pub shards: Vec<Shard>,
+    /// Every tensor, by name.
+    pub tensors: BTreeMap<String, SourceTensor>,
+    /// `config.json`, parsed (`Null` if absent).
+    pub config: serde_json::Value,
+}
+
+fn safetensors_dtype(name: &str) -> Option<Dtype> {
+    // safetensors names match the table's names, except that ggml's I8..I64 and F64 carry the
+    // same names too, so a plain lookup is right.
+    Dtype::from_name(name).filter(|d| d.geometry().block_elems <= 4)
+}
+
+const LFS_PREFIX: &[u8] = b"version https://git-lfs.github.com/spec";
+
+/// Read and check one shard's header.
+fn read_shard(
+    dir: &Path,
+    rel: &str,
+    shard_index: usize,
+) -> Result<(Shard, Vec<SourceTensor>), ConvertError> {
+    let path = dir.join(rel);
+    let io = |op: &'static str| {
+        let path = path.clone();
+        move |source| ConvertError::Io { path, op, source }
+    };
+    let file = File::open(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ConvertError::MissingShard { path: path.clone() }
+        } else {
+            io("open")(e)
+        }
+    })?;
+    let len = file.metadata().map_err(io("stat"))?.len();
+    let bad = |detail: String| ConvertError::BadShard {
+        path: path.clone(),
+        detail,
+    };
+    let mut head = [0u8; 64];
+    let got = file.read_at(&mut head, 0).map_err(io("read header"))?;
+    if head[..got].starts_with(LFS_PREFIX) {
+        return Err(ConvertError::LfsPointer { path: path.clone() });
+    }
+    if len < 8 {
+        return Err(bad(format!(
+            "{len} bytes: too short for a safetensors header"
+        )));
+    }
+    let n = u64::from_le_bytes(head[..8].try_into().unwrap_or([0; 8]));
+    if n > MAX_HEADER_LEN {
+        return Err(bad(format!(
+            "header length {n} is over the {MAX_HEADER_LEN}-byte limit"
+        )));
+    }
+    if 8 + n > len {
+        return Err(bad(format!(
+            "header length {n} runs past the end of the {len}-byte file (truncated?)"
+        )));
+    }
+    let mut header = vec![0u8; n as usize];
+    file.read_exact_at(&mut header, 8)
+        .map_err(io("read header"))?;
+    let header_sha256 = {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(n.to_le_bytes());
+        h.update(&header);
+        h.finalize().into()
+    };
+    let text =
+        std::str::from_utf8(&header).map_err(|e| bad(format!("header is not UTF-8: {e}")))?;
+    if !text.trim_start().starts_with('{') {
+        return Err(bad("header is not a JSON object".into()));
+    }
+    let entries: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(text).map_err(|e| bad(format!("header is not valid JSON: {e}")))?;
+    let data_start = 8 + n;
+    let mut tensors = Vec::with_capacity(entries.len());
+    for (name, v) in entries {
+        if name == "__metadata__" {
+            continue;
+        }
+        let tbad = |detail: String| ConvertError::BadTensor {
+            path: path.clone(),
+            tensor: name.clone(),
+            detail,
+        };
+        let dtype_name = v
+            .get("dtype")
+            .and_then(|d| d.as_str())
+            .ok_or_else(|| tbad("no dtype".into()))?;
+        let dtype = safetensors_dtype(dtype_name)
+            .ok_or_else(|| tbad(format!("unknown dtype {dtype_name:?}")))?;
+        let shape: Vec<u64> = v
+            .get("shape")
+            .and_then(|s| s.as_array())
+            .ok_or_else(|| tbad("no shape".into()))?
+            .iter()
+            .map(|d| {
+                d.as_u64()
+                    .ok_or_else(|| tbad("shape entries must be non-negative integers".into()))
+            })
+            .collect::<Result<_, _>>()?;
+        if shape.len() > 8 {
+            return Err(tbad(format!("rank {} is over 8", shape.len())));
+        }
+        let offs = v
+            .get("data_offsets")
+            .and_then(|o| o.as_array())
+            .filter(|o| o.len() == 2)
+            .ok_or_else(|| tbad("data_offsets must be [begin, end]".into()))?;
+        let (b, e) = match (offs[0].as_u64(), offs[1].as_u64()) {
+            (Some(b), Some(e)) if b <= e => (b, e),
+            _ => {
+                return Err(tbad(
+                    "data_offsets must be integers with begin <= end".into(),
+                ))
+            }
+        };
+        let want = dtype
+            .byte_len(&shape)
+            .ok_or_else(|| tbad(format!("{dtype} {shape:?} is not a whole number of bytes")))?;
+        if e - b != want {
+            return Err(tbad(format!(
+                "data_offsets [{b}, {e}] hold {} bytes but {dtype} {shape:?} needs {want}: the header lies",
+                e - b
+            )));
+        }
+        let begin = data_start
+            .checked_add(b)
+            .ok_or_else(|| tbad("offset overflow".into()))?;
+        let end = data_start
+            .checked_add(e)
+            .ok_or_else(|| tbad("offset overflow".into()))?;
+        tensors.push(SourceTensor {
+            name,
+            shard: shard_index,
+            dtype,
+            shape,
+            begin,
+            end,
+        });
+    }
+    // The byte buffer is entirely indexed: sorted by offset, tensors are contiguous from 0 and the
+    // last one ends at the end of the file.
+    tensors.sort_by(|a, b| (a.begin, a.end).cmp(&(b.begin, b.end)));
+    let mut at = data_start;
+    for t in &tensors {
+        if t.begin != at {
+            return Err(ConvertError::BadTensor {
+                path: path.clone(),
+                tensor: t.name.clone(),
+                detail: format!(
+                    "starts at data offset {} but the previous tensor ends at {}: the header's offsets {}",
+                    t.begin - data_start,
+                    at - data_start,
+                    if t.begin < at { "overlap" } else { "leave a hole" }
+                ),
+            });
+        }
+        at = t.end;
+    }
+    if at != len {
+        return Err(bad(if at > len {
+            format!("the header says the data ends at byte {at}, but the file has {len} bytes: truncated shard")
+        } else {
+            format!("{} bytes after the last tensor's data", len - at)
+        }));
+    }
+    let shard = Shard {
+        rel: rel.to_string(),
+        path,
+        file,
+        len,
+        header_sha256,
+    };
+    Ok((shard, tensors))
+}
+
+fn read_json(path: &Path, limit: u64) -> Result<serde_json::Value, ConvertError> {
+    let io = |op: &'static str| {
+        move |source| ConvertError::Io {
+            path: path.to_path_buf(),
+            op,
+            source,
+        }
+    };
+    let file = File::open(path).map_err(io("open"))?;
+    let len = file.metadata().map_err(io("stat"))?.len();
+    if len > limit {
+        return Err(ConvertError::BadSource {
+            path: path.to_path_buf(),
+            detail: format!("{len} bytes is over the {limit}-byte limit"),
+        });
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(limit)
+        .read_to_end(&mut bytes)
+        .map_err(io("read"))?;
+    if bytes.starts_with(LFS_PREFIX) {
+        return Err(ConvertError::LfsPointer {
+            path: path.to_path_buf(),
+        });
+    }
+    serde_json::from_slice(&bytes).map_err(|e| ConvertError::BadSource {
+        path: path.to_path_buf(),
+        detail: format!("not valid JSON: {e}"),
+    })
+}
+
+/// Shard names are plain relative names inside the checkpoint directory.
+fn check_shard_name(index: &Path, name: &str) -> Result<(), ConvertError> {
+    let plain = !name.is_empty()
+        && !name.starts_with('/')
+        && name
+            .split('/')
+            .all(|c| !c.is_empty() && c != "." && c != "..");
+    if plain {
+        Ok(())
+    } else {
+        Err(ConvertError::BadSource {
+            path: index.to_path_buf(),
+            detail: format!("shard name {name:?} is not a relative path inside the checkpoint"),
+        })
+    }
+}
+
+impl Checkpoint {
+    /// Open `dir`: `model.safetensors.index.json` if present, else every `*.safetensors` file.
+    pub fn open(dir: &Path) -> Result<Checkpoint, ConvertError> {
+        if !dir.is_dir() {
+            return Err(ConvertError::BadSource {
+                path: dir.to_path_buf(),
+                detail: "not a directory".into(),
+            });
+        }
+        let index_path = dir.join("model.safetensors.index.json");
+        let (names, weight_map): (Vec<String>, Option<HashMap<String, String>>) =
+            if index_path.exists() {
+                let index = read_json(&index_path, MAX_INDEX_JSON_LEN)?;
+                let map = index
+                    .get("weight_map")
+                    .and_then(|m| m.as_object())
+                    .ok_or_else(|| ConvertError::BadSource {
+                        path: index_path.clone(),
+                        detail: "no weight_map object".into(),
+                    })?;
+                let mut wm = HashMap::with_capacity(map.len());
+                for (tensor, shard) in map {
+                    let shard = shard.as_str().ok_or_else(|| ConvertError::BadSource {
+                        path: index_path.clone(),
+                        detail: format!("weight_map entry for {tensor:?} is not a file name"),
+                    })?;
+                    check_shard_name(&index_path, shard)?;
+                    wm.insert(tensor.clone(), shard.to_string());
+                }
+                let mut names: Vec<String> = wm.values().cloned().collect();
+                names.sort();
+                names.dedup();
+                (names, Some(wm))
+            } else {
+                let mut names = Vec::new();
+                let rd = std::fs::read_dir(dir).map_err(|source| ConvertError::Io {
+                    path: dir.to_path_buf(),
+                    op: "list",
+                    source,
+                })?;
+                for e in rd {
+                    let e = e.map_err(|source| ConvertError::Io {
+                        path: dir.to_path_buf(),
+                        op: "list",
+                        source,
+                    })?;
+                    let name = e.file_name().to_string_lossy().into_owned();
+                    if name.ends_with(".safetensors") && !name.starts_with('.') {
+                        names.push(name);
+                    }
+                }
+                names.sort();
+                if names.is_empty() {
+                    return Err(ConvertError::BadSource {
+                        path: dir.to_path_buf(),
+                        detail: "no model.safetensors.index.json and no *.safetensors files".into(),
+                    });
+                }
+                (names, None)
+            };
+        let mut shards = Vec::with_capacity(names.len());
+        let mut tensors = BTreeMap::new();
+        for (i, rel) in names.iter().enumerate() {
+            let (shard, ts) = read_shard(dir, rel, i)?;
+            for t in ts {
+                if let Some(wm) = &weight_map {
+                    if wm.get(&t.name) != Some(rel) {
+                        return Err(ConvertError::BadTensor {
+                            path: shard.path.clone(),
+                            tensor: t.name.clone(),
+                            detail: format!(
+                                "the index puts this tensor in {:?}",
+                                wm.get(&t.name).map_or("no shard", String::as_str)
+                            ),
+                        });
+                    }
+                }
+                if let Some(prev) = tensors.get(&t.name) {
+                    let prev: &SourceTensor = prev;
+                    return Err(ConvertError::BadTensor {
+                        path: shard.path.clone(),
+                        tensor: t.name.clone(),
+                        detail: format!("also in {}", shards_rel(&shards, prev.shard)),
+                    });
+                }
+                tensors.insert(t.name.clone(), t);
+            }
+            shards.push(shard);
+        }
+        if let Some(wm) = &weight_map {
+            if let Some((t, s)) = wm.iter().find(|(t, _)| !tensors.contains_key(*t)) {
+                return Err(ConvertError::BadTensor {
+                    path: dir.join(s),
+                    tensor: t.clone(),
+                    detail: "listed in model.safetensors.index.json but not in the shard's header"
+                        .into(),
+                });
+            }
+        }
+        let config_path = dir.join("config.json");
+        let config = if config_path.exists() {
+            read_json(&config_path, MAX_INDEX_JSON_LEN)?
+        } else {
+            serde_json::Value::Null
+        };
+        Ok(Checkpoint {
+            dir: dir.to_path_buf(),
+            shards,
+            tensors,
+            config,
+        })
+    }
+
+    /// A reader of exactly `t`'s bytes (or a slice of them), by `pread`.
+    pub fn reader(&self, shard: usize, begin: u64, end: u64) -> RangeReader<'_> {
+        RangeReader {
+            file: &self.shards[shard].file,
+            pos: begin,
+            end,
+        }
+    }
+}
+
+fn shards_rel(shards: &[Shard], i: usize) -> &str {
+    shards.get(i).map_or("an earlier shard", |s| s.rel.as_str())
+}
+
+/// `Read` over a byte range of a file, by `pread`; it ends at `end`.
+#[derive(Debug)]
+pub struct RangeReader<'a> {
+    file: &'a File,
+    pos: u64,
+    end: u64,
+}
+
+impl Read for RangeReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.end.saturating_sub(self.pos);
+        let n = (buf.len() as u64).min(left) as usize;
+        if n == 0 {
+            return Ok(0);
+        }
+        let got = self.file.read_at(&mut buf[..n], self.pos)?;
+        if got == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!(
+                    "source file ended at byte {} (it shrank while being read)",
+                    self.pos
+                ),
+            ));
+        }
+        self.pos += got as u64;
+        Ok(got)
+    }
+}

@@ -1,0 +1,141 @@
+//! `tarfa convert`: progress bars (or plain lines when stderr is not a terminal) around
+//! [`tarfa_converter::convert`], and the summary.
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use tarfa_converter::{convert, parse_layer_range, Options, Outcome, Progress};
+
+use crate::cli::ConvertArgs;
+
+/// Draws one bar by bytes with ETA, labelled with the current file; or, on a pipe, one line per
+/// file; or nothing with `--quiet`.
+struct Bars {
+    bar: Option<ProgressBar>,
+    plain: bool,
+    file_started: Mutex<Instant>,
+}
+
+impl Progress for Bars {
+    fn start(&self, bytes: u64, files: usize) {
+        if let Some(b) = &self.bar {
+            b.set_length(bytes);
+        } else if self.plain {
+            eprintln!("converting up to {} in {files} files", human(bytes));
+        }
+    }
+    fn file_start(&self, label: &str, _bytes: u64) {
+        if let Ok(mut t) = self.file_started.lock() {
+            *t = Instant::now();
+        }
+        if let Some(b) = &self.bar {
+            b.set_message(label.to_string());
+        }
+    }
+    fn advance(&self, n: u64) {
+        if let Some(b) = &self.bar {
+            b.inc(n);
+        }
+    }
+    fn file_done(&self, label: &str, outcome: &Outcome) {
+        let secs = self
+            .file_started
+            .lock()
+            .map(|t| t.elapsed().as_secs_f64())
+            .unwrap_or(0.0);
+        let line = match outcome {
+            Outcome::Written { bytes } => format!(
+                "{label}: written, {} in {secs:.2} s ({:.2} GB/s)",
+                human(*bytes),
+                *bytes as f64 / secs.max(1e-9) / 1e9
+            ),
+            Outcome::Skipped => format!("{label}: already present, every hash checked; skipped"),
+        };
+        if let Some(b) = &self.bar {
+            b.println(line);
+        } else if self.plain {
+            eprintln!("{line}");
+        }
+    }
+}
+
+fn human(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    format!("{v:.1} {}", UNITS[u])
+}
+
+/// Run the conversion; `Ok(true)` on success.
+pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
+    let layers = args.layers.as_deref().map(parse_layer_range).transpose()?;
+    let tty = std::io::stderr().is_terminal();
+    let bar = (!args.quiet && tty).then(|| {
+        let b = ProgressBar::new(0);
+        b.set_style(
+            ProgressStyle::with_template(
+                "{msg:18} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        b
+    });
+    let progress = Bars {
+        bar,
+        plain: !args.quiet && !tty,
+        file_started: Mutex::new(Instant::now()),
+    };
+    let opts = Options {
+        layers,
+        direct_io: !args.buffered,
+    };
+    let s = convert(&args.source, &args.output, &opts, &progress)?;
+    if let Some(b) = &progress.bar {
+        b.finish_and_clear();
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(true);
+    }
+    println!(
+        "{}: {} layers written, {} skipped (already present and checked){}; {} of {} layers present",
+        args.output.display(),
+        s.layers_written.len(),
+        s.layers_skipped.len(),
+        if s.trunk_written { ", trunk written" } else { "" },
+        s.layers_present.len(),
+        s.num_layers
+    );
+    println!(
+        "{} experts, {} in {:.2} s ({:.2} GB/s){}",
+        s.experts_written,
+        human(s.bytes_written),
+        s.seconds,
+        s.bytes_written as f64 / s.seconds.max(1e-9) / 1e9,
+        if s.direct_io {
+            ", O_DIRECT where the filesystem allowed"
+        } else {
+            ", buffered"
+        }
+    );
+    if !s.unrecognised.is_empty() {
+        println!(
+            "kept as trunk tensors, names not recognised: {}",
+            s.unrecognised.join(", ")
+        );
+    }
+    if !s.loose_expert_tensors.is_empty() {
+        println!(
+            "kept as plain layer tensors, not a known expert projection: {}",
+            s.loose_expert_tensors.join(", ")
+        );
+    }
+    Ok(true)
+}
