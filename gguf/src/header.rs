@@ -272,8 +272,9 @@ fn sniff_not_gguf(head: &[u8]) -> Violation {
     }
 }
 
-/// Bytes [`sniff_not_gguf`] looks at.
-const SNIFF_LEN: u64 = 64;
+/// Bytes [`sniff_not_gguf`] looks at: always exactly these (or the whole file when shorter), so
+/// the answer does not depend on how big a window the caller happened to supply.
+const SNIFF_LEN: u64 = 512;
 
 /// Parse the header from `window`, the first bytes of a file of `file_len` bytes.
 pub fn parse_header(window: &[u8], file_len: u64) -> Step<Header> {
@@ -294,7 +295,8 @@ pub fn parse_header(window: &[u8], file_len: u64) -> Step<Header> {
         if file_len < 4 && MAGIC.starts_with(window) {
             c.take(4, &|| "magic".into())?;
         }
-        return Err(sniff_not_gguf(window).into());
+        // want <= window.len(), so the cast is lossless.
+        return Err(sniff_not_gguf(&window[..want as usize]).into());
     }
     c.take(4, &|| "magic".into())?;
     let version = c.u32(&|| "version".into())?;
