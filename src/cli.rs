@@ -52,7 +52,8 @@ pub struct ConvertArgs {
 /// `tarfa inspect`.
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// A `.jnf` file, or a model directory holding `manifest.json`.
+    /// A `.jnf` file, a model directory holding `manifest.json`, or a `.gguf` file (for a split
+    /// set, any part: the others are opened beside it).
     pub path: PathBuf,
     /// Print JSON on stdout instead of the readable summary.
     #[arg(long)]

@@ -8,6 +8,9 @@ use crate::cli::InspectArgs;
 
 /// What inspect found; `Ok(false)` when a model directory disagrees with its manifest.
 pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
+    if crate::inspect_gguf::is_gguf(&args.path) {
+        return crate::inspect_gguf::run(args);
+    }
     if args.path.is_dir() {
         let m = summary::summarize_model(&args.path)?;
         if args.json {
@@ -26,7 +29,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-fn bytes(n: u64) -> String {
+pub(crate) fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;
     let mut u = 0;

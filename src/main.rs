@@ -1,12 +1,13 @@
 //! `tarfa`: the command-line front of the tarfa crates. Argument parsing, output and exit codes
 //! live here; everything else is a library call.
 //!
-//! Exit codes: 0 success; 1 the input is invalid or inconsistent (a JNF rule broken, a model
+//! Exit codes: 0 success; 1 the input is invalid or inconsistent (a JNF or GGUF rule broken, a model
 //! directory that disagrees with its manifest); 2 tarfa could not run (bad arguments, I/O errors).
 
 mod cli;
 mod convert_cmd;
 mod inspect;
+mod inspect_gguf;
 
 use std::process::ExitCode;
 
@@ -46,7 +47,10 @@ fn main() -> ExitCode {
             if invalid {
                 eprintln!("hint: the file breaks a rule of spec/JNF_V1.md; it was not written by a conforming writer or was damaged since");
             }
-            ExitCode::from(if invalid { 1 } else { 2 })
+            let invalid_gguf = e
+                .downcast_ref::<tarfa_gguf::Error>()
+                .is_some_and(|e| e.violation().is_some());
+            ExitCode::from(if invalid || invalid_gguf { 1 } else { 2 })
         }
     }
 }
