@@ -12,6 +12,11 @@ if ! command -v cargo >/dev/null; then
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
 
+# gguf-py cross-checks (gguf/tests/gguf_py_agreement.rs) need the format's own Python library.
+if ! python3 -c 'import gguf' >/dev/null 2>&1; then
+  python3 -m pip install --quiet --disable-pip-version-check gguf numpy
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (all targets, warnings are errors)"
