@@ -372,6 +372,17 @@ pub fn parse_header(window: &[u8], file_len: u64) -> Step<Header> {
     let data_start = align_up(header_len, alignment).ok_or_else(|| Violation::SizeOverflow {
         what: "data section start".into(),
     })?;
+    // Writers pad to the data section even when there are no tensors; a data section that starts
+    // past the end is a truncated file (and would make a rewrite pad to an alignment of 2^31).
+    if data_start > file_len {
+        return Err(Violation::Truncated {
+            what: format!("padding to the data section (alignment {alignment})"),
+            offset: header_len,
+            need: data_start - header_len,
+            file_len,
+        }
+        .into());
+    }
 
     // ggml's strict layout: offsets are the running sum of padded sizes, in info order. All
     // offsets are checked before any end, as ggml does, so a size lie is reported as the layout

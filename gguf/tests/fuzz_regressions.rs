@@ -31,3 +31,24 @@ fn html_sniffing_does_not_depend_on_the_window_size() {
     far.extend_from_slice(b"<html>");
     same_answer_whatever_the_window(&far);
 }
+
+#[test]
+fn a_data_section_starting_past_the_end_is_truncation() {
+    // oom-*: general.alignment 2^30 and no tensors was accepted, and the fuzz target's rewrite
+    // then padded its output to 1 GiB.
+    let mut b = b"GGUF".to_vec();
+    b.extend_from_slice(&3u32.to_le_bytes());
+    b.extend_from_slice(&0u64.to_le_bytes());
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.extend_from_slice(&17u64.to_le_bytes());
+    b.extend_from_slice(b"general.alignment");
+    b.extend_from_slice(&4u32.to_le_bytes());
+    b.extend_from_slice(&(1u32 << 30).to_le_bytes());
+    match parse_header(&b, b.len() as u64) {
+        Err(HeaderParse::Invalid(tarfa_gguf::Violation::Truncated { what, .. })) => {
+            assert!(what.contains("alignment 1073741824"), "{what}")
+        }
+        other => panic!("{other:?}"),
+    }
+    same_answer_whatever_the_window(&b);
+}
