@@ -202,7 +202,7 @@ fn read_shard(
     }
     // The byte buffer is entirely indexed: sorted by offset, tensors are contiguous from 0 and the
     // last one ends at the end of the file.
-    tensors.sort_by(|a, b| (a.begin, a.end).cmp(&(b.begin, b.end)));
+    tensors.sort_by_key(|t| (t.begin, t.end));
     let mut at = data_start;
     for t in &tensors {
         if t.begin != at {
@@ -397,12 +397,13 @@ impl Checkpoint {
         })
     }
 
-    /// A reader of exactly `t`'s bytes (or a slice of them), by `pread`.
+    /// A reader of bytes `begin..end` of a shard, by `pread`.
     pub fn reader(&self, shard: usize, begin: u64, end: u64) -> RangeReader<'_> {
         RangeReader {
             file: &self.shards[shard].file,
             pos: begin,
             end,
+            advised: begin,
         }
     }
 }
@@ -411,13 +412,19 @@ fn shards_rel(shards: &[Shard], i: usize) -> &str {
     shards.get(i).map_or("an earlier shard", |s| s.rel.as_str())
 }
 
-/// `Read` over a byte range of a file, by `pread`; it ends at `end`.
+/// `Read` over a byte range of a file, by `pread`; it ends at `end`. It asks the kernel to read
+/// ahead (`POSIX_FADV_WILLNEED`) a window past the current position, so the disk works while the
+/// writer hashes: with a cold cache, reading and hashing overlap instead of taking turns.
 #[derive(Debug)]
 pub struct RangeReader<'a> {
     file: &'a File,
     pos: u64,
     end: u64,
+    advised: u64,
 }
+
+/// How far ahead of the read position the kernel is asked to read.
+const READAHEAD: u64 = 64 << 20;
 
 impl Read for RangeReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
@@ -425,6 +432,22 @@ impl Read for RangeReader<'_> {
         let n = (buf.len() as u64).min(left) as usize;
         if n == 0 {
             return Ok(0);
+        }
+        if self.advised < self.end && self.advised < self.pos + READAHEAD / 2 {
+            use std::os::fd::AsRawFd;
+            let from = self.advised.max(self.pos);
+            let to = (self.pos + READAHEAD).min(self.end);
+            // SAFETY: posix_fadvise only reads its integer arguments. A failure only loses the
+            // hint, so its result is ignored.
+            unsafe {
+                libc::posix_fadvise(
+                    self.file.as_raw_fd(),
+                    from as libc::off_t,
+                    (to - from) as libc::off_t,
+                    libc::POSIX_FADV_WILLNEED,
+                );
+            }
+            self.advised = to;
         }
         let got = self.file.read_at(&mut buf[..n], self.pos)?;
         if got == 0 {

@@ -6,7 +6,7 @@
 //! validation before publishing it atomically.
 
 use std::collections::{HashMap, HashSet};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
@@ -151,6 +151,7 @@ struct Core {
     string_ids: HashMap<String, StrRef>,
     names: HashSet<String>,
     buf: AlignedBuf,
+    spare: AlignedBuf,
     next_expert: u64,
     open: Option<OpenExpert>,
     data_bytes: u64,
@@ -201,6 +202,7 @@ impl JnfWriter<Open> {
             string_ids: HashMap::new(),
             names: HashSet::new(),
             buf: AlignedBuf::new(CHUNK),
+            spare: AlignedBuf::new(CHUNK),
             next_expert: 0,
             open: None,
             data_bytes: 0,
@@ -408,27 +410,14 @@ impl Core {
         Error::usage(msg, &self.path())
     }
 
-    /// Write `buf[..n]`, a whole number of pages starting at a page-aligned file offset.
-    fn write_buf(&mut self, n: usize) -> Result<()> {
+    /// Write `buf[..n]` of `which` buffer (a whole number of pages) at the current offset.
+    fn write_buf(&mut self, which: Buf, n: usize) -> Result<()> {
         debug_assert!(n % ALIGN as usize == 0 && self.pos % ALIGN == 0);
-        let mut res = self.pending.file().write_all(&self.buf[..n]);
-        if self.pending.is_direct()
-            && res
-                .as_ref()
-                .is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL))
-        {
-            // The filesystem took O_DIRECT at open but refuses it on write: go buffered.
-            self.pending.drop_direct()?;
-            let file = self.pending.file();
-            res = std::os::unix::fs::FileExt::write_all_at(file, &self.buf[..n], self.pos)
-                .and_then(|()| {
-                    use std::io::Seek;
-                    let mut f = file;
-                    f.seek(std::io::SeekFrom::Start(self.pos + n as u64))
-                        .map(drop)
-                });
-        }
-        res.map_err(|e| Error::io(self.pending.dest(), "write", e))?;
+        let bytes = match which {
+            Buf::Main => &self.buf[..n],
+            Buf::Spare => &self.spare[..n],
+        };
+        write_pages(&mut self.pending, bytes, self.pos)?;
         self.pos += n as u64;
         Ok(())
     }
@@ -437,7 +426,7 @@ impl Core {
     fn write_through_buf(&mut self, bytes: &[u8]) -> Result<()> {
         for chunk in bytes.chunks(CHUNK) {
             self.buf[..chunk.len()].copy_from_slice(chunk);
-            self.write_buf(chunk.len())?;
+            self.write_buf(Buf::Main, chunk.len())?;
         }
         Ok(())
     }
@@ -537,10 +526,12 @@ impl Core {
             return Err(self.usage(format!("bad region name {:?}", spec.name)));
         }
 
-        // Each chunk is read into the aligned buffer, hashed, zero-padded to a page if it is the
-        // region's last, and written: every write is whole pages, as O_DIRECT needs.
+        // Each chunk is read into an aligned buffer, zero-padded to a page if it is the region's
+        // last, and hashed while the previous chunk (in the other buffer) is written: every write
+        // is whole pages, as O_DIRECT needs, and writing overlaps hashing.
         let mut hasher = DualHasher::new();
         let mut left = length;
+        let mut unwritten: Option<usize> = None; // padded bytes waiting in `spare`
         while left > 0 {
             let want = (left.min(CHUNK as u64)) as usize;
             let got = read_full(data, &mut self.buf[..want])
@@ -552,11 +543,24 @@ impl Core {
                     length - left + got as u64
                 )));
             }
-            hasher.update(&self.buf[..want]);
             let padded = want.div_ceil(ALIGN as usize) * ALIGN as usize;
             self.buf[want..padded].fill(0);
-            self.write_buf(padded)?;
+            let (cur, spare, pos) = (&self.buf[..want], &self.spare, self.pos);
+            let pending = &mut self.pending;
+            let (written, ()) = rayon::join(
+                || match unwritten {
+                    Some(n) => write_pages(pending, &spare[..n], pos).map(|()| n as u64),
+                    None => Ok(0),
+                },
+                || hasher.update(cur),
+            );
+            self.pos += written?;
+            std::mem::swap(&mut self.buf, &mut self.spare);
+            unwritten = Some(padded);
             left -= want as u64;
+        }
+        if let Some(n) = unwritten {
+            self.write_buf(Buf::Spare, n)?;
         }
         let h = hasher.finish();
         rec.sha256 = h.sha256;
@@ -566,6 +570,29 @@ impl Core {
         self.data_bytes += length;
         Ok(h)
     }
+}
+
+/// Which of the two aligned buffers.
+#[derive(Clone, Copy, Debug)]
+enum Buf {
+    Main,
+    Spare,
+}
+
+/// Write whole pages at `pos`. If the filesystem took `O_DIRECT` at open but refuses it on
+/// write (`EINVAL`), switch the file to buffered writes and retry once.
+fn write_pages(pending: &mut PendingFile, bytes: &[u8], pos: u64) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut res = pending.file().write_all_at(bytes, pos);
+    if pending.is_direct()
+        && res
+            .as_ref()
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EINVAL))
+    {
+        pending.drop_direct()?;
+        res = pending.file().write_all_at(bytes, pos);
+    }
+    res.map_err(|e| Error::io(pending.dest(), "write", e))
 }
 
 /// Read until `buf` is full or the source ends; returns bytes read.
