@@ -24,6 +24,37 @@ pub enum Command {
     /// shards with model.safetensors.index.json) into a JNF model directory, one layer range at a
     /// time. Rerunning skips layers already present and checked; a killed run resumes.
     Convert(ConvertArgs),
+    /// Re-read every byte of a JNF model directory: recompute every region, expert, index and
+    /// root hash, check padding, hold the manifest to the directory, and compare every region
+    /// byte for byte with the source checkpoint (--source). Exit 0: no fault; 1: faults found
+    /// (each named); 2: could not run.
+    Verify(VerifyArgs),
+}
+
+/// `tarfa verify`.
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// The source checkpoint directory, to compare every region with the bytes it came from.
+    #[arg(long)]
+    pub source: Option<PathBuf>,
+    /// Read only these layers' files in full (inclusive, e.g. `0-11`); every file's structure
+    /// and the manifest are still checked.
+    #[arg(long, value_name = "A-B")]
+    pub layers: Option<String>,
+    /// Read only group n of N groups of files (e.g. `1/10`); runs with n = 1..N read all.
+    #[arg(long, value_name = "n/N")]
+    pub sample: Option<String>,
+    /// Read through the page cache instead of with O_DIRECT.
+    #[arg(long)]
+    pub buffered: bool,
+    /// No progress output.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print the report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tarfa convert`.
@@ -47,6 +78,10 @@ pub struct ConvertArgs {
     /// Print the summary as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// After converting, verify what was emitted against the source: every byte re-read with
+    /// O_DIRECT, every hash recomputed, every region compared with its source bytes.
+    #[arg(long)]
+    pub verify: bool,
 }
 
 /// `tarfa inspect`.

@@ -100,9 +100,22 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
     if let Some(b) = &progress.bar {
         b.finish_and_clear();
     }
+    let verify = |json: bool| -> anyhow::Result<Option<tarfa_verifier::Report>> {
+        if !args.verify {
+            return Ok(None);
+        }
+        let vopts = tarfa_verifier::Options {
+            source: Some(args.source.clone()),
+            layers,
+            sample: None,
+            direct_io: !args.buffered,
+        };
+        crate::verify_cmd::run_with(&args.output, &vopts, args.quiet, json).map(Some)
+    };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&s)?);
-        return Ok(true);
+        let verified = verify(true)?;
+        return Ok(verified.is_none_or(|r| r.faults.is_empty()));
     }
     println!(
         "{}: {} layers written, {} skipped (already present and checked){}; {} of {} layers present",
@@ -137,5 +150,6 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
             s.loose_expert_tensors.join(", ")
         );
     }
-    Ok(true)
+    let verified = verify(false)?;
+    Ok(verified.is_none_or(|r| r.faults.is_empty()))
 }

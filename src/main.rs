@@ -8,6 +8,7 @@ mod cli;
 mod convert_cmd;
 mod inspect;
 mod inspect_gguf;
+mod verify_cmd;
 
 use std::process::ExitCode;
 
@@ -18,6 +19,7 @@ fn main() -> ExitCode {
     let result = match &args.command {
         cli::Command::Inspect(a) => inspect::run(a),
         cli::Command::Convert(a) => convert_cmd::run(a),
+        cli::Command::Verify(a) => verify_cmd::run(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

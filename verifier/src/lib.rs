@@ -1,6 +1,365 @@
 //! # tarfa-verifier
 //!
-//! Re-reads every byte of a JNF model directory and its source checkpoint and names the file,
-//! tensor, expert and byte of any fault (`tarfa verify`). It is built in its own issue on top of
-//! [`tarfa_format::JnfReader::verify_data`], which already checks one file's hashes and padding;
-//! until then this crate holds no code.
+//! The proof that a model directory *is* its checkpoint (`tarfa verify DIR [--source SRC]`,
+//! `tarfa convert … --verify`): every byte of every JNF file is read from the disk once
+//! (`O_DIRECT` where allowed), every region's SHA-256 and BLAKE3, every expert digest, the index
+//! hash and each file's root digest are recomputed, padding is checked zero, every region is
+//! compared byte for byte with the source file its provenance names, and the manifest is held to
+//! the directory (every listed file present with its size and hash, nothing extra). Each fault
+//! names the file, tensor, layer, expert, projection, the first faulty byte and the two hashes.
+//!
+//! - [`scan`]: one file, every byte;
+//! - [`report`]: faults and totals.
+
+pub mod report;
+pub mod scan;
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Instant;
+
+use rayon::prelude::*;
+use tarfa_format::manifest::{FileKind, Manifest, MANIFEST_NAME};
+use tarfa_format::JnfReader;
+
+pub use report::{Fault, FaultKind, Report};
+
+/// What to check.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// The source checkpoint directory to compare every region with.
+    pub source: Option<PathBuf>,
+    /// Read only these layers' files (inclusive range); structure and manifest are still checked
+    /// for every file.
+    pub layers: Option<(u32, u32)>,
+    /// Read only the `n`-th of `N` groups of files (`(n, N)`, 1-based), as restic's
+    /// `--read-data-subset n/N`: N runs with n = 1..N read every file once.
+    pub sample: Option<(u32, u32)>,
+    /// Read with `O_DIRECT` where the filesystem allows.
+    pub direct_io: bool,
+}
+
+/// Progress callbacks, by bytes.
+pub trait Progress: Sync {
+    /// About `bytes` will be read.
+    fn start(&self, _bytes: u64) {}
+    /// `n` more bytes were read.
+    fn advance(&self, _n: u64) {}
+    /// One file is done.
+    fn file_done(&self, _file: &str, _faults: usize) {}
+}
+
+/// No progress output.
+#[derive(Debug)]
+pub struct Quiet;
+impl Progress for Quiet {}
+
+/// Why verification could not run at all (exit code 2).
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The model directory is not a directory.
+    #[error("{}: not a directory", .0.display())]
+    NotADirectory(PathBuf),
+    /// The source directory is not a directory.
+    #[error("{}: source is not a directory", .0.display())]
+    NoSource(PathBuf),
+    /// Bad arguments.
+    #[error("{0}")]
+    Usage(String),
+}
+
+/// Parse `n/N` (1 ≤ n ≤ N).
+pub fn parse_sample(s: &str) -> Result<(u32, u32), VerifyError> {
+    let bad = || {
+        VerifyError::Usage(format!(
+            "--sample {s:?}: expected n/N with 1 <= n <= N, e.g. 1/10"
+        ))
+    };
+    let (n, total) = s.split_once('/').ok_or_else(bad)?;
+    let (n, total): (u32, u32) = (
+        n.trim().parse().map_err(|_| bad())?,
+        total.trim().parse().map_err(|_| bad())?,
+    );
+    if n == 0 || n > total {
+        return Err(bad());
+    }
+    Ok((n, total))
+}
+
+fn hash_file(path: &Path) -> std::io::Result<tarfa_format::DualHash> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let mut h = tarfa_format::hash::DualHasher::new();
+    let mut buf = vec![0u8; 4 << 20];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(h.finish());
+        }
+        h.update(&buf[..n]);
+    }
+}
+
+/// The SHA-256 of a safetensors file's header (8-byte length + JSON), as the converter records it.
+fn safetensors_header_sha256(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    let mut n8 = [0u8; 8];
+    f.read_exact_at(&mut n8, 0)?;
+    let n = u64::from_le_bytes(n8);
+    if n > 100_000_000 || 8 + n > len {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "bad safetensors header length",
+        ));
+    }
+    let mut header = vec![0u8; n as usize];
+    f.read_exact_at(&mut header, 8)?;
+    let mut h = sha2::Sha256::new();
+    h.update(n8);
+    h.update(&header);
+    Ok(hex::encode(h.finalize()))
+}
+
+/// Verify the model directory `dir`.
+pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Report, VerifyError> {
+    let t0 = Instant::now();
+    if !dir.is_dir() {
+        return Err(VerifyError::NotADirectory(dir.to_path_buf()));
+    }
+    if let Some(s) = &opts.source {
+        if !s.is_dir() {
+            return Err(VerifyError::NoSource(s.clone()));
+        }
+    }
+    let mut report = Report {
+        dir: dir.display().to_string(),
+        source: opts.source.as_ref().map(|s| s.display().to_string()),
+        sample: opts.sample.map(|(n, t)| format!("{n}/{t}")),
+        ..Report::default()
+    };
+    let mut faults = Vec::new();
+
+    // Which JNF files to check, with the layer each should hold and its manifest entry.
+    let mut jnf: Vec<(
+        String,
+        Option<u32>,
+        Option<tarfa_format::manifest::FileEntry>,
+    )> = Vec::new();
+    let mut listed = BTreeSet::new();
+    match Manifest::load(dir) {
+        Ok(m) => {
+            for f in &m.files {
+                listed.insert(f.path.clone());
+                let path = dir.join(&f.path);
+                let Ok(meta) = std::fs::metadata(&path) else {
+                    let mut x = Fault::new(
+                        FaultKind::MissingFile,
+                        &f.path,
+                        "listed in the manifest, not in the directory",
+                    );
+                    x.layer = f.layer;
+                    faults.push(x);
+                    continue;
+                };
+                if meta.len() != f.size {
+                    let mut x =
+                        Fault::new(FaultKind::Size, &f.path, "size differs from the manifest");
+                    x.expected = Some(f.size.to_string());
+                    x.actual = Some(meta.len().to_string());
+                    faults.push(x);
+                }
+                if f.kind == FileKind::Aux {
+                    match hash_file(&path) {
+                        Ok(h)
+                            if hex::encode(h.sha256) == f.sha256
+                                && hex::encode(h.blake3) == f.blake3 => {}
+                        Ok(h) => {
+                            let mut x = Fault::new(
+                                FaultKind::FileHash,
+                                &f.path,
+                                "aux file differs from the manifest's hash",
+                            );
+                            x.expected = Some(f.sha256.clone());
+                            x.actual = Some(hex::encode(h.sha256));
+                            faults.push(x);
+                        }
+                        Err(e) => {
+                            faults.push(Fault::new(FaultKind::ReadError, &f.path, e.to_string()))
+                        }
+                    }
+                } else {
+                    jnf.push((f.path.clone(), f.layer, Some(f.clone())));
+                }
+            }
+            if let Some(src) = &opts.source {
+                for s in &m.conversion.sources {
+                    let p = src.join(&s.path);
+                    match std::fs::metadata(&p) {
+                        Err(_) => faults.push(Fault::new(
+                            FaultKind::Source,
+                            &s.path,
+                            "source file the conversion read is missing",
+                        )),
+                        Ok(meta) if meta.len() != s.size => {
+                            let mut x = Fault::new(
+                                FaultKind::Source,
+                                &s.path,
+                                "source file size differs from the one converted",
+                            );
+                            x.expected = Some(s.size.to_string());
+                            x.actual = Some(meta.len().to_string());
+                            faults.push(x);
+                        }
+                        Ok(_) => {
+                            if let Some(want) = &s.header_sha256 {
+                                let got = safetensors_header_sha256(&p)
+                                    .unwrap_or_else(|e| format!("unreadable: {e}"));
+                                if &got != want {
+                                    let mut x = Fault::new(
+                                        FaultKind::Source,
+                                        &s.path,
+                                        "source header differs from the one converted",
+                                    );
+                                    x.expected = Some(want.clone());
+                                    x.actual = Some(got);
+                                    faults.push(x);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Err(e) => {
+            faults.push(Fault::new(
+                FaultKind::Manifest,
+                MANIFEST_NAME,
+                e.to_string(),
+            ));
+            // Without a manifest, still check every JNF file on its own.
+            if let Ok(rd) = std::fs::read_dir(dir) {
+                let mut names: Vec<String> = rd
+                    .flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".jnf") && !n.starts_with('.'))
+                    .collect();
+                names.sort();
+                for n in names {
+                    listed.insert(n.clone());
+                    jnf.push((n, None, None));
+                }
+            }
+        }
+    }
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        let mut extra: Vec<String> = rd
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with('.') && n != MANIFEST_NAME && !listed.contains(n))
+            .collect();
+        extra.sort();
+        for n in extra {
+            faults.push(Fault::new(
+                FaultKind::ExtraFile,
+                n,
+                "in the directory but not in the manifest",
+            ));
+        }
+    }
+
+    // Open every JNF file (structure); choose which to read in full.
+    let mut to_read = Vec::new();
+    let mut k = 0u32;
+    for (name, layer, entry) in jnf {
+        let r = match JnfReader::open(dir.join(&name)) {
+            Ok(r) => r,
+            Err(tarfa_format::Error::Format { violation, .. }) => {
+                let mut x = Fault::new(FaultKind::Structure, &name, violation.to_string());
+                x.layer = layer;
+                faults.push(x);
+                continue;
+            }
+            Err(e) => {
+                faults.push(Fault::new(FaultKind::ReadError, &name, e.to_string()));
+                continue;
+            }
+        };
+        let h = r.header();
+        let (want_first, want_count) = match layer {
+            Some(l) => (l, 1),
+            None if entry.is_some() => (0, 0),
+            None => (h.layer_first, h.layer_count),
+        };
+        if (h.layer_first, h.layer_count) != (want_first, want_count) {
+            let mut x = Fault::new(
+                FaultKind::WrongLayer,
+                &name,
+                "the file's header holds other layers than its name and the manifest say",
+            );
+            x.expected = Some(format!("layers {want_first}+{want_count}"));
+            x.actual = Some(format!("layers {}+{}", h.layer_first, h.layer_count));
+            faults.push(x);
+        }
+        let in_layers = match (opts.layers, layer) {
+            (None, _) => true,
+            (Some((a, b)), Some(l)) => (a..=b).contains(&l),
+            (Some(_), None) => false,
+        };
+        let in_sample = opts.sample.is_none_or(|(n, total)| {
+            let g = k % total + 1;
+            g == n
+        });
+        if in_layers {
+            k += 1;
+        }
+        if in_layers && in_sample {
+            to_read.push((name, entry, r));
+        } else {
+            report.files_structure_only += 1;
+        }
+    }
+
+    let total: u64 = to_read.iter().map(|(_, _, r)| r.footer().file_len).sum();
+    progress.start(total);
+    let collected = Mutex::new(Vec::new());
+    let on_bytes = |n: u64| progress.advance(n);
+    to_read.par_iter().for_each(|(name, entry, r)| {
+        let mut sources = scan::Sources::new(opts.source.as_deref());
+        let s = scan::scan_file(r, name, &mut sources, opts.direct_io, &on_bytes);
+        let mut fs = s.faults.clone();
+        if let (Some(e), Some(root)) = (entry, s.root) {
+            if hex::encode(root.sha256) != e.sha256 || hex::encode(root.blake3) != e.blake3 {
+                let mut x = Fault::new(
+                    FaultKind::FileHash,
+                    name.as_str(),
+                    "root digest of the bytes read differs from the manifest",
+                );
+                x.expected = Some(e.sha256.clone());
+                x.actual = Some(hex::encode(root.sha256));
+                fs.push(x);
+            }
+        }
+        progress.file_done(name, fs.len());
+        if let Ok(mut c) = collected.lock() {
+            c.push((s, fs));
+        }
+    });
+    for (s, fs) in collected.into_inner().unwrap_or_default() {
+        report.files_read += 1;
+        report.bytes_read += s.bytes_read;
+        report.regions_checked += s.regions;
+        report.experts_checked += s.experts;
+        report.source_bytes_compared += s.source_bytes;
+        report.direct_io |= s.direct;
+        faults.extend(fs);
+    }
+    faults
+        .sort_by(|a, b| (&a.file, a.offset, a.kind as u8).cmp(&(&b.file, b.offset, b.kind as u8)));
+    report.faults = faults;
+    report.seconds = t0.elapsed().as_secs_f64();
+    Ok(report)
+}

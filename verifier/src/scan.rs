@@ -1,0 +1,374 @@
+//! One JNF file, every byte, read once from the disk (`O_DIRECT` where allowed, so a page in the
+//! cache cannot hide a media error): each region hashed and compared with the source bytes its
+//! provenance names, padding checked zero, the index and header re-hashed from the disk's bytes,
+//! expert digests recomputed. Reading the next chunk overlaps checking the current one.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use tarfa_format::aligned::AlignedBuf;
+use tarfa_format::hash::{expert_digest, root_digest, DualHash, DualHasher};
+use tarfa_format::layout::{align_up, Role, FOOTER_LEN, NONE};
+use tarfa_format::validate::describe_location;
+use tarfa_format::JnfReader;
+
+use crate::report::{Fault, FaultKind};
+
+const CHUNK: usize = 8 << 20;
+
+/// What scanning one file found and read.
+#[derive(Debug, Default)]
+pub struct FileScan {
+    /// Faults.
+    pub faults: Vec<Fault>,
+    /// Bytes read from the file.
+    pub bytes_read: u64,
+    /// Regions hashed.
+    pub regions: u64,
+    /// Experts whose digests were recomputed.
+    pub experts: u64,
+    /// Bytes compared with the source.
+    pub source_bytes: u64,
+    /// Root digest recomputed from the header and footer as read from the disk.
+    pub root: Option<DualHash>,
+    /// Whether `O_DIRECT` was used.
+    pub direct: bool,
+}
+
+/// What a span of the file is.
+#[derive(Clone, Copy, Debug)]
+enum Span {
+    Header,
+    Region(usize),
+    Padding(usize),
+    Index,
+    IndexPadding,
+    Footer,
+}
+
+/// Open source files, by provenance name.
+#[derive(Debug)]
+pub struct Sources<'a> {
+    dir: Option<&'a Path>,
+    open: HashMap<String, Option<File>>,
+}
+
+impl<'a> Sources<'a> {
+    /// Sources under `dir`, or none.
+    pub fn new(dir: Option<&'a Path>) -> Sources<'a> {
+        Sources {
+            dir,
+            open: HashMap::new(),
+        }
+    }
+
+    fn file(&mut self, name: &str) -> Option<&File> {
+        let dir = self.dir?;
+        self.open
+            .entry(name.to_string())
+            .or_insert_with(|| File::open(dir.join(name)).ok())
+            .as_ref()
+    }
+}
+
+fn open_direct(path: &Path, direct: bool) -> std::io::Result<(File, bool)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    if direct {
+        if let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
+        {
+            return Ok((f, true));
+        }
+    }
+    Ok((File::open(path)?, false))
+}
+
+/// Per-region state while scanning.
+struct RegionState {
+    hasher: DualHasher,
+    /// First differing byte found so far (offset within the region), or a source read failure.
+    source_diff: Option<u64>,
+    source_error: Option<String>,
+}
+
+/// Scan `r`'s file. `label` names it in faults.
+pub fn scan_file(
+    r: &JnfReader,
+    label: &str,
+    sources: &mut Sources<'_>,
+    direct: bool,
+    on_bytes: &(dyn Fn(u64) + Sync),
+) -> FileScan {
+    let mut out = FileScan::default();
+    let idx = r.index();
+    let f = &idx.footer;
+    let (file, used_direct) = match open_direct(r.path(), direct) {
+        Ok(x) => x,
+        Err(e) => {
+            out.faults.push(Fault::new(
+                FaultKind::ReadError,
+                label,
+                format!("open: {e}"),
+            ));
+            return out;
+        }
+    };
+    out.direct = used_direct;
+
+    // The file's spans in order; each byte belongs to exactly one.
+    let mut spans: Vec<(u64, u64, Span)> = vec![(0, 4096, Span::Header)];
+    for (i, rec) in idx.regions.iter().enumerate() {
+        spans.push((rec.offset, rec.end(), Span::Region(i)));
+        let pad_end = align_up(rec.end()).unwrap_or(rec.end());
+        spans.push((rec.end(), pad_end, Span::Padding(i)));
+    }
+    let index_end = f.index_offset + f.index_len;
+    spans.push((f.index_offset, index_end, Span::Index));
+    spans.push((
+        index_end,
+        f.file_len - FOOTER_LEN as u64,
+        Span::IndexPadding,
+    ));
+    spans.push((f.file_len - FOOTER_LEN as u64, f.file_len, Span::Footer));
+    spans.retain(|s| s.0 < s.1);
+
+    let mut states: Vec<RegionState> = idx
+        .regions
+        .iter()
+        .map(|_| RegionState {
+            hasher: DualHasher::new(),
+            source_diff: None,
+            source_error: None,
+        })
+        .collect();
+    let mut header = Vec::with_capacity(4096);
+    let mut footer = Vec::with_capacity(FOOTER_LEN);
+    let mut index_hasher = DualHasher::new();
+    let mut padding_fault_in: Vec<bool> = vec![false; idx.regions.len() + 1];
+    let mut src_buf = Vec::new();
+
+    let mut cur = AlignedBuf::new(CHUNK);
+    let mut next = AlignedBuf::new(CHUNK);
+    let read = |buf: &mut AlignedBuf, at: u64| -> std::io::Result<usize> {
+        let n = (CHUNK as u64).min(f.file_len - at) as usize;
+        file.read_exact_at(&mut buf[..n], at).map(|()| n)
+    };
+    let mut at = 0u64;
+    let mut n = match read(&mut cur, 0) {
+        Ok(n) => n,
+        Err(e) => {
+            let mut x = Fault::new(FaultKind::ReadError, label, format!("read: {e}"));
+            x.offset = Some(0);
+            out.faults.push(x);
+            return out;
+        }
+    };
+    let mut span_i = 0;
+    loop {
+        let next_at = at + n as u64;
+        let more = next_at < f.file_len;
+        // Read the next chunk while this one is checked.
+        let (next_read, ()) = rayon::join(
+            || more.then(|| read(&mut next, next_at)),
+            || {
+                let chunk = &cur[..n];
+                // Dispatch the chunk's bytes to the spans they belong to.
+                while span_i < spans.len() && spans[span_i].0 < next_at {
+                    let (s0, s1, kind) = spans[span_i];
+                    let lo = s0.max(at);
+                    let hi = s1.min(next_at);
+                    let bytes = &chunk[(lo - at) as usize..(hi - at) as usize];
+                    match kind {
+                        Span::Header => header.extend_from_slice(bytes),
+                        Span::Footer => footer.extend_from_slice(bytes),
+                        Span::Index => index_hasher.update(bytes),
+                        Span::Padding(_) | Span::IndexPadding => {
+                            let slot = match kind {
+                                Span::Padding(i) => i,
+                                _ => idx.regions.len(),
+                            };
+                            if let Some(k) = bytes.iter().position(|&b| b != 0) {
+                                if !padding_fault_in[slot] {
+                                    padding_fault_in[slot] = true;
+                                    let mut x = Fault::new(
+                                        FaultKind::Padding,
+                                        label,
+                                        match kind {
+                                            Span::Padding(i) => {
+                                                format!("non-zero padding after region {i}")
+                                            }
+                                            _ => "non-zero padding after the index".to_string(),
+                                        },
+                                    );
+                                    x.offset = Some(lo + k as u64);
+                                    x.actual = Some(format!("{:#04x}", bytes[k]));
+                                    x.expected = Some("0x00".into());
+                                    if let Span::Padding(i) = kind {
+                                        x.tensor = Some(idx.name(i as u32).to_string());
+                                    }
+                                    out.faults.push(x);
+                                }
+                            }
+                        }
+                        Span::Region(i) => {
+                            let rec = &idx.regions[i];
+                            let st = &mut states[i];
+                            st.hasher.update(bytes);
+                            let within = lo - rec.offset;
+                            let src_file = idx.str(rec.src_file);
+                            if !src_file.is_empty()
+                                && st.source_diff.is_none()
+                                && st.source_error.is_none()
+                            {
+                                if let Some(sf) = sources.file(src_file) {
+                                    src_buf.resize(bytes.len(), 0);
+                                    match sf.read_exact_at(&mut src_buf, rec.src_begin + within) {
+                                        Ok(()) => {
+                                            out.source_bytes += bytes.len() as u64;
+                                            if let Some(k) =
+                                                bytes.iter().zip(&src_buf).position(|(a, b)| a != b)
+                                            {
+                                                st.source_diff = Some(within + k as u64);
+                                            }
+                                        }
+                                        Err(e) => st.source_error = Some(e.to_string()),
+                                    }
+                                } else if sources.dir.is_some() {
+                                    st.source_error =
+                                        Some(format!("cannot open source file {src_file}"));
+                                }
+                            }
+                        }
+                    }
+                    if s1 <= next_at {
+                        span_i += 1;
+                    } else {
+                        break;
+                    }
+                }
+            },
+        );
+        out.bytes_read += n as u64;
+        on_bytes(n as u64);
+        if !more {
+            break;
+        }
+        match next_read {
+            Some(Ok(m)) => {
+                std::mem::swap(&mut cur, &mut next);
+                at = next_at;
+                n = m;
+            }
+            Some(Err(e)) => {
+                let mut x = Fault::new(FaultKind::ReadError, label, format!("read: {e}"));
+                x.offset = Some(next_at);
+                out.faults.push(x);
+                return out;
+            }
+            None => break,
+        }
+    }
+
+    // Regions: hashes and source comparison.
+    let mut actual: Vec<DualHash> = Vec::with_capacity(states.len());
+    for (i, st) in states.into_iter().enumerate() {
+        let rec = &idx.regions[i];
+        let h = st.hasher.finish();
+        out.regions += 1;
+        let locate = |kind: FaultKind, detail: String| {
+            let mut x = Fault::new(kind, label, detail);
+            x.tensor = Some(idx.name(i as u32).to_string());
+            x.layer = (rec.layer != NONE).then_some(rec.layer);
+            x.expert = (rec.expert != NONE).then_some(rec.expert);
+            x.projection = (rec.expert != NONE).then(|| {
+                Role::from_code(rec.role)
+                    .map_or("?", Role::name)
+                    .to_string()
+            });
+            x.offset = Some(rec.offset);
+            x
+        };
+        for (algo, want, got) in [
+            ("blake3", rec.blake3, h.blake3),
+            ("sha256", rec.sha256, h.sha256),
+        ] {
+            if want != got {
+                let mut x = locate(
+                    FaultKind::RegionHash,
+                    format!(
+                        "{algo} of the region's bytes differs from the index ({})",
+                        describe_location(rec)
+                    ),
+                );
+                x.expected = Some(hex::encode(want));
+                x.actual = Some(hex::encode(got));
+                out.faults.push(x);
+                break;
+            }
+        }
+        if let Some(k) = st.source_diff {
+            let mut x = locate(
+                FaultKind::SourceMismatch,
+                format!(
+                    "differs from {} '{}' ({})",
+                    idx.str(rec.src_file),
+                    idx.str(rec.src_tensor),
+                    describe_location(rec)
+                ),
+            );
+            x.offset = Some(rec.offset + k);
+            x.source_offset = Some(rec.src_begin + k);
+            out.faults.push(x);
+        }
+        if let Some(e) = st.source_error {
+            let mut x = locate(FaultKind::Source, format!("source bytes unreadable: {e}"));
+            x.file = idx.str(rec.src_file).to_string();
+            out.faults.push(x);
+        }
+        actual.push(h);
+    }
+    // Experts: digests from the hashes just computed.
+    for e in &idx.experts {
+        out.experts += 1;
+        let range = e.first_region as usize..(e.first_region + e.region_count) as usize;
+        let d = expert_digest(
+            idx.regions[range.clone()]
+                .iter()
+                .zip(&actual[range])
+                .map(|(r, h)| (r.role, r.length, h)),
+        );
+        if d.blake3 != e.blake3 || d.sha256 != e.sha256 {
+            let mut x = Fault::new(
+                FaultKind::ExpertDigest,
+                label,
+                "expert digest of the bytes read differs from the index",
+            );
+            x.layer = Some(e.layer);
+            x.expert = Some(e.expert);
+            x.offset = Some(e.extent_offset);
+            x.expected = Some(hex::encode(e.blake3));
+            x.actual = Some(hex::encode(d.blake3));
+            out.faults.push(x);
+        }
+    }
+    let ih = index_hasher.finish();
+    if ih.blake3 != f.index_blake3 || ih.sha256 != f.index_sha256 {
+        let mut x = Fault::new(
+            FaultKind::IndexHash,
+            label,
+            "the index bytes on disk differ from the footer's hashes",
+        );
+        x.offset = Some(f.index_offset);
+        x.expected = Some(hex::encode(f.index_blake3));
+        x.actual = Some(hex::encode(ih.blake3));
+        out.faults.push(x);
+    }
+    if header.len() == 4096 && footer.len() == FOOTER_LEN {
+        out.root = Some(root_digest(&header, &footer));
+    }
+    out
+}
