@@ -23,7 +23,8 @@ fn rewrite(h: &Header, src: &dyn ByteSource) -> Vec<u8> {
         .iter()
         .map(|t| {
             let mut b = vec![0u8; t.byte_len as usize];
-            src.read_at(t.data_offset, &mut b).expect("tensor inside the file");
+            src.read_at(t.data_offset, &mut b)
+                .expect("tensor inside the file");
             b
         })
         .collect();
