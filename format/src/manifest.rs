@@ -111,6 +111,55 @@ pub struct Manifest {
     pub conversion: Conversion,
 }
 
+/// The manifest field holding [`content_digest`] of everything else in it.
+pub const DIGEST_KEY: &str = "digest";
+
+/// SHA-256 (hex) of the manifest's content without its `digest` field, in canonical JSON: object
+/// keys sorted by their UTF-8 bytes at every level, no whitespace, strings and numbers as
+/// serde_json writes them. Any change to the manifest after it was written changes it.
+pub fn content_digest(v: &serde_json::Value) -> String {
+    use sha2::Digest;
+    fn canon(v: &serde_json::Value, out: &mut Vec<u8>, top: bool) {
+        match v {
+            serde_json::Value::Object(o) => {
+                let mut keys: Vec<&String> = o
+                    .keys()
+                    .filter(|k| !top || k.as_str() != DIGEST_KEY)
+                    .collect();
+                keys.sort();
+                out.push(b'{');
+                for (i, k) in keys.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    out.extend_from_slice(
+                        serde_json::Value::String((*k).clone())
+                            .to_string()
+                            .as_bytes(),
+                    );
+                    out.push(b':');
+                    canon(&o[k.as_str()], out, false);
+                }
+                out.push(b'}');
+            }
+            serde_json::Value::Array(a) => {
+                out.push(b'[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(b',');
+                    }
+                    canon(x, out, false);
+                }
+                out.push(b']');
+            }
+            other => out.extend_from_slice(other.to_string().as_bytes()),
+        }
+    }
+    let mut bytes = Vec::new();
+    canon(v, &mut bytes, true);
+    hex::encode(sha2::Sha256::digest(&bytes))
+}
+
 fn is_hex64(s: &str) -> bool {
     s.len() == 64
         && s.bytes()
@@ -240,8 +289,24 @@ impl Manifest {
             )));
         }
         let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
-        let m: Manifest = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
-        m.check().map_err(bad)?;
+        Self::from_bytes(&bytes).map_err(bad)
+    }
+
+    /// Parse and check manifest bytes (digest, then the rules of §8.1).
+    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Manifest, String> {
+        let mut v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let recorded = v
+            .as_object_mut()
+            .and_then(|o| o.remove(DIGEST_KEY))
+            .ok_or_else(|| format!("no \"{DIGEST_KEY}\" field"))?;
+        let actual = content_digest(&v);
+        if recorded.as_str() != Some(actual.as_str()) {
+            return Err(format!(
+                "digest mismatch: the manifest was changed after it was written (recorded {recorded}, content hashes to {actual})"
+            ));
+        }
+        let m: Manifest = serde_json::from_value(v).map_err(|e| e.to_string())?;
+        m.check()?;
         Ok(m)
     }
 
@@ -252,10 +317,16 @@ impl Manifest {
             path: path.clone(),
             detail,
         })?;
-        let mut bytes = serde_json::to_vec_pretty(self).map_err(|e| Error::Manifest {
+        let ser = |e: serde_json::Error| Error::Manifest {
             path: path.clone(),
             detail: e.to_string(),
-        })?;
+        };
+        let mut v = serde_json::to_value(self).map_err(ser)?;
+        let digest = content_digest(&v);
+        if let Some(o) = v.as_object_mut() {
+            o.insert(DIGEST_KEY.into(), serde_json::Value::String(digest));
+        }
+        let mut bytes = serde_json::to_vec_pretty(&v).map_err(ser)?;
         bytes.push(b'\n');
         crate::publish::write_atomic(&path, &bytes)
     }
@@ -304,6 +375,26 @@ mod tests {
                 tool_version: "0".into(),
                 sources: vec![],
             },
+        }
+    }
+
+    #[test]
+    fn every_single_bit_flip_of_a_published_manifest_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        manifest().publish(dir.path()).expect("publish");
+        let path = dir.path().join(MANIFEST_NAME);
+        let good = std::fs::read(&path).expect("read");
+        assert_eq!(Manifest::load(dir.path()).expect("load"), manifest());
+        for i in 0..good.len() {
+            for bit in 0..8 {
+                let mut b = good.clone();
+                b[i] ^= 1 << bit;
+                assert!(
+                    Manifest::from_bytes(&b).is_err(),
+                    "flip of bit {bit} of byte {i} ({:?}) went unnoticed",
+                    good[i] as char
+                );
+            }
         }
     }
 
