@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use tarfa_format::manifest::{
     self, layer_file_name, Architecture, Conversion, FileEntry, FileKind, Manifest, SourceFile,
-    MANIFEST_NAME, TRUNK_NAME,
+    TRUNK_NAME,
 };
 use tarfa_format::writer::WriterOptions;
 use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
@@ -474,8 +474,10 @@ pub fn convert(
     let _lock = lock_output(out)?;
     remove_leftovers(out)?;
     let srcs = sources(&ck);
-    if out.join(MANIFEST_NAME).exists() {
-        let old = Manifest::load(out)?;
+    // A readable manifest naming other source shards means another checkpoint's conversion. An
+    // unreadable one (damaged, or from an older tarfa) is rewritten at the end; the layer files
+    // are held to the plan one by one either way.
+    if let Ok(old) = Manifest::load(out) {
         if old.conversion.sources != srcs {
             return Err(ConvertError::BadOutput {
                 path: out.to_path_buf(),
