@@ -15,6 +15,12 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when stdout is a closed pipe (`tarfa inspect … | head`)
+    // instead of panicking in println!.
+    // SAFETY: resetting a signal disposition to its default before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let args = cli::Cli::parse();
     let result = match &args.command {
         cli::Command::Inspect(a) => inspect::run(a),
