@@ -24,6 +24,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tarfa_format::hash::DualHasher;
+use tarfa_format::writer::WriterOptions;
 use tarfa_format::{Dtype, FileLayout, JnfReader, JnfWriter, RegionSpec, Role};
 
 type BenchResult<T> = Result<T, Box<dyn Error>>;
@@ -98,6 +99,7 @@ fn run(args: &Args, dir: &Path) -> BenchResult<()> {
     let tools = Tools::probe();
     let mut samples: Vec<RunSample> = Vec::with_capacity(args.runs);
     let mut written: Vec<PathBuf> = Vec::new();
+    let mut written_direct: Vec<PathBuf> = Vec::new();
     for run in 0..args.warmup + args.runs {
         if run < args.warmup {
             eprintln!("warm-up run {}/{} (not counted)", run + 1, args.warmup);
@@ -117,6 +119,19 @@ fn run(args: &Args, dir: &Path) -> BenchResult<()> {
             written.push(path);
         }
         s.tarfa = t.elapsed();
+
+        // The same with O_DIRECT (its own files, freed first like every writing step).
+        for p in written_direct.drain(..) {
+            std::fs::remove_file(p)?;
+        }
+        syncfs(dir)?;
+        let t = Instant::now();
+        for layer in &layers {
+            let (path, finish) = write_layer_with(dir, layer, true)?;
+            s.direct_finish += finish;
+            written_direct.push(path);
+        }
+        s.direct = t.elapsed();
 
         // Each writing step first frees its own previous output, so each writes into pages the
         // guest just freed: on a VM, pages idle for seconds go back to the host and cost a fault
@@ -159,9 +174,10 @@ fn run(args: &Args, dir: &Path) -> BenchResult<()> {
         syncfs(dir)?;
         s.write_only = time(|| write_only(&layers, &plain))?;
         eprintln!(
-            "  tarfa {:.3}s (finish {:.3}s), cp {}, baseline {}",
+            "  tarfa {:.3}s (finish {:.3}s), O_DIRECT {:.3}s, cp {}, baseline {}",
             s.tarfa.as_secs_f64(),
             s.tarfa_finish.as_secs_f64(),
+            s.direct.as_secs_f64(),
             s.cp.map_or("n/a".into(), |d| format!("{:.3}s", d.as_secs_f64())),
             s.baseline()
                 .map_or("n/a".into(), |b| format!("{:.3}s", b.as_secs_f64()))
@@ -192,6 +208,13 @@ fn run(args: &Args, dir: &Path) -> BenchResult<()> {
         raw_offset += planned.len();
     }
     eprintln!("verified {} (strict open + verify_data)", first.display());
+    for (b, d) in written.iter().zip(&written_direct) {
+        let (rb, rd) = (JnfReader::open(b)?, JnfReader::open(d)?);
+        if rb.root() != rd.root() || rb.footer().file_len != rd.footer().file_len {
+            return Err(format!("{} differs from its buffered twin", d.display()).into());
+        }
+    }
+    eprintln!("verified: the O_DIRECT files have the buffered files' root digests");
 
     let table = Table::new(&samples, generator, bytes);
     table.print(&tools, args.runs);
@@ -378,8 +401,27 @@ fn splitmix64(s: &mut u64) -> u64 {
 /// Write one layer file with the streaming writer; returns its path and the time `finish` took
 /// (index, fsync, rename, directory fsync).
 fn write_layer(dir: &Path, plan: &LayerPlan) -> BenchResult<(PathBuf, Duration)> {
-    let path = dir.join(format!("layer-{:05}.jnf", plan.layer));
-    let mut w = JnfWriter::create(&path, FileLayout::layer(plan.layer, EXPERTS_PER_LAYER))?;
+    write_layer_with(dir, plan, false)
+}
+
+/// [`write_layer`], with `O_DIRECT` writes when `direct_io` (into `direct/` under `dir`).
+fn write_layer_with(
+    dir: &Path,
+    plan: &LayerPlan,
+    direct_io: bool,
+) -> BenchResult<(PathBuf, Duration)> {
+    let path = if direct_io {
+        let d = dir.join("direct");
+        std::fs::create_dir_all(&d)?;
+        d.join(format!("layer-{:05}.jnf", plan.layer))
+    } else {
+        dir.join(format!("layer-{:05}.jnf", plan.layer))
+    };
+    let mut w = JnfWriter::create_with(
+        &path,
+        FileLayout::layer(plan.layer, EXPERTS_PER_LAYER),
+        WriterOptions { direct_io },
+    )?;
     for t in &plan.tensors {
         w.tensor(&t.spec, &mut t.source())?;
     }
@@ -577,6 +619,8 @@ impl Machine {
 struct RunSample {
     tarfa: Duration,
     tarfa_finish: Duration,
+    direct: Duration,
+    direct_finish: Duration,
     cp: Option<Duration>,
     fsync: Option<Duration>,
     b3sum: Option<Duration>,
@@ -622,6 +666,8 @@ struct Table {
     rows: Vec<Row>,
     /// Median over runs of tarfa / (cp + fsync + b3sum + openssl) in the same run.
     ratio: Option<f64>,
+    /// The same for the O_DIRECT write.
+    ratio_direct: Option<f64>,
     baseline: Option<f64>,
     bytes: u64,
 }
@@ -640,6 +686,14 @@ impl Table {
             ),
             row("tarfa write (2 hashes + fsync)", secs(&|s| Some(s.tarfa))),
             row("  of which finish (fsync)", secs(&|s| Some(s.tarfa_finish))),
+            row(
+                "tarfa write, O_DIRECT (2 hashes + fsync)",
+                secs(&|s| Some(s.direct)),
+            ),
+            row(
+                "  of which finish (fsync)",
+                secs(&|s| Some(s.direct_finish)),
+            ),
             row("cp", secs(&|s| s.cp)),
             row("sync FILE (fsync)", secs(&|s| s.fsync)),
             row("cp + fsync", secs(&|s| s.cp_fsync())),
@@ -660,9 +714,14 @@ impl Table {
             s.baseline()
                 .map(|b| s.tarfa.as_secs_f64() / b.as_secs_f64())
         }));
+        let ratio_direct = median(samples.iter().map(|s| {
+            s.baseline()
+                .map(|b| s.direct.as_secs_f64() / b.as_secs_f64())
+        }));
         Table {
             rows,
             ratio,
+            ratio_direct,
             baseline,
             bytes,
         }
@@ -691,6 +750,9 @@ impl Table {
                 "\nratio: skipped (missing tools: cp {}, sync {}, b3sum {}, openssl {})",
                 tools.cp, tools.sync, tools.b3sum, tools.openssl
             ),
+        }
+        if let Some(r) = self.ratio_direct {
+            println!("ratio tarfa O_DIRECT / (cp + fsync + b3sum + openssl): {r:.3} (median of per-run ratios)");
         }
     }
 

@@ -1,0 +1,841 @@
+//! HF safetensors to JNF conversion from a cold page cache, against `cat` of the source (cold)
+//! and against `cp -r` + `sync` + `sha256sum`, measured side by side in each run; medians.
+//!
+//! ```text
+//! cargo bench -p tarfa-converter --bench convert -- --runs 3 [--dir DIR] [--csv PATH] [--keep]
+//! ```
+//!
+//! The source is a generated Qwen3-MoE-shaped checkpoint (hidden 2048, expert intermediate 768,
+//! 128 experts per layer stored per expert, 3 layers, vocabulary 65,536, 4 shards, BF16): about
+//! 4 GiB. It is made once under `--dir` (default `target/bench-convert`), not timed, and reused by
+//! later runs when its marker and sizes match. Every run, one after another:
+//!
+//! 1. drop caches, time `cat SRC/*.safetensors > /dev/null`;
+//! 2. delete the previous output, drop caches, time `tarfa_converter::convert` in this process
+//!    with `direct_io: true`, and its peak RSS (VmHWM reset through `/proc/self/clear_refs`);
+//! 3. the same with `direct_io: false`;
+//! 4. delete the previous copy, drop caches, time `cp -r SRC DST`, `sync DST/*` (fsync of each
+//!    file, as the converter fsyncs what it writes) and `sha256sum DST/*.safetensors`.
+//!
+//! Then once with a warm cache, for context. Afterwards (not timed) the outputs are checked: the
+//! strict reader and `verify_data` on one layer file and on the trunk, a few regions compared with
+//! the source bytes, and the direct and buffered outputs must have the same root digests. All
+//! outputs are deleted at the end; the source too unless `--keep`.
+//!
+//! Dropping caches needs root (`echo 3 > /proc/sys/vm/drop_caches`); without it every figure is
+//! warm-cache, which the output says loudly and the CSV rows record.
+//!
+//! Data goes to stdout, progress to stderr.
+
+use std::error::Error;
+use std::fs::File;
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use tarfa_converter::testkit::{write_checkpoint, SynthSpec};
+use tarfa_converter::{convert, Options, Quiet};
+use tarfa_format::JnfReader;
+
+type BenchResult<T> = Result<T, Box<dyn Error>>;
+
+/// Written into the source directory after generation; names the shape it was made with.
+const MARKER: &str = "BENCH-CHECKPOINT-COMPLETE";
+
+fn spec() -> SynthSpec {
+    SynthSpec {
+        layers: 3,
+        experts: 128,
+        hidden: 2048,
+        inter: 768,
+        vocab: 65_536,
+        fused: false,
+        shards: 4,
+        mtp: false,
+    }
+}
+
+fn main() {
+    if let Err(e) = bench() {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn bench() -> BenchResult<()> {
+    let args = Args::parse()?;
+    let root = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-convert"));
+    std::fs::create_dir_all(&root)?;
+    let root = root.canonicalize()?;
+    let src = root.join("src-qwen3moe-h2048-i768-e128-l3");
+    let work = Work {
+        out_direct: root.join("out-direct"),
+        out_buffered: root.join("out-buffered"),
+        copy: root.join("cp-copy"),
+    };
+    work.remove_all()?;
+    let outcome = run(&args, &src, &work);
+    eprintln!("removing the outputs under {}", root.display());
+    let cleanup = work.remove_all();
+    if !args.keep {
+        eprintln!(
+            "removing the source checkpoint {} (--keep keeps it)",
+            src.display()
+        );
+        remove_dir_if_present(&src)?;
+    }
+    outcome.and(cleanup.map_err(Into::into))
+}
+
+/// The output directories of one run.
+#[derive(Debug)]
+struct Work {
+    out_direct: PathBuf,
+    out_buffered: PathBuf,
+    copy: PathBuf,
+}
+
+impl Work {
+    fn remove_all(&self) -> std::io::Result<()> {
+        remove_dir_if_present(&self.out_direct)?;
+        remove_dir_if_present(&self.out_buffered)?;
+        remove_dir_if_present(&self.copy)
+    }
+}
+
+fn run(args: &Args, src: &Path, work: &Work) -> BenchResult<()> {
+    let spec = spec();
+    let data = spec.data_bytes();
+    let load_start = loadavg();
+
+    // Room for the source (if it must be made), two conversions and one copy, plus a margin.
+    let have_src = source_is_complete(src, &spec)?;
+    let need = data * if have_src { 3 } else { 4 } + (1 << 30);
+    let parent = src.parent().ok_or("source directory has no parent")?;
+    let avail = free_bytes(parent)?;
+    if avail < need {
+        return Err(format!(
+            "not enough free space under {}: {avail} bytes free, {need} needed",
+            parent.display()
+        )
+        .into());
+    }
+    if have_src {
+        eprintln!("reusing the source checkpoint {}", src.display());
+    } else {
+        remove_dir_if_present(src)?;
+        eprintln!(
+            "generating the source checkpoint {} ({data} bytes, not timed)...",
+            src.display()
+        );
+        let t = Instant::now();
+        write_checkpoint(src, &spec)?;
+        std::fs::write(src.join(MARKER), marker_text(&spec))?;
+        eprintln!("  generated in {:.1}s", t.elapsed().as_secs_f64());
+    }
+    let shards = shard_paths(src)?;
+    let src_bytes: u64 = shards
+        .iter()
+        .map(|p| std::fs::metadata(p).map(|m| m.len()))
+        .sum::<std::io::Result<u64>>()?;
+
+    let machine = Machine::probe(src);
+    println!("# HF to JNF conversion (cold cache): tarfa convert vs cat and cp -r + sha256sum");
+    println!(
+        "cores: {}   cpu: {}   filesystem: {}   RAM: {}",
+        machine.cores, machine.cpu, machine.fs, machine.mem
+    );
+    println!(
+        "source: {} shards, {src_bytes} bytes ({:.2} GiB; {data} tensor bytes), {} layers x {} experts \
+         (BF16 gate/up [{}, {}], down [{}, {}]), vocab {}; runs: {}",
+        shards.len(),
+        src_bytes as f64 / f64::from(1u32 << 30),
+        spec.layers,
+        spec.experts,
+        spec.inter,
+        spec.hidden,
+        spec.hidden,
+        spec.inter,
+        spec.vocab,
+        args.runs
+    );
+    println!("load average at start: {load_start}");
+
+    let mut cold = true;
+    let mut samples: Vec<RunSample> = Vec::with_capacity(args.runs);
+    for run in 0..args.runs {
+        eprintln!("run {}/{}", run + 1, args.runs);
+        let mut s = RunSample::default();
+
+        cold &= drop_caches();
+        s.cat = tool(Command::new("cat").args(&shards).stdout(Stdio::null()))?;
+
+        for (direct, out) in [(true, &work.out_direct), (false, &work.out_buffered)] {
+            remove_dir_if_present(out)?;
+            cold &= drop_caches();
+            let c = convert_once(src, out, direct)?;
+            if direct {
+                s.direct = c;
+            } else {
+                s.buffered = c;
+            }
+        }
+
+        remove_dir_if_present(&work.copy)?;
+        cold &= drop_caches();
+        s.cp = tool(Command::new("cp").arg("-r").arg(src).arg(&work.copy))?;
+        let copies = shard_paths(&work.copy)?;
+        let mut sync = Command::new("sync");
+        sync.args(
+            std::fs::read_dir(&work.copy)?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<std::io::Result<Vec<_>>>()?,
+        );
+        s.sync = tool(&mut sync)?;
+        s.sha = tool(
+            Command::new("sha256sum")
+                .args(&copies)
+                .stdout(Stdio::null()),
+        )?;
+
+        eprintln!(
+            "  cat {:.3}s, convert direct {:.3}s ({} MiB), buffered {:.3}s ({} MiB), \
+             cp {:.3}s + sync {:.3}s + sha256sum {:.3}s",
+            s.cat.as_secs_f64(),
+            s.direct.wall.as_secs_f64(),
+            s.direct.hwm_kib / 1024,
+            s.buffered.wall.as_secs_f64(),
+            s.buffered.hwm_kib / 1024,
+            s.cp.as_secs_f64(),
+            s.sync.as_secs_f64(),
+            s.sha.as_secs_f64()
+        );
+        samples.push(s);
+    }
+    let load_end = loadavg();
+
+    // For context: once with the source in the page cache.
+    eprintln!("warm-cache conversion (context)...");
+    tool(Command::new("cat").args(&shards).stdout(Stdio::null()))?;
+    let warm_out = work.out_direct.with_file_name("out-warm");
+    remove_dir_if_present(&warm_out)?;
+    let warm = convert_once(src, &warm_out, true);
+    remove_dir_if_present(&warm_out)?;
+    let warm = warm?;
+
+    // Check what was written (not timed).
+    verify(src, &work.out_direct, &spec)?;
+    verify(src, &work.out_buffered, &spec)?;
+    same_roots(&work.out_direct, &work.out_buffered)?;
+    eprintln!("verified both outputs (strict open + verify_data, regions equal to the source)");
+
+    let reset_ok = samples.iter().all(|s| s.direct.reset && s.buffered.reset);
+    let table = Table::new(&samples, src_bytes, warm);
+    if !cold {
+        println!();
+        println!("!!!!!!!! WARNING: dropping the page cache failed (not root?). !!!!!!!!");
+        println!("!!!!!!!! EVERY FIGURE BELOW IS WARM-CACHE, NOT COLD.           !!!!!!!!");
+    }
+    table.print(args.runs, cold, reset_ok);
+    println!("\nload average at end: {load_end}");
+    if let Some(csv) = &args.csv {
+        table
+            .append_csv(csv, args.runs, cold, &machine, &load_end)
+            .map_err(|e| format!("appending to {}: {e}", csv.display()))?;
+        eprintln!("appended rows to {}", csv.display());
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The source.
+
+fn marker_text(spec: &SynthSpec) -> String {
+    format!("{spec:?} data_bytes={}\n", spec.data_bytes())
+}
+
+/// Whether `src` holds a complete checkpoint of `spec`: its marker matches, and its shards hold
+/// the tensor bytes plus headers (less than 1 MiB of them).
+fn source_is_complete(src: &Path, spec: &SynthSpec) -> BenchResult<bool> {
+    match std::fs::read_to_string(src.join(MARKER)) {
+        Ok(m) if m == marker_text(spec) => {}
+        _ => return Ok(false),
+    }
+    let shards = shard_paths(src)?;
+    if shards.len() != spec.shards as usize {
+        return Ok(false);
+    }
+    let mut total = 0u64;
+    for p in &shards {
+        total += std::fs::metadata(p)?.len();
+    }
+    Ok(total > spec.data_bytes() && total < spec.data_bytes() + (1 << 20))
+}
+
+/// The `*.safetensors` files of a directory, sorted.
+fn shard_paths(dir: &Path) -> BenchResult<Vec<PathBuf>> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir)? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "safetensors") {
+            v.push(p);
+        }
+    }
+    v.sort();
+    Ok(v)
+}
+
+/// Where a tensor's bytes are in the source: shard path and absolute byte range.
+fn locate(src: &Path, tensor: &str) -> BenchResult<(PathBuf, u64, u64)> {
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("model.safetensors.index.json"))?)?;
+    let shard = index["weight_map"][tensor]
+        .as_str()
+        .ok_or_else(|| format!("{tensor} is not in the source index"))?;
+    let path = src.join(shard);
+    let f = File::open(&path)?;
+    let mut len = [0u8; 8];
+    f.read_exact_at(&mut len, 0)?;
+    let n = u64::from_le_bytes(len);
+    let mut header = vec![0u8; usize::try_from(n)?];
+    f.read_exact_at(&mut header, 8)?;
+    let header: serde_json::Value = serde_json::from_slice(&header)?;
+    let offsets = &header[tensor]["data_offsets"];
+    let (b, e) = (offsets[0].as_u64(), offsets[1].as_u64());
+    let (Some(b), Some(e)) = (b, e) else {
+        return Err(format!("{tensor}: no data_offsets in {shard}").into());
+    };
+    Ok((path, 8 + n + b, 8 + n + e))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The steps.
+
+/// One conversion: wall time, CPU time of this process, peak RSS over the conversion.
+#[derive(Clone, Copy, Debug, Default)]
+struct ConvertSample {
+    wall: Duration,
+    cpu: Duration,
+    hwm_kib: u64,
+    /// Whether VmHWM was reset before the conversion (else it covers the whole process).
+    reset: bool,
+    bytes: u64,
+}
+
+fn convert_once(src: &Path, out: &Path, direct_io: bool) -> BenchResult<ConvertSample> {
+    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    if !reset {
+        eprintln!(
+            "  note: /proc/self/clear_refs refused the reset; VmHWM covers the whole process"
+        );
+    }
+    let cpu0 = cpu_time();
+    let t = Instant::now();
+    let summary = convert(
+        src,
+        out,
+        &Options {
+            layers: None,
+            direct_io,
+        },
+        &Quiet,
+    )?;
+    let wall = t.elapsed();
+    let cpu = cpu_time().saturating_sub(cpu0);
+    let hwm_kib = status_kib("VmHWM")?;
+    if summary.layers_written.len() != spec().layers as usize || !summary.trunk_written {
+        return Err(format!("conversion wrote too little: {summary:?}").into());
+    }
+    Ok(ConvertSample {
+        wall,
+        cpu,
+        hwm_kib,
+        reset,
+        bytes: summary.bytes_written,
+    })
+}
+
+/// The strict reader and every hash on one layer file and on the trunk; a few regions compared
+/// with the source's bytes.
+fn verify(src: &Path, out: &Path, spec: &SynthSpec) -> BenchResult<()> {
+    let layer = spec.layers / 2;
+    let layer_file = out.join(tarfa_format::manifest::layer_file_name(layer));
+    let trunk_file = out.join(tarfa_format::manifest::TRUNK_NAME);
+    let checks = [
+        (
+            &layer_file,
+            format!("model.layers.{layer}.self_attn.q_proj.weight"),
+        ),
+        (
+            &layer_file,
+            format!(
+                "model.layers.{layer}.mlp.experts.{}.down_proj.weight",
+                spec.experts / 2
+            ),
+        ),
+        (
+            &layer_file,
+            format!(
+                "model.layers.{layer}.mlp.experts.{}.gate_proj.weight",
+                spec.experts - 1
+            ),
+        ),
+        (&trunk_file, "model.norm.weight".to_string()),
+    ];
+    for file in [&layer_file, &trunk_file] {
+        let reader = JnfReader::open(file)
+            .map_err(|e| format!("VERIFY FAILED: {} does not open: {e}", file.display()))?;
+        reader
+            .verify_data()
+            .map_err(|e| format!("VERIFY FAILED: {}: {e}", file.display()))?;
+        for (f, name) in &checks {
+            if f != &file {
+                continue;
+            }
+            let region = reader
+                .region_by_name(name)
+                .ok_or_else(|| format!("VERIFY FAILED: {name} missing in {}", file.display()))?;
+            let got = reader.read_region(region)?;
+            let (path, b, e) = locate(src, name)?;
+            let mut want = vec![0u8; usize::try_from(e - b)?];
+            File::open(&path)?.read_exact_at(&mut want, b)?;
+            if got != want {
+                return Err(format!(
+                    "VERIFY FAILED: region {name} of {} differs from the source bytes",
+                    file.display()
+                )
+                .into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every JNF file of two outputs has the same root digests (the same bytes, §5.4).
+fn same_roots(a: &Path, b: &Path) -> BenchResult<()> {
+    let mut n = 0;
+    for e in std::fs::read_dir(a)? {
+        let p = e?.path();
+        if p.extension().is_some_and(|x| x == "jnf") {
+            let name = p.file_name().ok_or("no file name")?;
+            let ra = JnfReader::open(&p)?;
+            let rb = JnfReader::open(b.join(name))?;
+            if ra.root() != rb.root() || ra.footer().file_len != rb.footer().file_len {
+                return Err(format!(
+                    "VERIFY FAILED: {} differs between the direct and buffered outputs",
+                    name.to_string_lossy()
+                )
+                .into());
+            }
+            n += 1;
+        }
+    }
+    if n == 0 {
+        return Err("VERIFY FAILED: no JNF file in the output".into());
+    }
+    Ok(())
+}
+
+/// `sync; echo 3 > /proc/sys/vm/drop_caches`. Returns false (after a loud warning) when refused.
+fn drop_caches() -> bool {
+    let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+    match std::fs::write("/proc/sys/vm/drop_caches", "3") {
+        Ok(()) if synced => true,
+        Ok(()) => {
+            eprintln!("WARNING: sync failed before dropping caches");
+            true
+        }
+        Err(e) => {
+            eprintln!(
+                "!!!!!!!! WARNING: cannot drop caches ({e}); figures are WARM-CACHE !!!!!!!!"
+            );
+            false
+        }
+    }
+}
+
+/// Run a tool to completion; its wall time. A failure is an error.
+fn tool(cmd: &mut Command) -> BenchResult<Duration> {
+    let t = Instant::now();
+    let status = cmd.stdin(Stdio::null()).stderr(Stdio::inherit()).status()?;
+    let d = t.elapsed();
+    if !status.success() {
+        return Err(format!("{cmd:?} failed: {status}").into());
+    }
+    Ok(d)
+}
+
+/// User + system CPU time of this process (all threads).
+fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: as above; RUSAGE_SELF is a valid `who`.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| {
+        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
+    };
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// A `kB` field of `/proc/self/status`.
+fn status_kib(field: &str) -> BenchResult<u64> {
+    let s = std::fs::read_to_string("/proc/self/status")?;
+    let line = s
+        .lines()
+        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
+        .ok_or_else(|| format!("{field} not in /proc/self/status"))?;
+    let v = line[field.len() + 1..]
+        .split_whitespace()
+        .next()
+        .ok_or_else(|| format!("{field}: no value"))?;
+    Ok(v.parse()?)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// Free bytes for unprivileged users on the filesystem holding `dir` (`df`).
+fn free_bytes(dir: &Path) -> BenchResult<u64> {
+    let out = Command::new("df")
+        .args(["-B1", "--output=avail"])
+        .arg(dir)
+        .output()?;
+    let s = String::from_utf8_lossy(&out.stdout);
+    let v = s
+        .lines()
+        .nth(1)
+        .ok_or("df printed no value")?
+        .trim()
+        .parse()?;
+    Ok(v)
+}
+
+fn remove_dir_if_present(path: &Path) -> std::io::Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Machine and results.
+
+#[derive(Debug)]
+struct Machine {
+    cores: usize,
+    cpu: String,
+    fs: String,
+    mem: String,
+}
+
+impl Machine {
+    fn probe(dir: &Path) -> Machine {
+        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+        let field = |file: &str, key: &str| {
+            std::fs::read_to_string(file).ok().and_then(|s| {
+                s.lines()
+                    .find(|l| l.starts_with(key))
+                    .and_then(|l| l.split_once(':'))
+                    .map(|(_, v)| v.trim().to_string())
+            })
+        };
+        let cpu = field("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into());
+        let mem = field("/proc/meminfo", "MemTotal").unwrap_or_else(|| "unknown".into());
+        let fs = Command::new("findmnt")
+            .args(["-n", "-o", "FSTYPE,SOURCE,OPTIONS", "--target"])
+            .arg(dir)
+            .output()
+            .ok()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .filter(|s| !s.is_empty())
+            .unwrap_or_else(|| "unknown".into());
+        Machine {
+            cores,
+            cpu,
+            fs,
+            mem,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct RunSample {
+    cat: Duration,
+    direct: ConvertSample,
+    buffered: ConvertSample,
+    cp: Duration,
+    sync: Duration,
+    sha: Duration,
+}
+
+impl RunSample {
+    fn baseline(&self) -> Duration {
+        self.cp + self.sync + self.sha
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+#[derive(Debug)]
+struct Row {
+    step: &'static str,
+    seconds: f64,
+    cpu: Option<f64>,
+    hwm_mib: Option<f64>,
+}
+
+#[derive(Debug)]
+struct Table {
+    rows: Vec<Row>,
+    /// (name, median of per-run ratios, per-run ratios)
+    ratios: Vec<(&'static str, f64, Vec<f64>)>,
+    max_hwm_mib: f64,
+    bytes: u64,
+    region_bytes: u64,
+}
+
+impl Table {
+    fn new(samples: &[RunSample], bytes: u64, warm: ConvertSample) -> Table {
+        let secs = |f: &dyn Fn(&RunSample) -> Duration| {
+            median(samples.iter().map(|s| f(s).as_secs_f64()).collect())
+        };
+        let conv = |f: &dyn Fn(&RunSample) -> ConvertSample| {
+            let c: Vec<ConvertSample> = samples.iter().map(f).collect();
+            (
+                median(c.iter().map(|c| c.wall.as_secs_f64()).collect()),
+                median(c.iter().map(|c| c.cpu.as_secs_f64()).collect()),
+                median(c.iter().map(|c| c.hwm_kib as f64 / 1024.0).collect()),
+            )
+        };
+        let row = |step, (seconds, cpu, hwm): (f64, f64, f64)| Row {
+            step,
+            seconds,
+            cpu: Some(cpu),
+            hwm_mib: Some(hwm),
+        };
+        let plain = |step, seconds| Row {
+            step,
+            seconds,
+            cpu: None,
+            hwm_mib: None,
+        };
+        let rows = vec![
+            plain("cat SRC/*.safetensors > /dev/null (cold)", secs(&|s| s.cat)),
+            row("tarfa convert, O_DIRECT (cold)", conv(&|s| s.direct)),
+            row("tarfa convert, buffered (cold)", conv(&|s| s.buffered)),
+            plain("cp -r SRC DST (cold)", secs(&|s| s.cp)),
+            plain("sync DST/* (fsync)", secs(&|s| s.sync)),
+            plain("sha256sum DST/*.safetensors (warm)", secs(&|s| s.sha)),
+            plain("cp -r + sync + sha256sum", secs(&|s| s.baseline())),
+            row(
+                "tarfa convert, O_DIRECT, WARM cache, once (context)",
+                (
+                    warm.wall.as_secs_f64(),
+                    warm.cpu.as_secs_f64(),
+                    warm.hwm_kib as f64 / 1024.0,
+                ),
+            ),
+        ];
+        let ratio = |f: &dyn Fn(&RunSample) -> f64| {
+            let v: Vec<f64> = samples.iter().map(f).collect();
+            (median(v.clone()), v)
+        };
+        let mut ratios = Vec::new();
+        for (name, f) in [
+            (
+                "convert O_DIRECT / cat (cold)",
+                &(|s: &RunSample| s.direct.wall.as_secs_f64() / s.cat.as_secs_f64())
+                    as &dyn Fn(&RunSample) -> f64,
+            ),
+            ("convert buffered / cat (cold)", &|s: &RunSample| {
+                s.buffered.wall.as_secs_f64() / s.cat.as_secs_f64()
+            }),
+            (
+                "convert O_DIRECT / (cp -r + sync + sha256sum)",
+                &|s: &RunSample| s.direct.wall.as_secs_f64() / s.baseline().as_secs_f64(),
+            ),
+            (
+                "convert buffered / (cp -r + sync + sha256sum)",
+                &|s: &RunSample| s.buffered.wall.as_secs_f64() / s.baseline().as_secs_f64(),
+            ),
+        ] {
+            let (m, v) = ratio(f);
+            ratios.push((name, m, v));
+        }
+        let max_hwm_mib = samples
+            .iter()
+            .flat_map(|s| [s.direct.hwm_kib, s.buffered.hwm_kib])
+            .chain([warm.hwm_kib])
+            .max()
+            .unwrap_or(0) as f64
+            / 1024.0;
+        Table {
+            rows,
+            ratios,
+            max_hwm_mib,
+            bytes,
+            region_bytes: samples.first().map_or(0, |s| s.direct.bytes),
+        }
+    }
+
+    fn print(&self, runs: usize, cold: bool, reset_ok: bool) {
+        let hwm_note = if reset_ok {
+            "peak RSS over the conversion (VmHWM after a clear_refs reset)"
+        } else {
+            "VmHWM of the WHOLE process (clear_refs reset refused)"
+        };
+        println!();
+        println!(
+            "| step (median of {runs}{}) | seconds | GB/s | CPU s | peak RSS MiB |",
+            if cold { "" } else { ", WARM CACHE" }
+        );
+        println!("| --- | ---: | ---: | ---: | ---: |");
+        for r in &self.rows {
+            let opt = |v: Option<f64>, p: usize| v.map_or(String::new(), |v| format!("{v:.p$}"));
+            println!(
+                "| {} | {:.3} | {:.2} | {} | {} |",
+                r.step,
+                r.seconds,
+                self.bytes as f64 / r.seconds / 1e9,
+                opt(r.cpu, 2),
+                opt(r.hwm_mib, 1)
+            );
+        }
+        println!(
+            "\nGB/s is {} source bytes (all shards) / seconds / 1e9; each conversion writes {} \
+             region bytes. Peak RSS: {hwm_note}.",
+            self.bytes, self.region_bytes
+        );
+        println!();
+        for (name, m, v) in &self.ratios {
+            let per: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
+            println!("ratio {name}: {m:.3} (median; per run {})", per.join(", "));
+        }
+        let cat_ratio = self.ratios.first().map_or(f64::NAN, |r| r.1);
+        println!(
+            "\ngoal convert <= 1.3x cold cat: {} ({cat_ratio:.3}x, O_DIRECT)",
+            if cat_ratio <= 1.3 { "MET" } else { "NOT MET" }
+        );
+        println!(
+            "goal peak RSS < 1 GiB: {} (largest {:.1} MiB)",
+            if self.max_hwm_mib < 1024.0 {
+                "MET"
+            } else {
+                "NOT MET"
+            },
+            self.max_hwm_mib
+        );
+    }
+
+    fn append_csv(
+        &self,
+        path: &Path,
+        runs: usize,
+        cold: bool,
+        m: &Machine,
+        load: &str,
+    ) -> BenchResult<()> {
+        let new = !path.exists();
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        if new {
+            writeln!(
+                f,
+                "unix_time,step,bytes,runs,cache,median_s,gb_per_s,cpu_s,peak_rss_mib,cores,cpu,loadavg"
+            )?;
+        }
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let cache = if cold { "cold" } else { "WARM-drop-refused" };
+        let cpu = m.cpu.replace(',', " ");
+        let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
+        for r in &self.rows {
+            writeln!(
+                f,
+                "{now},{},{},{runs},{cache},{:.4},{:.3},{},{},{},{cpu},{load}",
+                r.step.replace(',', " "),
+                self.bytes,
+                r.seconds,
+                self.bytes as f64 / r.seconds / 1e9,
+                opt(r.cpu),
+                opt(r.hwm_mib),
+                m.cores
+            )?;
+        }
+        for (name, med, _) in &self.ratios {
+            writeln!(
+                f,
+                "{now},ratio {},{},{runs},{cache},{med:.4},,,,{},{cpu},{load}",
+                name.replace(',', " "),
+                self.bytes,
+                m.cores
+            )?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Arguments.
+
+#[derive(Debug)]
+struct Args {
+    runs: usize,
+    dir: Option<PathBuf>,
+    csv: Option<PathBuf>,
+    keep: bool,
+}
+
+impl Args {
+    fn parse() -> BenchResult<Args> {
+        let mut a = Args {
+            runs: 3,
+            dir: None,
+            csv: None,
+            keep: false,
+        };
+        let mut it = std::env::args().skip(1);
+        while let Some(arg) = it.next() {
+            let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
+            match arg.as_str() {
+                "--runs" => a.runs = value()?.parse()?,
+                "--dir" => a.dir = Some(value()?.into()),
+                "--csv" => a.csv = Some(value()?.into()),
+                "--keep" => a.keep = true,
+                // `cargo bench` passes --bench to every harness = false target.
+                "--bench" => {}
+                "-h" | "--help" => {
+                    println!("convert [--runs N] [--dir DIR] [--csv PATH] [--keep]");
+                    std::process::exit(0);
+                }
+                other => return Err(format!("unknown argument {other:?}; try --help").into()),
+            }
+        }
+        if a.runs == 0 {
+            return Err("--runs must be at least 1".into());
+        }
+        Ok(a)
+    }
+}
