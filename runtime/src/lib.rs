@@ -1,5 +1,45 @@
 //! # tarfa-runtime
 //!
-//! Streams expert extents from NVMe (io_uring, O_DIRECT) into a pinned ring and decodes exactly.
-//! It is built in its own issues on top of [`tarfa_format::JnfReader`]'s O(1)
-//! `(layer, expert, projection)` lookup; until then this crate holds no code.
+//! Streams expert extents of a JNF model directory from disk into a pinned ring of slots,
+//! checks each one's BLAKE3 as it lands, and hands them out in completion order. (Decoding is
+//! built on top of this in later issues.)
+//!
+//! - [`ModelExperts`]: where each `(layer, expert)` lies — its layer file and its extent, one
+//!   4096-aligned contiguous range read in one `O_DIRECT` request — and its recorded hashes.
+//! - [`ExpertSource`]: the model, a [`PinnedRing`] of slots sized to the largest expert
+//!   (`mlock`'d; a refusal is a warning), and one of three backends behind [`ReadBackend`]:
+//!   io_uring (the default on Linux: `O_DIRECT`, registered files and fixed buffers, queue depth
+//!   64–256, batched submission), a pread thread pool (the reference and the fallback), and
+//!   mmap + copy (for comparison). At start-up it probes io_uring and says in its
+//!   [`SourceReport`] what runs and why. `TARFA_IO_BACKEND` (or [`SourceOptions::backend`])
+//!   forces a backend; `TARFA_REQUIRE_IO_URING=1` turns a fallback from io_uring into an error.
+//! - [`ExpertSource::prefetch`]: ask for a set of experts, receive [`LandedExpert`]s as they land
+//!   and pass their check, out of order. An error (a failed read, a BLAKE3 mismatch naming layer,
+//!   expert, file and offset) ends the prefetch; ending it, by error or by drop, waits for the
+//!   reads in flight and frees their slots.
+//!
+//! Slot lifetime is explicit: a slot belongs to the free list, to one writer token (the CPU or the
+//! kernel filling it), or to one landed expert, and is reused only after its token is dropped —
+//! never while the kernel may still write it. All unsafe code is in the `pinned` module, with
+//! `# Safety` contracts; the crate denies it elsewhere.
+
+#![deny(unsafe_code)]
+
+pub mod backend;
+pub mod bench;
+mod error;
+pub mod model;
+mod pinned;
+pub mod prefetch;
+pub mod source;
+pub mod verify;
+
+pub use backend::{BackendKind, ReadBackend};
+pub use error::StreamError;
+pub use model::{ExpertExtent, ModelExperts, RegionSpan};
+pub use pinned::{LandedSlot, PinState, PinnedRing, SlotWrite};
+pub use prefetch::{LandedExpert, Prefetch};
+pub use source::{
+    probe_io_uring, BackendChoice, ExpertSource, SourceOptions, SourceReport, ENV_BACKEND,
+    ENV_REQUIRE_IO_URING,
+};
