@@ -21,8 +21,9 @@ pub enum Command {
     /// provenance. Opening a file checks its whole structure (not its data; see `verify`).
     Inspect(InspectArgs),
     /// Convert a Hugging Face safetensors checkpoint (a directory: one model.safetensors or
-    /// shards with model.safetensors.index.json) into a JNF model directory, one layer range at a
-    /// time. Rerunning skips layers already present and checked; a killed run resumes.
+    /// shards with model.safetensors.index.json) or a GGUF file (for a split set, any part) into
+    /// a JNF model directory, one layer range at a time. Rerunning skips layers already present
+    /// and checked; a killed run resumes.
     Convert(ConvertArgs),
     /// Re-read every byte of a JNF model directory: recompute every region, expert, index and
     /// root hash, check padding, hold the manifest to the directory, and compare every region
@@ -36,7 +37,8 @@ pub enum Command {
 pub struct VerifyArgs {
     /// The model directory.
     pub dir: PathBuf,
-    /// The source checkpoint directory, to compare every region with the bytes it came from.
+    /// The source checkpoint directory (or a GGUF file, standing for its directory), to compare
+    /// every region with the bytes it came from.
     #[arg(long)]
     pub source: Option<PathBuf>,
     /// Read only these layers' files in full (inclusive, e.g. `0-11`); every file's structure
@@ -60,7 +62,7 @@ pub struct VerifyArgs {
 /// `tarfa convert`.
 #[derive(Debug, clap::Args)]
 pub struct ConvertArgs {
-    /// The checkpoint directory.
+    /// The checkpoint directory, or a `.gguf` file (for a split set, any part).
     pub source: PathBuf,
     /// The model directory to write (created if missing; never the source directory).
     #[arg(short, long)]

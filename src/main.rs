@@ -50,7 +50,7 @@ fn main() -> ExitCode {
                                 | C::BadTensor { .. }
                                 | C::BadSource { .. }
                                 | C::BadExperts { .. }
-                        )
+                        ) || matches!(e, C::Gguf(g) if g.violation().is_some())
                     });
             if invalid {
                 eprintln!("hint: the file breaks a rule of spec/JNF_V1.md; it was not written by a conforming writer or was damaged since");

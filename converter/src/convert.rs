@@ -17,6 +17,7 @@ use tarfa_format::writer::WriterOptions;
 use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
 
 use crate::error::ConvertError;
+use crate::gguf_source;
 use crate::plan::{plan, Item, Plan};
 use crate::source::Checkpoint;
 
@@ -448,7 +449,8 @@ fn jnf_entry(path: &Path, kind: FileKind, layer: Option<u32>) -> Result<FileEntr
     })
 }
 
-/// Convert the HF checkpoint in `src` into the model directory `out`.
+/// Convert `src` into the model directory `out`: an HF checkpoint directory, or a GGUF file (a
+/// `.gguf` name or the GGUF magic; for a split set, any part).
 pub fn convert(
     src: &Path,
     out: &Path,
@@ -456,14 +458,33 @@ pub fn convert(
     progress: &dyn Progress,
 ) -> Result<Summary, ConvertError> {
     let t0 = Instant::now();
-    let ck = Checkpoint::open(src)?;
-    let plan = plan(&ck)?;
+    let gguf = gguf_source::is_gguf(src);
+    let (ck, plan) = if gguf {
+        let ck = gguf_source::open(src)?;
+        let plan = crate::gguf_plan::plan(&ck)?;
+        (ck, plan)
+    } else {
+        let ck = Checkpoint::open(src)?;
+        let plan = plan(&ck)?;
+        (ck, plan)
+    };
+    // Output names never collide with GGUF part names, so OUT may be the GGUF's directory; it
+    // may not be one of the parts themselves.
+    if let Some(s) = ck.shards.iter().find(|s| same_dir(&s.path, out)) {
+        return Err(ConvertError::BadOutput {
+            path: out.to_path_buf(),
+            detail: format!(
+                "the output is the source file {}; give a directory to write into",
+                s.rel
+            ),
+        });
+    }
     std::fs::create_dir_all(out).map_err(|source| ConvertError::Io {
         path: out.to_path_buf(),
         op: "create directory",
         source,
     })?;
-    if same_dir(src, out) {
+    if !gguf && same_dir(src, out) {
         return Err(ConvertError::BadOutput {
             path: out.to_path_buf(),
             detail:
@@ -520,7 +541,8 @@ pub fn convert(
         direct_io: opts.direct_io,
         ..Summary::default()
     };
-    let mut files = copy_aux(&ck, out)?;
+    // A GGUF holds its tokenizer and config in its key/values: no aux files.
+    let mut files = if gguf { Vec::new() } else { copy_aux(&ck, out)? };
     if let Some(bytes) = ctx.write_trunk(&plan)? {
         summary.trunk_written = true;
         summary.bytes_written += bytes;
@@ -569,7 +591,7 @@ pub fn convert(
         format: manifest::FORMAT_NAME.into(),
         format_version: [1, 0],
         architecture: Architecture {
-            source_format: "safetensors".into(),
+            source_format: if gguf { "gguf" } else { "safetensors" }.into(),
             config: ck.config.clone(),
             num_layers: plan.num_layers,
         },

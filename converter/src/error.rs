@@ -74,6 +74,9 @@ pub enum ConvertError {
     /// Arguments that make no sense.
     #[error("{0}")]
     Usage(String),
+    /// A GGUF source breaks a GGUF rule, or reading it failed.
+    #[error(transparent)]
+    Gguf(#[from] tarfa_gguf::Error),
     /// Writing or reading JNF failed.
     #[error(transparent)]
     Format(#[from] tarfa_format::Error),

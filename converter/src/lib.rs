@@ -1,7 +1,7 @@
 //! # tarfa-converter
 //!
-//! Turns Hugging Face safetensors checkpoints into JNF v1 model directories, one layer range at a
-//! time (`tarfa convert SRC -o OUT --layers A-B`):
+//! Turns Hugging Face safetensors checkpoints and GGUF models into JNF v1 model directories, one
+//! layer range at a time (`tarfa convert SRC -o OUT --layers A-B`):
 //!
 //! - [`source`]: reads shard headers strictly (`model.safetensors` or a sharded index) and streams
 //!   tensor bytes by `pread`;
@@ -9,12 +9,14 @@
 //!   expert layouts, plain layer tensors, MTP layers, the trunk;
 //! - [`convert`]: writes trunk and layer files through [`tarfa_format::JnfWriter`], skips layers
 //!   already present and checked, checks free space first, and publishes the manifest last;
+//! - [`gguf_source`], [`gguf_plan`]: the same for a GGUF file or split set: parts as shards,
+//!   key/values as the config, `blk.N.ffn_*_exps` stacks cut per expert;
 //! - [`testkit`]: generated checkpoints for tests and benchmarks.
-//!
-//! GGUF sources are added by their own issue.
 
 pub mod convert;
 pub mod error;
+pub mod gguf_plan;
+pub mod gguf_source;
 pub mod plan;
 pub mod source;
 pub mod testkit;

@@ -33,7 +33,8 @@ pub struct Slice {
 }
 
 impl Slice {
-    fn whole(t: &SourceTensor) -> Slice {
+    /// The whole tensor.
+    pub(crate) fn whole(t: &SourceTensor) -> Slice {
         Slice {
             tensor: t.name.clone(),
             shard: t.shard,
@@ -352,7 +353,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     Ok(plan)
 }
 
-fn check_uniform(layer: u32, grid: &[Vec<Item>]) -> Result<(), ConvertError> {
+pub(crate) fn check_uniform(layer: u32, grid: &[Vec<Item>]) -> Result<(), ConvertError> {
     let roles = |items: &Vec<Item>| items.iter().map(|i| i.role).collect::<Vec<_>>();
     let Some(first) = grid.first().map(roles) else {
         return Ok(());

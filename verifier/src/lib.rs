@@ -124,9 +124,44 @@ fn safetensors_header_sha256(path: &Path) -> std::io::Result<String> {
     Ok(hex::encode(h.finalize()))
 }
 
-/// Verify the model directory `dir`.
+/// The SHA-256 of a GGUF part's header: its bytes `0..data_start` (header and padding), as the
+/// converter records it. The header is parsed with the hardened reader first.
+fn gguf_header_sha256(path: &Path) -> std::io::Result<String> {
+    use sha2::Digest;
+    use tarfa_gguf::ByteSource;
+    let src = tarfa_gguf::FileSource::open(path)?;
+    let h = tarfa_gguf::read_header(&src).map_err(std::io::Error::other)?;
+    let n = usize::try_from(h.data_start).map_err(std::io::Error::other)?;
+    let mut head = vec![0u8; n];
+    src.read_at(0, &mut head)?;
+    Ok(hex::encode(sha2::Sha256::digest(&head)))
+}
+
+/// The header hash of a source file in the form `source_format` names.
+fn source_header_sha256(source_format: &str, path: &Path) -> std::io::Result<String> {
+    match source_format {
+        "gguf" => gguf_header_sha256(path),
+        _ => safetensors_header_sha256(path),
+    }
+}
+
+/// Verify the model directory `dir`. A `source` that is a file (a GGUF, or one part of a split
+/// set) stands for its directory, where the manifest's source paths are.
 pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Report, VerifyError> {
     let t0 = Instant::now();
+    let opts = &Options {
+        source: opts.source.as_ref().map(|s| match s.parent() {
+            Some(p) if s.is_file() => {
+                if p.as_os_str().is_empty() {
+                    PathBuf::from(".")
+                } else {
+                    p.to_path_buf()
+                }
+            }
+            _ => s.clone(),
+        }),
+        ..opts.clone()
+    };
     if !dir.is_dir() {
         return Err(VerifyError::NotADirectory(dir.to_path_buf()));
     }
@@ -216,7 +251,7 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
                         }
                         Ok(_) => {
                             if let Some(want) = &s.header_sha256 {
-                                let got = safetensors_header_sha256(&p)
+                                let got = source_header_sha256(&m.architecture.source_format, &p)
                                     .unwrap_or_else(|e| format!("unreadable: {e}"));
                                 if &got != want {
                                     let mut x = Fault::new(
