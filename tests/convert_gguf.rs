@@ -1,0 +1,139 @@
+//! End-to-end `tarfa convert model.gguf` and `tarfa verify --source`: what a user runs, the exit
+//! codes, and a damaged GGUF byte located exactly.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value as Json;
+
+fn fixture(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/gguf")
+        .join(rel)
+}
+
+fn tarfa(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_tarfa"))
+        .args(args)
+        .output()
+        .expect("run tarfa");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn path(p: &Path) -> &str {
+    p.to_str().expect("utf8")
+}
+
+#[test]
+fn convert_gguf_with_verify_reports_no_fault_and_verify_source_agrees() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let (code, stdout, err) = tarfa(&[
+        "convert",
+        path(&fixture("moe-model.gguf")),
+        "-o",
+        path(&out),
+        "--verify",
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    assert!(stdout.contains("3 layers written"), "{stdout}");
+    assert!(stdout.contains("8 experts"), "{stdout}");
+    assert!(stdout.contains("0 fault(s)"), "{stdout}");
+    // The source directory, or the GGUF file standing for it.
+    for source in [fixture(""), fixture("moe-model.gguf")] {
+        let (code, stdout, err) = tarfa(&["verify", path(&out), "--source", path(&source)]);
+        assert_eq!(code, 0, "{stdout}{err}");
+        assert!(stdout.contains("0 fault(s)"), "{stdout}");
+    }
+}
+
+#[test]
+fn convert_split_gguf_from_its_second_part_verifies_clean() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let (code, stdout, err) = tarfa(&[
+        "convert",
+        path(&fixture("split-00002-of-00003.gguf")),
+        "-o",
+        path(&out),
+        "--layers",
+        "0",
+        "--verify",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let (code, stdout, err) = tarfa(&["verify", path(&out), "--source", path(&fixture(""))]);
+    assert_eq!(code, 0, "{stdout}{err}");
+}
+
+#[test]
+fn a_flipped_gguf_byte_is_a_source_mismatch_at_its_offset() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src_dir = tmp.path().join("src");
+    std::fs::create_dir(&src_dir).expect("mkdir");
+    let src = src_dir.join("m.gguf");
+    std::fs::copy(fixture("moe-model.gguf"), &src).expect("copy");
+    let out = tmp.path().join("out");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
+    assert_eq!(code, 0, "{err}");
+
+    // A byte in the middle of expert 2 of blk.1.ffn_up_exps.weight (Q5_K).
+    let g = tarfa_gguf::GgufFile::open(&src).expect("gguf");
+    let t = g
+        .header()
+        .tensor("blk.1.ffn_up_exps.weight")
+        .expect("tensor");
+    let range = tarfa_gguf::expert_range(t, 2).expect("expert 2");
+    let at = range.start + 77;
+    let mut bytes = std::fs::read(&src).expect("read");
+    bytes[at as usize] ^= 0x10;
+    std::fs::write(&src, &bytes).expect("write");
+
+    let (code, stdout, err) = tarfa(&["verify", path(&out), "--source", path(&src_dir), "--json"]);
+    assert_eq!(code, 1, "{stdout}{err}");
+    let report: Json = serde_json::from_str(&stdout).expect("json");
+    let faults = report["faults"].as_array().expect("faults");
+    assert_eq!(faults.len(), 1, "{stdout}");
+    let f = &faults[0];
+    assert_eq!(f["kind"], "source_mismatch", "{f}");
+    assert_eq!(f["file"], "layer-00001.jnf", "{f}");
+    assert_eq!(f["layer"], 1, "{f}");
+    assert_eq!(f["expert"], 2, "{f}");
+    assert_eq!(f["projection"], "up", "{f}");
+    assert_eq!(f["source_offset"], at, "{f}");
+
+    // A changed header (a key/value's byte) is named as a changed source header.
+    let kv_at = bytes
+        .windows(7)
+        .position(|w| w == b"glm4moe")
+        .expect("arch string");
+    bytes[kv_at + 1] ^= 0x20;
+    bytes[at as usize] ^= 0x10;
+    std::fs::write(&src, &bytes).expect("write");
+    let (code, stdout, _) = tarfa(&["verify", path(&out), "--source", path(&src_dir), "--json"]);
+    assert_eq!(code, 1, "{stdout}");
+    let report: Json = serde_json::from_str(&stdout).expect("json");
+    let kinds: Vec<&str> = report["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter_map(|f| f["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["source"], "{stdout}");
+}
+
+#[test]
+fn convert_refuses_a_truncated_gguf_with_exit_1() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("t.gguf");
+    let bytes = std::fs::read(fixture("moe.gguf")).expect("read");
+    std::fs::write(&src, &bytes[..bytes.len() / 2]).expect("write");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&tmp.path().join("o"))]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("t.gguf"), "{err}");
+}
