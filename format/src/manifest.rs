@@ -328,6 +328,9 @@ impl Manifest {
         }
         let mut bytes = serde_json::to_vec_pretty(&v).map_err(ser)?;
         bytes.push(b'\n');
+        if std::fs::read(&path).ok().as_deref() == Some(&bytes[..]) {
+            return Ok(()); // already this manifest: a rerun that changed nothing rewrites nothing
+        }
         crate::publish::write_atomic(&path, &bytes)
     }
 
