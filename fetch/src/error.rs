@@ -1,0 +1,229 @@
+//! Typed errors. A response that is not exactly what was asked for is its own variant, never data;
+//! [`FetchError::is_transient`] says which ones a retry may cure.
+
+use std::io;
+use std::path::PathBuf;
+
+/// Result with this crate's [`FetchError`].
+pub type Result<T, E = FetchError> = std::result::Result<T, E>;
+
+/// Why a fetch stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// SOURCE is not an http(s) URL, an `hf://owner/repo[@rev]/path` or a local path we can read.
+    #[error("{source_arg}: {detail}")]
+    BadSource {
+        /// The SOURCE argument.
+        source_arg: String,
+        /// What is wrong with it.
+        detail: String,
+    },
+    /// A connection, timeout or transport failure (retried before it is reported).
+    #[error("{url}: {detail}")]
+    Transport {
+        /// The URL asked.
+        url: String,
+        /// The transport's own message.
+        detail: String,
+    },
+    /// A status that is not the one asked for: 5xx and 429 are retried, 4xx are not.
+    #[error("{url}: HTTP {status} to {what}{hint}")]
+    Status {
+        /// The URL asked.
+        url: String,
+        /// The status code.
+        status: u16,
+        /// What was asked (e.g. `bytes=0-65535`).
+        what: String,
+        /// A `hint:` for 401/403/404.
+        hint: String,
+    },
+    /// The server answered a range request with the whole file (200): it ignores `Range`.
+    #[error("{url}: asked for bytes {start}-{end} and got HTTP 200 (the whole file): the server ignores range requests; refusing to download {len_note} to take a slice")]
+    RangeIgnored {
+        /// The URL.
+        url: String,
+        /// First byte asked.
+        start: u64,
+        /// Last byte asked (inclusive).
+        end: u64,
+        /// The advertised length, in words.
+        len_note: String,
+    },
+    /// The remote file is no longer the one whose header was read (ETag / Last-Modified / length
+    /// changed): its bytes are never spliced with the earlier ones.
+    #[error("{url}: the remote file changed during the fetch ({detail}); nothing was spliced")]
+    RemoteChanged {
+        /// The URL.
+        url: String,
+        /// Which validator changed, old and new.
+        detail: String,
+    },
+    /// A 206 whose framing is not exactly what was asked: a different `Content-Range`, a missing
+    /// one, a body of another length, a `Content-Encoding`, an HTML page.
+    #[error("{url}: bad response to bytes {start}-{end}: {detail}")]
+    BadResponse {
+        /// The URL.
+        url: String,
+        /// First byte asked.
+        start: u64,
+        /// Last byte asked (inclusive).
+        end: u64,
+        /// What was wrong.
+        detail: String,
+    },
+    /// The body ended before the length the response announced (connection dropped).
+    #[error("{url}: body of bytes {start}-{end} ended after {got} of {want} bytes")]
+    ShortBody {
+        /// The URL.
+        url: String,
+        /// First byte asked.
+        start: u64,
+        /// Last byte asked (inclusive).
+        end: u64,
+        /// Bytes received.
+        got: u64,
+        /// Bytes announced.
+        want: u64,
+    },
+    /// What sits at the URL is a Git LFS pointer or an HTML page, not the model file.
+    #[error("{url}: {what}, not a model file{hint}")]
+    NotAModel {
+        /// The URL or path.
+        url: String,
+        /// `a Git LFS pointer` or `an HTML page`.
+        what: &'static str,
+        /// A `hint:` line.
+        hint: String,
+    },
+    /// Too many redirects, or a redirect without a usable `Location`.
+    #[error("{url}: {detail}")]
+    Redirect {
+        /// The URL.
+        url: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The GGUF header broke a rule (or could not be read).
+    #[error(transparent)]
+    Gguf(#[from] tarfa_gguf::Error),
+    /// A safetensors header, index or config.json broke a rule.
+    #[error("{file}: {detail}")]
+    BadSafetensors {
+        /// The URL or path.
+        file: String,
+        /// What is wrong, naming the tensor where there is one.
+        detail: String,
+    },
+    /// Nothing to fetch: no MTP tensors, or no tensor matched the globs.
+    #[error("{source_arg}: {detail}")]
+    NothingSelected {
+        /// The SOURCE.
+        source_arg: String,
+        /// Why, with what the model declares.
+        detail: String,
+    },
+    /// A local file operation failed.
+    #[error("{}: {op}: {source}", path.display())]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What was being done.
+        op: &'static str,
+        /// The I/O error.
+        source: io::Error,
+    },
+    /// Another `tarfa fetch` holds the partial file.
+    #[error("{}: another tarfa fetch is writing this file", path.display())]
+    Locked {
+        /// The partial file.
+        path: PathBuf,
+    },
+    /// A finished chunk's bytes on disk no longer hash to what the journal recorded when it landed.
+    #[error("{}: bytes {start}..{end} no longer match the BLAKE3 recorded when they were fetched", path.display())]
+    Corrupt {
+        /// The partial file.
+        path: PathBuf,
+        /// Start of the chunk in the output.
+        start: u64,
+        /// End of the chunk in the output.
+        end: u64,
+    },
+}
+
+impl FetchError {
+    /// True for faults a retry may cure: transport failures, dropped bodies, 5xx, 408 and 429.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            FetchError::Transport { .. } | FetchError::ShortBody { .. } => true,
+            FetchError::Status { status, .. } => *status >= 500 || *status == 408 || *status == 429,
+            _ => false,
+        }
+    }
+
+    /// True when the input, not the machine or the network, is at fault: a broken header, an
+    /// LFS pointer, nothing to fetch, a remote that changed or answers wrongly.
+    pub fn is_invalid_input(&self) -> bool {
+        match self {
+            FetchError::Gguf(e) => e.violation().is_some(),
+            FetchError::BadSafetensors { .. }
+            | FetchError::NotAModel { .. }
+            | FetchError::NothingSelected { .. }
+            | FetchError::RemoteChanged { .. } => true,
+            _ => false,
+        }
+    }
+
+    pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str) -> impl FnOnce(io::Error) -> Self {
+        let path = path.into();
+        move |source| FetchError::Io { path, op, source }
+    }
+
+    /// Wrap as an `io::Error`, for the [`tarfa_gguf::ByteSource`] interface.
+    pub(crate) fn into_io(self) -> io::Error {
+        io::Error::other(self)
+    }
+
+    /// Recover a [`FetchError`] carried through an `io::Error` or a GGUF I/O error.
+    pub(crate) fn from_gguf(e: tarfa_gguf::Error) -> FetchError {
+        match e {
+            tarfa_gguf::Error::Io { source, file, offset, len } => {
+                match source.downcast::<FetchError>() {
+                    Ok(f) => f,
+                    Err(source) => FetchError::Gguf(tarfa_gguf::Error::Io {
+                        file,
+                        offset,
+                        len,
+                        source,
+                    }),
+                }
+            }
+            tarfa_gguf::Error::Invalid { file, violation } => match violation {
+                tarfa_gguf::Violation::LfsPointer => FetchError::NotAModel {
+                    url: file,
+                    what: "a Git LFS pointer",
+                    hint: "\nhint: the repository was cloned without `git lfs pull`; use the hub's resolve URL or hf://".into(),
+                },
+                tarfa_gguf::Violation::HtmlPage => FetchError::NotAModel {
+                    url: file,
+                    what: "an HTML page",
+                    hint: "\nhint: a /blob/ page URL was given; use /resolve/ (or hf://owner/repo/path)".into(),
+                },
+                violation => FetchError::Gguf(tarfa_gguf::Error::Invalid { file, violation }),
+            },
+            e => FetchError::Gguf(e),
+        }
+    }
+
+    /// Recover a [`FetchError`] carried through an `io::Error`.
+    pub(crate) fn from_io(e: io::Error, path: &std::path::Path, op: &'static str) -> FetchError {
+        match e.downcast::<FetchError>() {
+            Ok(f) => f,
+            Err(source) => FetchError::Io {
+                path: path.to_path_buf(),
+                op,
+                source,
+            },
+        }
+    }
+}

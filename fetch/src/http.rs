@@ -1,0 +1,698 @@
+//! Checked HTTP range requests.
+//!
+//! Every response is held to what was asked: a range request must come back `206` with exactly
+//! the `Content-Range` asked, the same total length, no `Content-Encoding`, not an HTML page, and
+//! a body of exactly the asked length. A `200` to a range request is never data: with the
+//! validator captured at the start (strong `ETag`, else `Last-Modified`) sent as `If-Range`, a
+//! `200` means either that the file changed ([`FetchError::RemoteChanged`]) or that the server
+//! ignores ranges ([`FetchError::RangeIgnored`]). Transient faults (transport errors, dropped
+//! bodies, 5xx, 408, 429) are retried with exponential backoff and jitter.
+//!
+//! Redirects are followed here, not by the HTTP library, so that `Authorization` goes only to
+//! the host (scheme, host and port) of the URL the user gave, never to a CDN it redirects to.
+
+use std::io::Read;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ureq::http::{HeaderMap, Response};
+use ureq::Body;
+
+use crate::error::{FetchError, Result};
+
+/// Most redirects followed for one request.
+pub const MAX_REDIRECTS: usize = 10;
+
+/// How often and how patiently transient faults are retried.
+#[derive(Clone, Copy, Debug)]
+pub struct RetryPolicy {
+    /// Attempts per request, the first included.
+    pub attempts: u32,
+    /// Delay before the first retry; doubled each time, up to `max_delay`.
+    pub base_delay: Duration,
+    /// Longest delay between attempts.
+    pub max_delay: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            attempts: 8,
+            base_delay: Duration::from_millis(300),
+            max_delay: Duration::from_secs(20),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The delay before retry `n` (0-based): `min(base·2ⁿ, max)`, then "equal jitter" (a uniform
+    /// draw from its upper half), so parallel workers that failed together do not retry together.
+    pub fn delay(&self, n: u32) -> Duration {
+        let full = self
+            .base_delay
+            .saturating_mul(1u32.checked_shl(n.min(30)).unwrap_or(u32::MAX))
+            .min(self.max_delay);
+        let half = full / 2;
+        half + half.mul_f64(fastrand::f64())
+    }
+}
+
+/// Settings of the HTTP client.
+#[derive(Clone, Debug)]
+pub struct HttpConfig {
+    /// Sent as `Authorization: Bearer …` to the host of the URL given, never to another.
+    pub token: Option<String>,
+    /// Retries of transient faults.
+    pub retry: RetryPolicy,
+    /// Connect timeout, and the longest wait for a response or for the next bytes of a body.
+    pub timeout: Duration,
+}
+
+impl Default for HttpConfig {
+    fn default() -> Self {
+        HttpConfig {
+            token: None,
+            retry: RetryPolicy::default(),
+            timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// What went over the wire: the numbers `--list` and the tests hold to the plan.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    body_bytes: AtomicU64,
+    requests: AtomicU64,
+    retries: AtomicU64,
+}
+
+impl Traffic {
+    /// Response body bytes received, from every response (failed attempts included).
+    pub fn body_bytes(&self) -> u64 {
+        self.body_bytes.load(Ordering::Relaxed)
+    }
+    /// Requests sent (each redirect hop counts).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::Relaxed)
+    }
+    /// Retries after transient faults.
+    pub fn retries(&self) -> u64 {
+        self.retries.load(Ordering::Relaxed)
+    }
+}
+
+/// A blocking HTTP client with the checks of this module.
+#[derive(Debug)]
+pub struct HttpClient {
+    agent: ureq::Agent,
+    cfg: HttpConfig,
+    traffic: Arc<Traffic>,
+}
+
+/// Scheme, host and port of a URL, lower-cased, the default port made explicit: "the same host"
+/// for the `Authorization` rule.
+pub fn origin(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let scheme = scheme.to_ascii_lowercase();
+    let authority = rest.split(['/', '?', '#']).next()?;
+    let host_port = authority.rsplit('@').next()?.to_ascii_lowercase();
+    let has_port = host_port
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+        && !host_port.ends_with(']');
+    let default_port = match scheme.as_str() {
+        "http" => "80",
+        "https" => "443",
+        _ => return None,
+    };
+    Some(if has_port {
+        format!("{scheme}://{host_port}")
+    } else {
+        format!("{scheme}://{host_port}:{default_port}")
+    })
+}
+
+/// `location` resolved against `base` (absolute, scheme-relative, absolute-path or relative).
+fn join(base: &str, location: &str) -> Option<String> {
+    if location.starts_with("http://") || location.starts_with("https://") {
+        return Some(location.to_string());
+    }
+    let (scheme, rest) = base.split_once("://")?;
+    if let Some(l) = location.strip_prefix("//") {
+        return Some(format!("{scheme}://{l}"));
+    }
+    let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let root = format!("{scheme}://{}", &rest[..auth_end]);
+    if location.starts_with('/') {
+        return Some(format!("{root}{location}"));
+    }
+    let path = rest[auth_end..].split(['?', '#']).next().unwrap_or("");
+    let dir = path.rfind('/').map_or("/", |i| &path[..=i]);
+    Some(format!("{root}{dir}{location}"))
+}
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    h.get(name).and_then(|v| v.to_str().ok())
+}
+
+/// `bytes A-B/T` → `(A, B, T)`.
+fn parse_content_range(v: &str) -> Option<(u64, u64, u64)> {
+    let v = v.trim().strip_prefix("bytes ")?;
+    let (range, total) = v.split_once('/')?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b, t) = (
+        a.trim().parse().ok()?,
+        b.trim().parse().ok()?,
+        total.trim().parse().ok()?,
+    );
+    (a <= b && b < t).then_some((a, b, t))
+}
+
+/// The validator a server gave for a file: what `If-Range` sends back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Validator {
+    /// A strong entity tag, quotes included.
+    ETag(String),
+    /// An HTTP date.
+    LastModified(String),
+    /// Neither: only the length is compared.
+    None,
+}
+
+impl Validator {
+    fn from_headers(h: &HeaderMap) -> Validator {
+        if let Some(e) = header(h, "etag").filter(|e| !e.starts_with("W/")) {
+            return Validator::ETag(e.to_string());
+        }
+        if let Some(d) = header(h, "last-modified") {
+            return Validator::LastModified(d.to_string());
+        }
+        Validator::None
+    }
+
+    fn if_range(&self) -> Option<&str> {
+        match self {
+            Validator::ETag(s) | Validator::LastModified(s) => Some(s),
+            Validator::None => None,
+        }
+    }
+
+    /// A one-line form, for the journal.
+    pub fn describe(&self) -> String {
+        match self {
+            Validator::ETag(s) => format!("etag {s}"),
+            Validator::LastModified(s) => format!("last-modified {s}"),
+            Validator::None => "none".into(),
+        }
+    }
+
+    /// `Some(detail)` when a response's validator shows that the file is not this one.
+    fn changed_in(&self, h: &HeaderMap) -> Option<String> {
+        match self {
+            Validator::ETag(old) => match header(h, "etag") {
+                Some(new) if new != old => Some(format!("ETag was {old}, now {new}")),
+                _ => None,
+            },
+            Validator::LastModified(old) => match header(h, "last-modified") {
+                Some(new) if new != old => Some(format!("Last-Modified was {old}, now {new}")),
+                _ => None,
+            },
+            Validator::None => None,
+        }
+    }
+}
+
+fn looks_html(h: &HeaderMap) -> bool {
+    header(h, "content-type")
+        .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("text/html"))
+}
+
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 | 403 => {
+            "\nhint: the file may be gated or private: accept its terms on the hub and set HF_TOKEN"
+        }
+        404 => "\nhint: check the repository, revision and path (hf://owner/repo[@revision]/path)",
+        416 => "\nhint: the server says the range lies outside the file",
+        _ => "",
+    }
+}
+
+impl HttpClient {
+    /// A client; `traffic` counts what it receives.
+    pub fn new(cfg: HttpConfig, traffic: Arc<Traffic>) -> HttpClient {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .max_redirects(0)
+            .http_status_as_error(false)
+            .user_agent(concat!("tarfa/", env!("CARGO_PKG_VERSION")))
+            .accept_encoding("identity")
+            .timeout_connect(Some(cfg.timeout))
+            .timeout_recv_response(Some(cfg.timeout))
+            .timeout_per_read(Some(cfg.timeout))
+            .build()
+            .into();
+        HttpClient {
+            agent,
+            cfg,
+            traffic,
+        }
+    }
+
+    /// The traffic counters.
+    pub fn traffic(&self) -> &Arc<Traffic> {
+        &self.traffic
+    }
+
+    /// Run `f` until it succeeds, fails for good, or the attempts are spent.
+    pub fn with_retries<T>(&self, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let attempts = self.cfg.retry.attempts.max(1);
+        let mut n = 0;
+        loop {
+            match f() {
+                Ok(v) => return Ok(v),
+                Err(e) if e.is_transient() && n + 1 < attempts => {
+                    self.traffic.retries.fetch_add(1, Ordering::Relaxed);
+                    std::thread::sleep(self.cfg.retry.delay(n));
+                    n += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One GET of `url` with `headers`, redirects followed by hand. `Authorization` is sent only
+    /// while the URL's origin is `auth_origin`. Returns the response and the URL that answered.
+    fn send(
+        &self,
+        url: &str,
+        auth_origin: Option<&str>,
+        headers: &[(&str, String)],
+    ) -> Result<(Response<Body>, String)> {
+        let mut at = url.to_string();
+        for _ in 0..=MAX_REDIRECTS {
+            let mut req = self.agent.get(&at);
+            for (k, v) in headers {
+                req = req.header(*k, v.as_str());
+            }
+            if let (Some(token), Some(o)) = (&self.cfg.token, auth_origin) {
+                if origin(&at).as_deref() == Some(o) {
+                    req = req.header("authorization", format!("Bearer {token}"));
+                }
+            }
+            self.traffic.requests.fetch_add(1, Ordering::Relaxed);
+            let resp = req.call().map_err(|e| transport(&at, e))?;
+            let status = resp.status().as_u16();
+            if matches!(status, 301 | 302 | 303 | 307 | 308) {
+                let loc =
+                    header(resp.headers(), "location").ok_or_else(|| FetchError::Redirect {
+                        url: at.clone(),
+                        detail: format!("HTTP {status} without a Location"),
+                    })?;
+                at = join(&at, loc).ok_or_else(|| FetchError::Redirect {
+                    url: at.clone(),
+                    detail: format!("unusable Location {loc:?}"),
+                })?;
+                continue;
+            }
+            return Ok((resp, at));
+        }
+        Err(FetchError::Redirect {
+            url: url.to_string(),
+            detail: format!("more than {MAX_REDIRECTS} redirects"),
+        })
+    }
+
+    /// GET a small whole file (config.json, an index): `200`, at most `limit` bytes, not an LFS
+    /// pointer or an HTML page. `None` for a 404.
+    pub fn get_small(&self, url: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        let auth = origin(url);
+        self.with_retries(|| {
+            let (mut resp, at) = self.send(url, auth.as_deref(), &[])?;
+            let status = resp.status().as_u16();
+            if status == 404 {
+                return Ok(None);
+            }
+            if status != 200 {
+                return Err(FetchError::Status {
+                    url: at,
+                    status,
+                    what: "GET".into(),
+                    hint: status_hint(status).into(),
+                });
+            }
+            if looks_html(resp.headers()) {
+                return Err(not_a_model(&at, "an HTML page"));
+            }
+            let mut body = Vec::new();
+            let got = resp
+                .body_mut()
+                .as_reader()
+                .take(limit + 1)
+                .read_to_end(&mut body);
+            self.traffic
+                .body_bytes
+                .fetch_add(body.len() as u64, Ordering::Relaxed);
+            got.map_err(|e| transport(&at, e))?;
+            if body.len() as u64 > limit {
+                return Err(FetchError::BadResponse {
+                    url: at,
+                    start: 0,
+                    end: limit,
+                    detail: format!("more than {limit} bytes; refusing a file this large here"),
+                });
+            }
+            if body.starts_with(crate::LFS_PREFIX) {
+                return Err(not_a_model(&at, "a Git LFS pointer"));
+            }
+            Ok(Some(body))
+        })
+    }
+}
+
+fn not_a_model(url: &str, what: &'static str) -> FetchError {
+    FetchError::NotAModel {
+        url: url.to_string(),
+        what,
+        hint: String::new(),
+    }
+}
+
+fn transport(url: &str, e: impl std::fmt::Display) -> FetchError {
+    FetchError::Transport {
+        url: url.to_string(),
+        detail: e.to_string(),
+    }
+}
+
+/// A remote file read by range: its length and validator fixed by the first response, a cache
+/// of its first bytes (the header), and the URL its data comes from after redirects.
+#[derive(Debug)]
+pub struct RemoteFile {
+    client: Arc<HttpClient>,
+    url: String,
+    auth_origin: Option<String>,
+    target: Mutex<String>,
+    len: u64,
+    validator: Validator,
+    head: Mutex<Vec<u8>>,
+    sealed: AtomicBool,
+}
+
+/// The largest prefix kept in memory for header reads.
+const HEAD_CACHE_LIMIT: u64 = 256 << 20;
+
+impl RemoteFile {
+    /// Probe `url` with a GET of its first `probe` bytes: learns the length and the validator,
+    /// follows redirects once, and keeps the bytes for the header reader.
+    pub fn open(client: Arc<HttpClient>, url: &str, probe: u64) -> Result<RemoteFile> {
+        let auth_origin = origin(url);
+        let probe = probe.max(1);
+        let (len, validator, head, target) = client.with_retries(|| {
+            let range = format!("bytes=0-{}", probe - 1);
+            let (mut resp, at) = client.send(url, auth_origin.as_deref(), &[("range", range)])?;
+            let status = resp.status().as_u16();
+            let h = resp.headers().clone();
+            if status == 200 {
+                let len_note = header(&h, "content-length")
+                    .map_or("the whole file".into(), |l| format!("all {l} bytes"));
+                if looks_html(&h) {
+                    return Err(not_a_model(&at, "an HTML page"));
+                }
+                return Err(FetchError::RangeIgnored {
+                    url: at,
+                    start: 0,
+                    end: probe - 1,
+                    len_note,
+                });
+            }
+            if status != 206 {
+                return Err(FetchError::Status {
+                    url: at,
+                    status,
+                    what: format!("bytes 0-{}", probe - 1),
+                    hint: status_hint(status).into(),
+                });
+            }
+            let bad = |detail: String| FetchError::BadResponse {
+                url: at.clone(),
+                start: 0,
+                end: probe - 1,
+                detail,
+            };
+            let cr = header(&h, "content-range").ok_or_else(|| bad("no Content-Range".into()))?;
+            let (a, b, total) =
+                parse_content_range(cr).ok_or_else(|| bad(format!("Content-Range {cr:?}")))?;
+            // A file shorter than the probe comes back whole: the one answer that may differ.
+            if a != 0 || b != probe.min(total) - 1 {
+                return Err(bad(format!("Content-Range {cr:?} is not the range asked")));
+            }
+            check_framing(&h, b + 1, &bad)?;
+            let mut body = vec![0u8; (b + 1) as usize];
+            read_body(&client, &mut resp, &mut body, &at, 0, b)?;
+            Ok((total, Validator::from_headers(&h), body, at))
+        })?;
+        Ok(RemoteFile {
+            client,
+            url: url.to_string(),
+            auth_origin,
+            target: Mutex::new(target),
+            len,
+            validator,
+            head: Mutex::new(head),
+            sealed: AtomicBool::new(false),
+        })
+    }
+
+    /// The URL given.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// Stop growing the header cache: the header is read; data reads go to the network.
+    pub fn seal_head(&self) {
+        self.sealed.store(true, Ordering::Relaxed);
+    }
+
+    /// The validator captured by the probe.
+    pub fn validator(&self) -> &Validator {
+        &self.validator
+    }
+
+    /// Fill `buf` from `offset` with one checked range request (retried when transient).
+    pub fn read_range(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let end = offset + buf.len() as u64 - 1;
+        let mut reresolved = false;
+        self.client.with_retries(|| {
+            let target = self
+                .target
+                .lock()
+                .map_or_else(|p| p.into_inner().clone(), |t| t.clone());
+            match self.try_range(&target, offset, end, buf) {
+                // A signed CDN URL expires (about an hour on the hub): resolve the URL given once more.
+                Err(FetchError::Status { status, .. })
+                    if matches!(status, 401 | 403 | 404 | 410)
+                        && target != self.url
+                        && !reresolved =>
+                {
+                    reresolved = true;
+                    if let Ok(mut t) = self.target.lock() {
+                        *t = self.url.clone();
+                    }
+                    self.try_range(&self.url, offset, end, buf)
+                }
+                r => r,
+            }
+        })
+    }
+
+    fn try_range(&self, url: &str, start: u64, end: u64, buf: &mut [u8]) -> Result<()> {
+        let mut headers = vec![("range", format!("bytes={start}-{end}"))];
+        if let Some(v) = self.validator.if_range() {
+            headers.push(("if-range", v.to_string()));
+        }
+        let (mut resp, at) = self
+            .client
+            .send(url, self.auth_origin.as_deref(), &headers)?;
+        if at != url {
+            if let Ok(mut t) = self.target.lock() {
+                *t = at.clone();
+            }
+        }
+        let status = resp.status().as_u16();
+        let h = resp.headers().clone();
+        if let Some(detail) = self.validator.changed_in(&h) {
+            return Err(FetchError::RemoteChanged { url: at, detail });
+        }
+        if status == 200 {
+            // With If-Range, a 200 is the server's way of saying the validator no longer holds.
+            if self.validator != Validator::None && self.validator.if_range().is_some() {
+                if let Some(l) = header(&h, "content-length").and_then(|l| l.parse::<u64>().ok()) {
+                    if l != self.len {
+                        return Err(FetchError::RemoteChanged {
+                            url: at,
+                            detail: format!("length was {}, now {l}", self.len),
+                        });
+                    }
+                }
+            }
+            return Err(FetchError::RangeIgnored {
+                url: at,
+                start,
+                end,
+                len_note: header(&h, "content-length")
+                    .map_or("the whole file".into(), |l| format!("all {l} bytes")),
+            });
+        }
+        if status != 206 {
+            return Err(FetchError::Status {
+                url: at,
+                status,
+                what: format!("bytes {start}-{end}"),
+                hint: status_hint(status).into(),
+            });
+        }
+        let bad = |detail: String| FetchError::BadResponse {
+            url: at.clone(),
+            start,
+            end,
+            detail,
+        };
+        let cr = header(&h, "content-range").ok_or_else(|| bad("no Content-Range".into()))?;
+        let (a, b, total) =
+            parse_content_range(cr).ok_or_else(|| bad(format!("Content-Range {cr:?}")))?;
+        if total != self.len {
+            return Err(FetchError::RemoteChanged {
+                url: at,
+                detail: format!("length was {}, Content-Range now says {total}", self.len),
+            });
+        }
+        if (a, b) != (start, end) {
+            return Err(bad(format!("Content-Range {cr:?} is not the range asked")));
+        }
+        check_framing(&h, end - start + 1, &bad)?;
+        read_body(&self.client, &mut resp, buf, &at, start, end)
+    }
+}
+
+/// `Content-Length` (when present) must equal the range's length; no content coding; not HTML.
+fn check_framing(h: &HeaderMap, want: u64, bad: &dyn Fn(String) -> FetchError) -> Result<()> {
+    if let Some(l) = header(h, "content-length") {
+        if l.trim().parse::<u64>().ok() != Some(want) {
+            return Err(bad(format!("Content-Length {l} for a {want}-byte range")));
+        }
+    }
+    if let Some(enc) = header(h, "content-encoding").filter(|e| !e.eq_ignore_ascii_case("identity"))
+    {
+        return Err(bad(format!("Content-Encoding {enc} (asked for identity)")));
+    }
+    if looks_html(h) {
+        return Err(bad("an HTML page (text/html), not file bytes".into()));
+    }
+    Ok(())
+}
+
+/// Read exactly `buf.len()` body bytes, then make sure the body ends there.
+fn read_body(
+    client: &HttpClient,
+    resp: &mut Response<Body>,
+    buf: &mut [u8],
+    url: &str,
+    start: u64,
+    end: u64,
+) -> Result<()> {
+    let mut r = resp.body_mut().as_reader();
+    let mut got = 0usize;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => {
+                got += n;
+                client
+                    .traffic
+                    .body_bytes
+                    .fetch_add(n as u64, Ordering::Relaxed);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(if got > 0 {
+                    FetchError::ShortBody {
+                        url: url.to_string(),
+                        start,
+                        end,
+                        got: got as u64,
+                        want: buf.len() as u64,
+                    }
+                } else {
+                    transport(url, e)
+                })
+            }
+        }
+    }
+    if got < buf.len() {
+        return Err(FetchError::ShortBody {
+            url: url.to_string(),
+            start,
+            end,
+            got: got as u64,
+            want: buf.len() as u64,
+        });
+    }
+    let mut extra = [0u8; 1];
+    match r.read(&mut extra) {
+        Ok(0) => Ok(()),
+        Ok(_) => Err(FetchError::BadResponse {
+            url: url.to_string(),
+            start,
+            end,
+            detail: "the body is longer than the range asked".into(),
+        }),
+        Err(e) => Err(transport(url, e)),
+    }
+}
+
+impl tarfa_gguf::ByteSource for RemoteFile {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        let end = offset
+            .checked_add(buf.len() as u64)
+            .filter(|&e| e <= self.len)
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "read past the end of the remote file",
+                )
+            })?;
+        let mut head = self
+            .head
+            .lock()
+            .map_err(|_| std::io::Error::other("poisoned"))?;
+        let cached = head.len() as u64;
+        if end <= cached {
+            buf.copy_from_slice(&head[offset as usize..end as usize]);
+            return Ok(());
+        }
+        // While the header is read, a window grows from 0: serve what is cached and extend the
+        // cache with the rest, so no byte of the header is fetched twice.
+        if !self.sealed.load(Ordering::Relaxed) && offset <= cached && end <= HEAD_CACHE_LIMIT {
+            let from_cache = (cached - offset) as usize;
+            buf[..from_cache].copy_from_slice(&head[offset as usize..]);
+            let rest = &mut buf[from_cache..];
+            self.read_range(cached, rest).map_err(FetchError::into_io)?;
+            head.extend_from_slice(rest);
+            return Ok(());
+        }
+        drop(head);
+        self.read_range(offset, buf).map_err(FetchError::into_io)
+    }
+
+    fn name(&self) -> String {
+        self.url.clone()
+    }
+}

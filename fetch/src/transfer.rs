@@ -1,0 +1,400 @@
+//! Moving a [`Plan`]'s bytes: chunked, parallel, journalled, published atomically.
+//!
+//! The output is laid out in full before any data moves (header at 0, padding as zeros of a
+//! sparse file), so each chunk has one fixed place: `pwrite` there, then a journal line
+//! `done CHUNK BLAKE3`. The journal's first lines name the plan (a BLAKE3 over the header bytes,
+//! the chunk list and the sources) and each source's validator. A rerun with the same plan and
+//! validators re-hashes the chunks the journal lists, keeps those that still match and fetches
+//! only the rest; a different plan or a changed source starts over. Before publishing, every
+//! chunk is read back and compared with its journalled hash and the output's header is
+//! re-parsed; then fsync, rename onto the destination, fsync the directory.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use crate::error::{FetchError, Result};
+use crate::plan::{OutputFormat, Plan};
+
+const JOURNAL_MAGIC: &str = "tarfa-fetch journal 1";
+
+/// How a plan's bytes are moved.
+#[derive(Clone, Copy, Debug)]
+pub struct TransferOptions {
+    /// Parallel range requests.
+    pub jobs: usize,
+    /// Largest chunk (one range request, one journal line).
+    pub chunk_size: u64,
+}
+
+impl Default for TransferOptions {
+    fn default() -> Self {
+        TransferOptions {
+            jobs: 4,
+            chunk_size: 8 << 20,
+        }
+    }
+}
+
+/// Told how the transfer goes (the binary draws a progress bar with it).
+pub trait Progress: Sync {
+    /// Data bytes to move in all, and how many were already there from a killed run.
+    fn start(&self, _total: u64, _resumed: u64) {}
+    /// `n` more bytes landed.
+    fn advance(&self, _n: u64) {}
+    /// A remark for the user (a restart, a discarded chunk).
+    fn note(&self, _msg: &str) {}
+}
+
+/// A [`Progress`] that says nothing.
+#[derive(Debug, Default)]
+pub struct Silent;
+impl Progress for Silent {}
+
+/// What a finished transfer did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TransferReport {
+    /// Chunks in the plan.
+    pub chunks: usize,
+    /// Chunks kept from a killed run (journal and hash agreed).
+    pub chunks_resumed: usize,
+    /// Tensor bytes kept from a killed run.
+    pub bytes_resumed: u64,
+    /// Tensor bytes fetched by this run.
+    pub bytes_fetched: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Chunk {
+    source: usize,
+    src: u64,
+    dst: u64,
+    len: u64,
+}
+
+fn chunks_of(plan: &Plan, chunk_size: u64) -> Vec<Chunk> {
+    let size = chunk_size.max(1);
+    let mut out = Vec::new();
+    for t in &plan.tensors {
+        let mut at = 0u64;
+        let len = t.src.end - t.src.start;
+        while at < len {
+            let n = size.min(len - at);
+            out.push(Chunk {
+                source: t.source,
+                src: t.src.start + at,
+                dst: t.dst + at,
+                len: n,
+            });
+            at += n;
+        }
+    }
+    out
+}
+
+fn plan_id(plan: &Plan, chunks: &[Chunk]) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update(JOURNAL_MAGIC.as_bytes());
+    h.update(&plan.total_len.to_le_bytes());
+    h.update(&(plan.header.len() as u64).to_le_bytes());
+    h.update(&plan.header);
+    for s in &plan.sources {
+        let name = s.source.name();
+        h.update(&(name.len() as u64).to_le_bytes());
+        h.update(name.as_bytes());
+        h.update(&s.source.len().to_le_bytes());
+    }
+    for c in chunks {
+        for v in [c.source as u64, c.src, c.dst, c.len] {
+            h.update(&v.to_le_bytes());
+        }
+    }
+    h.finalize().to_hex().to_string()
+}
+
+/// The partial file and the journal kept beside `out` while it is fetched.
+pub fn partial_paths(out: &Path) -> (PathBuf, PathBuf) {
+    let name = out
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (
+        out.with_file_name(format!("{name}.tarfa-partial")),
+        out.with_file_name(format!("{name}.tarfa-journal")),
+    )
+}
+
+/// Journal lines are `key value…` with values free of newlines.
+fn one_line(s: &str) -> String {
+    s.replace(['\n', '\r'], " ")
+}
+
+fn journal_preamble(id: &str, plan: &Plan) -> String {
+    let mut s = format!("{JOURNAL_MAGIC}\nplan {id}\n");
+    for (i, src) in plan.sources.iter().enumerate() {
+        s.push_str(&format!("source {i} {}\n", one_line(&src.validator)));
+    }
+    s
+}
+
+/// The chunks a journal lists as done, if its preamble is `preamble`; `Err(reason)` otherwise.
+fn read_journal(
+    text: &str,
+    preamble: &str,
+    n_chunks: usize,
+) -> std::result::Result<HashMap<usize, String>, String> {
+    let Some(rest) = text.strip_prefix(preamble) else {
+        let old_plan = text.lines().nth(1).unwrap_or("");
+        let new_plan = preamble.lines().nth(1).unwrap_or("");
+        return Err(if old_plan != new_plan {
+            "the partial file was for another selection or another version of the source".into()
+        } else {
+            "a source changed since the partial fetch began (its ETag / Last-Modified differs)"
+                .into()
+        });
+    };
+    let mut done = HashMap::new();
+    // A line cut by a kill has no newline: `lines()` would still yield it, so split by '\n' and
+    // drop the unterminated tail.
+    let complete = rest.rsplit_once('\n').map_or("", |(head, _)| head);
+    for line in complete.split('\n') {
+        let mut it = line.split(' ');
+        if let (Some("done"), Some(i), Some(hash), None) =
+            (it.next(), it.next(), it.next(), it.next())
+        {
+            if let Ok(i) = i.parse::<usize>() {
+                if i < n_chunks && hash.len() == 64 {
+                    done.insert(i, hash.to_string());
+                }
+            }
+        }
+    }
+    Ok(done)
+}
+
+fn lock(file: &File, path: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor we own; no memory is involved.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(FetchError::Locked {
+                path: path.to_path_buf(),
+            });
+        }
+        return Err(FetchError::io(path, "lock")(e));
+    }
+    Ok(())
+}
+
+fn hash_at(file: &File, path: &Path, c: &Chunk, buf: &mut Vec<u8>) -> Result<String> {
+    buf.resize(c.len as usize, 0);
+    file.read_exact_at(buf, c.dst)
+        .map_err(FetchError::io(path, "read back"))?;
+    Ok(blake3::hash(buf).to_hex().to_string())
+}
+
+/// Fetch `plan` into `out`, resuming a killed run's partial file when there is one.
+pub fn run(
+    plan: &Plan,
+    out: &Path,
+    opts: &TransferOptions,
+    progress: &dyn Progress,
+) -> Result<TransferReport> {
+    let (partial, journal_path) = partial_paths(out);
+    let chunks = chunks_of(plan, opts.chunk_size);
+    let id = plan_id(plan, &chunks);
+    let preamble = journal_preamble(&id, plan);
+
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&partial)
+        .map_err(FetchError::io(&partial, "create"))?;
+    lock(&file, &partial)?;
+
+    let mut done = match std::fs::read(&journal_path) {
+        Ok(bytes) => {
+            match read_journal(&String::from_utf8_lossy(&bytes), &preamble, chunks.len()) {
+                Ok(d) => d,
+                Err(reason) => {
+                    progress.note(&format!("starting over: {reason}"));
+                    HashMap::new()
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
+        Err(e) => return Err(FetchError::io(&journal_path, "read")(e)),
+    };
+    let file_len = file
+        .metadata()
+        .map_err(FetchError::io(&partial, "stat"))?
+        .len();
+    if done.is_empty() || file_len != plan.total_len {
+        done.clear();
+        file.set_len(0)
+            .map_err(FetchError::io(&partial, "truncate"))?;
+    }
+    file.set_len(plan.total_len)
+        .map_err(FetchError::io(&partial, "size"))?;
+    file.write_all_at(&plan.header, 0)
+        .map_err(FetchError::io(&partial, "write header"))?;
+
+    // Keep what a killed run left only where its bytes still hash to the journal's record.
+    let mut buf = Vec::new();
+    let mut kept = HashMap::new();
+    for (i, h) in &done {
+        if hash_at(&file, &partial, &chunks[*i], &mut buf)? == *h {
+            kept.insert(*i, h.clone());
+        }
+    }
+    if kept.len() < done.len() {
+        progress.note(&format!(
+            "{} chunk(s) listed in the journal no longer match their hash; fetching them again",
+            done.len() - kept.len()
+        ));
+    }
+    // Rewrite the journal with only what was kept, atomically.
+    let mut text = preamble.clone();
+    for (i, h) in &kept {
+        text.push_str(&format!("done {i} {h}\n"));
+    }
+    let tmp = journal_path.with_extension("tarfa-journal-new");
+    std::fs::write(&tmp, &text).map_err(FetchError::io(&tmp, "write"))?;
+    std::fs::rename(&tmp, &journal_path).map_err(FetchError::io(&journal_path, "rename"))?;
+    let journal = Mutex::new(
+        OpenOptions::new()
+            .append(true)
+            .open(&journal_path)
+            .map_err(FetchError::io(&journal_path, "open"))?,
+    );
+
+    let total: u64 = chunks.iter().map(|c| c.len).sum();
+    let resumed: u64 = kept.keys().map(|i| chunks[*i].len).sum();
+    progress.start(total, resumed);
+    let todo: Vec<usize> = (0..chunks.len())
+        .filter(|i| !kept.contains_key(i))
+        .collect();
+    let hashes = Mutex::new(kept.clone());
+    let next = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let first_error: Mutex<Option<FetchError>> = Mutex::new(None);
+    let jobs = opts.jobs.clamp(1, 64).min(todo.len().max(1));
+    std::thread::scope(|s| {
+        for _ in 0..jobs {
+            s.spawn(|| {
+                let mut buf = Vec::new();
+                while !failed.load(Ordering::Relaxed) {
+                    let k = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(&i) = todo.get(k) else { break };
+                    let c = chunks[i];
+                    let r = (|| -> Result<()> {
+                        buf.resize(c.len as usize, 0);
+                        let src = &plan.sources[c.source];
+                        src.source.read_at(c.src, &mut buf).map_err(|e| {
+                            FetchError::from_io(e, Path::new(&src.source.name()), "read")
+                        })?;
+                        let h = blake3::hash(&buf).to_hex().to_string();
+                        file.write_all_at(&buf, c.dst)
+                            .map_err(FetchError::io(&partial, "write"))?;
+                        let line = format!("done {i} {h}\n");
+                        journal
+                            .lock()
+                            .map_err(|_| {
+                                FetchError::io(&journal_path, "append")(std::io::Error::other(
+                                    "poisoned",
+                                ))
+                            })?
+                            .write_all(line.as_bytes())
+                            .map_err(FetchError::io(&journal_path, "append"))?;
+                        if let Ok(mut m) = hashes.lock() {
+                            m.insert(i, h);
+                        }
+                        progress.advance(c.len);
+                        Ok(())
+                    })();
+                    if let Err(e) = r {
+                        failed.store(true, Ordering::Relaxed);
+                        if let Ok(mut f) = first_error.lock() {
+                            f.get_or_insert(e);
+                        }
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    if let Some(e) = first_error.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    let hashes = hashes.into_inner().unwrap_or_default();
+
+    // Read every chunk back before the name goes live.
+    for (i, c) in chunks.iter().enumerate() {
+        let got = hash_at(&file, &partial, c, &mut buf)?;
+        if hashes.get(&i) != Some(&got) {
+            return Err(FetchError::Corrupt {
+                path: partial.clone(),
+                start: c.dst,
+                end: c.dst + c.len,
+            });
+        }
+    }
+    check_output(plan, &partial)?;
+    file.sync_all().map_err(FetchError::io(&partial, "fsync"))?;
+    std::fs::rename(&partial, out).map_err(FetchError::io(out, "rename into place"))?;
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(FetchError::io(dir, "fsync directory"))?;
+    let _ = std::fs::remove_file(&journal_path);
+    Ok(TransferReport {
+        chunks: chunks.len(),
+        chunks_resumed: kept.len(),
+        bytes_resumed: resumed,
+        bytes_fetched: total - resumed,
+    })
+}
+
+/// The written file parses, with the tensors of the plan where the plan put them.
+fn check_output(plan: &Plan, path: &Path) -> Result<()> {
+    let src = tarfa_gguf::FileSource::open(path).map_err(FetchError::io(path, "open"))?;
+    let shown = path.display().to_string();
+    let placed: Vec<(String, u64, u64)> = match plan.format {
+        OutputFormat::Gguf => tarfa_gguf::read_header(&src)?
+            .tensors
+            .into_iter()
+            .map(|t| (t.name, t.data_offset, t.byte_len))
+            .collect(),
+        OutputFormat::Safetensors => {
+            let mut h = crate::safetensors::read_header(&src)?.tensors;
+            h.sort_by_key(|t| t.begin);
+            h.into_iter()
+                .map(|t| (t.name, t.begin, t.end - t.begin))
+                .collect()
+        }
+    };
+    let mut want: Vec<(String, u64, u64)> = plan
+        .tensors
+        .iter()
+        .map(|t| (t.name.clone(), t.dst, t.src.end - t.src.start))
+        .collect();
+    want.sort_by_key(|t| t.1);
+    if placed != want {
+        return Err(FetchError::BadSafetensors {
+            file: shown,
+            detail: "the written header does not place the tensors where the plan did".into(),
+        });
+    }
+    Ok(())
+}
