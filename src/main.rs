@@ -32,33 +32,49 @@ fn main() -> ExitCode {
         Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("error: {e:#}");
-            let invalid = e.downcast_ref::<tarfa_format::Error>().is_some_and(|e| {
-                matches!(
-                    e,
-                    tarfa_format::Error::Format { .. } | tarfa_format::Error::Manifest { .. }
-                )
-            });
-            let invalid = invalid
-                || e.downcast_ref::<tarfa_converter::ConvertError>()
-                    .is_some_and(|e| {
-                        use tarfa_converter::ConvertError as C;
-                        matches!(
-                            e,
-                            C::MissingShard { .. }
-                                | C::LfsPointer { .. }
-                                | C::BadShard { .. }
-                                | C::BadTensor { .. }
-                                | C::BadSource { .. }
-                                | C::BadExperts { .. }
-                        ) || matches!(e, C::Gguf(g) if g.violation().is_some())
-                    });
-            if invalid {
-                eprintln!("hint: the file breaks a rule of spec/JNF_V1.md; it was not written by a conforming writer or was damaged since");
+            let (code, hint) = classify(&e);
+            if let Some(h) = hint {
+                eprintln!("hint: {h}");
             }
-            let invalid_gguf = e
-                .downcast_ref::<tarfa_gguf::Error>()
-                .is_some_and(|e| e.violation().is_some());
-            ExitCode::from(if invalid || invalid_gguf { 1 } else { 2 })
+            ExitCode::from(code)
         }
     }
+}
+
+/// Exit code and hint for an error: 1 when the input is invalid (a file breaks its format's
+/// rules, a source checkpoint is incomplete or damaged), 2 when tarfa could not run.
+fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
+    use tarfa_converter::ConvertError as C;
+    const JNF: &str = "the file breaks a rule of spec/JNF_V1.md: it was not written by a conforming writer, or was damaged since (tarfa verify names every fault)";
+    const SOURCE: &str =
+        "the source checkpoint is incomplete or damaged; nothing of the failing file was published";
+    const GGUF: &str = "the GGUF file breaks a rule of the format; it is damaged, truncated or not a GGUF file";
+    if let Some(f) = e.downcast_ref::<tarfa_format::Error>() {
+        if matches!(
+            f,
+            tarfa_format::Error::Format { .. } | tarfa_format::Error::Manifest { .. }
+        ) {
+            return (1, Some(JNF));
+        }
+    }
+    if let Some(c) = e.downcast_ref::<C>() {
+        match c {
+            C::LfsPointer { .. } => return (1, None),
+            C::MissingShard { .. }
+            | C::BadShard { .. }
+            | C::BadTensor { .. }
+            | C::BadSource { .. }
+            | C::BadExperts { .. } => return (1, Some(SOURCE)),
+            C::Gguf(g) if g.violation().is_some() => return (1, Some(GGUF)),
+            C::Format(tarfa_format::Error::Format { .. }) => return (1, Some(JNF)),
+            _ => {}
+        }
+    }
+    if e
+        .downcast_ref::<tarfa_gguf::Error>()
+        .is_some_and(|g| g.violation().is_some())
+    {
+        return (1, Some(GGUF));
+    }
+    (2, None)
 }

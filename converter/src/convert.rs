@@ -458,6 +458,12 @@ pub fn convert(
     progress: &dyn Progress,
 ) -> Result<Summary, ConvertError> {
     let t0 = Instant::now();
+    if !src.exists() {
+        return Err(ConvertError::Usage(format!(
+            "{}: no such file or directory",
+            src.display()
+        )));
+    }
     let gguf = gguf_source::is_gguf(src);
     let (ck, plan) = if gguf {
         let ck = gguf_source::open(src)?;
