@@ -31,6 +31,8 @@ pub enum Fault {
     EtagChangesAfter { requests: u64 },
     /// Every request: 302 to the same path under this base URL.
     RedirectTo { base: String },
+    /// After this many requests, every range request past byte 0: 404 (a fault no retry cures).
+    FailAfter { requests: u64 },
 }
 
 /// One request as received.
@@ -256,6 +258,14 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
         std::thread::sleep(delay);
         match fault {
             Fault::Full200 => return whole(&mut out),
+            Fault::FailAfter { requests } if n > requests => {
+                return send(
+                    &mut out,
+                    "404 Not Found",
+                    &["Content-Length: 0".into()],
+                    b"",
+                )
+            }
             Fault::Status500 { every } if n % every == 0 => {
                 return send(
                     &mut out,

@@ -1,0 +1,296 @@
+//! The remote path against a server that misbehaves on purpose: each fault ends in the identical
+//! file (transient faults, retried) or a clear error with nothing published — never a wrong file.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::server::{Fault, FaultServer};
+use common::write_glm;
+use tarfa_fetch::{
+    FetchError, FetchOptions, Fetcher, HttpConfig, RetryPolicy, Selection, Silent, TransferOptions,
+};
+
+struct Setup {
+    _root: tempfile::TempDir,
+    out: tempfile::TempDir,
+    files: HashMap<String, Vec<u8>>,
+    reference: Vec<u8>,
+    mtp_bytes: u64,
+    parts: Vec<PathBuf>,
+}
+
+fn setup() -> Setup {
+    let root = tempfile::tempdir().expect("tempdir");
+    let model = write_glm(root.path());
+    let out = tempfile::tempdir().expect("tempdir");
+    let local = out.path().join("reference.gguf");
+    let f = Fetcher::new(options(None, 1 << 20, 1));
+    let plan = f
+        .plan(&model.parts[0].display().to_string())
+        .expect("local plan");
+    f.fetch(&plan, &local, &Silent).expect("local fetch");
+    let files = model
+        .parts
+        .iter()
+        .map(|p| {
+            let name = p.file_name().map(|n| n.to_string_lossy().into_owned());
+            (
+                format!("/m/{}", name.unwrap_or_default()),
+                std::fs::read(p).expect("read part"),
+            )
+        })
+        .collect();
+    Setup {
+        reference: std::fs::read(&local).expect("read reference"),
+        _root: root,
+        out,
+        files,
+        mtp_bytes: model.mtp_bytes,
+        parts: model.parts,
+    }
+}
+
+fn options(token: Option<&str>, chunk: u64, attempts: u32) -> FetchOptions {
+    FetchOptions {
+        selection: Selection {
+            mtp: true,
+            globs: Vec::new(),
+        },
+        http: HttpConfig {
+            token: token.map(str::to_string),
+            retry: RetryPolicy {
+                attempts,
+                base_delay: Duration::from_millis(1),
+                max_delay: Duration::from_millis(10),
+            },
+            timeout: Duration::from_secs(10),
+        },
+        transfer: TransferOptions {
+            jobs: 3,
+            chunk_size: chunk,
+        },
+        ..FetchOptions::default()
+    }
+}
+
+fn url(server: &FaultServer) -> String {
+    format!("{}/m/glm-00003-of-00003.gguf", server.base)
+}
+
+/// Fetch from `source` into `out`; the error, if any.
+fn fetch(
+    opts: FetchOptions,
+    source: &str,
+    out: &Path,
+) -> Result<tarfa_fetch::FetchReport, FetchError> {
+    let f = Fetcher::new(opts);
+    let plan = f.plan(source)?;
+    f.fetch(&plan, out, &Silent)
+}
+
+#[test]
+fn dropped_bodies_and_500s_are_retried_into_the_identical_file() {
+    let s = setup();
+    for fault in [
+        Fault::DropMidBody { every: 3 },
+        Fault::Status500 { every: 4 },
+    ] {
+        let server = FaultServer::start("127.0.0.1", s.files.clone(), fault.clone());
+        let out = s.out.path().join("draft.gguf");
+        let _ = std::fs::remove_file(&out);
+        let r = fetch(options(None, 128 << 10, 8), &url(&server), &out)
+            .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
+        assert!(r.retries > 0, "{fault:?}: no fault was met");
+        assert!(
+            std::fs::read(&out).expect("read") == s.reference,
+            "{fault:?}: the file differs from the local splice"
+        );
+    }
+}
+
+/// Run against `fault` and return the error; the output must not exist afterwards.
+fn must_fail(s: &Setup, fault: Fault) -> FetchError {
+    let server = FaultServer::start("127.0.0.1", s.files.clone(), fault.clone());
+    let out = s.out.path().join("failed.gguf");
+    let e = match fetch(options(None, 128 << 10, 3), &url(&server), &out) {
+        Ok(_) => panic!("{fault:?}: a fetch that should fail succeeded"),
+        Err(e) => e,
+    };
+    assert!(!out.exists(), "{fault:?}: a file was published: {e}");
+    e
+}
+
+#[test]
+fn a_200_to_a_range_request_is_refused_not_used() {
+    let s = setup();
+    let e = must_fail(&s, Fault::Full200);
+    assert!(matches!(e, FetchError::RangeIgnored { .. }), "{e}");
+    assert!(e.to_string().contains("ignores range requests"), "{e}");
+}
+
+#[test]
+fn a_wrong_content_range_is_refused() {
+    let s = setup();
+    let e = must_fail(&s, Fault::WrongContentRange);
+    assert!(matches!(e, FetchError::BadResponse { .. }), "{e}");
+    assert!(e.to_string().contains("is not the range asked"), "{e}");
+}
+
+#[test]
+fn an_html_page_is_named_as_such() {
+    let s = setup();
+    let e = must_fail(&s, Fault::HtmlPage);
+    assert!(matches!(e, FetchError::NotAModel { .. }), "{e}");
+    assert!(e.to_string().contains("HTML"), "{e}");
+}
+
+#[test]
+fn an_etag_that_changes_mid_run_stops_the_fetch_and_nothing_is_spliced() {
+    let s = setup();
+    // The three headers take a handful of requests; the change lands among the data chunks.
+    let e = must_fail(&s, Fault::EtagChangesAfter { requests: 12 });
+    assert!(matches!(e, FetchError::RemoteChanged { .. }), "{e}");
+    assert!(e.to_string().contains("changed"), "{e}");
+}
+
+#[test]
+fn an_lfs_pointer_is_named_as_such() {
+    let s = setup();
+    let pointer =
+        b"version https://git-lfs.github.com/spec/v1\noid sha256:0123\nsize 99\n".to_vec();
+    let files = HashMap::from([("/m/x.gguf".to_string(), pointer)]);
+    let server = FaultServer::start("127.0.0.1", files, Fault::None);
+    let out = s.out.path().join("x.gguf");
+    let e = fetch(
+        options(None, 1 << 20, 2),
+        &format!("{}/m/x.gguf", server.base),
+        &out,
+    )
+    .err()
+    .expect("must fail");
+    assert!(e.to_string().contains("Git LFS pointer"), "{e}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn the_token_goes_to_the_given_host_and_never_to_the_host_it_redirects_to() {
+    let s = setup();
+    let cdn = FaultServer::start("127.0.0.2", s.files.clone(), Fault::None);
+    let hub = FaultServer::start(
+        "127.0.0.1",
+        HashMap::new(),
+        Fault::RedirectTo {
+            base: cdn.base.clone(),
+        },
+    );
+    let out = s.out.path().join("draft.gguf");
+    fetch(options(Some("hf_secret"), 256 << 10, 3), &url(&hub), &out).expect("fetch");
+    assert!(std::fs::read(&out).expect("read") == s.reference);
+    let at_hub = hub.seen();
+    let at_cdn = cdn.seen();
+    assert!(!at_hub.is_empty() && !at_cdn.is_empty());
+    assert!(at_hub
+        .iter()
+        .all(|r| r.authorization.as_deref() == Some("Bearer hf_secret")));
+    assert!(
+        at_cdn.iter().all(|r| r.authorization.is_none()),
+        "the token leaked to the redirect target"
+    );
+    // Data came from the CDN directly once it was known: the hub saw the probes only.
+    assert!(
+        at_hub.len() <= 3 + 2,
+        "{} requests at the hub",
+        at_hub.len()
+    );
+}
+
+#[test]
+fn hf_urls_resolve_under_hf_endpoint_with_the_token() {
+    let s = setup();
+    let files: HashMap<String, Vec<u8>> = s
+        .files
+        .iter()
+        .map(|(k, v)| (k.replace("/m/", "/o/r/resolve/v1/"), v.clone()))
+        .collect();
+    let server = FaultServer::start("127.0.0.1", files, Fault::None);
+    let out = s.out.path().join("draft.gguf");
+    let mut opts = options(Some("tok"), 1 << 20, 2);
+    opts.hf_endpoint = server.base.clone();
+    fetch(opts, "hf://o/r@v1/glm-00001-of-00003.gguf", &out).expect("fetch");
+    assert!(std::fs::read(&out).expect("read") == s.reference);
+    assert!(server
+        .seen()
+        .iter()
+        .all(|r| r.path.starts_with("/o/r/resolve/v1/")
+            && r.authorization.as_deref() == Some("Bearer tok")));
+}
+
+#[test]
+fn an_interrupted_fetch_resumes_from_its_journal_without_refetching() {
+    let s = setup();
+    let chunk = 64u64 << 10;
+    let server = FaultServer::start(
+        "127.0.0.1",
+        s.files.clone(),
+        Fault::FailAfter { requests: 40 },
+    );
+    let out = s.out.path().join("draft.gguf");
+    let mut opts = options(None, chunk, 2);
+    opts.transfer.jobs = 1;
+    let e = fetch(opts.clone(), &url(&server), &out)
+        .err()
+        .expect("must fail");
+    assert!(matches!(e, FetchError::Status { status: 404, .. }), "{e}");
+    assert!(!out.exists());
+    let journal = s.out.path().join("draft.gguf.tarfa-journal");
+    let done = std::fs::read_to_string(&journal)
+        .expect("journal kept")
+        .lines()
+        .filter(|l| l.starts_with("done "))
+        .count() as u64;
+    assert!(done >= 20, "only {done} chunks journalled");
+
+    // Damage one journalled chunk: it must be fetched again, not trusted.
+    let partial = s.out.path().join("draft.gguf.tarfa-partial");
+    let mut bytes = std::fs::read(&partial).expect("partial");
+    let first_data = s.reference.len() - s.mtp_bytes as usize;
+    bytes[first_data + 10] ^= 0xff;
+    std::fs::write(&partial, bytes).expect("damage");
+
+    server.set_fault(Fault::None);
+    let before = server.sent_body();
+    let r = fetch(opts, &url(&server), &out).expect("resume");
+    let second = server.sent_body() - before;
+    assert!(std::fs::read(&out).expect("read") == s.reference);
+    assert_eq!(
+        r.transfer.chunks_resumed as u64,
+        done - 1,
+        "the damaged chunk is refetched"
+    );
+    assert_eq!(
+        r.transfer.bytes_fetched,
+        s.mtp_bytes - r.transfer.bytes_resumed
+    );
+    // The rerun moved the headers and the missing chunks only.
+    assert!(
+        second <= s.mtp_bytes - r.transfer.bytes_resumed + 3 * 64 * 1024,
+        "resumed run fetched {second} bytes; {} were already there",
+        r.transfer.bytes_resumed
+    );
+    assert!(!journal.exists() && !partial.exists());
+}
+
+#[test]
+fn a_local_source_gives_the_same_file_as_any_of_its_parts() {
+    let s = setup();
+    let f = Fetcher::new(options(None, 1 << 20, 1));
+    for p in &s.parts {
+        let out = s.out.path().join("again.gguf");
+        let plan = f.plan(&p.display().to_string()).expect("plan");
+        f.fetch(&plan, &out, &Silent).expect("fetch");
+        assert!(std::fs::read(&out).expect("read") == s.reference);
+    }
+}
