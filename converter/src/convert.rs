@@ -548,7 +548,11 @@ pub fn convert(
         ..Summary::default()
     };
     // A GGUF holds its tokenizer and config in its key/values: no aux files.
-    let mut files = if gguf { Vec::new() } else { copy_aux(&ck, out)? };
+    let mut files = if gguf {
+        Vec::new()
+    } else {
+        copy_aux(&ck, out)?
+    };
     if let Some(bytes) = ctx.write_trunk(&plan)? {
         summary.trunk_written = true;
         summary.bytes_written += bytes;
