@@ -30,6 +30,54 @@ pub enum Command {
     /// byte for byte with the source checkpoint (--source). Exit 0: no fault; 1: faults found
     /// (each named); 2: could not run.
     Verify(VerifyArgs),
+    /// Fetch only chosen tensors — the MTP head with --mtp — of a remote or local GGUF (any part
+    /// of a split set) or safetensors checkpoint, with checked HTTP range requests, into one GGUF
+    /// (or safetensors) file. Resumes a killed run; `--list` shows what would be fetched.
+    Fetch(FetchArgs),
+}
+
+/// `tarfa fetch`.
+#[derive(Debug, clap::Args)]
+pub struct FetchArgs {
+    /// An http(s) URL, `hf://owner/repo[@revision]/path`, or a local path: a `.gguf` (any part of
+    /// a split set), a `.safetensors` file, a `model.safetensors.index.json` or a checkpoint
+    /// directory. HF_ENDPOINT replaces the hub's address; HF_TOKEN is sent to it as a bearer
+    /// token (never to a host it redirects to).
+    pub source: String,
+    /// Take the MTP (multi-token prediction) head: GGUF blocks past block_count −
+    /// nextn_predict_layers and `mtp.*`; safetensors `model.layers.{num_hidden_layers}.*` and `mtp.*`.
+    #[arg(long)]
+    pub mtp: bool,
+    /// Also take tensors whose names match GLOB (`*`, `?`); repeatable.
+    #[arg(long = "tensors", value_name = "GLOB")]
+    pub tensors: Vec<String>,
+    /// Print what would be fetched and how many bytes; fetch nothing.
+    #[arg(long)]
+    pub list: bool,
+    /// The file to write (published atomically; a partial file and journal sit beside it meanwhile).
+    #[arg(short, long)]
+    pub output: Option<PathBuf>,
+    /// Parallel range requests.
+    #[arg(long, default_value_t = 4)]
+    pub jobs: usize,
+    /// Bytes per range request (K, M, G suffixes).
+    #[arg(long, default_value = "8M")]
+    pub chunk_size: String,
+    /// Attempts per request on 5xx, timeouts and dropped connections.
+    #[arg(long, default_value_t = 8)]
+    pub retries: u32,
+    /// Delay before the first retry, in milliseconds (doubled each time, with jitter).
+    #[arg(long, default_value_t = 300)]
+    pub retry_delay_ms: u64,
+    /// Seconds to wait for a connection, a response, or the next bytes of a body.
+    #[arg(long, default_value_t = 30)]
+    pub timeout: u64,
+    /// No progress bar.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print the summary (or the --list) as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tarfa verify`.

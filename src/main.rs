@@ -6,6 +6,7 @@
 
 mod cli;
 mod convert_cmd;
+mod fetch_cmd;
 mod inspect;
 mod inspect_gguf;
 mod verify_cmd;
@@ -26,6 +27,7 @@ fn main() -> ExitCode {
         cli::Command::Inspect(a) => inspect::run(a),
         cli::Command::Convert(a) => convert_cmd::run(a),
         cli::Command::Verify(a) => verify_cmd::run(a),
+        cli::Command::Fetch(a) => fetch_cmd::run(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -169,8 +169,7 @@ fn an_lfs_pointer_is_named_as_such() {
         &format!("{}/m/x.gguf", server.base),
         &out,
     )
-    .err()
-    .expect("must fail");
+    .expect_err("must fail");
     assert!(e.to_string().contains("Git LFS pointer"), "{e}");
     assert!(!out.exists());
 }
@@ -240,9 +239,7 @@ fn an_interrupted_fetch_resumes_from_its_journal_without_refetching() {
     let out = s.out.path().join("draft.gguf");
     let mut opts = options(None, chunk, 2);
     opts.transfer.jobs = 1;
-    let e = fetch(opts.clone(), &url(&server), &out)
-        .err()
-        .expect("must fail");
+    let e = fetch(opts.clone(), &url(&server), &out).expect_err("must fail");
     assert!(matches!(e, FetchError::Status { status: 404, .. }), "{e}");
     assert!(!out.exists());
     let journal = s.out.path().join("draft.gguf.tarfa-journal");

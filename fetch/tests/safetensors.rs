@@ -237,6 +237,6 @@ fn a_checkpoint_without_an_mtp_head_is_a_clear_error() {
     )
     .expect("config");
     let f = Fetcher::new(options(mtp()));
-    let e = f.plan(&p.display().to_string()).err().expect("must fail");
+    let e = f.plan(&p.display().to_string()).expect_err("must fail");
     assert!(e.to_string().contains("no MTP head"), "{e}");
 }
