@@ -17,6 +17,11 @@ if ! python3 -c 'import gguf' >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check gguf numpy
 fi
 
+# tarfa fetch's range-request tests (fetch/tests/nginx.rs) serve a model with nginx on loopback.
+if [ "$(id -u)" = 0 ]; then
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx)
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (all targets, warnings are errors)"
