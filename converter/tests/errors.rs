@@ -244,19 +244,25 @@ fn source_that_is_not_a_directory_is_refused() {
     let out = dir.path().join("out");
     let file = dir.path().join("model.safetensors");
     std::fs::write(&file, b"x").expect("write");
-    for src in [file, dir.path().join("does-not-exist")] {
-        let err = convert_err(&src, &out);
-        assert!(
-            matches!(&err, ConvertError::BadSource { path, .. } if *path == src),
-            "{err:?}"
-        );
-        let msg = err.to_string();
-        assert!(
-            msg.contains(&*src.to_string_lossy()) && msg.contains("not a directory"),
-            "{msg}"
-        );
-        assert_nothing_published(&out);
-    }
+    let missing = dir.path().join("does-not-exist");
+    let err = convert_err(&missing, &out);
+    assert!(
+        matches!(&err, ConvertError::Usage(m) if m.contains("no such file or directory")),
+        "a missing source is a usage error (exit 2): {err:?}"
+    );
+    assert_nothing_published(&out);
+    let src = file;
+    let err = convert_err(&src, &out);
+    assert!(
+        matches!(&err, ConvertError::BadSource { path, .. } if *path == src),
+        "{err:?}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&*src.to_string_lossy()) && msg.contains("not a directory"),
+        "{msg}"
+    );
+    assert_nothing_published(&out);
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).expect("mkdir");
     let err = convert_err(&empty, &out);
