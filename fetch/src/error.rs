@@ -139,6 +139,14 @@ pub enum FetchError {
         /// The partial file.
         path: PathBuf,
     },
+    /// The written file's header does not place the tensors where the plan put them.
+    #[error("{}: {detail}", path.display())]
+    BadOutput {
+        /// The partial file.
+        path: PathBuf,
+        /// What disagrees.
+        detail: String,
+    },
     /// A finished chunk's bytes on disk no longer hash to what the journal recorded when it landed.
     #[error("{}: bytes {start}..{end} no longer match the BLAKE3 recorded when they were fetched", path.display())]
     Corrupt {

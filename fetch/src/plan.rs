@@ -335,6 +335,15 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
                 p.join("model.safetensors")
             })
         }
+        // One shard of a sharded checkpoint stands for the checkpoint: the MTP layers are
+        // usually in another shard.
+        l if l.file_name().ends_with(".safetensors") && l.file_name().contains("-of-") => {
+            let index = l.sibling("model.safetensors.index.json");
+            match index.read_small(client, MAX_JSON)? {
+                Some(_) => index,
+                None => l.clone(),
+            }
+        }
         l => l.clone(),
     };
     let shown = loc.display();

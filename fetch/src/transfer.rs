@@ -369,7 +369,6 @@ pub fn run(
 /// The written file parses, with the tensors of the plan where the plan put them.
 fn check_output(plan: &Plan, path: &Path) -> Result<()> {
     let src = tarfa_gguf::FileSource::open(path).map_err(FetchError::io(path, "open"))?;
-    let shown = path.display().to_string();
     let placed: Vec<(String, u64, u64)> = match plan.format {
         OutputFormat::Gguf => tarfa_gguf::read_header(&src)?
             .tensors
@@ -391,8 +390,8 @@ fn check_output(plan: &Plan, path: &Path) -> Result<()> {
         .collect();
     want.sort_by_key(|t| t.1);
     if placed != want {
-        return Err(FetchError::BadSafetensors {
-            file: shown,
+        return Err(FetchError::BadOutput {
+            path: path.to_path_buf(),
             detail: "the written header does not place the tensors where the plan did".into(),
         });
     }

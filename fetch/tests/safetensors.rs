@@ -163,6 +163,11 @@ fn mtp_layers_from_sharded_safetensors_remote_equal_local_and_the_source_bytes()
     assert!(std::fs::read(&local).expect("local") == std::fs::read(&remote).expect("remote"));
     // Only the second shard's header and the MTP bytes travelled (plus the index and config).
     assert!(server.seen().iter().all(|s| !s.path.contains("00001-of")));
+    // Any shard stands for the checkpoint, through the index beside it.
+    let via_shard = out.path().join("via_shard.safetensors");
+    let shard_url = format!("{}/st/model-00001-of-00002.safetensors", server.base);
+    fetch(mtp(), &shard_url, &via_shard);
+    assert!(std::fs::read(&via_shard).expect("read") == std::fs::read(&local).expect("local"));
     assert!(r.bytes_transferred < r.tensor_bytes + r.source_header_bytes + 64 * 1024 + 4096);
 
     let h = read_header(&FileSource::open(&remote).expect("open")).expect("parse output");
