@@ -111,6 +111,22 @@ fn dropped_bodies_and_500s_are_retried_into_the_identical_file() {
     }
 }
 
+#[test]
+fn a_body_that_stalls_times_out_and_is_retried_into_the_identical_file() {
+    let s = setup();
+    let server = FaultServer::start(
+        "127.0.0.1",
+        s.files.clone(),
+        Fault::StallMidBody { every: 7 },
+    );
+    let out = s.out.path().join("draft.gguf");
+    let mut opts = options(None, 256 << 10, 8);
+    opts.http.timeout = Duration::from_millis(300);
+    let r = fetch(opts, &url(&server), &out).expect("fetch");
+    assert!(r.retries > 0, "no stall was met");
+    assert!(std::fs::read(&out).expect("read") == s.reference);
+}
+
 /// Run against `fault` and return the error; the output must not exist afterwards.
 fn must_fail(s: &Setup, fault: Fault) -> FetchError {
     let server = FaultServer::start("127.0.0.1", s.files.clone(), fault.clone());

@@ -31,6 +31,8 @@ pub enum Fault {
     EtagChangesAfter { requests: u64 },
     /// Every request: 302 to the same path under this base URL.
     RedirectTo { base: String },
+    /// Every `every`-th range request past byte 0: half the body, then silence for a second.
+    StallMidBody { every: u64 },
     /// After this many requests, every range request past byte 0: 404 (a fault no retry cures).
     FailAfter { requests: u64 },
 }
@@ -288,7 +290,7 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
                     part,
                 );
             }
-            Fault::DropMidBody { every } if n % every == 0 => {
+            Fault::DropMidBody { every } | Fault::StallMidBody { every } if n % every == 0 => {
                 let part = &file[a as usize..=b as usize];
                 let mut head = format!(
                     "HTTP/1.1 206 Partial Content\r\nConnection: close\r\nETag: {etag}\r\nContent-Range: bytes {a}-{b}/{len}\r\nContent-Length: {}\r\n\r\n",
@@ -300,6 +302,9 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
                 out.write_all(&part[..half])?;
                 count(half);
                 out.flush()?;
+                if matches!(fault, Fault::StallMidBody { .. }) {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
                 return out.shutdown(std::net::Shutdown::Both);
             }
             _ => {}
