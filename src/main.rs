@@ -50,7 +50,8 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     const JNF: &str = "the file breaks a rule of spec/JNF_V1.md: it was not written by a conforming writer, or was damaged since (tarfa verify names every fault)";
     const SOURCE: &str =
         "the source checkpoint is incomplete or damaged; nothing of the failing file was published";
-    const GGUF: &str = "the GGUF file breaks a rule of the format; it is damaged, truncated or not a GGUF file";
+    const GGUF: &str =
+        "the GGUF file breaks a rule of the format; it is damaged, truncated or not a GGUF file";
     if let Some(f) = e.downcast_ref::<tarfa_format::Error>() {
         if matches!(
             f,
@@ -72,8 +73,7 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
             _ => {}
         }
     }
-    if e
-        .downcast_ref::<tarfa_gguf::Error>()
+    if e.downcast_ref::<tarfa_gguf::Error>()
         .is_some_and(|g| g.violation().is_some())
     {
         return (1, Some(GGUF));
