@@ -34,6 +34,56 @@ pub enum Command {
     /// of a split set) or safetensors checkpoint, with checked HTTP range requests, into one GGUF
     /// (or safetensors) file. Resumes a killed run; `--list` shows what would be fetched.
     Fetch(FetchArgs),
+    /// Measure expert streaming: decode-shaped reads (top-k random experts of every layer per
+    /// token) through each I/O backend at each queue depth, cold cache, in GB/s, beside fio's
+    /// random read of the same files at the same block size and depth when fio is installed.
+    BenchIo(BenchIoArgs),
+}
+
+/// `tarfa bench-io`.
+#[derive(Debug, clap::Args)]
+pub struct BenchIoArgs {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// Backends to sweep, comma-separated (io_uring, pread, mmap).
+    #[arg(long, default_value = "io_uring,pread,mmap")]
+    pub backend: String,
+    /// Queue depths to sweep, comma-separated.
+    #[arg(long, default_value = "1,32,64,256")]
+    pub qd: String,
+    /// BLAKE3 check of each expert: on, off, or both (one row each).
+    #[arg(long, default_value = "both")]
+    pub verify: String,
+    /// Experts per layer per token (default: the config's num_experts_per_tok, else 8).
+    #[arg(long)]
+    pub top_k: Option<u32>,
+    /// Tokens per run (default: enough for --gib).
+    #[arg(long)]
+    pub tokens: Option<usize>,
+    /// GiB read per run when --tokens is not given.
+    #[arg(long, default_value_t = 1.0)]
+    pub gib: f64,
+    /// Ring slots (default: queue depth + 16).
+    #[arg(long)]
+    pub slots: Option<u32>,
+    /// Runs of each measurement; the median is printed.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Seed of the random expert choice.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Do not drop the page cache before each run (dropping needs root).
+    #[arg(long)]
+    pub no_drop_caches: bool,
+    /// Do not run fio.
+    #[arg(long)]
+    pub no_fio: bool,
+    /// Print CSV on stdout instead of the table.
+    #[arg(long)]
+    pub csv: bool,
+    /// No progress output.
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 /// `tarfa fetch`.

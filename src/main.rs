@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 the input is invalid or inconsistent (a JNF or GGUF rule broken, a model
 //! directory that disagrees with its manifest); 2 tarfa could not run (bad arguments, I/O errors).
 
+mod bench_io_cmd;
 mod cli;
 mod convert_cmd;
 mod fetch_cmd;
@@ -28,6 +29,7 @@ fn main() -> ExitCode {
         cli::Command::Convert(a) => convert_cmd::run(a),
         cli::Command::Verify(a) => verify_cmd::run(a),
         cli::Command::Fetch(a) => fetch_cmd::run(a),
+        cli::Command::BenchIo(a) => bench_io_cmd::run(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
