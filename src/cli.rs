@@ -172,6 +172,10 @@ pub struct ConvertArgs {
     /// Write through the page cache instead of with O_DIRECT.
     #[arg(long)]
     pub buffered: bool,
+    /// Files converted at once (default: half the cores, at most 4). The output bytes are the
+    /// same for any value.
+    #[arg(short, long, default_value_t = 0, hide_default_value = true)]
+    pub jobs: usize,
     /// No progress output (errors and the summary still print).
     #[arg(short, long)]
     pub quiet: bool,

@@ -95,6 +95,7 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
     let opts = Options {
         layers,
         direct_io: !args.buffered,
+        jobs: args.jobs,
     };
     let s = convert(&args.source, &args.output, &opts, &progress)?;
     if let Some(b) = &progress.bar {

@@ -342,6 +342,7 @@ fn convert_once(src: &Path, out: &Path, direct_io: bool) -> BenchResult<ConvertS
         &Options {
             layers: None,
             direct_io,
+            ..Options::default()
         },
         &Quiet,
     )?;

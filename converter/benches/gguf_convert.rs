@@ -247,6 +247,7 @@ fn main() -> BenchResult<()> {
             &Options {
                 layers: None,
                 direct_io: true,
+                ..Options::default()
             },
             &Quiet,
         )?;

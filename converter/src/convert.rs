@@ -59,6 +59,21 @@ pub struct Options {
     pub layers: Option<(u32, u32)>,
     /// Write with `O_DIRECT` where the filesystem allows.
     pub direct_io: bool,
+    /// Files converted at once (0: half the cores, 1 to 4). Each file is written by one thread
+    /// front to back; more at once keep the disk and the hashing cores busy together. The bytes
+    /// of every file are the same for any value.
+    pub jobs: usize,
+}
+
+impl Options {
+    /// The number of files converted at once.
+    pub fn effective_jobs(&self) -> usize {
+        if self.jobs > 0 {
+            return self.jobs;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / 2).clamp(1, 4)
+    }
 }
 
 /// Progress callbacks (by bytes); the binary draws bars, tests count.
@@ -185,18 +200,46 @@ fn file_size_estimate(items: &[&Item], experts: usize) -> u64 {
     4096 + data + index.div_ceil(4096) * 4096 + 4096
 }
 
-fn check_space(out: &Path, what: &str, needed: u64) -> Result<(), ConvertError> {
-    if let Some(available) = free_space(out) {
-        if available < needed + SPACE_MARGIN {
-            return Err(ConvertError::NoSpace {
-                dir: out.to_path_buf(),
-                what: what.to_string(),
-                needed: needed + SPACE_MARGIN,
-                available,
-            });
+/// Space promised to files being written at once, so that two of them cannot both count on the
+/// same free bytes.
+#[derive(Debug, Default)]
+struct Reservations(std::sync::Mutex<u64>);
+
+/// Space held for one file until it is published (then it shows in the free space itself).
+struct Reserved<'a> {
+    pool: &'a Reservations,
+    bytes: u64,
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut r) = self.pool.0.lock() {
+            *r -= self.bytes;
         }
     }
-    Ok(())
+}
+
+impl Reservations {
+    /// Reserve `needed` bytes in `out` for `what`, or say there is not enough space.
+    fn reserve(&self, out: &Path, what: &str, needed: u64) -> Result<Reserved<'_>, ConvertError> {
+        let mut held = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(available) = free_space(out) {
+            let want = needed + SPACE_MARGIN + *held;
+            if available < want {
+                return Err(ConvertError::NoSpace {
+                    dir: out.to_path_buf(),
+                    what: what.to_string(),
+                    needed: want,
+                    available,
+                });
+            }
+        }
+        *held += needed;
+        Ok(Reserved {
+            pool: self,
+            bytes: needed,
+        })
+    }
 }
 
 /// Remove temporary files left by a killed run (we hold the lock: no live writer owns them).
@@ -234,6 +277,7 @@ struct Ctx<'a> {
     out: &'a Path,
     progress: &'a dyn Progress,
     writer_options: WriterOptions,
+    space: Reservations,
 }
 
 impl Ctx<'_> {
@@ -320,7 +364,9 @@ impl Ctx<'_> {
             self.progress.file_done(TRUNK_NAME, &Outcome::Skipped);
             return Ok(None);
         }
-        check_space(self.out, TRUNK_NAME, file_size_estimate(&items, 0))?;
+        let _space = self
+            .space
+            .reserve(self.out, TRUNK_NAME, file_size_estimate(&items, 0))?;
         let mut w = JnfWriter::create_with(&path, FileLayout::trunk(), self.writer_options)?;
         for item in &items {
             w.tensor(&self.spec(item, None), &mut self.reader(item))?;
@@ -350,7 +396,7 @@ impl Ctx<'_> {
             self.progress.file_done(&name, &Outcome::Skipped);
             return Ok(Outcome::Skipped);
         }
-        check_space(
+        let _space = self.space.reserve(
             self.out,
             &name,
             file_size_estimate(&items, lp.experts.len()),
@@ -532,6 +578,7 @@ pub fn convert(
         writer_options: WriterOptions {
             direct_io: opts.direct_io,
         },
+        space: Reservations::default(),
     };
     let total: u64 = plan.trunk.iter().map(|i| i.slice.len()).sum::<u64>()
         + selected
@@ -553,13 +600,54 @@ pub fn convert(
     } else {
         copy_aux(&ck, out)?
     };
-    if let Some(bytes) = ctx.write_trunk(&plan)? {
-        summary.trunk_written = true;
-        summary.bytes_written += bytes;
+    // The trunk and the selected layers, `jobs` files at once. Each file is published on its
+    // own, so a failure or a kill leaves only complete files behind, whatever the interleaving.
+    let units: Vec<Option<u32>> = std::iter::once(None)
+        .chain(selected.iter().copied().map(Some))
+        .collect();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    let results = std::sync::Mutex::new(Vec::with_capacity(units.len()));
+    std::thread::scope(|scope| {
+        for _ in 0..opts.effective_jobs().min(units.len()) {
+            scope.spawn(|| {
+                use std::sync::atomic::Ordering::Relaxed;
+                while !failed.load(Relaxed) {
+                    let i = next.fetch_add(1, Relaxed);
+                    let Some(unit) = units.get(i) else { break };
+                    let r = match unit {
+                        None => ctx.write_trunk(&plan).map(|w| match w {
+                            Some(bytes) => Outcome::Written { bytes },
+                            None => Outcome::Skipped,
+                        }),
+                        Some(l) => ctx.write_layer(*l, &plan.layers[l]),
+                    };
+                    failed.fetch_or(r.is_err(), Relaxed);
+                    if let Ok(mut v) = results.lock() {
+                        v.push((i, r));
+                    }
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    results.sort_by_key(|(i, _)| *i);
+    if let Some(pos) = results.iter().position(|(_, r)| r.is_err()) {
+        if let (_, Err(e)) = results.swap_remove(pos) {
+            return Err(e);
+        }
     }
-    for &layer in &selected {
+    for (i, r) in results {
+        let outcome = r?;
+        let Some(layer) = units[i] else {
+            if let Outcome::Written { bytes } = outcome {
+                summary.trunk_written = true;
+                summary.bytes_written += bytes;
+            }
+            continue;
+        };
         let lp = &plan.layers[&layer];
-        match ctx.write_layer(layer, lp)? {
+        match outcome {
             Outcome::Written { bytes } => {
                 summary.layers_written.push(layer);
                 summary.bytes_written += bytes;

@@ -58,6 +58,7 @@ fn run(src: &Path, out: &Path, layers: Option<(u32, u32)>) -> Summary {
     let opts = Options {
         layers,
         direct_io: false,
+        ..Options::default()
     };
     convert(src, out, &opts, &Quiet).unwrap_or_else(|e| panic!("convert {}: {e}", src.display()))
 }

@@ -236,3 +236,26 @@ fn output_holding_another_checkpoint_is_refused() {
         "the first conversion after a refusal",
     );
 }
+
+#[test]
+fn any_number_of_parallel_jobs_writes_the_same_bytes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = checkpoint(dir.path());
+    let mut snapshots = Vec::new();
+    for jobs in [1, 2, 5] {
+        let out = dir.path().join(format!("jobs{jobs}"));
+        let opts = tarfa_converter::Options {
+            jobs,
+            ..tarfa_converter::Options::default()
+        };
+        let s =
+            tarfa_converter::convert(&src, &out, &opts, &tarfa_converter::Quiet).expect("convert");
+        assert_eq!(
+            s.layers_written,
+            (0..spec().total_layers()).collect::<Vec<_>>()
+        );
+        snapshots.push(snapshot(&out));
+    }
+    assert_same_files(&snapshots[1], &snapshots[0], "2 jobs vs 1");
+    assert_same_files(&snapshots[2], &snapshots[0], "5 jobs vs 1");
+}

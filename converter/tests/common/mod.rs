@@ -27,6 +27,7 @@ pub fn run(src: &Path, out: &Path, layers: Option<(u32, u32)>) -> Result<Summary
     let opts = Options {
         layers,
         direct_io: true,
+        ..Options::default()
     };
     convert(src, out, &opts, &Quiet)
 }
