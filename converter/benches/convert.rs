@@ -27,7 +27,6 @@
 //!
 //! Data goes to stdout, progress to stderr.
 
-use std::error::Error;
 use std::fs::File;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
@@ -35,11 +34,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use tarfa_benchkit::{
+    self as kit, cpu_time, drop_caches, free_bytes, loadavg, remove_dir_if_present, reset_peak_rss,
+    status_kib, tool, Align, BenchResult, Machine,
+};
 use tarfa_converter::testkit::{write_checkpoint, SynthSpec};
 use tarfa_converter::{convert, Options, Quiet};
 use tarfa_format::JnfReader;
-
-type BenchResult<T> = Result<T, Box<dyn Error>>;
 
 /// Written into the source directory after generation; names the shape it was made with.
 const MARKER: &str = "BENCH-CHECKPOINT-COMPLETE";
@@ -148,7 +149,7 @@ fn run(args: &Args, src: &Path, work: &Work) -> BenchResult<()> {
     println!("# HF to JNF conversion (cold cache): tarfa convert vs cat and cp -r + sha256sum");
     println!(
         "cores: {}   cpu: {}   filesystem: {}   RAM: {}",
-        machine.cores, machine.cpu, machine.fs, machine.mem
+        machine.cores, machine.cpu, machine.fs_options, machine.mem
     );
     println!(
         "source: {} shards, {src_bytes} bytes ({:.2} GiB; {data} tensor bytes), {} layers x {} experts \
@@ -328,7 +329,7 @@ struct ConvertSample {
 }
 
 fn convert_once(src: &Path, out: &Path, direct_io: bool) -> BenchResult<ConvertSample> {
-    let reset = std::fs::write("/proc/self/clear_refs", "5").is_ok();
+    let reset = reset_peak_rss();
     if !reset {
         eprintln!(
             "  note: /proc/self/clear_refs refused the reset; VmHWM covers the whole process"
@@ -442,133 +443,8 @@ fn same_roots(a: &Path, b: &Path) -> BenchResult<()> {
     Ok(())
 }
 
-/// `sync; echo 3 > /proc/sys/vm/drop_caches`. Returns false (after a loud warning) when refused.
-fn drop_caches() -> bool {
-    let synced = Command::new("sync").status().is_ok_and(|s| s.success());
-    match std::fs::write("/proc/sys/vm/drop_caches", "3") {
-        Ok(()) if synced => true,
-        Ok(()) => {
-            eprintln!("WARNING: sync failed before dropping caches");
-            true
-        }
-        Err(e) => {
-            eprintln!(
-                "!!!!!!!! WARNING: cannot drop caches ({e}); figures are WARM-CACHE !!!!!!!!"
-            );
-            false
-        }
-    }
-}
-
-/// Run a tool to completion; its wall time. A failure is an error.
-fn tool(cmd: &mut Command) -> BenchResult<Duration> {
-    let t = Instant::now();
-    let status = cmd.stdin(Stdio::null()).stderr(Stdio::inherit()).status()?;
-    let d = t.elapsed();
-    if !status.success() {
-        return Err(format!("{cmd:?} failed: {status}").into());
-    }
-    Ok(d)
-}
-
-/// User + system CPU time of this process (all threads).
-fn cpu_time() -> Duration {
-    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_SELF is a valid `who`.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
-            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
-    };
-    tv(ru.ru_utime) + tv(ru.ru_stime)
-}
-
-/// A `kB` field of `/proc/self/status`.
-fn status_kib(field: &str) -> BenchResult<u64> {
-    let s = std::fs::read_to_string("/proc/self/status")?;
-    let line = s
-        .lines()
-        .find(|l| l.starts_with(field) && l[field.len()..].starts_with(':'))
-        .ok_or_else(|| format!("{field} not in /proc/self/status"))?;
-    let v = line[field.len() + 1..]
-        .split_whitespace()
-        .next()
-        .ok_or_else(|| format!("{field}: no value"))?;
-    Ok(v.parse()?)
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
-
-/// Free bytes for unprivileged users on the filesystem holding `dir` (`df`).
-fn free_bytes(dir: &Path) -> BenchResult<u64> {
-    let out = Command::new("df")
-        .args(["-B1", "--output=avail"])
-        .arg(dir)
-        .output()?;
-    let s = String::from_utf8_lossy(&out.stdout);
-    let v = s
-        .lines()
-        .nth(1)
-        .ok_or("df printed no value")?
-        .trim()
-        .parse()?;
-    Ok(v)
-}
-
-fn remove_dir_if_present(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_dir_all(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
-// Machine and results.
-
-#[derive(Debug)]
-struct Machine {
-    cores: usize,
-    cpu: String,
-    fs: String,
-    mem: String,
-}
-
-impl Machine {
-    fn probe(dir: &Path) -> Machine {
-        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-        let field = |file: &str, key: &str| {
-            std::fs::read_to_string(file).ok().and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with(key))
-                    .and_then(|l| l.split_once(':'))
-                    .map(|(_, v)| v.trim().to_string())
-            })
-        };
-        let cpu = field("/proc/cpuinfo", "model name").unwrap_or_else(|| "unknown".into());
-        let mem = field("/proc/meminfo", "MemTotal").unwrap_or_else(|| "unknown".into());
-        let fs = Command::new("findmnt")
-            .args(["-n", "-o", "FSTYPE,SOURCE,OPTIONS", "--target"])
-            .arg(dir)
-            .output()
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "unknown".into());
-        Machine {
-            cores,
-            cpu,
-            fs,
-            mem,
-        }
-    }
-}
+// Results.
 
 #[derive(Debug, Default)]
 struct RunSample {
@@ -586,14 +462,9 @@ impl RunSample {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    }
+/// The median of per-run values (`--runs` is at least 1).
+fn median(v: Vec<f64>) -> f64 {
+    kit::median(v).unwrap_or(f64::NAN)
 }
 
 #[derive(Debug)]
@@ -705,22 +576,28 @@ impl Table {
             "VmHWM of the WHOLE process (clear_refs reset refused)"
         };
         println!();
-        println!(
-            "| step (median of {runs}{}) | seconds | GB/s | CPU s | peak RSS MiB |",
+        let step = format!(
+            "step (median of {runs}{})",
             if cold { "" } else { ", WARM CACHE" }
         );
-        println!("| --- | ---: | ---: | ---: | ---: |");
+        let mut table = kit::Table::new(&[
+            (&step, Align::Left),
+            ("seconds", Align::Right),
+            ("GB/s", Align::Right),
+            ("CPU s", Align::Right),
+            ("peak RSS MiB", Align::Right),
+        ]);
         for r in &self.rows {
             let opt = |v: Option<f64>, p: usize| v.map_or(String::new(), |v| format!("{v:.p$}"));
-            println!(
-                "| {} | {:.3} | {:.2} | {} | {} |",
-                r.step,
-                r.seconds,
-                self.bytes as f64 / r.seconds / 1e9,
+            table.row(vec![
+                r.step.to_string(),
+                format!("{:.3}", r.seconds),
+                format!("{:.2}", self.bytes as f64 / r.seconds / 1e9),
                 opt(r.cpu, 2),
-                opt(r.hwm_mib, 1)
-            );
+                opt(r.hwm_mib, 1),
+            ]);
         }
+        table.print();
         println!(
             "\nGB/s is {} source bytes (all shards) / seconds / 1e9; each conversion writes {} \
              region bytes. Peak RSS: {hwm_note}.",

@@ -15,19 +15,20 @@
 //!
 //! Data goes to stdout, progress to stderr.
 
-use std::error::Error;
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use tarfa_benchkit::{
+    self as kit, has_tool, median, remove_if_present, syncfs, time, tool_output, Align,
+    BenchResult, Machine,
+};
 use tarfa_format::hash::DualHasher;
 use tarfa_format::writer::WriterOptions;
 use tarfa_format::{Dtype, FileLayout, JnfReader, JnfWriter, RegionSpec, Role};
-
-type BenchResult<T> = Result<T, Box<dyn Error>>;
 
 const EXPERTS_PER_LAYER: u32 = 128;
 const HIDDEN: u64 = 2048;
@@ -139,17 +140,17 @@ fn run(args: &Args, dir: &Path) -> BenchResult<()> {
         remove_if_present(&dst_path)?;
         syncfs(dir)?;
         if tools.cp && tools.sync {
-            s.cp = Some(tool(Command::new("cp").arg(&src_path).arg(&dst_path))?.0);
-            s.fsync = Some(tool(Command::new("sync").arg(&dst_path))?.0);
+            s.cp = Some(tool_output(Command::new("cp").arg(&src_path).arg(&dst_path))?.0);
+            s.fsync = Some(tool_output(Command::new("sync").arg(&dst_path))?.0);
         }
         let digest_of = if tools.cp { &dst_path } else { &src_path };
         if tools.b3sum {
-            let (d, out) = tool(Command::new("b3sum").arg(digest_of))?;
+            let (d, out) = tool_output(Command::new("b3sum").arg(digest_of))?;
             check_digest("b3sum", &out, &expected.blake3)?;
             s.b3sum = Some(d);
         }
         if tools.openssl {
-            let (d, out) = tool(
+            let (d, out) = tool_output(
                 Command::new("openssl")
                     .args(["dgst", "-sha256"])
                     .arg(digest_of),
@@ -158,7 +159,7 @@ fn run(args: &Args, dir: &Path) -> BenchResult<()> {
             s.openssl = Some(d);
         }
         if tools.b3sum {
-            let (d, out) = tool(
+            let (d, out) = tool_output(
                 Command::new("b3sum")
                     .args(["--num-threads", "1"])
                     .arg(digest_of),
@@ -505,17 +506,6 @@ fn materialise(layers: &[LayerPlan], path: &Path) -> BenchResult<Expected> {
     })
 }
 
-/// Run a tool to completion; its wall time and stdout. A failure is an error.
-fn tool(cmd: &mut Command) -> BenchResult<(Duration, String)> {
-    let t = Instant::now();
-    let out = cmd.stdin(Stdio::null()).stderr(Stdio::inherit()).output()?;
-    let d = t.elapsed();
-    if !out.status.success() {
-        return Err(format!("{cmd:?} failed: {}", out.status).into());
-    }
-    Ok((d, String::from_utf8_lossy(&out.stdout).into_owned()))
-}
-
 /// `b3sum` prints `HEX  PATH`; `openssl dgst` prints `SHA2-256(PATH)= HEX`.
 fn check_digest(what: &str, out: &str, want: &str) -> BenchResult<()> {
     if out.split_whitespace().any(|w| w == want) {
@@ -523,29 +513,6 @@ fn check_digest(what: &str, out: &str, want: &str) -> BenchResult<()> {
     } else {
         Err(format!("{what} printed {out:?}, expected digest {want}").into())
     }
-}
-
-/// Flush every dirty page of the filesystem holding `dir` (between steps, not timed), so no step
-/// pays for an earlier step's writeback.
-fn syncfs(dir: &Path) -> BenchResult<()> {
-    let status = Command::new("sync").arg("-f").arg(dir).status()?;
-    if !status.success() {
-        return Err(format!("sync -f {} failed", dir.display()).into());
-    }
-    Ok(())
-}
-
-fn remove_if_present(path: &Path) -> std::io::Result<()> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-        _ => Ok(()),
-    }
-}
-
-fn time(f: impl FnOnce() -> BenchResult<()>) -> BenchResult<Duration> {
-    let t = Instant::now();
-    f()?;
-    Ok(t.elapsed())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -563,12 +530,7 @@ struct Tools {
 impl Tools {
     fn probe() -> Tools {
         let has = |name: &str, arg: &str| {
-            let ok = Command::new(name)
-                .arg(arg)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok();
+            let ok = has_tool(name, arg);
             if !ok {
                 println!("missing tool: {name} not found on PATH; its rows are skipped");
             }
@@ -580,37 +542,6 @@ impl Tools {
             b3sum: has("b3sum", "--version"),
             openssl: has("openssl", "version"),
         }
-    }
-}
-
-#[derive(Debug)]
-struct Machine {
-    cores: usize,
-    cpu: String,
-    fs: String,
-}
-
-impl Machine {
-    fn probe(dir: &Path) -> Machine {
-        let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-        let cpu = std::fs::read_to_string("/proc/cpuinfo")
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find(|l| l.starts_with("model name"))
-                    .and_then(|l| l.split_once(':'))
-                    .map(|(_, v)| v.trim().to_string())
-            })
-            .unwrap_or_else(|| "unknown".into());
-        let fs = Command::new("findmnt")
-            .args(["-n", "-o", "FSTYPE,SOURCE", "--target"])
-            .arg(dir)
-            .output()
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-            .filter(|s| !s.is_empty())
-            .unwrap_or_else(|| "unknown".into());
-        Machine { cores, cpu, fs }
     }
 }
 
@@ -641,18 +572,8 @@ impl RunSample {
 }
 
 /// The median of per-run values (seconds); `None` if any run lacks the value.
-fn median(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
-    let mut v: Vec<f64> = values.collect::<Option<_>>()?;
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 {
-        v[m]
-    } else {
-        (v[m - 1] + v[m]) / 2.0
-    })
+fn median_all(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    values.collect::<Option<Vec<f64>>>().and_then(median)
 }
 
 #[derive(Debug)]
@@ -675,7 +596,7 @@ struct Table {
 impl Table {
     fn new(samples: &[RunSample], generator: Duration, bytes: u64) -> Table {
         let secs = |f: &dyn Fn(&RunSample) -> Option<Duration>| {
-            median(samples.iter().map(|s| f(s).map(|d| d.as_secs_f64())))
+            median_all(samples.iter().map(|s| f(s).map(|d| d.as_secs_f64())))
         };
         let row = |step, seconds| Row { step, seconds };
         let baseline = secs(&|s| s.baseline());
@@ -710,11 +631,11 @@ impl Table {
                 secs(&|s| Some(s.write_only)),
             ),
         ];
-        let ratio = median(samples.iter().map(|s| {
+        let ratio = median_all(samples.iter().map(|s| {
             s.baseline()
                 .map(|b| s.tarfa.as_secs_f64() / b.as_secs_f64())
         }));
-        let ratio_direct = median(samples.iter().map(|s| {
+        let ratio_direct = median_all(samples.iter().map(|s| {
             s.baseline()
                 .map(|b| s.direct.as_secs_f64() / b.as_secs_f64())
         }));
@@ -733,14 +654,23 @@ impl Table {
 
     fn print(&self, tools: &Tools, runs: usize) {
         println!();
-        println!("| step (median of {runs}) | seconds | GB/s |");
-        println!("| --- | ---: | ---: |");
+        let step = format!("step (median of {runs})");
+        let mut table = kit::Table::new(&[
+            (&step, Align::Left),
+            ("seconds", Align::Right),
+            ("GB/s", Align::Right),
+        ]);
         for r in &self.rows {
-            match r.seconds {
-                Some(s) => println!("| {} | {s:.3} | {:.2} |", r.step, self.gbps(s)),
-                None => println!("| {} | skipped | |", r.step),
-            }
+            table.row(match r.seconds {
+                Some(s) => vec![
+                    r.step.to_string(),
+                    format!("{s:.3}"),
+                    format!("{:.2}", self.gbps(s)),
+                ],
+                None => vec![r.step.to_string(), "skipped".into(), String::new()],
+            });
         }
+        table.print();
         match self.ratio {
             Some(r) => println!(
                 "\nratio tarfa / (cp + fsync + b3sum + openssl): {r:.3} (median of per-run ratios; \
