@@ -72,83 +72,111 @@ fn safetensors_dtype(name: &str) -> Option<Dtype> {
 
 const LFS_PREFIX: &[u8] = b"version https://git-lfs.github.com/spec";
 
-/// Read and check one shard's header.
-fn read_shard(
-    dir: &Path,
-    rel: &str,
-    shard_index: usize,
-) -> Result<(Shard, Vec<SourceTensor>), ConvertError> {
-    let path = dir.join(rel);
-    let io = |op: &'static str| {
-        let path = path.clone();
-        move |source| ConvertError::Io { path, op, source }
-    };
-    let file = File::open(&path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            ConvertError::MissingShard { path: path.clone() }
-        } else {
-            io("open")(e)
-        }
-    })?;
-    let len = file.metadata().map_err(io("stat"))?.len();
-    let bad = |detail: String| ConvertError::BadShard {
-        path: path.clone(),
-        detail,
-    };
-    let mut head = [0u8; 64];
-    let got = file.read_at(&mut head, 0).map_err(io("read header"))?;
-    if head[..got].starts_with(LFS_PREFIX) {
-        return Err(ConvertError::LfsPointer { path: path.clone() });
+/// One tensor of a checked safetensors header.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeaderTensor {
+    /// Name in the header.
+    pub name: String,
+    /// dtype as written (`BF16`, `F32`, …).
+    pub dtype_name: String,
+    /// The same dtype in the table.
+    pub dtype: Dtype,
+    /// Row-major shape.
+    pub shape: Vec<u64>,
+    /// Absolute byte offset of its first byte in the file.
+    pub begin: u64,
+    /// Absolute end offset (exclusive).
+    pub end: u64,
+}
+
+/// A checked safetensors header.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SafetensorsHeader {
+    /// Tensors, sorted by offset.
+    pub tensors: Vec<HeaderTensor>,
+    /// `__metadata__`, if any.
+    pub metadata: Option<serde_json::Value>,
+    /// `8 + n`: where data starts.
+    pub data_start: u64,
+}
+
+/// Why a safetensors header was refused. The caller adds the file's name.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderFault {
+    /// The header as a whole (its length, its JSON, the file's length).
+    #[error("{0}")]
+    Header(String),
+    /// One tensor's entry.
+    #[error("tensor {tensor}: {detail}")]
+    Tensor {
+        /// The tensor.
+        tensor: String,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+/// The JSON length `n` from the first bytes of a file of `file_len` bytes: at most
+/// [`MAX_HEADER_LEN`], and `8 + n` inside the file.
+pub fn safetensors_header_len(prefix: &[u8], file_len: u64) -> Result<u64, HeaderFault> {
+    let bad = |detail: String| Err(HeaderFault::Header(detail));
+    if file_len < 8 {
+        return bad(format!(
+            "{file_len} bytes: too short for a safetensors header"
+        ));
     }
-    if len < 8 {
-        return Err(bad(format!(
-            "{len} bytes: too short for a safetensors header"
-        )));
-    }
-    let n = u64::from_le_bytes(head[..8].try_into().unwrap_or([0; 8]));
+    let n = u64::from_le_bytes(
+        prefix
+            .get(..8)
+            .and_then(|b| b.try_into().ok())
+            .unwrap_or([0; 8]),
+    );
     if n > MAX_HEADER_LEN {
-        return Err(bad(format!(
+        return bad(format!(
             "header length {n} is over the {MAX_HEADER_LEN}-byte limit"
-        )));
+        ));
     }
-    if 8 + n > len {
-        return Err(bad(format!(
-            "header length {n} runs past the end of the {len}-byte file (truncated?)"
-        )));
+    if 8 + n > file_len {
+        return bad(format!(
+            "header length {n} runs past the end of the {file_len}-byte file (truncated?)"
+        ));
     }
-    let mut header = vec![0u8; n as usize];
-    file.read_exact_at(&mut header, 8)
-        .map_err(io("read header"))?;
-    let header_sha256 = {
-        use sha2::Digest;
-        let mut h = sha2::Sha256::new();
-        h.update(n.to_le_bytes());
-        h.update(&header);
-        h.finalize().into()
-    };
-    let text =
-        std::str::from_utf8(&header).map_err(|e| bad(format!("header is not UTF-8: {e}")))?;
+    Ok(n)
+}
+
+/// Check the JSON header `json` of a safetensors file of `file_len` bytes: a UTF-8 JSON object,
+/// known dtypes, integer shapes of rank ≤ 8, `data_offsets` whose length is exactly the shape's
+/// bytes, tensors contiguous from 0 with neither overlaps nor holes, and the data ending exactly
+/// at the end of the file.
+pub fn parse_safetensors_header(
+    json: &[u8],
+    file_len: u64,
+) -> Result<SafetensorsHeader, HeaderFault> {
+    let bad = HeaderFault::Header;
+    let text = std::str::from_utf8(json).map_err(|e| bad(format!("header is not UTF-8: {e}")))?;
     if !text.trim_start().starts_with('{') {
         return Err(bad("header is not a JSON object".into()));
     }
     let entries: serde_json::Map<String, serde_json::Value> =
         serde_json::from_str(text).map_err(|e| bad(format!("header is not valid JSON: {e}")))?;
-    let data_start = 8 + n;
+    let data_start = 8 + json.len() as u64;
     let mut tensors = Vec::with_capacity(entries.len());
+    let mut metadata = None;
     for (name, v) in entries {
         if name == "__metadata__" {
+            metadata = Some(v);
             continue;
         }
-        let tbad = |detail: String| ConvertError::BadTensor {
-            path: path.clone(),
+        let tbad = |detail: String| HeaderFault::Tensor {
             tensor: name.clone(),
             detail,
         };
         let dtype_name = v
             .get("dtype")
             .and_then(|d| d.as_str())
-            .ok_or_else(|| tbad("no dtype".into()))?;
-        let dtype = safetensors_dtype(dtype_name)
+            .ok_or_else(|| tbad("no dtype".into()))?
+            .to_string();
+        let dtype = safetensors_dtype(&dtype_name)
             .ok_or_else(|| tbad(format!("unknown dtype {dtype_name:?}")))?;
         let shape: Vec<u64> = v
             .get("shape")
@@ -191,9 +219,9 @@ fn read_shard(
         let end = data_start
             .checked_add(e)
             .ok_or_else(|| tbad("offset overflow".into()))?;
-        tensors.push(SourceTensor {
+        tensors.push(HeaderTensor {
             name,
-            shard: shard_index,
+            dtype_name,
             dtype,
             shape,
             begin,
@@ -206,8 +234,7 @@ fn read_shard(
     let mut at = data_start;
     for t in &tensors {
         if t.begin != at {
-            return Err(ConvertError::BadTensor {
-                path: path.clone(),
+            return Err(HeaderFault::Tensor {
                 tensor: t.name.clone(),
                 detail: format!(
                     "starts at data offset {} but the previous tensor ends at {}: the header's offsets {}",
@@ -219,13 +246,79 @@ fn read_shard(
         }
         at = t.end;
     }
-    if at != len {
-        return Err(bad(if at > len {
-            format!("the header says the data ends at byte {at}, but the file has {len} bytes: truncated shard")
+    if at != file_len {
+        return Err(bad(if at > file_len {
+            format!("the header says the data ends at byte {at}, but the file has {file_len} bytes: truncated")
         } else {
-            format!("{} bytes after the last tensor's data", len - at)
+            format!("{} bytes after the last tensor's data", file_len - at)
         }));
     }
+    Ok(SafetensorsHeader {
+        tensors,
+        metadata,
+        data_start,
+    })
+}
+
+/// Read and check one shard's header.
+fn read_shard(
+    dir: &Path,
+    rel: &str,
+    shard_index: usize,
+) -> Result<(Shard, Vec<SourceTensor>), ConvertError> {
+    let path = dir.join(rel);
+    let io = |op: &'static str| {
+        let path = path.clone();
+        move |source| ConvertError::Io { path, op, source }
+    };
+    let file = File::open(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ConvertError::MissingShard { path: path.clone() }
+        } else {
+            io("open")(e)
+        }
+    })?;
+    let len = file.metadata().map_err(io("stat"))?.len();
+    let named = |fault: HeaderFault| match fault {
+        HeaderFault::Header(detail) => ConvertError::BadShard {
+            path: path.clone(),
+            detail,
+        },
+        HeaderFault::Tensor { tensor, detail } => ConvertError::BadTensor {
+            path: path.clone(),
+            tensor,
+            detail,
+        },
+    };
+    let mut head = [0u8; 64];
+    let got = file.read_at(&mut head, 0).map_err(io("read header"))?;
+    if head[..got].starts_with(LFS_PREFIX) {
+        return Err(ConvertError::LfsPointer { path: path.clone() });
+    }
+    let n = safetensors_header_len(&head, len).map_err(named)?;
+    let mut header = vec![0u8; n as usize];
+    file.read_exact_at(&mut header, 8)
+        .map_err(io("read header"))?;
+    let header_sha256 = {
+        use sha2::Digest;
+        let mut h = sha2::Sha256::new();
+        h.update(n.to_le_bytes());
+        h.update(&header);
+        h.finalize().into()
+    };
+    let tensors = parse_safetensors_header(&header, len)
+        .map_err(named)?
+        .tensors
+        .into_iter()
+        .map(|t| SourceTensor {
+            name: t.name,
+            shard: shard_index,
+            dtype: t.dtype,
+            shape: t.shape,
+            begin: t.begin,
+            end: t.end,
+        })
+        .collect();
     let shard = Shard {
         rel: rel.to_string(),
         path,

@@ -12,7 +12,7 @@
 //! - [`http`]: checked range requests, retries with backoff and jitter, `If-Range`, redirects
 //!   that never carry `Authorization` to another host, traffic counters.
 //! - [`select`] and [`plan`]: what to fetch and where each byte goes.
-//! - [`safetensors`]: the range-read safetensors header, with the converter's rules.
+//! - [`safetensors`]: the range-read safetensors header, checked by the converter's parser.
 //! - [`transfer`]: parallel chunks, the resume journal, read-back check, atomic publish.
 //!
 //! # What the draft keeps: `block_count` and `nextn_predict_layers`

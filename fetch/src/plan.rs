@@ -485,7 +485,7 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
             }
             out.push((
                 t.name.clone(),
-                t.dtype.clone(),
+                t.dtype_name.clone(),
                 t.shape.clone(),
                 t.end - t.begin,
             ));

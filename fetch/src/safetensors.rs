@@ -1,47 +1,20 @@
 //! safetensors headers read through a [`ByteSource`] (so by range over HTTP), checked by the
-//! same rules as the converter's reader (`converter/src/source.rs`) and the safetensors crate:
-//! an 8-byte little-endian length of at most 100 MB, UTF-8 JSON object, known dtypes, integer
-//! shapes of rank ≤ 8, `data_offsets` whose length is exactly the shape's bytes, tensors
-//! contiguous from 0 with neither overlaps nor holes, and the data ending exactly at the end of
-//! the file. The writer ([`write_header`]) re-parses its own output with [`parse_header`].
+//! converter's own parser (`tarfa_converter::source::parse_safetensors_header`), whose rules are
+//! the safetensors crate's: an 8-byte little-endian length of at most 100 MB, UTF-8 JSON object,
+//! known dtypes, integer shapes of rank ≤ 8, `data_offsets` whose length is exactly the shape's
+//! bytes, tensors contiguous from 0 with neither overlaps nor holes, and the data ending exactly
+//! at the end of the file. The writer ([`write_header`]) re-parses its own output with
+//! [`parse_header`].
 
 use serde_json::{Map, Value};
-use tarfa_gguf::{ByteSource, Dtype};
+use tarfa_converter::source::{parse_safetensors_header, safetensors_header_len};
+use tarfa_gguf::ByteSource;
 
 use crate::error::{FetchError, Result};
 
-/// Largest header accepted (the safetensors crate's own limit).
-pub const MAX_HEADER_LEN: u64 = 100_000_000;
-
-/// One tensor of a safetensors file.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StTensor {
-    /// Name.
-    pub name: String,
-    /// dtype as written (`BF16`, `F32`, …).
-    pub dtype: String,
-    /// Row-major shape.
-    pub shape: Vec<u64>,
-    /// Absolute offset of the first byte in the file.
-    pub begin: u64,
-    /// Absolute end (exclusive).
-    pub end: u64,
-}
-
-/// A checked safetensors header.
-#[derive(Clone, Debug, PartialEq)]
-pub struct StHeader {
-    /// Tensors, sorted by offset.
-    pub tensors: Vec<StTensor>,
-    /// `__metadata__`, if any.
-    pub metadata: Option<Value>,
-    /// `8 + n`: where data starts.
-    pub data_start: u64,
-}
-
-fn dtype_of(name: &str) -> Option<Dtype> {
-    Dtype::from_name(name).filter(|d| d.geometry().block_elems <= 4)
-}
+pub use tarfa_converter::source::{
+    HeaderTensor as StTensor, SafetensorsHeader as StHeader, MAX_HEADER_LEN,
+};
 
 /// Read and check the header of `src` (two reads: the length, then the JSON).
 pub fn read_header(src: &dyn ByteSource) -> Result<StHeader> {
@@ -64,133 +37,22 @@ pub fn read_header(src: &dyn ByteSource) -> Result<StHeader> {
             hint: String::new(),
         });
     }
-    let bad = |detail: String| FetchError::BadSafetensors {
+    let n = safetensors_header_len(&head, len).map_err(|fault| FetchError::BadSafetensors {
         file: file.clone(),
-        detail,
-    };
-    if len < 8 {
-        return Err(bad(format!(
-            "{len} bytes: too short for a safetensors header"
-        )));
-    }
-    let n = u64::from_le_bytes(head[..8].try_into().unwrap_or([0; 8]));
-    if n > MAX_HEADER_LEN {
-        return Err(bad(format!(
-            "header length {n} is over the {MAX_HEADER_LEN}-byte limit"
-        )));
-    }
-    if 8 + n > len {
-        return Err(bad(format!(
-            "header length {n} runs past the end of the {len}-byte file (truncated?)"
-        )));
-    }
+        detail: fault.to_string(),
+    })?;
     let mut json = vec![0u8; n as usize];
     src.read_at(8, &mut json)
         .map_err(|e| FetchError::from_io(e, std::path::Path::new(&file), "read header"))?;
     parse_header(&json, len, &file)
 }
 
-/// Check the JSON header `json` of a file of `file_len` bytes.
+/// Check the JSON header `json` of a file of `file_len` bytes (the converter's rules); errors
+/// name `file`, and the tensor where there is one.
 pub fn parse_header(json: &[u8], file_len: u64, file: &str) -> Result<StHeader> {
-    let bad = |detail: String| FetchError::BadSafetensors {
+    parse_safetensors_header(json, file_len).map_err(|fault| FetchError::BadSafetensors {
         file: file.to_string(),
-        detail,
-    };
-    let text = std::str::from_utf8(json).map_err(|e| bad(format!("header is not UTF-8: {e}")))?;
-    if !text.trim_start().starts_with('{') {
-        return Err(bad("header is not a JSON object".into()));
-    }
-    let entries: Map<String, Value> =
-        serde_json::from_str(text).map_err(|e| bad(format!("header is not valid JSON: {e}")))?;
-    let data_start = 8 + json.len() as u64;
-    let mut tensors = Vec::with_capacity(entries.len());
-    let mut metadata = None;
-    for (name, v) in entries {
-        if name == "__metadata__" {
-            metadata = Some(v);
-            continue;
-        }
-        let tbad = |detail: String| bad(format!("tensor {name}: {detail}"));
-        let dtype = v
-            .get("dtype")
-            .and_then(|d| d.as_str())
-            .ok_or_else(|| tbad("no dtype".into()))?
-            .to_string();
-        let dt = dtype_of(&dtype).ok_or_else(|| tbad(format!("unknown dtype {dtype:?}")))?;
-        let shape: Vec<u64> = v
-            .get("shape")
-            .and_then(|s| s.as_array())
-            .ok_or_else(|| tbad("no shape".into()))?
-            .iter()
-            .map(|d| {
-                d.as_u64()
-                    .ok_or_else(|| tbad("shape entries must be non-negative integers".into()))
-            })
-            .collect::<Result<_>>()?;
-        if shape.len() > 8 {
-            return Err(tbad(format!("rank {} is over 8", shape.len())));
-        }
-        let offs = v
-            .get("data_offsets")
-            .and_then(|o| o.as_array())
-            .filter(|o| o.len() == 2)
-            .ok_or_else(|| tbad("data_offsets must be [begin, end]".into()))?;
-        let (b, e) = match (offs[0].as_u64(), offs[1].as_u64()) {
-            (Some(b), Some(e)) if b <= e => (b, e),
-            _ => {
-                return Err(tbad(
-                    "data_offsets must be integers with begin <= end".into(),
-                ))
-            }
-        };
-        let want = dt
-            .byte_len(&shape)
-            .ok_or_else(|| tbad(format!("{dtype} {shape:?} is not a whole number of bytes")))?;
-        if e - b != want {
-            return Err(tbad(format!(
-                "data_offsets [{b}, {e}] hold {} bytes but {dtype} {shape:?} needs {want}: the header lies",
-                e - b
-            )));
-        }
-        let begin = data_start
-            .checked_add(b)
-            .ok_or_else(|| tbad("offset overflow".into()))?;
-        let end = data_start
-            .checked_add(e)
-            .ok_or_else(|| tbad("offset overflow".into()))?;
-        tensors.push(StTensor {
-            name,
-            dtype,
-            shape,
-            begin,
-            end,
-        });
-    }
-    tensors.sort_by_key(|t| (t.begin, t.end));
-    let mut at = data_start;
-    for t in &tensors {
-        if t.begin != at {
-            return Err(bad(format!(
-                "tensor {}: starts at data offset {} but the previous tensor ends at {}: the offsets {}",
-                t.name,
-                t.begin - data_start,
-                at - data_start,
-                if t.begin < at { "overlap" } else { "leave a hole" }
-            )));
-        }
-        at = t.end;
-    }
-    if at != file_len {
-        return Err(bad(if at > file_len {
-            format!("the header says the data ends at byte {at}, but the file has {file_len} bytes: truncated")
-        } else {
-            format!("{} bytes after the last tensor's data", file_len - at)
-        }));
-    }
-    Ok(StHeader {
-        tensors,
-        metadata,
-        data_start,
+        detail: fault.to_string(),
     })
 }
 
