@@ -1,32 +1,11 @@
 //! End-to-end `tarfa convert model.gguf` and `tarfa verify --source`: what a user runs, the exit
 //! codes, and a damaged GGUF byte located exactly.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
 use serde_json::Value as Json;
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/gguf")
-        .join(rel)
-}
-
-fn tarfa(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tarfa"))
-        .args(args)
-        .output()
-        .expect("run tarfa");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("utf8")
-}
+use common::{gguf_fixture, path, tarfa};
 
 #[test]
 fn convert_gguf_with_verify_reports_no_fault_and_verify_source_agrees() {
@@ -34,7 +13,7 @@ fn convert_gguf_with_verify_reports_no_fault_and_verify_source_agrees() {
     let out = tmp.path().join("out");
     let (code, stdout, err) = tarfa(&[
         "convert",
-        path(&fixture("moe-model.gguf")),
+        path(&gguf_fixture("moe-model.gguf")),
         "-o",
         path(&out),
         "--verify",
@@ -45,7 +24,7 @@ fn convert_gguf_with_verify_reports_no_fault_and_verify_source_agrees() {
     assert!(stdout.contains("8 experts"), "{stdout}");
     assert!(stdout.contains("0 fault(s)"), "{stdout}");
     // The source directory, or the GGUF file standing for it.
-    for source in [fixture(""), fixture("moe-model.gguf")] {
+    for source in [gguf_fixture(""), gguf_fixture("moe-model.gguf")] {
         let (code, stdout, err) = tarfa(&["verify", path(&out), "--source", path(&source)]);
         assert_eq!(code, 0, "{stdout}{err}");
         assert!(stdout.contains("0 fault(s)"), "{stdout}");
@@ -58,7 +37,7 @@ fn convert_split_gguf_from_its_second_part_verifies_clean() {
     let out = tmp.path().join("out");
     let (code, stdout, err) = tarfa(&[
         "convert",
-        path(&fixture("split-00002-of-00003.gguf")),
+        path(&gguf_fixture("split-00002-of-00003.gguf")),
         "-o",
         path(&out),
         "--layers",
@@ -67,7 +46,7 @@ fn convert_split_gguf_from_its_second_part_verifies_clean() {
         "--json",
     ]);
     assert_eq!(code, 0, "{stdout}{err}");
-    let (code, stdout, err) = tarfa(&["verify", path(&out), "--source", path(&fixture(""))]);
+    let (code, stdout, err) = tarfa(&["verify", path(&out), "--source", path(&gguf_fixture(""))]);
     assert_eq!(code, 0, "{stdout}{err}");
 }
 
@@ -77,7 +56,7 @@ fn a_flipped_gguf_byte_is_a_source_mismatch_at_its_offset() {
     let src_dir = tmp.path().join("src");
     std::fs::create_dir(&src_dir).expect("mkdir");
     let src = src_dir.join("m.gguf");
-    std::fs::copy(fixture("moe-model.gguf"), &src).expect("copy");
+    std::fs::copy(gguf_fixture("moe-model.gguf"), &src).expect("copy");
     let out = tmp.path().join("out");
     let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
     assert_eq!(code, 0, "{err}");
@@ -131,7 +110,7 @@ fn a_flipped_gguf_byte_is_a_source_mismatch_at_its_offset() {
 fn convert_refuses_a_truncated_gguf_with_exit_1() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = tmp.path().join("t.gguf");
-    let bytes = std::fs::read(fixture("moe.gguf")).expect("read");
+    let bytes = std::fs::read(gguf_fixture("moe.gguf")).expect("read");
     std::fs::write(&src, &bytes[..bytes.len() / 2]).expect("write");
     let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&tmp.path().join("o"))]);
     assert_eq!(code, 1, "{err}");

@@ -1,25 +1,10 @@
 //! End-to-end tests of `tarfa inspect`: what a user sees, and the exit codes of README.md.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn golden(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/golden")
-        .join(rel)
-}
+use std::path::Path;
 
-fn tarfa(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tarfa"))
-        .args(args)
-        .output()
-        .expect("run tarfa");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::{golden, tarfa};
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");

@@ -1,33 +1,12 @@
 //! End-to-end tests of `tarfa inspect` on GGUF files: what a user sees, and the exit codes.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/gguf")
-        .join(rel)
-}
-
-fn tarfa(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_tarfa"))
-        .args(args)
-        .output()
-        .expect("run tarfa");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-fn path(p: &Path) -> &str {
-    p.to_str().expect("utf8")
-}
+use common::{gguf_fixture, path, tarfa};
 
 #[test]
 fn inspect_gguf_prints_key_values_with_long_arrays_abbreviated_and_every_tensor() {
-    let f = fixture("metadata.gguf");
+    let f = gguf_fixture("metadata.gguf");
     let (code, out, err) = tarfa(&["inspect", path(&f)]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("GGUF v3"), "{out}");
@@ -54,7 +33,7 @@ fn inspect_gguf_prints_key_values_with_long_arrays_abbreviated_and_every_tensor(
 
 #[test]
 fn inspect_gguf_json_has_every_value_whole_and_tensor_offsets() {
-    let f = fixture("moe.gguf");
+    let f = gguf_fixture("moe.gguf");
     let (code, out, _) = tarfa(&["inspect", "--json", path(&f)]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
@@ -68,7 +47,7 @@ fn inspect_gguf_json_has_every_value_whole_and_tensor_offsets() {
     assert_eq!(gate["size"], 4 * 8 * 144);
     // Absolute offsets agree with gguf-py's data_offset in the committed dump.
     let dump: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture("moe.json")).expect("dump"))
+        serde_json::from_str(&std::fs::read_to_string(gguf_fixture("moe.json")).expect("dump"))
             .expect("json");
     for (ours, theirs) in v["tensors"]
         .as_array()
@@ -80,7 +59,7 @@ fn inspect_gguf_json_has_every_value_whole_and_tensor_offsets() {
         assert_eq!(ours["size"], theirs["n_bytes"]);
     }
 
-    let (_, out, _) = tarfa(&["inspect", "--json", path(&fixture("metadata.gguf"))]);
+    let (_, out, _) = tarfa(&["inspect", "--json", path(&gguf_fixture("metadata.gguf"))]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
     let tokens = v["metadata"]
         .as_array()
@@ -97,7 +76,7 @@ fn inspect_gguf_json_has_every_value_whole_and_tensor_offsets() {
 
 #[test]
 fn inspect_gguf_split_set_lists_its_parts_and_where_each_tensor_lives() {
-    let (code, out, err) = tarfa(&["inspect", path(&fixture("split-00002-of-00003.gguf"))]);
+    let (code, out, err) = tarfa(&["inspect", path(&gguf_fixture("split-00002-of-00003.gguf"))]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("split set: 3 parts, split.tensors.count 5"),
@@ -107,7 +86,7 @@ fn inspect_gguf_split_set_lists_its_parts_and_where_each_tensor_lives() {
     let (_, out, _) = tarfa(&[
         "inspect",
         "--json",
-        path(&fixture("split-00001-of-00003.gguf")),
+        path(&gguf_fixture("split-00001-of-00003.gguf")),
     ]);
     let v: serde_json::Value = serde_json::from_str(&out).expect("valid JSON");
     assert_eq!(v["split"]["count"], 3);
@@ -132,7 +111,7 @@ fn inspect_gguf_invalid_files_exit_1_naming_what_they_are() {
         ),
         ("version-1", "version 1 is not supported"),
     ] {
-        let f = fixture(&format!("hostile/{name}.gguf"));
+        let f = gguf_fixture(&format!("hostile/{name}.gguf"));
         let (code, out, err) = tarfa(&["inspect", path(&f)]);
         assert_eq!(code, 1, "{name}: {err}");
         assert!(out.is_empty(), "{name}: nothing on stdout");
