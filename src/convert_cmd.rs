@@ -9,6 +9,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tarfa_converter::{convert, parse_layer_range, Options, Outcome, Progress};
 
 use crate::cli::ConvertArgs;
+use crate::units;
 
 /// Draws one bar by bytes with ETA, labelled with the current file; or, on a pipe, one line per
 /// file; or nothing with `--quiet`.
@@ -23,7 +24,7 @@ impl Progress for Bars {
         if let Some(b) = &self.bar {
             b.set_length(bytes);
         } else if self.plain {
-            eprintln!("converting up to {} in {files} files", human(bytes));
+            eprintln!("converting up to {} in {files} files", units::bytes(bytes));
         }
     }
     fn file_start(&self, label: &str, _bytes: u64) {
@@ -48,7 +49,7 @@ impl Progress for Bars {
         let line = match outcome {
             Outcome::Written { bytes } => format!(
                 "{label}: written, {} in {secs:.2} s ({:.2} GB/s)",
-                human(*bytes),
+                units::bytes(*bytes),
                 *bytes as f64 / secs.max(1e-9) / 1e9
             ),
             Outcome::Skipped => format!("{label}: already present, every hash checked; skipped"),
@@ -59,17 +60,6 @@ impl Progress for Bars {
             eprintln!("{line}");
         }
     }
-}
-
-fn human(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    format!("{v:.1} {}", UNITS[u])
 }
 
 /// Run the conversion; `Ok(true)` on success.
@@ -130,7 +120,7 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
     println!(
         "{} experts, {} in {:.2} s ({:.2} GB/s){}",
         s.experts_written,
-        human(s.bytes_written),
+        units::bytes(s.bytes_written),
         s.seconds,
         s.bytes_written as f64 / s.seconds.max(1e-9) / 1e9,
         if s.direct_io {

@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 use tarfa_format::summary::{self, FileSummary, ModelSummary};
 
 use crate::cli::InspectArgs;
+use crate::units::bytes;
 
 /// What inspect found; `Ok(false)` when a model directory disagrees with its manifest.
 pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
@@ -27,21 +28,6 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
         print!("{}", render_file(&f, true));
     }
     Ok(true)
-}
-
-pub(crate) fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
 }
 
 fn layers_text(f: &FileSummary) -> String {

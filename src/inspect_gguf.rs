@@ -7,7 +7,7 @@ use serde_json::{json, Value as Json};
 use tarfa_gguf::{Array, GgufModel, Value};
 
 use crate::cli::InspectArgs;
-use crate::inspect::bytes;
+use crate::units::bytes;
 
 /// How many elements of an array the readable output shows.
 const ARRAY_PREVIEW: usize = 6;

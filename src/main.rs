@@ -10,6 +10,7 @@ mod convert_cmd;
 mod fetch_cmd;
 mod inspect;
 mod inspect_gguf;
+mod units;
 mod verify_cmd;
 
 use std::process::ExitCode;
