@@ -36,12 +36,7 @@ fn value_json(v: &Value) -> Json {
         Value::F32(x) => json!(x),
         Value::Bool(x) => json!(x),
         Value::String(s) => json!(s),
-        Value::Array(a) => Json::Array(
-            (0..a.len())
-                .filter_map(|i| a.get(i))
-                .map(|v| value_json(&v))
-                .collect(),
-        ),
+        Value::Array(a) => Json::Array(a.values().map(|v| value_json(&v)).collect()),
         Value::U64(x) => json!(x),
         Value::I64(x) => json!(x),
         Value::F64(x) => json!(x),
@@ -119,8 +114,9 @@ fn short_value(v: &Value) -> String {
     match v {
         Value::String(s) => short_string(s),
         Value::Array(a) => {
-            let shown: Vec<String> = (0..a.len().min(ARRAY_PREVIEW))
-                .filter_map(|i| a.get(i))
+            let shown: Vec<String> = a
+                .values()
+                .take(ARRAY_PREVIEW)
                 .map(|v| short_value(&v))
                 .collect();
             let more = if a.len() > ARRAY_PREVIEW {

@@ -200,10 +200,7 @@ fn elem_json(v: &Value) -> Json {
 }
 
 fn array_json(a: &Array) -> Json {
-    let items: Vec<Json> = (0..a.len())
-        .filter_map(|i| a.get(i))
-        .map(|v| elem_json(&v))
-        .collect();
+    let items: Vec<Json> = a.values().map(|v| elem_json(&v)).collect();
     json!({"type": "array", "elem": type_name(a.elem_type()), "value": items})
 }
 

@@ -285,6 +285,11 @@ impl Array {
         })
     }
 
+    /// Every element as a [`Value`] (cloned), in order, for display.
+    pub fn values(&self) -> impl Iterator<Item = Value> + '_ {
+        (0..self.len()).filter_map(|i| self.get(i))
+    }
+
     /// An empty array of `elem` elements.
     pub fn empty(elem: ValueType) -> Array {
         match elem {

@@ -32,10 +32,7 @@ fn plain(v: &Value) -> Json {
 }
 
 fn array_tree(a: &Array) -> Json {
-    let items: Vec<Json> = (0..a.len())
-        .filter_map(|i| a.get(i))
-        .map(|v| plain(&v))
-        .collect();
+    let items: Vec<Json> = a.values().map(|v| plain(&v)).collect();
     json!({"t": "ARRAY", "elem": a.elem_type().name(), "v": items})
 }
 
