@@ -1,6 +1,8 @@
 //! `tarfa bench-io`: stream decode-shaped expert sets (top-k random experts of every layer per
 //! token) through each backend at each queue depth, cold cache, and compare with fio's random
-//! read of the same files at the same block size and depth.
+//! read of the same files at the same block size and depth. With `--to-gpu` (a build with the
+//! `cuda` feature), each row is measured a second time with every landed expert copied on to
+//! the GPU, and the pure host-to-device rate of the registered ring is given for context.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -8,8 +10,10 @@ use std::path::Path;
 use std::process::Command;
 
 use anyhow::{bail, Context};
-use tarfa_runtime::bench::{decode_sets, stream_sets};
-use tarfa_runtime::{BackendChoice, BackendKind, ExpertSource, ModelExperts, SourceOptions};
+use tarfa_runtime::bench::{decode_sets, stream_sets, stream_sets_to_gpu};
+use tarfa_runtime::{
+    BackendChoice, BackendKind, DeviceSink, ExpertSource, Gpu, ModelExperts, SourceOptions,
+};
 
 use crate::cli::BenchIoArgs;
 
@@ -23,9 +27,23 @@ struct Row {
     secs: f64,
     gbps: f64,
     fio: Option<f64>,
+    /// Disk→VRAM GB/s (median), with --to-gpu.
+    vram: Option<f64>,
+    /// Whole-ring host-to-device GB/s of the registered ring, with --to-gpu.
+    h2d: Option<f64>,
 }
 
+/// Copies that may hold slots at once: well under the spare slots (queue depth + 16), so the
+/// reader always has slots to read into.
+const GPU_COPIES_IN_FLIGHT: usize = 8;
+
 pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
+    // First, before any work: a build or a machine without CUDA says so at once.
+    let gpu = if a.to_gpu {
+        Some(Gpu::open(0).context("--to-gpu")?)
+    } else {
+        None
+    };
     let model = ModelExperts::open(&a.dir)?;
     if model.is_empty() {
         bail!("{} has no experts to read", a.dir.display());
@@ -71,6 +89,13 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
             eprintln!("{s}");
         }
     };
+    if let Some(g) = &gpu {
+        say(format!(
+            "gpu: {} (device {}); each landed expert is copied to VRAM from the cuMemHostRegister'd ring, {GPU_COPIES_IN_FLIGHT} copies in flight at most",
+            g.name(),
+            g.ordinal()
+        ));
+    }
     say(format!(
         "bench-io: {} experts in {layers} layers; per token top-{top_k} of each layer, {tokens} tokens, block {} bytes ({:.1} MiB), {:.2} GB per run",
         model.len(),
@@ -130,6 +155,8 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
                     ..SourceOptions::from_env()?
                 };
                 let mut runs = Vec::new();
+                let mut vram_runs = Vec::new();
+                let mut h2d = None;
                 for run in 0..a.runs.max(1) {
                     // A fresh source per run: pages of a live map survive drop_caches.
                     let mut src = ExpertSource::open(&a.dir, &opts)?;
@@ -141,10 +168,32 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
                     }
                     drop_caches(&say);
                     runs.push(stream_sets(&mut src, &sets)?);
+                    drop(src);
+                    if let Some(g) = &gpu {
+                        // Interleaved with the pinned run, same settings; registration and the
+                        // device allocation happen before the clock starts.
+                        let mut src = ExpertSource::open(&a.dir, &opts)?;
+                        let mut sink = DeviceSink::new(g, src.ring(), GPU_COPIES_IN_FLIGHT)?;
+                        drop_caches(&say);
+                        vram_runs.push(stream_sets_to_gpu(&mut src, &sets, &mut sink)?);
+                        if run == 0 {
+                            h2d = Some(sink.bench_h2d(a.h2d_repeats)?.gb_per_s());
+                        }
+                    }
                 }
                 runs.sort_by_key(|r| r.elapsed);
                 let f = runs[runs.len() / 2];
                 let gbps = f.gb_per_s();
+                vram_runs.sort_by_key(|r| r.elapsed);
+                let vram = vram_runs.get(vram_runs.len() / 2).map(|r| r.gb_per_s());
+                if let Some(v) = vram {
+                    say(format!(
+                        "{backend} QD {qd} BLAKE3 {}: disk→pinned {gbps:.3} GB/s, disk→VRAM {v:.3} GB/s ({:.3}x), whole-ring H2D {:.1} GB/s",
+                        if verify { "on" } else { "off" },
+                        v / gbps,
+                        h2d.unwrap_or(f64::NAN)
+                    ));
+                }
                 rows.push(Row {
                     backend,
                     qd,
@@ -155,19 +204,26 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
                     secs: f.elapsed.as_secs_f64(),
                     gbps,
                     fio: fio.get(&qd).copied(),
+                    vram,
+                    h2d,
                 });
             }
         }
     }
 
     let mut out = std::io::stdout().lock();
+    let gpu_cols = gpu.is_some();
     if a.csv {
-        writeln!(
+        write!(
             out,
             "backend,queue_depth,verify,experts,bytes,seconds,gb_per_s,fio_iodepth,fio_gb_per_s,ratio_to_fio"
         )?;
+        if gpu_cols {
+            write!(out, ",vram_gb_per_s,vram_to_pinned,h2d_gb_per_s")?;
+        }
+        writeln!(out)?;
         for r in &rows {
-            writeln!(
+            write!(
                 out,
                 "{},{},{},{},{},{:.4},{:.4},{},{},{}",
                 r.backend,
@@ -183,15 +239,35 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
                     .map(|f| format!("{:.3}", r.gbps / f))
                     .unwrap_or_default()
             )?;
+            if gpu_cols {
+                write!(
+                    out,
+                    ",{},{},{}",
+                    r.vram.map(|v| format!("{v:.4}")).unwrap_or_default(),
+                    r.vram
+                        .map(|v| format!("{:.3}", v / r.gbps))
+                        .unwrap_or_default(),
+                    r.h2d.map(|h| format!("{h:.2}")).unwrap_or_default()
+                )?;
+            }
+            writeln!(out)?;
         }
     } else {
-        writeln!(
+        write!(
             out,
             "{:<9} {:>4} {:>7} {:>8} {:>9} {:>6} {:>9} {:>7}",
             "backend", "QD", "BLAKE3", "seconds", "GB/s", "fio QD", "fio GB/s", "ratio"
         )?;
+        if gpu_cols {
+            write!(
+                out,
+                " {:>9} {:>11} {:>8}",
+                "VRAM GB/s", "VRAM/pinned", "H2D GB/s"
+            )?;
+        }
+        writeln!(out)?;
         for r in &rows {
-            writeln!(
+            write!(
                 out,
                 "{:<9} {:>4} {:>7} {:>8.3} {:>9.3} {:>6} {:>9} {:>7}",
                 r.backend.name(),
@@ -207,6 +283,22 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
                     .map(|f| format!("{:.2}x", r.gbps / f))
                     .unwrap_or_else(|| "-".into())
             )?;
+            if gpu_cols {
+                write!(
+                    out,
+                    " {:>9} {:>11} {:>8}",
+                    r.vram
+                        .map(|v| format!("{v:.3}"))
+                        .unwrap_or_else(|| "-".into()),
+                    r.vram
+                        .map(|v| format!("{:.3}x", v / r.gbps))
+                        .unwrap_or_else(|| "-".into()),
+                    r.h2d
+                        .map(|h| format!("{h:.1}"))
+                        .unwrap_or_else(|| "-".into())
+                )?;
+            }
+            writeln!(out)?;
         }
     }
     Ok(true)

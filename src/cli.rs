@@ -81,6 +81,14 @@ pub struct BenchIoArgs {
     /// Print CSV on stdout instead of the table.
     #[arg(long)]
     pub csv: bool,
+    /// Also stream each landed, checked expert on to GPU 0 (ring registered with
+    /// cuMemHostRegister, async copies): disk→VRAM next to disk→pinned, their ratio, and the
+    /// pure host-to-device rate of the registered ring. Needs a build with `--features cuda`.
+    #[arg(long)]
+    pub to_gpu: bool,
+    /// With --to-gpu: whole-ring host-to-device copies timed for the pure H2D figure.
+    #[arg(long, default_value_t = 20)]
+    pub h2d_repeats: usize,
     /// No progress output.
     #[arg(short, long)]
     pub quiet: bool,

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use crate::cuda::DeviceSink;
 use crate::error::StreamError;
 use crate::model::ModelExperts;
 use crate::source::ExpertSource;
@@ -68,6 +69,31 @@ pub fn stream_sets(
             bytes += x.bytes().len() as u64;
         }
     }
+    Ok(RunFigures {
+        experts,
+        bytes,
+        elapsed: t0.elapsed(),
+    })
+}
+
+/// As [`stream_sets`], but each expert, once landed and checked, is copied on to the GPU by
+/// `sink` (its slot held until the copy completes); the time runs until the last copy is done.
+pub fn stream_sets_to_gpu(
+    src: &mut ExpertSource,
+    sets: &[Vec<(u32, u32)>],
+    sink: &mut DeviceSink,
+) -> Result<RunFigures, StreamError> {
+    let t0 = Instant::now();
+    let (mut experts, mut bytes) = (0u64, 0u64);
+    for set in sets {
+        for x in src.prefetch(set)? {
+            let x = x?;
+            experts += 1;
+            bytes += x.bytes().len() as u64;
+            sink.copy_expert(x)?;
+        }
+    }
+    sink.finish()?;
     Ok(RunFigures {
         experts,
         bytes,

@@ -89,4 +89,7 @@ pub enum StreamError {
     /// Invalid options.
     #[error("invalid option: {0}")]
     Options(String),
+    /// Copying experts on to the GPU failed, or CUDA is absent.
+    #[error(transparent)]
+    Cuda(#[from] crate::cuda::CudaError),
 }

@@ -20,13 +20,25 @@
 //!
 //! Slot lifetime is explicit: a slot belongs to the free list, to one writer token (the CPU or the
 //! kernel filling it), or to one landed expert, and is reused only after its token is dropped —
-//! never while the kernel may still write it. All unsafe code is in the `pinned` module, with
-//! `# Safety` contracts; the crate denies it elsewhere.
+//! never while the kernel may still write it.
+//! - [`DeviceSink`] (feature `cuda`): registers the ring's anonymous mapping with
+//!   `cuMemHostRegister_v2` (not write-combined) and copies each landed, checked expert to VRAM
+//!   with `cuMemcpyHtoDAsync` on its own stream; the slot goes back to the ring only after the
+//!   event recorded behind its copy completes. Without the feature (or without a driver or a
+//!   GPU), [`Gpu::open`] answers [`CudaError::Absent`], saying why.
+//!
+//! All unsafe code is in the `pinned` and `cuda` modules, with `# Safety` contracts; the crate
+//! denies it elsewhere.
 
 #![deny(unsafe_code)]
 
 pub mod backend;
 pub mod bench;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(not(feature = "cuda"))]
+#[path = "cuda_absent.rs"]
+pub mod cuda;
 mod error;
 pub mod model;
 mod pinned;
@@ -35,6 +47,7 @@ pub mod source;
 pub mod verify;
 
 pub use backend::{BackendKind, ReadBackend};
+pub use cuda::{CudaError, DeviceSink, Gpu, H2dFigures, CUDA_BUILT};
 pub use error::StreamError;
 pub use model::{ExpertExtent, ModelExperts, RegionSpan};
 pub use pinned::{LandedSlot, PinState, PinnedRing, SlotWrite};

@@ -4,12 +4,21 @@
 //! The ownership rule that makes the rest safe: a slot is always owned by exactly one of
 //! - the free list of its [`PinnedRing`],
 //! - a [`SlotWrite`] (exclusive, writable; the CPU or the kernel may be filling it),
-//! - a [`LandedSlot`] (filled; read-only, shareable).
+//! - a [`LandedSlot`] (filled; read-only, shareable),
+//! - an [`InGpuCopy`] (feature `cuda`: a GPU copy engine may still be reading it; the host may
+//!   neither write nor free it).
 //!
 //! While the kernel may write a slot, its [`SlotWrite`] sits in [`UringReads`]' in-flight table
 //! and is handed back only when the completion for it has been reaped; dropping [`UringReads`]
 //! first waits for every read it started. A slot returns to the free list only when the token
 //! holding it is dropped, so it is never reused while the kernel may still touch it.
+//!
+//! With the `cuda` feature, a [`LandedSlot`] handed to a GPU copy becomes an [`InGpuCopy`]: it
+//! leaves that state only through [`InGpuCopy::release`], whose contract is that the copy's
+//! completion was observed (its event completed, or its stream was synchronised). Dropping an
+//! `InGpuCopy` without that proof leaks the slot, and with it the ring's mapping and its CUDA
+//! registration, rather than let a copy engine read memory that is being rewritten or unmapped.
+//! The CUDA calls themselves (registration, copies) are in the sibling module `cuda`.
 
 #![allow(unsafe_code)]
 
@@ -44,6 +53,9 @@ pub struct PinnedRing {
     slots: u32,
     pin: PinState,
     free: Mutex<Vec<u32>>,
+    /// The mapping's `cuMemHostRegister`, once asked for; undone before the unmap.
+    #[cfg(feature = "cuda")]
+    cuda_registration: Mutex<Option<crate::cuda::HostRegistration>>,
 }
 
 impl fmt::Debug for PinnedRing {
@@ -137,6 +149,8 @@ impl PinnedRing {
             slots,
             pin,
             free: Mutex::new((0..slots).rev().collect()),
+            #[cfg(feature = "cuda")]
+            cuda_registration: Mutex::new(None),
         }))
     }
 
@@ -182,6 +196,53 @@ impl PinnedRing {
             .wrapping_add(index as usize * self.slot_len)
     }
 
+    /// The whole mapping: its first byte and its length.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn mapping(&self) -> (*mut u8, usize) {
+        (self.base.as_ptr(), self.map_len)
+    }
+
+    /// Register the mapping with CUDA (once; later calls with the same context are no-ops).
+    /// The registration lives as long as the ring and is undone before the unmap.
+    #[cfg(feature = "cuda")]
+    pub(crate) fn register_cuda(
+        &self,
+        ctx: &Arc<cudarc::driver::CudaContext>,
+    ) -> Result<(), crate::cuda::CudaError> {
+        let mut reg = self
+            .cuda_registration
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(r) = reg.as_ref() {
+            return if r.context() == ctx {
+                Ok(())
+            } else {
+                Err(crate::cuda::CudaError::Usage(
+                    "the ring is registered with another CUDA context".into(),
+                ))
+            };
+        }
+        // SAFETY: [base, base + map_len) is this ring's own mapping; it stays mapped until
+        // Drop, which drops the registration first.
+        *reg = Some(unsafe {
+            crate::cuda::HostRegistration::new(ctx, self.base.as_ptr(), self.map_len)
+        }?);
+        Ok(())
+    }
+
+    /// Whether the mapping is registered with CUDA (never, in a build without the feature).
+    pub fn cuda_registered(&self) -> bool {
+        #[cfg(feature = "cuda")]
+        let registered = self
+            .cuda_registration
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        #[cfg(not(feature = "cuda"))]
+        let registered = false;
+        registered
+    }
+
     fn iovecs(&self) -> Vec<libc::iovec> {
         (0..self.slots)
             .map(|i| libc::iovec {
@@ -195,7 +256,15 @@ impl PinnedRing {
 impl Drop for PinnedRing {
     fn drop(&mut self) {
         // Every token holds an Arc to the ring, so none is left; io_uring registrations hold one
-        // too (UringReads keeps an Arc), so the kernel is done with the memory.
+        // too (UringReads keeps an Arc), so the kernel is done with the memory. A slot whose GPU
+        // copy was not seen to finish is leaked with its Arc, so no copy can be in flight either.
+        #[cfg(feature = "cuda")]
+        drop(
+            self.cuda_registration
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         // SAFETY: unmapping the mapping made in new(); no reference into it survives.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.map_len) };
     }
@@ -268,6 +337,78 @@ impl LandedSlot {
     /// The slot's number in its ring.
     pub fn index(&self) -> u32 {
         self.slot.index
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl LandedSlot {
+    /// Whether the slot belongs to `ring`.
+    pub(crate) fn is_of(&self, ring: &Arc<PinnedRing>) -> bool {
+        Arc::ptr_eq(&self.slot.ring, ring)
+    }
+
+    /// Hand the slot to a GPU copy: from now on the host neither writes nor frees it until
+    /// [`InGpuCopy::release`].
+    pub(crate) fn into_gpu_copy(self) -> InGpuCopy {
+        let LandedSlot { slot, len } = self;
+        InGpuCopy {
+            slot: Some(slot),
+            len,
+        }
+    }
+}
+
+/// A landed slot that a GPU copy engine may still be reading (see the module docs). Dropping it
+/// without [`Self::release`] leaks the slot (and so keeps the ring mapped and registered).
+#[cfg(feature = "cuda")]
+pub struct InGpuCopy {
+    slot: Option<RingSlot>,
+    len: usize,
+}
+
+#[cfg(feature = "cuda")]
+impl fmt::Debug for InGpuCopy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let index = self.slot.as_ref().map(|s| s.index);
+        write!(f, "InGpuCopy({index:?}, {} bytes)", self.len)
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl InGpuCopy {
+    /// The slot's number in its ring.
+    pub(crate) fn index(&self) -> u32 {
+        self.slot.as_ref().map_or(u32::MAX, |s| s.index)
+    }
+
+    /// Where the slot's bytes are, and how many were landed: the source of the copy. Valid while
+    /// this token lives (the slot is neither written nor freed meanwhile).
+    pub(crate) fn host_ptr(&self) -> (*const u8, usize) {
+        match &self.slot {
+            Some(s) => (s.ring.slot_ptr(s.index).cast_const(), self.len),
+            None => (std::ptr::null(), 0),
+        }
+    }
+
+    /// Return the slot to its ring's free list.
+    ///
+    /// # Safety
+    /// Every GPU operation that reads the slot has completed: the caller observed the
+    /// completion of an event recorded after the last copy from it on its stream, or
+    /// synchronised that stream (or the context), after enqueueing that copy.
+    pub(crate) unsafe fn release(mut self) {
+        drop(self.slot.take());
+    }
+}
+
+#[cfg(feature = "cuda")]
+impl Drop for InGpuCopy {
+    fn drop(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            // Completion never observed: the copy engine may still read the slot. Leak it, and
+            // with it an Arc of the ring, so the memory is neither reused nor unmapped.
+            std::mem::forget(slot);
+        }
     }
 }
 

@@ -60,6 +60,11 @@ impl LandedExpert {
     pub fn slot(&self) -> u32 {
         self.slot.index()
     }
+
+    /// Give up the expert's bookkeeping and keep its slot (e.g. to copy it to the GPU).
+    pub fn into_slot(self) -> LandedSlot {
+        self.slot
+    }
 }
 
 /// Experts of one request, yielded as they land. See the module docs.

@@ -336,6 +336,11 @@ impl ExpertSource {
         &self.model
     }
 
+    /// The pinned ring the experts land in.
+    pub fn ring(&self) -> &Arc<PinnedRing> {
+        &self.ring
+    }
+
     /// Ring slots in all.
     pub fn slots(&self) -> u32 {
         self.ring.slots()
