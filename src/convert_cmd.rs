@@ -1,5 +1,5 @@
 //! `tarfa convert`: progress bars (or plain lines when stderr is not a terminal) around
-//! [`tarfa_converter::convert`], and the summary.
+//! [`tarfa_converter::convert()`], and the summary.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
