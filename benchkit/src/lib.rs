@@ -3,10 +3,20 @@
 //! One copy of what tarfa's benchmark programs (`*/benches/*.rs`, `harness = false`) share:
 //! dropping the page cache, timing a child process or a closure, CPU time and peak RSS of this
 //! process, load average, free space, removing a previous output, medians, the machine line and
-//! Markdown tables. Internal: a dev-dependency of the benchmarks, never published.
+//! Markdown tables; and, for the cold-cache `convert` and `verify` benchmarks, their command line
+//! ([`args`]), their generated input checkpoint ([`checkpoint`]) and their result table and CSV
+//! rows ([`steps`]). Internal: a dev-dependency of the benchmarks, never published.
 //!
 //! Every helper works on Linux (`/proc`, `getrusage`, coreutils, util-linux's `findmnt`); none is
 //! timed itself except where it says so.
+
+pub mod args;
+pub mod checkpoint;
+pub mod steps;
+
+pub use args::BenchArgs;
+pub use checkpoint::{files, marker_text, GeneratedCheckpoint};
+pub use steps::{print_warm_cache_warning, Ratio, StepRow, StepTable};
 
 use std::error::Error;
 use std::path::Path;

@@ -44,6 +44,22 @@ impl SynthSpec {
         }
     }
 
+    /// The cold-cache benchmarks' checkpoint (`convert`, `verify`): Qwen3-MoE-shaped (hidden
+    /// 2048, expert intermediate 768, 128 experts per layer stored per expert), 3 layers,
+    /// vocabulary 65,536, 4 shards; about 4 GiB.
+    pub fn qwen3_moe_bench() -> SynthSpec {
+        SynthSpec {
+            layers: 3,
+            experts: 128,
+            hidden: 2048,
+            inter: 768,
+            vocab: 65_536,
+            fused: false,
+            shards: 4,
+            mtp: false,
+        }
+    }
+
     /// Total layers written, MTP included.
     pub fn total_layers(&self) -> u32 {
         self.layers + u32::from(self.mtp)

@@ -27,36 +27,20 @@
 //!
 //! Data goes to stdout, progress to stderr.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tarfa_benchkit::{
-    self as kit, cpu_time, drop_caches, free_bytes, loadavg, remove_dir_if_present, reset_peak_rss,
-    status_kib, tool, Align, BenchResult, Machine,
+    self as kit, cpu_time, drop_caches, files, loadavg, marker_text, print_warm_cache_warning,
+    remove_dir_if_present, reset_peak_rss, status_kib, tool, BenchArgs, BenchResult,
+    GeneratedCheckpoint, Machine, Ratio, StepRow, StepTable,
 };
 use tarfa_converter::testkit::{write_checkpoint, SynthSpec};
 use tarfa_verifier::{verify, Options, Report};
 
-/// Written into the source directory after generation; names the shape it was made with.
-const MARKER: &str = "BENCH-CHECKPOINT-COMPLETE";
-
 /// The goal of the verifier issue: verify at most this times the cold read of source + output.
 const GOAL: f64 = 1.1;
-
-fn spec() -> SynthSpec {
-    SynthSpec {
-        layers: 3,
-        experts: 128,
-        hidden: 2048,
-        inter: 768,
-        vocab: 65_536,
-        fused: false,
-        shards: 4,
-        mtp: false,
-    }
-}
 
 fn main() {
     if let Err(e) = bench() {
@@ -66,7 +50,7 @@ fn main() {
 }
 
 fn bench() -> BenchResult<()> {
-    let args = Args::parse()?;
+    let args = BenchArgs::parse("verify")?;
     let root = args
         .dir
         .clone()
@@ -91,36 +75,19 @@ fn bench() -> BenchResult<()> {
     outcome
 }
 
-fn run(args: &Args, src: &Path, out: &Path) -> BenchResult<()> {
-    let spec = spec();
+fn run(args: &BenchArgs, src: &Path, out: &Path) -> BenchResult<()> {
+    let spec = SynthSpec::qwen3_moe_bench();
     let data = spec.data_bytes();
     let load_start = loadavg();
 
     // Room for the source (if it must be made) and one conversion, plus a margin.
-    let have_src = source_is_complete(src, &spec)?;
-    let need = data * if have_src { 1 } else { 2 } + (1 << 30);
-    let parent = src.parent().ok_or("source directory has no parent")?;
-    let avail = free_bytes(parent)?;
-    if avail < need {
-        return Err(format!(
-            "not enough free space under {}: {avail} bytes free, {need} needed",
-            parent.display()
-        )
-        .into());
+    GeneratedCheckpoint {
+        dir: src,
+        marker: marker_text(&spec, data),
+        shards: spec.shards as usize,
+        data_bytes: data,
     }
-    if have_src {
-        eprintln!("reusing the source checkpoint {}", src.display());
-    } else {
-        remove_dir_if_present(src)?;
-        eprintln!(
-            "generating the source checkpoint {} ({data} bytes, not timed)...",
-            src.display()
-        );
-        let t = Instant::now();
-        write_checkpoint(src, &spec)?;
-        std::fs::write(src.join(MARKER), marker_text(&spec))?;
-        eprintln!("  generated in {:.1}s", t.elapsed().as_secs_f64());
-    }
+    .prepare(data + (1 << 30), |dir| Ok(write_checkpoint(dir, &spec)?))?;
     eprintln!("converting it once (O_DIRECT, not timed)...");
     let t = Instant::now();
     let summary = tarfa_converter::convert(
@@ -228,9 +195,7 @@ fn run(args: &Args, src: &Path, out: &Path) -> BenchResult<()> {
     let reset_ok = samples.iter().all(|s| s.verify.reset) && hashes_only.reset;
     let table = Table::new(&samples, bytes, hashes_only);
     if !cold {
-        println!();
-        println!("!!!!!!!! WARNING: dropping the page cache failed (not root?). !!!!!!!!");
-        println!("!!!!!!!! EVERY FIGURE BELOW IS WARM-CACHE, NOT COLD.           !!!!!!!!");
+        print_warm_cache_warning();
     }
     table.print(args.runs, cold, reset_ok);
     println!(
@@ -250,50 +215,12 @@ fn run(args: &Args, src: &Path, out: &Path) -> BenchResult<()> {
     println!("\nload average at end: {load_end}");
     if let Some(csv) = &args.csv {
         table
+            .0
             .append_csv(csv, args.runs, cold, &machine, &load_end)
             .map_err(|e| format!("appending to {}: {e}", csv.display()))?;
         eprintln!("appended rows to {}", csv.display());
     }
     Ok(())
-}
-
-// ---------------------------------------------------------------------------------------------
-// The source and the output.
-
-fn marker_text(spec: &SynthSpec) -> String {
-    format!("{spec:?} data_bytes={}\n", spec.data_bytes())
-}
-
-/// Whether `src` holds a complete checkpoint of `spec`: its marker matches, and its shards hold
-/// the tensor bytes plus headers (less than 1 MiB of them).
-fn source_is_complete(src: &Path, spec: &SynthSpec) -> BenchResult<bool> {
-    match std::fs::read_to_string(src.join(MARKER)) {
-        Ok(m) if m == marker_text(spec) => {}
-        _ => return Ok(false),
-    }
-    let shards = files(src, |p| p.extension().is_some_and(|x| x == "safetensors"))?;
-    if shards.len() != spec.shards as usize {
-        return Ok(false);
-    }
-    let mut total = 0u64;
-    for p in &shards {
-        total += std::fs::metadata(p)?.len();
-    }
-    Ok(total > spec.data_bytes() && total < spec.data_bytes() + (1 << 20))
-}
-
-/// The plain files of a directory that `keep` accepts, sorted (what `DIR/*` expands to).
-fn files(dir: &Path, keep: impl Fn(&Path) -> bool) -> BenchResult<Vec<PathBuf>> {
-    let mut v = Vec::new();
-    for e in std::fs::read_dir(dir)? {
-        let e = e?;
-        let p = e.path();
-        if e.file_type()?.is_file() && keep(&p) {
-            v.push(p);
-        }
-    }
-    v.sort();
-    Ok(v)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -381,34 +308,22 @@ fn median(v: Vec<f64>) -> f64 {
     kit::median(v).unwrap_or(f64::NAN)
 }
 
+/// The steps and ratios of the verification benchmark.
 #[derive(Debug)]
-struct Row {
-    step: &'static str,
-    seconds: f64,
-    cpu: Option<f64>,
-    hwm_mib: Option<f64>,
-}
-
-#[derive(Debug)]
-struct Table {
-    rows: Vec<Row>,
-    /// (name, median of per-run ratios, per-run ratios)
-    ratios: Vec<(&'static str, f64, Vec<f64>)>,
-    bytes: u64,
-}
+struct Table(StepTable);
 
 impl Table {
     fn new(samples: &[RunSample], bytes: u64, hashes_only: VerifySample) -> Table {
         let secs = |f: &dyn Fn(&RunSample) -> Duration| {
             median(samples.iter().map(|s| f(s).as_secs_f64()).collect())
         };
-        let plain = |step, seconds| Row {
+        let plain = |step, seconds| StepRow {
             step,
             seconds,
             cpu: None,
             hwm_mib: None,
         };
-        let v = |step, c: &[VerifySample]| Row {
+        let v = |step, c: &[VerifySample]| StepRow {
             step,
             seconds: median(c.iter().map(|c| c.wall.as_secs_f64()).collect()),
             cpu: Some(median(c.iter().map(|c| c.cpu.as_secs_f64()).collect())),
@@ -452,13 +367,17 @@ impl Table {
             ),
         ] {
             let v: Vec<f64> = samples.iter().map(f).collect();
-            ratios.push((name, median(v.clone()), v));
+            ratios.push(Ratio {
+                name,
+                median: median(v.clone()),
+                per_run: v,
+            });
         }
-        Table {
+        Table(StepTable {
             rows,
             ratios,
             bytes,
-        }
+        })
     }
 
     fn print(&self, runs: usize, cold: bool, reset_ok: bool) {
@@ -467,136 +386,17 @@ impl Table {
         } else {
             "VmHWM of the WHOLE process (clear_refs reset refused)"
         };
-        println!();
-        let step = format!(
-            "step (median of {runs}{})",
-            if cold { "" } else { ", WARM CACHE" }
-        );
-        let mut table = kit::Table::new(&[
-            (&step, Align::Left),
-            ("seconds", Align::Right),
-            ("GB/s", Align::Right),
-            ("CPU s", Align::Right),
-            ("peak RSS MiB", Align::Right),
-        ]);
-        for r in &self.rows {
-            let opt = |v: Option<f64>, p: usize| v.map_or(String::new(), |v| format!("{v:.p$}"));
-            table.row(vec![
-                r.step.to_string(),
-                format!("{:.3}", r.seconds),
-                format!("{:.2}", self.bytes as f64 / r.seconds / 1e9),
-                opt(r.cpu, 2),
-                opt(r.hwm_mib, 1),
-            ]);
-        }
-        table.print();
+        self.0.print_steps(runs, cold);
         println!(
             "\nGB/s is {} bytes (source files + output JNF files) / seconds / 1e9. Peak RSS: \
              {hwm_note}.",
-            self.bytes
+            self.0.bytes
         );
-        println!();
-        for (name, m, v) in &self.ratios {
-            let per: Vec<String> = v.iter().map(|x| format!("{x:.3}")).collect();
-            println!("ratio {name}: {m:.3} (median; per run {})", per.join(", "));
-        }
-        let cat_ratio = self.ratios.first().map_or(f64::NAN, |r| r.1);
+        self.0.print_ratios();
+        let cat_ratio = self.0.ratios.first().map_or(f64::NAN, |r| r.median);
         println!(
             "\ngoal verify <= {GOAL}x cold cat: {} ({cat_ratio:.3}x)",
             if cat_ratio <= GOAL { "MET" } else { "NOT MET" }
         );
-    }
-
-    fn append_csv(
-        &self,
-        path: &Path,
-        runs: usize,
-        cold: bool,
-        m: &Machine,
-        load: &str,
-    ) -> BenchResult<()> {
-        let new = !path.exists();
-        let mut f = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)?;
-        if new {
-            writeln!(
-                f,
-                "unix_time,step,bytes,runs,cache,median_s,gb_per_s,cpu_s,peak_rss_mib,cores,cpu,loadavg"
-            )?;
-        }
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        let cache = if cold { "cold" } else { "WARM-drop-refused" };
-        let cpu = m.cpu.replace(',', " ");
-        let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.2}"));
-        for r in &self.rows {
-            writeln!(
-                f,
-                "{now},{},{},{runs},{cache},{:.4},{:.3},{},{},{},{cpu},{load}",
-                r.step.replace(',', " "),
-                self.bytes,
-                r.seconds,
-                self.bytes as f64 / r.seconds / 1e9,
-                opt(r.cpu),
-                opt(r.hwm_mib),
-                m.cores
-            )?;
-        }
-        for (name, med, _) in &self.ratios {
-            writeln!(
-                f,
-                "{now},ratio {},{},{runs},{cache},{med:.4},,,,{},{cpu},{load}",
-                name.replace(',', " "),
-                self.bytes,
-                m.cores
-            )?;
-        }
-        Ok(())
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Arguments.
-
-#[derive(Debug)]
-struct Args {
-    runs: usize,
-    dir: Option<PathBuf>,
-    csv: Option<PathBuf>,
-    keep: bool,
-}
-
-impl Args {
-    fn parse() -> BenchResult<Args> {
-        let mut a = Args {
-            runs: 3,
-            dir: None,
-            csv: None,
-            keep: false,
-        };
-        let mut it = std::env::args().skip(1);
-        while let Some(arg) = it.next() {
-            let mut value = || it.next().ok_or_else(|| format!("{arg} needs a value"));
-            match arg.as_str() {
-                "--runs" => a.runs = value()?.parse()?,
-                "--dir" => a.dir = Some(value()?.into()),
-                "--csv" => a.csv = Some(value()?.into()),
-                "--keep" => a.keep = true,
-                // `cargo bench` passes --bench to every harness = false target.
-                "--bench" => {}
-                "-h" | "--help" => {
-                    println!("verify [--runs N] [--dir DIR] [--csv PATH] [--keep]");
-                    std::process::exit(0);
-                }
-                other => return Err(format!("unknown argument {other:?}; try --help").into()),
-            }
-        }
-        if a.runs == 0 {
-            return Err("--runs must be at least 1".into());
-        }
-        Ok(a)
     }
 }
