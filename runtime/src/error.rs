@@ -56,6 +56,14 @@ pub enum StreamError {
         /// The first region whose own BLAKE3 differs: its index, name and file offset.
         region: Option<String>,
     },
+    /// A layer file that is not the one the manifest recorded (root digest or layers differ).
+    #[error("{path}: not the file the model's manifest names: {detail}; the directory was changed after conversion (tarfa verify names every fault)")]
+    NotInManifest {
+        /// The layer file.
+        path: String,
+        /// What differs.
+        detail: String,
+    },
     /// A `(layer, expert)` the model does not have.
     #[error("the model has no expert (layer {layer}, expert {expert})")]
     NoSuchExpert {

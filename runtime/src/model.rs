@@ -71,6 +71,28 @@ impl ModelExperts {
                 continue;
             };
             let reader = JnfReader::open(dir.join(&entry.path))?;
+            // The checks as experts land prove a file agrees with itself; this proves it is the
+            // file the conversion recorded (root digest over header, footer, index hashes).
+            let root = reader.root();
+            let h = reader.header();
+            let not_it = |detail: String| StreamError::NotInManifest {
+                path: dir.join(&entry.path).display().to_string(),
+                detail,
+            };
+            if hex::encode(root.sha256) != entry.sha256 || hex::encode(root.blake3) != entry.blake3
+            {
+                return Err(not_it(format!(
+                    "root digest {} differs from the manifest's {}",
+                    hex::encode(root.sha256),
+                    entry.sha256
+                )));
+            }
+            if (h.layer_first, h.layer_count) != (layer, 1) {
+                return Err(not_it(format!(
+                    "holds layers {}+{} instead of layer {layer}",
+                    h.layer_first, h.layer_count
+                )));
+            }
             let file = readers.len() as u32;
             for rec in reader.experts() {
                 let len = usize::try_from(rec.extent_len).map_err(|_| StreamError::TooLarge {
