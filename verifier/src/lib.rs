@@ -354,7 +354,23 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
         if in_layers && in_sample {
             to_read.push((name, entry, r));
         } else {
+            // Not read in full this run, but still held to the manifest: the root digest that
+            // opening it computed (header, footer, index hashes) must be the recorded one.
             report.files_structure_only += 1;
+            if let Some(e) = &entry {
+                let root = r.root();
+                if hex::encode(root.sha256) != e.sha256 || hex::encode(root.blake3) != e.blake3 {
+                    let mut x = Fault::new(
+                        FaultKind::FileHash,
+                        name.as_str(),
+                        "root digest differs from the manifest (file not read in full this run)",
+                    );
+                    x.layer = layer;
+                    x.expected = Some(e.sha256.clone());
+                    x.actual = Some(hex::encode(root.sha256));
+                    faults.push(x);
+                }
+            }
         }
     }
 

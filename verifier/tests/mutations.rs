@@ -382,3 +382,53 @@ fn sampling_and_layer_ranges_read_only_their_share_and_n_runs_cover_all() {
     let r = verify(&f.out, &opts, &Quiet).expect("runs");
     assert_eq!((r.files_read, r.files_structure_only), (1, 3));
 }
+
+#[test]
+fn a_file_left_out_by_layers_or_sample_is_still_held_to_the_manifest_root() {
+    use tarfa_format::golden::TinyModel;
+    let (model, other) = (
+        tempfile::tempdir().expect("tmp"),
+        tempfile::tempdir().expect("tmp"),
+    );
+    let ours = TinyModel {
+        layers: 2,
+        experts: 4,
+        hidden: 16,
+        inter: 24,
+        vocab: 32,
+        expert_dtype: tarfa_format::Dtype::BF16,
+    };
+    ours.write(model.path()).expect("model");
+    // Same names, shapes and size; other bytes (F16 experts): only the root digest tells.
+    TinyModel {
+        expert_dtype: tarfa_format::Dtype::F16,
+        ..ours
+    }
+    .write(other.path())
+    .expect("other");
+    std::fs::copy(
+        other.path().join("layer-00001.jnf"),
+        model.path().join("layer-00001.jnf"),
+    )
+    .expect("swap");
+    for opts in [
+        Options::default(),
+        Options {
+            layers: Some((0, 0)),
+            ..Options::default()
+        },
+        Options {
+            sample: Some((1, 3)),
+            ..Options::default()
+        },
+    ] {
+        let r = verify(model.path(), &opts, &Quiet).expect("runs");
+        assert!(
+            r.faults
+                .iter()
+                .any(|f| f.file == "layer-00001.jnf" && f.kind == FaultKind::FileHash),
+            "{opts:?}: {:#?}",
+            r.faults
+        );
+    }
+}
