@@ -52,7 +52,9 @@ impl Progress for Bars {
                 units::bytes(*bytes),
                 *bytes as f64 / secs.max(1e-9) / 1e9
             ),
-            Outcome::Skipped => format!("{label}: already present, every hash checked; skipped"),
+            Outcome::Skipped => format!(
+                "{label}: already present, its hashes and the source bytes checked; skipped"
+            ),
         };
         if let Some(b) = &self.bar {
             b.println(line);

@@ -110,7 +110,7 @@ pub enum Outcome {
 pub struct Summary {
     /// Layers written by this run.
     pub layers_written: Vec<u32>,
-    /// Layers in range that were already present and checked.
+    /// Layers in range already present, their hashes and source bytes checked.
     pub layers_skipped: Vec<u32>,
     /// Whether this run wrote the trunk.
     pub trunk_written: bool,
@@ -350,9 +350,37 @@ impl Ctx<'_> {
         layer: Option<u32>,
     ) -> bool {
         match JnfReader::open(path) {
-            Ok(r) => self.matches(&r, layout, items, layer) && r.verify_data().is_ok(),
+            Ok(r) => {
+                self.matches(&r, layout, items, layer)
+                    && r.verify_data().is_ok()
+                    && self.source_matches(&r, items)
+            }
             Err(_) => false,
         }
+    }
+
+    /// Does every region's source range still hash to the region's recorded BLAKE3? With the
+    /// file's own check (`verify_data`) this proves the file holds the source's bytes as they are
+    /// now: a source changed since (a fine-tune or re-download with the same headers) is caught
+    /// and its layers rewritten. It reads the source but writes nothing.
+    fn source_matches(&self, r: &JnfReader, items: &[&Item]) -> bool {
+        use std::io::Read;
+        let mut buf = vec![0u8; 4 << 20];
+        items.iter().zip(r.regions()).all(|(item, rec)| {
+            let mut h = blake3::Hasher::new();
+            let mut src = self
+                .ck
+                .reader(item.slice.shard, item.slice.begin, item.slice.end);
+            loop {
+                match src.read(&mut buf) {
+                    Ok(0) => break *h.finalize().as_bytes() == rec.blake3,
+                    Ok(n) => {
+                        h.update(&buf[..n]);
+                    }
+                    Err(_) => break false,
+                }
+            }
+        })
     }
 
     fn write_trunk(&self, plan: &Plan) -> Result<Option<u64>, ConvertError> {

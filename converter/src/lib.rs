@@ -8,7 +8,7 @@
 //! - [`plan`]: decides from names and shapes which bytes become which region: per-expert and fused
 //!   expert layouts, plain layer tensors, MTP layers, the trunk;
 //! - [`convert`]: writes trunk and layer files through [`tarfa_format::JnfWriter`], skips layers
-//!   already present and checked, checks free space first, and publishes the manifest last;
+//!   already present and checked (their hashes, and their source bytes as they are now), checks free space first, and publishes the manifest last;
 //! - [`gguf_source`], [`gguf_plan`]: the same for a GGUF file or split set: parts as shards,
 //!   key/values as the config, `blk.N.ffn_*_exps` stacks cut per expert;
 //! - [`testkit`]: generated checkpoints for tests and benchmarks.
