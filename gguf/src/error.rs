@@ -135,6 +135,18 @@ pub enum Violation {
         /// Bytes left after the length field.
         bytes_left: u64,
     },
+    /// The header, or one string in it, is longer than this reader's limit
+    /// ([`crate::MAX_HEADER_LEN`], [`crate::MAX_STRING_LEN`]): a bound on memory, since the
+    /// file length a source claims (a sparse file, a server's Content-Range) proves nothing.
+    #[error("{what} is {len} bytes, more than this reader's limit of {limit}")]
+    LimitExceeded {
+        /// What is too long, and where.
+        what: String,
+        /// Its length in bytes (for the header: the end of the field that crossed the limit).
+        len: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// A string that is not UTF-8.
     #[error("{what}: string at offset {offset} is not valid UTF-8")]
     BadUtf8 {

@@ -6,6 +6,9 @@
 //! remote reader can fetch a larger range and try again. Every count and length is bounded by the
 //! bytes left in the file before anything is allocated, and allocation is further capped by the
 //! bytes actually in the window, so a hostile count never reserves memory that was not read.
+//! The bytes left are only what the source *claims* (a sparse file, a server's Content-Range
+//! total), so the header as a whole is also capped at [`MAX_HEADER_LEN`] and one string at
+//! [`MAX_STRING_LEN`]: the window never grows past them, whatever the file's length.
 
 use std::collections::HashSet;
 
@@ -37,6 +40,15 @@ const MIN_TENSOR_INFO: u64 = 24;
 const MIN_KV: u64 = 13;
 /// How much of a source [`read_header`] reads first.
 pub const INITIAL_WINDOW: u64 = 64 * 1024;
+/// Longest header this reader reads: 1 GiB. A limit on memory, not a GGUF rule. Real headers are
+/// dominated by the tokenizer arrays (tokens, scores, types, merges), about 20 bytes per token or
+/// merge: roughly 5–10 MB for the 128–262 k vocabularies of Llama 3, Qwen3 and Gemma 3. The limit
+/// leaves two orders of magnitude of headroom, while a sparse file or a lying Content-Range can
+/// no longer make the reader allocate whatever the length it claims.
+pub const MAX_HEADER_LEN: u64 = 1 << 30;
+/// Longest single string (key, value, array element): 64 MiB. Real strings are names, tokens and
+/// chat templates (kilobytes); this refuses a giant string before the window grows to hold it.
+pub const MAX_STRING_LEN: u64 = 64 << 20;
 
 /// One tensor's entry in the header, checked.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -161,6 +173,15 @@ impl<'a> Cursor<'a> {
                 .into())
             }
         };
+        // Before asking for more: a window never has to grow past the limit, in any caller.
+        if end > MAX_HEADER_LEN {
+            return Err(Violation::LimitExceeded {
+                what: format!("the header through {} at offset {}", what(), self.pos),
+                len: end,
+                limit: MAX_HEADER_LEN,
+            }
+            .into());
+        }
         if end > self.window.len() as u64 {
             return Err(HeaderParse::NeedMore { at_least: end });
         }
@@ -208,6 +229,14 @@ impl<'a> Cursor<'a> {
                 offset: at,
                 len,
                 bytes_left: self.left(),
+            }
+            .into());
+        }
+        if len > MAX_STRING_LEN {
+            return Err(Violation::LimitExceeded {
+                what: format!("{}: string at offset {at}", what()),
+                len,
+                limit: MAX_STRING_LEN,
             }
             .into());
         }
@@ -637,7 +666,7 @@ pub fn read_header(src: &dyn ByteSource) -> Result<Header> {
 pub fn read_header_from(src: &dyn ByteSource, initial: u64) -> Result<Header> {
     let file_len = src.len();
     let mut window: Vec<u8> = Vec::new();
-    let mut want = initial.max(1).min(file_len);
+    let mut want = initial.max(1).min(file_len).min(MAX_HEADER_LEN);
     loop {
         let have = window.len() as u64;
         if want > have {
@@ -661,7 +690,8 @@ pub fn read_header_from(src: &dyn ByteSource, initial: u64) -> Result<Header> {
             Err(HeaderParse::Invalid(v)) => return Err(Error::invalid(src.name(), v)),
             Err(HeaderParse::NeedMore { at_least }) => {
                 let have = window.len() as u64;
-                if at_least <= have || at_least > file_len {
+                // The parser refuses (LimitExceeded) a header past MAX_HEADER_LEN before asking.
+                if at_least <= have || at_least > file_len.min(MAX_HEADER_LEN) {
                     // The parser never asks for bytes it has or the file lacks; refuse to loop.
                     return Err(Error::invalid(
                         src.name(),
@@ -673,7 +703,10 @@ pub fn read_header_from(src: &dyn ByteSource, initial: u64) -> Result<Header> {
                         },
                     ));
                 }
-                want = at_least.max(have.saturating_mul(2)).min(file_len);
+                want = at_least
+                    .max(have.saturating_mul(2))
+                    .min(file_len)
+                    .min(MAX_HEADER_LEN);
             }
         }
     }

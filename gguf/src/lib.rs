@@ -4,8 +4,11 @@
 //! length is bounded by the bytes left before anything is allocated, all arithmetic is checked,
 //! and every rule ggml's own loader enforces (n_dims ≤ 4, power-of-two alignment, offsets equal
 //! to the running padded sum, unique keys and names, known ggml types) is one [`Violation`]
-//! variant that names what broke and where. Git LFS pointers and saved HTML pages are recognised
-//! and named, since they are what most often sits where a model should.
+//! variant that names what broke and where. Since a file's length is only claimed (sparse files,
+//! a server's Content-Range), the header is also capped at [`MAX_HEADER_LEN`] (1 GiB) and one
+//! string at [`MAX_STRING_LEN`] (64 MiB), [`Violation::LimitExceeded`] past them. Git LFS
+//! pointers and saved HTML pages are recognised and named, since they are what most often sits
+//! where a model should.
 //!
 //! - [`source`]: the [`ByteSource`] the reader reads from (a local file now, HTTP ranges later).
 //! - [`header`]: the incremental header parser ([`parse_header`] answers "need more bytes" for a
@@ -27,7 +30,7 @@ pub mod writer;
 pub use error::{Error, Result, Violation};
 pub use header::{
     parse_header, read_header, Header, HeaderParse, TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH,
-    MAX_DIMS, MAX_TENSOR_NAME,
+    MAX_DIMS, MAX_HEADER_LEN, MAX_STRING_LEN, MAX_TENSOR_NAME,
 };
 pub use reader::{expert_range, split_keys, GgufFile, GgufModel, SplitKeys, TensorRef};
 pub use source::{ByteSource, FileSource, MemSource};

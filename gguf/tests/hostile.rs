@@ -12,7 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use tarfa_gguf::header::read_header_from;
-use tarfa_gguf::{parse_header, GgufFile, HeaderParse, MemSource, Violation};
+use tarfa_gguf::{parse_header, GgufFile, HeaderParse, MemSource, Violation, MAX_HEADER_LEN};
 
 // ---- a per-thread counting allocator, so tests running in parallel do not disturb each other.
 
@@ -482,6 +482,63 @@ fn every_hostile_file_gives_its_own_error_without_panic_or_large_allocation() {
         seen.insert(std::mem::discriminant(v));
     }
     assert!(seen.len() >= 24, "{} distinct violations", seen.len());
+}
+
+/// A sparse file: `head`, then zeros (holes, nothing on disk) up to `len` bytes.
+fn sparse_file(dir: &std::path::Path, head: &[u8], len: u64) -> std::path::PathBuf {
+    let p = dir.join("sparse.gguf");
+    std::fs::write(&p, head).expect("write");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&p)
+        .expect("open");
+    f.set_len(len).expect("set_len");
+    p
+}
+
+#[test]
+fn a_sparse_file_claiming_a_one_gib_key_is_refused_without_allocating_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let key_len: u64 = 1 << 30;
+    let head = B::gguf(3, 0, 1).u64(key_len).done();
+    let p = sparse_file(dir.path(), &head, head.len() as u64 + key_len + 4096);
+    let (r, peak) = peak_during(|| GgufFile::open(&p));
+    let e = r.expect_err("a 1 GiB key of NULs");
+    assert!(
+        matches!(e.violation(), Some(Violation::LimitExceeded { len, .. }) if *len == key_len),
+        "{e}"
+    );
+    assert!(peak < 1 << 20, "{peak} bytes allocated for 4 KiB of data");
+}
+
+#[test]
+fn a_header_longer_than_max_header_len_is_refused_before_the_window_grows() {
+    // A u8 array that fits in the (claimed) file but ends past the header limit: each element is
+    // valid, so only the limit stops the reader from reading 1 GiB of holes.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let head = B::gguf(3, 0, 1)
+        .str(b"a")
+        .u32(9)
+        .u32(0)
+        .u64(MAX_HEADER_LEN)
+        .done();
+    let p = sparse_file(dir.path(), &head, 2 * MAX_HEADER_LEN + 4096);
+    let (r, peak) = peak_during(|| GgufFile::open(&p));
+    let e = r.expect_err("a header past MAX_HEADER_LEN");
+    assert!(
+        matches!(e.violation(), Some(Violation::LimitExceeded { limit, .. }) if *limit == MAX_HEADER_LEN),
+        "{e}"
+    );
+    assert!(peak < 1 << 20, "{peak} bytes allocated for 4 KiB of data");
+    // The whole-buffer parser gives the same answer from any window: it never asks for more.
+    let r = parse_header(&head, 2 * MAX_HEADER_LEN + 4096);
+    assert!(
+        matches!(
+            &r,
+            Err(HeaderParse::Invalid(Violation::LimitExceeded { .. }))
+        ),
+        "{r:?}"
+    );
 }
 
 #[test]
