@@ -96,6 +96,7 @@ fn expert_slices(layer: u32, role: Role, t: &SourceTensor) -> Result<Vec<Slice>,
         )));
     }
     let n = t.shape[0];
+    crate::plan::check_expert_count(layer, n)?;
     let info = tensor_info(t);
     (0..n)
         .map(|e| {
@@ -175,6 +176,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     }
     for (layer, stacks) in stacks {
         let n = stacks[0].1.shape.first().copied().unwrap_or(0);
+        crate::plan::check_expert_count(layer, n)?;
         let mut grid: Vec<Vec<Item>> = (0..n).map(|_| Vec::new()).collect();
         for (role, t) in &stacks {
             if t.shape.first() != Some(&n) {

@@ -278,7 +278,8 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
                 detail: "both per-expert and fused (3-D) expert tensors".into(),
             });
         }
-        let n = experts.keys().max().map_or(0, |m| m + 1);
+        let n = check_expert_count(layer, experts.keys().max().map_or(0, |m| u64::from(*m) + 1))?
+            as u32;
         let mut grid = Vec::with_capacity(n as usize);
         for e in 0..n {
             let Some(mut items) = experts.get(&e).cloned() else {
@@ -297,6 +298,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     }
     for (layer, stacks) in fused {
         let n = stacks[0].1.shape.first().copied().unwrap_or(0);
+        check_expert_count(layer, n)?;
         let mut grid: Vec<Vec<Item>> = (0..n).map(|_| Vec::new()).collect();
         for (role, t) in &stacks {
             let want_rank = if matches!(
@@ -351,6 +353,19 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     let max_layer = plan.layers.keys().max().map_or(0, |m| m + 1);
     plan.num_layers = max_layer.max(n_hidden);
     Ok(plan)
+}
+
+/// Refuse an expert count no JNF file can hold, before anything is allocated for it: a header
+/// may claim a stack of 10^12 zero-size experts, or an expert index of 999,999,999.
+pub(crate) fn check_expert_count(layer: u32, n: u64) -> Result<usize, ConvertError> {
+    let max = tarfa_format::validate::MAX_REGIONS;
+    if n > max {
+        return Err(ConvertError::BadExperts {
+            layer,
+            detail: format!("{n} experts; a JNF file holds at most {max} regions"),
+        });
+    }
+    Ok(n as usize)
 }
 
 pub(crate) fn check_uniform(layer: u32, grid: &[Vec<Item>]) -> Result<(), ConvertError> {
