@@ -280,15 +280,20 @@ impl Manifest {
             path: path.clone(),
             detail,
         };
-        let len = std::fs::metadata(&path)
-            .map_err(|e| Error::io(&path, "stat", e))?
-            .len();
-        if len > MAX_MANIFEST_LEN {
-            return Err(bad(format!(
-                "{len} bytes is over the {MAX_MANIFEST_LEN}-byte limit"
-            )));
+        use std::io::Read;
+        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, "open", e))?;
+        let meta = file.metadata().map_err(|e| Error::io(&path, "stat", e))?;
+        if !meta.is_file() {
+            return Err(bad("not a regular file".into()));
         }
-        let bytes = std::fs::read(&path).map_err(|e| Error::io(&path, "read", e))?;
+        // Bounded by the limit itself, not by what stat said: the file may grow while read.
+        let mut bytes = Vec::with_capacity(meta.len().min(MAX_MANIFEST_LEN) as usize);
+        file.take(MAX_MANIFEST_LEN + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io(&path, "read", e))?;
+        if bytes.len() as u64 > MAX_MANIFEST_LEN {
+            return Err(bad(format!("over the {MAX_MANIFEST_LEN}-byte limit")));
+        }
         Self::from_bytes(&bytes).map_err(bad)
     }
 
@@ -379,6 +384,14 @@ mod tests {
                 sources: vec![],
             },
         }
+    }
+
+    #[test]
+    fn a_manifest_that_is_not_a_regular_file_is_refused_without_reading_forever() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join(MANIFEST_NAME)).expect("link");
+        let e = Manifest::load(dir.path()).expect_err("refused");
+        assert!(e.to_string().contains("not a regular file"), "{e}");
     }
 
     #[test]
