@@ -456,6 +456,9 @@ mod uring {
         count: usize,
         unsubmitted: usize,
         broken: bool,
+        /// Test hook: the next continuation of a short read fails as if the submission had.
+        #[cfg(test)]
+        fail_resubmit: bool,
     }
 
     impl fmt::Debug for UringReads {
@@ -514,6 +517,8 @@ mod uring {
                 count: 0,
                 unsubmitted: 0,
                 broken: false,
+                #[cfg(test)]
+                fail_resubmit: false,
             })
         }
 
@@ -569,7 +574,18 @@ mod uring {
             self.push(&entry)?;
             self.in_flight[index as usize] = Some(entry);
             self.count += 1;
+            self.debug_check_count();
             Ok(())
+        }
+
+        /// `count` is the number of occupied in-flight entries: `Drop` waits for `count`
+        /// completions, so one counted but not in flight would make it wait forever.
+        fn debug_check_count(&self) {
+            debug_assert_eq!(
+                self.count,
+                self.in_flight.iter().filter(|r| r.is_some()).count(),
+                "reads counted in flight differ from the in-flight table"
+            );
         }
 
         fn sqe(&self, r: &InFlight) -> squeue::Entry {
@@ -603,6 +619,17 @@ mod uring {
                 // Queue full: hand what is queued to the kernel and retry.
                 self.submit()?;
             }
+        }
+
+        /// Queue the rest of a short read (`push`, or the test hook's failure).
+        fn resubmit(&mut self, r: &InFlight) -> io::Result<()> {
+            #[cfg(test)]
+            if std::mem::take(&mut self.fail_resubmit) {
+                return Err(io::Error::other(
+                    "injected: resubmitting a short read failed",
+                ));
+            }
+            self.push(r)
         }
 
         /// Hand queued entries to the kernel in one system call.
@@ -649,9 +676,18 @@ mod uring {
                         return Err(e);
                     }
                 }
+                // Every collected completion is accounted for before an error is returned:
+                // one dropped here would stay counted in flight with nothing left to reap.
                 let cqes: Vec<cqueue::Entry> = self.uring.completion().collect();
+                let mut first_err = None;
                 for c in cqes {
-                    self.complete(c, done)?;
+                    if let Err(e) = self.complete(c, done) {
+                        first_err.get_or_insert(e);
+                    }
+                }
+                self.debug_check_count();
+                if let Some(e) = first_err {
+                    return Err(e);
                 }
                 if done.len() >= target {
                     return Ok(());
@@ -682,12 +718,19 @@ mod uring {
             } else {
                 r.done += res as usize;
                 if r.done < r.len {
-                    // Short read: continue from where it stopped, same slot.
-                    self.push(&r)?;
-                    self.in_flight[index] = Some(r);
-                    return Ok(());
+                    // Short read: continue from where it stopped, same slot. If the continuation
+                    // cannot be queued, nothing is in flight for the slot: the read finishes
+                    // with that error (and is uncounted) rather than wait forever.
+                    match self.resubmit(&r) {
+                        Ok(()) => {
+                            self.in_flight[index] = Some(r);
+                            return Ok(());
+                        }
+                        Err(e) => Err(e),
+                    }
+                } else {
+                    Ok(())
                 }
-                Ok(())
             };
             self.count -= 1;
             done.push((r.tag, r.slot, outcome));
@@ -716,6 +759,59 @@ mod uring {
                 }
                 sink.clear();
             }
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::os::fd::AsRawFd;
+        use std::time::Duration;
+
+        #[test]
+        fn a_short_read_whose_continuation_fails_ends_with_its_error_and_drop_returns() {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("short");
+            std::fs::write(&path, vec![7u8; 4096]).expect("write");
+            let file = std::fs::File::open(&path).expect("open");
+            let ring = PinnedRing::new(2, 8192, false).expect("ring");
+            let mut reads = match UringReads::new(4, &[file.as_raw_fd()], &ring, true) {
+                Ok(r) => r,
+                Err(e) => {
+                    assert!(
+                        !crate::source::require_io_uring_from_env(),
+                        "TARFA_REQUIRE_IO_URING is set but io_uring is unavailable: {e}"
+                    );
+                    eprintln!("note: io_uring not tested here: {e}");
+                    return;
+                }
+            };
+            reads.fail_resubmit = true;
+            let slot = ring.try_claim().expect("a free slot");
+            // 8192 bytes of a 4096-byte file: the first completion is a short read.
+            reads.start(slot, 7, 0, 0, 8192).expect("start");
+            let (tx, rx) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let mut done = Vec::new();
+                let reaped = reads.reap(1, &mut done).map_err(|e| e.to_string());
+                let left = reads.in_flight();
+                drop(reads); // waits for every read counted in flight
+                let done: Vec<_> = done
+                    .into_iter()
+                    .map(|(tag, _, r)| (tag, r.map_err(|e| e.to_string())))
+                    .collect();
+                let _ = tx.send((reaped, left, done));
+            });
+            let (reaped, left, done) = rx
+                .recv_timeout(Duration::from_secs(30))
+                .expect("reap and drop return (a read counted in flight with none queued hangs)");
+            assert_eq!(reaped, Ok(()));
+            assert_eq!(left, 0);
+            assert_eq!(done.len(), 1, "{done:?}");
+            assert_eq!(done[0].0, 7);
+            let e = done[0].1.as_ref().expect_err("the read failed");
+            assert!(e.contains("injected"), "{e}");
+            assert_eq!(ring.free_count(), 2, "the slot is free again");
         }
     }
 }
