@@ -176,7 +176,8 @@ pub enum Validator {
     ETag(String),
     /// An HTTP date.
     LastModified(String),
-    /// Neither: only the length is compared.
+    /// Neither: only the length is compared, which cannot show that the file is unchanged, so
+    /// a fetch from such a source never resumes from a journal (it starts over).
     None,
 }
 

@@ -5,9 +5,10 @@
 //! `done CHUNK BLAKE3`. The journal's first lines name the plan (a BLAKE3 over the header bytes,
 //! the chunk list and the sources) and each source's validator. A rerun with the same plan and
 //! validators re-hashes the chunks the journal lists, keeps those that still match and fetches
-//! only the rest; a different plan or a changed source starts over. Before publishing, every
-//! chunk is read back and compared with its journalled hash and the output's header is
-//! re-parsed; then fsync, rename onto the destination, fsync the directory.
+//! only the rest; a different plan or a changed source starts over, and so does a remote source
+//! without a validator (no strong ETag, no Last-Modified), which cannot be shown unchanged.
+//! Before publishing, every chunk is read back and compared with its journalled hash and the
+//! output's header is re-parsed; then fsync, rename onto the destination, fsync the directory.
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -18,6 +19,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 use crate::error::{FetchError, Result};
+use crate::http::Validator;
 use crate::plan::{OutputFormat, Plan};
 
 const JOURNAL_MAGIC: &str = "tarfa-fetch journal 1";
@@ -220,7 +222,21 @@ pub fn run(
         .map_err(FetchError::io(&partial, "create"))?;
     lock(&file, &partial)?;
 
+    // Without a validator the journal can name a source only by its name and length: a remote
+    // replaced by one of the same length would keep the old chunks and splice in new ones.
+    let unprovable = plan.sources.iter().any(|s| {
+        s.remote
+            .as_ref()
+            .is_some_and(|r| *r.validator() == Validator::None)
+    });
     let mut done = match std::fs::read(&journal_path) {
+        Ok(_) if unprovable => {
+            progress.note(
+                "starting over: the server gives no ETag or Last-Modified: \
+                 cannot prove the remote is unchanged, fetching again",
+            );
+            HashMap::new()
+        }
         Ok(bytes) => {
             match read_journal(&String::from_utf8_lossy(&bytes), &preamble, chunks.len()) {
                 Ok(d) => d,

@@ -296,6 +296,81 @@ fn an_interrupted_fetch_resumes_from_its_journal_without_refetching() {
     assert!(!journal.exists() && !partial.exists());
 }
 
+/// The notes a fetch gives.
+#[derive(Default)]
+struct Notes(std::sync::Mutex<Vec<String>>);
+
+impl tarfa_fetch::Progress for Notes {
+    fn note(&self, msg: &str) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(msg.to_string());
+        }
+    }
+}
+
+#[test]
+fn without_a_validator_a_rerun_starts_over_and_never_splices_a_replaced_remote() {
+    let s = setup();
+    let server = FaultServer::start(
+        "127.0.0.1",
+        s.files.clone(),
+        Fault::FailAfter { requests: 40 },
+    );
+    server.set_validators(false);
+    let out = s.out.path().join("draft.gguf");
+    let mut opts = options(None, 64 << 10, 2);
+    opts.transfer.jobs = 1;
+    fetch(opts.clone(), &url(&server), &out).expect_err("must fail");
+    let journal = s.out.path().join("draft.gguf.tarfa-journal");
+    let journalled = std::fs::read_to_string(&journal)
+        .expect("journal kept")
+        .lines()
+        .filter(|l| l.starts_with("done "))
+        .count();
+    assert!(journalled >= 20, "only {journalled} chunks journalled");
+
+    // The remote is replaced: same names, lengths and headers, other tensor bytes.
+    let replaced = tempfile::tempdir().expect("tempdir");
+    for (path, bytes) in &s.files {
+        let mut b = bytes.clone();
+        let h = tarfa_gguf::parse_header(&b, b.len() as u64).expect("header");
+        for x in &mut b[h.data_start as usize..] {
+            *x ^= 0x5A;
+        }
+        let name = path.trim_start_matches("/m/");
+        std::fs::write(replaced.path().join(name), &b).expect("write");
+        server.set_file(path, b);
+    }
+    let expected_path = s.out.path().join("expected.gguf");
+    let first = replaced.path().join("glm-00001-of-00003.gguf");
+    fetch(
+        options(None, 1 << 20, 1),
+        &first.display().to_string(),
+        &expected_path,
+    )
+    .expect("local fetch of the replaced model");
+    let expected = std::fs::read(&expected_path).expect("read");
+    assert!(expected.len() == s.reference.len() && expected != s.reference);
+
+    server.set_fault(Fault::None);
+    let f = Fetcher::new(opts);
+    let plan = f.plan(&url(&server)).expect("plan");
+    let notes = Notes::default();
+    let r = f.fetch(&plan, &out, &notes).expect("rerun");
+    assert!(
+        std::fs::read(&out).expect("read") == expected,
+        "the rerun's file is not the replaced remote's (old chunks kept)"
+    );
+    assert_eq!(r.transfer.chunks_resumed, 0);
+    let notes = notes.0.into_inner().expect("notes");
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("no ETag or Last-Modified") && n.contains("fetching again")),
+        "{notes:?}"
+    );
+}
+
 #[test]
 fn a_local_source_gives_the_same_file_as_any_of_its_parts() {
     let s = setup();

@@ -1,7 +1,8 @@
 //! A small HTTP/1.1 file server on 127.0.0.1 for the tests, with faults injected on demand:
 //! dropped bodies, 500s, a 200 to a range request, a wrong `Content-Range`, an HTML page, an ETag
-//! that changes mid-run, a redirect to another host. It records what each request carried and
-//! counts the body bytes it sent. Every connection is closed after one response.
+//! that changes mid-run, a redirect to another host. It can also send no validator (no ETag, no
+//! Last-Modified) and have a file replaced between runs. It records what each request carried
+//! and counts the body bytes it sent. Every connection is closed after one response.
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -53,6 +54,8 @@ struct State {
     seen: Vec<Seen>,
     sent_body: u64,
     delay: Duration,
+    /// Send an ETag (the default); false: neither ETag nor Last-Modified.
+    validators: bool,
 }
 
 /// A running server; stopped on drop.
@@ -86,6 +89,7 @@ impl FaultServer {
             seen: Vec::new(),
             sent_body: 0,
             delay: Duration::ZERO,
+            validators: true,
         }));
         let stop = Arc::new(AtomicBool::new(false));
         let (st, sp) = (state.clone(), stop.clone());
@@ -135,6 +139,20 @@ impl FaultServer {
         }
     }
 
+    /// Send an ETag (true, the default) or no validator at all (false).
+    pub fn set_validators(&self, on: bool) {
+        if let Ok(mut s) = self.state.lock() {
+            s.validators = on;
+        }
+    }
+
+    /// Replace the file served at `path`.
+    pub fn set_file(&self, path: &str, bytes: Vec<u8>) {
+        if let Ok(mut s) = self.state.lock() {
+            s.files.insert(path.to_string(), bytes);
+        }
+    }
+
     /// Change the fault.
     pub fn set_fault(&self, f: Fault) {
         if let Ok(mut s) = self.state.lock() {
@@ -173,13 +191,19 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
         if_range: headers.get("if-range").cloned(),
         authorization: headers.get("authorization").cloned(),
     };
-    let (fault, n, body, delay) = {
+    let (fault, n, body, delay, validators) = {
         let mut s = state
             .lock()
             .map_err(|_| std::io::Error::other("poisoned"))?;
         s.seen.push(seen.clone());
         let n = s.seen.len() as u64;
-        (s.fault.clone(), n, s.files.get(&path).cloned(), s.delay)
+        (
+            s.fault.clone(),
+            n,
+            s.files.get(&path).cloned(),
+            s.delay,
+            s.validators,
+        )
     };
     let mut out = conn;
     let count = |k: usize| {
@@ -235,12 +259,20 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
         Fault::EtagChangesAfter { requests } if n > requests => "\"v2\"",
         _ => "\"v1\"",
     };
+    let etag_line = |rest: Vec<String>| -> Vec<String> {
+        let mut h: Vec<String> = validators
+            .then(|| format!("ETag: {etag}"))
+            .into_iter()
+            .collect();
+        h.extend(rest);
+        h
+    };
     let len = file.len() as u64;
     let whole = |out: &mut TcpStream| {
         send(
             out,
             "200 OK",
-            &[format!("ETag: {etag}"), format!("Content-Length: {len}")],
+            &etag_line(vec![format!("Content-Length: {len}")]),
             &file,
         )
     };
@@ -282,21 +314,24 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
                 return send(
                     &mut out,
                     "206 Partial Content",
-                    &[
-                        format!("ETag: {etag}"),
+                    &etag_line(vec![
                         format!("Content-Range: bytes {a2}-{b2}/{len}"),
                         format!("Content-Length: {}", part.len()),
-                    ],
+                    ]),
                     part,
                 );
             }
             Fault::DropMidBody { every } | Fault::StallMidBody { every } if n % every == 0 => {
                 let part = &file[a as usize..=b as usize];
-                let mut head = format!(
-                    "HTTP/1.1 206 Partial Content\r\nConnection: close\r\nETag: {etag}\r\nContent-Range: bytes {a}-{b}/{len}\r\nContent-Length: {}\r\n\r\n",
-                    part.len()
-                );
-                head.push_str("");
+                let mut head = "HTTP/1.1 206 Partial Content\r\nConnection: close\r\n".to_string();
+                for h in etag_line(vec![
+                    format!("Content-Range: bytes {a}-{b}/{len}"),
+                    format!("Content-Length: {}", part.len()),
+                ]) {
+                    head.push_str(&h);
+                    head.push_str("\r\n");
+                }
+                head.push_str("\r\n");
                 out.write_all(head.as_bytes())?;
                 let half = part.len() / 2;
                 out.write_all(&part[..half])?;
@@ -314,11 +349,10 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
     send(
         &mut out,
         "206 Partial Content",
-        &[
-            format!("ETag: {etag}"),
+        &etag_line(vec![
             format!("Content-Range: bytes {a}-{b}/{len}"),
             format!("Content-Length: {}", part.len()),
-        ],
+        ]),
         part,
     )
 }
