@@ -12,7 +12,7 @@ use tarfa_format::Role;
 use tarfa_gguf::{expert_range, TensorInfo};
 
 use crate::error::ConvertError;
-use crate::plan::{check_uniform, Item, LayerPlan, Plan, Slice};
+use crate::plan::{Item, Plan, Slice};
 use crate::source::{Checkpoint, SourceTensor};
 
 fn parse_u32(s: &str) -> Option<u32> {
@@ -198,20 +198,9 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
                 });
             }
         }
-        for items in &mut grid {
-            items.sort_by_key(|i| i.role.code());
-        }
-        check_uniform(layer, &grid)?;
-        let lp: &mut LayerPlan = plan.layers.entry(layer).or_default();
-        lp.experts = grid;
-        lp.expert_layout = "fused";
+        plan.set_experts(layer, grid, "fused")?;
     }
-    let by_source =
-        |a: &Item, b: &Item| (a.slice.shard, a.slice.begin).cmp(&(b.slice.shard, b.slice.begin));
-    plan.trunk.sort_by(by_source);
-    for lp in plan.layers.values_mut() {
-        lp.plain.sort_by(by_source);
-    }
+    plan.sort_by_source();
     // GGUF's block_count counts nextn/MTP layers; nextn_predict_layers of them are the last.
     let seen = plan.layers.keys().max().map_or(0, |m| m + 1);
     let blocks = arch_u32(&ck.config, "block_count").unwrap_or(seen);

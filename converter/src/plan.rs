@@ -108,6 +108,35 @@ pub struct Plan {
     pub loose_expert_tensors: Vec<String>,
 }
 
+impl Plan {
+    /// Give `layer` its expert grid: each expert's projections in role order, checked uniform.
+    pub(crate) fn set_experts(
+        &mut self,
+        layer: u32,
+        mut grid: Vec<Vec<Item>>,
+        layout: &'static str,
+    ) -> Result<(), ConvertError> {
+        for items in &mut grid {
+            items.sort_by_key(|i| i.role.code());
+        }
+        check_uniform(layer, &grid)?;
+        let lp = self.layers.entry(layer).or_default();
+        lp.experts = grid;
+        lp.expert_layout = layout;
+        Ok(())
+    }
+
+    /// Put the trunk's and each layer's plain tensors in source order (shard, offset), so files
+    /// are written reading each shard forward.
+    pub(crate) fn sort_by_source(&mut self) {
+        let key = |i: &Item| (i.slice.shard, i.slice.begin);
+        self.trunk.sort_by_key(key);
+        for lp in self.layers.values_mut() {
+            lp.plain.sort_by_key(key);
+        }
+    }
+}
+
 fn parse_u32(s: &str) -> Option<u32> {
     (!s.is_empty() && s.len() <= 9 && s.bytes().all(|b| b.is_ascii_digit()))
         .then(|| s.parse().ok())
@@ -282,19 +311,15 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
             as u32;
         let mut grid = Vec::with_capacity(n as usize);
         for e in 0..n {
-            let Some(mut items) = experts.get(&e).cloned() else {
+            let Some(items) = experts.get(&e).cloned() else {
                 return Err(ConvertError::BadExperts {
                     layer,
                     detail: format!("expert {e} is missing (experts 0..{n} expected)"),
                 });
             };
-            items.sort_by_key(|i| i.role.code());
             grid.push(items);
         }
-        check_uniform(layer, &grid)?;
-        let lp = plan.layers.entry(layer).or_default();
-        lp.experts = grid;
-        lp.expert_layout = "per-expert";
+        plan.set_experts(layer, grid, "per-expert")?;
     }
     for (layer, stacks) in fused {
         let n = stacks[0].1.shape.first().copied().unwrap_or(0);
@@ -336,20 +361,9 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
                 });
             }
         }
-        for items in &mut grid {
-            items.sort_by_key(|i| i.role.code());
-        }
-        check_uniform(layer, &grid)?;
-        let lp = plan.layers.entry(layer).or_default();
-        lp.experts = grid;
-        lp.expert_layout = "fused";
+        plan.set_experts(layer, grid, "fused")?;
     }
-    let by_source =
-        |a: &Item, b: &Item| (a.slice.shard, a.slice.begin).cmp(&(b.slice.shard, b.slice.begin));
-    plan.trunk.sort_by(by_source);
-    for lp in plan.layers.values_mut() {
-        lp.plain.sort_by(by_source);
-    }
+    plan.sort_by_source();
     let max_layer = plan.layers.keys().max().map_or(0, |m| m + 1);
     plan.num_layers = max_layer.max(n_hidden);
     Ok(plan)
@@ -368,7 +382,7 @@ pub(crate) fn check_expert_count(layer: u32, n: u64) -> Result<usize, ConvertErr
     Ok(n as usize)
 }
 
-pub(crate) fn check_uniform(layer: u32, grid: &[Vec<Item>]) -> Result<(), ConvertError> {
+fn check_uniform(layer: u32, grid: &[Vec<Item>]) -> Result<(), ConvertError> {
     let roles = |items: &Vec<Item>| items.iter().map(|i| i.role).collect::<Vec<_>>();
     let Some(first) = grid.first().map(roles) else {
         return Ok(());
