@@ -111,6 +111,73 @@ pub struct Manifest {
     pub conversion: Conversion,
 }
 
+/// A JSON value parsed with every object's keys checked unique, at every level.
+struct NoDuplicateKeys(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::{Error as _, MapAccess, SeqAccess, Visitor};
+        use serde_json::Value;
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = NoDuplicateKeys;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_bool<E>(self, b: bool) -> std::result::Result<Self::Value, E> {
+                Ok(NoDuplicateKeys(Value::Bool(b)))
+            }
+            fn visit_i64<E>(self, n: i64) -> std::result::Result<Self::Value, E> {
+                Ok(NoDuplicateKeys(Value::from(n)))
+            }
+            fn visit_u64<E>(self, n: u64) -> std::result::Result<Self::Value, E> {
+                Ok(NoDuplicateKeys(Value::from(n)))
+            }
+            fn visit_f64<E: serde::de::Error>(self, n: f64) -> std::result::Result<Self::Value, E> {
+                serde_json::Number::from_f64(n)
+                    .map(|n| NoDuplicateKeys(Value::Number(n)))
+                    .ok_or_else(|| E::custom("a non-finite number"))
+            }
+            fn visit_str<E>(self, s: &str) -> std::result::Result<Self::Value, E> {
+                Ok(NoDuplicateKeys(Value::String(s.to_string())))
+            }
+            fn visit_string<E>(self, s: String) -> std::result::Result<Self::Value, E> {
+                Ok(NoDuplicateKeys(Value::String(s)))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+                Ok(NoDuplicateKeys(Value::Null))
+            }
+            fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+                Ok(NoDuplicateKeys(Value::Null))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut v = Vec::new();
+                while let Some(NoDuplicateKeys(x)) = a.next_element()? {
+                    v.push(x);
+                }
+                Ok(NoDuplicateKeys(Value::Array(v)))
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut a: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut m = serde_json::Map::new();
+                while let Some(k) = a.next_key::<String>()? {
+                    let NoDuplicateKeys(x) = a.next_value()?;
+                    if m.insert(k.clone(), x).is_some() {
+                        return Err(A::Error::custom(format!("duplicate key {k:?}")));
+                    }
+                }
+                Ok(NoDuplicateKeys(Value::Object(m)))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// The manifest field holding [`content_digest`] of everything else in it.
 pub const DIGEST_KEY: &str = "digest";
 
@@ -299,7 +366,9 @@ impl Manifest {
 
     /// Parse and check manifest bytes (digest, then the rules of §8.1).
     pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Manifest, String> {
-        let mut v: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        // A duplicate key is refused: JSON parsers disagree on which copy wins, so a manifest
+        // with one could mean one thing to tarfa and another to an auditor's tool.
+        let NoDuplicateKeys(mut v) = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
         let recorded = v
             .as_object_mut()
             .and_then(|o| o.remove(DIGEST_KEY))
@@ -384,6 +453,22 @@ mod tests {
                 sources: vec![],
             },
         }
+    }
+
+    #[test]
+    fn a_duplicate_key_is_refused_even_when_the_digest_matches() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        manifest().publish(dir.path()).expect("publish");
+        let good = std::fs::read_to_string(dir.path().join(MANIFEST_NAME)).expect("read");
+        // A second "layers" before the real one: serde_json alone would keep the last silently,
+        // and the digest, over the parsed content, would still match.
+        let bad = good.replacen("{", "{\n  \"layers\": [0],", 1);
+        let e = Manifest::from_bytes(bad.as_bytes()).expect_err("refused");
+        assert!(e.contains("duplicate key \"layers\""), "{e}");
+        assert_eq!(
+            Manifest::from_bytes(good.as_bytes()).expect("good"),
+            manifest()
+        );
     }
 
     #[test]
