@@ -21,21 +21,7 @@ use crate::gguf_source;
 use crate::plan::{plan, Item, Plan};
 use crate::source::Checkpoint;
 
-/// Files copied verbatim from the source directory when present.
-pub const AUX_FILES: &[&str] = &[
-    "config.json",
-    "generation_config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "tokenizer.model",
-    "vocab.json",
-    "merges.txt",
-    "chat_template.jinja",
-    "chat_template.json",
-];
-/// The aux files that make up the tokenizer.
+/// The aux files that make up the tokenizer, in the order the manifest lists them.
 pub const TOKENIZER_FILES: &[&str] = &[
     "tokenizer.json",
     "tokenizer_config.json",
@@ -47,6 +33,13 @@ pub const TOKENIZER_FILES: &[&str] = &[
     "chat_template.jinja",
     "chat_template.json",
 ];
+/// The other files copied verbatim from the source directory when present.
+pub const CONFIG_FILES: &[&str] = &["config.json", "generation_config.json"];
+
+/// Every aux file name: configs, then the tokenizer.
+fn aux_files() -> impl Iterator<Item = &'static str> {
+    CONFIG_FILES.iter().chain(TOKENIZER_FILES).copied()
+}
 /// Largest aux file copied (a tokenizer.json of a big vocabulary is tens of MB).
 const MAX_AUX_LEN: u64 = 256 << 20;
 /// Space kept free beyond what a file needs.
@@ -460,7 +453,7 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 
 fn copy_aux(ck: &Checkpoint, out: &Path) -> Result<Vec<FileEntry>, ConvertError> {
     let mut entries = Vec::new();
-    for name in AUX_FILES {
+    for name in aux_files() {
         let src = ck.dir.join(name);
         let Ok(meta) = std::fs::metadata(&src) else {
             continue;
