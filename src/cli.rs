@@ -38,6 +38,64 @@ pub enum Command {
     /// token) through each I/O backend at each queue depth, cold cache, in GB/s, beside fio's
     /// random read of the same files at the same block size and depth when fio is installed.
     BenchIo(BenchIoArgs),
+    /// Run a model exactly: greedy decoding of a JNF model directory on the CPU, experts streamed
+    /// from disk (checked as they land) or resident. The logits do not depend on the I/O backend,
+    /// queue depth, cache size, thread count, instruction set or prompt batching.
+    ///
+    /// Examples:
+    ///   tarfa run model/ --prompt "The quick brown fox" -n 32
+    ///   tarfa run model/ --tokens 1,2,3 -n 8 --logits-out logits.npy
+    ///   tarfa run model/ --prompt "hello" --experts resident --threads 4 --json
+    #[command(verbatim_doc_comment)]
+    Run(RunArgs),
+}
+
+/// `tarfa run`.
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["prompt", "tokens"])))]
+pub struct RunArgs {
+    /// The model directory (a `tarfa convert` output).
+    pub dir: PathBuf,
+    /// Prompt text, tokenized with the model's tokenizer.json.
+    #[arg(long)]
+    pub prompt: Option<String>,
+    /// Prompt token ids, comma-separated; the generated ids are printed space-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub tokens: Option<Vec<u32>>,
+    /// Tokens to generate (greedy).
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 64)]
+    pub max_tokens: usize,
+    /// Compute threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Experts: `stream` (read from disk when selected, a RAM cache of --cache-gib) or `resident`
+    /// (all read and checked at start).
+    #[arg(long, default_value = "stream")]
+    pub experts: String,
+    /// RAM expert cache for `--experts stream`, in GiB (0: none).
+    #[arg(long, default_value_t = 0.0)]
+    pub cache_gib: f64,
+    /// Write the fp32 logits of every generated step as a .npy array [steps, vocab].
+    #[arg(long)]
+    pub logits_out: Option<PathBuf>,
+    /// I/O backend: auto, io_uring, pread, mmap (TARFA_IO_BACKEND).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Expert reads in flight.
+    #[arg(long, default_value_t = 64)]
+    pub qd: u32,
+    /// Ring slots (0: queue depth + 16).
+    #[arg(long, default_value_t = 0)]
+    pub ring_slots: u32,
+    /// Kernel path: auto, scalar, avx2, avx512 (TARFA_ISA). Any choice gives the same bits.
+    #[arg(long)]
+    pub isa: Option<String>,
+    /// Run the prompt token by token instead of as one batch (the same bits; for testing).
+    #[arg(long)]
+    pub no_batch_prompt: bool,
+    /// Print one JSON document (tokens, text, figures) on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tarfa bench-io`.

@@ -10,6 +10,7 @@ mod convert_cmd;
 mod fetch_cmd;
 mod inspect;
 mod inspect_gguf;
+mod run_cmd;
 mod units;
 mod verify_cmd;
 
@@ -31,6 +32,7 @@ fn main() -> ExitCode {
         cli::Command::Verify(a) => verify_cmd::run(a),
         cli::Command::Fetch(a) => fetch_cmd::run(a),
         cli::Command::BenchIo(a) => bench_io_cmd::run(a),
+        cli::Command::Run(a) => run_cmd::run(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
@@ -73,6 +75,22 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
             | C::BadExperts { .. } => return (1, Some(SOURCE)),
             C::Gguf(g) if g.violation().is_some() => return (1, Some(GGUF)),
             C::Format(tarfa_format::Error::Format { .. }) => return (1, Some(JNF)),
+            _ => {}
+        }
+    }
+    if let Some(d) = e.downcast_ref::<tarfa_decode::DecodeError>() {
+        use tarfa_decode::DecodeError as D;
+        match d {
+            D::Format(tarfa_format::Error::Format { .. } | tarfa_format::Error::Manifest { .. })
+            | D::NotInManifest { .. } => return (1, Some(JNF)),
+            D::Stream(tarfa_runtime::StreamError::Corrupt { .. }) => {
+                return (1, Some("an expert's bytes on disk are not the ones converted; nothing was computed from them (tarfa verify names every fault)"))
+            }
+            D::Config { .. }
+            | D::UnsupportedFamily { .. }
+            | D::MissingTensor { .. }
+            | D::BadTensor { .. }
+            | D::BadExpert { .. } => return (1, None),
             _ => {}
         }
     }

@@ -1,0 +1,298 @@
+//! Building blocks shared by the model families: linear layers, RMSNorm, grouped-query attention
+//! with a KV cache, the softmax top-k router, SwiGLU experts and the expert combine. Each works on
+//! a batch of tokens and computes every token exactly as it would alone (batch invariance): the
+//! batch only shares weight reads, never a reduction.
+
+use tarfa_format::Role;
+
+use crate::canon;
+use crate::error::{DecodeError, Result};
+use crate::experts::ExpertView;
+use crate::kernels::Isa;
+use crate::rope::Rope;
+use crate::weights::{MatrixRef, WeightSlice};
+
+/// A batch of activation vectors, one per token.
+pub type Batch = Vec<Vec<f32>>;
+
+/// `y_t = W x_t (+ b)` for every token: each output one canonical dot, the bias added after.
+pub fn linear(isa: Isa, w: MatrixRef<'_>, bias: Option<WeightSlice<'_>>, xs: &[Vec<f32>]) -> Batch {
+    let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+    let mut out = vec![vec![0.0f32; w.rows]; xs.len()];
+    isa.matmul(w, &refs, &mut out);
+    if let Some(b) = bias {
+        for y in &mut out {
+            for (i, v) in y.iter_mut().enumerate() {
+                *v += b.get(i);
+            }
+        }
+    }
+    out
+}
+
+/// RMSNorm of each token (w-style: `w · (x · rsqrt(mean(x²) + eps))`).
+pub fn rms_norm(xs: &[Vec<f32>], w: WeightSlice<'_>, eps: f32) -> Batch {
+    xs.iter()
+        .map(|x| {
+            let mut o = vec![0.0f32; x.len()];
+            canon::rms_norm(x, |i| w.get(i), eps, &mut o);
+            o
+        })
+        .collect()
+}
+
+/// RMSNorm of each `dim`-wide head of `x` in place (q_norm / k_norm), one weight for all heads.
+pub fn rms_norm_heads(x: &mut [f32], dim: usize, w: WeightSlice<'_>, eps: f32) {
+    for head in x.chunks_exact_mut(dim) {
+        let src = head.to_vec();
+        canon::rms_norm(&src, |i| w.get(i), eps, head);
+    }
+}
+
+/// `x += y` elementwise for every token (a residual connection).
+pub fn add_into(xs: &mut [Vec<f32>], ys: &[Vec<f32>]) {
+    for (x, y) in xs.iter_mut().zip(ys) {
+        for (a, b) in x.iter_mut().zip(y) {
+            *a += *b;
+        }
+    }
+}
+
+/// Shapes of one attention layer.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnShape {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Head width.
+    pub head_dim: usize,
+    /// Keys attended to at most (sliding window), or `None` for all.
+    pub window: Option<usize>,
+}
+
+/// Keys and values of one attention layer, post-RoPE, position-major.
+#[derive(Clone, Debug, Default)]
+pub struct KvCache {
+    k: Vec<f32>,
+    v: Vec<f32>,
+    len: usize,
+}
+
+impl KvCache {
+    /// Positions held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Forget every position at and after `pos`.
+    pub fn truncate(&mut self, pos: usize, width: usize) {
+        self.len = self.len.min(pos);
+        self.k.truncate(self.len * width);
+        self.v.truncate(self.len * width);
+    }
+}
+
+/// Attention of a batch of tokens at positions `start..start+T` (their q, k, v already normed and
+/// rotated): append k and v to the cache, then for each token and head, scores over keys
+/// `0..=p` (or the window), an `f32` softmax and the weighted sum of values, each reduction in
+/// the canonical order. Returns the heads concatenated head-major, per token.
+pub fn attend(
+    isa: Isa,
+    shape: AttnShape,
+    cache: &mut KvCache,
+    start: usize,
+    q: &[Vec<f32>],
+    k: &[Vec<f32>],
+    v: &[Vec<f32>],
+) -> Batch {
+    let d = shape.head_dim;
+    let width = shape.kv_heads * d;
+    cache.truncate(start, width);
+    debug_assert_eq!(cache.len, start);
+    for (kt, vt) in k.iter().zip(v) {
+        cache.k.extend_from_slice(kt);
+        cache.v.extend_from_slice(vt);
+        cache.len += 1;
+    }
+    let group = shape.heads / shape.kv_heads;
+    // transformers: `head_dim**-0.5`, a Python float, met by f32 scores. 1/√d in f64 uses two
+    // correctly rounded operations instead of a libm pow.
+    let scaling = (1.0 / (d as f64).sqrt()) as f32;
+    let cache = &*cache;
+    q.iter()
+        .enumerate()
+        .map(|(t, qt)| {
+            let p = start + t;
+            let first = match shape.window {
+                Some(w) if p + 1 > w => p + 1 - w,
+                _ => 0,
+            };
+            let mut out = vec![0.0f32; shape.heads * d];
+            for h in 0..shape.heads {
+                let kvh = h / group;
+                let qh = &qt[h * d..(h + 1) * d];
+                let mut scores: Vec<f32> = (first..=p)
+                    .map(|pos| {
+                        let kk = &cache.k[pos * width + kvh * d..pos * width + (kvh + 1) * d];
+                        isa.dot_f32(kk, qh) * scaling
+                    })
+                    .collect();
+                canon::softmax(&mut scores);
+                canon::weighted_rows(
+                    &scores,
+                    |i| {
+                        let pos = first + i;
+                        &cache.v[pos * width + kvh * d..pos * width + (kvh + 1) * d]
+                    },
+                    &mut out[h * d..(h + 1) * d],
+                );
+            }
+            out
+        })
+        .collect()
+}
+
+/// Rotate every head of `x` (width `heads · head_dim`) for position `p`.
+pub fn rope_heads(rope: &Rope, x: &mut [f32], head_dim: usize, p: usize) {
+    for head in x.chunks_exact_mut(head_dim) {
+        rope.apply(head, p);
+    }
+}
+
+/// One token's routing: `(expert, weight)` in selection-slot order.
+pub type Route = Vec<(u32, f32)>;
+
+/// The softmax router with native top-k: `P = softmax(z)` (`f32`, canonical), the `k` largest in
+/// descending order (ties: the lower expert id first), renormalised by their canonical sum when
+/// `norm_topk_prob`.
+pub fn softmax_topk(logits: &[f32], k: usize, norm_topk_prob: bool) -> Route {
+    let mut p = logits.to_vec();
+    canon::softmax(&mut p);
+    let mut idx: Vec<u32> = (0..p.len() as u32).collect();
+    // Total order: probability descending, then id ascending (NaN never occurs after softmax of
+    // finite logits; total_cmp keeps even that deterministic).
+    idx.sort_by(|&a, &b| p[b as usize].total_cmp(&p[a as usize]).then(a.cmp(&b)));
+    let mut route: Route = idx[..k.min(idx.len())]
+        .iter()
+        .map(|&e| (e, p[e as usize]))
+        .collect();
+    if norm_topk_prob {
+        let w: Vec<f32> = route.iter().map(|r| r.1).collect();
+        let s = canon::sum(&w);
+        for r in &mut route {
+            r.1 /= s;
+        }
+    }
+    route
+}
+
+/// The SwiGLU MLP `down(silu(gate x) ⊙ up x)` of each token, from separate gate/up matrices or a
+/// fused gate_up (rows `0..I` gate, `I..2I` up).
+pub fn swiglu(
+    isa: Isa,
+    gate: MatrixRef<'_>,
+    up: MatrixRef<'_>,
+    down: MatrixRef<'_>,
+    xs: &[Vec<f32>],
+) -> Batch {
+    let g = linear(isa, gate, None, xs);
+    let u = linear(isa, up, None, xs);
+    let h: Batch = g
+        .iter()
+        .zip(&u)
+        .map(|(g, u)| g.iter().zip(u).map(|(&a, &b)| canon::silu(a) * b).collect())
+        .collect();
+    linear(isa, down, None, &h)
+}
+
+/// The SwiGLU of one routed expert over the tokens routed to it.
+pub fn expert_swiglu(isa: Isa, e: &ExpertView<'_>, xs: &[Vec<f32>]) -> Result<Batch> {
+    let bad = |detail: String| DecodeError::BadExpert {
+        layer: e.layer,
+        expert: e.expert,
+        detail,
+    };
+    if let Some(r) = e
+        .roles()
+        .find(|r| !matches!(r, Role::Gate | Role::Up | Role::Down | Role::GateUp))
+    {
+        return Err(bad(format!(
+            "has a {} region; this family's experts have none",
+            r.name()
+        )));
+    }
+    let down = e
+        .part(Role::Down)
+        .ok_or_else(|| bad("no down projection".into()))?;
+    let (gate, up) = match (e.part(Role::Gate), e.part(Role::Up), e.part(Role::GateUp)) {
+        (Some(g), Some(u), None) => (g, u),
+        (None, None, Some(gu)) if gu.rows % 2 == 0 => {
+            let i = gu.rows / 2;
+            (gu.rows(0, i), gu.rows(i, 2 * i))
+        }
+        _ => {
+            return Err(bad(
+                "needs gate and up projections, or one fused gate_up".into()
+            ))
+        }
+    };
+    let hidden = xs.first().map_or(0, |x| x.len());
+    if gate.cols != hidden
+        || up.cols != hidden
+        || up.rows != gate.rows
+        || down.cols != gate.rows
+        || down.rows != hidden
+    {
+        return Err(bad(format!(
+            "shapes gate [{}, {}], up [{}, {}], down [{}, {}] do not fit hidden size {hidden}",
+            gate.rows, gate.cols, up.rows, up.cols, down.rows, down.cols
+        )));
+    }
+    Ok(swiglu(isa, gate, up, down, xs))
+}
+
+/// Routed experts' outputs, by token and selection slot, combined in slot order.
+#[derive(Debug)]
+pub struct MoeOutputs {
+    slots: Vec<Vec<Option<Vec<f32>>>>,
+}
+
+impl MoeOutputs {
+    /// Room for `routes` (one per token).
+    pub fn new(routes: &[Route]) -> MoeOutputs {
+        MoeOutputs {
+            slots: routes.iter().map(|r| vec![None; r.len()]).collect(),
+        }
+    }
+
+    /// Store `y · w` (each product rounded) for token `t`, slot `k`.
+    pub fn put(&mut self, t: usize, k: usize, y: &[f32], w: f32) {
+        self.slots[t][k] = Some(y.iter().map(|&v| v * w).collect());
+    }
+
+    /// `Σ_k contribution_k` per token, added in slot order starting from slot 0. Every slot must
+    /// have been filled.
+    pub fn combine(self) -> Batch {
+        self.slots
+            .into_iter()
+            .map(|slots| {
+                let mut it = slots
+                    .into_iter()
+                    .map(|s| s.expect("every routed slot computed"));
+                let mut acc = it.next().unwrap_or_default();
+                for c in it {
+                    for (a, b) in acc.iter_mut().zip(&c) {
+                        *a += *b;
+                    }
+                }
+                acc
+            })
+            .collect()
+    }
+}

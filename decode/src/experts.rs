@@ -1,0 +1,373 @@
+//! Experts for the decoder: streamed from disk through the runtime's [`ExpertSource`] (checked
+//! as they land), kept in a RAM cache of a chosen size, or all resident. Where an expert came
+//! from never changes what is computed with it: the same bytes, viewed in place.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tarfa_format::{Dtype, Role};
+use tarfa_runtime::{ExpertSource, ModelExperts};
+
+use crate::error::{DecodeError, Result};
+use crate::weights::{MatrixRef, WeightSlice};
+
+/// How experts are held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ExpertMode {
+    /// Read from disk when selected; a cache of [`ExpertOptions::cache_bytes`] keeps some.
+    #[default]
+    Stream,
+    /// Every expert read (and checked) once at start and kept in RAM.
+    Resident,
+}
+
+impl std::str::FromStr for ExpertMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<ExpertMode, String> {
+        match s {
+            "stream" => Ok(ExpertMode::Stream),
+            "resident" => Ok(ExpertMode::Resident),
+            _ => Err(format!("unknown expert mode {s:?} (stream, resident)")),
+        }
+    }
+}
+
+/// One region of an expert: its role, element type, shape and place in the extent.
+#[derive(Clone, Debug)]
+pub struct ExpertPart {
+    /// Role in the expert.
+    pub role: Role,
+    /// Region name (the source tensor's).
+    pub name: String,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Offset from the start of the extent.
+    pub start: usize,
+    /// Exact length.
+    pub len: usize,
+}
+
+/// The regions of one expert, from its layer file's index.
+#[derive(Clone, Debug)]
+pub struct ExpertLayout {
+    /// Layer.
+    pub layer: u32,
+    /// Expert.
+    pub expert: u32,
+    /// Its regions in file order.
+    pub parts: Vec<ExpertPart>,
+    /// Extent length.
+    pub extent_len: usize,
+}
+
+/// An expert's weights viewed in place (in a ring slot or a cache entry).
+#[derive(Clone, Debug)]
+pub struct ExpertView<'a> {
+    /// Layer.
+    pub layer: u32,
+    /// Expert.
+    pub expert: u32,
+    parts: Vec<(Role, MatrixRef<'a>)>,
+}
+
+impl<'a> ExpertView<'a> {
+    fn new(layout: &'a ExpertLayout, bytes: &'a [u8]) -> Result<ExpertView<'a>> {
+        let bad = |detail: String| DecodeError::BadExpert {
+            layer: layout.layer,
+            expert: layout.expert,
+            detail,
+        };
+        let mut parts = Vec::with_capacity(layout.parts.len());
+        for p in &layout.parts {
+            let b = bytes
+                .get(p.start..p.start + p.len)
+                .ok_or_else(|| bad(format!("region {} lies outside its extent", p.name)))?;
+            let data = WeightSlice::from_bytes(p.dtype, b).ok_or_else(|| {
+                bad(format!(
+                    "region {} is {}: this build computes with BF16 and F32 experts",
+                    p.name, p.dtype
+                ))
+            })?;
+            let (rows, cols) = match p.shape[..] {
+                [r, c] => (r, c),
+                [n] => (1, n),
+                _ => return Err(bad(format!("region {} has shape {:?}", p.name, p.shape))),
+            };
+            if rows * cols != data.len() {
+                return Err(bad(format!(
+                    "region {}: {} elements for shape {:?}",
+                    p.name,
+                    data.len(),
+                    p.shape
+                )));
+            }
+            parts.push((
+                p.role,
+                MatrixRef {
+                    name: &p.name,
+                    rows,
+                    cols,
+                    data,
+                },
+            ));
+        }
+        Ok(ExpertView {
+            layer: layout.layer,
+            expert: layout.expert,
+            parts,
+        })
+    }
+
+    /// The region of `role`.
+    pub fn part(&self, role: Role) -> Option<MatrixRef<'a>> {
+        self.parts.iter().find(|p| p.0 == role).map(|p| p.1)
+    }
+
+    /// Roles present, in file order.
+    pub fn roles(&self) -> impl Iterator<Item = Role> + '_ {
+        self.parts.iter().map(|p| p.0)
+    }
+}
+
+/// An expert's extent copied out of its slot into RAM, 8-byte aligned (regions are 4096-aligned
+/// within the extent, so every view stays aligned).
+#[derive(Debug)]
+struct CachedExpert {
+    words: Vec<u64>,
+    len: usize,
+    last_use: u64,
+}
+
+impl CachedExpert {
+    fn from_bytes(b: &[u8]) -> CachedExpert {
+        let mut words = vec![0u64; b.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..b.len()].copy_from_slice(b);
+        CachedExpert {
+            words,
+            len: b.len(),
+            last_use: 0,
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+}
+
+/// Counters of where experts came from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ExpertStats {
+    /// Experts read from disk (and checked).
+    pub reads: u64,
+    /// Bytes of those reads (whole extents).
+    pub bytes_read: u64,
+    /// Selections served from RAM.
+    pub cache_hits: u64,
+    /// Selections that needed a read.
+    pub cache_misses: u64,
+}
+
+/// How to hold experts.
+#[derive(Clone, Debug, Default)]
+pub struct ExpertOptions {
+    /// Stream or all resident.
+    pub mode: ExpertMode,
+    /// RAM cache size for [`ExpertMode::Stream`], in bytes (0: no cache).
+    pub cache_bytes: u64,
+}
+
+/// The decoder's experts: the source, the cache, the counters.
+#[derive(Debug)]
+pub struct ExpertStore {
+    source: ExpertSource,
+    layouts: HashMap<(u32, u32), Arc<ExpertLayout>>,
+    cache: Cache,
+    stats: ExpertStats,
+}
+
+/// The RAM cache: least recently used out first (ties: lowest key, so runs are reproducible).
+#[derive(Debug)]
+struct Cache {
+    map: HashMap<(u32, u32), CachedExpert>,
+    used: u64,
+    cap: u64,
+    tick: u64,
+}
+
+impl Cache {
+    fn insert(&mut self, key: (u32, u32), mut c: CachedExpert) {
+        let need = c.len as u64;
+        if need > self.cap {
+            return;
+        }
+        while self.used + need > self.cap {
+            let Some((&victim, _)) = self.map.iter().min_by_key(|(k, v)| (v.last_use, **k)) else {
+                return;
+            };
+            if let Some(v) = self.map.remove(&victim) {
+                self.used -= v.len as u64;
+            }
+        }
+        self.tick += 1;
+        c.last_use = self.tick;
+        self.used += need;
+        self.map.insert(key, c);
+    }
+}
+
+impl ExpertStore {
+    /// Over an opened source. Resident mode reads every expert now.
+    pub fn new(source: ExpertSource, opts: &ExpertOptions) -> Result<ExpertStore> {
+        let layouts = layouts(source.model())?;
+        let mut store = ExpertStore {
+            source,
+            layouts,
+            cache: Cache {
+                map: HashMap::new(),
+                used: 0,
+                cap: match opts.mode {
+                    ExpertMode::Resident => u64::MAX,
+                    ExpertMode::Stream => opts.cache_bytes,
+                },
+                tick: 0,
+            },
+            stats: ExpertStats::default(),
+        };
+        if opts.mode == ExpertMode::Resident {
+            let all = store.source.model().all();
+            for chunk in all.chunks(4096) {
+                for landed in store.source.prefetch(chunk)? {
+                    let landed = landed?;
+                    store.stats.reads += 1;
+                    store.stats.bytes_read += landed.bytes().len() as u64;
+                    let key = (landed.layer(), landed.expert());
+                    store
+                        .cache
+                        .insert(key, CachedExpert::from_bytes(landed.bytes()));
+                }
+            }
+        }
+        Ok(store)
+    }
+
+    /// Bytes of all experts' extents.
+    pub fn total_bytes(&self) -> u64 {
+        self.layouts.values().map(|l| l.extent_len as u64).sum()
+    }
+
+    /// Bytes held in RAM.
+    pub fn cached_bytes(&self) -> u64 {
+        self.cache.used
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ExpertStats {
+        self.stats
+    }
+
+    /// The source (for its report).
+    pub fn source(&self) -> &ExpertSource {
+        &self.source
+    }
+
+    /// The layout of `(layer, expert)`.
+    pub fn layout(&self, layer: u32, expert: u32) -> Option<&ExpertLayout> {
+        self.layouts.get(&(layer, expert)).map(|l| &**l)
+    }
+
+    /// Call `f` once for each expert of `layer` in `experts` (each read at most once): cached ones
+    /// first, then the others as they land from disk, checked. `f`'s results must not depend on
+    /// the order of calls (the decoder stores each expert's outputs by selection slot).
+    pub fn with_experts(
+        &mut self,
+        layer: u32,
+        experts: &[u32],
+        mut f: impl FnMut(ExpertView<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let mut wanted: Vec<u32> = experts.to_vec();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let mut missing = Vec::new();
+        for &e in &wanted {
+            let layout =
+                self.layouts
+                    .get(&(layer, e))
+                    .cloned()
+                    .ok_or_else(|| DecodeError::BadExpert {
+                        layer,
+                        expert: e,
+                        detail: "not in the model's layer files".into(),
+                    })?;
+            self.cache.tick += 1;
+            if let Some(c) = self.cache.map.get_mut(&(layer, e)) {
+                c.last_use = self.cache.tick;
+                self.stats.cache_hits += 1;
+                f(ExpertView::new(&layout, c.bytes())?)?;
+            } else {
+                self.stats.cache_misses += 1;
+                missing.push((layer, e));
+            }
+        }
+        if missing.is_empty() {
+            return Ok(());
+        }
+        {
+            let prefetch = self.source.prefetch(&missing)?;
+            for landed in prefetch {
+                let landed = landed?;
+                self.stats.reads += 1;
+                self.stats.bytes_read += landed.bytes().len() as u64;
+                let layout = Arc::clone(&self.layouts[&(landed.layer(), landed.expert())]);
+                f(ExpertView::new(&layout, landed.bytes())?)?;
+                if self.cache.cap > 0 {
+                    let key = (landed.layer(), landed.expert());
+                    self.cache
+                        .insert(key, CachedExpert::from_bytes(landed.bytes()));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn layouts(model: &ModelExperts) -> Result<HashMap<(u32, u32), Arc<ExpertLayout>>> {
+    let mut out = HashMap::with_capacity(model.len());
+    for (layer, expert) in model.all() {
+        let ext = model.get(layer, expert).expect("listed by all()");
+        let reader = model.reader(ext.file);
+        let mut parts = Vec::with_capacity(ext.regions.len());
+        for span in &ext.regions {
+            let rec = &reader.regions()[span.region as usize];
+            let role = Role::from_code(span.role).ok_or_else(|| DecodeError::BadExpert {
+                layer,
+                expert,
+                detail: format!("unknown role code {}", span.role),
+            })?;
+            let dtype = rec.dtype().ok_or_else(|| DecodeError::BadExpert {
+                layer,
+                expert,
+                detail: format!("unknown dtype code {}", rec.dtype),
+            })?;
+            parts.push(ExpertPart {
+                role,
+                name: reader.name(span.region).to_string(),
+                dtype,
+                shape: rec.shape().iter().map(|&d| d as usize).collect(),
+                start: span.start,
+                len: span.len,
+            });
+        }
+        out.insert(
+            (layer, expert),
+            Arc::new(ExpertLayout {
+                layer,
+                expert,
+                parts,
+                extent_len: ext.len,
+            }),
+        );
+    }
+    Ok(out)
+}

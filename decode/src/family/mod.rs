@@ -1,0 +1,67 @@
+//! Model families: one module each over the shared [`crate::blocks`]. A family parses its config
+//! once into a typed struct, checks every tensor it will read before the first token, holds its
+//! own state (KV cache, later recurrent state) and computes a forward pass over a batch of tokens.
+//! Adding a family (Qwen3.5-MoE, GLM-4.5-MoE, Mixtral) is a new module and a line in [`open`].
+
+pub mod qwen3_moe;
+
+use crate::error::{DecodeError, Result};
+use crate::experts::ExpertStore;
+use crate::kernels::Isa;
+use crate::weights::TensorStore;
+
+/// What a forward pass computes with: kernels, resident tensors, experts.
+#[derive(Debug)]
+pub struct Ctx<'a> {
+    /// The kernels' instruction-set path.
+    pub isa: Isa,
+    /// Trunk and layer tensors.
+    pub tensors: &'a TensorStore,
+    /// Routed experts.
+    pub experts: &'a mut ExpertStore,
+}
+
+/// A model family's decoder.
+pub trait Family: Send + std::fmt::Debug {
+    /// Vocabulary size (logits per position).
+    fn vocab_size(&self) -> usize;
+    /// Hidden size.
+    fn hidden_size(&self) -> usize;
+    /// Decoder layers.
+    fn num_layers(&self) -> usize;
+    /// Experts selected per token.
+    fn top_k(&self) -> usize;
+    /// Forget every position.
+    fn reset(&mut self);
+    /// Run `tokens` at positions `start..start + tokens.len()` (positions from `start` on are
+    /// overwritten). Returns the `f32` logits of every position when `all_logits`, else of the last.
+    fn forward(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        tokens: &[u32],
+        start: usize,
+        all_logits: bool,
+    ) -> Result<Vec<Vec<f32>>>;
+}
+
+/// Families this build decodes, by `model_type`.
+pub const SUPPORTED: &[&str] = &["qwen3_moe"];
+
+/// The family of `config` (its `model_type`), checked against the resident tensors.
+pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn Family>> {
+    let model_type = config
+        .get("model_type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("")
+        .to_string();
+    match model_type.as_str() {
+        "qwen3_moe" => Ok(Box::new(qwen3_moe::Qwen3Moe::new(
+            qwen3_moe::Qwen3MoeConfig::parse(config)?,
+            tensors,
+        )?)),
+        _ => Err(DecodeError::UnsupportedFamily {
+            model_type,
+            supported: SUPPORTED.join(", "),
+        }),
+    }
+}

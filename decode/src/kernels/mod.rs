@@ -1,0 +1,218 @@
+//! The CPU kernels: canonical dot products on the instruction set chosen once at start-up, and
+//! matrix-vector products that split work across threads only along outputs.
+//!
+//! [`Isa`] names a path; [`Isa::best`] picks the widest this CPU runs; `TARFA_ISA` (or
+//! `--isa`) forces one. Every path gives the scalar reference's bits (`canon`), so the choice
+//! changes speed, never output.
+
+use std::fmt;
+
+use rayon::prelude::*;
+
+use crate::canon;
+use crate::weights::{MatrixRef, WeightSlice};
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+/// Environment variable that forces an instruction-set path: `scalar`, `avx2`, `avx512`.
+pub const ENV_ISA: &str = "TARFA_ISA";
+
+/// An instruction-set path of the canonical kernels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// The scalar reference (`canon`): every other path is tested against it.
+    Scalar,
+    /// x86-64 AVX2 with FMA: four 8-lane registers.
+    Avx2,
+    /// x86-64 AVX-512F: two 16-lane registers.
+    Avx512,
+}
+
+impl Isa {
+    /// Every path, narrowest first.
+    pub const ALL: [Isa; 3] = [Isa::Scalar, Isa::Avx2, Isa::Avx512];
+
+    /// Whether this CPU can run the path.
+    pub fn available(self) -> bool {
+        match self {
+            Isa::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => is_x86_feature_detected!("avx512f"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The widest available path.
+    pub fn best() -> Isa {
+        [Isa::Avx512, Isa::Avx2]
+            .into_iter()
+            .find(|i| i.available())
+            .unwrap_or(Isa::Scalar)
+    }
+
+    /// Every path this CPU runs.
+    pub fn available_all() -> Vec<Isa> {
+        Isa::ALL.into_iter().filter(|i| i.available()).collect()
+    }
+
+    /// The path named by `TARFA_ISA`, else [`Isa::best`]. A named path this CPU lacks is an error.
+    pub fn from_env() -> Result<Isa, String> {
+        match std::env::var(ENV_ISA) {
+            Ok(v) if !v.is_empty() && v != "auto" => v.parse::<Isa>().and_then(Isa::checked),
+            _ => Ok(Isa::best()),
+        }
+    }
+
+    /// `Ok(self)` if this CPU runs it.
+    pub fn checked(self) -> Result<Isa, String> {
+        if self.available() {
+            Ok(self)
+        } else {
+            Err(format!("this CPU cannot run the {self} kernels"))
+        }
+    }
+
+    /// Canonical dot product of a weight row (BF16 or `f32`) and `x`.
+    #[inline]
+    pub fn dot(self, w: WeightSlice<'_>, x: &[f32]) -> f32 {
+        match w {
+            WeightSlice::Bf16(w) => self.dot_bf16(w, x),
+            WeightSlice::F32(w) => self.dot_f32(w, x),
+        }
+    }
+
+    /// Canonical dot product of BF16 weights and `x`.
+    #[inline]
+    pub fn dot_bf16(self, w: &[u16], x: &[f32]) -> f32 {
+        assert_eq!(w.len(), x.len(), "dot of unequal lengths");
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::dot_bf16_on_avx2(w, x).unwrap_or_else(|| canon::dot_bf16(w, x)),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => x86::dot_bf16_on_avx512(w, x).unwrap_or_else(|| canon::dot_bf16(w, x)),
+            _ => canon::dot_bf16(w, x),
+        }
+    }
+
+    /// Canonical dot product of two `f32` vectors.
+    #[inline]
+    pub fn dot_f32(self, w: &[f32], x: &[f32]) -> f32 {
+        assert_eq!(w.len(), x.len(), "dot of unequal lengths");
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => x86::dot_f32_on_avx2(w, x).unwrap_or_else(|| canon::dot_f32(w, x)),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => x86::dot_f32_on_avx512(w, x).unwrap_or_else(|| canon::dot_f32(w, x)),
+            _ => canon::dot_f32(w, x),
+        }
+    }
+
+    /// Four BF16 rows against one `x` (the same bits as four [`Isa::dot_bf16`] calls).
+    #[inline]
+    pub fn dot4_bf16(self, w: [&[u16]; 4], x: &[f32]) -> [f32; 4] {
+        for r in &w {
+            assert_eq!(r.len(), x.len(), "dot of unequal lengths");
+        }
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => {
+                x86::dot4_bf16_on_avx2(w, x).unwrap_or_else(|| w.map(|r| canon::dot_bf16(r, x)))
+            }
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 => {
+                x86::dot4_bf16_on_avx512(w, x).unwrap_or_else(|| w.map(|r| canon::dot_bf16(r, x)))
+            }
+            _ => w.map(|r| canon::dot_bf16(r, x)),
+        }
+    }
+
+    /// `out[t][r] = dot(m.row(r), xs[t])` for every token `t` and row `r`: a matrix times a batch
+    /// of vectors. Threads take contiguous blocks of rows; each output is one canonical dot, so
+    /// neither the thread count nor the batch size changes a bit.
+    pub fn matmul(self, m: MatrixRef<'_>, xs: &[&[f32]], out: &mut [Vec<f32>]) {
+        assert_eq!(xs.len(), out.len());
+        for (x, o) in xs.iter().zip(out.iter()) {
+            assert_eq!(x.len(), m.cols, "{}: input length", m.name);
+            assert_eq!(o.len(), m.rows, "{}: output length", m.name);
+        }
+        // Rows per task: enough work per task to amortise scheduling (≈ 256 KiB of weights).
+        let block = (256 * 1024 / (m.cols.max(1) * 2)).clamp(4, 4096) / 4 * 4;
+        let blocks: Vec<(usize, Vec<Vec<f32>>)> = (0..m.rows.div_ceil(block))
+            .into_par_iter()
+            .map(|b| {
+                let r0 = b * block;
+                let r1 = (r0 + block).min(m.rows);
+                let mut res = vec![vec![0.0f32; r1 - r0]; xs.len()];
+                self.rows_into(m, r0, r1, xs, &mut res);
+                (r0, res)
+            })
+            .collect();
+        for (r0, res) in blocks {
+            for (o, r) in out.iter_mut().zip(res) {
+                o[r0..r0 + r.len()].copy_from_slice(&r);
+            }
+        }
+    }
+
+    /// Rows `r0..r1` of `m` against every `x`, on this thread.
+    fn rows_into(
+        self,
+        m: MatrixRef<'_>,
+        r0: usize,
+        r1: usize,
+        xs: &[&[f32]],
+        res: &mut [Vec<f32>],
+    ) {
+        let mut r = r0;
+        if let WeightSlice::Bf16(_) = m.data {
+            while r + 4 <= r1 {
+                let rows = [
+                    m.bf16_row(r),
+                    m.bf16_row(r + 1),
+                    m.bf16_row(r + 2),
+                    m.bf16_row(r + 3),
+                ];
+                for (x, o) in xs.iter().zip(res.iter_mut()) {
+                    let v = self.dot4_bf16(rows, x);
+                    o[r - r0..r - r0 + 4].copy_from_slice(&v);
+                }
+                r += 4;
+            }
+        }
+        while r < r1 {
+            let row = m.row(r);
+            for (x, o) in xs.iter().zip(res.iter_mut()) {
+                o[r - r0] = self.dot(row, x);
+            }
+            r += 1;
+        }
+    }
+}
+
+impl fmt::Display for Isa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Isa::Scalar => "scalar",
+            Isa::Avx2 => "avx2",
+            Isa::Avx512 => "avx512",
+        })
+    }
+}
+
+impl std::str::FromStr for Isa {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Isa, String> {
+        match s {
+            "scalar" => Ok(Isa::Scalar),
+            "avx2" => Ok(Isa::Avx2),
+            "avx512" => Ok(Isa::Avx512),
+            _ => Err(format!(
+                "unknown instruction set {s:?} (scalar, avx2, avx512)"
+            )),
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! # tarfa-decode
+//!
+//! Exact decoding of a JNF model directory on the CPU. The output is a function of the
+//! checkpoint's bytes and the tokens alone: not of the I/O backend, queue depth, ring or cache
+//! size, thread count, instruction set or whether a prompt ran as one batch. The way there is
+//! the canonical reduction order (`spec/EXACTNESS.md`), implemented once as a scalar reference
+//! ([`canon`]) and again per instruction set ([`kernels`]) with identical bits.
+//!
+//! - [`canon`]: the order of every sum, tarfa's own `exp`/`sigmoid`/`silu`/`rsqrt` and the `f64`
+//!   helpers of the RoPE tables; the scalar reference of every kernel.
+//! - [`kernels`]: [`Isa`] (scalar, AVX2+FMA, AVX-512) chosen once; matrix products split across
+//!   threads only along outputs.
+//! - [`weights`]: the checkpoint's bytes viewed as weights (BF16 widened at use); the resident
+//!   [`TensorStore`], every region hash-checked.
+//! - [`experts`]: routed experts streamed through the runtime's `ExpertSource`, cached in RAM,
+//!   or all resident.
+//! - [`rope`], [`blocks`]: RoPE as transformers computes it; norms, attention with a KV cache,
+//!   router, SwiGLU, the expert combine.
+//! - [`family`]: one module per model family (`qwen3_moe` today).
+//! - [`session`]: [`Decoder`], greedy generation and its figures; [`npy`] for logits files.
+//!
+//! `unsafe` lives only in `kernels/x86.rs` (intrinsics behind run-time feature detection).
+
+#![deny(unsafe_code)]
+
+pub mod blocks;
+pub mod canon;
+pub mod config;
+pub mod error;
+pub mod experts;
+pub mod family;
+pub mod kernels;
+pub mod npy;
+pub mod rope;
+pub mod session;
+pub mod weights;
+
+pub use error::{DecodeError, Result};
+pub use experts::{ExpertMode, ExpertOptions, ExpertStats};
+pub use kernels::Isa;
+pub use session::{argmax, Decoder, DecoderOptions, PhaseStats};
+pub use weights::TensorStore;
+
+/// `0-3, 7, 9-10`: a sorted list of numbers as ranges, for messages.
+pub fn ranges(v: &[u32]) -> String {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            v[i].to_string()
+        } else {
+            format!("{}-{}", v[i], v[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}

@@ -1,0 +1,329 @@
+//! [`Decoder`]: a model directory opened for decoding — manifest, every file held to it, resident
+//! tensors, the expert store, the family, a thread pool — and greedy generation over it.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use tarfa_format::manifest::{FileKind, Manifest};
+use tarfa_runtime::{ExpertSource, ModelExperts, SourceOptions, SourceReport};
+
+use crate::error::{DecodeError, Result};
+use crate::experts::{ExpertOptions, ExpertStats, ExpertStore};
+use crate::family::{self, Ctx, Family};
+use crate::kernels::Isa;
+use crate::weights::TensorStore;
+
+/// How to open a [`Decoder`].
+#[derive(Clone, Debug)]
+pub struct DecoderOptions {
+    /// Compute threads (0: one per core).
+    pub threads: usize,
+    /// Kernel path (`None`: `TARFA_ISA`, else the widest this CPU runs).
+    pub isa: Option<Isa>,
+    /// How experts are held.
+    pub experts: ExpertOptions,
+    /// How experts are read from disk.
+    pub source: SourceOptions,
+    /// Run a prompt as one batch (each selected expert read once for all its tokens); else token
+    /// by token. The logits are the same bits either way.
+    pub batch_prompt: bool,
+}
+
+impl Default for DecoderOptions {
+    fn default() -> Self {
+        DecoderOptions {
+            threads: 0,
+            isa: None,
+            experts: ExpertOptions::default(),
+            source: SourceOptions::default(),
+            batch_prompt: true,
+        }
+    }
+}
+
+/// Where time and expert bytes went, by phase.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PhaseStats {
+    /// Tokens run.
+    pub tokens: u64,
+    /// Wall time.
+    pub time: Duration,
+    /// Expert counters during the phase.
+    pub experts: ExpertStats,
+}
+
+/// A model opened for decoding.
+#[derive(Debug)]
+pub struct Decoder {
+    dir: PathBuf,
+    manifest: Manifest,
+    tensors: TensorStore,
+    experts: ExpertStore,
+    family: Box<dyn Family>,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    isa: Isa,
+    batch_prompt: bool,
+    pos: usize,
+}
+
+impl Decoder {
+    /// Open `dir`: the manifest (its digest), every layer file and the trunk (root digests against
+    /// the manifest), every layer of the config present, resident tensors read and hash-checked,
+    /// the family's tensors checked by name and shape, experts ready to stream (or read now).
+    pub fn open(dir: &Path, opts: &DecoderOptions) -> Result<Decoder> {
+        let manifest = Manifest::load(dir)?;
+        let config = &manifest.architecture.config;
+        check_layers_present(dir, &manifest)?;
+        let isa = match opts.isa {
+            Some(i) => i.checked().map_err(DecodeError::Options)?,
+            None => Isa::from_env().map_err(DecodeError::Options)?,
+        };
+        let threads = if opts.threads == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            opts.threads
+        };
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("tarfa-decode-{i}"))
+            .build()
+            .map_err(|e| DecodeError::Options(format!("cannot start {threads} threads: {e}")))?;
+        let model = ModelExperts::open(dir)?;
+        let tensors = TensorStore::load(dir, &manifest, &model)?;
+        let family = family::open(config, &tensors)?;
+        let source = ExpertSource::with_model(model, &opts.source)?;
+        let experts = ExpertStore::new(source, &opts.experts)?;
+        Ok(Decoder {
+            dir: dir.to_path_buf(),
+            manifest,
+            tensors,
+            experts,
+            family,
+            pool,
+            threads,
+            isa,
+            batch_prompt: opts.batch_prompt,
+            pos: 0,
+        })
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The kernel path in use.
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    /// Compute threads.
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The expert source's report (backend, queue depth, ring).
+    pub fn source_report(&self) -> &SourceReport {
+        self.experts.source().report()
+    }
+
+    /// Expert counters so far.
+    pub fn expert_stats(&self) -> ExpertStats {
+        self.experts.stats()
+    }
+
+    /// The expert store (sizes, cache).
+    pub fn experts(&self) -> &ExpertStore {
+        &self.experts
+    }
+
+    /// Bytes of resident trunk and layer tensors.
+    pub fn resident_tensor_bytes(&self) -> u64 {
+        self.tensors.bytes()
+    }
+
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.family.vocab_size()
+    }
+
+    /// Positions run so far.
+    pub fn position(&self) -> usize {
+        self.pos
+    }
+
+    /// Experts selected per token.
+    pub fn top_k(&self) -> usize {
+        self.family.top_k()
+    }
+
+    /// Start a new sequence.
+    pub fn reset(&mut self) {
+        self.family.reset();
+        self.pos = 0;
+    }
+
+    /// Path of the aux file `name` (e.g. `tokenizer.json`) after checking its SHA-256 against the
+    /// manifest: the tokenizer is part of the checkpoint too. `Ok(None)` if the model has none.
+    pub fn aux_file(&self, name: &str) -> Result<Option<PathBuf>> {
+        let Some(entry) = self
+            .manifest
+            .files
+            .iter()
+            .find(|f| f.kind == FileKind::Aux && f.path == name)
+        else {
+            return Ok(None);
+        };
+        let path = self.dir.join(&entry.path);
+        let bytes = read_regular_bounded(&path, entry.size)?;
+        let got = hex::encode(Sha256::digest(&bytes));
+        if got != entry.sha256 {
+            return Err(DecodeError::NotInManifest {
+                path,
+                detail: format!("SHA-256 {got} differs from the manifest's {}", entry.sha256),
+            });
+        }
+        Ok(Some(path))
+    }
+
+    /// Run `tokens` from the current position; the logits of the last one (or of each, when
+    /// `all_logits`). A prompt runs as one batch or token by token per the options.
+    pub fn feed(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>> {
+        if tokens.is_empty() {
+            return Ok(Vec::new());
+        }
+        let start = self.pos;
+        let mut ctx = Ctx {
+            isa: self.isa,
+            tensors: &self.tensors,
+            experts: &mut self.experts,
+        };
+        let family = &mut self.family;
+        let batch = self.batch_prompt;
+        let out = self.pool.install(|| -> Result<Vec<Vec<f32>>> {
+            if batch {
+                family.forward(&mut ctx, tokens, start, all_logits)
+            } else {
+                let mut all = Vec::new();
+                for (i, &t) in tokens.iter().enumerate() {
+                    let mut l = family.forward(&mut ctx, &[t], start + i, true)?;
+                    if all_logits || i + 1 == tokens.len() {
+                        all.append(&mut l);
+                    }
+                }
+                Ok(all)
+            }
+        })?;
+        self.pos = start + tokens.len();
+        Ok(out)
+    }
+
+    /// Greedy decoding: run `prompt`, then choose `n` tokens, each the argmax of the logits
+    /// (lowest id on ties) and fed back. `on_step(i, token, logits)` sees every step as it is
+    /// decided (step 0's logits are the prompt's last position). Returns per-phase figures.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        mut on_step: impl FnMut(usize, u32, &[f32]) -> Result<()>,
+    ) -> Result<(PhaseStats, PhaseStats)> {
+        if prompt.is_empty() {
+            return Err(DecodeError::Options("the prompt has no tokens".into()));
+        }
+        let mut prompt_phase = PhaseStats::default();
+        let mut decode_phase = PhaseStats::default();
+        if n == 0 {
+            return Ok((prompt_phase, decode_phase));
+        }
+        let s0 = self.experts.stats();
+        let t0 = Instant::now();
+        let mut logits = self.feed(prompt, false)?.pop().unwrap_or_default();
+        prompt_phase.time = t0.elapsed();
+        prompt_phase.tokens = prompt.len() as u64;
+        let s1 = self.experts.stats();
+        prompt_phase.experts = diff(s1, s0);
+        let t1 = Instant::now();
+        for i in 0..n {
+            let tok = argmax(&logits);
+            on_step(i, tok, &logits)?;
+            if i + 1 < n {
+                logits = self.feed(&[tok], false)?.pop().unwrap_or_default();
+                decode_phase.tokens += 1;
+            }
+        }
+        decode_phase.time = t1.elapsed();
+        decode_phase.experts = diff(self.experts.stats(), s1);
+        Ok((prompt_phase, decode_phase))
+    }
+}
+
+fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
+    ExpertStats {
+        reads: a.reads - b.reads,
+        bytes_read: a.bytes_read - b.bytes_read,
+        cache_hits: a.cache_hits - b.cache_hits,
+        cache_misses: a.cache_misses - b.cache_misses,
+    }
+}
+
+/// Index of the largest logit; the lowest index on ties (torch's argmax); NaN never wins.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0usize;
+    for (i, &v) in logits.iter().enumerate() {
+        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+/// Every layer `0..num_hidden_layers` of the config has its file in the manifest: a model converted
+/// with `--layers` for part of its depth does not run (it would compute a different function).
+fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
+    let n = m.architecture.num_layers;
+    let missing: Vec<u32> = (0..n).filter(|&l| m.layer_file(l).is_none()).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(DecodeError::NotInManifest {
+        path: dir.join("manifest.json"),
+        detail: format!(
+            "the model is incomplete: {} of {n} layers missing ({}); convert the rest with `tarfa convert --layers`",
+            missing.len(),
+            crate::ranges(&missing)
+        ),
+    })
+}
+
+/// Read a regular file of `expected` bytes (no FIFO, no device, nothing past `expected + 1`).
+fn read_regular_bounded(path: &Path, expected: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let io = |op: &'static str| {
+        move |e: std::io::Error| DecodeError::Io {
+            path: path.to_path_buf(),
+            op,
+            source: e,
+        }
+    };
+    let meta = std::fs::metadata(path).map_err(io("stat"))?;
+    if !meta.is_file() {
+        return Err(DecodeError::NotInManifest {
+            path: path.to_path_buf(),
+            detail: "not a regular file".into(),
+        });
+    }
+    let f = std::fs::File::open(path).map_err(io("open"))?;
+    let mut bytes = Vec::new();
+    f.take(expected.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io("read"))?;
+    if bytes.len() as u64 != expected {
+        return Err(DecodeError::NotInManifest {
+            path: path.to_path_buf(),
+            detail: format!("size differs from the manifest's {expected} bytes"),
+        });
+    }
+    Ok(bytes)
+}

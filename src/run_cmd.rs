@@ -1,0 +1,215 @@
+//! `tarfa run`: greedy decoding of a JNF model directory, text (or ids) on stdout as generated,
+//! the figures on stderr (or one JSON document on stdout).
+
+use std::io::Write;
+
+use anyhow::{bail, Context};
+use tarfa_decode::{Decoder, DecoderOptions, ExpertMode, ExpertOptions, Isa, PhaseStats};
+use tarfa_runtime::{BackendChoice, SourceOptions};
+
+use crate::cli::RunArgs;
+
+/// Largest `--cache-gib` accepted (a typo guard; the cache only ever holds the model's experts).
+const MAX_CACHE_GIB: f64 = 1048576.0;
+
+pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
+    let opts = options(a)?;
+    let mut dec = Decoder::open(&a.dir, &opts)?;
+    let tokenizer = match dec.aux_file("tokenizer.json")? {
+        Some(p) => Some(
+            tokenizers::Tokenizer::from_file(&p)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+        ),
+        None => None,
+    };
+    let prompt: Vec<u32> = match (&a.prompt, &a.tokens) {
+        (Some(text), _) => {
+            let Some(tk) = &tokenizer else {
+                bail!(
+                    "{}: the model has no tokenizer.json; give --tokens instead of --prompt",
+                    a.dir.display()
+                );
+            };
+            tk.encode(text.as_str(), false)
+                .map_err(|e| anyhow::anyhow!("tokenizing the prompt: {e}"))?
+                .get_ids()
+                .to_vec()
+        }
+        (None, Some(ids)) => ids.clone(),
+        (None, None) => bail!("give --prompt or --tokens"),
+    };
+    if prompt.is_empty() {
+        bail!("the prompt has no tokens");
+    }
+    let text_mode = a.prompt.is_some() && !a.json;
+    let mut out = std::io::stdout().lock();
+    let mut generated: Vec<u32> = Vec::new();
+    let mut logits_rows: Vec<Vec<f32>> = Vec::new();
+    let mut printed = String::new();
+    let keep_logits = a.logits_out.is_some();
+    let (pp, dp) = dec.generate(&prompt, a.max_tokens, |_, tok, logits| {
+        generated.push(tok);
+        if keep_logits {
+            logits_rows.push(logits.to_vec());
+        }
+        if a.json {
+            return Ok(());
+        }
+        let io = |e: std::io::Error| tarfa_decode::DecodeError::Io {
+            path: "<stdout>".into(),
+            op: "write",
+            source: e,
+        };
+        if text_mode {
+            if let Some(tk) = &tokenizer {
+                // Decode everything so far and print what is new: a token may complete a
+                // character that the previous one began.
+                if let Ok(s) = tk.decode(&generated, false) {
+                    if let Some(new) = s.strip_prefix(printed.as_str()) {
+                        write!(out, "{new}").map_err(io)?;
+                        printed = s;
+                    }
+                }
+            }
+        } else {
+            let sep = if generated.len() == 1 { "" } else { " " };
+            write!(out, "{sep}{tok}").map_err(io)?;
+        }
+        out.flush().map_err(io)
+    })?;
+    if !a.json {
+        writeln!(out)?;
+    }
+    if let Some(p) = &a.logits_out {
+        tarfa_decode::npy::write_f32(p, &logits_rows)
+            .with_context(|| format!("writing {}", p.display()))?;
+    }
+    let report = dec.source_report().to_string();
+    let text = tokenizer
+        .as_ref()
+        .and_then(|tk| tk.decode(&generated, false).ok());
+    let stats = dec.expert_stats();
+    if a.json {
+        let doc = serde_json::json!({
+            "schema": "tarfa.run/1",
+            "model": a.dir.display().to_string(),
+            "prompt_tokens": prompt,
+            "tokens": generated,
+            "text": text,
+            "isa": dec.isa().to_string(),
+            "threads": dec.threads(),
+            "experts": {
+                "mode": a.experts,
+                "backend": report,
+                "reads": stats.reads,
+                "bytes_read": stats.bytes_read,
+                "cache_hits": stats.cache_hits,
+                "cache_misses": stats.cache_misses,
+                "cached_bytes": dec.experts().cached_bytes(),
+            },
+            "prompt": phase_json(&pp),
+            "decode": phase_json(&dp),
+            "logits_out": a.logits_out.as_ref().map(|p| p.display().to_string()),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        eprintln!(
+            "prompt: {} tokens in {:.3} s ({:.1} tokens/s); decode: {} tokens in {:.3} s ({:.2} tokens/s)",
+            pp.tokens,
+            pp.time.as_secs_f64(),
+            rate(pp.tokens, pp),
+            dp.tokens,
+            dp.time.as_secs_f64(),
+            rate(dp.tokens, dp),
+        );
+        let per_tok = if dp.tokens > 0 {
+            dp.experts.bytes_read as f64 / dp.tokens as f64
+        } else {
+            0.0
+        };
+        eprintln!(
+            "experts: {} read ({:.1} MiB, {:.1} MiB per decoded token, {:.2} GB/s effective), {} cache hits, {} misses, {:.1} MiB cached; {}",
+            stats.reads,
+            stats.bytes_read as f64 / (1 << 20) as f64,
+            per_tok / (1 << 20) as f64,
+            gbps(pp.experts.bytes_read + dp.experts.bytes_read, pp.time + dp.time),
+            stats.cache_hits,
+            stats.cache_misses,
+            dec.experts().cached_bytes() as f64 / (1 << 20) as f64,
+            report,
+        );
+        eprintln!(
+            "compute: {} kernels, {} threads, fp32 logits, exact (canonical reduction order)",
+            dec.isa(),
+            dec.threads()
+        );
+    }
+    Ok(true)
+}
+
+fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
+    let mut source = SourceOptions::from_env()?;
+    if let Some(b) = &a.backend {
+        source.backend = b
+            .parse::<BackendChoice>()
+            .map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
+    }
+    source.queue_depth = a.qd;
+    source.slots = a.ring_slots;
+    let mode: ExpertMode = a
+        .experts
+        .parse()
+        .map_err(|e| anyhow::anyhow!("--experts: {e}"))?;
+    if !(a.cache_gib.is_finite() && (0.0..=MAX_CACHE_GIB).contains(&a.cache_gib)) {
+        bail!("--cache-gib: {} is not in 0..={MAX_CACHE_GIB}", a.cache_gib);
+    }
+    let isa = match a.isa.as_deref() {
+        None | Some("auto") => None,
+        Some(s) => Some(
+            s.parse::<Isa>()
+                .map_err(|e| anyhow::anyhow!("--isa: {e}"))?,
+        ),
+    };
+    if a.threads == Some(0) {
+        bail!("--threads: must be at least 1");
+    }
+    Ok(DecoderOptions {
+        threads: a.threads.unwrap_or(0),
+        isa,
+        experts: ExpertOptions {
+            mode,
+            cache_bytes: (a.cache_gib * (1u64 << 30) as f64) as u64,
+        },
+        source,
+        batch_prompt: !a.no_batch_prompt,
+    })
+}
+
+fn rate(n: u64, p: PhaseStats) -> f64 {
+    let s = p.time.as_secs_f64();
+    if s > 0.0 {
+        n as f64 / s
+    } else {
+        0.0
+    }
+}
+
+fn gbps(bytes: u64, t: std::time::Duration) -> f64 {
+    let s = t.as_secs_f64();
+    if s > 0.0 {
+        bytes as f64 / s / 1e9
+    } else {
+        0.0
+    }
+}
+
+fn phase_json(p: &PhaseStats) -> serde_json::Value {
+    serde_json::json!({
+        "tokens": p.tokens,
+        "seconds": p.time.as_secs_f64(),
+        "tokens_per_s": rate(p.tokens, *p),
+        "expert_reads": p.experts.reads,
+        "expert_bytes_read": p.experts.bytes_read,
+        "cache_hits": p.experts.cache_hits,
+    })
+}
