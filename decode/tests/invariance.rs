@@ -1,0 +1,159 @@
+//! The exactness contract's point 4: the logits are the same bits whatever the I/O backend,
+//! queue depth, ring size, RAM cache size (none, partial, all resident), thread count,
+//! instruction-set path (vs the scalar reference) and prompt batching.
+
+mod common;
+
+use tarfa_decode::{DecoderOptions, ExpertMode, ExpertOptions, Isa};
+use tarfa_runtime::{BackendChoice, BackendKind, SourceOptions};
+
+const NAME: &str = "qwen3_moe_b";
+
+fn opts(
+    backend: BackendKind,
+    isa: Isa,
+    threads: usize,
+    batch: bool,
+    experts: ExpertOptions,
+    qd: u32,
+    slots: u32,
+) -> DecoderOptions {
+    DecoderOptions {
+        threads,
+        isa: Some(isa),
+        experts,
+        source: SourceOptions {
+            backend: BackendChoice::Only(backend),
+            queue_depth: qd,
+            slots,
+            ..SourceOptions::default()
+        },
+        batch_prompt: batch,
+    }
+}
+
+fn stream(cache_bytes: u64) -> ExpertOptions {
+    ExpertOptions {
+        mode: ExpertMode::Stream,
+        cache_bytes,
+    }
+}
+
+/// Every reference prompt, 12 greedy steps each: (tokens, logits bits) per prompt.
+fn run(o: &DecoderOptions) -> Vec<(Vec<u32>, Vec<Vec<u32>>)> {
+    let dir = common::model(NAME);
+    let mut dec = common::open(&dir, o);
+    common::reference(NAME)
+        .iter()
+        .map(|p| {
+            let (t, rows) = common::greedy(&mut dec, &p.prompt_ids, 12);
+            (t, common::bits(&rows))
+        })
+        .collect()
+}
+
+#[test]
+fn logits_bits_do_not_depend_on_backend_isa_threads_batching_or_cache() {
+    let base = run(&opts(
+        BackendKind::Pread,
+        Isa::Scalar,
+        1,
+        false,
+        stream(0),
+        1,
+        0,
+    ));
+    let expert_bytes = {
+        let d = common::open(&common::model(NAME), &DecoderOptions::default());
+        d.experts().total_bytes()
+    };
+    let caches = [
+        stream(0),
+        stream(expert_bytes / 3), // partial: evictions happen
+        ExpertOptions {
+            mode: ExpertMode::Resident,
+            cache_bytes: 0,
+        },
+    ];
+    let mut runs = 0;
+    for backend in common::backends() {
+        for &isa in &Isa::available_all() {
+            for threads in [1, 2, 3] {
+                for batch in [false, true] {
+                    for c in &caches {
+                        let o = opts(backend, isa, threads, batch, c.clone(), 64, 0);
+                        assert_eq!(run(&o), base, "{o:?}");
+                        runs += 1;
+                    }
+                }
+            }
+        }
+    }
+    eprintln!("{runs} configurations, each bit-identical to the scalar reference");
+}
+
+#[test]
+fn logits_bits_do_not_depend_on_queue_depth_or_ring_size() {
+    let base = run(&opts(
+        BackendKind::Pread,
+        Isa::Scalar,
+        1,
+        false,
+        stream(0),
+        1,
+        0,
+    ));
+    for backend in common::backends() {
+        for (qd, slots) in [(1, 1), (1, 2), (4, 5), (32, 0), (256, 0), (64, 7)] {
+            let o = opts(backend, Isa::best(), 2, true, stream(0), qd, slots);
+            assert_eq!(run(&o), base, "{o:?}");
+        }
+    }
+}
+
+#[test]
+fn a_batched_prompt_gives_each_position_the_bits_of_token_by_token_decode() {
+    let dir = common::model(NAME);
+    let prompt = &common::reference(NAME)[0].prompt_ids;
+    let mut all = Vec::new();
+    for batch in [true, false] {
+        let mut dec = common::open(
+            &dir,
+            &opts(BackendKind::Pread, Isa::best(), 2, batch, stream(0), 64, 0),
+        );
+        let rows = dec.feed(prompt, true).expect("feed");
+        assert_eq!(rows.len(), prompt.len());
+        all.push(common::bits(&rows));
+    }
+    assert_eq!(all[0], all[1]);
+    // And a prompt split in two batches at any point gives the same bits again.
+    for cut in 1..prompt.len() {
+        let mut dec = common::open(
+            &dir,
+            &opts(BackendKind::Pread, Isa::best(), 2, true, stream(0), 64, 0),
+        );
+        let mut rows = dec.feed(&prompt[..cut], true).expect("feed");
+        rows.extend(dec.feed(&prompt[cut..], true).expect("feed"));
+        assert_eq!(common::bits(&rows), all[0], "cut at {cut}");
+    }
+}
+
+#[test]
+fn a_prompt_reads_each_selected_expert_once() {
+    let dir = common::model(NAME);
+    let prompt = &common::reference(NAME)[0].prompt_ids;
+    let mut dec = common::open(
+        &dir,
+        &opts(BackendKind::Pread, Isa::best(), 2, true, stream(0), 64, 0),
+    );
+    dec.feed(prompt, false).expect("feed");
+    let s = dec.expert_stats();
+    // 2 MoE layers × 8 experts: at most 16 distinct experts, each read once however many of the
+    // prompt's tokens chose it.
+    assert!(s.reads <= 16, "{s:?}");
+    assert_eq!(s.reads, s.cache_misses);
+    assert!(
+        prompt.len() as u64 * 3 * 2 > s.reads,
+        "the prompt shares experts between tokens"
+    );
+}
