@@ -1,0 +1,227 @@
+//! `tarfa run` as a user runs it: text and ids equal to transformers' greedy output on the
+//! bundled fixture, .npy logits byte-identical across I/O, cache, thread and kernel choices, and
+//! a damaged or incomplete model refused with the fault named and no token printed from it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{path, tarfa};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/hf")
+        .join(name)
+}
+
+fn reference(name: &str) -> serde_json::Value {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/reference")
+        .join(name)
+        .join("reference.json");
+    serde_json::from_slice(&std::fs::read(p).expect("reference.json")).expect("json")
+}
+
+fn convert(name: &str, out: &Path, extra: &[&str]) {
+    let src = fixture(name);
+    let mut args = vec!["convert", path(&src), "-o", path(out), "--quiet"];
+    args.extend_from_slice(extra);
+    let (code, _, err) = tarfa(&args);
+    assert_eq!(code, 0, "convert: {err}");
+}
+
+fn ids(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .expect("list")
+        .iter()
+        .map(|x| x.as_u64().expect("id"))
+        .collect()
+}
+
+#[test]
+fn run_prints_the_text_and_ids_transformers_generates() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe", &model, &[]);
+    let r = reference("qwen3_moe");
+    for p in r["prompts"].as_array().expect("prompts") {
+        let text = p["text"].as_str().expect("text");
+        // Text mode: the tokenizer from the model directory, greedy text on stdout.
+        let (code, out, err) = tarfa(&["run", path(&model), "--prompt", text, "-n", "32"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            out.trim_end_matches('\n'),
+            p["fp32_text"].as_str().expect("fp32_text")
+        );
+        assert!(
+            err.contains("tokens/s") && err.contains("experts:"),
+            "summary on stderr: {err}"
+        );
+        // JSON: the prompt's ids are the reference's, the tokens transformers' fp32 tokens.
+        let (code, out, err) =
+            tarfa(&["run", path(&model), "--prompt", text, "-n", "32", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let doc: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
+        assert_eq!(doc["schema"], "tarfa.run/1");
+        assert_eq!(
+            ids(&doc["prompt_tokens"]),
+            ids(&p["prompt_ids"]),
+            "tokenizer agrees"
+        );
+        assert_eq!(ids(&doc["tokens"]), ids(&p["fp32_tokens"]));
+        // --tokens: ids in, ids out, space-separated.
+        let prompt_ids: Vec<String> = ids(&p["prompt_ids"])
+            .iter()
+            .map(|i| i.to_string())
+            .collect();
+        let (code, out, err) = tarfa(&[
+            "run",
+            path(&model),
+            "--tokens",
+            &prompt_ids.join(","),
+            "-n",
+            "32",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        let want: Vec<String> = ids(&p["fp32_tokens"])
+            .iter()
+            .map(|i| i.to_string())
+            .collect();
+        assert_eq!(out.trim_end(), want.join(" "));
+    }
+}
+
+#[test]
+fn logits_files_are_byte_identical_across_backends_caches_threads_and_kernels() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe_b", &model, &[]);
+    let configs: &[&[&str]] = &[
+        &[
+            "--backend",
+            "pread",
+            "--isa",
+            "scalar",
+            "--threads",
+            "1",
+            "--no-batch-prompt",
+        ],
+        &["--backend", "mmap", "--threads", "2"],
+        &["--qd", "1", "--ring-slots", "1", "--cache-gib", "0.00001"],
+        &["--experts", "resident", "--threads", "3"],
+        &["--cache-gib", "1", "--qd", "256"],
+    ];
+    let mut files = Vec::new();
+    for (i, extra) in configs.iter().enumerate() {
+        let out = tmp.path().join(format!("logits{i}.npy"));
+        let mut args = vec!["run", path(&model), "--tokens", "5,17,99,3", "-n", "16"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--logits-out", path(&out)]);
+        let (code, _, err) = tarfa(&args);
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        files.push(std::fs::read(&out).expect("npy"));
+    }
+    assert_eq!(files[0].len(), 128 + 16 * 128 * 4, "header + [16, 128] f32");
+    for (i, f) in files.iter().enumerate() {
+        assert!(
+            f == &files[0],
+            "config {:?} wrote different logits",
+            configs[i]
+        );
+    }
+}
+
+/// Flip one byte inside every expert's gate projection of layer 0.
+fn corrupt_layer0_experts(model: &Path) {
+    let file = model.join("layer-00000.jnf");
+    let r = tarfa_format::JnfReader::open(&file).expect("open");
+    let offsets: Vec<u64> = r
+        .regions()
+        .iter()
+        .filter(|g| g.role == tarfa_format::Role::Gate.code())
+        .map(|g| g.offset + 3)
+        .collect();
+    drop(r);
+    let mut bytes = std::fs::read(&file).expect("read");
+    for o in offsets {
+        bytes[o as usize] ^= 0x40;
+    }
+    std::fs::write(&file, bytes).expect("write");
+}
+
+#[test]
+fn a_corrupted_expert_stops_run_with_its_name_and_no_token_from_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe", &model, &[]);
+    corrupt_layer0_experts(&model);
+    for backend in ["io_uring", "pread", "mmap"] {
+        let (code, out, err) = tarfa(&[
+            "run",
+            path(&model),
+            "--tokens",
+            "1,2,3",
+            "-n",
+            "4",
+            "--backend",
+            backend,
+        ]);
+        assert_eq!(code, 1, "{backend}: {err}");
+        assert!(
+            out.trim().is_empty(),
+            "{backend}: printed {out:?} from a corrupt expert"
+        );
+        assert!(
+            err.contains("expert (layer 0, expert")
+                && err.contains("BLAKE3 mismatch")
+                && err.contains("layer-00000.jnf"),
+            "{backend}: {err}"
+        );
+    }
+}
+
+#[test]
+fn an_incomplete_or_altered_model_does_not_run() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let part = tmp.path().join("part");
+    convert("qwen3_moe", &part, &["--layers", "0-0"]);
+    let (code, out, err) = tarfa(&["run", path(&part), "--tokens", "1", "-n", "1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.is_empty());
+    assert!(
+        err.contains("incomplete") && err.contains("missing (1)"),
+        "{err}"
+    );
+
+    // A tokenizer.json changed after conversion is refused before anything runs.
+    let model = tmp.path().join("m");
+    convert("qwen3_moe", &model, &[]);
+    let tk = model.join("tokenizer.json");
+    let mut t = std::fs::read(&tk).expect("read");
+    t.push(b' ');
+    std::fs::write(&tk, t).expect("write");
+    let (code, _, err) = tarfa(&["run", path(&model), "--prompt", "hi", "-n", "1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("tokenizer.json"), "{err}");
+}
+
+#[test]
+fn bad_arguments_are_usage_errors() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe", &model, &[]);
+    for args in [
+        vec!["--tokens", "128", "-n", "1"],
+        vec!["--tokens", "1", "--threads", "0"],
+        vec!["--tokens", "1", "--isa", "sse9"],
+        vec!["--tokens", "1", "--cache-gib", "-1"],
+        vec!["--tokens", "1", "--experts", "lazy"],
+    ] {
+        let mut a = vec!["run", path(&model)];
+        a.extend_from_slice(&args);
+        let (code, out, err) = tarfa(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.trim().is_empty(), "{args:?}: {out}");
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+    }
+}
