@@ -112,7 +112,9 @@ pub struct FetchArgs {
     /// Print what would be fetched and how many bytes; fetch nothing.
     #[arg(long)]
     pub list: bool,
-    /// The file to write (published atomically; a partial file and journal sit beside it meanwhile).
+    /// The file to write (published atomically; a partial file and journal sit beside it
+    /// meanwhile). Never a file of a local source, nor a link to one: refused before anything
+    /// is written.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Parallel range requests.
