@@ -99,8 +99,9 @@ pub struct BenchIoArgs {
 pub struct FetchArgs {
     /// An http(s) URL, `hf://owner/repo[@revision]/path`, or a local path: a `.gguf` (any part of
     /// a split set), a `.safetensors` file, a `model.safetensors.index.json` or a checkpoint
-    /// directory. HF_ENDPOINT replaces the hub's address; HF_TOKEN is sent to it as a bearer
-    /// token (never to a host it redirects to).
+    /// directory. HF_ENDPOINT replaces the hub's address (https://huggingface.co). HF_TOKEN is
+    /// sent as a bearer token only to the hub's scheme, host and port, only over https unless
+    /// TARFA_TOKEN_OVER_HTTP=1, and never to a host it redirects to; any other URL gets none.
     pub source: String,
     /// Take the MTP (multi-token prediction) head: GGUF blocks past block_count −
     /// nextn_predict_layers and `mtp.*`; safetensors `model.layers.{num_hidden_layers}.*` and `mtp.*`.
