@@ -173,7 +173,9 @@ pub struct VerifyArgs {
 pub struct ConvertArgs {
     /// The checkpoint directory, or a `.gguf` file (for a split set, any part).
     pub source: PathBuf,
-    /// The model directory to write (created if missing; never the source directory).
+    /// The model directory to write (created if missing): new, empty, or this source's own
+    /// earlier output. Never the source's directory (a GGUF's included); a directory holding any
+    /// file tarfa did not write is refused, naming it.
     #[arg(short, long)]
     pub output: PathBuf,
     /// Inclusive layer range to convert, e.g. `0-11` or `7` (default: every layer). The trunk
