@@ -157,8 +157,9 @@ pub struct BenchIoArgs {
 pub struct FetchArgs {
     /// An http(s) URL, `hf://owner/repo[@revision]/path`, or a local path: a `.gguf` (any part of
     /// a split set), a `.safetensors` file, a `model.safetensors.index.json` or a checkpoint
-    /// directory. HF_ENDPOINT replaces the hub's address; HF_TOKEN is sent to it as a bearer
-    /// token (never to a host it redirects to).
+    /// directory. HF_ENDPOINT replaces the hub's address (https://huggingface.co). HF_TOKEN is
+    /// sent as a bearer token only to the hub's scheme, host and port, only over https unless
+    /// TARFA_TOKEN_OVER_HTTP=1, and never to a host it redirects to; any other URL gets none.
     pub source: String,
     /// Take the MTP (multi-token prediction) head: GGUF blocks past block_count −
     /// nextn_predict_layers and `mtp.*`; safetensors `model.layers.{num_hidden_layers}.*` and `mtp.*`.
@@ -170,7 +171,9 @@ pub struct FetchArgs {
     /// Print what would be fetched and how many bytes; fetch nothing.
     #[arg(long)]
     pub list: bool,
-    /// The file to write (published atomically; a partial file and journal sit beside it meanwhile).
+    /// The file to write (published atomically; a partial file and journal sit beside it
+    /// meanwhile). Never a file of a local source, nor a link to one: refused before anything
+    /// is written.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
     /// Parallel range requests.
@@ -228,7 +231,9 @@ pub struct VerifyArgs {
 pub struct ConvertArgs {
     /// The checkpoint directory, or a `.gguf` file (for a split set, any part).
     pub source: PathBuf,
-    /// The model directory to write (created if missing; never the source directory).
+    /// The model directory to write (created if missing): new, empty, or this source's own
+    /// earlier output. Never the source's directory (a GGUF's included); a directory holding any
+    /// file tarfa did not write is refused, naming it.
     #[arg(short, long)]
     pub output: PathBuf,
     /// Inclusive layer range to convert, e.g. `0-11` or `7` (default: every layer). The trunk

@@ -113,6 +113,12 @@ pub fn run(a: &FetchArgs) -> anyhow::Result<bool> {
         .ok()
         .filter(|e| !e.trim().is_empty())
         .unwrap_or_else(|| DEFAULT_HF_ENDPOINT.into());
+    let token_over_http = std::env::var("TARFA_TOKEN_OVER_HTTP").is_ok_and(|v| v == "1");
+    if token.is_some() && tarfa_fetch::http::token_origin(&hf_endpoint, token_over_http).is_none() {
+        eprintln!(
+            "note: HF_TOKEN is not sent: HF_ENDPOINT {hf_endpoint} is not https (set TARFA_TOKEN_OVER_HTTP=1 to send it over plain http)"
+        );
+    }
     let opts = FetchOptions {
         selection: Selection {
             mtp: a.mtp,
@@ -120,6 +126,7 @@ pub fn run(a: &FetchArgs) -> anyhow::Result<bool> {
         },
         http: HttpConfig {
             token,
+            token_over_http,
             retry: RetryPolicy {
                 attempts: a.retries.max(1),
                 base_delay: Duration::from_millis(a.retry_delay_ms),

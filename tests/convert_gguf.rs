@@ -116,3 +116,48 @@ fn convert_refuses_a_truncated_gguf_with_exit_1() {
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("t.gguf"), "{err}");
 }
+
+#[test]
+fn convert_and_verify_agree_that_a_gguf_never_sits_in_its_model_directory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src_dir = tmp.path().join("src");
+    std::fs::create_dir(&src_dir).expect("mkdir");
+    let src = src_dir.join("m.gguf");
+    std::fs::copy(gguf_fixture("moe-model.gguf"), &src).expect("copy");
+
+    // Into its own directory: refused (exit 2), the GGUF named, nothing written there.
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&src_dir), "-q"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("holds the source m.gguf"), "{err}");
+    let names: Vec<_> = std::fs::read_dir(&src_dir)
+        .expect("ls")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(names, ["m.gguf"]);
+
+    // Elsewhere it verifies; with the GGUF beside it, verify reports the GGUF as an extra file
+    // and convert refuses the directory, naming the same file.
+    let out = tmp.path().join("out");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, stdout, err) = tarfa(&["verify", path(&out)]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    std::fs::copy(&src, out.join("m.gguf")).expect("copy");
+    let (code, stdout, _) = tarfa(&["verify", path(&out), "--json"]);
+    assert_eq!(code, 1, "{stdout}");
+    let report: Json = serde_json::from_str(&stdout).expect("json");
+    let faults: Vec<(&str, &str)> = report["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .filter_map(|f| Some((f["kind"].as_str()?, f["file"].as_str()?)))
+        .collect();
+    assert_eq!(faults, [("extra_file", "m.gguf")], "{stdout}");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{}", out.join("m.gguf").display())),
+        "{err}"
+    );
+}

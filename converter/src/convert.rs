@@ -4,7 +4,6 @@
 //! it stopped, and `--layers 0-11` then `--layers 12-47` gives the same bytes as `--layers 0-47`.
 
 use std::collections::BTreeSet;
-use std::fs::File;
 use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
@@ -18,6 +17,7 @@ use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
 
 use crate::error::ConvertError;
 use crate::gguf_source;
+use crate::output_dir;
 use crate::plan::{plan, Item, Plan};
 use crate::source::Checkpoint;
 
@@ -37,11 +37,11 @@ pub const TOKENIZER_FILES: &[&str] = &[
 pub const CONFIG_FILES: &[&str] = &["config.json", "generation_config.json"];
 
 /// Every aux file name: configs, then the tokenizer.
-fn aux_files() -> impl Iterator<Item = &'static str> {
+pub(crate) fn aux_files() -> impl Iterator<Item = &'static str> {
     CONFIG_FILES.iter().chain(TOKENIZER_FILES).copied()
 }
 /// Largest aux file copied (a tokenizer.json of a big vocabulary is tens of MB).
-const MAX_AUX_LEN: u64 = 256 << 20;
+pub(crate) const MAX_AUX_LEN: u64 = 256 << 20;
 /// Space kept free beyond what a file needs.
 const SPACE_MARGIN: u64 = 16 << 20;
 
@@ -143,34 +143,6 @@ pub fn parse_layer_range(s: &str) -> Result<(u32, u32), ConvertError> {
     Ok((a, b))
 }
 
-/// Holds `OUT/.tarfa-convert.lock` (flock) for the duration of a conversion.
-#[derive(Debug)]
-struct OutputLock(#[allow(dead_code)] File);
-
-fn lock_output(out: &Path) -> Result<OutputLock, ConvertError> {
-    use std::os::fd::AsRawFd;
-    let path = out.join(".tarfa-convert.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|source| ConvertError::Io {
-            path: path.clone(),
-            op: "create lock",
-            source,
-        })?;
-    // SAFETY: flock on an fd we own; no memory is involved.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        return Err(ConvertError::BadOutput {
-            path: out.to_path_buf(),
-            detail: "another tarfa convert is writing into this directory".into(),
-        });
-    }
-    Ok(OutputLock(f))
-}
-
 fn free_space(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
@@ -233,22 +205,6 @@ impl Reservations {
             bytes: needed,
         })
     }
-}
-
-/// Remove temporary files left by a killed run (we hold the lock: no live writer owns them).
-fn remove_leftovers(out: &Path) -> Result<(), ConvertError> {
-    let rd = std::fs::read_dir(out).map_err(|source| ConvertError::Io {
-        path: out.to_path_buf(),
-        op: "list",
-        source,
-    })?;
-    for e in rd.flatten() {
-        let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') && name.contains(".tmp-") {
-            let _ = std::fs::remove_file(e.path());
-        }
-    }
-    Ok(())
 }
 
 /// A `Read` that reports the bytes it passes on.
@@ -455,7 +411,17 @@ fn copy_aux(ck: &Checkpoint, out: &Path) -> Result<Vec<FileEntry>, ConvertError>
     let mut entries = Vec::new();
     for name in aux_files() {
         let src = ck.dir.join(name);
+        let dest = out.join(name);
         let Ok(meta) = std::fs::metadata(&src) else {
+            // A copy of an aux file the source no longer has (`output_dir::check` vetted it as
+            // ours): the manifest will not list it, so it goes.
+            if dest.exists() {
+                std::fs::remove_file(&dest).map_err(|source| ConvertError::Io {
+                    path: dest.clone(),
+                    op: "remove",
+                    source,
+                })?;
+            }
             continue;
         };
         if meta.len() > MAX_AUX_LEN {
@@ -472,7 +438,6 @@ fn copy_aux(ck: &Checkpoint, out: &Path) -> Result<Vec<FileEntry>, ConvertError>
             op: "read",
             source,
         })?;
-        let dest = out.join(name);
         if std::fs::read(&dest).ok().as_deref() != Some(&bytes[..]) {
             tarfa_format::publish::write_atomic(&dest, &bytes)?;
         }
@@ -541,8 +506,6 @@ pub fn convert(
         let plan = plan(&ck)?;
         (ck, plan)
     };
-    // Output names never collide with GGUF part names, so OUT may be the GGUF's directory; it
-    // may not be one of the parts themselves.
     if let Some(s) = ck.shards.iter().find(|s| same_dir(&s.path, out)) {
         return Err(ConvertError::BadOutput {
             path: out.to_path_buf(),
@@ -552,11 +515,6 @@ pub fn convert(
             ),
         });
     }
-    std::fs::create_dir_all(out).map_err(|source| ConvertError::Io {
-        path: out.to_path_buf(),
-        op: "create directory",
-        source,
-    })?;
     if !gguf && same_dir(src, out) {
         return Err(ConvertError::BadOutput {
             path: out.to_path_buf(),
@@ -565,20 +523,28 @@ pub fn convert(
                     .into(),
         });
     }
-    let _lock = lock_output(out)?;
-    remove_leftovers(out)?;
-    let srcs = sources(&ck);
-    // A readable manifest naming other source shards means another checkpoint's conversion. An
-    // unreadable one (damaged, or from an older tarfa) is rewritten at the end; the layer files
-    // are held to the plan one by one either way.
-    if let Ok(old) = Manifest::load(out) {
-        if old.conversion.sources != srcs {
-            return Err(ConvertError::BadOutput {
-                path: out.to_path_buf(),
-                detail: "it holds a conversion of another checkpoint (its manifest lists other source shards); use a new directory".into(),
-            });
-        }
+    // A model directory holds only what its manifest lists (spec §8.3): the GGUF would be an
+    // extra file that `tarfa verify` reports, so the model could never verify.
+    if let Some(s) = ck.shards.first().filter(|_| gguf && same_dir(&ck.dir, out)) {
+        return Err(ConvertError::BadOutput {
+            path: out.to_path_buf(),
+            detail: format!(
+                "the output directory holds the source {}; a model directory holds only the files its manifest lists, so the model could never verify: give another directory (e.g. a new subdirectory)",
+                s.rel
+            ),
+        });
     }
+    let srcs = sources(&ck);
+    // Only into an empty directory or this source's own earlier output: every file there must
+    // be one tarfa wrote. Checked before anything is created in it.
+    output_dir::check(out, &ck, &|l| plan.layers.contains_key(&l), !gguf, &srcs)?;
+    std::fs::create_dir_all(out).map_err(|source| ConvertError::Io {
+        path: out.to_path_buf(),
+        op: "create directory",
+        source,
+    })?;
+    let _lock = output_dir::lock(out)?;
+    output_dir::remove_leftovers(out)?;
     let selected: Vec<u32> = match opts.layers {
         None => plan.layers.keys().copied().collect(),
         Some((a, b)) => {

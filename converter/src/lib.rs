@@ -11,12 +11,15 @@
 //!   already present and checked (their hashes, and their source bytes as they are now), checks free space first, and publishes the manifest last;
 //! - [`gguf_source`], [`gguf_plan`]: the same for a GGUF file or split set: parts as shards,
 //!   key/values as the config, `blk.N.ffn_*_exps` stacks cut per expert;
+//! - `output_dir`: what a conversion may find in its output directory (only files it wrote), the
+//!   lock, and the removal of a killed run's temporary files;
 //! - [`testkit`]: generated checkpoints for tests and benchmarks.
 
 pub mod convert;
 pub mod error;
 pub mod gguf_plan;
 pub mod gguf_source;
+mod output_dir;
 pub mod plan;
 pub mod source;
 pub mod testkit;

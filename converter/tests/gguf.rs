@@ -473,14 +473,25 @@ fn the_header_hash_is_of_the_bytes_before_the_data_section() {
 }
 
 #[test]
-fn the_output_may_not_be_the_gguf_itself() {
+fn the_output_may_be_neither_the_gguf_itself_nor_its_directory() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let src = tmp.path().join("m.gguf");
     std::fs::copy(fixtures().join("moe.gguf"), &src).expect("copy");
     let err = convert(&src, &src, &Options::default(), &Quiet).expect_err("refused");
     assert!(matches!(err, ConvertError::BadOutput { .. }), "{err}");
-    // Its own directory is fine: no output name is a part name.
-    run(&src, tmp.path(), None);
+    // Its own directory neither: the GGUF would be a file the manifest does not list, which
+    // `tarfa verify` reports, so the model could never verify. Nothing is created there.
+    for out in [tmp.path().to_path_buf(), tmp.path().join(".")] {
+        let err = convert(&src, &out, &Options::default(), &Quiet).expect_err("refused");
+        assert!(matches!(err, ConvertError::BadOutput { .. }), "{err}");
+        assert!(err.to_string().contains("holds the source m.gguf"), "{err}");
+        let names: Vec<_> = std::fs::read_dir(tmp.path())
+            .expect("ls")
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert_eq!(names, ["m.gguf"], "only the source is there");
+    }
     assert_eq!(
         std::fs::read(&src).expect("read"),
         std::fs::read(fixtures().join("moe.gguf")).expect("read")

@@ -133,6 +133,15 @@ pub enum FetchError {
         /// The I/O error.
         source: io::Error,
     },
+    /// The output (or its partial file or journal) is, or links to, a file of the source
+    /// checkpoint: publishing would replace the source. Refused before anything is written.
+    #[error("{}: this is the source file {} (same device and inode); tarfa fetch never writes over its input: give -o a new path", path.display(), input.display())]
+    OutputIsInput {
+        /// The path tarfa would write (`-o`, or the partial file or journal beside it).
+        path: PathBuf,
+        /// The source file it names.
+        input: PathBuf,
+    },
     /// Another `tarfa fetch` holds the partial file.
     #[error("{}: another tarfa fetch is writing this file", path.display())]
     Locked {

@@ -8,8 +8,11 @@
 //! ignores ranges ([`FetchError::RangeIgnored`]). Transient faults (transport errors, dropped
 //! bodies, 5xx, 408, 429) are retried with exponential backoff and jitter.
 //!
-//! Redirects are followed here, not by the HTTP library, so that `Authorization` goes only to
-//! the host (scheme, host and port) of the URL the user gave, never to a CDN it redirects to.
+//! The token (`HF_TOKEN`) goes as `Authorization: Bearer …` only to the hub: the origin (scheme,
+//! host and port) of `https://huggingface.co` or of `HF_ENDPOINT`, and only when that origin is
+//! https unless [`HttpConfig::token_over_http`] says otherwise. A URL given at any other origin
+//! never carries it. Redirects are followed here, not by the HTTP library, so that the token
+//! also never goes to a host a hub URL redirects to (a CDN), nor back to the hub after one.
 
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,8 +64,12 @@ impl RetryPolicy {
 /// Settings of the HTTP client.
 #[derive(Clone, Debug)]
 pub struct HttpConfig {
-    /// Sent as `Authorization: Bearer …` to the host of the URL given, never to another.
+    /// Sent as `Authorization: Bearer …` to the hub's origin only (module docs), never to
+    /// another host, never after a redirect to another origin.
     pub token: Option<String>,
+    /// Send the token to a hub whose endpoint is plain `http://` (`TARFA_TOKEN_OVER_HTTP=1`);
+    /// otherwise it goes over https only.
+    pub token_over_http: bool,
     /// Retries of transient faults.
     pub retry: RetryPolicy,
     /// Connect timeout, and the longest wait for a response or for the next bytes of a body.
@@ -73,6 +80,7 @@ impl Default for HttpConfig {
     fn default() -> Self {
         HttpConfig {
             token: None,
+            token_over_http: false,
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(30),
         }
@@ -107,6 +115,8 @@ impl Traffic {
 pub struct HttpClient {
     agent: ureq::Agent,
     cfg: HttpConfig,
+    /// The one origin the token may go to; `None`: it goes nowhere.
+    token_origin: Option<String>,
     traffic: Arc<Traffic>,
 }
 
@@ -131,6 +141,13 @@ pub fn origin(url: &str) -> Option<String> {
     } else {
         format!("{scheme}://{host_port}:{default_port}")
     })
+}
+
+/// The origin the token may be sent to, for the hub at `hub_endpoint`: its origin, if it is
+/// https or `over_http` allows plain http. `None` when the endpoint is no usable URL.
+pub fn token_origin(hub_endpoint: &str, over_http: bool) -> Option<String> {
+    let o = origin(hub_endpoint.trim())?;
+    (o.starts_with("https://") || over_http).then_some(o)
 }
 
 /// `location` resolved against `base` (absolute, scheme-relative, absolute-path or relative).
@@ -232,7 +249,7 @@ fn looks_html(h: &HeaderMap) -> bool {
 fn status_hint(status: u16) -> &'static str {
     match status {
         401 | 403 => {
-            "\nhint: the file may be gated or private: accept its terms on the hub and set HF_TOKEN"
+            "\nhint: the file may be gated or private: accept its terms on the hub and set HF_TOKEN (sent only to the hub, https://huggingface.co or HF_ENDPOINT, and over plain http only with TARFA_TOKEN_OVER_HTTP=1)"
         }
         404 => "\nhint: check the repository, revision and path (hf://owner/repo[@revision]/path)",
         416 => "\nhint: the server says the range lies outside the file",
@@ -241,8 +258,9 @@ fn status_hint(status: u16) -> &'static str {
 }
 
 impl HttpClient {
-    /// A client; `traffic` counts what it receives.
-    pub fn new(cfg: HttpConfig, traffic: Arc<Traffic>) -> HttpClient {
+    /// A client; the token (if any) goes only to the hub at `hub_endpoint` ([`token_origin`]);
+    /// `traffic` counts what it receives.
+    pub fn new(cfg: HttpConfig, hub_endpoint: &str, traffic: Arc<Traffic>) -> HttpClient {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .max_redirects(0)
             .http_status_as_error(false)
@@ -253,11 +271,23 @@ impl HttpClient {
             .timeout_per_read(Some(cfg.timeout))
             .build()
             .into();
+        let token_origin = cfg
+            .token
+            .as_ref()
+            .and_then(|_| token_origin(hub_endpoint, cfg.token_over_http));
         HttpClient {
             agent,
             cfg,
+            token_origin,
             traffic,
         }
+    }
+
+    /// Where `Authorization` may go on requests that start at `url`: the hub's origin when `url`
+    /// is at the hub (and the token may go there at all), else nowhere.
+    fn auth_origin(&self, url: &str) -> Option<String> {
+        let hub = self.token_origin.as_ref()?;
+        (origin(url).as_ref() == Some(hub)).then(|| hub.clone())
     }
 
     /// The traffic counters.
@@ -283,7 +313,7 @@ impl HttpClient {
     }
 
     /// One GET of `url` with `headers`, redirects followed by hand. `Authorization` is sent only
-    /// while the URL's origin is `auth_origin`. Returns the response and the URL that answered.
+    /// while the URL's origin is `auth_origin` (from [`Self::auth_origin`] of the URL given). Returns the response and the URL that answered.
     fn send(
         &self,
         url: &str,
@@ -327,7 +357,7 @@ impl HttpClient {
     /// GET a small whole file (config.json, an index): `200`, at most `limit` bytes, not an LFS
     /// pointer or an HTML page. `None` for a 404.
     pub fn get_small(&self, url: &str, limit: u64) -> Result<Option<Vec<u8>>> {
-        let auth = origin(url);
+        let auth = self.auth_origin(url);
         self.with_retries(|| {
             let (mut resp, at) = self.send(url, auth.as_deref(), &[])?;
             let status = resp.status().as_u16();
@@ -407,7 +437,7 @@ impl RemoteFile {
     /// Probe `url` with a GET of its first `probe` bytes: learns the length and the validator,
     /// follows redirects once, and keeps the bytes for the header reader.
     pub fn open(client: Arc<HttpClient>, url: &str, probe: u64) -> Result<RemoteFile> {
-        let auth_origin = origin(url);
+        let auth_origin = client.auth_origin(url);
         let probe = probe.max(1);
         let (len, validator, head, target) = client.with_retries(|| {
             let range = format!("bytes=0-{}", probe - 1);
@@ -695,5 +725,23 @@ impl tarfa_gguf::ByteSource for RemoteFile {
 
     fn name(&self) -> String {
         self.url.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_token_origin_is_the_hubs_and_plain_http_needs_the_opt_in() {
+        let hub = Some("https://huggingface.co:443".to_string());
+        assert_eq!(token_origin("https://huggingface.co", false), hub);
+        assert_eq!(token_origin("https://HuggingFace.co:443/", false), hub);
+        assert_eq!(token_origin("http://mirror.local:8080", false), None);
+        assert_eq!(
+            token_origin("http://mirror.local:8080", true).as_deref(),
+            Some("http://mirror.local:8080")
+        );
+        assert_eq!(token_origin("ftp://x", true), None);
     }
 }

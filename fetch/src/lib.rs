@@ -9,8 +9,9 @@
 //! shards with `model.safetensors.index.json`) give a safetensors file the same way.
 //!
 //! - [`location`]: SOURCE (http(s) URL, `hf://owner/repo[@rev]/path`, local path) and siblings.
-//! - [`http`]: checked range requests, retries with backoff and jitter, `If-Range`, redirects
-//!   that never carry `Authorization` to another host, traffic counters.
+//! - [`http`]: checked range requests, retries with backoff and jitter, `If-Range`, the token
+//!   sent only to the hub (over https unless opted in) and never across a redirect, traffic
+//!   counters.
 //! - [`select`] and [`plan`]: what to fetch and where each byte goes.
 //! - [`safetensors`]: the range-read safetensors header, checked by the converter's parser.
 //! - [`transfer`]: parallel chunks, the resume journal, read-back check, atomic publish.
@@ -64,7 +65,7 @@ pub struct FetchOptions {
     pub http: HttpConfig,
     /// Chunking and parallelism.
     pub transfer: TransferOptions,
-    /// `HF_ENDPOINT`, or the hub.
+    /// `HF_ENDPOINT`, or the hub: where `hf://` resolves, and the one origin the token goes to.
     pub hf_endpoint: String,
 }
 
@@ -112,6 +113,7 @@ impl Fetcher {
     pub fn new(opts: FetchOptions) -> Fetcher {
         let client = Arc::new(HttpClient::new(
             opts.http.clone(),
+            &opts.hf_endpoint,
             Arc::new(Traffic::default()),
         ));
         Fetcher { client, opts }

@@ -102,6 +102,14 @@ impl Location {
         }
     }
 
+    /// The path of a local file; `None` for a URL.
+    pub fn local_path(&self) -> Option<&Path> {
+        match self {
+            Location::Http(_) => None,
+            Location::Local(p) => Some(p),
+        }
+    }
+
     /// A name for messages.
     pub fn display(&self) -> String {
         match self {

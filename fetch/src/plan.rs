@@ -3,6 +3,7 @@
 //! they go. Building a plan reads headers only; [`crate::transfer`] moves the data.
 
 use std::ops::Range;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use tarfa_gguf::header::read_header_from;
@@ -66,6 +67,10 @@ pub struct Plan {
     pub source_header_bytes: u64,
     /// Decisions worth telling the user (kept keys, MTP blocks found).
     pub notes: Vec<String>,
+    /// Every local file of the source checkpoint: the files read, and for safetensors every
+    /// shard the index names, the index and `config.json`. The output must never be one of
+    /// them ([`crate::transfer::run`] refuses it). Empty for a remote source.
+    pub inputs: Vec<PathBuf>,
 }
 
 impl Plan {
@@ -114,7 +119,12 @@ fn open_gguf(loc: &Location, client: &Arc<HttpClient>) -> Result<(Opened, Header
 
 /// Every part of the GGUF model `loc` names, checked against each other as
 /// [`tarfa_gguf::GgufModel`] checks local split sets.
-fn open_gguf_parts(loc: &Location, client: &Arc<HttpClient>) -> Result<Vec<(Opened, Header)>> {
+fn open_gguf_parts(
+    loc: &Location,
+    client: &Arc<HttpClient>,
+    inputs: &mut Vec<PathBuf>,
+) -> Result<Vec<(Opened, Header)>> {
+    inputs.extend(loc.local_path().map(PathBuf::from));
     let shown = loc.display();
     let (first, h) = open_gguf(loc, client)?;
     let keys = split_keys(&h).map_err(|v| invalid(&shown, v))?;
@@ -147,7 +157,11 @@ fn open_gguf_parts(loc: &Location, client: &Arc<HttpClient>) -> Result<Vec<(Open
     for i in 1..=n {
         match given.take_if(|_| i == k) {
             Some(p) => parts.push(p),
-            None => parts.push(open_gguf(&loc.sibling(&split_name(prefix, i, n)), client)?),
+            None => {
+                let part = loc.sibling(&split_name(prefix, i, n));
+                inputs.extend(part.local_path().map(PathBuf::from));
+                parts.push(open_gguf(&part, client)?)
+            }
         }
     }
     let mut seen = std::collections::HashMap::new();
@@ -213,7 +227,8 @@ fn gguf_mtp_blocks(h: &Header) -> (String, Option<Range<u64>>) {
 }
 
 fn plan_gguf(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -> Result<Plan> {
-    let parts = open_gguf_parts(loc, client)?;
+    let mut inputs = Vec::new();
+    let parts = open_gguf_parts(loc, client, &mut inputs)?;
     let h0 = &parts[0].1;
     let (arch, blocks) = gguf_mtp_blocks(h0);
     let mut notes = Vec::new();
@@ -305,6 +320,7 @@ fn plan_gguf(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -> Resul
         header,
         tensors,
         notes,
+        inputs,
     })
 }
 
@@ -347,6 +363,7 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
         l => l.clone(),
     };
     let shown = loc.display();
+    let mut inputs: Vec<PathBuf> = loc.local_path().map(PathBuf::from).into_iter().collect();
     // name -> shard file name, in shard order.
     let mut shard_of: Vec<(String, String)> = Vec::new();
     let mut single: Option<(Opened, StHeader)> = None;
@@ -385,6 +402,12 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
             .map(|t| (t.name.clone(), f.clone()))
             .collect();
         single = Some((opened, h));
+    }
+    let mut shard_files: Vec<&str> = shard_of.iter().map(|e| e.1.as_str()).collect();
+    shard_files.sort_unstable();
+    shard_files.dedup();
+    for s in shard_files.into_iter().chain(["config.json"]) {
+        inputs.extend(loc.sibling(s).local_path().map(PathBuf::from));
     }
     let config = match loc.sibling("config.json").read_small(client, MAX_JSON)? {
         Some(b) => Some(json_of(&b, &loc.sibling("config.json").display())?),
@@ -519,5 +542,6 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
         total_len,
         tensors,
         notes,
+        inputs,
     })
 }

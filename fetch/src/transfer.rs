@@ -201,13 +201,44 @@ fn hash_at(file: &File, path: &Path, c: &Chunk, buf: &mut Vec<u8>) -> Result<Str
     Ok(blake3::hash(buf).to_hex().to_string())
 }
 
-/// Fetch `plan` into `out`, resuming a killed run's partial file when there is one.
+/// Device and inode of what `p` names, links followed; `None` when nothing is there.
+fn file_id(p: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()))
+}
+
+/// Refuse to write where a source file is: `out`, the partial file and the journal beside it
+/// must not be, or link to, any of the plan's local inputs (compared by device and inode, so a
+/// symlink, a hard link or another spelling of the path is caught too).
+pub fn refuse_inputs(plan: &Plan, out: &Path) -> Result<()> {
+    let (partial, journal) = partial_paths(out);
+    let journal_new = journal.with_extension("tarfa-journal-new");
+    let inputs: Vec<((u64, u64), &PathBuf)> = plan
+        .inputs
+        .iter()
+        .filter_map(|p| file_id(p).map(|id| (id, p)))
+        .collect();
+    for path in [out.to_path_buf(), partial, journal, journal_new] {
+        let Some(id) = file_id(&path) else { continue };
+        if let Some((_, input)) = inputs.iter().find(|(i, _)| *i == id) {
+            return Err(FetchError::OutputIsInput {
+                path,
+                input: input.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Fetch `plan` into `out`, resuming a killed run's partial file when there is one. An `out`
+/// that is a file of the source is refused before anything is written ([`refuse_inputs`]).
 pub fn run(
     plan: &Plan,
     out: &Path,
     opts: &TransferOptions,
     progress: &dyn Progress,
 ) -> Result<TransferReport> {
+    refuse_inputs(plan, out)?;
     let (partial, journal_path) = partial_paths(out);
     let chunks = chunks_of(plan, opts.chunk_size);
     let id = plan_id(plan, &chunks);

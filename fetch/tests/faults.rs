@@ -67,6 +67,7 @@ fn options(token: Option<&str>, chunk: u64, attempts: u32) -> FetchOptions {
                 max_delay: Duration::from_millis(10),
             },
             timeout: Duration::from_secs(10),
+            ..HttpConfig::default()
         },
         transfer: TransferOptions {
             jobs: 3,
@@ -190,8 +191,16 @@ fn an_lfs_pointer_is_named_as_such() {
     assert!(!out.exists());
 }
 
+/// `options` with `token`, the hub at `hub` and plain http allowed for the token or not.
+fn hub_options(token: &str, hub: &str, over_http: bool) -> FetchOptions {
+    let mut opts = options(Some(token), 256 << 10, 3);
+    opts.hf_endpoint = hub.to_string();
+    opts.http.token_over_http = over_http;
+    opts
+}
+
 #[test]
-fn the_token_goes_to_the_given_host_and_never_to_the_host_it_redirects_to() {
+fn the_token_goes_to_the_hub_and_never_to_the_host_it_redirects_to() {
     let s = setup();
     let cdn = FaultServer::start("127.0.0.2", s.files.clone(), Fault::None);
     let hub = FaultServer::start(
@@ -202,7 +211,7 @@ fn the_token_goes_to_the_given_host_and_never_to_the_host_it_redirects_to() {
         },
     );
     let out = s.out.path().join("draft.gguf");
-    fetch(options(Some("hf_secret"), 256 << 10, 3), &url(&hub), &out).expect("fetch");
+    fetch(hub_options("hf_secret", &hub.base, true), &url(&hub), &out).expect("fetch");
     assert!(std::fs::read(&out).expect("read") == s.reference);
     let at_hub = hub.seen();
     let at_cdn = cdn.seen();
@@ -223,6 +232,73 @@ fn the_token_goes_to_the_given_host_and_never_to_the_host_it_redirects_to() {
 }
 
 #[test]
+fn the_token_never_goes_to_a_url_that_is_not_the_hub() {
+    let s = setup();
+    // The hub is https://huggingface.co (the default): a loopback URL is another host.
+    let server = FaultServer::start("127.0.0.1", s.files.clone(), Fault::None);
+    let out = s.out.path().join("draft.gguf");
+    let mut opts = options(Some("hf_secret"), 256 << 10, 3);
+    opts.http.token_over_http = true;
+    fetch(opts, &url(&server), &out).expect("fetch");
+    assert!(std::fs::read(&out).expect("read") == s.reference);
+    let seen = server.seen();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|r| r.authorization.is_none()),
+        "the token went to a host that is not the hub"
+    );
+
+    // Nor to the hub when a URL at another host redirects there: never after a redirect.
+    let hub = FaultServer::start("127.0.0.1", s.files.clone(), Fault::None);
+    let other = FaultServer::start(
+        "127.0.0.2",
+        HashMap::new(),
+        Fault::RedirectTo {
+            base: hub.base.clone(),
+        },
+    );
+    let out = s.out.path().join("via-redirect.gguf");
+    fetch(
+        hub_options("hf_secret", &hub.base, true),
+        &url(&other),
+        &out,
+    )
+    .expect("fetch");
+    assert!(other.seen().iter().all(|r| r.authorization.is_none()));
+    assert!(
+        hub.seen().iter().all(|r| r.authorization.is_none()),
+        "the token followed a redirect from another host"
+    );
+}
+
+#[test]
+fn the_token_never_goes_over_plain_http_without_the_opt_in() {
+    let s = setup();
+    let files: HashMap<String, Vec<u8>> = s
+        .files
+        .iter()
+        .map(|(k, v)| (k.replace("/m/", "/o/r/resolve/main/"), v.clone()))
+        .collect();
+    let hub = FaultServer::start("127.0.0.1", files, Fault::None);
+    let out = s.out.path().join("draft.gguf");
+    // HF_ENDPOINT is this plain-http hub; both the hf:// form and its URL.
+    for source in [
+        "hf://o/r/glm-00001-of-00003.gguf".to_string(),
+        format!("{}/o/r/resolve/main/glm-00002-of-00003.gguf", hub.base),
+    ] {
+        let _ = std::fs::remove_file(&out);
+        fetch(hub_options("hf_secret", &hub.base, false), &source, &out).expect("fetch");
+        assert!(std::fs::read(&out).expect("read") == s.reference);
+    }
+    let seen = hub.seen();
+    assert!(!seen.is_empty());
+    assert!(
+        seen.iter().all(|r| r.authorization.is_none()),
+        "the token went over plain http without the opt-in"
+    );
+}
+
+#[test]
 fn hf_urls_resolve_under_hf_endpoint_with_the_token() {
     let s = setup();
     let files: HashMap<String, Vec<u8>> = s
@@ -232,8 +308,8 @@ fn hf_urls_resolve_under_hf_endpoint_with_the_token() {
         .collect();
     let server = FaultServer::start("127.0.0.1", files, Fault::None);
     let out = s.out.path().join("draft.gguf");
-    let mut opts = options(Some("tok"), 1 << 20, 2);
-    opts.hf_endpoint = server.base.clone();
+    let mut opts = hub_options("tok", &server.base, true);
+    opts.transfer.chunk_size = 1 << 20;
     fetch(opts, "hf://o/r@v1/glm-00001-of-00003.gguf", &out).expect("fetch");
     assert!(std::fs::read(&out).expect("read") == s.reference);
     assert!(server

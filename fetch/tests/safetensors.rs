@@ -121,6 +121,7 @@ fn options(sel: Selection) -> FetchOptions {
                 max_delay: Duration::from_millis(5),
             },
             timeout: Duration::from_secs(10),
+            ..HttpConfig::default()
         },
         ..FetchOptions::default()
     }

@@ -1,0 +1,263 @@
+//! The model directory a conversion writes into (spec §8.3): what in it is tarfa's own, the lock
+//! that keeps two conversions out, and the removal of a killed run's temporary files.
+//!
+//! A conversion replaces or removes only files it wrote, recognised by name *and* content: the
+//! manifest (JSON whose `format` is `jnf-model`), `trunk.jnf` and `layer-NNNNN.jnf` of a layer
+//! of this checkpoint (starting with the JNF magic), aux files equal to the source's or to the
+//! copy the directory's manifest lists, the lock file, and temporary files `.NAME.tmp-PID` of
+//! those names (§7). Anything else — a foreign file, a subdirectory, a link, the GGUF being
+//! converted — makes the directory unusable, and the error names it; `tarfa verify` would report
+//! it as an extra file, so convert refuses to write a directory that could never verify.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+
+use tarfa_format::layout::MAGIC;
+use tarfa_format::manifest::{
+    layer_file_name, FileKind, Manifest, FORMAT_NAME, MANIFEST_NAME, MAX_MANIFEST_LEN, TRUNK_NAME,
+};
+
+use crate::convert::{aux_files, MAX_AUX_LEN};
+use crate::error::ConvertError;
+use crate::source::Checkpoint;
+
+/// The lock file (hidden; not listed in the manifest).
+pub const LOCK_NAME: &str = ".tarfa-convert.lock";
+
+/// The layer of `layer-NNNNN.jnf`, spelled exactly as [`layer_file_name`] writes it.
+fn layer_of(name: &str) -> Option<u32> {
+    let digits = name.strip_prefix("layer-")?.strip_suffix(".jnf")?;
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let layer = digits.parse().ok()?;
+    (layer_file_name(layer) == name).then_some(layer)
+}
+
+/// A name a conversion publishes: the manifest, the trunk, a layer file, an aux file.
+fn is_output_name(name: &str) -> bool {
+    name == MANIFEST_NAME
+        || name == TRUNK_NAME
+        || layer_of(name).is_some()
+        || aux_files().any(|a| a == name)
+}
+
+/// `.NAME.tmp-PID` for a NAME a conversion publishes: a temporary file of §7.
+fn is_temp_name(name: &str) -> bool {
+    let Some((base, pid)) = name
+        .strip_prefix('.')
+        .and_then(|rest| rest.rsplit_once(".tmp-"))
+    else {
+        return false;
+    };
+    !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) && is_output_name(base)
+}
+
+/// Up to `limit + 1` bytes of `path` (a regular file already).
+fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    let mut bytes = Vec::new();
+    File::open(path)?.take(limit + 1).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// Is `path` a JNF model manifest (perhaps damaged, or from an older tarfa)?
+fn is_jnf_manifest(path: &Path) -> bool {
+    read_bounded(path, MAX_MANIFEST_LEN)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v.get("format").and_then(|f| f.as_str()) == Some(FORMAT_NAME))
+}
+
+/// Does `path` start with the JNF magic?
+fn starts_with_jnf_magic(path: &Path) -> bool {
+    let mut head = [0u8; 8];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && head == MAGIC
+}
+
+/// Is the aux file `name` in the output the source's (the copy is a no-op) or the copy the old
+/// manifest lists (the source's file changed since)?
+fn is_our_aux(ck: &Checkpoint, old: Option<&Manifest>, out: &Path, name: &str) -> bool {
+    let Ok(here) = read_bounded(&out.join(name), MAX_AUX_LEN) else {
+        return false;
+    };
+    let src = ck.dir.join(name);
+    if std::fs::metadata(&src).is_ok_and(|m| m.is_file())
+        && read_bounded(&src, MAX_AUX_LEN).is_ok_and(|b| b == here)
+    {
+        return true;
+    }
+    let h = tarfa_format::hash::dual_hash(&here);
+    old.is_some_and(|m| {
+        m.files.iter().any(|f| {
+            f.kind == FileKind::Aux
+                && f.path == name
+                && f.size == here.len() as u64
+                && f.sha256 == hex::encode(h.sha256)
+                && f.blake3 == hex::encode(h.blake3)
+        })
+    })
+}
+
+/// May a conversion of `ck` write into `out`? Refuses a directory whose manifest names other
+/// source shards, and the first entry (in name order) that is not tarfa's own, naming it.
+/// `layers` says which layer numbers the checkpoint has; `copies_aux` is false for a GGUF (it
+/// has no aux files). Reads only: run before anything is created in `out`.
+pub(crate) fn check(
+    out: &Path,
+    ck: &Checkpoint,
+    layers: &dyn Fn(u32) -> bool,
+    copies_aux: bool,
+    sources: &[tarfa_format::manifest::SourceFile],
+) -> Result<(), ConvertError> {
+    let rd = match std::fs::read_dir(out) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => {
+            return Err(ConvertError::Io {
+                path: out.to_path_buf(),
+                op: "list",
+                source,
+            })
+        }
+    };
+    let old = Manifest::load(out).ok();
+    if let Some(old) = &old {
+        if old.conversion.sources != sources {
+            return Err(ConvertError::BadOutput {
+                path: out.to_path_buf(),
+                detail: "it holds a conversion of another checkpoint (its manifest lists other source shards); use a new directory".into(),
+            });
+        }
+    }
+    let mut entries: Vec<_> = rd.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        let path = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let regular = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m.is_file(),
+            // Gone since it was listed: a temporary file another conversion just published.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => {
+                return Err(ConvertError::Io {
+                    path,
+                    op: "stat",
+                    source,
+                })
+            }
+        };
+        let why = if !regular {
+            Some("not a regular file (a directory, a link or a device)".to_string())
+        } else if name == LOCK_NAME || is_temp_name(&name) {
+            None
+        } else if name == MANIFEST_NAME {
+            (!is_jnf_manifest(&path)).then(|| "not a JNF model manifest".to_string())
+        } else if name == TRUNK_NAME || layer_of(&name).is_some() {
+            match layer_of(&name) {
+                Some(l) if !layers(l) => Some(format!("this checkpoint has no layer {l}")),
+                _ => (!starts_with_jnf_magic(&path)).then(|| "not a JNF file".to_string()),
+            }
+        } else if aux_files().any(|a| a == name) {
+            (!copies_aux || !is_our_aux(ck, old.as_ref(), out, &name)).then(|| {
+                "neither a copy of the source's file of that name nor the copy this directory's manifest lists".to_string()
+            })
+        } else {
+            Some("not a file tarfa writes".to_string())
+        };
+        if let Some(why) = why {
+            return Err(ConvertError::BadOutput {
+                path,
+                detail: format!(
+                    "{why}; tarfa convert writes only into an empty directory or its own output of this source, and touches no other file: move it away or choose a new directory"
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Holds `OUT/.tarfa-convert.lock` (flock) for the duration of a conversion.
+#[derive(Debug)]
+pub(crate) struct OutputLock(#[allow(dead_code)] File);
+
+/// Take the lock, or say that another conversion holds it.
+pub(crate) fn lock(out: &Path) -> Result<OutputLock, ConvertError> {
+    use std::os::fd::AsRawFd;
+    let path = out.join(LOCK_NAME);
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|source| ConvertError::Io {
+            path: path.clone(),
+            op: "create lock",
+            source,
+        })?;
+    // SAFETY: flock on an fd we own; no memory is involved.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(ConvertError::BadOutput {
+            path: out.to_path_buf(),
+            detail: "another tarfa convert is writing into this directory".into(),
+        });
+    }
+    Ok(OutputLock(f))
+}
+
+/// Remove the temporary files a killed conversion left (we hold the lock: no live writer owns
+/// them). Only `.NAME.tmp-PID` of names a conversion publishes; nothing else is touched.
+pub(crate) fn remove_leftovers(out: &Path) -> Result<(), ConvertError> {
+    let rd = std::fs::read_dir(out).map_err(|source| ConvertError::Io {
+        path: out.to_path_buf(),
+        op: "list",
+        source,
+    })?;
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if is_temp_name(&name) && e.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_names_a_conversion_publishes_and_their_temporary_files_are_its_own() {
+        for ours in ["layer-00000.jnf", "layer-00047.jnf", "layer-123456.jnf"] {
+            assert!(is_output_name(ours), "{ours}");
+        }
+        for foreign in [
+            "layer-0.jnf",
+            "layer-x0000.jnf",
+            "layer-+0001.jnf",
+            "model.gguf",
+        ] {
+            assert!(!is_output_name(foreign), "{foreign}");
+        }
+        for ours in [
+            ".manifest.json.tmp-12",
+            ".layer-00003.jnf.tmp-4242",
+            ".config.json.tmp-1",
+        ] {
+            assert!(is_temp_name(ours), "{ours}");
+        }
+        for foreign in [
+            ".notes.txt.tmp-12",
+            ".manifest.json.tmp-",
+            ".manifest.json.tmp-12a",
+            "manifest.json.tmp-12",
+            ".x.tmp-1",
+        ] {
+            assert!(!is_temp_name(foreign), "{foreign}");
+        }
+    }
+}
