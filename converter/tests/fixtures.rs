@@ -3,7 +3,7 @@
 //! those bytes of the source; nothing is dropped and nothing added; every expert extent is
 //! aligned; every hash checks; the manifest lists every layer and the copied config files.
 //!
-//! Checkpoints: the four made by transformers' `save_pretrained` (`fixtures/hf/`), and generated
+//! Checkpoints: the five made by transformers' `save_pretrained` (`fixtures/hf/`), and generated
 //! ones: fused, sharded in three, with an MTP layer, Mixtral-named and sharded, and fused in the
 //! other dimension order with biases.
 
@@ -253,10 +253,13 @@ fn convert_and_check(src: &Path, out: &Path) -> Converted {
         serde_json::from_slice(&std::fs::read(src.join("config.json")).expect("config"))
             .expect("config JSON");
     assert_eq!(m.architecture.config, config, "config recorded verbatim");
-    for name in ["config.json", "generation_config.json"] {
+    for name in ["config.json", "generation_config.json", "tokenizer.json"] {
         let Ok(want) = std::fs::read(src.join(name)) else {
             continue;
         };
+        if name == "tokenizer.json" {
+            assert_eq!(m.tokenizer, vec![name.to_string()], "the tokenizer files");
+        }
         assert!(
             std::fs::read(out.join(name)).expect("copied") == want,
             "{name} is not byte-identical"
@@ -324,6 +327,31 @@ fn qwen3_moe_fixture_has_four_per_expert_experts_in_each_layer() {
     for l in [0, 1] {
         assert_eq!(experts_per_layer(&c, l), 4);
     }
+}
+
+#[test]
+fn qwen3_moe_b_fixture_has_a_dense_layer_eight_experts_attention_biases_and_no_lm_head() {
+    let out = tempfile::tempdir().expect("tempdir");
+    let c = convert_and_check(&fixture("qwen3_moe_b"), out.path());
+    assert_eq!(c.manifest.layers, vec![0, 1, 2]);
+    for l in [0, 2] {
+        assert_eq!(experts_per_layer(&c, l), 8);
+    }
+    let dense = &c.files["layer-00001.jnf"];
+    assert_eq!(dense.header().experts_per_layer, 0);
+    assert!(dense.experts().is_empty());
+    for t in [
+        "model.layers.1.mlp.gate_proj.weight",
+        "model.layers.1.self_attn.q_proj.bias",
+        "model.layers.1.self_attn.o_proj.bias",
+    ] {
+        assert!(dense.region_by_name(t).is_some(), "{t} missing");
+    }
+    assert!(
+        c.find("lm_head.weight").is_none(),
+        "tied embeddings: no lm_head.weight"
+    );
+    assert!(c.find("model.embed_tokens.weight").is_some());
 }
 
 #[test]

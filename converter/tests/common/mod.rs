@@ -19,8 +19,14 @@ pub fn fixture(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Names of the four transformers-made fixtures.
-pub const FIXTURES: [&str; 4] = ["qwen3_moe", "qwen3_5_moe_text", "glm4_moe", "mixtral"];
+/// Names of the five transformers-made fixtures.
+pub const FIXTURES: [&str; 5] = [
+    "qwen3_moe",
+    "qwen3_moe_b",
+    "qwen3_5_moe_text",
+    "glm4_moe",
+    "mixtral",
+];
 
 /// Convert with the options the CLI uses by default (`O_DIRECT` where allowed), no progress.
 pub fn run(src: &Path, out: &Path, layers: Option<(u32, u32)>) -> Result<Summary, ConvertError> {
