@@ -120,7 +120,7 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
         }
     };
 
-    let fio_ok = !a.no_fio && Command::new("fio").arg("--version").output().is_ok();
+    let fio_ok = !a.no_fio && has_fio();
     if !a.no_fio && !fio_ok {
         say("note: fio not found; no fio column (apt install fio)".into());
     }
@@ -310,7 +310,7 @@ fn median(v: &mut [f64]) -> f64 {
 }
 
 /// The most common extent length: the block size fio is given.
-fn common_extent_len(model: &ModelExperts) -> usize {
+pub(crate) fn common_extent_len(model: &ModelExperts) -> usize {
     let mut counts: BTreeMap<usize, usize> = BTreeMap::new();
     for (l, e) in model.all() {
         if let Some(x) = model.get(l, e) {
@@ -324,13 +324,23 @@ fn common_extent_len(model: &ModelExperts) -> usize {
         .unwrap_or(4096)
 }
 
-fn drop_page_cache() -> std::io::Result<()> {
+/// Whether fio runs here.
+pub(crate) fn has_fio() -> bool {
+    Command::new("fio").arg("--version").output().is_ok()
+}
+
+pub(crate) fn drop_page_cache() -> std::io::Result<()> {
     Command::new("sync").status()?;
     std::fs::write("/proc/sys/vm/drop_caches", b"3\n")
 }
 
 /// fio random read of `files` (as one job, offsets 4096-aligned), `bytes` in all: GB/s.
-fn run_fio(files: &[std::path::PathBuf], block: usize, qd: u32, bytes: u64) -> anyhow::Result<f64> {
+pub(crate) fn run_fio(
+    files: &[std::path::PathBuf],
+    block: usize,
+    qd: u32,
+    bytes: u64,
+) -> anyhow::Result<f64> {
     let names: Vec<String> = files
         .iter()
         .map(|p| p.display().to_string().replace(':', "\\:"))

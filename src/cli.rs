@@ -38,6 +38,12 @@ pub enum Command {
     /// token) through each I/O backend at each queue depth, cold cache, in GB/s, beside fio's
     /// random read of the same files at the same block size and depth when fio is installed.
     BenchIo(BenchIoArgs),
+    /// Measure decoding against its bounds in one run: resident (all experts in RAM) against the
+    /// memory bound (this machine's read bandwidth, measured now, ÷ bytes touched per token) and
+    /// streamed from a cold cache against the storage bound (fio's random read at the expert
+    /// size and top-k depth, measured now, ÷ expert bytes read per token). Each run's logits
+    /// must be bit-identical to the first's.
+    BenchDecode(BenchDecodeArgs),
     /// Run a model exactly: greedy decoding of a JNF model directory on the CPU, experts streamed
     /// from disk (checked as they land) or resident. The logits do not depend on the I/O backend,
     /// queue depth, cache size, thread count, instruction set or prompt batching.
@@ -48,6 +54,40 @@ pub enum Command {
     ///   tarfa run model/ --prompt "hello" --experts resident --threads 4 --json
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
+}
+
+/// `tarfa bench-decode`.
+#[derive(Debug, clap::Args)]
+pub struct BenchDecodeArgs {
+    /// The model directory.
+    pub dir: PathBuf,
+    /// Modes, comma-separated: resident, stream.
+    #[arg(long, default_value = "resident,stream")]
+    pub modes: String,
+    /// Prompt tokens (deterministic ids).
+    #[arg(long, default_value_t = 8)]
+    pub prompt_tokens: usize,
+    /// Greedy steps per run.
+    #[arg(long, default_value_t = 32)]
+    pub tokens: usize,
+    /// Runs per mode (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+    /// Compute threads (default: one per core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// GiB summed by the memory-bandwidth probe.
+    #[arg(long, default_value_t = 2.0)]
+    pub mem_gib: f64,
+    /// GiB read by each fio run of the storage probe.
+    #[arg(long, default_value_t = 2.0)]
+    pub fio_gib: f64,
+    /// Skip fio (no storage bound).
+    #[arg(long)]
+    pub no_fio: bool,
+    /// One JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `tarfa run`.

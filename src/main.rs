@@ -4,6 +4,7 @@
 //! Exit codes: 0 success; 1 the input is invalid or inconsistent (a JNF or GGUF rule broken, a model
 //! directory that disagrees with its manifest); 2 tarfa could not run (bad arguments, I/O errors).
 
+mod bench_decode_cmd;
 mod bench_io_cmd;
 mod cli;
 mod convert_cmd;
@@ -33,6 +34,7 @@ fn main() -> ExitCode {
         cli::Command::Fetch(a) => fetch_cmd::run(a),
         cli::Command::BenchIo(a) => bench_io_cmd::run(a),
         cli::Command::Run(a) => run_cmd::run(a),
+        cli::Command::BenchDecode(a) => bench_decode_cmd::run(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

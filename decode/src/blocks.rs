@@ -8,7 +8,7 @@ use tarfa_format::Role;
 use crate::canon;
 use crate::error::{DecodeError, Result};
 use crate::experts::ExpertView;
-use crate::kernels::Isa;
+use crate::kernels::{Isa, MatJob};
 use crate::rope::Rope;
 use crate::weights::{MatrixRef, WeightSlice};
 
@@ -211,8 +211,12 @@ pub fn swiglu(
     linear(isa, down, None, &h)
 }
 
-/// The SwiGLU of one routed expert over the tokens routed to it.
-pub fn expert_swiglu(isa: Isa, e: &ExpertView<'_>, xs: &[Vec<f32>]) -> Result<Batch> {
+/// The gate, up and down projections of a routed expert (fused gate_up split: rows `0..I` gate,
+/// `I..2I` up), checked against the hidden size.
+pub fn expert_projections<'a>(
+    e: &ExpertView<'a>,
+    hidden: usize,
+) -> Result<(MatrixRef<'a>, MatrixRef<'a>, MatrixRef<'a>)> {
     let bad = |detail: String| DecodeError::BadExpert {
         layer: e.layer,
         expert: e.expert,
@@ -242,7 +246,6 @@ pub fn expert_swiglu(isa: Isa, e: &ExpertView<'_>, xs: &[Vec<f32>]) -> Result<Ba
             ))
         }
     };
-    let hidden = xs.first().map_or(0, |x| x.len());
     if gate.cols != hidden
         || up.cols != hidden
         || up.rows != gate.rows
@@ -254,7 +257,75 @@ pub fn expert_swiglu(isa: Isa, e: &ExpertView<'_>, xs: &[Vec<f32>]) -> Result<Ba
             gate.rows, gate.cols, up.rows, up.cols, down.rows, down.cols
         )));
     }
-    Ok(swiglu(isa, gate, up, down, xs))
+    Ok((gate, up, down))
+}
+
+/// The SwiGLU of several routed experts, each over the tokens routed to it: the gate and up
+/// products of all of them in one parallel region, the down products in a second. Each output
+/// is computed exactly as [`swiglu`] computes it alone.
+pub fn experts_swiglu(
+    isa: Isa,
+    experts: &[(ExpertView<'_>, &[Vec<f32>])],
+    hidden: usize,
+) -> Result<Vec<Batch>> {
+    let proj = experts
+        .iter()
+        .map(|(e, _)| expert_projections(e, hidden))
+        .collect::<Result<Vec<_>>>()?;
+    let inputs: Vec<Vec<&[f32]>> = experts
+        .iter()
+        .map(|(_, xs)| xs.iter().map(|x| x.as_slice()).collect())
+        .collect();
+    let mut g: Vec<Batch> = proj
+        .iter()
+        .zip(experts)
+        .map(|(p, (_, xs))| vec![vec![0.0f32; p.0.rows]; xs.len()])
+        .collect();
+    let mut u = g.clone();
+    {
+        let mut jobs = Vec::with_capacity(2 * proj.len());
+        for (((p, x), gi), ui) in proj.iter().zip(&inputs).zip(g.iter_mut()).zip(u.iter_mut()) {
+            jobs.push(MatJob {
+                m: p.0,
+                xs: x,
+                out: gi,
+            });
+            jobs.push(MatJob {
+                m: p.1,
+                xs: x,
+                out: ui,
+            });
+        }
+        isa.matmul_many(&mut jobs);
+    }
+    let h: Vec<Batch> = g
+        .iter()
+        .zip(&u)
+        .map(|(g, u)| {
+            g.iter()
+                .zip(u)
+                .map(|(g, u)| g.iter().zip(u).map(|(&a, &b)| canon::silu(a) * b).collect())
+                .collect()
+        })
+        .collect();
+    let h_refs: Vec<Vec<&[f32]>> = h
+        .iter()
+        .map(|b| b.iter().map(|x| x.as_slice()).collect())
+        .collect();
+    let mut y: Vec<Batch> = h
+        .iter()
+        .map(|b| vec![vec![0.0f32; hidden]; b.len()])
+        .collect();
+    {
+        let mut jobs: Vec<MatJob<'_, '_>> = proj
+            .iter()
+            .zip(&h_refs)
+            .zip(y.iter_mut())
+            .map(|((p, x), out)| MatJob { m: p.2, xs: x, out })
+            .collect();
+        isa.matmul_many(&mut jobs);
+    }
+    Ok(y)
 }
 
 /// Routed experts' outputs, by token and selection slot, combined in slot order.

@@ -60,6 +60,8 @@ pub struct ExpertLayout {
     pub parts: Vec<ExpertPart>,
     /// Extent length.
     pub extent_len: usize,
+    /// Bytes of its regions (padding excluded).
+    pub data_len: usize,
 }
 
 /// An expert's weights viewed in place (in a ring slot or a cache entry).
@@ -167,6 +169,9 @@ pub struct ExpertStats {
     pub cache_hits: u64,
     /// Selections that needed a read.
     pub cache_misses: u64,
+    /// Weight bytes of every expert computed with (region bytes, padding excluded), wherever it
+    /// came from: what a decode step touches in experts.
+    pub bytes_used: u64,
 }
 
 /// How to hold experts.
@@ -277,55 +282,65 @@ impl ExpertStore {
         self.layouts.get(&(layer, expert)).map(|l| &**l)
     }
 
-    /// Call `f` once for each expert of `layer` in `experts` (each read at most once): cached ones
-    /// first, then the others as they land from disk, checked. `f`'s results must not depend on
-    /// the order of calls (the decoder stores each expert's outputs by selection slot).
+    /// Call `f` with every expert of `layer` in `experts` (each read at most once): first all
+    /// the cached ones in one call, then the others as they land from disk, checked, one per call.
+    /// `f`'s results must not depend on how experts are grouped or ordered (the decoder stores
+    /// each expert's outputs by selection slot).
     pub fn with_experts(
         &mut self,
         layer: u32,
         experts: &[u32],
-        mut f: impl FnMut(ExpertView<'_>) -> Result<()>,
+        mut f: impl FnMut(&[ExpertView<'_>]) -> Result<()>,
     ) -> Result<()> {
         let mut wanted: Vec<u32> = experts.to_vec();
         wanted.sort_unstable();
         wanted.dedup();
         let mut missing = Vec::new();
+        let mut hits = Vec::new();
         for &e in &wanted {
-            let layout =
-                self.layouts
-                    .get(&(layer, e))
-                    .cloned()
-                    .ok_or_else(|| DecodeError::BadExpert {
-                        layer,
-                        expert: e,
-                        detail: "not in the model's layer files".into(),
-                    })?;
+            if !self.layouts.contains_key(&(layer, e)) {
+                return Err(DecodeError::BadExpert {
+                    layer,
+                    expert: e,
+                    detail: "not in the model's layer files".into(),
+                });
+            }
             self.cache.tick += 1;
             if let Some(c) = self.cache.map.get_mut(&(layer, e)) {
                 c.last_use = self.cache.tick;
                 self.stats.cache_hits += 1;
-                f(ExpertView::new(&layout, c.bytes())?)?;
+                self.stats.bytes_used += self.layouts[&(layer, e)].data_len as u64;
+                hits.push(e);
             } else {
                 self.stats.cache_misses += 1;
                 missing.push((layer, e));
             }
         }
+        if !hits.is_empty() {
+            let views = hits
+                .iter()
+                .map(|e| {
+                    let key = (layer, *e);
+                    ExpertView::new(&self.layouts[&key], self.cache.map[&key].bytes())
+                })
+                .collect::<Result<Vec<_>>>()?;
+            f(&views)?;
+        }
         if missing.is_empty() {
             return Ok(());
         }
-        {
-            let prefetch = self.source.prefetch(&missing)?;
-            for landed in prefetch {
-                let landed = landed?;
-                self.stats.reads += 1;
-                self.stats.bytes_read += landed.bytes().len() as u64;
-                let layout = Arc::clone(&self.layouts[&(landed.layer(), landed.expert())]);
-                f(ExpertView::new(&layout, landed.bytes())?)?;
-                if self.cache.cap > 0 {
-                    let key = (landed.layer(), landed.expert());
-                    self.cache
-                        .insert(key, CachedExpert::from_bytes(landed.bytes()));
-                }
+        let prefetch = self.source.prefetch(&missing)?;
+        for landed in prefetch {
+            let landed = landed?;
+            self.stats.reads += 1;
+            self.stats.bytes_read += landed.bytes().len() as u64;
+            let layout = Arc::clone(&self.layouts[&(landed.layer(), landed.expert())]);
+            self.stats.bytes_used += layout.data_len as u64;
+            f(&[ExpertView::new(&layout, landed.bytes())?])?;
+            if self.cache.cap > 0 {
+                let key = (landed.layer(), landed.expert());
+                self.cache
+                    .insert(key, CachedExpert::from_bytes(landed.bytes()));
             }
         }
         Ok(())
@@ -359,6 +374,7 @@ fn layouts(model: &ModelExperts) -> Result<HashMap<(u32, u32), Arc<ExpertLayout>
                 len: span.len,
             });
         }
+        let data_len = parts.iter().map(|p| p.len).sum();
         out.insert(
             (layer, expert),
             Arc::new(ExpertLayout {
@@ -366,6 +382,7 @@ fn layouts(model: &ModelExperts) -> Result<HashMap<(u32, u32), Arc<ExpertLayout>
                 expert,
                 parts,
                 extent_len: ext.len,
+                data_len,
             }),
         );
     }

@@ -144,6 +144,19 @@ impl Decoder {
         self.tensors.bytes()
     }
 
+    /// Bytes of resident tensors one decode step reads: all of them but the embedding table, of
+    /// which one row (the whole table when it is also the output head).
+    pub fn tensor_bytes_per_token(&self) -> u64 {
+        let embed = self.tensors.stored_bytes("model.embed_tokens.weight");
+        let tied = self.tensors.find("lm_head.weight").is_none();
+        if tied || embed == 0 {
+            self.tensors.bytes()
+        } else {
+            let row = embed / self.vocab_size().max(1) as u64;
+            self.tensors.bytes() - embed + row
+        }
+    }
+
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
         self.family.vocab_size()
@@ -265,6 +278,7 @@ fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
         bytes_read: a.bytes_read - b.bytes_read,
         cache_hits: a.cache_hits - b.cache_hits,
         cache_misses: a.cache_misses - b.cache_misses,
+        bytes_used: a.bytes_used - b.bytes_used,
     }
 }
 

@@ -260,6 +260,7 @@ pub fn f16_to_f32(h: u16) -> f32 {
 #[derive(Debug)]
 pub struct TensorStore {
     tensors: HashMap<String, Tensor>,
+    stored: HashMap<String, u64>,
     bytes: u64,
 }
 
@@ -269,6 +270,7 @@ impl TensorStore {
     pub fn load(dir: &Path, manifest: &Manifest, experts: &ModelExperts) -> Result<TensorStore> {
         let mut store = TensorStore {
             tensors: HashMap::new(),
+            stored: HashMap::new(),
             bytes: 0,
         };
         for entry in manifest.files.iter().filter(|f| f.kind == FileKind::Trunk) {
@@ -306,6 +308,7 @@ impl TensorStore {
             })?;
             let bytes = reader.read_region_verified(i as u32)?;
             self.bytes += bytes.len() as u64;
+            self.stored.insert(name.to_string(), bytes.len() as u64);
             let t = Tensor::from_bytes(name, dtype, r.shape(), &bytes)?;
             self.tensors.insert(name.to_string(), t);
         }
@@ -322,6 +325,11 @@ impl TensorStore {
     /// The tensor `name`, if present.
     pub fn find(&self, name: &str) -> Option<&Tensor> {
         self.tensors.get(name)
+    }
+
+    /// Bytes of tensor `name` as stored on disk (0 if absent).
+    pub fn stored_bytes(&self, name: &str) -> u64 {
+        self.stored.get(name).copied().unwrap_or(0)
     }
 
     /// Bytes of all resident tensors as stored on disk.

@@ -261,24 +261,39 @@ pub fn routed_experts(ctx: &mut Ctx<'_>, layer: u32, routes: &[Route], x: &Batch
     let mut wanted: Vec<u32> = routes.iter().flat_map(|r| r.iter().map(|s| s.0)).collect();
     wanted.sort_unstable();
     wanted.dedup();
-    let mut outs = MoeOutputs::new(routes);
-    let isa = ctx.isa;
-    ctx.experts.with_experts(layer, &wanted, |view| {
-        // (token, slot) pairs routed to this expert, in token order.
-        let mine: Vec<(usize, usize, f32)> = routes
+    let hidden = x.first().map_or(0, |v| v.len());
+    // (token, slot, weight) pairs routed to expert e, in token order.
+    let routed_to = |e: u32| -> Vec<(usize, usize, f32)> {
+        routes
             .iter()
             .enumerate()
             .flat_map(|(t, r)| {
                 r.iter()
                     .enumerate()
-                    .filter(|(_, s)| s.0 == view.expert)
+                    .filter(move |(_, s)| s.0 == e)
                     .map(move |(k, s)| (t, k, s.1))
             })
+            .collect()
+    };
+    let mut outs = MoeOutputs::new(routes);
+    let isa = ctx.isa;
+    ctx.experts.with_experts(layer, &wanted, |views| {
+        let mine: Vec<Vec<(usize, usize, f32)>> =
+            views.iter().map(|v| routed_to(v.expert)).collect();
+        let xs: Vec<Batch> = mine
+            .iter()
+            .map(|m| m.iter().map(|&(t, _, _)| x[t].clone()).collect())
             .collect();
-        let xs: Batch = mine.iter().map(|&(t, _, _)| x[t].clone()).collect();
-        let ys = blocks::expert_swiglu(isa, &view, &xs)?;
-        for (&(t, k, w), y) in mine.iter().zip(&ys) {
-            outs.put(t, k, y, w);
+        let items: Vec<_> = views
+            .iter()
+            .cloned()
+            .zip(xs.iter().map(|b| b.as_slice()))
+            .collect();
+        let ys = blocks::experts_swiglu(isa, &items, hidden)?;
+        for (m, y) in mine.iter().zip(&ys) {
+            for (&(t, k, w), yt) in m.iter().zip(y) {
+                outs.put(t, k, yt, w);
+            }
         }
         Ok(())
     })?;

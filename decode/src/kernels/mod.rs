@@ -131,28 +131,45 @@ impl Isa {
     }
 
     /// `out[t][r] = dot(m.row(r), xs[t])` for every token `t` and row `r`: a matrix times a batch
-    /// of vectors. Threads take contiguous blocks of rows; each output is one canonical dot, so
-    /// neither the thread count nor the batch size changes a bit.
+    /// of vectors. Each output is one canonical dot, so neither the thread count nor the batch
+    /// size changes a bit. See [`Isa::matmul_many`].
     pub fn matmul(self, m: MatrixRef<'_>, xs: &[&[f32]], out: &mut [Vec<f32>]) {
-        assert_eq!(xs.len(), out.len());
-        for (x, o) in xs.iter().zip(out.iter()) {
-            assert_eq!(x.len(), m.cols, "{}: input length", m.name);
-            assert_eq!(o.len(), m.rows, "{}: output length", m.name);
-        }
-        // Rows per task: enough work per task to amortise scheduling (≈ 256 KiB of weights).
-        let block = (256 * 1024 / (m.cols.max(1) * 2)).clamp(4, 4096) / 4 * 4;
-        let blocks: Vec<(usize, Vec<Vec<f32>>)> = (0..m.rows.div_ceil(block))
-            .into_par_iter()
-            .map(|b| {
-                let r0 = b * block;
+        self.matmul_many(&mut [MatJob { m, xs, out }]);
+    }
+
+    /// Several matrix products in one parallel region (e.g. the gate and up projections of every
+    /// selected expert of a layer): every job's rows are cut into blocks of about 64 KiB of
+    /// weights, all blocks of all jobs are one pool of tasks for the threads, and each block's
+    /// outputs are written to their fixed place. Threads split outputs only.
+    pub fn matmul_many(self, jobs: &mut [MatJob<'_, '_>]) {
+        let mut tasks = Vec::new();
+        for (j, job) in jobs.iter().enumerate() {
+            let m = job.m;
+            assert_eq!(job.xs.len(), job.out.len());
+            for (x, o) in job.xs.iter().zip(job.out.iter()) {
+                assert_eq!(x.len(), m.cols, "{}: input length", m.name);
+                assert_eq!(o.len(), m.rows, "{}: output length", m.name);
+            }
+            let block = (64 * 1024 / (m.cols.max(1) * 2)).clamp(4, 4096) / 4 * 4;
+            let mut r0 = 0;
+            while r0 < m.rows {
                 let r1 = (r0 + block).min(m.rows);
-                let mut res = vec![vec![0.0f32; r1 - r0]; xs.len()];
-                self.rows_into(m, r0, r1, xs, &mut res);
-                (r0, res)
+                tasks.push((j, r0, r1));
+                r0 = r1;
+            }
+        }
+        let jobs_ro: &[MatJob<'_, '_>] = jobs;
+        let done: Vec<(usize, usize, Vec<Vec<f32>>)> = tasks
+            .into_par_iter()
+            .map(|(j, r0, r1)| {
+                let job = &jobs_ro[j];
+                let mut res = vec![vec![0.0f32; r1 - r0]; job.xs.len()];
+                self.rows_into(job.m, r0, r1, job.xs, &mut res);
+                (j, r0, res)
             })
             .collect();
-        for (r0, res) in blocks {
-            for (o, r) in out.iter_mut().zip(res) {
+        for (j, r0, res) in done {
+            for (o, r) in jobs[j].out.iter_mut().zip(res) {
                 o[r0..r0 + r.len()].copy_from_slice(&r);
             }
         }
@@ -191,6 +208,17 @@ impl Isa {
             r += 1;
         }
     }
+}
+
+/// One product of [`Isa::matmul_many`]: `out[t] = m · xs[t]`.
+#[derive(Debug)]
+pub struct MatJob<'m, 'o> {
+    /// The matrix.
+    pub m: MatrixRef<'m>,
+    /// One input vector per token.
+    pub xs: &'o [&'o [f32]],
+    /// One output vector (of `m.rows`) per token.
+    pub out: &'o mut [Vec<f32>],
 }
 
 impl fmt::Display for Isa {

@@ -1,0 +1,305 @@
+//! `tarfa bench-decode`: decode speed against its bounds, measured side by side in one run.
+//!
+//! - **resident**: every expert in RAM; tokens/s against the memory bound — the machine's read
+//!   bandwidth (all threads summing a buffer larger than the caches, measured here, now) ÷ the
+//!   bytes one decode step touches (the experts it computed with, measured, plus every resident
+//!   tensor but the embedding table's unused rows).
+//! - **stream**: experts from disk, cold page cache before each run, no RAM cache; tokens/s against
+//!   the storage bound — fio's random-read rate over the layer files at the expert extent size and
+//!   the depth one decode step has in flight (its top-k), measured here, now ÷ the expert bytes
+//!   read per decoded token.
+//!
+//! Every run also checks that its logits are bit-identical to the first run's: a benchmark that
+//! went faster by computing something else would be caught here.
+
+use std::time::Instant;
+
+use anyhow::{bail, Context};
+use rayon::prelude::*;
+use tarfa_decode::{Decoder, DecoderOptions, ExpertMode, ExpertOptions};
+use tarfa_runtime::{ModelExperts, SourceOptions};
+
+use crate::bench_io_cmd::{common_extent_len, drop_page_cache, run_fio};
+use crate::cli::BenchDecodeArgs;
+
+#[derive(Debug, serde::Serialize)]
+struct ModeRow {
+    mode: &'static str,
+    runs: usize,
+    prompt_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    expert_bytes_per_token: f64,
+    bytes_per_token: f64,
+    baseline_gb_per_s: Option<f64>,
+    bound_tokens_per_s: Option<f64>,
+    ratio_to_bound: Option<f64>,
+    cold_cache: bool,
+}
+
+pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
+    let threads = a
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    if threads == 0 || a.tokens < 2 || a.runs == 0 || a.prompt_tokens == 0 {
+        bail!("--threads, --runs and --prompt-tokens must be at least 1, --tokens at least 2");
+    }
+    let modes: Vec<&str> = a.modes.split(',').map(str::trim).collect();
+    for m in &modes {
+        if !matches!(*m, "resident" | "stream") {
+            bail!("--modes: unknown mode {m:?} (resident, stream)");
+        }
+    }
+    let say = |s: String| {
+        if !a.json {
+            eprintln!("{s}");
+        }
+    };
+    let model = ModelExperts::open(&a.dir)?;
+    let top_k = model.top_k().unwrap_or(8);
+    let vocab = tarfa_format::manifest::Manifest::load(&a.dir)?
+        .architecture
+        .config
+        .get("vocab_size")
+        .and_then(|v| v.as_u64())
+        .unwrap_or(2) as u32;
+    let prompt: Vec<u32> = (0..a.prompt_tokens as u32)
+        .map(|i| (i.wrapping_mul(7919).wrapping_add(13)) % vocab.max(1))
+        .collect();
+    let mut rows = Vec::new();
+    let mut reference: Option<Vec<Vec<u32>>> = None;
+    let mut check = |logits: Vec<Vec<u32>>, what: &str| -> anyhow::Result<()> {
+        match &reference {
+            None => reference = Some(logits),
+            Some(r) if *r == logits => {}
+            Some(_) => bail!("{what}: logits differ from the first run's: exactness broken"),
+        }
+        Ok(())
+    };
+    say(format!(
+        "bench-decode {}: {} threads, prompt {} tokens, {} decode steps, {} run(s) per mode",
+        a.dir.display(),
+        threads,
+        prompt.len(),
+        a.tokens,
+        a.runs
+    ));
+
+    let mut mem_gbps = None;
+    if modes.contains(&"resident") {
+        let g = memory_read_gbps(threads, a.mem_gib)?;
+        say(format!(
+            "memory read, {threads} threads summing {:.1} GiB: {g:.2} GB/s (best of 5)",
+            a.mem_gib
+        ));
+        mem_gbps = Some(g);
+        let opts = options(threads, ExpertMode::Resident)?;
+        let t0 = Instant::now();
+        let mut dec = Decoder::open(&a.dir, &opts)?;
+        say(format!(
+            "resident: opened and read {:.2} GiB of experts in {:.1} s",
+            dec.experts().cached_bytes() as f64 / (1u64 << 30) as f64,
+            t0.elapsed().as_secs_f64()
+        ));
+        // Warm-up: page faults of fresh buffers, thread start.
+        measure(&mut dec, &prompt, 2)?;
+        let mut pr = Vec::new();
+        let mut dr = Vec::new();
+        let mut per_tok = 0.0;
+        for run in 0..a.runs {
+            let m = measure(&mut dec, &prompt, a.tokens)?;
+            check(m.logits, &format!("resident run {run}"))?;
+            pr.push(m.prompt_tps);
+            dr.push(m.decode_tps);
+            per_tok = m.expert_bytes_used_per_token;
+        }
+        let touched = per_tok + dec.tensor_bytes_per_token() as f64;
+        let decode = median(&mut dr);
+        let bound = mem_gbps.map(|g| g * 1e9 / touched);
+        rows.push(ModeRow {
+            mode: "resident",
+            runs: a.runs,
+            prompt_tokens_per_s: median(&mut pr),
+            decode_tokens_per_s: decode,
+            expert_bytes_per_token: per_tok,
+            bytes_per_token: touched,
+            baseline_gb_per_s: mem_gbps,
+            bound_tokens_per_s: bound,
+            ratio_to_bound: bound.map(|b| decode / b),
+            cold_cache: false,
+        });
+    }
+
+    if modes.contains(&"stream") {
+        let cold = drop_page_cache().is_ok();
+        if !cold {
+            say(
+                "WARNING: cannot drop the page cache (needs root): stream figures are warm-cache"
+                    .into(),
+            );
+        }
+        let fio = if !a.no_fio && crate::bench_io_cmd::has_fio() {
+            let paths: Vec<_> = model.paths().map(|p| p.to_path_buf()).collect();
+            let block = common_extent_len(&model);
+            let bytes = (a.fio_gib * (1u64 << 30) as f64) as u64;
+            let mut v = Vec::new();
+            for _ in 0..3 {
+                let _ = drop_page_cache();
+                v.push(run_fio(&paths, block, top_k, bytes)?);
+            }
+            let g = median(&mut v);
+            say(format!(
+                "disk: fio randread bs={block} iodepth={top_k} (io_uring, O_DIRECT) over the layer files: {g:.3} GB/s (median of 3)"
+            ));
+            Some(g)
+        } else {
+            say("note: fio not found (or --no-fio): no storage bound (apt install fio)".into());
+            None
+        };
+        let mut pr = Vec::new();
+        let mut dr = Vec::new();
+        let mut per_tok = Vec::new();
+        for run in 0..a.runs {
+            let _ = drop_page_cache();
+            let mut dec = Decoder::open(&a.dir, &options(threads, ExpertMode::Stream)?)?;
+            let m = measure(&mut dec, &prompt, a.tokens)?;
+            check(m.logits, &format!("stream run {run}"))?;
+            pr.push(m.prompt_tps);
+            dr.push(m.decode_tps);
+            per_tok.push(m.expert_bytes_read_per_token);
+        }
+        let decode = median(&mut dr);
+        let bytes = median(&mut per_tok);
+        let bound = fio.map(|g| g * 1e9 / bytes);
+        rows.push(ModeRow {
+            mode: "stream",
+            runs: a.runs,
+            prompt_tokens_per_s: median(&mut pr),
+            decode_tokens_per_s: decode,
+            expert_bytes_per_token: bytes,
+            bytes_per_token: bytes,
+            baseline_gb_per_s: fio,
+            bound_tokens_per_s: bound,
+            ratio_to_bound: bound.map(|b| decode / b),
+            cold_cache: cold,
+        });
+    }
+
+    if a.json {
+        let doc = serde_json::json!({
+            "schema": "tarfa.bench-decode/1",
+            "model": a.dir.display().to_string(),
+            "threads": threads,
+            "prompt_tokens": prompt.len(),
+            "decode_steps": a.tokens,
+            "memory_read_gb_per_s": mem_gbps,
+            "modes": rows,
+            "logits_identical_across_runs": true,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!(
+            "| mode | prompt tok/s | decode tok/s | bytes/token (experts) | baseline GB/s | bound tok/s | ratio |"
+        );
+        println!("|---|---:|---:|---:|---:|---:|---:|");
+        for r in &rows {
+            let f = |v: Option<f64>, p: usize| v.map_or("-".into(), |v| format!("{v:.p$}"));
+            println!(
+                "| {}{} | {:.1} | {:.2} | {:.1} MB ({:.1} MB) | {} | {} | {} |",
+                r.mode,
+                if r.mode == "stream" && !r.cold_cache {
+                    " (WARM)"
+                } else {
+                    ""
+                },
+                r.prompt_tokens_per_s,
+                r.decode_tokens_per_s,
+                r.bytes_per_token / 1e6,
+                r.expert_bytes_per_token / 1e6,
+                f(r.baseline_gb_per_s, 2),
+                f(r.bound_tokens_per_s, 2),
+                f(r.ratio_to_bound, 3),
+            );
+        }
+        println!(
+            "logits bit-identical across all {} runs",
+            rows.iter().map(|r| r.runs).sum::<usize>()
+        );
+    }
+    Ok(true)
+}
+
+fn options(threads: usize, mode: ExpertMode) -> anyhow::Result<DecoderOptions> {
+    Ok(DecoderOptions {
+        threads,
+        isa: None,
+        experts: ExpertOptions {
+            mode,
+            cache_bytes: 0,
+        },
+        source: SourceOptions::from_env()?,
+        batch_prompt: true,
+    })
+}
+
+struct Measured {
+    prompt_tps: f64,
+    decode_tps: f64,
+    expert_bytes_used_per_token: f64,
+    expert_bytes_read_per_token: f64,
+    logits: Vec<Vec<u32>>,
+}
+
+fn measure(dec: &mut Decoder, prompt: &[u32], n: usize) -> anyhow::Result<Measured> {
+    dec.reset();
+    let mut logits = Vec::new();
+    let (p, d) = dec.generate(prompt, n, |_, _, l| {
+        logits.push(l.iter().map(|v| v.to_bits()).collect());
+        Ok(())
+    })?;
+    let tps = |tokens: u64, s: f64| if s > 0.0 { tokens as f64 / s } else { 0.0 };
+    let dt = d.tokens.max(1) as f64;
+    Ok(Measured {
+        prompt_tps: tps(p.tokens, p.time.as_secs_f64()),
+        decode_tps: tps(d.tokens, d.time.as_secs_f64()),
+        expert_bytes_used_per_token: d.experts.bytes_used as f64 / dt,
+        expert_bytes_read_per_token: d.experts.bytes_read as f64 / dt,
+        logits,
+    })
+}
+
+/// Read bandwidth of this machine's memory with `threads` threads: each sums its share of a
+/// buffer of `gib` GiB (far larger than the caches); best of 5 passes, in GB/s.
+fn memory_read_gbps(threads: usize, gib: f64) -> anyhow::Result<f64> {
+    let words = ((gib * (1u64 << 30) as f64) as usize / 8).max(1 << 20);
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("thread pool")?;
+    let buf: Vec<u64> = pool.install(|| {
+        (0..words)
+            .into_par_iter()
+            .map(|i| (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+            .collect()
+    });
+    let chunk = words.div_ceil(threads * 8);
+    let mut best = 0.0f64;
+    let mut sink = 0u64;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let s: u64 = pool.install(|| {
+            buf.par_chunks(chunk)
+                .map(|c| c.iter().fold(0u64, |a, &v| a.wrapping_add(v)))
+                .reduce(|| 0, u64::wrapping_add)
+        });
+        let secs = t.elapsed().as_secs_f64();
+        sink = sink.wrapping_add(s);
+        best = best.max((words * 8) as f64 / secs / 1e9);
+    }
+    std::hint::black_box(sink);
+    Ok(best)
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
