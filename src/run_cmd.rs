@@ -8,6 +8,7 @@ use tarfa_decode::{Decoder, DecoderOptions, ExpertMode, ExpertOptions, Isa, Phas
 use tarfa_runtime::{BackendChoice, SourceOptions};
 
 use crate::cli::RunArgs;
+use crate::units::bytes;
 
 /// Largest `--cache-gib` accepted (a typo guard; the cache only ever holds the model's experts).
 const MAX_CACHE_GIB: f64 = 1048576.0;
@@ -122,20 +123,20 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             dp.time.as_secs_f64(),
             rate(dp.tokens, dp),
         );
-        let per_tok = if dp.tokens > 0 {
-            dp.experts.bytes_read as f64 / dp.tokens as f64
+        let per_tok = dp.experts.bytes_read.checked_div(dp.tokens).unwrap_or(0);
+        let held = if a.experts == "resident" {
+            "all resident, read at start".to_string()
         } else {
-            0.0
+            format!("{} cached", bytes(dec.experts().cached_bytes()))
         };
         eprintln!(
-            "experts: {} read ({:.1} MiB, {:.1} MiB per decoded token, {:.2} GB/s effective), {} cache hits, {} misses, {:.1} MiB cached; {}",
+            "experts: {} read ({}, {} per decoded token, {:.2} GB/s effective), {} cache hits, {} misses, {held}; {}",
             stats.reads,
-            stats.bytes_read as f64 / (1 << 20) as f64,
-            per_tok / (1 << 20) as f64,
+            bytes(stats.bytes_read),
+            bytes(per_tok),
             gbps(pp.experts.bytes_read + dp.experts.bytes_read, pp.time + dp.time),
             stats.cache_hits,
             stats.cache_misses,
-            dec.experts().cached_bytes() as f64 / (1 << 20) as f64,
             report,
         );
         eprintln!(
