@@ -97,7 +97,7 @@ impl<'a> ExpertView<'a> {
                 [n] => (1, n),
                 _ => return Err(bad(format!("region {} has shape {:?}", p.name, p.shape))),
             };
-            if rows * cols != data.len() {
+            if rows.checked_mul(cols) != Some(data.len()) {
                 return Err(bad(format!(
                     "region {}: {} elements for shape {:?}",
                     p.name,

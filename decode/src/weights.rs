@@ -139,7 +139,10 @@ impl Tensor {
             detail,
         };
         let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
-        let n: usize = shape.iter().product();
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| bad(format!("shape {shape:?} overflows")))?;
         let data = if dtype == Dtype::BF16 {
             TensorData::Bf16(
                 bytes
