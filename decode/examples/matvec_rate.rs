@@ -6,7 +6,10 @@ use tarfa_decode::weights::{MatrixRef, WeightSlice};
 use tarfa_decode::Isa;
 
 fn main() {
-    let a: Vec<usize> = std::env::args().skip(1).filter_map(|s| s.parse().ok()).collect();
+    let a: Vec<usize> = std::env::args()
+        .skip(1)
+        .filter_map(|s| s.parse().ok())
+        .collect();
     let (rows, cols, threads) = (
         *a.first().unwrap_or(&32768),
         *a.get(1).unwrap_or(&2048),
