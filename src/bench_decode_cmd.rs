@@ -155,7 +155,7 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
             // No fio (the GPU machine has none): the runtime's own io_uring path with checks off,
             // decode-shaped (one layer's top-k experts in flight at a time), cold cache.
             let mut sets = Vec::new();
-            for token in tarfa_runtime::bench::decode_sets(&model, top_k, 64, 0x7a4f) {
+            for token in tarfa_runtime::bench::decode_sets(&model, top_k, 8, 0x7a4f) {
                 let mut by_layer: std::collections::BTreeMap<u32, Vec<(u32, u32)>> =
                     Default::default();
                 for (l, e) in token {

@@ -144,6 +144,18 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             dec.isa(),
             dec.threads()
         );
+        if std::env::var_os("TARFA_PROFILE").is_some_and(|v| v == "1") {
+            let total = (pp.time + dp.time).as_secs_f64();
+            let mut parts = String::new();
+            for (name, d) in dec.profile().parts() {
+                parts.push_str(&format!(
+                    "{name} {:.1}% ({:.3} s); ",
+                    100.0 * d.as_secs_f64() / total.max(1e-9),
+                    d.as_secs_f64()
+                ));
+            }
+            eprintln!("profile (of {total:.3} s): {parts}");
+        }
     }
     Ok(true)
 }

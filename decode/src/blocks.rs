@@ -30,22 +30,58 @@ pub fn linear(isa: Isa, w: MatrixRef<'_>, bias: Option<WeightSlice<'_>>, xs: &[V
     out
 }
 
+/// Several linear layers of the same inputs in one parallel region (e.g. q, k and v).
+pub fn linear_many(
+    isa: Isa,
+    layers: &[(MatrixRef<'_>, Option<WeightSlice<'_>>)],
+    xs: &[Vec<f32>],
+) -> Vec<Batch> {
+    let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+    let mut outs: Vec<Batch> = layers
+        .iter()
+        .map(|(w, _)| vec![vec![0.0f32; w.rows]; xs.len()])
+        .collect();
+    {
+        let mut jobs: Vec<MatJob<'_, '_>> = layers
+            .iter()
+            .zip(outs.iter_mut())
+            .map(|((m, _), out)| MatJob {
+                m: *m,
+                xs: &refs,
+                out,
+            })
+            .collect();
+        isa.matmul_many(&mut jobs);
+    }
+    for ((_, bias), out) in layers.iter().zip(outs.iter_mut()) {
+        if let Some(b) = bias {
+            for y in out.iter_mut() {
+                for (i, v) in y.iter_mut().enumerate() {
+                    *v += b.get(i);
+                }
+            }
+        }
+    }
+    outs
+}
+
 /// RMSNorm of each token (w-style: `w · (x · rsqrt(mean(x²) + eps))`).
-pub fn rms_norm(xs: &[Vec<f32>], w: WeightSlice<'_>, eps: f32) -> Batch {
+pub fn rms_norm(isa: Isa, xs: &[Vec<f32>], w: WeightSlice<'_>, eps: f32) -> Batch {
     xs.iter()
         .map(|x| {
             let mut o = vec![0.0f32; x.len()];
-            canon::rms_norm(x, |i| w.get(i), eps, &mut o);
+            isa.rms_norm(x, |i| w.get(i), eps, &mut o);
             o
         })
         .collect()
 }
 
 /// RMSNorm of each `dim`-wide head of `x` in place (q_norm / k_norm), one weight for all heads.
-pub fn rms_norm_heads(x: &mut [f32], dim: usize, w: WeightSlice<'_>, eps: f32) {
+pub fn rms_norm_heads(isa: Isa, x: &mut [f32], dim: usize, w: WeightSlice<'_>, eps: f32) {
+    let mut src = vec![0.0f32; dim];
     for head in x.chunks_exact_mut(dim) {
-        let src = head.to_vec();
-        canon::rms_norm(&src, |i| w.get(i), eps, head);
+        src.copy_from_slice(head);
+        isa.rms_norm(&src, |i| w.get(i), eps, head);
     }
 }
 
@@ -143,8 +179,8 @@ pub fn attend(
                         isa.dot_f32(kk, qh) * scaling
                     })
                     .collect();
-                canon::softmax(&mut scores);
-                canon::weighted_rows(
+                isa.softmax(&mut scores);
+                isa.weighted_rows(
                     &scores,
                     |i| {
                         let pos = first + i;
@@ -171,9 +207,9 @@ pub type Route = Vec<(u32, f32)>;
 /// The softmax router with native top-k: `P = softmax(z)` (`f32`, canonical), the `k` largest in
 /// descending order (ties: the lower expert id first), renormalised by their canonical sum when
 /// `norm_topk_prob`.
-pub fn softmax_topk(logits: &[f32], k: usize, norm_topk_prob: bool) -> Route {
+pub fn softmax_topk(isa: Isa, logits: &[f32], k: usize, norm_topk_prob: bool) -> Route {
     let mut p = logits.to_vec();
-    canon::softmax(&mut p);
+    isa.softmax(&mut p);
     let mut idx: Vec<u32> = (0..p.len() as u32).collect();
     // Total order: probability descending, then id ascending (NaN never occurs after softmax of
     // finite logits; total_cmp keeps even that deterministic).
@@ -201,12 +237,11 @@ pub fn swiglu(
     down: MatrixRef<'_>,
     xs: &[Vec<f32>],
 ) -> Batch {
-    let g = linear(isa, gate, None, xs);
-    let u = linear(isa, up, None, xs);
-    let h: Batch = g
+    let gu = linear_many(isa, &[(gate, None), (up, None)], xs);
+    let h: Batch = gu[0]
         .iter()
-        .zip(&u)
-        .map(|(g, u)| g.iter().zip(u).map(|(&a, &b)| canon::silu(a) * b).collect())
+        .zip(&gu[1])
+        .map(|(g, u)| isa.silu_mul(g, u))
         .collect();
     linear(isa, down, None, &h)
 }
@@ -301,12 +336,7 @@ pub fn experts_swiglu(
     let h: Vec<Batch> = g
         .iter()
         .zip(&u)
-        .map(|(g, u)| {
-            g.iter()
-                .zip(u)
-                .map(|(g, u)| g.iter().zip(u).map(|(&a, &b)| canon::silu(a) * b).collect())
-                .collect()
-        })
+        .map(|(g, u)| g.iter().zip(u).map(|(g, u)| isa.silu_mul(g, u)).collect())
         .collect();
     let h_refs: Vec<Vec<&[f32]>> = h
         .iter()

@@ -23,7 +23,7 @@ pub fn bf16_to_f32(bits: u16) -> f32 {
 }
 
 /// Fold 32 lane partials by the fixed tree: `+16`, `+8`, `+4`, `+2`, `+1`.
-#[inline]
+#[inline(always)]
 pub fn fold_lanes(l: &mut [f32; LANES]) -> f32 {
     let mut step = LANES / 2;
     while step > 0 {
@@ -36,6 +36,7 @@ pub fn fold_lanes(l: &mut [f32; LANES]) -> f32 {
 }
 
 /// Canonical dot product of BF16 weights and `f32` activations (scalar reference).
+#[inline(always)]
 pub fn dot_bf16(w: &[u16], x: &[f32]) -> f32 {
     debug_assert_eq!(w.len(), x.len());
     let mut l = [0.0f32; LANES];
@@ -46,6 +47,7 @@ pub fn dot_bf16(w: &[u16], x: &[f32]) -> f32 {
 }
 
 /// Canonical dot product of two `f32` vectors (scalar reference).
+#[inline(always)]
 pub fn dot_f32(w: &[f32], x: &[f32]) -> f32 {
     debug_assert_eq!(w.len(), x.len());
     let mut l = [0.0f32; LANES];
@@ -56,6 +58,7 @@ pub fn dot_f32(w: &[f32], x: &[f32]) -> f32 {
 }
 
 /// Canonical sum (one add per element into its lane, then the tree).
+#[inline(always)]
 pub fn sum(x: &[f32]) -> f32 {
     let mut l = [0.0f32; LANES];
     for (k, &v) in x.iter().enumerate() {
@@ -67,6 +70,7 @@ pub fn sum(x: &[f32]) -> f32 {
 /// Canonical weighted sum of rows: `out[d] = Σ_t a[t] · rows[t][d]` for every `d`, each output a
 /// reduction over `t` in the canonical order (lane `t mod 32`, fused multiply-add, the tree).
 /// Attention's `Σ_t a_t v_t` is this. `row(t)` yields row `t`; every row has `out.len()` elements.
+#[inline(always)]
 pub fn weighted_rows<'r>(a: &[f32], row: impl Fn(usize) -> &'r [f32], out: &mut [f32]) {
     let d = out.len();
     let mut lanes = vec![0.0f32; LANES * d];
@@ -118,6 +122,7 @@ fn pow2i(k: i32) -> f32 {
 /// (two exact power-of-two factors, so results near overflow and in the subnormal range round
 /// once). `x` is first clamped to `[−104, 89]`, past which the result is `0` or `+∞` anyway.
 /// NaN gives NaN.
+#[inline(always)]
 pub fn exp(x: f32) -> f32 {
     if x.is_nan() {
         return x;
@@ -138,24 +143,25 @@ pub fn exp(x: f32) -> f32 {
 }
 
 /// `1 / (1 + e^(−x))`.
-#[inline]
+#[inline(always)]
 pub fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + exp(-x))
 }
 
 /// SiLU as torch computes it: `x / (1 + e^(−x))`.
-#[inline]
+#[inline(always)]
 pub fn silu(x: f32) -> f32 {
     x / (1.0 + exp(-x))
 }
 
 /// `1 / √v`: two correctly rounded operations, so every target agrees.
-#[inline]
+#[inline(always)]
 pub fn rsqrt(v: f32) -> f32 {
     1.0 / v.sqrt()
 }
 
 /// Softmax in place: `m = max`, `e_i = exp(x_i − m)`, `s = sum(e)` (canonical), `x_i = e_i / s`.
+#[inline(always)]
 pub fn softmax(x: &mut [f32]) {
     let m = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     for v in x.iter_mut() {
@@ -170,6 +176,7 @@ pub fn softmax(x: &mut [f32]) {
 /// RMSNorm with a per-element weight as transformers computes it in `f32`:
 /// `out_i = w_i · (x_i · rsqrt(mean(x²) + eps))`, the mean being the canonical `dot(x, x) / n`.
 /// `w` widens one weight at a time (BF16 or `f32`).
+#[inline(always)]
 pub fn rms_norm(x: &[f32], w: impl Fn(usize) -> f32, eps: f32, out: &mut [f32]) {
     let r = rms_scale(x, eps);
     for (i, (o, &v)) in out.iter_mut().zip(x).enumerate() {
@@ -178,6 +185,7 @@ pub fn rms_norm(x: &[f32], w: impl Fn(usize) -> f32, eps: f32, out: &mut [f32]) 
 }
 
 /// `rsqrt(dot(x, x) / n + eps)`: the scale of an RMSNorm.
+#[inline(always)]
 pub fn rms_scale(x: &[f32], eps: f32) -> f32 {
     let ms = dot_f32(x, x) / x.len() as f32;
     rsqrt(ms + eps)

@@ -10,7 +10,7 @@ use tarfa_runtime::{ExpertSource, ModelExperts, SourceOptions, SourceReport};
 
 use crate::error::{DecodeError, Result};
 use crate::experts::{ExpertOptions, ExpertStats, ExpertStore};
-use crate::family::{self, Ctx, Family};
+use crate::family::{self, Ctx, Family, Profile};
 use crate::kernels::Isa;
 use crate::weights::TensorStore;
 
@@ -66,6 +66,7 @@ pub struct Decoder {
     isa: Isa,
     batch_prompt: bool,
     pos: usize,
+    profile: Profile,
 }
 
 impl Decoder {
@@ -106,6 +107,7 @@ impl Decoder {
             isa,
             batch_prompt: opts.batch_prompt,
             pos: 0,
+            profile: Profile::default(),
         })
     }
 
@@ -172,6 +174,11 @@ impl Decoder {
         self.family.top_k()
     }
 
+    /// Wall time by part of the forward pass, since the decoder was opened.
+    pub fn profile(&self) -> &Profile {
+        &self.profile
+    }
+
     /// Start a new sequence.
     pub fn reset(&mut self) {
         self.family.reset();
@@ -212,6 +219,7 @@ impl Decoder {
             isa: self.isa,
             tensors: &self.tensors,
             experts: &mut self.experts,
+            profile: &mut self.profile,
         };
         let family = &mut self.family;
         let batch = self.batch_prompt;

@@ -19,6 +19,38 @@ pub struct Ctx<'a> {
     pub tensors: &'a TensorStore,
     /// Routed experts.
     pub experts: &'a mut ExpertStore,
+    /// Where the time went, by part of the forward pass.
+    pub profile: &'a mut Profile,
+}
+
+/// Wall time spent in each part of the forward pass (`tarfa run` prints it with
+/// `TARFA_PROFILE=1`). Timing never changes what is computed.
+#[derive(Clone, Debug, Default)]
+pub struct Profile {
+    parts: Vec<(&'static str, std::time::Duration)>,
+}
+
+impl Profile {
+    /// Run `f`, adding its wall time to `part`.
+    pub fn time<R>(&mut self, part: &'static str, f: impl FnOnce() -> R) -> R {
+        let t = std::time::Instant::now();
+        let r = f();
+        self.add(part, t.elapsed());
+        r
+    }
+
+    /// Add `d` to `part`.
+    pub fn add(&mut self, part: &'static str, d: std::time::Duration) {
+        match self.parts.iter_mut().find(|p| p.0 == part) {
+            Some(p) => p.1 += d,
+            None => self.parts.push((part, d)),
+        }
+    }
+
+    /// The parts in first-seen order with their total time.
+    pub fn parts(&self) -> &[(&'static str, std::time::Duration)] {
+        &self.parts
+    }
 }
 
 /// A model family's decoder.

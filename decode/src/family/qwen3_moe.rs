@@ -212,24 +212,39 @@ impl Qwen3Moe {
         let wo = s.get(&p("o_proj.weight"))?.matrix(h, c.heads * d)?;
         let qn = s.get(&p("q_norm.weight"))?.vector(d)?;
         let kn = s.get(&p("k_norm.weight"))?.vector(d)?;
-        let mut q = blocks::linear(ctx.isa, wq, bias("q_proj.bias")?, x);
-        let mut k = blocks::linear(ctx.isa, wk, bias("k_proj.bias")?, x);
-        let v = blocks::linear(ctx.isa, wv, bias("v_proj.bias")?, x);
-        self.rope.ensure(start + x.len());
-        for (t, (qt, kt)) in q.iter_mut().zip(k.iter_mut()).enumerate() {
-            blocks::rms_norm_heads(qt, d, qn, c.rms_norm_eps);
-            blocks::rms_norm_heads(kt, d, kn, c.rms_norm_eps);
-            blocks::rope_heads(&self.rope, qt, d, start + t);
-            blocks::rope_heads(&self.rope, kt, d, start + t);
-        }
+        let (bq, bk, bv) = (
+            bias("q_proj.bias")?,
+            bias("k_proj.bias")?,
+            bias("v_proj.bias")?,
+        );
+        let isa = ctx.isa;
+        let mut qkv = ctx.profile.time("attention q/k/v", || {
+            blocks::linear_many(isa, &[(wq, bq), (wk, bk), (wv, bv)], x)
+        });
+        let v = qkv.pop().expect("three outputs");
+        let mut k = qkv.pop().expect("three outputs");
+        let mut q = qkv.pop().expect("three outputs");
         let shape = AttnShape {
             heads: c.heads,
             kv_heads: c.kv_heads,
             head_dim: d,
             window: c.window,
         };
-        let o = blocks::attend(ctx.isa, shape, &mut self.kv[l], start, &q, &k, &v);
-        Ok(blocks::linear(ctx.isa, wo, bias("o_proj.bias")?, &o))
+        let (rope, kv) = (&mut self.rope, &mut self.kv[l]);
+        let o = ctx.profile.time("attention core", || {
+            rope.ensure(start + x.len());
+            for (t, (qt, kt)) in q.iter_mut().zip(k.iter_mut()).enumerate() {
+                blocks::rms_norm_heads(isa, qt, d, qn, c.rms_norm_eps);
+                blocks::rms_norm_heads(isa, kt, d, kn, c.rms_norm_eps);
+                blocks::rope_heads(rope, qt, d, start + t);
+                blocks::rope_heads(rope, kt, d, start + t);
+            }
+            blocks::attend(isa, shape, kv, start, &q, &k, &v)
+        });
+        let bo = bias("o_proj.bias")?;
+        Ok(ctx
+            .profile
+            .time("attention o", || blocks::linear(isa, wo, bo, &o)))
     }
 
     fn mlp(&self, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
@@ -241,17 +256,26 @@ impl Qwen3Moe {
             let g = s.get(&p("gate_proj.weight"))?.matrix(i, c.hidden_size)?;
             let u = s.get(&p("up_proj.weight"))?.matrix(i, c.hidden_size)?;
             let dn = s.get(&p("down_proj.weight"))?.matrix(c.hidden_size, i)?;
-            return Ok(blocks::swiglu(ctx.isa, g, u, dn, x));
+            let isa = ctx.isa;
+            return Ok(ctx
+                .profile
+                .time("dense mlp", || blocks::swiglu(isa, g, u, dn, x)));
         }
         let router = s
             .get(&p("gate.weight"))?
             .matrix(c.num_experts, c.hidden_size)?;
-        let logits = blocks::linear(ctx.isa, router, None, x);
-        let routes: Vec<Route> = logits
-            .iter()
-            .map(|z| blocks::softmax_topk(z, c.top_k, c.norm_topk_prob))
-            .collect();
-        routed_experts(ctx, l as u32, &routes, x)
+        let isa = ctx.isa;
+        let routes: Vec<Route> = ctx.profile.time("router", || {
+            blocks::linear(isa, router, None, x)
+                .iter()
+                .map(|z| blocks::softmax_topk(isa, z, c.top_k, c.norm_topk_prob))
+                .collect()
+        });
+        let t = std::time::Instant::now();
+        let out = routed_experts(ctx, l as u32, &routes, x);
+        ctx.profile
+            .add("experts (read, check, compute)", t.elapsed());
+        out
     }
 }
 
@@ -351,13 +375,13 @@ impl Family for Qwen3Moe {
         for l in 0..c.num_layers {
             let p = |n: &str| format!("model.layers.{l}.{n}");
             let w_in = s.get(&p("input_layernorm.weight"))?.vector(c.hidden_size)?;
-            let xn = blocks::rms_norm(&x, w_in, c.rms_norm_eps);
+            let xn = blocks::rms_norm(ctx.isa, &x, w_in, c.rms_norm_eps);
             let a = self.attention(ctx, l, start, &xn)?;
             blocks::add_into(&mut x, &a);
             let w_post = s
                 .get(&p("post_attention_layernorm.weight"))?
                 .vector(c.hidden_size)?;
-            let xn = blocks::rms_norm(&x, w_post, c.rms_norm_eps);
+            let xn = blocks::rms_norm(ctx.isa, &x, w_post, c.rms_norm_eps);
             let m = self.mlp(ctx, l, &xn)?;
             blocks::add_into(&mut x, &m);
         }
@@ -367,7 +391,10 @@ impl Family for Qwen3Moe {
             x.len().saturating_sub(1)
         };
         let w_norm = s.get("model.norm.weight")?.vector(c.hidden_size)?;
-        let xn = blocks::rms_norm(&x[keep..], w_norm, c.rms_norm_eps);
-        Ok(blocks::linear(ctx.isa, self.lm_head(s)?, None, &xn))
+        let xn = blocks::rms_norm(ctx.isa, &x[keep..], w_norm, c.rms_norm_eps);
+        let (isa, head) = (ctx.isa, self.lm_head(s)?);
+        Ok(ctx
+            .profile
+            .time("lm_head", || blocks::linear(isa, head, None, &xn)))
     }
 }

@@ -130,6 +130,49 @@ impl Isa {
         }
     }
 
+    /// `silu(g_i) · u_i` for every `i` (the SwiGLU gate).
+    pub fn silu_mul(self, g: &[f32], u: &[f32]) -> Vec<f32> {
+        assert_eq!(g.len(), u.len());
+        #[cfg(target_arch = "x86_64")]
+        if self != Isa::Scalar {
+            if let Some(v) = x86::silu_mul_on_fma(g, u) {
+                return v;
+            }
+        }
+        g.iter().zip(u).map(|(&a, &b)| canon::silu(a) * b).collect()
+    }
+
+    /// [`canon::softmax`] in place.
+    pub fn softmax(self, x: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self != Isa::Scalar && x86::softmax_on_fma(x) {
+            return;
+        }
+        canon::softmax(x)
+    }
+
+    /// [`canon::weighted_rows`].
+    pub fn weighted_rows<'r>(self, a: &[f32], row: impl Fn(usize) -> &'r [f32], out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self != Isa::Scalar {
+            if x86::weighted_rows_on_fma(a, &row, out) {
+                return;
+            }
+        }
+        canon::weighted_rows(a, row, out)
+    }
+
+    /// [`canon::rms_norm`].
+    pub fn rms_norm(self, x: &[f32], w: impl Fn(usize) -> f32, eps: f32, out: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if self != Isa::Scalar {
+            if x86::rms_norm_on_fma(x, &w, eps, out) {
+                return;
+            }
+        }
+        canon::rms_norm(x, w, eps, out)
+    }
+
     /// `out[t][r] = dot(m.row(r), xs[t])` for every token `t` and row `r`: a matrix times a batch
     /// of vectors. Each output is one canonical dot, so neither the thread count nor the batch
     /// size changes a bit. See [`Isa::matmul_many`].

@@ -49,6 +49,67 @@ pub fn dot4_bf16_on_avx2(w: [&[u16]; 4], x: &[f32]) -> Option<[f32; 4]> {
     has_avx2().then(|| unsafe { dot4_bf16_avx2(w, x) })
 }
 
+/// [`canon::silu`]`(g_i) · u_i` for every `i`, compiled with FMA instructions (the same
+/// fused operations `canon` names, so the same bits as the scalar reference).
+pub fn silu_mul_on_fma(g: &[f32], u: &[f32]) -> Option<Vec<f32>> {
+    // SAFETY: features checked.
+    has_avx2().then(|| unsafe { silu_mul_fma(g, u) })
+}
+
+/// [`canon::softmax`] compiled with FMA instructions.
+pub fn softmax_on_fma(x: &mut [f32]) -> bool {
+    // SAFETY: features checked.
+    has_avx2() && {
+        unsafe { softmax_fma(x) };
+        true
+    }
+}
+
+/// [`canon::weighted_rows`] compiled with FMA instructions.
+pub fn weighted_rows_on_fma<'r>(
+    a: &[f32],
+    row: impl Fn(usize) -> &'r [f32],
+    out: &mut [f32],
+) -> bool {
+    // SAFETY: features checked.
+    has_avx2() && {
+        unsafe { weighted_rows_fma(a, row, out) };
+        true
+    }
+}
+
+/// [`canon::rms_norm`] compiled with FMA instructions.
+pub fn rms_norm_on_fma(x: &[f32], w: impl Fn(usize) -> f32, eps: f32, out: &mut [f32]) -> bool {
+    // SAFETY: features checked.
+    has_avx2() && {
+        unsafe { rms_norm_fma(x, w, eps, out) };
+        true
+    }
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_mul_fma(g: &[f32], u: &[f32]) -> Vec<f32> {
+    g.iter()
+        .zip(u)
+        .map(|(&a, &b)| crate::canon::silu(a) * b)
+        .collect()
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn softmax_fma(x: &mut [f32]) {
+    crate::canon::softmax(x)
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weighted_rows_fma<'r>(a: &[f32], row: impl Fn(usize) -> &'r [f32], out: &mut [f32]) {
+    crate::canon::weighted_rows(a, row, out)
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rms_norm_fma(x: &[f32], w: impl Fn(usize) -> f32, eps: f32, out: &mut [f32]) {
+    crate::canon::rms_norm(x, w, eps, out)
+}
+
 /// [`dot_bf16_avx512`] where the CPU has AVX-512F.
 pub fn dot_bf16_on_avx512(w: &[u16], x: &[f32]) -> Option<f32> {
     // SAFETY: as above.
