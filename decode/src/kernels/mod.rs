@@ -154,10 +154,8 @@ impl Isa {
     /// [`canon::weighted_rows`].
     pub fn weighted_rows<'r>(self, a: &[f32], row: impl Fn(usize) -> &'r [f32], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if self != Isa::Scalar {
-            if x86::weighted_rows_on_fma(a, &row, out) {
-                return;
-            }
+        if self != Isa::Scalar && x86::weighted_rows_on_fma(a, &row, out) {
+            return;
         }
         canon::weighted_rows(a, row, out)
     }
@@ -165,10 +163,8 @@ impl Isa {
     /// [`canon::rms_norm`].
     pub fn rms_norm(self, x: &[f32], w: impl Fn(usize) -> f32, eps: f32, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if self != Isa::Scalar {
-            if x86::rms_norm_on_fma(x, &w, eps, out) {
-                return;
-            }
+        if self != Isa::Scalar && x86::rms_norm_on_fma(x, &w, eps, out) {
+            return;
         }
         canon::rms_norm(x, w, eps, out)
     }
