@@ -412,7 +412,7 @@ fn copy_aux(ck: &Checkpoint, out: &Path) -> Result<Vec<FileEntry>, ConvertError>
     for name in aux_files() {
         let src = ck.dir.join(name);
         let dest = out.join(name);
-        let Ok(meta) = std::fs::metadata(&src) else {
+        let Some(bytes) = tarfa_format::fsio::read_regular_if_exists(&src, MAX_AUX_LEN)? else {
             // A copy of an aux file the source no longer has (`output_dir::check` vetted it as
             // ours): the manifest will not list it, so it goes.
             if dest.exists() {
@@ -424,21 +424,9 @@ fn copy_aux(ck: &Checkpoint, out: &Path) -> Result<Vec<FileEntry>, ConvertError>
             }
             continue;
         };
-        if meta.len() > MAX_AUX_LEN {
-            return Err(ConvertError::BadSource {
-                path: src,
-                detail: format!(
-                    "{} bytes is over the {MAX_AUX_LEN}-byte limit for an aux file",
-                    meta.len()
-                ),
-            });
-        }
-        let bytes = std::fs::read(&src).map_err(|source| ConvertError::Io {
-            path: src.clone(),
-            op: "read",
-            source,
-        })?;
-        if std::fs::read(&dest).ok().as_deref() != Some(&bytes[..]) {
+        let same = tarfa_format::fsio::read_regular(&dest, bytes.len() as u64)
+            .is_ok_and(|here| here == bytes);
+        if !same {
             tarfa_format::publish::write_atomic(&dest, &bytes)?;
         }
         let h = tarfa_format::hash::dual_hash(&bytes);

@@ -133,6 +133,10 @@ pub enum FetchError {
         /// The I/O error.
         source: io::Error,
     },
+    /// A local file to read is not a regular file (a FIFO, a device, a directory), is over its
+    /// size limit, or cannot be opened.
+    #[error(transparent)]
+    File(#[from] tarfa_format::fsio::FsError),
     /// The output (or its partial file or journal) is, or links to, a file of the source
     /// checkpoint: publishing would replace the source. Refused before anything is written.
     #[error("{}: this is the source file {} (same device and inode); tarfa fetch never writes over its input: give -o a new path", path.display(), input.display())]
@@ -187,6 +191,7 @@ impl FetchError {
             | FetchError::NotAModel { .. }
             | FetchError::NothingSelected { .. }
             | FetchError::RemoteChanged { .. } => true,
+            FetchError::File(e) => !matches!(e, tarfa_format::fsio::FsError::Io { .. }),
             _ => false,
         }
     }

@@ -23,6 +23,8 @@ use crate::http::Validator;
 use crate::plan::{OutputFormat, Plan};
 
 const JOURNAL_MAGIC: &str = "tarfa-fetch journal 1";
+/// The longest `done CHUNK BLAKE3` line: 20 digits of a chunk number, 64 hex digits.
+const JOURNAL_LINE_MAX: usize = "done  \n".len() + 20 + 64;
 
 /// How a plan's bytes are moved.
 #[derive(Clone, Copy, Debug)]
@@ -260,7 +262,9 @@ pub fn run(
             .as_ref()
             .is_some_and(|r| *r.validator() == Validator::None)
     });
-    let mut done = match std::fs::read(&journal_path) {
+    // A journal holds its preamble and at most one line per chunk: anything longer is not ours.
+    let journal_limit = (preamble.len() + chunks.len() * JOURNAL_LINE_MAX) as u64;
+    let mut done = match tarfa_format::fsio::read_regular(&journal_path, journal_limit) {
         Ok(_) if unprovable => {
             progress.note(
                 "starting over: the server gives no ETag or Last-Modified: \
@@ -277,8 +281,14 @@ pub fn run(
                 }
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-        Err(e) => return Err(FetchError::io(&journal_path, "read")(e)),
+        Err(e) if e.is_not_found() => HashMap::new(),
+        Err(tarfa_format::fsio::FsError::TooLarge { limit, .. }) => {
+            progress.note(&format!(
+                "starting over: the journal is longer than the {limit} bytes this plan's can be"
+            ));
+            HashMap::new()
+        }
+        Err(e) => return Err(e.into()),
     };
     let file_len = file
         .metadata()
@@ -415,7 +425,7 @@ pub fn run(
 
 /// The written file parses, with the tensors of the plan where the plan put them.
 fn check_output(plan: &Plan, path: &Path) -> Result<()> {
-    let src = tarfa_gguf::FileSource::open(path).map_err(FetchError::io(path, "open"))?;
+    let src = tarfa_gguf::FileSource::open(path)?;
     let placed: Vec<(String, u64, u64)> = match plan.format {
         OutputFormat::Gguf => tarfa_gguf::read_header(&src)?
             .tensors

@@ -347,20 +347,7 @@ impl Manifest {
             path: path.clone(),
             detail,
         };
-        use std::io::Read;
-        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, "open", e))?;
-        let meta = file.metadata().map_err(|e| Error::io(&path, "stat", e))?;
-        if !meta.is_file() {
-            return Err(bad("not a regular file".into()));
-        }
-        // Bounded by the limit itself, not by what stat said: the file may grow while read.
-        let mut bytes = Vec::with_capacity(meta.len().min(MAX_MANIFEST_LEN) as usize);
-        file.take(MAX_MANIFEST_LEN + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| Error::io(&path, "read", e))?;
-        if bytes.len() as u64 > MAX_MANIFEST_LEN {
-            return Err(bad(format!("over the {MAX_MANIFEST_LEN}-byte limit")));
-        }
+        let bytes = crate::fsio::read_regular(&path, MAX_MANIFEST_LEN)?;
         Self::from_bytes(&bytes).map_err(bad)
     }
 
@@ -402,7 +389,11 @@ impl Manifest {
         }
         let mut bytes = serde_json::to_vec_pretty(&v).map_err(ser)?;
         bytes.push(b'\n');
-        if std::fs::read(&path).ok().as_deref() == Some(&bytes[..]) {
+        if crate::fsio::read_regular(&path, bytes.len() as u64)
+            .ok()
+            .as_deref()
+            == Some(&bytes[..])
+        {
             return Ok(()); // already this manifest: a rerun that changed nothing rewrites nothing
         }
         crate::publish::write_atomic(&path, &bytes)

@@ -87,9 +87,13 @@ pub fn parse_sample(s: &str) -> Result<(u32, u32), VerifyError> {
     Ok((n, total))
 }
 
-fn hash_file(path: &Path) -> std::io::Result<tarfa_format::DualHash> {
+/// The hashes of the regular file `path`, read up to one byte past `limit` (its size in the
+/// manifest): a longer file is a size fault already, and a link to `/dev/zero` is no file.
+fn hash_file(path: &Path, limit: u64) -> std::io::Result<tarfa_format::DualHash> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
+    let mut f = tarfa_format::fsio::open_regular(path)?
+        .file
+        .take(limit.saturating_add(1));
     let mut h = tarfa_format::hash::DualHasher::new();
     let mut buf = vec![0u8; 4 << 20];
     loop {
@@ -105,8 +109,7 @@ fn hash_file(path: &Path) -> std::io::Result<tarfa_format::DualHash> {
 fn safetensors_header_sha256(path: &Path) -> std::io::Result<String> {
     use sha2::Digest;
     use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path)?;
-    let len = f.metadata()?.len();
+    let tarfa_format::fsio::RegularFile { file: f, len } = tarfa_format::fsio::open_regular(path)?;
     let mut n8 = [0u8; 8];
     f.read_exact_at(&mut n8, 0)?;
     let n = u64::from_le_bytes(n8);
@@ -208,7 +211,7 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
                     faults.push(x);
                 }
                 if f.kind == FileKind::Aux {
-                    match hash_file(&path) {
+                    match hash_file(&path, f.size) {
                         Ok(h)
                             if hex::encode(h.sha256) == f.sha256
                                 && hex::encode(h.blake3) == f.blake3 => {}
