@@ -16,7 +16,6 @@ pub mod scan;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use rayon::prelude::*;
@@ -379,30 +378,32 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
 
     let total: u64 = to_read.iter().map(|(_, _, r)| r.footer().file_len).sum();
     progress.start(total);
-    let collected = Mutex::new(Vec::new());
     let on_bytes = |n: u64| progress.advance(n);
-    to_read.par_iter().for_each(|(name, entry, r)| {
-        let mut sources = scan::Sources::new(opts.source.as_deref());
-        let s = scan::scan_file(r, name, &mut sources, opts.direct_io, &on_bytes);
-        let mut fs = s.faults.clone();
-        if let (Some(e), Some(root)) = (entry, s.root) {
-            if hex::encode(root.sha256) != e.sha256 || hex::encode(root.blake3) != e.blake3 {
-                let mut x = Fault::new(
-                    FaultKind::FileHash,
-                    name.as_str(),
-                    "root digest of the bytes read differs from the manifest",
-                );
-                x.expected = Some(e.sha256.clone());
-                x.actual = Some(hex::encode(root.sha256));
-                fs.push(x);
+    // Each file's scan is returned, not pushed into shared state: there is no lock to poison and
+    // no way to lose a file's faults. A panic in any file's check reaches the caller.
+    let scanned: Vec<(scan::FileScan, Vec<Fault>)> = to_read
+        .par_iter()
+        .map(|(name, entry, r)| {
+            let mut sources = scan::Sources::new(opts.source.as_deref());
+            let s = scan::scan_file(r, name, &mut sources, opts.direct_io, &on_bytes);
+            let mut fs = s.faults.clone();
+            if let (Some(e), Some(root)) = (entry, s.root) {
+                if hex::encode(root.sha256) != e.sha256 || hex::encode(root.blake3) != e.blake3 {
+                    let mut x = Fault::new(
+                        FaultKind::FileHash,
+                        name.as_str(),
+                        "root digest of the bytes read differs from the manifest",
+                    );
+                    x.expected = Some(e.sha256.clone());
+                    x.actual = Some(hex::encode(root.sha256));
+                    fs.push(x);
+                }
             }
-        }
-        progress.file_done(name, fs.len());
-        if let Ok(mut c) = collected.lock() {
-            c.push((s, fs));
-        }
-    });
-    for (s, fs) in collected.into_inner().unwrap_or_default() {
+            progress.file_done(name, fs.len());
+            (s, fs)
+        })
+        .collect();
+    for (s, fs) in scanned {
         report.files_read += 1;
         report.bytes_read += s.bytes_read;
         report.regions_checked += s.regions;
