@@ -27,8 +27,10 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Re-read every byte of a JNF model directory: recompute every region, expert, index and
     /// root hash, check padding, hold the manifest to the directory, and compare every region
-    /// byte for byte with the source checkpoint (--source). Exit 0: no fault; 1: faults found
-    /// (each named); 2: could not run.
+    /// byte for byte with the source checkpoint (--source). A model missing layers of its config
+    /// or its trunk (or, with --source, any source tensor) is reported incomplete, naming what
+    /// is missing. Exit 0: no fault; 1: faults found (each named); 2: could not run (a --layers
+    /// or --sample that selects no file included).
     Verify(VerifyArgs),
     /// Fetch only chosen tensors — the MTP head with --mtp — of a remote or local GGUF (any part
     /// of a split set) or safetensors checkpoint, with checked HTTP range requests, into one GGUF
@@ -248,11 +250,13 @@ pub struct VerifyArgs {
     /// every region with the bytes it came from.
     #[arg(long)]
     pub source: Option<PathBuf>,
-    /// Read only these layers' files in full (inclusive, e.g. `0-11`); every file's structure
-    /// and the manifest are still checked.
+    /// Read only these layers' files in full (inclusive, e.g. `0-11`); every file's structure,
+    /// the manifest and the model's completeness are still checked. Selecting no layer of the
+    /// model is an error.
     #[arg(long, value_name = "A-B")]
     pub layers: Option<String>,
-    /// Read only group n of N groups of files (e.g. `1/10`); runs with n = 1..N read all.
+    /// Read only group n of N groups of files (e.g. `1/10`); runs with n = 1..N read all. A group
+    /// with no file (N above the number of files) is an error.
     #[arg(long, value_name = "n/N")]
     pub sample: Option<String>,
     /// Read through the page cache instead of with O_DIRECT.
@@ -294,7 +298,8 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub json: bool,
     /// After converting, verify what was emitted against the source: every byte re-read with
-    /// O_DIRECT, every hash recomputed, every region compared with its source bytes.
+    /// O_DIRECT, every hash recomputed, every region compared with its source bytes. With
+    /// --layers it checks that piece: the layers not asked for are not reported missing.
     #[arg(long)]
     pub verify: bool,
 }

@@ -22,7 +22,7 @@ use crate::error::ConvertError;
 use crate::source::Checkpoint;
 
 /// The lock file (hidden; not listed in the manifest).
-pub const LOCK_NAME: &str = ".tarfa-convert.lock";
+pub use tarfa_format::manifest::CONVERT_LOCK_NAME as LOCK_NAME;
 
 /// The layer of `layer-NNNNN.jnf`, spelled exactly as [`layer_file_name`] writes it.
 fn layer_of(name: &str) -> Option<u32> {

@@ -18,6 +18,29 @@ pub const FORMAT_NAME: &str = "jnf-model";
 /// Largest manifest a reader accepts (GGUF tokenizer arrays make big ones).
 pub const MAX_MANIFEST_LEN: u64 = 512 << 20;
 
+/// The lock file a conversion holds in its output directory (§8.3): hidden, never listed in the
+/// manifest, the only hidden file a model directory may hold besides a conversion's temporaries.
+pub const CONVERT_LOCK_NAME: &str = ".tarfa-convert.lock";
+
+/// `0-3, 7, 9-10`: ascending layer numbers as ranges, for messages.
+pub fn layer_ranges(v: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            v[i].to_string()
+        } else {
+            format!("{}-{}", v[i], v[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
 /// File name of the JNF file of one layer.
 pub fn layer_file_name(layer: u32) -> String {
     format!("layer-{layer:05}.jnf")
@@ -397,6 +420,13 @@ impl Manifest {
             return Ok(()); // already this manifest: a rerun that changed nothing rewrites nothing
         }
         crate::publish::write_atomic(&path, &bytes)
+    }
+
+    /// Layers of the model (`0..num_layers`) that `layers` does not list, ascending.
+    pub fn missing_layers(&self) -> Vec<u32> {
+        (0..self.architecture.num_layers)
+            .filter(|l| self.layers.binary_search(l).is_err())
+            .collect()
     }
 
     /// The entry of a layer's file.

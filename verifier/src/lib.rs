@@ -8,9 +8,14 @@
 //! the directory (every listed file present with its size and hash, nothing extra). Each fault
 //! names the file, tensor, layer, expert, projection, the first faulty byte and the two hashes.
 //!
+//! The model is also held to be whole: every layer of its config and the trunk present, and with
+//! a source every byte of every source tensor in some region (`coverage`); a model that is a part
+//! is reported incomplete, naming what is missing.
+//!
 //! - [`scan`]: one file, every byte;
 //! - [`report`]: faults and totals.
 
+mod coverage;
 pub mod report;
 pub mod scan;
 
@@ -19,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use rayon::prelude::*;
-use tarfa_format::manifest::{FileKind, Manifest, MANIFEST_NAME};
+use tarfa_format::manifest::{FileKind, Manifest, CONVERT_LOCK_NAME, MANIFEST_NAME};
 use tarfa_format::JnfReader;
 
 pub use report::{Fault, FaultKind, Report};
@@ -37,6 +42,10 @@ pub struct Options {
     pub sample: Option<(u32, u32)>,
     /// Read with `O_DIRECT` where the filesystem allows.
     pub direct_io: bool,
+    /// The model is expected to be a part (`tarfa convert --layers A-B --verify` checks the
+    /// piece it wrote): layers missing from it, and source tensors of those layers, are not
+    /// faults. A missing trunk still is.
+    pub partial: bool,
 }
 
 /// Progress callbacks, by bytes.
@@ -187,8 +196,11 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
         Option<tarfa_format::manifest::FileEntry>,
     )> = Vec::new();
     let mut listed = BTreeSet::new();
-    match Manifest::load(dir) {
+    let manifest = Manifest::load(dir);
+    match &manifest {
         Ok(m) => {
+            report.missing_layers = m.missing_layers();
+            faults.extend(coverage::model_faults(m, opts.partial));
             for f in &m.files {
                 listed.insert(f.path.clone());
                 let path = dir.join(&f.path);
@@ -293,10 +305,12 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
         }
     }
     if let Ok(rd) = std::fs::read_dir(dir) {
+        // Hidden files too (a conversion's leftover temporaries among them): only the lock of a
+        // conversion may be there unlisted.
         let mut extra: Vec<String> = rd
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| !n.starts_with('.') && n != MANIFEST_NAME && !listed.contains(n))
+            .filter(|n| n != CONVERT_LOCK_NAME && n != MANIFEST_NAME && !listed.contains(n))
             .collect();
         extra.sort();
         for n in extra {
@@ -311,6 +325,7 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
     // Open every JNF file (structure); choose which to read in full.
     let mut to_read = Vec::new();
     let mut k = 0u32;
+    let mut held = coverage::Provenances::default();
     for (name, layer, entry) in jnf {
         let r = match JnfReader::open(dir.join(&name)) {
             Ok(r) => r,
@@ -325,6 +340,7 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
                 continue;
             }
         };
+        held.add(&r);
         let h = r.header();
         let (want_first, want_count) = match layer {
             Some(l) => (l, 1),
@@ -373,6 +389,26 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
                     faults.push(x);
                 }
             }
+        }
+    }
+
+    if let Ok(m) = &manifest {
+        // A selection that reads nothing proves nothing: a mistake, not a pass.
+        if to_read.is_empty() && (opts.layers.is_some() || opts.sample.is_some()) {
+            let what = match (opts.layers, opts.sample) {
+                (Some((a, b)), None) => format!("--layers {a}-{b}"),
+                (None, Some((n, t))) => format!("--sample {n}/{t}"),
+                (Some((a, b)), Some((n, t))) => format!("--layers {a}-{b} --sample {n}/{t}"),
+                (None, None) => String::new(),
+            };
+            return Err(VerifyError::Usage(format!(
+                "{what} selects no file to read: the model has {} file(s) and layers [{}]",
+                report.files_structure_only,
+                tarfa_format::manifest::layer_ranges(&m.layers)
+            )));
+        }
+        if let (Some(src), false) = (&opts.source, opts.partial) {
+            faults.extend(coverage::source_faults(m, src, &held));
         }
     }
 
