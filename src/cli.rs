@@ -224,7 +224,8 @@ pub struct FetchArgs {
     /// Bytes per range request (K, M, G suffixes).
     #[arg(long, default_value = "8M")]
     pub chunk_size: String,
-    /// Attempts per request on 5xx, timeouts and dropped connections.
+    /// Attempts per request on 5xx, timeouts, dropped connections and bodies slower than the
+    /// low-speed limit.
     #[arg(long, default_value_t = 8)]
     pub retries: u32,
     /// Delay before the first retry, in milliseconds (doubled each time, with jitter).
@@ -233,6 +234,13 @@ pub struct FetchArgs {
     /// Seconds to wait for a connection, a response, or the next bytes of a body.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+    /// Low-speed limit, bytes per second (K, M suffixes; 0: none): a response body slower than
+    /// this over --speed-time seconds is dropped and retried, as curl's --speed-limit.
+    #[arg(long, default_value = "1K", value_name = "BYTES")]
+    pub speed_limit: String,
+    /// The period the low-speed limit is averaged over, seconds.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub speed_time: u64,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
