@@ -159,10 +159,16 @@ pub struct BenchIoArgs {
     pub top_k: Option<u32>,
     /// Tokens per run (default: enough for --gib).
     #[arg(long)]
-    pub tokens: Option<usize>,
-    /// GiB read per run when --tokens is not given.
-    #[arg(long, default_value_t = 1.0)]
-    pub gib: f64,
+    pub tokens: Option<u64>,
+    /// GiB read per run when --tokens is not given (default: the model's expert bytes, at most
+    /// 1 GiB).
+    #[arg(long)]
+    pub gib: Option<f64>,
+    /// Seconds for the whole sweep, shared equally by its timed runs (fio's included); a run
+    /// whose share is spent ends after the token it is on, and says so. Default: 60 when the
+    /// work is the default, none when --tokens or --gib is given. 0: none.
+    #[arg(long, value_name = "SECS")]
+    pub budget: Option<f64>,
     /// Ring slots (default: queue depth + 16).
     #[arg(long)]
     pub slots: Option<u32>,
@@ -179,8 +185,11 @@ pub struct BenchIoArgs {
     #[arg(long)]
     pub no_fio: bool,
     /// Print CSV on stdout instead of the table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "json")]
     pub csv: bool,
+    /// Print one JSON document on stdout (settings and every row) instead of the table.
+    #[arg(long)]
+    pub json: bool,
     /// Also stream each landed, checked expert on to GPU 0 (ring registered with
     /// cuMemHostRegister, async copies): disk→VRAM next to disk→pinned, their ratio, and the
     /// pure host-to-device rate of the registered ring. Needs a build with `--features cuda`.
@@ -189,7 +198,7 @@ pub struct BenchIoArgs {
     /// With --to-gpu: whole-ring host-to-device copies timed for the pure H2D figure.
     #[arg(long, default_value_t = 20)]
     pub h2d_repeats: usize,
-    /// No progress output.
+    /// No progress output (each run with an ETA, on stderr).
     #[arg(short, long)]
     pub quiet: bool,
 }
