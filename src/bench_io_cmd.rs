@@ -8,9 +8,10 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
-use tarfa_runtime::bench::{decode_sets, stream_sets, stream_sets_to_gpu};
+use tarfa_runtime::bench::{stream_sets_to_gpu_within, stream_sets_within, DecodeSets};
 use tarfa_runtime::{
     BackendChoice, BackendKind, DeviceSink, ExpertSource, Gpu, ModelExperts, SourceOptions,
 };
@@ -19,23 +20,93 @@ use crate::cli::BenchIoArgs;
 
 struct Row {
     backend: BackendKind,
-    qd: u32,
-    fio_qd: u32,
+    queue_depth: u32,
+    fio_iodepth: u32,
     verify: bool,
+    tokens: u64,
     experts: u64,
     bytes: u64,
-    secs: f64,
-    gbps: f64,
-    fio: Option<f64>,
+    seconds: f64,
+    gb_per_s: f64,
+    fio_gb_per_s: Option<f64>,
     /// Disk→VRAM GB/s (median), with --to-gpu.
-    vram: Option<f64>,
+    vram_gb_per_s: Option<f64>,
     /// Whole-ring host-to-device GB/s of the registered ring, with --to-gpu.
-    h2d: Option<f64>,
+    h2d_gb_per_s: Option<f64>,
+    /// Some of the bytes may have come from the page cache, not the disk: it was not dropped
+    /// before the run, or the backend reads through it and asked for an expert twice.
+    from_cache: bool,
+    /// The time budget ended the (median) run before its last token.
+    cut_short: bool,
+}
+
+impl Row {
+    /// One row of `--json`: the CSV's columns by name, `null` where there is no figure.
+    fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "backend": self.backend.name(),
+            "queue_depth": self.queue_depth,
+            "verify": self.verify,
+            "tokens": self.tokens,
+            "experts": self.experts,
+            "bytes": self.bytes,
+            "seconds": self.seconds,
+            "gb_per_s": self.gb_per_s,
+            "fio_iodepth": self.fio_iodepth,
+            "fio_gb_per_s": self.fio_gb_per_s,
+            "vram_gb_per_s": self.vram_gb_per_s,
+            "h2d_gb_per_s": self.h2d_gb_per_s,
+            "from_cache": self.from_cache,
+            "cut_short": self.cut_short,
+        })
+    }
 }
 
 /// Copies that may hold slots at once: well under the spare slots (queue depth + 16), so the
 /// reader always has slots to read into.
 const GPU_COPIES_IN_FLIGHT: usize = 8;
+/// Bytes per run by default: the model's expert bytes, at most this.
+const DEFAULT_RUN_BYTES: u64 = 1 << 30;
+/// The sweep's time budget by default (with the default work).
+const DEFAULT_BUDGET_SECS: f64 = 60.0;
+
+/// Progress of the sweep on stderr: each timed run as it ends, with an ETA.
+struct Sweep {
+    quiet: bool,
+    runs: usize,
+    done: usize,
+    t0: Instant,
+}
+
+impl Sweep {
+    fn say(&self, s: &str) {
+        if !self.quiet {
+            eprintln!("{s}");
+        }
+    }
+
+    fn run_done(&mut self, what: &str, gbps: f64, cut_short: bool) {
+        self.done += 1;
+        let elapsed = self.t0.elapsed().as_secs_f64();
+        let eta = elapsed / self.done as f64 * self.runs.saturating_sub(self.done) as f64;
+        self.say(&format!(
+            "[{}/{}] {what}: {gbps:.3} GB/s{}; ETA {}",
+            self.done,
+            self.runs,
+            if cut_short {
+                " (cut at its time share)"
+            } else {
+                ""
+            },
+            clock(eta)
+        ));
+    }
+}
+
+fn clock(secs: f64) -> String {
+    let s = secs.round() as u64;
+    format!("{}:{:02}", s / 60, s % 60)
+}
 
 pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
     // First, before any work: a build or a machine without CUDA says so at once.
@@ -43,6 +114,20 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
         Some(Gpu::open(0).context("--to-gpu")?)
     } else {
         None
+    };
+    if let Some(g) = a.gib {
+        if !(g.is_finite() && g > 0.0) {
+            bail!("--gib {g}: expected a positive number of GiB");
+        }
+    }
+    if a.tokens == Some(0) {
+        bail!("--tokens 0: a run needs at least one token");
+    }
+    let budget_secs = match a.budget {
+        Some(b) if !(b.is_finite() && b >= 0.0) => bail!("--budget {b}: expected seconds, >= 0"),
+        Some(b) => (b > 0.0).then_some(b),
+        None if a.tokens.is_none() && a.gib.is_none() => Some(DEFAULT_BUDGET_SECS),
+        None => None,
     };
     let model = ModelExperts::open(&a.dir)?;
     if model.is_empty() {
@@ -75,67 +160,110 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
     let per_token: u64 = model
         .layers()
         .map(|(_, n)| u64::from(top_k.min(n)) * block as u64)
+        .sum::<u64>()
+        .max(1);
+    let model_bytes: u64 = model
+        .all()
+        .into_iter()
+        .filter_map(|(l, e)| model.get(l, e).map(|x| x.len as u64))
         .sum();
-    let tokens = a.tokens.unwrap_or_else(|| {
-        (a.gib * (1u64 << 30) as f64 / per_token as f64)
-            .ceil()
-            .max(1.0) as usize
-    });
-    let sets = decode_sets(&model, top_k, tokens, a.seed);
+    let run_bytes = match a.gib {
+        // Saturates at u64::MAX for an absurd --gib: the budget (or the user) ends it.
+        Some(g) => (g * (1u64 << 30) as f64) as u64,
+        None => model_bytes.min(DEFAULT_RUN_BYTES),
+    };
+    let tokens = a
+        .tokens
+        .unwrap_or_else(|| run_bytes.div_ceil(per_token).max(1));
+    let sets = DecodeSets::new(&model, top_k, tokens, a.seed);
     let layers = model.layers().count();
-    let quiet = a.quiet;
-    let say = |s: String| {
-        if !quiet {
-            eprintln!("{s}");
-        }
+    let fio_ok = !a.no_fio && has_fio();
+    let per_run_count = a.runs.max(1);
+    let timed_runs = per_run_count
+        * (if fio_ok { depths.len() } else { 0 }
+            + backends.len()
+                * depths.len()
+                * verify_modes.len()
+                * (1 + usize::from(gpu.is_some())));
+    let share = budget_secs.map(|b| Duration::from_secs_f64(b / timed_runs.max(1) as f64));
+    let mut sweep = Sweep {
+        quiet: a.quiet,
+        runs: timed_runs,
+        done: 0,
+        t0: Instant::now(),
     };
     if let Some(g) = &gpu {
-        say(format!(
+        sweep.say(&format!(
             "gpu: {} (device {}); each landed expert is copied to VRAM from the cuMemHostRegister'd ring, {GPU_COPIES_IN_FLIGHT} copies in flight at most",
             g.name(),
             g.ordinal()
         ));
     }
-    say(format!(
-        "bench-io: {} experts in {layers} layers; per token top-{top_k} of each layer, {tokens} tokens, block {} bytes ({:.1} MiB), {:.2} GB per run",
+    sweep.say(&format!(
+        "bench-io: {} experts in {layers} layers ({:.1} MiB); per token top-{top_k} of each layer, {tokens} tokens, block {} bytes ({:.1} MiB), {:.2} GB per run{}",
         model.len(),
+        model_bytes as f64 / (1 << 20) as f64,
         block,
         block as f64 / (1 << 20) as f64,
-        (per_token * tokens as u64) as f64 / 1e9
+        per_token.saturating_mul(tokens) as f64 / 1e9,
+        if a.tokens.is_none() && a.gib.is_none() {
+            " (the model's expert bytes, at most 1 GiB: --gib or --tokens for more)"
+        } else {
+            ""
+        }
+    ));
+    sweep.say(&format!(
+        "{timed_runs} timed runs{}",
+        match (budget_secs, share) {
+            (Some(b), Some(s)) => format!(
+                "; time budget {} ({:.2} s per run at most, --budget)",
+                clock(b),
+                s.as_secs_f64()
+            ),
+            _ => String::new(),
+        }
     ));
     // A token's set is the most a decode step can have in flight: fio runs at that depth too.
-    let set_len = sets.first().map_or(1, Vec::len) as u32;
+    let set_len = sets.set_len() as u32;
     let paths: Vec<_> = model.paths().map(Path::to_path_buf).collect();
     drop(model);
 
-    let mut can_drop = !a.no_drop_caches;
-    let mut drop_caches = |say: &dyn Fn(String)| {
-        if can_drop {
+    // Whether every run so far started from a dropped page cache.
+    let cold = std::cell::Cell::new(!a.no_drop_caches);
+    if cold.get() {
+        sweep.say("dropping the page cache (sync; echo 3 > /proc/sys/vm/drop_caches) before each run: cold-cache figures");
+    } else {
+        sweep.say("not dropping the page cache (--no-drop-caches): figures may come from memory, not the disk");
+    }
+    let drop_caches = |sweep: &Sweep| {
+        if cold.get() {
             if let Err(e) = drop_page_cache() {
-                say(format!(
+                sweep.say(&format!(
                     "warning: cannot drop the page cache ({e}); figures are not cold-cache (run as root, or pass --no-drop-caches to silence)"
                 ));
-                can_drop = false;
+                cold.set(false);
             }
         }
+        cold.get()
     };
 
-    let fio_ok = !a.no_fio && has_fio();
     if !a.no_fio && !fio_ok {
-        say("note: fio not found; no fio column (apt install fio)".into());
+        sweep.say("note: fio not found; no fio column (apt install fio)");
     }
     let mut fio: BTreeMap<u32, f64> = BTreeMap::new();
-    let total_bytes = per_token * tokens as u64;
+    let total_bytes = per_token.saturating_mul(tokens);
     if fio_ok {
         for &qd in &depths {
             let depth = qd.min(set_len);
             let mut runs = Vec::new();
-            for _ in 0..a.runs.max(1) {
-                drop_caches(&say);
-                runs.push(run_fio(&paths, block, depth, total_bytes)?);
+            for _ in 0..per_run_count {
+                drop_caches(&sweep);
+                let gbps = run_fio_within(&paths, block, depth, total_bytes, share)?;
+                sweep.run_done(&format!("fio iodepth {depth}"), gbps, false);
+                runs.push(gbps);
             }
             let gbps = median(&mut runs);
-            say(format!(
+            sweep.say(&format!(
                 "fio randread bs={block} iodepth={depth} (io_uring, O_DIRECT): {gbps:.3} GB/s (median of {})",
                 runs.len()
             ));
@@ -154,58 +282,85 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
                     verify,
                     ..SourceOptions::from_env()?
                 };
+                let label = format!(
+                    "{backend} QD {qd} BLAKE3 {}",
+                    if verify { "on" } else { "off" }
+                );
                 let mut runs = Vec::new();
                 let mut vram_runs = Vec::new();
                 let mut h2d = None;
-                for run in 0..a.runs.max(1) {
+                let mut through_cache = false;
+                for run in 0..per_run_count {
                     // A fresh source per run: pages of a live map survive drop_caches.
                     let mut src = ExpertSource::open(&a.dir, &opts)?;
+                    let report = src.report().clone();
                     if run == 0 {
-                        for w in src.report().warnings() {
-                            say(format!("warning: {w}"));
+                        for w in report.warnings() {
+                            sweep.say(&format!("warning: {w}"));
                         }
-                        say(format!("io: {}", src.report()));
+                        sweep.say(&format!("io: {report}"));
                     }
-                    drop_caches(&say);
-                    runs.push(stream_sets(&mut src, &sets)?);
+                    let direct = report.direct_io && report.backend != BackendKind::Mmap;
+                    let dropped = drop_caches(&sweep);
+                    let f = stream_sets_within(&mut src, sets.iter(), share)?;
+                    // O_DIRECT reads always reach the disk. Buffered ones may be served from
+                    // memory: all of them when the cache was not dropped, else those of an
+                    // expert asked for again.
+                    through_cache |= !direct && (!dropped || f.distinct < f.experts);
+                    sweep.run_done(&label, f.gb_per_s(), f.cut_short);
+                    runs.push(f);
                     drop(src);
                     if let Some(g) = &gpu {
                         // Interleaved with the pinned run, same settings; registration and the
                         // device allocation happen before the clock starts.
                         let mut src = ExpertSource::open(&a.dir, &opts)?;
                         let mut sink = DeviceSink::new(g, src.ring(), GPU_COPIES_IN_FLIGHT)?;
-                        drop_caches(&say);
-                        vram_runs.push(stream_sets_to_gpu(&mut src, &sets, &mut sink)?);
+                        drop_caches(&sweep);
+                        let v = stream_sets_to_gpu_within(&mut src, sets.iter(), share, &mut sink)?;
+                        sweep.run_done(&format!("{label} to VRAM"), v.gb_per_s(), v.cut_short);
+                        vram_runs.push(v);
                         if run == 0 {
                             h2d = Some(sink.bench_h2d(a.h2d_repeats)?.gb_per_s());
                         }
                     }
                 }
-                runs.sort_by_key(|r| r.elapsed);
+                runs.sort_by(|x, y| x.gb_per_s().total_cmp(&y.gb_per_s()));
                 let f = runs[runs.len() / 2];
                 let gbps = f.gb_per_s();
-                vram_runs.sort_by_key(|r| r.elapsed);
+                vram_runs.sort_by(|x, y| x.gb_per_s().total_cmp(&y.gb_per_s()));
                 let vram = vram_runs.get(vram_runs.len() / 2).map(|r| r.gb_per_s());
                 if let Some(v) = vram {
-                    say(format!(
-                        "{backend} QD {qd} BLAKE3 {}: disk→pinned {gbps:.3} GB/s, disk→VRAM {v:.3} GB/s ({:.3}x), whole-ring H2D {:.1} GB/s",
-                        if verify { "on" } else { "off" },
+                    sweep.say(&format!(
+                        "{label}: disk→pinned {gbps:.3} GB/s, disk→VRAM {v:.3} GB/s ({:.3}x), whole-ring H2D {:.1} GB/s",
                         v / gbps,
                         h2d.unwrap_or(f64::NAN)
                     ));
                 }
+                if through_cache && !a.no_drop_caches {
+                    sweep.say(&format!(
+                        "warning: {label}: buffered reads, and the figure may come from the page cache, not the disk ({})",
+                        if cold.get() {
+                            "an expert was asked for twice in a run; read less per run (--gib) or a larger model"
+                        } else {
+                            "the page cache could not be dropped"
+                        }
+                    ));
+                }
                 rows.push(Row {
                     backend,
-                    qd,
-                    fio_qd: qd.min(set_len),
+                    queue_depth: qd,
+                    fio_iodepth: qd.min(set_len),
                     verify,
+                    tokens: f.tokens,
                     experts: f.experts,
                     bytes: f.bytes,
-                    secs: f.elapsed.as_secs_f64(),
-                    gbps,
-                    fio: fio.get(&qd).copied(),
-                    vram,
-                    h2d,
+                    seconds: f.elapsed.as_secs_f64(),
+                    gb_per_s: gbps,
+                    fio_gb_per_s: fio.get(&qd).copied(),
+                    vram_gb_per_s: vram,
+                    h2d_gb_per_s: h2d,
+                    from_cache: through_cache,
+                    cut_short: f.cut_short,
                 });
             }
         }
@@ -213,10 +368,23 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
 
     let mut out = std::io::stdout().lock();
     let gpu_cols = gpu.is_some();
-    if a.csv {
+    if a.json {
+        let doc = serde_json::json!({
+            "dir": a.dir.display().to_string(),
+            "top_k": top_k,
+            "tokens": tokens,
+            "block_bytes": block,
+            "model_expert_bytes": model_bytes,
+            "runs": per_run_count,
+            "budget_seconds": budget_secs,
+            "page_cache_dropped": cold.get(),
+            "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
+        });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else if a.csv {
         write!(
             out,
-            "backend,queue_depth,verify,experts,bytes,seconds,gb_per_s,fio_iodepth,fio_gb_per_s,ratio_to_fio"
+            "backend,queue_depth,verify,experts,bytes,seconds,gb_per_s,fio_iodepth,fio_gb_per_s,ratio_to_fio,from_cache,cut_short"
         )?;
         if gpu_cols {
             write!(out, ",vram_gb_per_s,vram_to_pinned,h2d_gb_per_s")?;
@@ -225,29 +393,37 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
         for r in &rows {
             write!(
                 out,
-                "{},{},{},{},{},{:.4},{:.4},{},{},{}",
+                "{},{},{},{},{},{:.4},{:.4},{},{},{},{},{}",
                 r.backend,
-                r.qd,
+                r.queue_depth,
                 r.verify,
                 r.experts,
                 r.bytes,
-                r.secs,
-                r.gbps,
-                r.fio_qd,
-                r.fio.map(|f| format!("{f:.4}")).unwrap_or_default(),
-                r.fio
-                    .map(|f| format!("{:.3}", r.gbps / f))
-                    .unwrap_or_default()
+                r.seconds,
+                r.gb_per_s,
+                r.fio_iodepth,
+                r.fio_gb_per_s
+                    .map(|f| format!("{f:.4}"))
+                    .unwrap_or_default(),
+                r.fio_gb_per_s
+                    .map(|f| format!("{:.3}", r.gb_per_s / f))
+                    .unwrap_or_default(),
+                r.from_cache,
+                r.cut_short
             )?;
             if gpu_cols {
                 write!(
                     out,
                     ",{},{},{}",
-                    r.vram.map(|v| format!("{v:.4}")).unwrap_or_default(),
-                    r.vram
-                        .map(|v| format!("{:.3}", v / r.gbps))
+                    r.vram_gb_per_s
+                        .map(|v| format!("{v:.4}"))
                         .unwrap_or_default(),
-                    r.h2d.map(|h| format!("{h:.2}")).unwrap_or_default()
+                    r.vram_gb_per_s
+                        .map(|v| format!("{:.3}", v / r.gb_per_s))
+                        .unwrap_or_default(),
+                    r.h2d_gb_per_s
+                        .map(|h| format!("{h:.2}"))
+                        .unwrap_or_default()
                 )?;
             }
             writeln!(out)?;
@@ -255,8 +431,8 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
     } else {
         write!(
             out,
-            "{:<9} {:>4} {:>7} {:>8} {:>9} {:>6} {:>9} {:>7}",
-            "backend", "QD", "BLAKE3", "seconds", "GB/s", "fio QD", "fio GB/s", "ratio"
+            "{:<9} {:>4} {:>7} {:>8} {:>9} {:>6} {:>9} {:>7} {:>5}",
+            "backend", "QD", "BLAKE3", "seconds", "GB/s", "fio QD", "fio GB/s", "ratio", "cache"
         )?;
         if gpu_cols {
             write!(
@@ -269,31 +445,32 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
         for r in &rows {
             write!(
                 out,
-                "{:<9} {:>4} {:>7} {:>8.3} {:>9.3} {:>6} {:>9} {:>7}",
+                "{:<9} {:>4} {:>7} {:>8.3} {:>9.3} {:>6} {:>9} {:>7} {:>5}",
                 r.backend.name(),
-                r.qd,
+                r.queue_depth,
                 if r.verify { "on" } else { "off" },
-                r.secs,
-                r.gbps,
-                r.fio_qd,
-                r.fio
+                r.seconds,
+                r.gb_per_s,
+                r.fio_iodepth,
+                r.fio_gb_per_s
                     .map(|f| format!("{f:.3}"))
                     .unwrap_or_else(|| "-".into()),
-                r.fio
-                    .map(|f| format!("{:.2}x", r.gbps / f))
-                    .unwrap_or_else(|| "-".into())
+                r.fio_gb_per_s
+                    .map(|f| format!("{:.2}x", r.gb_per_s / f))
+                    .unwrap_or_else(|| "-".into()),
+                if r.from_cache { "warm" } else { "cold" }
             )?;
             if gpu_cols {
                 write!(
                     out,
                     " {:>9} {:>11} {:>8}",
-                    r.vram
+                    r.vram_gb_per_s
                         .map(|v| format!("{v:.3}"))
                         .unwrap_or_else(|| "-".into()),
-                    r.vram
-                        .map(|v| format!("{:.3}x", v / r.gbps))
+                    r.vram_gb_per_s
+                        .map(|v| format!("{:.3}x", v / r.gb_per_s))
                         .unwrap_or_else(|| "-".into()),
-                    r.h2d
+                    r.h2d_gb_per_s
                         .map(|h| format!("{h:.1}"))
                         .unwrap_or_else(|| "-".into())
                 )?;
@@ -341,6 +518,17 @@ pub(crate) fn run_fio(
     qd: u32,
     bytes: u64,
 ) -> anyhow::Result<f64> {
+    run_fio_within(files, block, qd, bytes, None)
+}
+
+/// [`run_fio`], ended once `limit` has passed (fio's `--runtime`).
+fn run_fio_within(
+    files: &[std::path::PathBuf],
+    block: usize,
+    qd: u32,
+    bytes: u64,
+    limit: Option<Duration>,
+) -> anyhow::Result<f64> {
     let names: Vec<String> = files
         .iter()
         .map(|p| p.display().to_string().replace(':', "\\:"))
@@ -361,6 +549,7 @@ pub(crate) fn run_fio(
         .arg(format!("--bs={block}"))
         .arg(format!("--iodepth={qd}"))
         .arg(format!("--io_size={bytes}"))
+        .args(limit.map(|l| format!("--runtime={}ms", l.as_millis().max(1))))
         .output()
         .context("running fio")?;
     if !out.status.success() {

@@ -27,8 +27,10 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Re-read every byte of a JNF model directory: recompute every region, expert, index and
     /// root hash, check padding, hold the manifest to the directory, and compare every region
-    /// byte for byte with the source checkpoint (--source). Exit 0: no fault; 1: faults found
-    /// (each named); 2: could not run.
+    /// byte for byte with the source checkpoint (--source). A model missing layers of its config
+    /// or its trunk (or, with --source, any source tensor) is reported incomplete, naming what
+    /// is missing. Exit 0: no fault; 1: faults found (each named); 2: could not run (a --layers
+    /// or --sample that selects no file included).
     Verify(VerifyArgs),
     /// Fetch only chosen tensors — the MTP head with --mtp — of a remote or local GGUF (any part
     /// of a split set) or safetensors checkpoint, with checked HTTP range requests, into one GGUF
@@ -157,10 +159,16 @@ pub struct BenchIoArgs {
     pub top_k: Option<u32>,
     /// Tokens per run (default: enough for --gib).
     #[arg(long)]
-    pub tokens: Option<usize>,
-    /// GiB read per run when --tokens is not given.
-    #[arg(long, default_value_t = 1.0)]
-    pub gib: f64,
+    pub tokens: Option<u64>,
+    /// GiB read per run when --tokens is not given (default: the model's expert bytes, at most
+    /// 1 GiB).
+    #[arg(long)]
+    pub gib: Option<f64>,
+    /// Seconds for the whole sweep, shared equally by its timed runs (fio's included); a run
+    /// whose share is spent ends after the token it is on, and says so. Default: 60 when the
+    /// work is the default, none when --tokens or --gib is given. 0: none.
+    #[arg(long, value_name = "SECS")]
+    pub budget: Option<f64>,
     /// Ring slots (default: queue depth + 16).
     #[arg(long)]
     pub slots: Option<u32>,
@@ -177,8 +185,11 @@ pub struct BenchIoArgs {
     #[arg(long)]
     pub no_fio: bool,
     /// Print CSV on stdout instead of the table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "json")]
     pub csv: bool,
+    /// Print one JSON document on stdout (settings and every row) instead of the table.
+    #[arg(long)]
+    pub json: bool,
     /// Also stream each landed, checked expert on to GPU 0 (ring registered with
     /// cuMemHostRegister, async copies): disk→VRAM next to disk→pinned, their ratio, and the
     /// pure host-to-device rate of the registered ring. Needs a build with `--features cuda`.
@@ -187,7 +198,7 @@ pub struct BenchIoArgs {
     /// With --to-gpu: whole-ring host-to-device copies timed for the pure H2D figure.
     #[arg(long, default_value_t = 20)]
     pub h2d_repeats: usize,
-    /// No progress output.
+    /// No progress output (each run with an ETA, on stderr).
     #[arg(short, long)]
     pub quiet: bool,
 }
@@ -222,7 +233,8 @@ pub struct FetchArgs {
     /// Bytes per range request (K, M, G suffixes).
     #[arg(long, default_value = "8M")]
     pub chunk_size: String,
-    /// Attempts per request on 5xx, timeouts and dropped connections.
+    /// Attempts per request on 5xx, timeouts, dropped connections and bodies slower than the
+    /// low-speed limit.
     #[arg(long, default_value_t = 8)]
     pub retries: u32,
     /// Delay before the first retry, in milliseconds (doubled each time, with jitter).
@@ -231,6 +243,13 @@ pub struct FetchArgs {
     /// Seconds to wait for a connection, a response, or the next bytes of a body.
     #[arg(long, default_value_t = 30)]
     pub timeout: u64,
+    /// Low-speed limit, bytes per second (K, M suffixes; 0: none): a response body slower than
+    /// this over --speed-time seconds is dropped and retried, as curl's --speed-limit.
+    #[arg(long, default_value = "1K", value_name = "BYTES")]
+    pub speed_limit: String,
+    /// The period the low-speed limit is averaged over, seconds.
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub speed_time: u64,
     /// No progress bar.
     #[arg(short, long)]
     pub quiet: bool,
@@ -248,11 +267,13 @@ pub struct VerifyArgs {
     /// every region with the bytes it came from.
     #[arg(long)]
     pub source: Option<PathBuf>,
-    /// Read only these layers' files in full (inclusive, e.g. `0-11`); every file's structure
-    /// and the manifest are still checked.
+    /// Read only these layers' files in full (inclusive, e.g. `0-11`); every file's structure,
+    /// the manifest and the model's completeness are still checked. Selecting no layer of the
+    /// model is an error.
     #[arg(long, value_name = "A-B")]
     pub layers: Option<String>,
-    /// Read only group n of N groups of files (e.g. `1/10`); runs with n = 1..N read all.
+    /// Read only group n of N groups of files (e.g. `1/10`); runs with n = 1..N read all. A group
+    /// with no file (N above the number of files) is an error.
     #[arg(long, value_name = "n/N")]
     pub sample: Option<String>,
     /// Read through the page cache instead of with O_DIRECT.
@@ -294,7 +315,8 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub json: bool,
     /// After converting, verify what was emitted against the source: every byte re-read with
-    /// O_DIRECT, every hash recomputed, every region compared with its source bytes.
+    /// O_DIRECT, every hash recomputed, every region compared with its source bytes. With
+    /// --layers it checks that piece: the layers not asked for are not reported missing.
     #[arg(long)]
     pub verify: bool,
 }

@@ -102,6 +102,8 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
             layers,
             sample: None,
             direct_io: !args.buffered,
+            // `--layers` converts a piece: the layers not asked for are expected to be missing.
+            partial: layers.is_some(),
         };
         crate::verify_cmd::run_with(&args.output, &vopts, args.quiet, json).map(Some)
     };

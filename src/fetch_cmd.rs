@@ -6,14 +6,14 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tarfa_fetch::{
-    FetchError, FetchOptions, Fetcher, HttpConfig, Plan, Progress, RetryPolicy, Selection,
-    TransferOptions, DEFAULT_HF_ENDPOINT,
+    FetchError, FetchOptions, Fetcher, HttpConfig, LowSpeed, Plan, Progress, RetryPolicy,
+    Selection, TransferOptions, DEFAULT_HF_ENDPOINT,
 };
 
 use crate::cli::FetchArgs;
 
-/// `8M`, `64K`, `1G` or plain bytes.
-fn parse_size(s: &str) -> anyhow::Result<u64> {
+/// `8M`, `64K`, `1G` or plain bytes, for the option `flag`.
+fn parse_size(flag: &str, s: &str) -> anyhow::Result<u64> {
     let t = s.trim();
     let (num, mul) = match t.char_indices().last() {
         Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
@@ -21,12 +21,12 @@ fn parse_size(s: &str) -> anyhow::Result<u64> {
         Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
         _ => (t, 1),
     };
-    let n: u64 = num.parse().with_context(|| {
-        format!("--chunk-size {s:?}: expected bytes, or a number with K, M or G")
-    })?;
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("{flag} {s:?}: expected bytes, or a number with K, M or G"))?;
     match n.checked_mul(mul) {
-        Some(v) if v > 0 => Ok(v),
-        _ => bail!("--chunk-size {s:?} is out of range"),
+        Some(v) => Ok(v),
+        None => bail!("{flag} {s:?} is out of range"),
     }
 }
 
@@ -133,10 +133,17 @@ pub fn run(a: &FetchArgs) -> anyhow::Result<bool> {
                 ..RetryPolicy::default()
             },
             timeout: Duration::from_secs(a.timeout.max(1)),
+            low_speed: LowSpeed {
+                limit: parse_size("--speed-limit", &a.speed_limit)?,
+                time: Duration::from_secs(a.speed_time.max(1)),
+            },
         },
         transfer: TransferOptions {
             jobs: a.jobs.max(1),
-            chunk_size: parse_size(&a.chunk_size)?,
+            chunk_size: match parse_size("--chunk-size", &a.chunk_size)? {
+                0 => bail!("--chunk-size {:?} is out of range", a.chunk_size),
+                n => n,
+            },
         },
         hf_endpoint,
     };

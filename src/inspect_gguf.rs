@@ -219,8 +219,8 @@ pub fn is_gguf(path: &std::path::Path) -> bool {
     {
         return true;
     }
+    use std::os::unix::fs::FileExt;
     let mut magic = [0u8; 4];
-    std::fs::File::open(path)
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut magic))
-        .is_ok_and(|()| magic == *b"GGUF")
+    tarfa_format::fsio::open_regular(path)
+        .is_ok_and(|f| f.file.read_exact_at(&mut magic, 0).is_ok() && magic == *b"GGUF")
 }

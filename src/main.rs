@@ -54,6 +54,13 @@ fn main() -> ExitCode {
 /// rules, a source checkpoint is incomplete or damaged), 2 when tarfa could not run.
 fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     use tarfa_converter::ConvertError as C;
+    if let Some(f) = file_error(e) {
+        // A FIFO, a device or an over-long file where a file of the model should be: invalid
+        // input. A failed open or read is the machine's: exit 2.
+        if !matches!(f, tarfa_format::fsio::FsError::Io { .. }) {
+            return (1, None);
+        }
+    }
     const JNF: &str = "the file breaks a rule of spec/JNF_V1.md: it was not written by a conforming writer, or was damaged since (tarfa verify names every fault)";
     const SOURCE: &str =
         "the source checkpoint is incomplete or damaged; nothing of the failing file was published";
@@ -102,4 +109,47 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
         return (1, Some(GGUF));
     }
     (2, None)
+}
+
+/// The [`tarfa_format::fsio::FsError`] inside `e`, whichever crate's error carries it.
+fn file_error(e: &anyhow::Error) -> Option<&tarfa_format::fsio::FsError> {
+    use tarfa_format::fsio::FsError;
+    fn of_format(e: &tarfa_format::Error) -> Option<&FsError> {
+        match e {
+            tarfa_format::Error::File(f) => Some(f),
+            _ => None,
+        }
+    }
+    fn of_gguf(e: &tarfa_gguf::Error) -> Option<&FsError> {
+        match e {
+            tarfa_gguf::Error::File(f) => Some(f),
+            tarfa_gguf::Error::Publish(p) => of_format(p),
+            _ => None,
+        }
+    }
+    if let Some(f) = e.downcast_ref::<FsError>() {
+        return Some(f);
+    }
+    if let Some(f) = e.downcast_ref::<tarfa_format::Error>() {
+        return of_format(f);
+    }
+    if let Some(g) = e.downcast_ref::<tarfa_gguf::Error>() {
+        return of_gguf(g);
+    }
+    if let Some(c) = e.downcast_ref::<tarfa_converter::ConvertError>() {
+        use tarfa_converter::ConvertError as C;
+        return match c {
+            C::File(f) => Some(f),
+            C::Format(f) => of_format(f),
+            C::Gguf(g) => of_gguf(g),
+            _ => None,
+        };
+    }
+    if let Some(d) = e.downcast_ref::<tarfa_decode::DecodeError>() {
+        return match d {
+            tarfa_decode::DecodeError::Format(f) => of_format(f),
+            _ => None,
+        };
+    }
+    None
 }

@@ -96,6 +96,7 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<bool> {
             .transpose()?,
         sample: args.sample.as_deref().map(parse_sample).transpose()?,
         direct_io: !args.buffered,
+        partial: false,
     };
     let report = run_with(&args.dir, &opts, args.quiet, args.json)?;
     Ok(report.faults.is_empty())

@@ -4,7 +4,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{golden, tarfa};
+use common::{golden, tarfa, tarfa_within};
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).expect("mkdir");
@@ -109,4 +109,41 @@ fn a_missing_path_exits_2() {
     let (code, _, err) = tarfa(&["inspect", "/nonexistent/x.jnf"]);
     assert_eq!(code, 2);
     assert!(err.contains("/nonexistent/x.jnf: open"), "{err}");
+}
+
+fn mkfifo(path: &Path) {
+    let _ = std::fs::remove_file(path);
+    let ok = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "mkfifo {}", path.display());
+}
+
+#[test]
+fn a_fifo_or_device_given_or_in_a_model_directory_exits_1_naming_it_without_blocking() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let fifo = tmp.path().join("x.jnf");
+    mkfifo(&fifo);
+    let zero = tmp.path().join("zero.gguf");
+    std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+    for (p, kind) in [(&fifo, "a FIFO"), (&zero, "a character device")] {
+        let (code, _, err) = tarfa_within(20, &["inspect", p.to_str().expect("utf8")]);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains(&format!("{}: {kind}, not a regular file", p.display())),
+            "{err}"
+        );
+    }
+    for name in ["manifest.json", "layer-00001.jnf"] {
+        let d = tmp.path().join(format!("model-{name}"));
+        copy_dir(&golden("tiny-moe"), &d);
+        mkfifo(&d.join(name));
+        let (code, _, err) = tarfa_within(20, &["inspect", d.to_str().expect("utf8")]);
+        assert_eq!(code, 1, "{err}");
+        assert!(
+            err.contains(&format!("{name}: a FIFO, not a regular file")),
+            "{err}"
+        );
+    }
 }

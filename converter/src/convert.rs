@@ -178,9 +178,7 @@ struct Reserved<'a> {
 
 impl Drop for Reserved<'_> {
     fn drop(&mut self) {
-        if let Ok(mut r) = self.pool.0.lock() {
-            *r -= self.bytes;
-        }
+        *self.pool.0.lock().unwrap_or_else(|e| e.into_inner()) -= self.bytes;
     }
 }
 
@@ -412,7 +410,7 @@ fn copy_aux(ck: &Checkpoint, out: &Path) -> Result<Vec<FileEntry>, ConvertError>
     for name in aux_files() {
         let src = ck.dir.join(name);
         let dest = out.join(name);
-        let Ok(meta) = std::fs::metadata(&src) else {
+        let Some(bytes) = tarfa_format::fsio::read_regular_if_exists(&src, MAX_AUX_LEN)? else {
             // A copy of an aux file the source no longer has (`output_dir::check` vetted it as
             // ours): the manifest will not list it, so it goes.
             if dest.exists() {
@@ -424,21 +422,9 @@ fn copy_aux(ck: &Checkpoint, out: &Path) -> Result<Vec<FileEntry>, ConvertError>
             }
             continue;
         };
-        if meta.len() > MAX_AUX_LEN {
-            return Err(ConvertError::BadSource {
-                path: src,
-                detail: format!(
-                    "{} bytes is over the {MAX_AUX_LEN}-byte limit for an aux file",
-                    meta.len()
-                ),
-            });
-        }
-        let bytes = std::fs::read(&src).map_err(|source| ConvertError::Io {
-            path: src.clone(),
-            op: "read",
-            source,
-        })?;
-        if std::fs::read(&dest).ok().as_deref() != Some(&bytes[..]) {
+        let same = tarfa_format::fsio::read_regular(&dest, bytes.len() as u64)
+            .is_ok_and(|here| here == bytes);
+        if !same {
             tarfa_format::publish::write_atomic(&dest, &bytes)?;
         }
         let h = tarfa_format::hash::dual_hash(&bytes);
@@ -594,30 +580,36 @@ pub fn convert(
         .collect();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failed = std::sync::atomic::AtomicBool::new(false);
-    let results = std::sync::Mutex::new(Vec::with_capacity(units.len()));
-    std::thread::scope(|scope| {
-        for _ in 0..opts.effective_jobs().min(units.len()) {
-            scope.spawn(|| {
-                use std::sync::atomic::Ordering::Relaxed;
-                while !failed.load(Relaxed) {
-                    let i = next.fetch_add(1, Relaxed);
-                    let Some(unit) = units.get(i) else { break };
-                    let r = match unit {
-                        None => ctx.write_trunk(&plan).map(|w| match w {
-                            Some(bytes) => Outcome::Written { bytes },
-                            None => Outcome::Skipped,
-                        }),
-                        Some(l) => ctx.write_layer(*l, &plan.layers[l]),
-                    };
-                    failed.fetch_or(r.is_err(), Relaxed);
-                    if let Ok(mut v) = results.lock() {
-                        v.push((i, r));
+    // Each worker returns its own results (no shared list behind a lock that a panic could
+    // poison and so lose one); a worker's panic is raised again here by `join`.
+    let mut results: Vec<(usize, Result<Outcome, ConvertError>)> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..opts.effective_jobs().min(units.len()))
+            .map(|_| {
+                scope.spawn(|| {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    let mut mine = Vec::new();
+                    while !failed.load(Relaxed) {
+                        let i = next.fetch_add(1, Relaxed);
+                        let Some(unit) = units.get(i) else { break };
+                        let r = match unit {
+                            None => ctx.write_trunk(&plan).map(|w| match w {
+                                Some(bytes) => Outcome::Written { bytes },
+                                None => Outcome::Skipped,
+                            }),
+                            Some(l) => ctx.write_layer(*l, &plan.layers[l]),
+                        };
+                        failed.fetch_or(r.is_err(), Relaxed);
+                        mine.push((i, r));
                     }
-                }
-            });
-        }
+                    mine
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     });
-    let mut results = results.into_inner().unwrap_or_else(|e| e.into_inner());
     results.sort_by_key(|(i, _)| *i);
     if let Some(pos) = results.iter().position(|(_, r)| r.is_err()) {
         if let (_, Err(e)) = results.swap_remove(pos) {

@@ -74,6 +74,10 @@ pub enum ConvertError {
     /// Arguments that make no sense.
     #[error("{0}")]
     Usage(String),
+    /// A file to read is not a regular file (a FIFO, a device, a directory), is over its size
+    /// limit, or cannot be opened.
+    #[error(transparent)]
+    File(#[from] tarfa_format::fsio::FsError),
     /// A GGUF source breaks a GGUF rule, or reading it failed.
     #[error(transparent)]
     Gguf(#[from] tarfa_gguf::Error),

@@ -10,7 +10,6 @@
 //!   packaging), each as a typed JSON value ([`value_json`], spec §8.1).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
@@ -34,7 +33,8 @@ pub fn is_gguf(path: &Path) -> bool {
         return true;
     }
     let mut magic = [0u8; 4];
-    File::open(path).is_ok_and(|f| f.read_exact_at(&mut magic, 0).is_ok() && &magic == GGUF_MAGIC)
+    tarfa_format::fsio::open_regular(path)
+        .is_ok_and(|f| f.file.read_exact_at(&mut magic, 0).is_ok() && &magic == GGUF_MAGIC)
 }
 
 /// The files of the model `path` belongs to, in part order: `path` itself, or every
@@ -81,8 +81,7 @@ pub fn open(path: &Path) -> Result<Checkpoint, ConvertError> {
         };
         // The bytes streamed later come from this descriptor; hash its header and re-parse it, so
         // the layout recorded is the one of the file actually read.
-        let file = File::open(p).map_err(io("open"))?;
-        let len = file.metadata().map_err(io("stat"))?.len();
+        let tarfa_format::fsio::RegularFile { file, len } = tarfa_format::fsio::open_regular(p)?;
         let h = part.header();
         let head_len = usize::try_from(h.data_start).map_err(|_| ConvertError::BadSource {
             path: p.clone(),

@@ -10,7 +10,6 @@
 //! it as an extra file, so convert refuses to write a directory that could never verify.
 
 use std::fs::File;
-use std::io::Read;
 use std::path::Path;
 
 use tarfa_format::layout::MAGIC;
@@ -23,7 +22,7 @@ use crate::error::ConvertError;
 use crate::source::Checkpoint;
 
 /// The lock file (hidden; not listed in the manifest).
-pub const LOCK_NAME: &str = ".tarfa-convert.lock";
+pub use tarfa_format::manifest::CONVERT_LOCK_NAME as LOCK_NAME;
 
 /// The layer of `layer-NNNNN.jnf`, spelled exactly as [`layer_file_name`] writes it.
 fn layer_of(name: &str) -> Option<u32> {
@@ -54,11 +53,9 @@ fn is_temp_name(name: &str) -> bool {
     !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) && is_output_name(base)
 }
 
-/// Up to `limit + 1` bytes of `path` (a regular file already).
-fn read_bounded(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
-    let mut bytes = Vec::new();
-    File::open(path)?.take(limit + 1).read_to_end(&mut bytes)?;
-    Ok(bytes)
+/// All of `path` if it is a regular file of at most `limit` bytes.
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, tarfa_format::fsio::FsError> {
+    tarfa_format::fsio::read_regular(path, limit)
 }
 
 /// Is `path` a JNF model manifest (perhaps damaged, or from an older tarfa)?
@@ -71,10 +68,9 @@ fn is_jnf_manifest(path: &Path) -> bool {
 
 /// Does `path` start with the JNF magic?
 fn starts_with_jnf_magic(path: &Path) -> bool {
+    use std::os::unix::fs::FileExt;
     let mut head = [0u8; 8];
-    File::open(path)
-        .and_then(|mut f| f.read_exact(&mut head))
-        .is_ok()
+    tarfa_format::fsio::open_regular(path).is_ok_and(|f| f.file.read_exact_at(&mut head, 0).is_ok())
         && head == MAGIC
 }
 
@@ -85,9 +81,7 @@ fn is_our_aux(ck: &Checkpoint, old: Option<&Manifest>, out: &Path, name: &str) -
         return false;
     };
     let src = ck.dir.join(name);
-    if std::fs::metadata(&src).is_ok_and(|m| m.is_file())
-        && read_bounded(&src, MAX_AUX_LEN).is_ok_and(|b| b == here)
-    {
+    if read_bounded(&src, MAX_AUX_LEN).is_ok_and(|b| b == here) {
         return true;
     }
     let h = tarfa_format::hash::dual_hash(&here);

@@ -271,14 +271,14 @@ fn read_shard(
         let path = path.clone();
         move |source| ConvertError::Io { path, op, source }
     };
-    let file = File::open(&path).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            ConvertError::MissingShard { path: path.clone() }
-        } else {
-            io("open")(e)
-        }
-    })?;
-    let len = file.metadata().map_err(io("stat"))?.len();
+    let tarfa_format::fsio::RegularFile { file, len } = tarfa_format::fsio::open_regular(&path)
+        .map_err(|e| {
+            if e.is_not_found() {
+                ConvertError::MissingShard { path: path.clone() }
+            } else {
+                e.into()
+            }
+        })?;
     let named = |fault: HeaderFault| match fault {
         HeaderFault::Header(detail) => ConvertError::BadShard {
             path: path.clone(),
@@ -330,25 +330,7 @@ fn read_shard(
 }
 
 fn read_json(path: &Path, limit: u64) -> Result<serde_json::Value, ConvertError> {
-    let io = |op: &'static str| {
-        move |source| ConvertError::Io {
-            path: path.to_path_buf(),
-            op,
-            source,
-        }
-    };
-    let file = File::open(path).map_err(io("open"))?;
-    let len = file.metadata().map_err(io("stat"))?.len();
-    if len > limit {
-        return Err(ConvertError::BadSource {
-            path: path.to_path_buf(),
-            detail: format!("{len} bytes is over the {limit}-byte limit"),
-        });
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.take(limit)
-        .read_to_end(&mut bytes)
-        .map_err(io("read"))?;
+    let bytes = tarfa_format::fsio::read_regular(path, limit)?;
     if bytes.starts_with(LFS_PREFIX) {
         return Err(ConvertError::LfsPointer {
             path: path.to_path_buf(),

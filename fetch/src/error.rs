@@ -86,6 +86,22 @@ pub enum FetchError {
         /// Bytes announced.
         want: u64,
     },
+    /// A body arrived slower than the low-speed limit for a whole period (retried).
+    #[error("{url}: bytes {start}-{end} arrived at {rate} bytes/s, below the low-speed limit of {limit} bytes/s over {secs} s (--speed-limit, --speed-time)")]
+    TooSlow {
+        /// The URL.
+        url: String,
+        /// First byte asked.
+        start: u64,
+        /// Last byte asked (inclusive).
+        end: u64,
+        /// The rate over the last period, bytes per second.
+        rate: u64,
+        /// The limit, bytes per second.
+        limit: u64,
+        /// The period, seconds.
+        secs: f64,
+    },
     /// What sits at the URL is a Git LFS pointer or an HTML page, not the model file.
     #[error("{url}: {what}, not a model file{hint}")]
     NotAModel {
@@ -133,6 +149,10 @@ pub enum FetchError {
         /// The I/O error.
         source: io::Error,
     },
+    /// A local file to read is not a regular file (a FIFO, a device, a directory), is over its
+    /// size limit, or cannot be opened.
+    #[error(transparent)]
+    File(#[from] tarfa_format::fsio::FsError),
     /// The output (or its partial file or journal) is, or links to, a file of the source
     /// checkpoint: publishing would replace the source. Refused before anything is written.
     #[error("{}: this is the source file {} (same device and inode); tarfa fetch never writes over its input: give -o a new path", path.display(), input.display())]
@@ -172,7 +192,9 @@ impl FetchError {
     /// True for faults a retry may cure: transport failures, dropped bodies, 5xx, 408 and 429.
     pub fn is_transient(&self) -> bool {
         match self {
-            FetchError::Transport { .. } | FetchError::ShortBody { .. } => true,
+            FetchError::Transport { .. }
+            | FetchError::ShortBody { .. }
+            | FetchError::TooSlow { .. } => true,
             FetchError::Status { status, .. } => *status >= 500 || *status == 408 || *status == 429,
             _ => false,
         }
@@ -187,6 +209,7 @@ impl FetchError {
             | FetchError::NotAModel { .. }
             | FetchError::NothingSelected { .. }
             | FetchError::RemoteChanged { .. } => true,
+            FetchError::File(e) => !matches!(e, tarfa_format::fsio::FsError::Io { .. }),
             _ => false,
         }
     }

@@ -6,7 +6,12 @@
 //! validator captured at the start (strong `ETag`, else `Last-Modified`) sent as `If-Range`, a
 //! `200` means either that the file changed ([`FetchError::RemoteChanged`]) or that the server
 //! ignores ranges ([`FetchError::RangeIgnored`]). Transient faults (transport errors, dropped
-//! bodies, 5xx, 408, 429) are retried with exponential backoff and jitter.
+//! bodies, 5xx, 408, 429, a body slower than the low-speed limit) are retried with exponential
+//! backoff and jitter.
+//!
+//! Every wait is bounded: the connection and the response headers by [`HttpConfig::timeout`],
+//! each read of a body by the same, and a body that keeps trickling (a byte every few seconds
+//! never trips a per-read timeout) by [`LowSpeed`], curl's `--speed-limit`/`--speed-time`.
 //!
 //! The token (`HF_TOKEN`) goes as `Authorization: Bearer …` only to the hub: the origin (scheme,
 //! host and port) of `https://huggingface.co` or of `HF_ENDPOINT`, and only when that origin is
@@ -17,7 +22,7 @@
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ureq::http::{HeaderMap, Response};
 use ureq::Body;
@@ -61,6 +66,72 @@ impl RetryPolicy {
     }
 }
 
+/// The low-speed limit (curl's `--speed-limit`/`--speed-time`): a response body that brings
+/// fewer than `limit` bytes per second, averaged over any `time` of it, is dropped as
+/// [`FetchError::TooSlow`], a transient fault (retried). `limit` 0 turns it off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LowSpeed {
+    /// Bytes per second.
+    pub limit: u64,
+    /// The period the average is taken over.
+    pub time: Duration,
+}
+
+impl Default for LowSpeed {
+    fn default() -> Self {
+        LowSpeed {
+            limit: 1024,
+            time: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The rate of one body, period by period, held to a [`LowSpeed`].
+struct SpeedWatch {
+    low: LowSpeed,
+    since: Instant,
+    bytes: u64,
+}
+
+impl SpeedWatch {
+    fn new(low: LowSpeed) -> SpeedWatch {
+        SpeedWatch {
+            low,
+            since: Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// `n` more bytes arrived. `Err(rate)` when a whole period has passed below the limit.
+    fn arrived(&mut self, n: u64) -> std::result::Result<(), u64> {
+        if self.low.limit == 0 || self.low.time.is_zero() {
+            return Ok(());
+        }
+        self.bytes += n;
+        let elapsed = self.since.elapsed();
+        if elapsed >= self.low.time {
+            let rate = (self.bytes as f64 / elapsed.as_secs_f64()) as u64;
+            if rate < self.low.limit {
+                return Err(rate);
+            }
+            self.since = Instant::now();
+            self.bytes = 0;
+        }
+        Ok(())
+    }
+
+    fn too_slow(&self, url: &str, start: u64, end: u64, rate: u64) -> FetchError {
+        FetchError::TooSlow {
+            url: url.to_string(),
+            start,
+            end,
+            rate,
+            limit: self.low.limit,
+            secs: self.low.time.as_secs_f64(),
+        }
+    }
+}
+
 /// Settings of the HTTP client.
 #[derive(Clone, Debug)]
 pub struct HttpConfig {
@@ -74,6 +145,8 @@ pub struct HttpConfig {
     pub retry: RetryPolicy,
     /// Connect timeout, and the longest wait for a response or for the next bytes of a body.
     pub timeout: Duration,
+    /// The slowest a body may arrive before it is dropped and retried.
+    pub low_speed: LowSpeed,
 }
 
 impl Default for HttpConfig {
@@ -83,6 +156,7 @@ impl Default for HttpConfig {
             token_over_http: false,
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(30),
+            low_speed: LowSpeed::default(),
         }
     }
 }
@@ -376,15 +450,25 @@ impl HttpClient {
                 return Err(not_a_model(&at, "an HTML page"));
             }
             let mut body = Vec::new();
-            let got = resp
-                .body_mut()
-                .as_reader()
-                .take(limit + 1)
-                .read_to_end(&mut body);
-            self.traffic
-                .body_bytes
-                .fetch_add(body.len() as u64, Ordering::Relaxed);
-            got.map_err(|e| transport(&at, e))?;
+            let mut r = resp.body_mut().as_reader().take(limit + 1);
+            let mut watch = SpeedWatch::new(self.cfg.low_speed);
+            let mut chunk = vec![0u8; 64 << 10];
+            loop {
+                match r.read(&mut chunk) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        body.extend_from_slice(&chunk[..n]);
+                        self.traffic
+                            .body_bytes
+                            .fetch_add(n as u64, Ordering::Relaxed);
+                        watch
+                            .arrived(n as u64)
+                            .map_err(|rate| watch.too_slow(&at, 0, limit, rate))?;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(transport(&at, e)),
+                }
+            }
             if body.len() as u64 > limit {
                 return Err(FetchError::BadResponse {
                     url: at,
@@ -637,6 +721,7 @@ fn read_body(
 ) -> Result<()> {
     let mut r = resp.body_mut().as_reader();
     let mut got = 0usize;
+    let mut watch = SpeedWatch::new(client.cfg.low_speed);
     while got < buf.len() {
         match r.read(&mut buf[got..]) {
             Ok(0) => break,
@@ -646,6 +731,9 @@ fn read_body(
                     .traffic
                     .body_bytes
                     .fetch_add(n as u64, Ordering::Relaxed);
+                watch
+                    .arrived(n as u64)
+                    .map_err(|rate| watch.too_slow(url, start, end, rate))?;
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => {

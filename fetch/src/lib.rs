@@ -47,7 +47,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use error::{FetchError, Result};
-pub use http::{HttpClient, HttpConfig, RetryPolicy, Traffic};
+pub use http::{HttpClient, HttpConfig, LowSpeed, RetryPolicy, Traffic};
 pub use location::{Location, DEFAULT_HF_ENDPOINT};
 pub use plan::{OutputFormat, Plan, PlannedTensor};
 pub use select::Selection;

@@ -130,7 +130,7 @@ impl Location {
                 })
             }
             Location::Local(p) => {
-                let f = FileSource::open(p).map_err(FetchError::io(p, "open"))?;
+                let f = FileSource::open(p)?;
                 let meta = std::fs::metadata(p).map_err(FetchError::io(p, "stat"))?;
                 let mtime = meta
                     .modified()
@@ -156,22 +156,9 @@ impl Location {
 }
 
 fn read_local_small(p: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
-    use std::io::Read;
-    let f = match std::fs::File::open(p) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(FetchError::io(p, "open")(e)),
+    let Some(bytes) = tarfa_format::fsio::read_regular_if_exists(p, limit)? else {
+        return Ok(None);
     };
-    let mut bytes = Vec::new();
-    f.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(FetchError::io(p, "read"))?;
-    if bytes.len() as u64 > limit {
-        return Err(FetchError::BadSafetensors {
-            file: p.display().to_string(),
-            detail: format!("over the {limit}-byte limit"),
-        });
-    }
     if bytes.starts_with(crate::LFS_PREFIX) {
         return Err(FetchError::NotAModel {
             url: p.display().to_string(),

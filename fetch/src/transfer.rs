@@ -23,6 +23,11 @@ use crate::http::Validator;
 use crate::plan::{OutputFormat, Plan};
 
 const JOURNAL_MAGIC: &str = "tarfa-fetch journal 1";
+/// The longest `done CHUNK BLAKE3` line: 20 digits of a chunk number, 64 hex digits.
+const JOURNAL_LINE_MAX: usize = "done  \n".len() + 20 + 64;
+
+/// What one transfer worker did: the chunks it landed with their hashes, and its error if any.
+type WorkerOutcome = (Vec<(usize, String)>, Option<FetchError>);
 
 /// How a plan's bytes are moved.
 #[derive(Clone, Copy, Debug)]
@@ -260,7 +265,9 @@ pub fn run(
             .as_ref()
             .is_some_and(|r| *r.validator() == Validator::None)
     });
-    let mut done = match std::fs::read(&journal_path) {
+    // A journal holds its preamble and at most one line per chunk: anything longer is not ours.
+    let journal_limit = (preamble.len() + chunks.len() * JOURNAL_LINE_MAX) as u64;
+    let mut done = match tarfa_format::fsio::read_regular(&journal_path, journal_limit) {
         Ok(_) if unprovable => {
             progress.note(
                 "starting over: the server gives no ETag or Last-Modified: \
@@ -277,8 +284,14 @@ pub fn run(
                 }
             }
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => HashMap::new(),
-        Err(e) => return Err(FetchError::io(&journal_path, "read")(e)),
+        Err(e) if e.is_not_found() => HashMap::new(),
+        Err(tarfa_format::fsio::FsError::TooLarge { limit, .. }) => {
+            progress.note(&format!(
+                "starting over: the journal is longer than the {limit} bytes this plan's can be"
+            ));
+            HashMap::new()
+        }
+        Err(e) => return Err(e.into()),
     };
     let file_len = file
         .metadata()
@@ -329,59 +342,69 @@ pub fn run(
     let todo: Vec<usize> = (0..chunks.len())
         .filter(|i| !kept.contains_key(i))
         .collect();
-    let hashes = Mutex::new(kept.clone());
     let next = AtomicUsize::new(0);
     let failed = AtomicBool::new(false);
-    let first_error: Mutex<Option<FetchError>> = Mutex::new(None);
     let jobs = opts.jobs.clamp(1, 64).min(todo.len().max(1));
-    std::thread::scope(|s| {
-        for _ in 0..jobs {
-            s.spawn(|| {
-                let mut buf = Vec::new();
-                while !failed.load(Ordering::Relaxed) {
-                    let k = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(&i) = todo.get(k) else { break };
-                    let c = chunks[i];
-                    let r = (|| -> Result<()> {
-                        buf.resize(c.len as usize, 0);
-                        let src = &plan.sources[c.source];
-                        src.source.read_at(c.src, &mut buf).map_err(|e| {
-                            FetchError::from_io(e, Path::new(&src.source.name()), "read")
-                        })?;
-                        let h = blake3::hash(&buf).to_hex().to_string();
-                        file.write_all_at(&buf, c.dst)
-                            .map_err(FetchError::io(&partial, "write"))?;
-                        let line = format!("done {i} {h}\n");
-                        journal
-                            .lock()
-                            .map_err(|_| {
-                                FetchError::io(&journal_path, "append")(std::io::Error::other(
-                                    "poisoned",
-                                ))
-                            })?
-                            .write_all(line.as_bytes())
-                            .map_err(FetchError::io(&journal_path, "append"))?;
-                        if let Ok(mut m) = hashes.lock() {
-                            m.insert(i, h);
+    // Each worker returns the hashes it journalled and its error: no shared map or error slot
+    // behind a lock that a panic could poison and so lose. A worker's panic is raised again here.
+    let outcomes: Vec<WorkerOutcome> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..jobs)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut buf = Vec::new();
+                    let mut landed = Vec::new();
+                    while !failed.load(Ordering::Relaxed) {
+                        let k = next.fetch_add(1, Ordering::Relaxed);
+                        let Some(&i) = todo.get(k) else { break };
+                        let c = chunks[i];
+                        let r = (|| -> Result<String> {
+                            buf.resize(c.len as usize, 0);
+                            let src = &plan.sources[c.source];
+                            src.source.read_at(c.src, &mut buf).map_err(|e| {
+                                FetchError::from_io(e, Path::new(&src.source.name()), "read")
+                            })?;
+                            let h = blake3::hash(&buf).to_hex().to_string();
+                            file.write_all_at(&buf, c.dst)
+                                .map_err(FetchError::io(&partial, "write"))?;
+                            let line = format!("done {i} {h}\n");
+                            journal
+                                .lock()
+                                .map_err(|_| {
+                                    FetchError::io(&journal_path, "append")(std::io::Error::other(
+                                        "poisoned",
+                                    ))
+                                })?
+                                .write_all(line.as_bytes())
+                                .map_err(FetchError::io(&journal_path, "append"))?;
+                            progress.advance(c.len);
+                            Ok(h)
+                        })();
+                        match r {
+                            Ok(h) => landed.push((i, h)),
+                            Err(e) => {
+                                failed.store(true, Ordering::Relaxed);
+                                return (landed, Some(e));
+                            }
                         }
-                        progress.advance(c.len);
-                        Ok(())
-                    })();
-                    if let Err(e) = r {
-                        failed.store(true, Ordering::Relaxed);
-                        if let Ok(mut f) = first_error.lock() {
-                            f.get_or_insert(e);
-                        }
-                        break;
                     }
-                }
-            });
-        }
+                    (landed, None)
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
     });
-    if let Some(e) = first_error.into_inner().ok().flatten() {
+    let mut hashes = kept.clone();
+    let mut first_error = None;
+    for (landed, e) in outcomes {
+        hashes.extend(landed);
+        first_error = first_error.or(e);
+    }
+    if let Some(e) = first_error {
         return Err(e);
     }
-    let hashes = hashes.into_inner().unwrap_or_default();
 
     // Read every chunk back before the name goes live.
     for (i, c) in chunks.iter().enumerate() {
@@ -415,7 +438,7 @@ pub fn run(
 
 /// The written file parses, with the tensors of the plan where the plan put them.
 fn check_output(plan: &Plan, path: &Path) -> Result<()> {
-    let src = tarfa_gguf::FileSource::open(path).map_err(FetchError::io(path, "open"))?;
+    let src = tarfa_gguf::FileSource::open(path)?;
     let placed: Vec<(String, u64, u64)> = match plan.format {
         OutputFormat::Gguf => tarfa_gguf::read_header(&src)?
             .tensors

@@ -10,7 +10,8 @@ use std::time::Duration;
 use common::server::{Fault, FaultServer};
 use common::write_glm;
 use tarfa_fetch::{
-    FetchError, FetchOptions, Fetcher, HttpConfig, RetryPolicy, Selection, Silent, TransferOptions,
+    FetchError, FetchOptions, Fetcher, HttpConfig, LowSpeed, RetryPolicy, Selection, Silent,
+    TransferOptions,
 };
 
 struct Setup {
@@ -126,6 +127,39 @@ fn a_body_that_stalls_times_out_and_is_retried_into_the_identical_file() {
     let r = fetch(opts, &url(&server), &out).expect("fetch");
     assert!(r.retries > 0, "no stall was met");
     assert!(std::fs::read(&out).expect("read") == s.reference);
+}
+
+/// Review finding 9: a body that trickles in (a byte every 50 ms: no read ever times out) is
+/// dropped by the low-speed limit and retried, so the fetch ends, with the identical file; a
+/// server that only trickles ends in a clear error instead of never.
+#[test]
+fn a_body_slower_than_the_low_speed_limit_is_dropped_and_retried() {
+    let s = setup();
+    let run = |fault: Fault, attempts: u32| {
+        let files = s.files.clone();
+        let out = s.out.path().join(format!("trickle-{attempts}.gguf"));
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let server = FaultServer::start("127.0.0.1", files, fault);
+            let mut opts = options(None, 128 << 10, attempts);
+            opts.http.low_speed = LowSpeed {
+                limit: 10_000,
+                time: Duration::from_millis(500),
+            };
+            let r = fetch(opts, &url(&server), &out);
+            let _ = tx.send((r, out));
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .unwrap_or_else(|_| panic!("still fetching after 60 s: the trickle was never cut"))
+    };
+    let (r, out) = run(Fault::Trickle { every: 3 }, 8);
+    let r = r.expect("fetch");
+    assert!(r.retries > 0, "no trickle was met");
+    assert!(std::fs::read(&out).expect("read") == s.reference);
+    match run(Fault::Trickle { every: 1 }, 2).0 {
+        Err(FetchError::TooSlow { limit, .. }) => assert_eq!(limit, 10_000),
+        other => panic!("{other:?}"),
+    }
 }
 
 /// Run against `fault` and return the error; the output must not exist afterwards.

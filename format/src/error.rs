@@ -324,6 +324,9 @@ pub enum Error {
         /// What is wrong.
         detail: String,
     },
+    /// A file to read is not a regular file, or is over its size limit, or cannot be opened.
+    #[error(transparent)]
+    File(#[from] crate::fsio::FsError),
 }
 
 impl Error {

@@ -10,6 +10,7 @@
 //! - [`validate`]: every MUST of the spec, shared by reader and writer;
 //! - [`reader::JnfReader`]: the strict reader (`pread` and `mmap`);
 //! - [`writer::JnfWriter`]: the streaming, typestate-ordered writer;
+//! - [`fsio`]: every read of a named file: regular files only, bounded;
 //! - [`publish`]: atomic publishing (temp, fsync, rename, fsync the directory);
 //! - [`manifest`]: the model manifest that ties a directory of JNF files to its checkpoint;
 //! - [`summary`]: what `tarfa inspect` reports, as data;
@@ -43,6 +44,7 @@ const _: () = assert!(usize::BITS == 64, "tarfa-format needs a 64-bit target");
 pub mod aligned;
 pub mod dtype;
 pub mod error;
+pub mod fsio;
 pub mod golden;
 pub mod hash;
 pub mod layout;

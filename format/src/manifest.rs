@@ -18,6 +18,29 @@ pub const FORMAT_NAME: &str = "jnf-model";
 /// Largest manifest a reader accepts (GGUF tokenizer arrays make big ones).
 pub const MAX_MANIFEST_LEN: u64 = 512 << 20;
 
+/// The lock file a conversion holds in its output directory (§8.3): hidden, never listed in the
+/// manifest, the only hidden file a model directory may hold besides a conversion's temporaries.
+pub const CONVERT_LOCK_NAME: &str = ".tarfa-convert.lock";
+
+/// `0-3, 7, 9-10`: ascending layer numbers as ranges, for messages.
+pub fn layer_ranges(v: &[u32]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            v[i].to_string()
+        } else {
+            format!("{}-{}", v[i], v[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
 /// File name of the JNF file of one layer.
 pub fn layer_file_name(layer: u32) -> String {
     format!("layer-{layer:05}.jnf")
@@ -347,20 +370,7 @@ impl Manifest {
             path: path.clone(),
             detail,
         };
-        use std::io::Read;
-        let file = std::fs::File::open(&path).map_err(|e| Error::io(&path, "open", e))?;
-        let meta = file.metadata().map_err(|e| Error::io(&path, "stat", e))?;
-        if !meta.is_file() {
-            return Err(bad("not a regular file".into()));
-        }
-        // Bounded by the limit itself, not by what stat said: the file may grow while read.
-        let mut bytes = Vec::with_capacity(meta.len().min(MAX_MANIFEST_LEN) as usize);
-        file.take(MAX_MANIFEST_LEN + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| Error::io(&path, "read", e))?;
-        if bytes.len() as u64 > MAX_MANIFEST_LEN {
-            return Err(bad(format!("over the {MAX_MANIFEST_LEN}-byte limit")));
-        }
+        let bytes = crate::fsio::read_regular(&path, MAX_MANIFEST_LEN)?;
         Self::from_bytes(&bytes).map_err(bad)
     }
 
@@ -402,10 +412,21 @@ impl Manifest {
         }
         let mut bytes = serde_json::to_vec_pretty(&v).map_err(ser)?;
         bytes.push(b'\n');
-        if std::fs::read(&path).ok().as_deref() == Some(&bytes[..]) {
+        if crate::fsio::read_regular(&path, bytes.len() as u64)
+            .ok()
+            .as_deref()
+            == Some(&bytes[..])
+        {
             return Ok(()); // already this manifest: a rerun that changed nothing rewrites nothing
         }
         crate::publish::write_atomic(&path, &bytes)
+    }
+
+    /// Layers of the model (`0..num_layers`) that `layers` does not list, ascending.
+    pub fn missing_layers(&self) -> Vec<u32> {
+        (0..self.architecture.num_layers)
+            .filter(|l| self.layers.binary_search(l).is_err())
+            .collect()
     }
 
     /// The entry of a layer's file.

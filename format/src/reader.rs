@@ -33,11 +33,7 @@ impl JnfReader {
     /// and the format's limits allow.
     pub fn open(path: impl AsRef<Path>) -> Result<JnfReader> {
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|e| Error::io(&path, "open", e))?;
-        let len = file
-            .metadata()
-            .map_err(|e| Error::io(&path, "stat", e))?
-            .len();
+        let crate::fsio::RegularFile { file, len } = crate::fsio::open_regular(&path)?;
         let fail = |violation: Violation| Error::Format {
             path: path.clone(),
             violation,

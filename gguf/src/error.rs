@@ -30,16 +30,9 @@ pub enum Error {
         /// The I/O error.
         source: io::Error,
     },
-    /// Opening a file failed.
-    #[error("{file}: {action}: {source}")]
-    Open {
-        /// Path.
-        file: String,
-        /// What was being done.
-        action: &'static str,
-        /// The I/O error.
-        source: io::Error,
-    },
+    /// A file to read is not a regular file, or could not be opened.
+    #[error(transparent)]
+    File(#[from] tarfa_format::fsio::FsError),
     /// Writing or publishing the output failed.
     #[error(transparent)]
     Publish(#[from] tarfa_format::Error),

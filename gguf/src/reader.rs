@@ -27,11 +27,7 @@ impl std::fmt::Debug for GgufFile {
 impl GgufFile {
     /// Open and check a local file.
     pub fn open(path: &Path) -> Result<GgufFile> {
-        let src = FileSource::open(path).map_err(|source| Error::Open {
-            file: path.display().to_string(),
-            action: "open",
-            source,
-        })?;
+        let src = FileSource::open(path)?;
         GgufFile::from_source(Box::new(src))
     }
 

@@ -30,10 +30,9 @@ pub struct FileSource {
 }
 
 impl FileSource {
-    /// Open `path` for reading.
-    pub fn open(path: &Path) -> io::Result<FileSource> {
-        let file = File::open(path)?;
-        let len = file.metadata()?.len();
+    /// Open `path` for reading: a regular file only (a FIFO or a device is refused, naming it).
+    pub fn open(path: &Path) -> Result<FileSource, tarfa_format::fsio::FsError> {
+        let tarfa_format::fsio::RegularFile { file, len } = tarfa_format::fsio::open_regular(path)?;
         Ok(FileSource {
             file,
             len,

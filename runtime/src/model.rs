@@ -4,7 +4,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fs::File;
 use std::io;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -214,23 +213,22 @@ impl ModelExperts {
         let mut files = Vec::with_capacity(self.readers.len());
         for r in &self.readers {
             let p = r.path();
+            use tarfa_format::fsio::{open_regular, open_regular_with, FsError};
             let opened = if direct {
-                match File::options()
-                    .read(true)
-                    .custom_flags(libc::O_DIRECT)
-                    .open(p)
-                {
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                match open_regular_with(p, libc::O_DIRECT) {
+                    Err(FsError::Io { source, .. })
+                        if source.raw_os_error() == Some(libc::EINVAL) =>
+                    {
                         // tmpfs and some FUSE filesystems refuse O_DIRECT.
                         all_direct = false;
-                        File::open(p)
+                        open_regular(p)
                     }
                     other => other,
                 }
             } else {
-                File::open(p)
+                open_regular(p)
             };
-            files.push(opened.map_err(|e| io_err(p, "open", e))?);
+            files.push(opened.map_err(tarfa_format::Error::from)?.file);
         }
         Ok((files, all_direct))
     }

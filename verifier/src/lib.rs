@@ -8,19 +8,23 @@
 //! the directory (every listed file present with its size and hash, nothing extra). Each fault
 //! names the file, tensor, layer, expert, projection, the first faulty byte and the two hashes.
 //!
+//! The model is also held to be whole: every layer of its config and the trunk present, and with
+//! a source every byte of every source tensor in some region (`coverage`); a model that is a part
+//! is reported incomplete, naming what is missing.
+//!
 //! - [`scan`]: one file, every byte;
 //! - [`report`]: faults and totals.
 
+mod coverage;
 pub mod report;
 pub mod scan;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Instant;
 
 use rayon::prelude::*;
-use tarfa_format::manifest::{FileKind, Manifest, MANIFEST_NAME};
+use tarfa_format::manifest::{FileKind, Manifest, CONVERT_LOCK_NAME, MANIFEST_NAME};
 use tarfa_format::JnfReader;
 
 pub use report::{Fault, FaultKind, Report};
@@ -38,6 +42,10 @@ pub struct Options {
     pub sample: Option<(u32, u32)>,
     /// Read with `O_DIRECT` where the filesystem allows.
     pub direct_io: bool,
+    /// The model is expected to be a part (`tarfa convert --layers A-B --verify` checks the
+    /// piece it wrote): layers missing from it, and source tensors of those layers, are not
+    /// faults. A missing trunk still is.
+    pub partial: bool,
 }
 
 /// Progress callbacks, by bytes.
@@ -87,9 +95,13 @@ pub fn parse_sample(s: &str) -> Result<(u32, u32), VerifyError> {
     Ok((n, total))
 }
 
-fn hash_file(path: &Path) -> std::io::Result<tarfa_format::DualHash> {
+/// The hashes of the regular file `path`, read up to one byte past `limit` (its size in the
+/// manifest): a longer file is a size fault already, and a link to `/dev/zero` is no file.
+fn hash_file(path: &Path, limit: u64) -> std::io::Result<tarfa_format::DualHash> {
     use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
+    let mut f = tarfa_format::fsio::open_regular(path)?
+        .file
+        .take(limit.saturating_add(1));
     let mut h = tarfa_format::hash::DualHasher::new();
     let mut buf = vec![0u8; 4 << 20];
     loop {
@@ -105,8 +117,7 @@ fn hash_file(path: &Path) -> std::io::Result<tarfa_format::DualHash> {
 fn safetensors_header_sha256(path: &Path) -> std::io::Result<String> {
     use sha2::Digest;
     use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path)?;
-    let len = f.metadata()?.len();
+    let tarfa_format::fsio::RegularFile { file: f, len } = tarfa_format::fsio::open_regular(path)?;
     let mut n8 = [0u8; 8];
     f.read_exact_at(&mut n8, 0)?;
     let n = u64::from_le_bytes(n8);
@@ -185,8 +196,11 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
         Option<tarfa_format::manifest::FileEntry>,
     )> = Vec::new();
     let mut listed = BTreeSet::new();
-    match Manifest::load(dir) {
+    let manifest = Manifest::load(dir);
+    match &manifest {
         Ok(m) => {
+            report.missing_layers = m.missing_layers();
+            faults.extend(coverage::model_faults(m, opts.partial));
             for f in &m.files {
                 listed.insert(f.path.clone());
                 let path = dir.join(&f.path);
@@ -208,7 +222,7 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
                     faults.push(x);
                 }
                 if f.kind == FileKind::Aux {
-                    match hash_file(&path) {
+                    match hash_file(&path, f.size) {
                         Ok(h)
                             if hex::encode(h.sha256) == f.sha256
                                 && hex::encode(h.blake3) == f.blake3 => {}
@@ -291,10 +305,12 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
         }
     }
     if let Ok(rd) = std::fs::read_dir(dir) {
+        // Hidden files too (a conversion's leftover temporaries among them): only the lock of a
+        // conversion may be there unlisted.
         let mut extra: Vec<String> = rd
             .flatten()
             .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| !n.starts_with('.') && n != MANIFEST_NAME && !listed.contains(n))
+            .filter(|n| n != CONVERT_LOCK_NAME && n != MANIFEST_NAME && !listed.contains(n))
             .collect();
         extra.sort();
         for n in extra {
@@ -309,6 +325,7 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
     // Open every JNF file (structure); choose which to read in full.
     let mut to_read = Vec::new();
     let mut k = 0u32;
+    let mut held = coverage::Provenances::default();
     for (name, layer, entry) in jnf {
         let r = match JnfReader::open(dir.join(&name)) {
             Ok(r) => r,
@@ -323,6 +340,7 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
                 continue;
             }
         };
+        held.add(&r);
         let h = r.header();
         let (want_first, want_count) = match layer {
             Some(l) => (l, 1),
@@ -374,32 +392,54 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
         }
     }
 
+    if let Ok(m) = &manifest {
+        // A selection that reads nothing proves nothing: a mistake, not a pass.
+        if to_read.is_empty() && (opts.layers.is_some() || opts.sample.is_some()) {
+            let what = match (opts.layers, opts.sample) {
+                (Some((a, b)), None) => format!("--layers {a}-{b}"),
+                (None, Some((n, t))) => format!("--sample {n}/{t}"),
+                (Some((a, b)), Some((n, t))) => format!("--layers {a}-{b} --sample {n}/{t}"),
+                (None, None) => String::new(),
+            };
+            return Err(VerifyError::Usage(format!(
+                "{what} selects no file to read: the model has {} file(s) and layers [{}]",
+                report.files_structure_only,
+                tarfa_format::manifest::layer_ranges(&m.layers)
+            )));
+        }
+        if let (Some(src), false) = (&opts.source, opts.partial) {
+            faults.extend(coverage::source_faults(m, src, &held));
+        }
+    }
+
     let total: u64 = to_read.iter().map(|(_, _, r)| r.footer().file_len).sum();
     progress.start(total);
-    let collected = Mutex::new(Vec::new());
     let on_bytes = |n: u64| progress.advance(n);
-    to_read.par_iter().for_each(|(name, entry, r)| {
-        let mut sources = scan::Sources::new(opts.source.as_deref());
-        let s = scan::scan_file(r, name, &mut sources, opts.direct_io, &on_bytes);
-        let mut fs = s.faults.clone();
-        if let (Some(e), Some(root)) = (entry, s.root) {
-            if hex::encode(root.sha256) != e.sha256 || hex::encode(root.blake3) != e.blake3 {
-                let mut x = Fault::new(
-                    FaultKind::FileHash,
-                    name.as_str(),
-                    "root digest of the bytes read differs from the manifest",
-                );
-                x.expected = Some(e.sha256.clone());
-                x.actual = Some(hex::encode(root.sha256));
-                fs.push(x);
+    // Each file's scan is returned, not pushed into shared state: there is no lock to poison and
+    // no way to lose a file's faults. A panic in any file's check reaches the caller.
+    let scanned: Vec<(scan::FileScan, Vec<Fault>)> = to_read
+        .par_iter()
+        .map(|(name, entry, r)| {
+            let mut sources = scan::Sources::new(opts.source.as_deref());
+            let s = scan::scan_file(r, name, &mut sources, opts.direct_io, &on_bytes);
+            let mut fs = s.faults.clone();
+            if let (Some(e), Some(root)) = (entry, s.root) {
+                if hex::encode(root.sha256) != e.sha256 || hex::encode(root.blake3) != e.blake3 {
+                    let mut x = Fault::new(
+                        FaultKind::FileHash,
+                        name.as_str(),
+                        "root digest of the bytes read differs from the manifest",
+                    );
+                    x.expected = Some(e.sha256.clone());
+                    x.actual = Some(hex::encode(root.sha256));
+                    fs.push(x);
+                }
             }
-        }
-        progress.file_done(name, fs.len());
-        if let Ok(mut c) = collected.lock() {
-            c.push((s, fs));
-        }
-    });
-    for (s, fs) in collected.into_inner().unwrap_or_default() {
+            progress.file_done(name, fs.len());
+            (s, fs)
+        })
+        .collect();
+    for (s, fs) in scanned {
         report.files_read += 1;
         report.bytes_read += s.bytes_read;
         report.regions_checked += s.regions;

@@ -36,6 +36,9 @@ pub enum FaultKind {
     Source,
     /// The disk returned an error reading a file.
     ReadError,
+    /// The model is not whole: layers of its config, the trunk, or (with a source) source
+    /// tensors are in no file of it.
+    Incomplete,
 }
 
 /// One fault, located as precisely as the check allows.
@@ -137,6 +140,8 @@ pub struct Report {
     pub source_bytes_compared: u64,
     /// Whether reads bypassed the page cache.
     pub direct_io: bool,
+    /// Layers of the model (`0..num_layers`) the manifest does not list.
+    pub missing_layers: Vec<u32>,
     /// `n/N` when sampling.
     pub sample: Option<String>,
     /// Wall time, seconds.

@@ -52,7 +52,7 @@ enum Span {
 #[derive(Debug)]
 pub struct Sources<'a> {
     dir: Option<&'a Path>,
-    open: HashMap<String, Option<File>>,
+    open: HashMap<String, Result<File, String>>,
 }
 
 impl<'a> Sources<'a> {
@@ -64,27 +64,26 @@ impl<'a> Sources<'a> {
         }
     }
 
-    fn file(&mut self, name: &str) -> Option<&File> {
+    /// The open source file `name`, or why it cannot be read; `None` without a source.
+    fn file(&mut self, name: &str) -> Option<Result<&File, &str>> {
         let dir = self.dir?;
-        self.open
-            .entry(name.to_string())
-            .or_insert_with(|| File::open(dir.join(name)).ok())
-            .as_ref()
+        let f = self.open.entry(name.to_string()).or_insert_with(|| {
+            tarfa_format::fsio::open_regular(&dir.join(name))
+                .map(|f| f.file)
+                .map_err(|e| e.to_string())
+        });
+        Some(f.as_ref().map_err(String::as_str))
     }
 }
 
-fn open_direct(path: &Path, direct: bool) -> std::io::Result<(File, bool)> {
-    use std::os::unix::fs::OpenOptionsExt;
+fn open_direct(path: &Path, direct: bool) -> Result<(File, bool), tarfa_format::fsio::FsError> {
+    use tarfa_format::fsio::{open_regular, open_regular_with};
     if direct {
-        if let Ok(f) = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(path)
-        {
-            return Ok((f, true));
+        if let Ok(f) = open_regular_with(path, libc::O_DIRECT) {
+            return Ok((f.file, true));
         }
     }
-    Ok((File::open(path)?, false))
+    Ok((open_regular(path)?.file, false))
 }
 
 /// Per-region state while scanning.
@@ -109,11 +108,8 @@ pub fn scan_file(
     let (file, used_direct) = match open_direct(r.path(), direct) {
         Ok(x) => x,
         Err(e) => {
-            out.faults.push(Fault::new(
-                FaultKind::ReadError,
-                label,
-                format!("open: {e}"),
-            ));
+            out.faults
+                .push(Fault::new(FaultKind::ReadError, label, e.to_string()));
             return out;
         }
     };
@@ -224,7 +220,7 @@ pub fn scan_file(
                                 && st.source_diff.is_none()
                                 && st.source_error.is_none()
                             {
-                                if let Some(sf) = sources.file(src_file) {
+                                if let Some(Ok(sf)) = sources.file(src_file) {
                                     src_buf.resize(bytes.len(), 0);
                                     match sf.read_exact_at(&mut src_buf, rec.src_begin + within) {
                                         Ok(()) => {
@@ -237,9 +233,9 @@ pub fn scan_file(
                                         }
                                         Err(e) => st.source_error = Some(e.to_string()),
                                     }
-                                } else if sources.dir.is_some() {
+                                } else if let Some(Err(e)) = sources.file(src_file) {
                                     st.source_error =
-                                        Some(format!("cannot open source file {src_file}"));
+                                        Some(format!("cannot open source file {src_file}: {e}"));
                                 }
                             }
                         }

@@ -36,6 +36,9 @@ pub enum Fault {
     StallMidBody { every: u64 },
     /// After this many requests, every range request past byte 0: 404 (a fault no retry cures).
     FailAfter { requests: u64 },
+    /// Every `every`-th range request past byte 0: the headers, then the body one byte every
+    /// 50 ms (never silent long enough for a read timeout).
+    Trickle { every: u64 },
 }
 
 /// One request as received.
@@ -320,6 +323,27 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
                     ]),
                     part,
                 );
+            }
+            Fault::Trickle { every } if n % every == 0 => {
+                let part = &file[a as usize..=b as usize];
+                let mut head = "HTTP/1.1 206 Partial Content\r\nConnection: close\r\n".to_string();
+                for h in etag_line(vec![
+                    format!("Content-Range: bytes {a}-{b}/{len}"),
+                    format!("Content-Length: {}", part.len()),
+                ]) {
+                    head.push_str(&h);
+                    head.push_str("\r\n");
+                }
+                head.push_str("\r\n");
+                out.write_all(head.as_bytes())?;
+                // Until the client gives up (the write fails) or, at this pace, hours later.
+                for byte in part.chunks(1) {
+                    out.write_all(byte)?;
+                    out.flush()?;
+                    count(1);
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                return Ok(());
             }
             Fault::DropMidBody { every } | Fault::StallMidBody { every } if n % every == 0 => {
                 let part = &file[a as usize..=b as usize];

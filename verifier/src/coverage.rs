@@ -1,0 +1,203 @@
+//! Is the model whole? Every layer of its config present, the trunk present, and with a source
+//! every byte of every source tensor in some region's provenance. A model directory can pass
+//! every hash and still be a part of the model (one `--layers` run, or a manifest re-digested
+//! after a file was dropped from it): these checks say so, naming what is missing.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+
+use tarfa_format::manifest::{layer_ranges, FileKind, Manifest, MANIFEST_NAME};
+use tarfa_format::JnfReader;
+
+use crate::report::{Fault, FaultKind};
+
+/// How many names a fault lists before it says "and N more".
+const NAMES_SHOWN: usize = 8;
+
+/// Layers the model's own config declares: HF `num_hidden_layers` (or `text_config`'s), GGUF
+/// `{arch}.block_count`. `None` when the config does not say.
+fn declared_layers(m: &Manifest) -> Option<u64> {
+    let c = &m.architecture.config;
+    if m.architecture.source_format == "gguf" {
+        let arch = c.get("general.architecture")?.get("value")?.as_str()?;
+        return c.get(format!("{arch}.block_count"))?.get("value")?.as_u64();
+    }
+    c.get("num_hidden_layers")
+        .or_else(|| c.get("text_config")?.get("num_hidden_layers"))?
+        .as_u64()
+}
+
+/// Faults for a model that is not whole by its manifest: layers of the config missing (unless
+/// `partial`), no trunk, fewer layers than the config declares.
+pub(crate) fn model_faults(m: &Manifest, partial: bool) -> Vec<Fault> {
+    let mut faults = Vec::new();
+    let missing = m.missing_layers();
+    if !missing.is_empty() && !partial {
+        faults.push(Fault::new(
+            FaultKind::Incomplete,
+            MANIFEST_NAME,
+            format!(
+                "the model is incomplete: {} of {} layers missing ({}); convert them with `tarfa convert SRC -o DIR --layers A-B`",
+                missing.len(),
+                m.architecture.num_layers,
+                layer_ranges(&missing)
+            ),
+        ));
+    }
+    if !m.files.iter().any(|f| f.kind == FileKind::Trunk) {
+        faults.push(Fault::new(
+            FaultKind::Incomplete,
+            MANIFEST_NAME,
+            "the model is incomplete: no trunk file (embeddings, final norm, output head)",
+        ));
+    }
+    if let Some(declared) = declared_layers(m) {
+        if declared > u64::from(m.architecture.num_layers) {
+            let mut x = Fault::new(
+                FaultKind::Incomplete,
+                MANIFEST_NAME,
+                "the manifest's num_layers is below the layer count its config declares",
+            );
+            x.expected = Some(format!("at least {declared} layers"));
+            x.actual = Some(format!("{} layers", m.architecture.num_layers));
+            faults.push(x);
+        }
+    }
+    faults
+}
+
+/// The source byte ranges the regions of the model name, by (source file, tensor).
+#[derive(Debug, Default)]
+pub(crate) struct Provenances(HashMap<(String, String), Vec<(u64, u64)>>);
+
+impl Provenances {
+    /// Add every region of `r` that names a source.
+    pub(crate) fn add(&mut self, r: &JnfReader) {
+        let idx = r.index();
+        for rec in r.regions() {
+            let file = idx.str(rec.src_file);
+            if file.is_empty() {
+                continue;
+            }
+            self.0
+                .entry((file.to_string(), idx.str(rec.src_tensor).to_string()))
+                .or_default()
+                .push((rec.src_begin, rec.src_end));
+        }
+    }
+
+    /// The parts of `begin..end` no range covers; `None` when no region names the tensor at all.
+    fn gaps(&self, file: &str, tensor: &str, begin: u64, end: u64) -> Option<Vec<(u64, u64)>> {
+        let mut ranges = self.0.get(&(file.to_string(), tensor.to_string()))?.clone();
+        ranges.sort_unstable();
+        let mut gaps = Vec::new();
+        let mut at = begin;
+        for (b, e) in ranges {
+            if b > at {
+                gaps.push((at, b.min(end)));
+            }
+            at = at.max(e);
+            if at >= end {
+                break;
+            }
+        }
+        if at < end {
+            gaps.push((at, end));
+        }
+        Some(gaps)
+    }
+}
+
+/// Faults for source tensors (of the checkpoint in `source_dir`) that no region of the model
+/// holds, whole or in part. The checkpoint is read as the converter reads it.
+pub(crate) fn source_faults(m: &Manifest, source_dir: &Path, held: &Provenances) -> Vec<Fault> {
+    let opened = if m.architecture.source_format == "gguf" {
+        match m.conversion.sources.first() {
+            Some(first) => tarfa_converter::gguf_source::open(&source_dir.join(&first.path)),
+            None => return Vec::new(),
+        }
+    } else {
+        tarfa_converter::source::Checkpoint::open(source_dir)
+    };
+    let ck = match opened {
+        Ok(ck) => ck,
+        Err(e) => {
+            return vec![Fault::new(
+                FaultKind::Source,
+                source_dir.display().to_string(),
+                format!(
+                "cannot read the source checkpoint to check that the model holds all of it: {e}"
+            ),
+            )]
+        }
+    };
+    let mut faults = Vec::new();
+    let mut absent: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+    for t in ck.tensors.values() {
+        let file = ck.shards[t.shard].rel.as_str();
+        match held.gaps(file, &t.name, t.begin, t.end) {
+            None => absent.entry(file).or_default().push(&t.name),
+            Some(gaps) => {
+                if let Some(&(b, e)) = gaps.first() {
+                    let mut x = Fault::new(
+                        FaultKind::Incomplete,
+                        file,
+                        format!(
+                            "{} byte(s) of this source tensor are in no region of the model",
+                            gaps.iter().map(|(b, e)| e - b).sum::<u64>()
+                        ),
+                    );
+                    x.tensor = Some(t.name.clone());
+                    x.source_offset = Some(b);
+                    x.expected = Some(format!("bytes {}..{}", t.begin, t.end));
+                    x.actual = Some(format!("first missing {b}..{e}"));
+                    faults.push(x);
+                }
+            }
+        }
+    }
+    for (file, names) in absent {
+        let shown: Vec<&str> = names.iter().take(NAMES_SHOWN).copied().collect();
+        let more = names.len() - shown.len();
+        faults.push(Fault::new(
+            FaultKind::Incomplete,
+            file,
+            format!(
+                "the model is incomplete: {} tensor(s) of this source file are in no region: {}{}",
+                names.len(),
+                shown.join(", "),
+                if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                }
+            ),
+        ));
+    }
+    faults
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gaps_are_the_bytes_no_range_covers() {
+        let mut p = Provenances::default();
+        let key = ("s".to_string(), "t".to_string());
+        p.0.insert(key, vec![(30, 40), (10, 20), (15, 25)]);
+        assert_eq!(p.gaps("s", "t", 10, 40), Some(vec![(25, 30)]));
+        assert_eq!(
+            p.gaps("s", "t", 0, 50),
+            Some(vec![(0, 10), (25, 30), (40, 50)])
+        );
+        assert_eq!(p.gaps("s", "t", 12, 18), Some(vec![]));
+        assert_eq!(p.gaps("s", "u", 0, 1), None);
+    }
+
+    #[test]
+    fn missing_layers_are_named_as_ranges() {
+        assert_eq!(layer_ranges(&[0, 1, 2, 5, 7, 8]), "0-2, 5, 7-8");
+        assert_eq!(layer_ranges(&[]), "");
+    }
+}
