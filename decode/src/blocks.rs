@@ -3,6 +3,7 @@
 //! a batch of tokens and computes every token exactly as it would alone (batch invariance): the
 //! batch only shares weight reads, never a reduction.
 
+use rayon::prelude::*;
 use tarfa_format::Role;
 
 use crate::canon;
@@ -161,37 +162,38 @@ pub fn attend(
     // correctly rounded operations instead of a libm pow.
     let scaling = (1.0 / (d as f64).sqrt()) as f32;
     let cache = &*cache;
-    q.iter()
-        .enumerate()
-        .map(|(t, qt)| {
+    // One (token, head) per task: each head's scores, softmax and weighted sum on one thread.
+    let heads: Vec<Vec<f32>> = (0..q.len() * shape.heads)
+        .into_par_iter()
+        .map(|th| {
+            let (t, h) = (th / shape.heads, th % shape.heads);
             let p = start + t;
             let first = match shape.window {
                 Some(w) if p + 1 > w => p + 1 - w,
                 _ => 0,
             };
-            let mut out = vec![0.0f32; shape.heads * d];
-            for h in 0..shape.heads {
-                let kvh = h / group;
-                let qh = &qt[h * d..(h + 1) * d];
-                let mut scores: Vec<f32> = (first..=p)
-                    .map(|pos| {
-                        let kk = &cache.k[pos * width + kvh * d..pos * width + (kvh + 1) * d];
-                        isa.dot_f32(kk, qh) * scaling
-                    })
-                    .collect();
-                isa.softmax(&mut scores);
-                isa.weighted_rows(
-                    &scores,
-                    |i| {
-                        let pos = first + i;
-                        &cache.v[pos * width + kvh * d..pos * width + (kvh + 1) * d]
-                    },
-                    &mut out[h * d..(h + 1) * d],
-                );
-            }
+            let kvh = h / group;
+            let qh = &q[t][h * d..(h + 1) * d];
+            let mut scores: Vec<f32> = (first..=p)
+                .map(|pos| {
+                    let kk = &cache.k[pos * width + kvh * d..pos * width + (kvh + 1) * d];
+                    isa.dot_f32(kk, qh) * scaling
+                })
+                .collect();
+            isa.softmax(&mut scores);
+            let mut out = vec![0.0f32; d];
+            isa.weighted_rows(
+                &scores,
+                |i| {
+                    let pos = first + i;
+                    &cache.v[pos * width + kvh * d..pos * width + (kvh + 1) * d]
+                },
+                &mut out,
+            );
             out
         })
-        .collect()
+        .collect();
+    heads.chunks(shape.heads).map(|hs| hs.concat()).collect()
 }
 
 /// Rotate every head of `x` (width `heads · head_dim`) for position `p`.

@@ -7,8 +7,6 @@
 
 use std::fmt;
 
-use rayon::prelude::*;
-
 use crate::canon;
 use crate::weights::{MatrixRef, WeightSlice};
 
@@ -177,37 +175,50 @@ impl Isa {
     }
 
     /// Several matrix products in one parallel region (e.g. the gate and up projections of every
-    /// selected expert of a layer): every job's rows are cut into blocks of about 64 KiB of
-    /// weights, all blocks of all jobs are one pool of tasks for the threads, and each block's
-    /// outputs are written to their fixed place. Threads split outputs only.
+    /// selected expert of a layer). The rows of all jobs, laid end to end and weighed by their
+    /// bytes, are cut into one contiguous share per thread (at multiples of four rows), and every
+    /// thread of the pool runs its share once (`rayon::broadcast`): no task queue, long sequential
+    /// streams for the prefetchers, equal bytes per thread. Each output is still one canonical
+    /// dot on one thread, so the split changes no bit.
     pub fn matmul_many(self, jobs: &mut [MatJob<'_, '_>]) {
-        let mut tasks = Vec::new();
-        for (j, job) in jobs.iter().enumerate() {
+        let mut starts = Vec::with_capacity(jobs.len());
+        let mut total = 0usize;
+        for job in jobs.iter() {
             let m = job.m;
             assert_eq!(job.xs.len(), job.out.len());
             for (x, o) in job.xs.iter().zip(job.out.iter()) {
                 assert_eq!(x.len(), m.cols, "{}: input length", m.name);
                 assert_eq!(o.len(), m.rows, "{}: output length", m.name);
             }
-            let block = (64 * 1024 / (m.cols.max(1) * 2)).clamp(4, 4096) / 4 * 4;
-            let mut r0 = 0;
-            while r0 < m.rows {
-                let r1 = (r0 + block).min(m.rows);
-                tasks.push((j, r0, r1));
-                r0 = r1;
-            }
+            starts.push(total);
+            total += m.rows * row_bytes(m);
         }
         let jobs_ro: &[MatJob<'_, '_>] = jobs;
-        let done: Vec<(usize, usize, Vec<Vec<f32>>)> = tasks
-            .into_par_iter()
-            .map(|(j, r0, r1)| {
-                let job = &jobs_ro[j];
-                let mut res = vec![vec![0.0f32; r1 - r0]; job.xs.len()];
-                self.rows_into(job.m, r0, r1, job.xs, &mut res);
-                (j, r0, res)
-            })
-            .collect();
-        for (j, r0, res) in done {
+        // The first row of job j at or after global byte g (a multiple of 4, or the row count).
+        let boundary = |j: usize, g: usize| -> usize {
+            let m = jobs_ro[j].m;
+            let b = row_bytes(m).max(1);
+            if g <= starts[j] {
+                return 0;
+            }
+            let r = (g - starts[j]).div_ceil(b).div_ceil(4) * 4;
+            r.min(m.rows)
+        };
+        let shares: Vec<Vec<(usize, usize, Vec<Vec<f32>>)>> = rayon::broadcast(|ctx| {
+            let (i, n) = (ctx.index(), ctx.num_threads());
+            let (a, b) = (total * i / n, total * (i + 1) / n);
+            let mut mine = Vec::new();
+            for (j, job) in jobs_ro.iter().enumerate() {
+                let (r0, r1) = (boundary(j, a), boundary(j, b));
+                if r0 < r1 {
+                    let mut res = vec![vec![0.0f32; r1 - r0]; job.xs.len()];
+                    self.rows_into(job.m, r0, r1, job.xs, &mut res);
+                    mine.push((j, r0, res));
+                }
+            }
+            mine
+        });
+        for (j, r0, res) in shares.into_iter().flatten() {
             for (o, r) in jobs[j].out.iter_mut().zip(res) {
                 o[r0..r0 + r.len()].copy_from_slice(&r);
             }
@@ -247,6 +258,15 @@ impl Isa {
             r += 1;
         }
     }
+}
+
+/// Bytes of one row of `m` as stored.
+fn row_bytes(m: MatrixRef<'_>) -> usize {
+    m.cols
+        * match m.data {
+            WeightSlice::Bf16(_) => 2,
+            WeightSlice::F32(_) => 4,
+        }
 }
 
 /// One product of [`Isa::matmul_many`]: `out[t] = m · xs[t]`.

@@ -1,0 +1,315 @@
+#!/usr/bin/env python3
+"""Write a Qwen3-MoE safetensors checkpoint (BF16) as a BF16 GGUF that llama.cpp's `qwen3moe`
+architecture loads, for `llama-bench` on the same weights as `tarfa run`.
+
+    python3 bench/llama/safetensors_to_gguf.py SRC_DIR OUT.gguf [--verify]
+
+SRC_DIR: one `model.safetensors`, or shards with `model.safetensors.index.json` (or just
+`*.safetensors` files), plus `config.json` -- as written by `converter/examples/synth_checkpoint.rs`
+or by transformers' `save_pretrained`.
+
+* Tensor names are llama.cpp's (token_embd, blk.N.attn_norm, attn_q/k/v/output, attn_q_norm,
+  attn_k_norm, ffn_norm, ffn_gate_inp, ffn_{gate,up,down}_exps stacked [E, ...], output_norm,
+  output). Per-expert `experts.X.{gate,up,down}_proj.weight` are stacked in expert order, fused
+  `experts.gate_up_proj` [E, 2I, H] is split in its gate and up halves, `experts.down_proj`
+  [E, H, I] is taken as it is.
+* Norm weights (1-D) are written as F32, widened exactly from BF16; every other tensor's bytes are
+  the source's bytes, unchanged (`--verify` re-reads the GGUF with gguf's reader and checks both).
+* Missing config keys are derived from the tensor shapes: head_dim from q_norm, heads from q_proj /
+  k_proj rows. Defaults: rms_norm_eps 1e-6, rope_theta 1e6, context length 40960.
+* Tokenizer: `tokenizer.ggml.model = "none"` plus `qwen3moe.vocab_size`: llama.cpp then makes
+  vocab_size dummy tokens, which is all llama-bench needs (it feeds random token ids).
+  Note: llama.cpp's qwen3moe graph always renormalises the top-k router weights (as
+  norm_topk_prob = true); the config's norm_topk_prob is not stored anywhere in the GGUF.
+
+Only numpy and gguf are used; the source's headers are parsed here and its data copied with
+os.pread in 16 MiB chunks, so memory stays low (under 100 MB) whatever the checkpoint's size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import struct
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+try:
+    import gguf
+except ImportError:  # pragma: no cover
+    sys.exit("error: the gguf package is missing (pip install gguf, or the wheel in bench/llama/wheels)")
+
+ARCH = "qwen3moe"
+BF16 = "BF16"
+
+
+CHUNK = 16 << 20
+
+
+class Source:
+    """Header-only safetensors reader: name -> (file, dtype, shape, offset, nbytes). Data is read
+    with os.pread in 16 MiB chunks, so memory stays a few chunks whatever the checkpoint's size."""
+
+    def __init__(self, src: Path) -> None:
+        self.tensors: dict[str, tuple[Path, str, list[int], int, int]] = {}
+        index = src / "model.safetensors.index.json"
+        if index.exists():
+            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        else:
+            files = sorted(p.name for p in src.glob("*.safetensors"))
+        if not files:
+            sys.exit(f"error: {src}: no safetensors files")
+        for f in files:
+            path = src / f
+            with open(path, "rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(n))
+            base = 8 + n
+            size = path.stat().st_size
+            for name, info in header.items():
+                if name == "__metadata__":
+                    continue
+                a, b = info["data_offsets"]
+                if base + b > size:
+                    sys.exit(f"error: {path}: {name} runs past the end of the file")
+                if info["dtype"] != BF16:
+                    sys.exit(f"error: {name} is {info['dtype']}; only BF16 sources are handled")
+                self.tensors[name] = (path, info["dtype"], list(info["shape"]), base + a, b - a)
+        self._fds: dict[Path, int] = {}
+
+    def shape(self, name: str) -> list[int]:
+        return self.tensors[name][2]
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def fd(self, path: Path) -> int:
+        if path not in self._fds:
+            self._fds[path] = os.open(path, os.O_RDONLY)
+        return self._fds[path]
+
+    def span(self, name: str, start: int = 0, nbytes: int | None = None) -> "Spans":
+        """Bytes [start, start + nbytes) of the tensor's data."""
+        path, _, _, off, n = self.tensors[name]
+        nbytes = n - start if nbytes is None else nbytes
+        assert 0 <= start and start + nbytes <= n
+        return Spans(self, [(path, off + start, nbytes)])
+
+    def f32(self, name: str) -> np.ndarray:
+        """A (small) BF16 tensor widened exactly to F32."""
+        path, _, shape, off, n = self.tensors[name]
+        raw = np.frombuffer(os.pread(self.fd(path), n, off), dtype=np.uint16).reshape(shape)
+        return (raw.astype(np.uint32) << 16).view(np.float32)
+
+
+class Spans:
+    """Byte ranges of source files written one after the other as one GGUF tensor (several for
+    the stacked experts). Duck-types what GGUFWriter.write_tensor_data uses of an ndarray:
+    nbytes and tofile()."""
+
+    def __init__(self, src: Source, spans: list[tuple[Path, int, int]]) -> None:
+        self.src = src
+        self.spans = spans
+        self.nbytes = sum(n for _, _, n in spans)
+
+    def __add__(self, other: "Spans") -> "Spans":
+        return Spans(self.src, self.spans + other.spans)
+
+    def chunks(self):
+        for path, off, n in self.spans:
+            fd = self.src.fd(path)
+            end = off + n
+            while off < end:
+                b = os.pread(fd, min(CHUNK, end - off), off)
+                if not b:
+                    sys.exit(f"error: {path}: short read at {off}")
+                yield b
+                off += len(b)
+
+    def tofile(self, fout) -> None:
+        for b in self.chunks():
+            fout.write(b)
+
+
+def plan(src: Source, cfg: dict) -> tuple[list[tuple[str, list[int], str, object]], dict]:
+    """Every GGUF tensor in write order: (gguf name, numpy-order shape, 'BF16' | 'F32', producer)."""
+    p = "model.layers"
+    layers = int(cfg["num_hidden_layers"])
+    n_exp = int(cfg.get("num_experts", cfg.get("num_local_experts", 0)))
+    hidden = int(cfg["hidden_size"])
+    out: list[tuple[str, list[int], str, object]] = []
+
+    def bf16(gname: str, hname: str) -> None:
+        out.append((gname, src.shape(hname), BF16, lambda h=hname: src.span(h)))
+
+    def norm(gname: str, hname: str) -> None:
+        out.append((gname, src.shape(hname), "F32", lambda h=hname: src.f32(h)))
+
+    bf16("token_embd.weight", "model.embed_tokens.weight")
+    q_norm = src.shape(f"{p}.0.self_attn.q_norm.weight")[0]
+    for l in range(layers):
+        h = f"{p}.{l}"
+        b = f"blk.{l}"
+        if not src.has(f"{h}.mlp.gate.weight"):
+            sys.exit(f"error: layer {l} has no router ({h}.mlp.gate.weight): dense layers are not handled")
+        norm(f"{b}.attn_norm.weight", f"{h}.input_layernorm.weight")
+        bf16(f"{b}.attn_q.weight", f"{h}.self_attn.q_proj.weight")
+        bf16(f"{b}.attn_k.weight", f"{h}.self_attn.k_proj.weight")
+        bf16(f"{b}.attn_v.weight", f"{h}.self_attn.v_proj.weight")
+        bf16(f"{b}.attn_output.weight", f"{h}.self_attn.o_proj.weight")
+        norm(f"{b}.attn_q_norm.weight", f"{h}.self_attn.q_norm.weight")
+        norm(f"{b}.attn_k_norm.weight", f"{h}.self_attn.k_norm.weight")
+        norm(f"{b}.ffn_norm.weight", f"{h}.post_attention_layernorm.weight")
+        bf16(f"{b}.ffn_gate_inp.weight", f"{h}.mlp.gate.weight")
+        e = f"{h}.mlp.experts"
+        if src.has(f"{e}.gate_up_proj"):  # fused [E, 2I, H], [E, H, I]
+            ne, two_i, hh = src.shape(f"{e}.gate_up_proj")
+            i = two_i // 2
+            half = i * hh * 2  # bytes of one expert's gate (or up) half
+
+            def halves(n: str = f"{e}.gate_up_proj", ne: int = ne, half: int = half, first: int = 0) -> Spans:
+                out_ = src.span(n, first * half, half)
+                for x in range(1, ne):
+                    out_ = out_ + src.span(n, (2 * x + first) * half, half)
+                return out_
+
+            out.append((f"{b}.ffn_gate_exps.weight", [ne, i, hh], BF16, lambda h=halves: h(first=0)))
+            out.append((f"{b}.ffn_up_exps.weight", [ne, i, hh], BF16, lambda h=halves: h(first=1)))
+            bf16(f"{b}.ffn_down_exps.weight", f"{e}.down_proj")
+        else:
+            for proj, g in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
+                names = [f"{e}.{x}.{proj}.weight" for x in range(n_exp)]
+                missing = [n for n in names if not src.has(n)]
+                if missing:
+                    sys.exit(f"error: missing {missing[0]} (and {len(missing) - 1} more)")
+                shape = [n_exp] + src.shape(names[0])
+                out.append((f"{b}.{g}.weight", shape, BF16, lambda ns=names: sum((src.span(n) for n in ns[1:]), src.span(ns[0]))))
+    norm("output_norm.weight", "model.norm.weight")
+    if src.has("lm_head.weight") and not cfg.get("tie_word_embeddings", False):
+        bf16("output.weight", "lm_head.weight")
+
+    # hyper-parameters, from config.json or the shapes
+    head_dim = int(cfg.get("head_dim") or q_norm)
+    q_rows = src.shape(f"{p}.0.self_attn.q_proj.weight")[0]
+    k_rows = src.shape(f"{p}.0.self_attn.k_proj.weight")[0]
+    n_head = int(cfg.get("num_attention_heads") or q_rows // head_dim)
+    n_kv = int(cfg.get("num_key_value_heads") or k_rows // head_dim)
+    if n_head * head_dim != q_rows or n_kv * head_dim != k_rows:
+        sys.exit(f"error: q_proj rows {q_rows} / k_proj rows {k_rows} disagree with {n_head} x {head_dim} / {n_kv} x {head_dim}")
+    rope = cfg.get("rope_parameters") or {}
+    gate_shape = src.shape(f"{p}.0.mlp.gate.weight")
+    if n_exp == 0:
+        n_exp = gate_shape[0]
+    if not src.has(f"{p}.0.mlp.experts.gate_up_proj"):
+        moe_i = src.shape(f"{p}.0.mlp.experts.0.gate_proj.weight")[0]
+    else:
+        moe_i = src.shape(f"{p}.0.mlp.experts.gate_up_proj")[1] // 2
+    hp = {
+        "layers": layers,
+        "hidden": hidden,
+        "ctx": int(cfg.get("max_position_embeddings", 40960)),
+        "ff": int(cfg.get("intermediate_size", moe_i)),
+        "moe_i": int(cfg.get("moe_intermediate_size", moe_i)),
+        "n_head": n_head,
+        "n_kv": n_kv,
+        "head_dim": head_dim,
+        "rope_theta": float(cfg.get("rope_theta", rope.get("rope_theta", 1_000_000.0))),
+        "eps": float(cfg.get("rms_norm_eps", 1e-6)),
+        "n_exp": n_exp,
+        "top_k": int(cfg.get("num_experts_per_tok", min(8, n_exp))),
+        "vocab": src.shape("model.embed_tokens.weight")[0],
+    }
+    return out, hp
+
+
+def verify(path: Path, tensors: list) -> None:
+    """Re-read the GGUF: its tensor directory with gguf's own reader, then every tensor's bytes
+    (pread, chunk by chunk) against what was meant: the source's bytes, or for norms the exact
+    F32 widening of them."""
+    t0 = time.time()
+    r = gguf.GGUFReader(path)
+    got = {t.name: t for t in r.tensors}
+    if len(got) != len(tensors) or len(r.tensors) != len(tensors):
+        sys.exit(f"verify: {len(r.tensors)} tensors in the GGUF, {len(tensors)} planned")
+    fd = os.open(path, os.O_RDONLY)
+    for name, shape, kind, make in tensors:
+        t = got[name]
+        want_type = gguf.GGMLQuantizationType.BF16 if kind == BF16 else gguf.GGMLQuantizationType.F32
+        if t.tensor_type != want_type or [int(x) for x in reversed(t.shape)] != shape:
+            sys.exit(f"verify: {name}: {t.tensor_type.name} {list(t.shape)}, wanted {kind} {shape[::-1]}")
+        if int(t.n_bytes) != int(np.prod(shape)) * (2 if kind == BF16 else 4):
+            sys.exit(f"verify: {name}: {t.n_bytes} bytes")
+        at = int(t.data_offset)
+        want = make()
+        chunks = want.chunks() if isinstance(want, Spans) else [want.tobytes()]
+        for b in chunks:
+            if os.pread(fd, len(b), at) != b:
+                sys.exit(f"verify: {name}: bytes differ from the source near file offset {at}")
+            at += len(b)
+    os.close(fd)
+    print(f"verify: {len(tensors)} tensors equal to the source ({time.time() - t0:.1f} s)", file=sys.stderr)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("src", type=Path)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--verify", action="store_true", help="re-read the GGUF and compare every tensor")
+    args = ap.parse_args()
+    cfg = json.loads((args.src / "config.json").read_text())
+    if cfg.get("model_type") not in (None, "qwen3_moe"):
+        sys.exit(f"error: model_type {cfg.get('model_type')!r}: only qwen3_moe is handled")
+    src = Source(args.src)
+    tensors, hp = plan(src, cfg)
+
+    w = gguf.GGUFWriter(args.out, ARCH)
+    w.add_name(f"{args.src.name} (tarfa bench/llama/safetensors_to_gguf.py)")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_block_count(hp["layers"])
+    w.add_context_length(hp["ctx"])
+    w.add_embedding_length(hp["hidden"])
+    w.add_feed_forward_length(hp["ff"])
+    w.add_head_count(hp["n_head"])
+    w.add_head_count_kv(hp["n_kv"])
+    w.add_key_length(hp["head_dim"])
+    w.add_value_length(hp["head_dim"])
+    w.add_rope_freq_base(hp["rope_theta"])
+    w.add_layer_norm_rms_eps(hp["eps"])
+    w.add_expert_count(hp["n_exp"])
+    w.add_expert_used_count(hp["top_k"])
+    w.add_expert_feed_forward_length(hp["moe_i"])
+    w.add_vocab_size(hp["vocab"])
+    w.add_tokenizer_model("none")
+    w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    for name, shape, kind, _ in tensors:
+        if kind == BF16:
+            nbytes = int(np.prod(shape)) * 2
+            w.add_tensor_info(name, shape, np.dtype(np.uint16), nbytes, raw_dtype=gguf.GGMLQuantizationType.BF16)
+        else:
+            w.add_tensor_info(name, shape, np.dtype(np.float32), int(np.prod(shape)) * 4)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_ti_data_to_file()
+    t0 = time.time()
+    total = 0
+    for i, (name, shape, kind, make) in enumerate(tensors):
+        data = make()
+        w.write_tensor_data(data)
+        total += data.nbytes
+        if re.fullmatch(r"blk\.\d+\.ffn_down_exps\.weight", name):
+            print(f"  {name}: {total / 1e9:.2f} GB written, {total / 1e9 / max(time.time() - t0, 1e-9):.2f} GB/s",
+                  file=sys.stderr)
+    w.close()
+    size = os.path.getsize(args.out)
+    print(f"{args.out}: {len(tensors)} tensors, {size} bytes, {hp}, {time.time() - t0:.1f} s", file=sys.stderr)
+    if args.verify:
+        verify(args.out, tensors)
+
+
+if __name__ == "__main__":
+    main()

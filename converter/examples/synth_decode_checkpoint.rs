@@ -1,0 +1,241 @@
+//! Write a generated Qwen3-MoE checkpoint that a decoder can run: the layout of Qwen3-30B-A3B's
+//! layers (hidden 2048, 32 query heads and 4 key/value heads of head_dim 128, 128 experts of
+//! intermediate 768, top-8) with a complete `config.json`, and weights drawn like a trained
+//! model's (BF16 of about normal(0, 0.02); norm weights about 1), so that a forward pass stays
+//! finite and the router spreads tokens over the experts. For benchmarking `tarfa run` against
+//! llama.cpp on the same weights (`bench/llama/`):
+//!
+//! ```sh
+//! cargo build --release -p tarfa-converter --example synth_decode_checkpoint
+//! target/release/examples/synth_decode_checkpoint DIR LAYERS [SHARDS [VOCAB]]
+//! ```
+//! Each layer is about 1.25 GB (BF16); 10 layers with the default vocabulary of 32,768 make
+//! 12.73 GB (11.9 GiB). Values are deterministic: element `i` of a tensor is a function of the
+//! tensor's name and `i` alone (splitmix64, a sum of four 16-bit uniforms, rounded to nearest
+//! even BF16), so every machine writes the same bytes; shards are written in parallel.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::path::Path;
+
+const HIDDEN: u64 = 2048;
+const HEADS: u64 = 32;
+const KV_HEADS: u64 = 4;
+const HEAD_DIM: u64 = 128;
+const EXPERTS: u64 = 128;
+const TOP_K: u64 = 8;
+const MOE_INTER: u64 = 768;
+
+/// One tensor: name, shape, and the mean and standard deviation its values are drawn with.
+struct Tensor {
+    name: String,
+    shape: Vec<u64>,
+    mean: f32,
+    std: f32,
+}
+
+impl Tensor {
+    fn bytes(&self) -> u64 {
+        self.shape.iter().product::<u64>() * 2
+    }
+}
+
+fn tensors(layers: u64, vocab: u64) -> Vec<Tensor> {
+    let w = |name: String, shape: Vec<u64>| Tensor {
+        name,
+        shape,
+        mean: 0.0,
+        std: 0.02,
+    };
+    let norm = |name: String, n: u64| Tensor {
+        name,
+        shape: vec![n],
+        mean: 1.0,
+        std: 0.05,
+    };
+    let (h, q, kv, i) = (HIDDEN, HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM, MOE_INTER);
+    let mut t = vec![w("model.embed_tokens.weight".into(), vec![vocab, h])];
+    for l in 0..layers {
+        let p = format!("model.layers.{l}");
+        t.push(norm(format!("{p}.input_layernorm.weight"), h));
+        t.push(w(format!("{p}.self_attn.q_proj.weight"), vec![q, h]));
+        t.push(w(format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
+        t.push(w(format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
+        t.push(w(format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
+        t.push(norm(format!("{p}.self_attn.q_norm.weight"), HEAD_DIM));
+        t.push(norm(format!("{p}.self_attn.k_norm.weight"), HEAD_DIM));
+        t.push(norm(format!("{p}.post_attention_layernorm.weight"), h));
+        t.push(w(format!("{p}.mlp.gate.weight"), vec![EXPERTS, h]));
+        for x in 0..EXPERTS {
+            t.push(w(
+                format!("{p}.mlp.experts.{x}.gate_proj.weight"),
+                vec![i, h],
+            ));
+            t.push(w(format!("{p}.mlp.experts.{x}.up_proj.weight"), vec![i, h]));
+            t.push(w(
+                format!("{p}.mlp.experts.{x}.down_proj.weight"),
+                vec![h, i],
+            ));
+        }
+    }
+    t.push(norm("model.norm.weight".into(), h));
+    t.push(w("lm_head.weight".into(), vec![vocab, h]));
+    t
+}
+
+/// BF16 bits of element `i` of the tensor whose name hashes to `seed`: mean + std * z, z a sum of
+/// four 16-bit uniforms scaled to unit variance (|z| <= 3.47), rounded to nearest even. Integer
+/// arithmetic and two correctly rounded f32 operations: the same bits on every machine.
+fn value(seed: u64, i: u64, mean: f32, std: f32) -> u16 {
+    let mut z = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    let s = (z & 0xFFFF) + ((z >> 16) & 0xFFFF) + ((z >> 32) & 0xFFFF) + (z >> 48);
+    // Sum of four uniforms on 0..=65535: mean 131070, standard deviation 37837.
+    let u = (s as f32 - 131_070.0) * (1.0 / 37_837.0);
+    let f = mean + std * u;
+    let b = f.to_bits();
+    ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) as u16
+}
+
+fn seed_of(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+fn write_shard(path: &Path, tensors: &[&Tensor]) -> std::io::Result<()> {
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), serde_json::json!({"format": "pt"}));
+    let mut at = 0u64;
+    for t in tensors {
+        header.insert(
+            t.name.clone(),
+            serde_json::json!({"dtype": "BF16", "shape": t.shape, "data_offsets": [at, at + t.bytes()]}),
+        );
+        at += t.bytes();
+    }
+    let mut json = serde_json::to_vec(&header)?;
+    while json.len() % 8 != 0 {
+        json.push(b' ');
+    }
+    let mut w = BufWriter::with_capacity(8 << 20, File::create(path)?);
+    w.write_all(&(json.len() as u64).to_le_bytes())?;
+    w.write_all(&json)?;
+    let mut buf = vec![0u8; 8 << 20];
+    for t in tensors {
+        let seed = seed_of(&t.name);
+        let n = t.shape.iter().product::<u64>();
+        let mut i = 0u64;
+        while i < n {
+            let k = (n - i).min(buf.len() as u64 / 2) as usize;
+            for (j, out) in buf[..2 * k].chunks_exact_mut(2).enumerate() {
+                out.copy_from_slice(&value(seed, i + j as u64, t.mean, t.std).to_le_bytes());
+            }
+            w.write_all(&buf[..2 * k])?;
+            i += k as u64;
+        }
+    }
+    w.into_inner().map_err(|e| e.into_error())?.sync_all()
+}
+
+fn write_checkpoint(dir: &Path, layers: u64, shards: usize, vocab: u64) -> std::io::Result<u64> {
+    std::fs::create_dir_all(dir)?;
+    let all = tensors(layers, vocab);
+    let total: u64 = all.iter().map(Tensor::bytes).sum();
+    // Cut the write order into `shards` runs of about equal bytes.
+    let mut runs: Vec<Vec<&Tensor>> = vec![Vec::new(); shards];
+    let mut acc = 0u64;
+    for t in &all {
+        let k = ((acc * shards as u64) / total).min(shards as u64 - 1) as usize;
+        acc += t.bytes();
+        runs[k].push(t);
+    }
+    let name = |k: usize| {
+        if shards == 1 {
+            "model.safetensors".to_string()
+        } else {
+            format!("model-{:05}-of-{:05}.safetensors", k + 1, shards)
+        }
+    };
+    std::thread::scope(|s| {
+        let jobs: Vec<_> = runs
+            .iter()
+            .enumerate()
+            .map(|(k, run)| s.spawn(move || write_shard(&dir.join(name(k)), run)))
+            .collect();
+        jobs.into_iter()
+            .try_for_each(|j| j.join().expect("a shard writer panicked"))
+    })?;
+    if shards > 1 {
+        let mut weight_map = serde_json::Map::new();
+        for (k, run) in runs.iter().enumerate() {
+            for t in run {
+                weight_map.insert(t.name.clone(), serde_json::Value::String(name(k)));
+            }
+        }
+        let index =
+            serde_json::json!({"metadata": {"total_size": total}, "weight_map": weight_map});
+        std::fs::write(
+            dir.join("model.safetensors.index.json"),
+            serde_json::to_vec_pretty(&index)?,
+        )?;
+    }
+    let config = serde_json::json!({
+        "architectures": ["Qwen3MoeForCausalLM"],
+        "model_type": "qwen3_moe",
+        "attention_bias": false,
+        "attention_dropout": 0.0,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "head_dim": HEAD_DIM,
+        "hidden_act": "silu",
+        "hidden_size": HIDDEN,
+        "intermediate_size": 6144,
+        "max_position_embeddings": 40960,
+        "moe_intermediate_size": MOE_INTER,
+        "norm_topk_prob": true,
+        "num_attention_heads": HEADS,
+        "num_experts": EXPERTS,
+        "num_experts_per_tok": TOP_K,
+        "num_hidden_layers": layers,
+        "num_key_value_heads": KV_HEADS,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "rope_scaling": null,
+        "sliding_window": null,
+        "use_sliding_window": false,
+        "tie_word_embeddings": false,
+        "vocab_size": vocab,
+        "bos_token_id": null,
+        "eos_token_id": null,
+        "torch_dtype": "bfloat16",
+    });
+    std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
+    Ok(total)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let num = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok());
+    let (Some(dir), Some(layers)) = (args.get(1), num(2).filter(|&l| l > 0)) else {
+        eprintln!("usage: synth_decode_checkpoint DIR LAYERS [SHARDS [VOCAB]]");
+        std::process::exit(2);
+    };
+    let shards = num(3).unwrap_or(4).max(1) as usize;
+    let vocab = num(4).unwrap_or(32_768);
+    let t = std::time::Instant::now();
+    match write_checkpoint(Path::new(dir), layers, shards, vocab) {
+        Ok(total) => println!(
+            "{dir}: {layers} layers x {EXPERTS} experts (top-{TOP_K}), {HEADS}x{HEAD_DIM} query / \
+             {KV_HEADS}x{HEAD_DIM} kv heads, vocab {vocab}, {total} bytes in {shards} shards, \
+             written in {:.1} s",
+            t.elapsed().as_secs_f64()
+        ),
+        Err(e) => {
+            eprintln!("error: {dir}: {e}");
+            std::process::exit(1);
+        }
+    }
+}
