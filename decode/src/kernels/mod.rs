@@ -204,7 +204,7 @@ impl Isa {
             let r = (g - starts[j]).div_ceil(b).div_ceil(4) * 4;
             r.min(m.rows)
         };
-        let shares: Vec<Vec<(usize, usize, Vec<Vec<f32>>)>> = rayon::broadcast(|ctx| {
+        let shares: Vec<Vec<RowsDone>> = rayon::broadcast(|ctx| {
             let (i, n) = (ctx.index(), ctx.num_threads());
             let (a, b) = (total * i / n, total * (i + 1) / n);
             let mut mine = Vec::new();
@@ -259,6 +259,9 @@ impl Isa {
         }
     }
 }
+
+/// A thread's finished rows: job, first row, outputs per token.
+type RowsDone = (usize, usize, Vec<Vec<f32>>);
 
 /// Bytes of one row of `m` as stored.
 fn row_bytes(m: MatrixRef<'_>) -> usize {
