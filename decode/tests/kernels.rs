@@ -43,12 +43,6 @@ fn every_isa_dot_matches_the_scalar_reference_bit_for_bit() {
             for &isa in &isas {
                 assert_eq!(isa.dot_bf16(&wb, &x).to_bits(), want_b, "{isa} bf16 n={n}");
                 assert_eq!(isa.dot_f32(&wf, &x).to_bits(), want_f, "{isa} f32 n={n}");
-                let rows = [&wb[..], &wb[..], &wb[..], &wb[..]];
-                assert_eq!(
-                    isa.dot4_bf16(rows, &x).map(f32::to_bits),
-                    [want_b; 4],
-                    "{isa} dot4 n={n}"
-                );
             }
         }
     }

@@ -43,12 +43,6 @@ pub fn dot_f32_on_avx2(w: &[f32], x: &[f32]) -> Option<f32> {
     has_avx2().then(|| unsafe { dot_f32_avx2(w, x) })
 }
 
-/// [`dot4_bf16_avx2`] where the CPU has AVX2 and FMA.
-pub fn dot4_bf16_on_avx2(w: [&[u16]; 4], x: &[f32]) -> Option<[f32; 4]> {
-    // SAFETY: as above.
-    has_avx2().then(|| unsafe { dot4_bf16_avx2(w, x) })
-}
-
 /// [`canon::silu`]`(g_i) · u_i` for every `i`, compiled with FMA instructions (the same
 /// fused operations `canon` names, so the same bits as the scalar reference).
 pub fn silu_mul_on_fma(g: &[f32], u: &[f32]) -> Option<Vec<f32>> {
@@ -120,12 +114,6 @@ pub fn dot_bf16_on_avx512(w: &[u16], x: &[f32]) -> Option<f32> {
 pub fn dot_f32_on_avx512(w: &[f32], x: &[f32]) -> Option<f32> {
     // SAFETY: as above.
     has_avx512().then(|| unsafe { dot_f32_avx512(w, x) })
-}
-
-/// [`dot4_bf16_avx512`] where the CPU has AVX-512F.
-pub fn dot4_bf16_on_avx512(w: [&[u16]; 4], x: &[f32]) -> Option<[f32; 4]> {
-    // SAFETY: as above.
-    has_avx512().then(|| unsafe { dot4_bf16_avx512(w, x) })
 }
 
 /// Spill register lanes, finish the tail by the scalar lane rule, fold.
@@ -211,44 +199,6 @@ unsafe fn dot_f32_avx2(w: &[f32], x: &[f32]) -> f32 {
     finish_f32(l, w, x, n)
 }
 
-/// Four rows against one vector: the same per-row order as [`dot_bf16_avx2`], `x` loaded once.
-///
-/// # Safety
-/// AVX2 and FMA must be available; every row as long as `x`.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot4_bf16_avx2(w: [&[u16]; 4], x: &[f32]) -> [f32; 4] {
-    for r in &w {
-        assert_eq!(r.len(), x.len());
-    }
-    let n = x.len() / LANES * LANES;
-    let xp = x.as_ptr();
-    let mut a = [[_mm256_setzero_ps(); 4]; 4];
-    let mut k = 0;
-    while k < n {
-        for j in 0..4 {
-            // SAFETY: k + 8j + 8 <= n <= len of x and of every row.
-            unsafe {
-                let xv = _mm256_loadu_ps(xp.add(k + 8 * j));
-                for (r, row) in w.iter().enumerate() {
-                    let wv = widen8(row.as_ptr().add(k + 8 * j));
-                    a[r][j] = _mm256_fmadd_ps(wv, xv, a[r][j]);
-                }
-            }
-        }
-        k += LANES;
-    }
-    let mut out = [0.0f32; 4];
-    for r in 0..4 {
-        let mut l = [0.0f32; LANES];
-        for j in 0..4 {
-            // SAFETY: as above.
-            unsafe { _mm256_storeu_ps(l.as_mut_ptr().add(8 * j), a[r][j]) };
-        }
-        out[r] = finish_bf16(l, w[r], x, n);
-    }
-    out
-}
-
 /// 16 BF16 values (256 bits) widened to 16 `f32`.
 #[inline(always)]
 unsafe fn widen16(p: *const u16) -> __m512 {
@@ -315,42 +265,4 @@ unsafe fn dot_f32_avx512(w: &[f32], x: &[f32]) -> f32 {
         _mm512_storeu_ps(l.as_mut_ptr().add(16), a1);
     }
     finish_f32(l, w, x, n)
-}
-
-/// Four rows against one vector: the same per-row order as [`dot_bf16_avx512`], `x` loaded once.
-///
-/// # Safety
-/// AVX-512F must be available; every row as long as `x`.
-#[target_feature(enable = "avx512f")]
-unsafe fn dot4_bf16_avx512(w: [&[u16]; 4], x: &[f32]) -> [f32; 4] {
-    for r in &w {
-        assert_eq!(r.len(), x.len());
-    }
-    let n = x.len() / LANES * LANES;
-    let xp = x.as_ptr();
-    let mut a = [[_mm512_setzero_ps(); 2]; 4];
-    let mut k = 0;
-    while k < n {
-        // SAFETY: k + 32 <= n <= len of x and of every row.
-        unsafe {
-            let x0 = _mm512_loadu_ps(xp.add(k));
-            let x1 = _mm512_loadu_ps(xp.add(k + 16));
-            for (r, row) in w.iter().enumerate() {
-                a[r][0] = _mm512_fmadd_ps(widen16(row.as_ptr().add(k)), x0, a[r][0]);
-                a[r][1] = _mm512_fmadd_ps(widen16(row.as_ptr().add(k + 16)), x1, a[r][1]);
-            }
-        }
-        k += LANES;
-    }
-    let mut out = [0.0f32; 4];
-    for r in 0..4 {
-        let mut l = [0.0f32; LANES];
-        // SAFETY: l has 32 floats.
-        unsafe {
-            _mm512_storeu_ps(l.as_mut_ptr(), a[r][0]);
-            _mm512_storeu_ps(l.as_mut_ptr().add(16), a[r][1]);
-        }
-        out[r] = finish_bf16(l, w[r], x, n);
-    }
-    out
 }
