@@ -1,0 +1,87 @@
+//! The decoder's parsers of outside bytes never panic: architecture configs with keys removed,
+//! retyped, negative, huge or absurd, and `.npy` bytes truncated or flipped. (The same property
+//! as the `decode_inputs` fuzz target, on generated inputs, in every test run.)
+
+use serde_json::{json, Value};
+use tarfa_decode::family::qwen3_moe::Qwen3MoeConfig;
+
+fn base() -> Value {
+    let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../fixtures/hf/qwen3_moe_b/config.json");
+    serde_json::from_slice(&std::fs::read(p).expect("config")).expect("json")
+}
+
+fn nasty(rng: &mut fastrand::Rng) -> Value {
+    match rng.u8(0..12) {
+        0 => Value::Null,
+        1 => json!(-1),
+        2 => json!(0),
+        3 => json!(u64::MAX),
+        4 => json!(1e300),
+        5 => json!(-0.0),
+        6 => json!("16"),
+        7 => json!([1, 2, 3]),
+        8 => json!({"rope_type": "yarn", "factor": 4}),
+        9 => json!(true),
+        10 => json!(rng.u64(0..70_000)),
+        _ => json!(rng.f64() * 2.0),
+    }
+}
+
+#[test]
+fn mutated_configs_parse_or_fail_with_an_error_never_a_panic() {
+    let mut rng = fastrand::Rng::with_seed(99);
+    let keys: Vec<String> = base()
+        .as_object()
+        .expect("object")
+        .keys()
+        .cloned()
+        .collect();
+    let mut parsed = 0;
+    for _ in 0..10_000 {
+        let mut v = base();
+        let o = v.as_object_mut().expect("object");
+        for _ in 0..rng.usize(1..4) {
+            let k = &keys[rng.usize(..keys.len())];
+            if rng.bool() {
+                o.remove(k);
+            } else {
+                o.insert(k.clone(), nasty(&mut rng));
+            }
+        }
+        if rng.u8(0..8) == 0 {
+            o.insert("rope_parameters".into(), nasty(&mut rng));
+        }
+        if let Ok(c) = Qwen3MoeConfig::parse(&v) {
+            parsed += 1;
+            assert!(c.top_k >= 1 && c.top_k <= c.num_experts.max(1));
+            assert!(c.rope.rotary_dim >= 2 && c.rope.rotary_dim % 2 == 0);
+            assert!(c.heads % c.kv_heads == 0);
+        }
+    }
+    assert!(
+        parsed > 100,
+        "the mutations should leave some configs valid ({parsed})"
+    );
+}
+
+#[test]
+fn damaged_npy_bytes_are_refused_without_a_panic() {
+    let good = tarfa_decode::npy::encode_f32(&[vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0]]);
+    assert!(tarfa_decode::npy::decode(&good).is_ok());
+    let mut rng = fastrand::Rng::with_seed(5);
+    for n in 0..good.len() {
+        assert!(
+            tarfa_decode::npy::decode(&good[..n]).is_err(),
+            "truncated to {n}"
+        );
+    }
+    for _ in 0..10_000 {
+        let mut b = good.clone();
+        for _ in 0..rng.usize(1..6) {
+            let i = rng.usize(..b.len());
+            b[i] = rng.u8(..);
+        }
+        let _ = tarfa_decode::npy::decode(&b);
+    }
+}
