@@ -47,6 +47,7 @@ pub fn linear_many(
             .iter()
             .zip(outs.iter_mut())
             .map(|((m, _), out)| MatJob {
+                up: None,
                 m: *m,
                 xs: &refs,
                 out,
@@ -163,36 +164,43 @@ pub fn attend(
     let scaling = (1.0 / (d as f64).sqrt()) as f32;
     let cache = &*cache;
     // One (token, head) per task: each head's scores, softmax and weighted sum on one thread.
-    let heads: Vec<Vec<f32>> = (0..q.len() * shape.heads)
-        .into_par_iter()
-        .map(|th| {
-            let (t, h) = (th / shape.heads, th % shape.heads);
-            let p = start + t;
-            let first = match shape.window {
-                Some(w) if p + 1 > w => p + 1 - w,
-                _ => 0,
-            };
-            let kvh = h / group;
-            let qh = &q[t][h * d..(h + 1) * d];
-            let mut scores: Vec<f32> = (first..=p)
-                .map(|pos| {
-                    let kk = &cache.k[pos * width + kvh * d..pos * width + (kvh + 1) * d];
-                    isa.dot_f32(kk, qh) * scaling
-                })
-                .collect();
-            isa.softmax(&mut scores);
-            let mut out = vec![0.0f32; d];
-            isa.weighted_rows(
-                &scores,
-                |i| {
-                    let pos = first + i;
-                    &cache.v[pos * width + kvh * d..pos * width + (kvh + 1) * d]
-                },
-                &mut out,
-            );
-            out
-        })
-        .collect();
+    let head = |th: usize| -> Vec<f32> {
+        let (t, h) = (th / shape.heads, th % shape.heads);
+        let p = start + t;
+        let first = match shape.window {
+            Some(w) if p + 1 > w => p + 1 - w,
+            _ => 0,
+        };
+        let kvh = h / group;
+        let qh = &q[t][h * d..(h + 1) * d];
+        let mut scores: Vec<f32> = (first..=p)
+            .map(|pos| {
+                let kk = &cache.k[pos * width + kvh * d..pos * width + (kvh + 1) * d];
+                isa.dot_f32(kk, qh) * scaling
+            })
+            .collect();
+        isa.softmax(&mut scores);
+        let mut out = vec![0.0f32; d];
+        isa.weighted_rows(
+            &scores,
+            |i| {
+                let pos = first + i;
+                &cache.v[pos * width + kvh * d..pos * width + (kvh + 1) * d]
+            },
+            &mut out,
+        );
+        out
+    };
+    // Short contexts: less work than waking the pool costs (~60 µs at 16 threads).
+    let work = q.len() * shape.heads * (start + q.len()) * d;
+    let heads: Vec<Vec<f32>> = if work < (1 << 19) {
+        (0..q.len() * shape.heads).map(head).collect()
+    } else {
+        (0..q.len() * shape.heads)
+            .into_par_iter()
+            .map(head)
+            .collect()
+    };
     heads.chunks(shape.heads).map(|hs| hs.concat()).collect()
 }
 
@@ -239,12 +247,9 @@ pub fn swiglu(
     down: MatrixRef<'_>,
     xs: &[Vec<f32>],
 ) -> Batch {
-    let gu = linear_many(isa, &[(gate, None), (up, None)], xs);
-    let h: Batch = gu[0]
-        .iter()
-        .zip(&gu[1])
-        .map(|(g, u)| isa.silu_mul(g, u))
-        .collect();
+    let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+    let mut h = vec![vec![0.0f32; gate.rows]; xs.len()];
+    isa.matmul_many(&mut [MatJob::swiglu_gate(gate, up, &refs, &mut h)]);
     linear(isa, down, None, &h)
 }
 
@@ -298,7 +303,8 @@ pub fn expert_projections<'a>(
 }
 
 /// The SwiGLU of several routed experts, each over the tokens routed to it: the gate and up
-/// products of all of them in one parallel region, the down products in a second. Each output
+/// products of all of them, with the SiLU gate, in one parallel region; the down products in a
+/// second. Each output
 /// is computed exactly as [`swiglu`] computes it alone.
 pub fn experts_swiglu(
     isa: Isa,
@@ -313,33 +319,20 @@ pub fn experts_swiglu(
         .iter()
         .map(|(_, xs)| xs.iter().map(|x| x.as_slice()).collect())
         .collect();
-    let mut g: Vec<Batch> = proj
+    let mut h: Vec<Batch> = proj
         .iter()
         .zip(experts)
         .map(|(p, (_, xs))| vec![vec![0.0f32; p.0.rows]; xs.len()])
         .collect();
-    let mut u = g.clone();
     {
-        let mut jobs = Vec::with_capacity(2 * proj.len());
-        for (((p, x), gi), ui) in proj.iter().zip(&inputs).zip(g.iter_mut()).zip(u.iter_mut()) {
-            jobs.push(MatJob {
-                m: p.0,
-                xs: x,
-                out: gi,
-            });
-            jobs.push(MatJob {
-                m: p.1,
-                xs: x,
-                out: ui,
-            });
-        }
+        let mut jobs: Vec<MatJob<'_, '_>> = proj
+            .iter()
+            .zip(&inputs)
+            .zip(h.iter_mut())
+            .map(|((p, x), out)| MatJob::swiglu_gate(p.0, p.1, x, out))
+            .collect();
         isa.matmul_many(&mut jobs);
     }
-    let h: Vec<Batch> = g
-        .iter()
-        .zip(&u)
-        .map(|(g, u)| g.iter().zip(u).map(|(g, u)| isa.silu_mul(g, u)).collect())
-        .collect();
     let h_refs: Vec<Vec<&[f32]>> = h
         .iter()
         .map(|b| b.iter().map(|x| x.as_slice()).collect())
@@ -353,7 +346,7 @@ pub fn experts_swiglu(
             .iter()
             .zip(&h_refs)
             .zip(y.iter_mut())
-            .map(|((p, x), out)| MatJob { m: p.2, xs: x, out })
+            .map(|((p, x), out)| MatJob::new(p.2, x, out))
             .collect();
         isa.matmul_many(&mut jobs);
     }

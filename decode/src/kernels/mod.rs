@@ -121,6 +121,18 @@ impl Isa {
         g.iter().zip(u).map(|(&a, &b)| canon::silu(a) * b).collect()
     }
 
+    /// `silu(g) · u` for one pair.
+    #[inline]
+    pub fn silu_mul_one(self, g: f32, u: f32) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if self != Isa::Scalar {
+            if let Some(v) = x86::silu_mul_one_on_fma(g, u) {
+                return v;
+            }
+        }
+        canon::silu(g) * u
+    }
+
     /// [`canon::softmax`] in place.
     pub fn softmax(self, x: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
@@ -152,7 +164,7 @@ impl Isa {
     /// of vectors. Each output is one canonical dot, so neither the thread count nor the batch
     /// size changes a bit. See [`Isa::matmul_many`].
     pub fn matmul(self, m: MatrixRef<'_>, xs: &[&[f32]], out: &mut [Vec<f32>]) {
-        self.matmul_many(&mut [MatJob { m, xs, out }]);
+        self.matmul_many(&mut [MatJob::new(m, xs, out)]);
     }
 
     /// Several matrix products in one parallel region (e.g. the gate and up projections of every
@@ -171,34 +183,48 @@ impl Isa {
                 assert_eq!(x.len(), m.cols, "{}: input length", m.name);
                 assert_eq!(o.len(), m.rows, "{}: output length", m.name);
             }
+            if let Some(up) = job.up {
+                assert_eq!(
+                    (up.rows, up.cols),
+                    (m.rows, m.cols),
+                    "{}: paired shapes",
+                    up.name
+                );
+            }
             starts.push(total);
-            total += m.rows * row_bytes(m);
+            total += m.rows * job_row_bytes(job);
         }
         let jobs_ro: &[MatJob<'_, '_>] = jobs;
         // The first row of job j at or after global byte g (a multiple of 4, or the row count).
         let boundary = |j: usize, g: usize| -> usize {
             let m = jobs_ro[j].m;
-            let b = row_bytes(m).max(1);
+            let b = job_row_bytes(&jobs_ro[j]).max(1);
             if g <= starts[j] {
                 return 0;
             }
             let r = (g - starts[j]).div_ceil(b).div_ceil(4) * 4;
             r.min(m.rows)
         };
-        let shares: Vec<Vec<RowsDone>> = rayon::broadcast(|ctx| {
-            let (i, n) = (ctx.index(), ctx.num_threads());
+        let share = |i: usize, n: usize| -> Vec<RowsDone> {
             let (a, b) = (total * i / n, total * (i + 1) / n);
             let mut mine = Vec::new();
             for (j, job) in jobs_ro.iter().enumerate() {
                 let (r0, r1) = (boundary(j, a), boundary(j, b));
                 if r0 < r1 {
                     let mut res = vec![vec![0.0f32; r1 - r0]; job.xs.len()];
-                    self.rows_into(job.m, r0, r1, job.xs, &mut res);
+                    self.rows_into(job, r0, r1, &mut res);
                     mine.push((j, r0, res));
                 }
             }
             mine
-        });
+        };
+        // Below about 1 MiB of weights a parallel region costs more than it saves (waking the
+        // pool is ~60 µs at 16 threads): the caller does it alone. Same rows, same dots.
+        let shares: Vec<Vec<RowsDone>> = if total < SERIAL_BYTES {
+            vec![share(0, 1)]
+        } else {
+            rayon::broadcast(|ctx| share(ctx.index(), ctx.num_threads()))
+        };
         for (j, r0, res) in shares.into_iter().flatten() {
             for (o, r) in jobs[j].out.iter_mut().zip(res) {
                 o[r0..r0 + r.len()].copy_from_slice(&r);
@@ -210,18 +236,21 @@ impl Isa {
     /// weights stream through memory in one sequential run (four interleaved rows measured 27%
     /// slower: `decode/examples/matvec_rate`, ledger row (h)); each row meets every token while
     /// it is in L1.
-    fn rows_into(
-        self,
-        m: MatrixRef<'_>,
-        r0: usize,
-        r1: usize,
-        xs: &[&[f32]],
-        res: &mut [Vec<f32>],
-    ) {
+    fn rows_into(self, job: &MatJob<'_, '_>, r0: usize, r1: usize, res: &mut [Vec<f32>]) {
         for r in r0..r1 {
-            let row = m.row(r);
-            for (x, o) in xs.iter().zip(res.iter_mut()) {
-                o[r - r0] = self.dot(row, x);
+            let row = job.m.row(r);
+            match job.up {
+                None => {
+                    for (x, o) in job.xs.iter().zip(res.iter_mut()) {
+                        o[r - r0] = self.dot(row, x);
+                    }
+                }
+                Some(up) => {
+                    let up_row = up.row(r);
+                    for (x, o) in job.xs.iter().zip(res.iter_mut()) {
+                        o[r - r0] = self.silu_mul_one(self.dot(row, x), self.dot(up_row, x));
+                    }
+                }
             }
         }
     }
@@ -229,6 +258,14 @@ impl Isa {
 
 /// A thread's finished rows: job, first row, outputs per token.
 type RowsDone = (usize, usize, Vec<Vec<f32>>);
+
+/// Below this many bytes of weights, [`Isa::matmul_many`] runs on the calling thread.
+const SERIAL_BYTES: usize = 1 << 20;
+
+/// Bytes one output row of `job` reads (both matrices of a gate/up pair).
+fn job_row_bytes(job: &MatJob<'_, '_>) -> usize {
+    row_bytes(job.m) + job.up.map_or(0, row_bytes)
+}
 
 /// Bytes of one row of `m` as stored.
 fn row_bytes(m: MatrixRef<'_>) -> usize {
@@ -239,15 +276,46 @@ fn row_bytes(m: MatrixRef<'_>) -> usize {
         }
 }
 
-/// One product of [`Isa::matmul_many`]: `out[t] = m · xs[t]`.
+/// One product of [`Isa::matmul_many`]: `out[t] = m · xs[t]`, or, with `up`, the SwiGLU gate
+/// `out[t][r] = silu(m[r]·xs[t]) · (up[r]·xs[t])` (each dot canonical, then one SiLU and one
+/// product: the same bits as computing both products and the gate apart).
 #[derive(Debug)]
 pub struct MatJob<'m, 'o> {
-    /// The matrix.
+    /// The matrix (the gate projection, with `up`).
     pub m: MatrixRef<'m>,
+    /// The up projection, the same shape as `m`, for a fused SwiGLU gate.
+    pub up: Option<MatrixRef<'m>>,
     /// One input vector per token.
     pub xs: &'o [&'o [f32]],
     /// One output vector (of `m.rows`) per token.
     pub out: &'o mut [Vec<f32>],
+}
+
+impl<'m, 'o> MatJob<'m, 'o> {
+    /// A plain product.
+    pub fn new(m: MatrixRef<'m>, xs: &'o [&'o [f32]], out: &'o mut [Vec<f32>]) -> Self {
+        MatJob {
+            m,
+            up: None,
+            xs,
+            out,
+        }
+    }
+
+    /// The SwiGLU gate `silu(gate·x) ⊙ (up·x)`.
+    pub fn swiglu_gate(
+        gate: MatrixRef<'m>,
+        up: MatrixRef<'m>,
+        xs: &'o [&'o [f32]],
+        out: &'o mut [Vec<f32>],
+    ) -> Self {
+        MatJob {
+            m: gate,
+            up: Some(up),
+            xs,
+            out,
+        }
+    }
 }
 
 impl fmt::Display for Isa {

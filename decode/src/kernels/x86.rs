@@ -50,6 +50,18 @@ pub fn silu_mul_on_fma(g: &[f32], u: &[f32]) -> Option<Vec<f32>> {
     has_avx2().then(|| unsafe { silu_mul_fma(g, u) })
 }
 
+/// `silu(g) · u` for one pair, compiled with FMA instructions.
+#[inline]
+pub fn silu_mul_one_on_fma(g: f32, u: f32) -> Option<f32> {
+    // SAFETY: features checked.
+    has_avx2().then(|| unsafe { silu_mul_one_fma(g, u) })
+}
+
+#[target_feature(enable = "avx2,fma")]
+unsafe fn silu_mul_one_fma(g: f32, u: f32) -> f32 {
+    crate::canon::silu(g) * u
+}
+
 /// [`canon::softmax`] compiled with FMA instructions.
 pub fn softmax_on_fma(x: &mut [f32]) -> bool {
     // SAFETY: features checked.
