@@ -191,9 +191,11 @@ pub fn attend(
         );
         out
     };
-    // Short contexts: less work than waking the pool costs (~60 µs at 16 threads).
+    // Tiny work (test-sized models, the first positions) on the calling thread. (At a threshold
+    // of 2^19 the serial heads cost more at 16 threads than a parallel region:
+    // `bench-logs/h200-2026-12-01-decode-d.log`.)
     let work = q.len() * shape.heads * (start + q.len()) * d;
-    let heads: Vec<Vec<f32>> = if work < (1 << 19) {
+    let heads: Vec<Vec<f32>> = if work < (1 << 15) {
         (0..q.len() * shape.heads).map(head).collect()
     } else {
         (0..q.len() * shape.heads)

@@ -218,8 +218,8 @@ impl Isa {
             }
             mine
         };
-        // Below about 1 MiB of weights a parallel region costs more than it saves (waking the
-        // pool is ~60 µs at 16 threads): the caller does it alone. Same rows, same dots.
+        // Tiny products (test-sized models) are cheaper on the calling thread than in a parallel
+        // region. Same rows, same dots.
         let shares: Vec<Vec<RowsDone>> = if total < SERIAL_BYTES {
             vec![share(0, 1)]
         } else {
@@ -259,8 +259,10 @@ impl Isa {
 /// A thread's finished rows: job, first row, outputs per token.
 type RowsDone = (usize, usize, Vec<Vec<f32>>);
 
-/// Below this many bytes of weights, [`Isa::matmul_many`] runs on the calling thread.
-const SERIAL_BYTES: usize = 1 << 20;
+/// Below this many bytes of weights, [`Isa::matmul_many`] runs on the calling thread. (At 1 MiB
+/// the 0.5 MB router ran serially and cost more at 16 threads than a parallel region:
+/// `bench-logs/h200-2026-12-01-decode-d.log`.)
+const SERIAL_BYTES: usize = 64 << 10;
 
 /// Bytes one output row of `job` reads (both matrices of a gate/up pair).
 fn job_row_bytes(job: &MatJob<'_, '_>) -> usize {
