@@ -169,10 +169,11 @@ impl Isa {
 
     /// Several matrix products in one parallel region (e.g. the gate and up projections of every
     /// selected expert of a layer). The rows of all jobs, laid end to end and weighed by their
-    /// bytes, are cut into one contiguous share per thread (at multiples of four rows), and every
-    /// thread of the pool runs its share once (`rayon::broadcast`): no task queue, long sequential
-    /// streams for the prefetchers, equal bytes per thread. Each output is still one canonical
-    /// dot on one thread, so the split changes no bit.
+    /// bytes, are cut into chunks (at multiples of four rows) that every thread of the pool
+    /// (`rayon::broadcast`) takes in order from one counter until none is left: contiguous
+    /// sequential streams, and a slowed thread takes fewer. `TARFA_SPLIT=static` gives each
+    /// thread one equal share instead. Each output is still one canonical dot on one thread, so
+    /// the split changes no bit.
     pub fn matmul_many(self, jobs: &mut [MatJob<'_, '_>]) {
         let mut starts = Vec::with_capacity(jobs.len());
         let mut total = 0usize;
@@ -205,9 +206,8 @@ impl Isa {
             let r = (g - starts[j]).div_ceil(b).div_ceil(4) * 4;
             r.min(m.rows)
         };
-        let share = |i: usize, n: usize| -> Vec<RowsDone> {
-            let (a, b) = (total * i / n, total * (i + 1) / n);
-            let mut mine = Vec::new();
+        // The rows of global bytes a..b (each job's part of it, at multiples of four rows).
+        let range = |a: usize, b: usize, mine: &mut Vec<RowsDone>| {
             for (j, job) in jobs_ro.iter().enumerate() {
                 let (r0, r1) = (boundary(j, a), boundary(j, b));
                 if r0 < r1 {
@@ -216,14 +216,38 @@ impl Isa {
                     mine.push((j, r0, res));
                 }
             }
-            mine
         };
-        // Tiny products (test-sized models) are cheaper on the calling thread than in a parallel
-        // region. Same rows, same dots.
         let shares: Vec<Vec<RowsDone>> = if total < SERIAL_BYTES {
-            vec![share(0, 1)]
+            // Tiny products (test-sized models) are cheaper on the calling thread than in a
+            // parallel region. Same rows, same dots.
+            let mut mine = Vec::new();
+            range(0, total, &mut mine);
+            vec![mine]
+        } else if split_static() {
+            rayon::broadcast(|ctx| {
+                let (i, n) = (ctx.index(), ctx.num_threads());
+                let mut mine = Vec::new();
+                range(total * i / n, total * (i + 1) / n, &mut mine);
+                mine
+            })
         } else {
-            rayon::broadcast(|ctx| share(ctx.index(), ctx.num_threads()))
+            // Chunks of ~1/16 of a thread's share, taken in order from one counter: a thread
+            // that is slowed (another process, an interrupt) takes fewer.
+            let n = rayon::current_num_threads().max(1);
+            let chunk = (total / (n * 16)).max(256 << 10);
+            let next = std::sync::atomic::AtomicUsize::new(0);
+            rayon::broadcast(|_| {
+                let mut mine = Vec::new();
+                loop {
+                    let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let a = c.saturating_mul(chunk);
+                    if a >= total {
+                        break;
+                    }
+                    range(a, (a + chunk).min(total), &mut mine);
+                }
+                mine
+            })
         };
         for (j, r0, res) in shares.into_iter().flatten() {
             for (o, r) in jobs[j].out.iter_mut().zip(res) {
@@ -258,6 +282,15 @@ impl Isa {
 
 /// A thread's finished rows: job, first row, outputs per token.
 type RowsDone = (usize, usize, Vec<Vec<f32>>);
+
+/// Environment variable: `static` splits every product into one equal share per thread instead
+/// of chunks taken from a counter (for measuring one against the other; the bits are the same).
+pub const ENV_SPLIT: &str = "TARFA_SPLIT";
+
+fn split_static() -> bool {
+    static STATIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *STATIC.get_or_init(|| std::env::var(ENV_SPLIT).is_ok_and(|v| v == "static"))
+}
 
 /// Below this many bytes of weights, [`Isa::matmul_many`] runs on the calling thread. (At 1 MiB
 /// the 0.5 MB router ran serially and cost more at 16 threads than a parallel region:
