@@ -241,6 +241,16 @@ impl ExpertStore {
             stats: ExpertStats::default(),
         };
         if opts.mode == ExpertMode::Resident {
+            let need = store.total_bytes();
+            if let Some(avail) = mem_available() {
+                if need > avail {
+                    return Err(DecodeError::Options(format!(
+                        "--experts resident needs {:.1} GiB for the experts and {:.1} GiB of memory is available; stream them instead (--experts stream, with --cache-gib for a RAM cache)",
+                        need as f64 / (1u64 << 30) as f64,
+                        avail as f64 / (1u64 << 30) as f64
+                    )));
+                }
+            }
             let all = store.source.model().all();
             for chunk in all.chunks(4096) {
                 for landed in store.source.prefetch(chunk)? {
@@ -347,6 +357,16 @@ impl ExpertStore {
     }
 }
 
+/// `MemAvailable` of `/proc/meminfo`, in bytes (None where it cannot be read).
+fn mem_available() -> Option<u64> {
+    let text =
+        tarfa_format::fsio::read_regular(std::path::Path::new("/proc/meminfo"), 1 << 20).ok()?;
+    let text = String::from_utf8_lossy(&text);
+    let line = text.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
 fn layouts(model: &ModelExperts) -> Result<HashMap<(u32, u32), Arc<ExpertLayout>>> {
     let mut out = HashMap::with_capacity(model.len());
     for (layer, expert) in model.all() {
@@ -387,4 +407,13 @@ fn layouts(model: &ModelExperts) -> Result<HashMap<(u32, u32), Arc<ExpertLayout>
         );
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn available_memory_is_read_from_proc_meminfo() {
+        let m = super::mem_available().expect("MemAvailable on Linux");
+        assert!(m > 1 << 20, "{m} bytes");
+    }
 }

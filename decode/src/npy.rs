@@ -126,13 +126,13 @@ pub fn decode(bytes: &[u8]) -> std::result::Result<Array2, String> {
     })
 }
 
-/// Read a `.npy` file.
+/// Largest `.npy` file [`read`] takes.
+pub const MAX_NPY_LEN: u64 = 1 << 30;
+
+/// Read a `.npy` file (a regular file of at most [`MAX_NPY_LEN`] bytes).
 pub fn read(path: &Path) -> Result<Array2> {
-    let bytes = std::fs::read(path).map_err(|e| DecodeError::Io {
-        path: path.into(),
-        op: "read",
-        source: e,
-    })?;
+    let bytes = tarfa_format::fsio::read_regular(path, MAX_NPY_LEN)
+        .map_err(|e| DecodeError::Format(tarfa_format::Error::from(e)))?;
     decode(&bytes).map_err(|e| DecodeError::Options(format!("{}: {e}", path.display())))
 }
 

@@ -319,28 +319,11 @@ fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
     })
 }
 
-/// Read a regular file of `expected` bytes (no FIFO, no device, nothing past `expected + 1`).
+/// Read a regular file of `expected` bytes (no FIFO, no device, nothing past the limit) through
+/// the one bounded reader every crate uses.
 fn read_regular_bounded(path: &Path, expected: u64) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let io = |op: &'static str| {
-        move |e: std::io::Error| DecodeError::Io {
-            path: path.to_path_buf(),
-            op,
-            source: e,
-        }
-    };
-    let meta = std::fs::metadata(path).map_err(io("stat"))?;
-    if !meta.is_file() {
-        return Err(DecodeError::NotInManifest {
-            path: path.to_path_buf(),
-            detail: "not a regular file".into(),
-        });
-    }
-    let f = std::fs::File::open(path).map_err(io("open"))?;
-    let mut bytes = Vec::new();
-    f.take(expected.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(io("read"))?;
+    let bytes = tarfa_format::fsio::read_regular(path, expected)
+        .map_err(|e| DecodeError::Format(tarfa_format::Error::from(e)))?;
     if bytes.len() as u64 != expected {
         return Err(DecodeError::NotInManifest {
             path: path.to_path_buf(),
