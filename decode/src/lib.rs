@@ -40,22 +40,3 @@ pub use experts::{ExpertMode, ExpertOptions, ExpertStats};
 pub use kernels::Isa;
 pub use session::{argmax, Decoder, DecoderOptions, PhaseStats};
 pub use weights::TensorStore;
-
-/// `0-3, 7, 9-10`: a sorted list of numbers as ranges, for messages.
-pub fn ranges(v: &[u32]) -> String {
-    let mut out = Vec::new();
-    let mut i = 0;
-    while i < v.len() {
-        let mut j = i;
-        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j {
-            v[i].to_string()
-        } else {
-            format!("{}-{}", v[i], v[j])
-        });
-        i = j + 1;
-    }
-    out.join(", ")
-}

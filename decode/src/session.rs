@@ -305,7 +305,9 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// with `--layers` for part of its depth does not run (it would compute a different function).
 fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
     let n = m.architecture.num_layers;
-    let missing: Vec<u32> = (0..n).filter(|&l| m.layer_file(l).is_none()).collect();
+    let mut missing = m.missing_layers();
+    missing.extend((0..n).filter(|&l| m.layer_file(l).is_none() && !missing.contains(&l)));
+    missing.sort_unstable();
     if missing.is_empty() {
         return Ok(());
     }
@@ -314,7 +316,7 @@ fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
         detail: format!(
             "the model is incomplete: {} of {n} layers missing ({}); convert the rest with `tarfa convert --layers`",
             missing.len(),
-            crate::ranges(&missing)
+            tarfa_format::manifest::layer_ranges(&missing)
         ),
     })
 }
