@@ -305,9 +305,10 @@ pub fn argmax(logits: &[f32]) -> u32 {
 /// with `--layers` for part of its depth does not run (it would compute a different function).
 fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
     let n = m.architecture.num_layers;
-    let mut missing = m.missing_layers();
-    missing.extend((0..n).filter(|&l| m.layer_file(l).is_none() && !missing.contains(&l)));
-    missing.sort_unstable();
+    let listed = m.missing_layers();
+    let missing: Vec<u32> = (0..n)
+        .filter(|&l| m.layer_file(l).is_none() || listed.contains(&l))
+        .collect();
     if missing.is_empty() {
         return Ok(());
     }
