@@ -26,5 +26,7 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo clippy, cuda feature (builds without a CUDA toolkit: libcuda is loaded at run time)"
+cargo clippy -p tarfa --features cuda --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
