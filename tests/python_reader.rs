@@ -1,0 +1,218 @@
+//! The second reader (review finding 15): `tests/jnf_reader.py`, written in Python from
+//! spec/JNF_V1.md alone, must accept every golden vector and every model tarfa converts from the
+//! fixtures, compute the same root digests the manifest records, and refuse damaged files. Two
+//! readers agreeing is the proof that the spec, not the Rust code, is the contract.
+//!
+//! python3 (with the `blake3` package, which scripts/test.sh installs) is required: without it the
+//! test fails, unless `TARFA_ALLOW_NO_PYTHON=1`, when it says what it skipped.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{gguf_fixture, golden, path, tarfa};
+use serde_json::Value;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/jnf_reader.py")
+}
+
+/// Whether python3 with `blake3` is here; fails the test when it is not, unless allowed.
+fn python_ready(test: &str) -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import blake3"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        let allowed = std::env::var("TARFA_ALLOW_NO_PYTHON").is_ok_and(|v| v == "1");
+        assert!(
+            allowed,
+            "{test}: python3 with the `blake3` package is required to run the second JNF reader \
+             (tests/jnf_reader.py); install them (`python3 -m pip install blake3`, as \
+             scripts/test.sh does) or set TARFA_ALLOW_NO_PYTHON=1 to skip"
+        );
+        eprintln!("{test}: SKIPPED (TARFA_ALLOW_NO_PYTHON=1): no python3 with blake3");
+    }
+    ok
+}
+
+/// Run the Python reader on `paths`: its exit code and its per-path JSON results.
+fn py_read(paths: &[&Path]) -> (i32, Vec<Value>, String) {
+    let out = Command::new("python3")
+        .arg(script())
+        .arg("--json")
+        .args(paths)
+        .output()
+        .expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let v: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("reader output is not JSON ({e}): {stdout}{stderr}"));
+    let results = v.as_array().expect("an array").clone();
+    assert_eq!(results.len(), paths.len(), "{stdout}");
+    (out.status.code().unwrap_or(-1), results, stderr)
+}
+
+/// The reader accepts the model directory `dir`, with BLAKE3 checked, and the root digests it
+/// computed for each JNF file are the ones the manifest records.
+fn assert_model_agrees(dir: &Path) {
+    let (code, res, err) = py_read(&[dir]);
+    let r = &res[0];
+    assert_eq!(code, 0, "{}: {r}{err}", dir.display());
+    assert_eq!(r["ok"], true, "{r}");
+    assert_eq!(r["blake3_checked"], true, "{r}");
+    let manifest: Value =
+        serde_json::from_slice(&std::fs::read(dir.join("manifest.json")).expect("read manifest"))
+            .expect("manifest JSON");
+    assert_eq!(r["manifest_digest"], manifest["digest"]);
+    let mut jnf = 0;
+    for entry in manifest["files"].as_array().expect("files") {
+        if entry["kind"] == "aux" {
+            continue;
+        }
+        let got = r["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .find(|f| f["path"] == entry["path"])
+            .unwrap_or_else(|| panic!("{} not read: {r}", entry["path"]));
+        assert_eq!(got["root_sha256"], entry["sha256"], "{}", entry["path"]);
+        assert_eq!(got["root_blake3"], entry["blake3"], "{}", entry["path"]);
+        jnf += 1;
+    }
+    assert!(
+        jnf >= 2,
+        "{}: a trunk and at least one layer",
+        dir.display()
+    );
+}
+
+/// The reader refuses `p` with the named violation.
+fn assert_refused(p: &Path, violation: &str) {
+    let (code, res, err) = py_read(&[p]);
+    assert_eq!(code, 1, "{}: {}{err}", p.display(), res[0]);
+    assert_eq!(res[0]["ok"], false, "{}", res[0]);
+    assert_eq!(
+        res[0]["violation"],
+        violation,
+        "{}: {}",
+        p.display(),
+        res[0]
+    );
+}
+
+#[test]
+fn the_python_reader_accepts_every_golden_vector_with_the_spec_digests() {
+    if !python_ready("golden") {
+        return;
+    }
+    let files = ["hex-example.jnf", "edge-sizes.jnf", "fused-gate-up.jnf"].map(golden);
+    let refs: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let (code, res, err) = py_read(&refs);
+    assert_eq!(code, 0, "{res:?}{err}");
+    assert!(res.iter().all(|r| r["ok"] == true), "{res:?}");
+    // §11: the worked example's root digest, as the spec prints it.
+    assert_eq!(
+        res[0]["root_sha256"],
+        "f7887cff9cd397975c0c8797f016571b0c59dc8a322eee1cbc194eef6a2387b1"
+    );
+    assert_eq!(
+        res[0]["root_blake3"],
+        "5f7f75138621210910d0a0288cd47857d3a075c78a1007589403ac563dfdc85a"
+    );
+    assert_eq!(res[2]["experts"], 3);
+    for dir in ["tiny-moe", "single-expert"] {
+        assert_model_agrees(&golden(dir));
+    }
+}
+
+#[test]
+fn the_python_reader_agrees_with_every_converted_fixture() {
+    if !python_ready("converted") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let hf = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf");
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(&hf)
+        .expect("fixtures/hf")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.join("config.json").is_file())
+        .collect();
+    sources.sort();
+    assert!(sources.len() >= 5, "{sources:?}");
+    // A GGUF source too: its manifest config holds typed floats, so the digest's number rule
+    // is exercised.
+    sources.push(gguf_fixture("moe-model.gguf"));
+    for (i, src) in sources.iter().enumerate() {
+        let out = tmp.path().join(format!("m{i}"));
+        let (code, stdout, err) = tarfa(&["convert", path(src), "-o", path(&out), "-q"]);
+        assert_eq!(code, 0, "convert {}: {stdout}{err}", src.display());
+        assert_model_agrees(&out);
+    }
+}
+
+#[test]
+fn the_python_reader_refuses_damaged_files() {
+    if !python_ready("damaged") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let good = std::fs::read(golden("tiny-moe/layer-00000.jnf")).expect("read");
+    let footer = &good[good.len() - 160..];
+    let index_offset = u64::from_le_bytes(footer[16..24].try_into().expect("8 bytes")) as usize;
+    let write = |name: &str, bytes: &[u8]| {
+        let p = tmp.path().join(name);
+        std::fs::write(&p, bytes).expect("write");
+        p
+    };
+    let flip = |at: usize| {
+        let mut b = good.clone();
+        b[at] ^= 0x01;
+        b
+    };
+    // Region 0's first byte, a padding byte after it, an index byte, the header, the footer.
+    assert_refused(&write("data.jnf", &flip(4096)), "RegionHashMismatch");
+    assert_refused(
+        &write("index.jnf", &flip(index_offset + 3)),
+        "IndexHashMismatch",
+    );
+    assert_refused(&write("header.jnf", &flip(33)), "HeaderHashMismatch");
+    assert_refused(
+        &write("footer.jnf", &flip(good.len() - 160 + 20)),
+        "FooterHashMismatch",
+    );
+    let pad = index_offset - 1; // the last byte before the index is padding in this file
+    assert_eq!(good[pad], 0);
+    assert_refused(&write("pad.jnf", &flip(pad)), "NonZeroPadding");
+    assert_refused(
+        &write("truncated.jnf", &good[..good.len() - 4096]),
+        "NoFooter",
+    );
+    assert_refused(&write("short.jnf", &good[..100]), "FileTooShort");
+
+    // A model directory: a flipped byte of a layer file, of the manifest, an extra file.
+    let model = |name: &str| {
+        let d = tmp.path().join(name);
+        std::fs::create_dir(&d).expect("mkdir");
+        for e in std::fs::read_dir(golden("tiny-moe")).expect("tiny-moe") {
+            let e = e.expect("entry");
+            std::fs::copy(e.path(), d.join(e.file_name())).expect("copy");
+        }
+        d
+    };
+    let d = model("layer-flip");
+    let mut layer = std::fs::read(d.join("layer-00001.jnf")).expect("read");
+    layer[4096] ^= 0x80;
+    std::fs::write(d.join("layer-00001.jnf"), layer).expect("write");
+    assert_refused(&d, "RegionHashMismatch");
+    let d = model("manifest-flip");
+    let m = std::fs::read_to_string(d.join("manifest.json")).expect("manifest");
+    let m2 = m.replacen("\"num_layers\": 2", "\"num_layers\": 3", 1);
+    assert_ne!(m, m2);
+    std::fs::write(d.join("manifest.json"), m2).expect("write");
+    assert_refused(&d, "Manifest");
+    let d = model("extra");
+    std::fs::write(d.join(".hidden"), b"x").expect("write");
+    assert_refused(&d, "ExtraFile");
+}
