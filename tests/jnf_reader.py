@@ -498,7 +498,17 @@ def canon(v):
 
 def manifest_digest(obj):
     content = {k: x for k, x in obj.items() if k != "digest"}
-    return hashlib.sha256(canon(content).encode("utf-8")).hexdigest()
+    try:
+        text = canon(content).encode("utf-8")
+    except UnicodeEncodeError:  # an escaped lone surrogate
+        raise Violation("Manifest", "a string holds a lone surrogate")
+    return hashlib.sha256(text).hexdigest()
+
+
+def parse_json(text):
+    """JSON as §8.1.2 reads it: duplicate keys refused, numbers typed as serde_json types them."""
+    return json.loads(text, object_pairs_hook=_pairs, parse_int=_parse_int,
+                      parse_float=_parse_float, parse_constant=_no_constants)
 
 
 HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -517,8 +527,7 @@ def check_manifest(dirpath):
     with open(path, "rb") as f:
         raw = f.read(MAX_MANIFEST_LEN + 1)
     try:
-        m = json.loads(raw.decode("utf-8"), object_pairs_hook=_pairs, parse_int=_parse_int,
-                       parse_float=_parse_float, parse_constant=_no_constants)
+        m = parse_json(raw.decode("utf-8"))
     except ValueError as e:
         bad(f"not valid JSON: {e}")
     if not isinstance(m, dict) or not isinstance(m.get("digest"), str):
@@ -612,6 +621,13 @@ def check_jnf(path):
 
 
 def main(argv):
+    if argv[:1] == ["--digest"]:  # the §8.1.2 digest of each JSON text on stdin, one per line
+        for line in sys.stdin:
+            try:
+                print(manifest_digest(parse_json(line)))
+            except (ValueError, Violation) as e:
+                print(f"refused: {e}")
+        return 0
     as_json = "--json" in argv
     paths = [a for a in argv if a != "--json"]
     if not paths:

@@ -216,3 +216,63 @@ fn the_python_reader_refuses_damaged_files() {
     std::fs::write(d.join(".hidden"), b"x").expect("write");
     assert_refused(&d, "ExtraFile");
 }
+
+/// The manifest digest's canonical JSON (§8.1.2) is the same bytes in both readers for the
+/// numbers and strings where JSON writers differ: exponents, `-0`, integers past 64 bits,
+/// escapes, non-ASCII keys.
+#[test]
+fn the_python_reader_computes_the_manifest_digest_of_every_tricky_value_as_tarfa_does() {
+    if !python_ready("digest") {
+        return;
+    }
+    let texts = [
+        r#"{"a": 1, "b": [1.0, 0.1, 100, 1e2, 1E2, -0, -0.0, 0, -1]}"#,
+        r#"{"f": [1e300, 1e-7, 1.5e-7, 1e16, 1e15, 123456789012345678, 1e-5, 1e-6, 2.5e-5]}"#,
+        r#"{"f": [5e-324, 1.7976931348623157e308, 3.3999999521443642e38, 9.999999747378752e-6]}"#,
+        r#"{"i": [18446744073709551615, 18446744073709551616, -9223372036854775808, -9223372036854775809]}"#,
+        r#"{"i": [0.30000000000000004, 1234567.125, 0.000123, 12345678901234567890.0]}"#,
+        r#"{"s": "quote \" back \\ slash / tab \t nl \n \u0001 \u001f \u007f é 日本 😀 \ud83d\ude00"}"#,
+        r#"{"é": 1, "z": 2, "a": {"y": null, "b": true, "B": false}, "日": [], "digest": "x"}"#,
+        r#"{"nested": {"digest": "kept below the top level"}, "digest": "dropped"}"#,
+    ];
+    let mut child = Command::new("python3")
+        .arg(script())
+        .arg("--digest")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("run python3");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        for t in &texts {
+            writeln!(stdin, "{t}").expect("write");
+        }
+    }
+    let out = child.wait_with_output().expect("wait");
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(lines.len(), texts.len(), "{lines:?}");
+    for (t, py) in texts.iter().zip(&lines) {
+        let mut v: Value = serde_json::from_str(t).expect("JSON");
+        v.as_object_mut().expect("object").remove("digest");
+        let rust = tarfa_format::manifest::content_digest(&v);
+        assert_eq!(&rust, py, "{t}");
+    }
+    // A number that overflows to infinity is refused by both.
+    assert!(serde_json::from_str::<Value>(r#"{"x": 1e400}"#).is_err());
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "echo '{{\"x\": 1e400}}' | python3 {} --digest",
+            path(&script())
+        ))
+        .output()
+        .expect("run");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("refused"),
+        "{out:?}"
+    );
+}
