@@ -276,3 +276,53 @@ fn the_python_reader_computes_the_manifest_digest_of_every_tricky_value_as_tarfa
         "{out:?}"
     );
 }
+
+/// The violation tarfa's reader reports for `p` (open, then every data byte), by variant name.
+fn rust_violation(p: &Path) -> Option<String> {
+    let err = tarfa_format::JnfReader::open(p)
+        .and_then(|r| r.verify_data())
+        .err()?;
+    let v = format!("{:?}", err.violation().expect("a format violation"));
+    Some(
+        v.split(|c: char| !c.is_alphanumeric())
+            .next()
+            .unwrap_or("")
+            .to_string(),
+    )
+}
+
+/// §9.2: the two readers refuse the same damaged bytes with the same `Violation` variant. Every
+/// 61st byte of two golden files (and every byte of each header field, footer and record
+/// boundary region listed) is flipped in turn.
+#[test]
+fn the_two_readers_name_the_same_violation_for_every_flipped_byte() {
+    if !python_ready("flips") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut checked = 0;
+    for name in ["fused-gate-up.jnf", "tiny-moe/layer-00001.jnf"] {
+        let good = std::fs::read(golden(name)).expect("read");
+        let n = good.len();
+        let mut at: Vec<usize> = (0..n).step_by(61).collect();
+        at.extend((0..96).chain(n - 160..n)); // header fields, the whole footer
+        let mut paths = Vec::new();
+        let mut want = Vec::new();
+        for (k, &i) in at.iter().enumerate() {
+            let mut b = good.clone();
+            b[i] ^= 0x20;
+            let p = tmp.path().join(format!("{k}.jnf"));
+            std::fs::write(&p, &b).expect("write");
+            want.push(rust_violation(&p));
+            paths.push(p);
+        }
+        let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+        let (_, res, err) = py_read(&refs);
+        for ((r, w), &i) in res.iter().zip(&want).zip(&at) {
+            let py = (r["ok"] == false).then(|| r["violation"].as_str().unwrap_or("").to_string());
+            assert_eq!(&py, w, "{name}: byte {i} flipped: python {r}{err}");
+            checked += 1;
+        }
+    }
+    assert!(checked > 400, "{checked}");
+}
