@@ -326,3 +326,111 @@ fn the_two_readers_name_the_same_violation_for_every_flipped_byte() {
     }
     assert!(checked > 400, "{checked}");
 }
+
+/// Writes damaged copies of SRC into OUT, each *resealed* (header, index and footer hashes
+/// recomputed) so the damage reaches the rule it breaks, and prints their names.
+const RESEAL: &str = r#"
+import struct, sys, blake3, hashlib
+src, out = sys.argv[1], sys.argv[2]
+good = open(src, "rb").read()
+n = len(good)
+F = n - 160
+io, il = struct.unpack_from("<QQ", good, F + 16)
+R, E = struct.unpack_from("<II", good, F + 32)
+T = io + 288 * R + 96 * E  # string table
+def reseal(b):
+    b[48:80] = blake3.blake3(bytes(b[:48])).digest()
+    io, il = struct.unpack_from("<QQ", b, F + 16)
+    if io + il <= F:
+        ix = bytes(b[io:io + il])
+        b[F + 40:F + 72] = blake3.blake3(ix).digest()
+        b[F + 72:F + 104] = hashlib.sha256(ix).digest()
+    b[F + 128:F + 160] = blake3.blake3(bytes(b[:4096]) + bytes(b[F:F + 128])).digest()
+def put(fmt, at, v):
+    return lambda b: struct.pack_into(fmt, b, at, v)
+def add(fmt, at, d):
+    m = 1 << (8 * struct.calcsize(fmt))
+    return lambda b: struct.pack_into(fmt, b, at, (struct.unpack_from(fmt, b, at)[0] + d) % m)
+r0, r1, e0 = io, io + 288, io + 288 * R
+cases = {
+  "minor1_reserved": lambda b: (put("<H", 10, 1)(b), put("<B", 100, 7)(b)),
+  "header_reserved": put("<B", 12, 1), "required_flag": put("<Q", 16, 1),
+  "major2": put("<H", 8, 2), "no_layers": put("<I", 36, 0), "layer_first_max": put("<I", 32, 0xFFFFFFFE),
+  "footer_reserved": put("<B", F + 110, 1), "file_len": add("<Q", F + 8, 4096),
+  "index_offset": add("<Q", F + 16, 4096), "index_offset_odd": add("<Q", F + 16, 8),
+  "index_len_big": put("<Q", F + 24, 1 << 31), "index_len_more": add("<Q", F + 24, 1),
+  "region_count": add("<I", F + 32, 1), "expert_count": add("<I", F + 36, -1),
+  "r0_offset": add("<Q", r0, 4096), "r1_offset": add("<Q", r1, -4096), "r0_length": add("<Q", r0 + 8, 1),
+  "r0_dtype": put("<I", r0 + 16, 4), "r0_dtype_u8": put("<I", r0 + 16, 0x10001), "r0_ndim": put("<I", r0 + 20, 9),
+  "r0_shape_tail": put("<Q", r0 + 24 + 7 * 8, 1), "r0_shape": add("<Q", r0 + 24, 1),
+  "r0_layer": put("<I", r0 + 88, 7), "r0_expert": put("<I", r0 + 92, 0), "r0_role": put("<I", r0 + 96, 9),
+  "r0_name_len": put("<I", r0 + 104, 0), "r0_name_off": add("<I", r0 + 100, 1), "r0_name_big": put("<I", r0 + 104, 5000),
+  "r0_src_dtype": put("<I", r0 + 124, 0), "r0_src_ndim": put("<I", r0 + 128, 9), "r0_reserved": put("<B", r0 + 133, 1),
+  "r0_src_begin": add("<Q", r0 + 136, 1), "r0_src_end": put("<Q", r0 + 144, 0),
+  "r0_tail": put("<B", r0 + 281, 1), "r0_hash": lambda b: b.__setitem__(r0 + 216, b[r0 + 216] ^ 1),
+  "str_utf8": put("<B", T, 0xFF), "str_nul": put("<B", T, 0), "str_backslash": put("<B", T + 1, 0x5C),
+  "str_colon": put("<B", T + 1, 0x3A), "str_slash": put("<B", T, 0x2F),
+  "last_string_byte": lambda b: None,
+}
+if E:
+  cases.update({
+    "e0_layer": add("<I", e0, 1), "e0_expert": add("<I", e0 + 4, 1), "e0_first": add("<I", e0 + 8, 1),
+    "e0_count0": put("<I", e0 + 12, 0), "e0_count9": put("<I", e0 + 12, 9), "e0_count_more": add("<I", e0 + 12, 1),
+    "e0_extent_off": add("<Q", e0 + 16, 4096), "e0_extent_len": add("<Q", e0 + 24, 4096),
+    "e0_sha": lambda b: b.__setitem__(e0 + 40, b[e0 + 40] ^ 1), "e0_b3": lambda b: b.__setitem__(e0 + 70, b[e0 + 70] ^ 1),
+    "e1_first": put("<I", e0 + 96 + 8, 0), "last_region_role": put("<I", io + 288 * (R - 1) + 96, 0),
+  })
+so, sl = struct.unpack_from("<II", good, r0 + 108)  # region 0's src_file
+def at_src(text):
+    return lambda b: b.__setitem__(slice(T + so, T + so + len(text)), text)
+if sl > 3:  # '\' separates and '.', '..', ':' are refused (§5.1)
+  cases.update({"src_colon": at_src(b"C:"), "src_dot": at_src(b"./"), "src_dotdot_bs": at_src(b"..\\"),
+                "src_bs": at_src(b"a\\"), "src_abs": at_src(b"/"), "src_empty_comp": at_src(b"a//")})
+for k, f in cases.items():
+    b = bytearray(good)
+    f(b)
+    reseal(b)
+    open(f"{out}/{k}.jnf", "wb").write(b)
+    print(k)
+"#;
+
+/// §9.2 at the level of each rule: damage resealed so it reaches the rule (a header field, a
+/// footer field, a region record, an expert record, the string table) is refused by both readers
+/// with the same `Violation` variant, and what one accepts the other accepts.
+#[test]
+fn the_two_readers_name_the_same_violation_for_every_resealed_rule_breach() {
+    if !python_ready("resealed") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let mut refused = 0;
+    for (i, name) in [
+        "fused-gate-up.jnf",
+        "tiny-moe/layer-00001.jnf",
+        "edge-sizes.jnf",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let dir = tmp.path().join(format!("{i}"));
+        std::fs::create_dir(&dir).expect("mkdir");
+        let out = Command::new("python3")
+            .args(["-c", RESEAL, path(&golden(name)), path(&dir)])
+            .output()
+            .expect("run python3");
+        assert!(out.status.success(), "{out:?}");
+        let cases: Vec<PathBuf> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|k| dir.join(format!("{k}.jnf")))
+            .collect();
+        let refs: Vec<&Path> = cases.iter().map(|p| p.as_path()).collect();
+        let (_, res, err) = py_read(&refs);
+        for (r, p) in res.iter().zip(&cases) {
+            let py = (r["ok"] == false).then(|| r["violation"].as_str().unwrap_or("").to_string());
+            let rust = rust_violation(p);
+            assert_eq!(py, rust, "{name}: {}: python {r}{err}", p.display());
+            refused += usize::from(rust.is_some());
+        }
+    }
+    assert!(refused > 100, "{refused}");
+}
