@@ -12,9 +12,11 @@ if ! command -v cargo >/dev/null; then
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
 
-# gguf-py cross-checks (gguf/tests/gguf_py_agreement.rs) need the format's own Python library.
-if ! python3 -c 'import gguf' >/dev/null 2>&1; then
-  python3 -m pip install --quiet --disable-pip-version-check gguf numpy
+# gguf-py cross-checks (gguf/tests/gguf_py_agreement.rs) need the format's own Python library;
+# the second JNF reader (tests/jnf_reader.py, run by tests/python_reader.rs) checks BLAKE3 with
+# the blake3 package.
+if ! python3 -c 'import gguf, blake3' >/dev/null 2>&1; then
+  python3 -m pip install --quiet --disable-pip-version-check gguf numpy blake3
 fi
 
 # tarfa fetch's range-request tests (fetch/tests/nginx.rs) serve a model with nginx on loopback.
