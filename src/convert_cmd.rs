@@ -93,7 +93,7 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
     if let Some(b) = &progress.bar {
         b.finish_and_clear();
     }
-    let verify = |json: bool| -> anyhow::Result<Option<tarfa_verifier::Report>> {
+    let verify = || -> anyhow::Result<Option<tarfa_verifier::Report>> {
         if !args.verify {
             return Ok(None);
         }
@@ -105,12 +105,25 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
             // `--layers` converts a piece: the layers not asked for are expected to be missing.
             partial: layers.is_some(),
         };
-        crate::verify_cmd::run_with(&args.output, &vopts, args.quiet, json).map(Some)
+        Ok(Some(crate::verify_cmd::check(
+            &args.output,
+            &vopts,
+            args.quiet,
+        )?))
     };
+    let passed =
+        |r: &Option<tarfa_verifier::Report>| r.as_ref().is_none_or(|r| r.faults.is_empty());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
-        let verified = verify(true)?;
-        return Ok(verified.is_none_or(|r| r.faults.is_empty()));
+        let verified = verify()?;
+        // One document: the conversion, and the verification inside it (`null` without --verify).
+        let mut doc = crate::json::document("tarfa.convert/1", &s)?;
+        doc["seconds"] = crate::json::float(s.seconds);
+        doc["verify"] = match &verified {
+            Some(r) => crate::verify_cmd::json_doc(r)?,
+            None => serde_json::Value::Null,
+        };
+        crate::json::print(&doc)?;
+        return Ok(passed(&verified));
     }
     println!(
         "{}: {} layers written, {} skipped (already present and checked){}; {} of {} layers present",
@@ -145,6 +158,9 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
             s.loose_expert_tensors.join(", ")
         );
     }
-    let verified = verify(false)?;
-    Ok(verified.is_none_or(|r| r.faults.is_empty()))
+    let verified = verify()?;
+    if let Some(r) = &verified {
+        crate::verify_cmd::print_text(r);
+    }
+    Ok(passed(&verified))
 }

@@ -15,7 +15,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
     if args.path.is_dir() {
         let m = summary::summarize_model(&args.path)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&m)?);
+            crate::json::print(&crate::json::document("tarfa.inspect-model/1", &m)?)?;
         } else {
             print!("{}", render_model(&m, args.regions));
         }
@@ -23,7 +23,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
     }
     let f = summary::summarize_file(&args.path)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&f)?);
+        crate::json::print(&crate::json::document("tarfa.inspect-jnf/1", &f)?)?;
     } else {
         print!("{}", render_file(&f, true));
     }

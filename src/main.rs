@@ -11,6 +11,7 @@ mod convert_cmd;
 mod fetch_cmd;
 mod inspect;
 mod inspect_gguf;
+mod json;
 mod run_cmd;
 mod units;
 mod verify_cmd;

@@ -15,12 +15,12 @@ fn inspect_gguf_prints_key_values_with_long_arrays_abbreviated_and_every_tensor(
     assert!(out.contains("-1e-300"), "{out}");
     assert!(
         out.contains(
-            r#"[string; 47]   ["<unk>", "<s>", "</s>", "tok0", "tok1", "tok2", ... 41 more]"#
+            r#"string[47]     ["<unk>", "<s>", "</s>", "tok0", "tok1", "tok2", ... 41 more]"#
         ),
         "{out}"
     );
     assert!(
-        out.contains("[[int32; 2]; 3] [[1, 2], [3], [4, 5, 6]]"),
+        out.contains("int32[2][3]    [[1, 2], [3], [4, 5, 6]]"),
         "{out}"
     );
     assert!(
