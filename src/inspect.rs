@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 
 use tarfa_format::summary::{self, FileSummary, ModelSummary};
 
+use tarfa_format::manifest::MANIFEST_NAME;
+
 use crate::cli::InspectArgs;
+use crate::diagnose::{is_safetensors_file, model_dir_hint, Refused};
 use crate::units::bytes;
 
 /// What inspect found; `Ok(false)` when a model directory disagrees with its manifest.
@@ -13,6 +16,17 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
         return crate::inspect_gguf::run(args);
     }
     if args.path.is_dir() {
+        if args.path.join(MANIFEST_NAME).symlink_metadata().is_err() {
+            let d = args.path.display();
+            return Err(Refused {
+                code: 1,
+                message: format!("{d}: no {MANIFEST_NAME}: not a JNF model directory"),
+                hint: model_dir_hint(&args.path).unwrap_or_else(|| {
+                    "inspect reads a JNF model directory (a tarfa convert output, holding manifest.json), a .jnf file or a .gguf file".into()
+                }),
+            }
+            .into());
+        }
         let m = summary::summarize_model(&args.path)?;
         if args.json {
             crate::json::print(&crate::json::document("tarfa.inspect-model/1", &m)?)?;
@@ -20,6 +34,21 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
             print!("{}", render_model(&m, args.regions));
         }
         return Ok(m.mismatches.is_empty());
+    }
+    if is_safetensors_file(&args.path) {
+        let p = args.path.display();
+        let dir = args
+            .path
+            .parent()
+            .map_or(".".into(), |d| d.display().to_string());
+        return Err(Refused {
+            code: 1,
+            message: format!("{p}: a safetensors checkpoint file, not a JNF or GGUF file"),
+            hint: format!(
+                "inspect reads JNF files, JNF model directories and GGUF files: convert the checkpoint (tarfa convert {dir} -o MODEL_DIR), or list its tensors (tarfa fetch {p} --tensors '*' --list)"
+            ),
+        }
+        .into());
     }
     let f = summary::summarize_file(&args.path)?;
     if args.json {

@@ -2,12 +2,14 @@
 //! live here; everything else is a library call.
 //!
 //! Exit codes: 0 success; 1 the input is invalid or inconsistent (a JNF or GGUF rule broken, a model
-//! directory that disagrees with its manifest); 2 tarfa could not run (bad arguments, I/O errors).
+//! directory that disagrees with its manifest or has none, a path that is not what the command
+//! reads); 2 tarfa could not run (bad arguments, a URL where a local path is wanted, I/O errors).
 
 mod bench_decode_cmd;
 mod bench_io_cmd;
 mod cli;
 mod convert_cmd;
+mod diagnose;
 mod fetch_cmd;
 mod inspect;
 mod inspect_gguf;
@@ -42,7 +44,10 @@ fn main() -> ExitCode {
         Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("error: {e:#}");
-            let (code, hint) = classify(&e);
+            let (code, hint) = match e.downcast_ref::<diagnose::Refused>() {
+                Some(r) => (r.code, Some(r.hint.as_str())),
+                None => classify(&e),
+            };
             if let Some(h) = hint {
                 eprintln!("hint: {h}");
             }
@@ -51,7 +56,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Exit code and hint for an error: 1 when the input is invalid (a file breaks its format's
+/// Exit code and hint for a library's error: 1 when the input is invalid (a file breaks its format's
 /// rules, a source checkpoint is incomplete or damaged), 2 when tarfa could not run.
 fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     use tarfa_converter::ConvertError as C;

@@ -111,5 +111,17 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<bool> {
     } else {
         print_text(&report);
     }
+    let no_manifest = args
+        .dir
+        .join(tarfa_format::manifest::MANIFEST_NAME)
+        .symlink_metadata()
+        .is_err();
+    if no_manifest {
+        let h = crate::diagnose::model_dir_hint(&args.dir).unwrap_or_else(|| {
+            "verify checks a JNF model directory (a tarfa convert output, holding manifest.json)"
+                .into()
+        });
+        eprintln!("hint: {h}");
+    }
     Ok(report.faults.is_empty())
 }
