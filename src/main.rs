@@ -10,6 +10,7 @@ mod bench_io_cmd;
 mod cli;
 mod convert_cmd;
 mod diagnose;
+mod docs_cmd;
 mod fetch_cmd;
 mod inspect;
 mod inspect_gguf;
@@ -20,7 +21,7 @@ mod verify_cmd;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::FromArgMatches as _;
 
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when stdout is a closed pipe (`tarfa inspect … | head`)
@@ -29,7 +30,10 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::from_arg_matches(&cli::command().get_matches()) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
     let result = match &args.command {
         cli::Command::Inspect(a) => inspect::run(a),
         cli::Command::Convert(a) => convert_cmd::run(a),
@@ -38,6 +42,8 @@ fn main() -> ExitCode {
         cli::Command::BenchIo(a) => bench_io_cmd::run(a),
         cli::Command::Run(a) => run_cmd::run(a),
         cli::Command::BenchDecode(a) => bench_decode_cmd::run(a),
+        cli::Command::Completions(a) => docs_cmd::completions(a),
+        cli::Command::Man(a) => docs_cmd::man(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
