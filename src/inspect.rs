@@ -63,7 +63,7 @@ fn layers_text(f: &FileSummary) -> String {
     match f.layer_count {
         0 => "trunk (no layers)".to_string(),
         1 => format!("layer {}", f.layer_first),
-        n => format!("layers {}..={}", f.layer_first, f.layer_first + n - 1),
+        n => format!("layers {} to {}", f.layer_first, f.layer_first + n - 1),
     }
 }
 
@@ -101,7 +101,7 @@ pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
         let sizes: Vec<u64> = f.experts.iter().map(|e| e.extent_len).collect();
         let _ = writeln!(
             s,
-            "  experts: ({}, {})..=({}, {}), extents {}..={} each",
+            "  experts: layer {} expert {} to layer {} expert {}, extents of {} to {} each",
             first.layer,
             first.expert,
             last.layer,
@@ -137,7 +137,7 @@ pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
             if let Some(src) = &r.source {
                 let _ = writeln!(
                     s,
-                    "  {:>85} <- {} '{}' bytes {}..{} of {:?}",
+                    "  {:>85} <- {} '{}' bytes [{}, {}) of {:?}",
                     "", src.file, src.tensor, src.begin, src.end, src.shape
                 );
             }
@@ -150,12 +150,16 @@ pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
 pub fn render_model(m: &ModelSummary, with_regions: bool) -> String {
     let mut s = String::new();
     let a = &m.manifest.architecture;
+    // config.json's `model_type`; a GGUF's key/values are kept typed, `{"type", "value"}`.
     let model_type = a
         .config
         .get("model_type")
-        .or_else(|| a.config.get("general.architecture"))
         .and_then(|v| v.as_str())
-        .unwrap_or("?");
+        .or_else(|| {
+            let arch = a.config.get("general.architecture")?;
+            arch.get("value").unwrap_or(arch).as_str()
+        })
+        .unwrap_or("architecture not recorded");
     let _ = writeln!(
         s,
         "{}: JNF model {}.{}, {} ({}), {} of {} layers present",
