@@ -201,6 +201,9 @@ impl Reservations {
                     dir: out.to_path_buf(),
                     what: what.to_string(),
                     needed: want,
+                    file: needed,
+                    held: *held,
+                    margin: SPACE_MARGIN,
                     available,
                 });
             }
