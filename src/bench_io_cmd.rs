@@ -50,12 +50,12 @@ impl Row {
             "tokens": self.tokens,
             "experts": self.experts,
             "bytes": self.bytes,
-            "seconds": self.seconds,
-            "gb_per_s": self.gb_per_s,
+            "seconds": crate::json::float(self.seconds),
+            "gb_per_s": crate::json::float(self.gb_per_s),
             "fio_iodepth": self.fio_iodepth,
-            "fio_gb_per_s": self.fio_gb_per_s,
-            "vram_gb_per_s": self.vram_gb_per_s,
-            "h2d_gb_per_s": self.h2d_gb_per_s,
+            "fio_gb_per_s": crate::json::float_opt(self.fio_gb_per_s),
+            "vram_gb_per_s": crate::json::float_opt(self.vram_gb_per_s),
+            "h2d_gb_per_s": crate::json::float_opt(self.h2d_gb_per_s),
             "from_cache": self.from_cache,
             "cut_short": self.cut_short,
         })
@@ -370,13 +370,14 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
     let gpu_cols = gpu.is_some();
     if a.json {
         let doc = serde_json::json!({
+            "schema": "tarfa.bench-io/1",
             "dir": a.dir.display().to_string(),
             "top_k": top_k,
             "tokens": tokens,
             "block_bytes": block,
             "model_expert_bytes": model_bytes,
             "runs": per_run_count,
-            "budget_seconds": budget_secs,
+            "budget_seconds": crate::json::float_opt(budget_secs),
             "page_cache_dropped": cold.get(),
             "rows": rows.iter().map(Row::json).collect::<Vec<_>>(),
         });

@@ -17,13 +17,25 @@ pub struct Cli {
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Summarise a JNF file or a model directory: layers, experts, dtypes, sizes, hashes,
-    /// provenance. Opening a file checks its whole structure (not its data; see `verify`).
+    /// Summarise a JNF file, a model directory or a GGUF file: layers, experts, dtypes, sizes,
+    /// hashes, provenance. Opening a file checks its whole structure (not its data; see `verify`).
+    ///
+    /// Examples:
+    ///   tarfa inspect model/
+    ///   tarfa inspect model/layer-00000.jnf
+    ///   tarfa inspect model.gguf --json
+    #[command(verbatim_doc_comment)]
     Inspect(InspectArgs),
     /// Convert a Hugging Face safetensors checkpoint (a directory: one model.safetensors or
     /// shards with model.safetensors.index.json) or a GGUF file (for a split set, any part) into
     /// a JNF model directory, one layer range at a time. Rerunning skips layers already present
     /// and checked; a killed run resumes.
+    ///
+    /// Examples:
+    ///   tarfa convert Qwen3-30B-A3B/ -o model/ --verify
+    ///   tarfa convert Qwen3-30B-A3B/ -o model/ --layers 0-11
+    ///   tarfa convert model-00001-of-00003.gguf -o model/ --json
+    #[command(verbatim_doc_comment)]
     Convert(ConvertArgs),
     /// Re-read every byte of a JNF model directory: recompute every region, expert, index and
     /// root hash, check padding, hold the manifest to the directory, and compare every region
@@ -31,14 +43,31 @@ pub enum Command {
     /// or its trunk (or, with --source, any source tensor) is reported incomplete, naming what
     /// is missing. Exit 0: no fault; 1: faults found (each named); 2: could not run (a --layers
     /// or --sample that selects no file included).
+    ///
+    /// Examples:
+    ///   tarfa verify model/
+    ///   tarfa verify model/ --source Qwen3-30B-A3B/
+    ///   tarfa verify model/ --sample 1/10 --json
+    #[command(verbatim_doc_comment)]
     Verify(VerifyArgs),
     /// Fetch only chosen tensors — the MTP head with --mtp — of a remote or local GGUF (any part
     /// of a split set) or safetensors checkpoint, with checked HTTP range requests, into one GGUF
     /// (or safetensors) file. Resumes a killed run; `--list` shows what would be fetched.
+    ///
+    /// Examples:
+    ///   tarfa fetch hf://owner/repo/model-00001-of-00003.gguf --mtp --list
+    ///   tarfa fetch hf://owner/repo/model-00001-of-00003.gguf --mtp -o mtp.gguf
+    ///   tarfa fetch https://host/model.gguf --tensors 'blk.0.*' -o blk0.gguf --jobs 8
+    #[command(verbatim_doc_comment)]
     Fetch(FetchArgs),
     /// Measure expert streaming: decode-shaped reads (top-k random experts of every layer per
     /// token) through each I/O backend at each queue depth, cold cache, in GB/s, beside fio's
     /// random read of the same files at the same block size and depth when fio is installed.
+    ///
+    /// Examples:
+    ///   tarfa bench-io model/
+    ///   tarfa bench-io model/ --backend io_uring --qd 64 --gib 4 --json
+    #[command(verbatim_doc_comment)]
     BenchIo(BenchIoArgs),
     /// Measure decoding against its bounds in one run: resident (all experts in RAM) against the
     /// memory bound (this machine's read bandwidth, measured now, ÷ bytes touched per token) and
@@ -56,6 +85,37 @@ pub enum Command {
     ///   tarfa run model/ --prompt "hello" --experts resident --threads 4 --json
     #[command(verbatim_doc_comment)]
     Run(RunArgs),
+    /// Print a shell completion script on stdout.
+    ///
+    /// Examples:
+    ///   tarfa completions bash > ~/.local/share/bash-completion/completions/tarfa
+    ///   tarfa completions zsh > ~/.zfunc/_tarfa
+    ///   tarfa completions fish > ~/.config/fish/completions/tarfa.fish
+    #[command(verbatim_doc_comment)]
+    Completions(CompletionsArgs),
+    /// Print the man page (roff) on stdout: tarfa(1), or with --command, tarfa-COMMAND(1).
+    ///
+    /// Examples:
+    ///   tarfa man | man -l -
+    ///   tarfa man > /usr/local/share/man/man1/tarfa.1
+    ///   tarfa man --command convert > tarfa-convert.1
+    #[command(verbatim_doc_comment)]
+    Man(ManArgs),
+}
+
+/// `tarfa completions`.
+#[derive(Debug, clap::Args)]
+pub struct CompletionsArgs {
+    /// The shell.
+    pub shell: clap_complete::Shell,
+}
+
+/// `tarfa man`.
+#[derive(Debug, clap::Args)]
+pub struct ManArgs {
+    /// The page of this subcommand (e.g. `convert`) instead of tarfa(1).
+    #[arg(long, value_name = "COMMAND")]
+    pub command: Option<String>,
 }
 
 /// `tarfa bench-decode`.
@@ -333,4 +393,15 @@ pub struct InspectArgs {
     /// List every region of each file (the default for a single file, not for a directory).
     #[arg(long)]
     pub regions: bool,
+}
+
+/// The parser: [`Cli`]'s, with the examples of `bench-decode` (whose doc comment is kept as it
+/// is) added here.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_subcommand("bench-decode", |c| {
+        c.after_long_help(
+            "Examples:\n  tarfa bench-decode model/\n  tarfa bench-decode model/ --modes resident --runs 5 --tokens 64 --json",
+        )
+    })
 }

@@ -2,6 +2,7 @@
 //! [`tarfa_converter::convert()`], and the summary.
 
 use std::io::IsTerminal;
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -9,6 +10,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use tarfa_converter::{convert, parse_layer_range, Options, Outcome, Progress};
 
 use crate::cli::ConvertArgs;
+use crate::diagnose::{is_safetensors_file, is_url, Refused};
 use crate::units;
 
 /// Draws one bar by bytes with ETA, labelled with the current file; or, on a pipe, one line per
@@ -47,8 +49,13 @@ impl Progress for Bars {
             .map(|t| t.elapsed().as_secs_f64())
             .unwrap_or(0.0);
         let line = match outcome {
-            Outcome::Written { bytes } => format!(
-                "{label}: written, {} in {secs:.2} s ({:.2} GB/s)",
+            Outcome::Written { bytes, replaced } => format!(
+                "{label}: {}, {} in {secs:.2} s ({:.2} GB/s)",
+                if *replaced {
+                    "repaired (the file there did not check against this source: damaged, or the source changed), rewritten"
+                } else {
+                    "written"
+                },
                 units::bytes(*bytes),
                 *bytes as f64 / secs.max(1e-9) / 1e9
             ),
@@ -64,8 +71,75 @@ impl Progress for Bars {
     }
 }
 
+/// The common mistakes in naming the source, refused with the hint that fits: a URL, a
+/// `.safetensors` file instead of its directory, a directory holding only a GGUF.
+fn check_source(src: &Path) -> Result<(), Refused> {
+    let s = src.display();
+    if is_url(&src.to_string_lossy()) {
+        return Err(Refused {
+            code: 2,
+            message: format!("{s}: convert reads a local checkpoint, not a URL"),
+            hint: format!(
+                "download it first: a GGUF with tarfa fetch {s} --tensors '*' -o FILE.gguf, then tarfa convert FILE.gguf -o OUT; a safetensors checkpoint with its config.json into a directory (e.g. huggingface-cli download), then tarfa convert DIR -o OUT"
+            ),
+        });
+    }
+    if is_safetensors_file(src) && src.is_file() {
+        let dir = src.parent().map_or(".".into(), |d| d.display().to_string());
+        return Err(Refused {
+            code: 1,
+            message: format!("{s}: a file of a safetensors checkpoint; convert reads the checkpoint's directory (config.json beside the shards)"),
+            hint: format!("give its directory: tarfa convert {dir} -o OUT"),
+        });
+    }
+    if src.is_dir() {
+        let names: Vec<String> = std::fs::read_dir(src)
+            .map(|rd| {
+                rd.filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let safetensors = names.iter().any(|n| is_safetensors_file(Path::new(n)));
+        let mut ggufs: Vec<&String> = names.iter().filter(|n| n.ends_with(".gguf")).collect();
+        ggufs.sort();
+        if let (false, Some(g)) = (safetensors, ggufs.first()) {
+            return Err(Refused {
+                code: 1,
+                message: format!("{s}: no safetensors checkpoint here, but a GGUF file ({g})"),
+                hint: format!(
+                    "give the GGUF file itself (for a split set, any part): tarfa convert {} -o OUT",
+                    src.join(g).display()
+                ),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A conversion that failed on the machine's side while writing `out` (I/O, no space) resumes:
+/// say so.
+fn with_resume_hint(e: tarfa_converter::ConvertError, out: &Path) -> anyhow::Error {
+    use tarfa_converter::ConvertError as C;
+    use tarfa_format::fsio::FsError;
+    let resumable = match &e {
+        C::NoSpace { .. } => true,
+        C::Io { path, .. } | C::File(FsError::Io { path, .. }) => path.starts_with(out),
+        _ => false,
+    };
+    if !resumable {
+        return e.into();
+    }
+    Refused {
+        code: 2,
+        message: e.to_string(),
+        hint: "rerun the same tarfa convert to resume: every file already published is checked and kept, the failed one is written again".into(),
+    }
+    .into()
+}
+
 /// Run the conversion; `Ok(true)` on success.
 pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
+    check_source(&args.source)?;
     let layers = args.layers.as_deref().map(parse_layer_range).transpose()?;
     let tty = std::io::stderr().is_terminal();
     let bar = (!args.quiet && tty).then(|| {
@@ -89,11 +163,12 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
         direct_io: !args.buffered,
         jobs: args.jobs,
     };
-    let s = convert(&args.source, &args.output, &opts, &progress)?;
+    let s = convert(&args.source, &args.output, &opts, &progress)
+        .map_err(|e| with_resume_hint(e, &args.output))?;
     if let Some(b) = &progress.bar {
         b.finish_and_clear();
     }
-    let verify = |json: bool| -> anyhow::Result<Option<tarfa_verifier::Report>> {
+    let verify = || -> anyhow::Result<Option<tarfa_verifier::Report>> {
         if !args.verify {
             return Ok(None);
         }
@@ -105,12 +180,25 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
             // `--layers` converts a piece: the layers not asked for are expected to be missing.
             partial: layers.is_some(),
         };
-        crate::verify_cmd::run_with(&args.output, &vopts, args.quiet, json).map(Some)
+        Ok(Some(crate::verify_cmd::check(
+            &args.output,
+            &vopts,
+            args.quiet,
+        )?))
     };
+    let passed =
+        |r: &Option<tarfa_verifier::Report>| r.as_ref().is_none_or(|r| r.faults.is_empty());
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&s)?);
-        let verified = verify(true)?;
-        return Ok(verified.is_none_or(|r| r.faults.is_empty()));
+        let verified = verify()?;
+        // One document: the conversion, and the verification inside it (`null` without --verify).
+        let mut doc = crate::json::document("tarfa.convert/1", &s)?;
+        doc["seconds"] = crate::json::float(s.seconds);
+        doc["verify"] = match &verified {
+            Some(r) => crate::verify_cmd::json_doc(r)?,
+            None => serde_json::Value::Null,
+        };
+        crate::json::print(&doc)?;
+        return Ok(passed(&verified));
     }
     println!(
         "{}: {} layers written, {} skipped (already present and checked){}; {} of {} layers present",
@@ -133,6 +221,20 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
             ", buffered"
         }
     );
+    if !s.layers_replaced.is_empty() || s.trunk_replaced {
+        let mut what: Vec<String> = s
+            .layers_replaced
+            .iter()
+            .map(|l| format!("layer {l}"))
+            .collect();
+        if s.trunk_replaced {
+            what.insert(0, "the trunk".into());
+        }
+        println!(
+            "repaired: {} (the file there did not check against this source: damaged, or the source changed; rewritten)",
+            what.join(", ")
+        );
+    }
     if !s.unrecognised.is_empty() {
         println!(
             "kept as trunk tensors, names not recognised: {}",
@@ -145,6 +247,9 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
             s.loose_expert_tensors.join(", ")
         );
     }
-    let verified = verify(false)?;
-    Ok(verified.is_none_or(|r| r.faults.is_empty()))
+    let verified = verify()?;
+    if let Some(r) = &verified {
+        crate::verify_cmd::print_text(r);
+    }
+    Ok(passed(&verified))
 }

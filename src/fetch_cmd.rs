@@ -66,6 +66,7 @@ fn list(plan: &Plan, json: bool) {
             })
             .collect();
         let v = serde_json::json!({
+            "schema": "tarfa.fetch-list/1",
             "tensors": tensors,
             "tensor_bytes": plan.tensor_bytes(),
             "output_bytes": plan.total_len,
@@ -190,6 +191,7 @@ pub fn run(a: &FetchArgs) -> anyhow::Result<bool> {
         Ok(Some((r, out))) => {
             if a.json {
                 let v = serde_json::json!({
+                    "schema": "tarfa.fetch/1",
                     "output": out.display().to_string(),
                     "tensors": r.tensors,
                     "tensor_bytes": r.tensor_bytes,

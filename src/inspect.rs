@@ -4,7 +4,10 @@ use std::fmt::Write as _;
 
 use tarfa_format::summary::{self, FileSummary, ModelSummary};
 
+use tarfa_format::manifest::MANIFEST_NAME;
+
 use crate::cli::InspectArgs;
+use crate::diagnose::{is_safetensors_file, model_dir_hint, Refused};
 use crate::units::bytes;
 
 /// What inspect found; `Ok(false)` when a model directory disagrees with its manifest.
@@ -13,17 +16,43 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
         return crate::inspect_gguf::run(args);
     }
     if args.path.is_dir() {
+        if args.path.join(MANIFEST_NAME).symlink_metadata().is_err() {
+            let d = args.path.display();
+            return Err(Refused {
+                code: 1,
+                message: format!("{d}: no {MANIFEST_NAME}: not a JNF model directory"),
+                hint: model_dir_hint(&args.path).unwrap_or_else(|| {
+                    "inspect reads a JNF model directory (a tarfa convert output, holding manifest.json), a .jnf file or a .gguf file".into()
+                }),
+            }
+            .into());
+        }
         let m = summary::summarize_model(&args.path)?;
         if args.json {
-            println!("{}", serde_json::to_string_pretty(&m)?);
+            crate::json::print(&crate::json::document("tarfa.inspect-model/1", &m)?)?;
         } else {
             print!("{}", render_model(&m, args.regions));
         }
         return Ok(m.mismatches.is_empty());
     }
+    if is_safetensors_file(&args.path) {
+        let p = args.path.display();
+        let dir = args
+            .path
+            .parent()
+            .map_or(".".into(), |d| d.display().to_string());
+        return Err(Refused {
+            code: 1,
+            message: format!("{p}: a safetensors checkpoint file, not a JNF or GGUF file"),
+            hint: format!(
+                "inspect reads JNF files, JNF model directories and GGUF files: convert the checkpoint (tarfa convert {dir} -o MODEL_DIR), or list its tensors (tarfa fetch {p} --tensors '*' --list)"
+            ),
+        }
+        .into());
+    }
     let f = summary::summarize_file(&args.path)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&f)?);
+        crate::json::print(&crate::json::document("tarfa.inspect-jnf/1", &f)?)?;
     } else {
         print!("{}", render_file(&f, true));
     }
@@ -34,7 +63,7 @@ fn layers_text(f: &FileSummary) -> String {
     match f.layer_count {
         0 => "trunk (no layers)".to_string(),
         1 => format!("layer {}", f.layer_first),
-        n => format!("layers {}..={}", f.layer_first, f.layer_first + n - 1),
+        n => format!("layers {} to {}", f.layer_first, f.layer_first + n - 1),
     }
 }
 
@@ -72,7 +101,7 @@ pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
         let sizes: Vec<u64> = f.experts.iter().map(|e| e.extent_len).collect();
         let _ = writeln!(
             s,
-            "  experts: ({}, {})..=({}, {}), extents {}..={} each",
+            "  experts: layer {} expert {} to layer {} expert {}, extents of {} to {} each",
             first.layer,
             first.expert,
             last.layer,
@@ -108,7 +137,7 @@ pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
             if let Some(src) = &r.source {
                 let _ = writeln!(
                     s,
-                    "  {:>85} <- {} '{}' bytes {}..{} of {:?}",
+                    "  {:>85} <- {} '{}' bytes [{}, {}) of {:?}",
                     "", src.file, src.tensor, src.begin, src.end, src.shape
                 );
             }
@@ -121,12 +150,16 @@ pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
 pub fn render_model(m: &ModelSummary, with_regions: bool) -> String {
     let mut s = String::new();
     let a = &m.manifest.architecture;
+    // config.json's `model_type`; a GGUF's key/values are kept typed, `{"type", "value"}`.
     let model_type = a
         .config
         .get("model_type")
-        .or_else(|| a.config.get("general.architecture"))
         .and_then(|v| v.as_str())
-        .unwrap_or("?");
+        .or_else(|| {
+            let arch = a.config.get("general.architecture")?;
+            arch.get("value").unwrap_or(arch).as_str()
+        })
+        .unwrap_or("architecture not recorded");
     let _ = writeln!(
         s,
         "{}: JNF model {}.{}, {} ({}), {} of {} layers present",

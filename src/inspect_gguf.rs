@@ -18,7 +18,7 @@ const STRING_PREVIEW: usize = 80;
 pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
     let m = GgufModel::open(&args.path)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&to_json(&m))?);
+        crate::json::print(&crate::json::document("tarfa.inspect-gguf/1", to_json(&m))?)?;
     } else {
         print!("{}", render(&m));
     }
@@ -33,13 +33,13 @@ fn value_json(v: &Value) -> Json {
         Value::I16(x) => json!(x),
         Value::U32(x) => json!(x),
         Value::I32(x) => json!(x),
-        Value::F32(x) => json!(x),
+        Value::F32(x) => crate::json::float(f64::from(*x)),
         Value::Bool(x) => json!(x),
         Value::String(s) => json!(s),
         Value::Array(a) => Json::Array(a.values().map(|v| value_json(&v)).collect()),
         Value::U64(x) => json!(x),
         Value::I64(x) => json!(x),
-        Value::F64(x) => json!(x),
+        Value::F64(x) => crate::json::float(*x),
     }
 }
 
@@ -55,7 +55,7 @@ fn array_type(a: &Array) -> String {
         Array::Array(v) => v.first().map_or("array".into(), array_type),
         a => a.elem_type().name().to_ascii_lowercase(),
     };
-    format!("[{inner}; {}]", a.len())
+    format!("{inner}[{}]", a.len())
 }
 
 /// The machine-readable form: every value whole.

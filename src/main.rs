@@ -2,22 +2,26 @@
 //! live here; everything else is a library call.
 //!
 //! Exit codes: 0 success; 1 the input is invalid or inconsistent (a JNF or GGUF rule broken, a model
-//! directory that disagrees with its manifest); 2 tarfa could not run (bad arguments, I/O errors).
+//! directory that disagrees with its manifest or has none, a path that is not what the command
+//! reads); 2 tarfa could not run (bad arguments, a URL where a local path is wanted, I/O errors).
 
 mod bench_decode_cmd;
 mod bench_io_cmd;
 mod cli;
 mod convert_cmd;
+mod diagnose;
+mod docs_cmd;
 mod fetch_cmd;
 mod inspect;
 mod inspect_gguf;
+mod json;
 mod run_cmd;
 mod units;
 mod verify_cmd;
 
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::FromArgMatches as _;
 
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when stdout is a closed pipe (`tarfa inspect … | head`)
@@ -26,7 +30,10 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let args = cli::Cli::parse();
+    let args = match cli::Cli::from_arg_matches(&cli::command().get_matches()) {
+        Ok(a) => a,
+        Err(e) => e.exit(),
+    };
     let result = match &args.command {
         cli::Command::Inspect(a) => inspect::run(a),
         cli::Command::Convert(a) => convert_cmd::run(a),
@@ -35,13 +42,18 @@ fn main() -> ExitCode {
         cli::Command::BenchIo(a) => bench_io_cmd::run(a),
         cli::Command::Run(a) => run_cmd::run(a),
         cli::Command::BenchDecode(a) => bench_decode_cmd::run(a),
+        cli::Command::Completions(a) => docs_cmd::completions(a),
+        cli::Command::Man(a) => docs_cmd::man(a),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(e) => {
             eprintln!("error: {e:#}");
-            let (code, hint) = classify(&e);
+            let (code, hint) = match e.downcast_ref::<diagnose::Refused>() {
+                Some(r) => (r.code, Some(r.hint.as_str())),
+                None => classify(&e),
+            };
             if let Some(h) = hint {
                 eprintln!("hint: {h}");
             }
@@ -50,7 +62,7 @@ fn main() -> ExitCode {
     }
 }
 
-/// Exit code and hint for an error: 1 when the input is invalid (a file breaks its format's
+/// Exit code and hint for a library's error: 1 when the input is invalid (a file breaks its format's
 /// rules, a source checkpoint is incomplete or damaged), 2 when tarfa could not run.
 fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     use tarfa_converter::ConvertError as C;

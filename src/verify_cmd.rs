@@ -32,8 +32,8 @@ impl Progress for Bar {
     }
 }
 
-/// Verify `dir` and print the report; returns it.
-pub fn run_with(dir: &Path, opts: &Options, quiet: bool, json: bool) -> anyhow::Result<Report> {
+/// Verify `dir` (progress on stderr unless `quiet`); the report, not yet printed.
+pub fn check(dir: &Path, opts: &Options, quiet: bool) -> anyhow::Result<Report> {
     let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
         let b = ProgressBar::new(0);
         b.set_style(
@@ -50,10 +50,18 @@ pub fn run_with(dir: &Path, opts: &Options, quiet: bool, json: bool) -> anyhow::
     if let Some(b) = &progress.0 {
         b.finish_and_clear();
     }
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-        return Ok(report);
-    }
+    Ok(report)
+}
+
+/// The report as its `--json` document (docs/json.md, `tarfa.verify/1`).
+pub fn json_doc(report: &Report) -> anyhow::Result<serde_json::Value> {
+    let mut doc = crate::json::document("tarfa.verify/1", report)?;
+    doc["seconds"] = crate::json::float(report.seconds);
+    Ok(doc)
+}
+
+/// Print the report for people on stdout.
+pub fn print_text(report: &Report) {
     for f in &report.faults {
         println!("FAULT {}", f.line());
     }
@@ -82,7 +90,6 @@ pub fn run_with(dir: &Path, opts: &Options, quiet: bool, json: bool) -> anyhow::
         report.seconds,
         (report.bytes_read + report.source_bytes_compared) as f64 / report.seconds.max(1e-9) / 1e9
     );
-    Ok(report)
 }
 
 /// `tarfa verify`; `Ok(false)` when faults were found.
@@ -98,6 +105,23 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<bool> {
         direct_io: !args.buffered,
         partial: false,
     };
-    let report = run_with(&args.dir, &opts, args.quiet, args.json)?;
+    let report = check(&args.dir, &opts, args.quiet)?;
+    if args.json {
+        crate::json::print(&json_doc(&report)?)?;
+    } else {
+        print_text(&report);
+    }
+    let no_manifest = args
+        .dir
+        .join(tarfa_format::manifest::MANIFEST_NAME)
+        .symlink_metadata()
+        .is_err();
+    if no_manifest {
+        let h = crate::diagnose::model_dir_hint(&args.dir).unwrap_or_else(|| {
+            "verify checks a JNF model directory (a tarfa convert output, holding manifest.json)"
+                .into()
+        });
+        eprintln!("hint: {h}");
+    }
     Ok(report.faults.is_empty())
 }

@@ -15,12 +15,12 @@ fn inspect_gguf_prints_key_values_with_long_arrays_abbreviated_and_every_tensor(
     assert!(out.contains("-1e-300"), "{out}");
     assert!(
         out.contains(
-            r#"[string; 47]   ["<unk>", "<s>", "</s>", "tok0", "tok1", "tok2", ... 41 more]"#
+            r#"string[47]     ["<unk>", "<s>", "</s>", "tok0", "tok1", "tok2", ... 41 more]"#
         ),
         "{out}"
     );
     assert!(
-        out.contains("[[int32; 2]; 3] [[1, 2], [3], [4, 5, 6]]"),
+        out.contains("int32[2][3]    [[1, 2], [3], [4, 5, 6]]"),
         "{out}"
     );
     assert!(
@@ -123,4 +123,28 @@ fn inspect_gguf_invalid_files_exit_1_naming_what_they_are() {
 fn inspect_gguf_missing_file_exits_2() {
     let (code, _, err) = tarfa(&["inspect", "/nonexistent/model.gguf"]);
     assert_eq!(code, 2, "{err}");
+}
+
+#[test]
+fn inspect_of_a_model_converted_from_gguf_names_its_architecture_in_plain_words() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("m");
+    let src = gguf_fixture("moe-model.gguf");
+    let (code, o, e) = tarfa(&[
+        "convert",
+        src.to_str().expect("utf8"),
+        "-o",
+        out.to_str().expect("utf8"),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{o}{e}");
+    let (code, o, e) = tarfa(&["inspect", out.to_str().expect("utf8")]);
+    assert_eq!(code, 0, "{e}");
+    assert!(o.contains("JNF model 1.0, glm4moe (gguf)"), "{o}");
+    // No Rust syntax: ranges in words, not `..=` or `(layer, expert)` tuples.
+    assert!(!o.contains("..") && !o.contains("(0, 0)"), "{o}");
+    assert!(
+        o.contains("experts: layer 1 expert 0 to layer 1 expert"),
+        "{o}"
+    );
 }

@@ -38,7 +38,7 @@ fn a_model_of_one_of_two_layers_verifies_incomplete_and_a_piece_verifies_as_a_pi
         let (code, stdout, err) = tarfa(&args);
         assert_eq!(code, 1, "{stdout}{err}");
         assert!(
-            stdout.contains("Incomplete: the model is incomplete: 1 of 2 layers missing (1)"),
+            stdout.contains("incomplete: the model is incomplete: 1 of 2 layers missing (1)"),
             "{stdout}"
         );
     }

@@ -93,6 +93,9 @@ pub enum Outcome {
     Written {
         /// Region bytes.
         bytes: u64,
+        /// A file of that name was there and did not check against this source (damaged, or the
+        /// source changed since): it was replaced.
+        replaced: bool,
     },
     /// Already present from this source, every hash checked.
     Skipped,
@@ -105,8 +108,13 @@ pub struct Summary {
     pub layers_written: Vec<u32>,
     /// Layers in range already present, their hashes and source bytes checked.
     pub layers_skipped: Vec<u32>,
+    /// Layers written by this run over a file of theirs that did not check against this source
+    /// (damaged, or the source changed since): repaired.
+    pub layers_replaced: Vec<u32>,
     /// Whether this run wrote the trunk.
     pub trunk_written: bool,
+    /// Whether the trunk written replaced one that did not check.
+    pub trunk_replaced: bool,
     /// Layers present in the output after this run.
     pub layers_present: Vec<u32>,
     /// Layers of the whole model.
@@ -193,6 +201,9 @@ impl Reservations {
                     dir: out.to_path_buf(),
                     what: what.to_string(),
                     needed: want,
+                    file: needed,
+                    held: *held,
+                    margin: SPACE_MARGIN,
                     available,
                 });
             }
@@ -330,14 +341,15 @@ impl Ctx<'_> {
         })
     }
 
-    fn write_trunk(&self, plan: &Plan) -> Result<Option<u64>, ConvertError> {
+    fn write_trunk(&self, plan: &Plan) -> Result<Outcome, ConvertError> {
         let path = self.out.join(TRUNK_NAME);
         let items: Vec<&Item> = plan.trunk.iter().collect();
         let bytes: u64 = items.iter().map(|i| i.slice.len()).sum();
         self.progress.file_start(TRUNK_NAME, bytes);
+        let replaced = path.symlink_metadata().is_ok();
         if self.present_and_verified(&path, FileLayout::trunk(), &items, None) {
             self.progress.file_done(TRUNK_NAME, &Outcome::Skipped);
-            return Ok(None);
+            return Ok(Outcome::Skipped);
         }
         let _space = self
             .space
@@ -347,9 +359,9 @@ impl Ctx<'_> {
             w.tensor(&self.spec(item, None), &mut self.reader(item))?;
         }
         w.finish()?;
-        self.progress
-            .file_done(TRUNK_NAME, &Outcome::Written { bytes });
-        Ok(Some(bytes))
+        let outcome = Outcome::Written { bytes, replaced };
+        self.progress.file_done(TRUNK_NAME, &outcome);
+        Ok(outcome)
     }
 
     fn layer_items<'p>(&self, lp: &'p crate::plan::LayerPlan) -> Vec<&'p Item> {
@@ -367,6 +379,7 @@ impl Ctx<'_> {
         let items = self.layer_items(lp);
         let bytes = lp.data_bytes();
         self.progress.file_start(&name, bytes);
+        let replaced = path.symlink_metadata().is_ok();
         if self.present_and_verified(&path, layout, &items, Some(layer)) {
             self.progress.file_done(&name, &Outcome::Skipped);
             return Ok(Outcome::Skipped);
@@ -392,7 +405,7 @@ impl Ctx<'_> {
             w = x.end_expert()?;
         }
         w.finish()?;
-        let outcome = Outcome::Written { bytes };
+        let outcome = Outcome::Written { bytes, replaced };
         self.progress.file_done(&name, &outcome);
         Ok(outcome)
     }
@@ -592,10 +605,7 @@ pub fn convert(
                         let i = next.fetch_add(1, Relaxed);
                         let Some(unit) = units.get(i) else { break };
                         let r = match unit {
-                            None => ctx.write_trunk(&plan).map(|w| match w {
-                                Some(bytes) => Outcome::Written { bytes },
-                                None => Outcome::Skipped,
-                            }),
+                            None => ctx.write_trunk(&plan),
                             Some(l) => ctx.write_layer(*l, &plan.layers[l]),
                         };
                         failed.fetch_or(r.is_err(), Relaxed);
@@ -619,16 +629,20 @@ pub fn convert(
     for (i, r) in results {
         let outcome = r?;
         let Some(layer) = units[i] else {
-            if let Outcome::Written { bytes } = outcome {
+            if let Outcome::Written { bytes, replaced } = outcome {
                 summary.trunk_written = true;
+                summary.trunk_replaced = replaced;
                 summary.bytes_written += bytes;
             }
             continue;
         };
         let lp = &plan.layers[&layer];
         match outcome {
-            Outcome::Written { bytes } => {
+            Outcome::Written { bytes, replaced } => {
                 summary.layers_written.push(layer);
+                if replaced {
+                    summary.layers_replaced.push(layer);
+                }
                 summary.bytes_written += bytes;
                 summary.experts_written += lp.experts.len() as u64;
                 summary

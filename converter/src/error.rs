@@ -52,14 +52,20 @@ pub enum ConvertError {
         detail: String,
     },
     /// Not enough free space for the next file.
-    #[error("{}: not enough free space for {what}: needs {needed} bytes, {available} available; nothing of it was written (free space, or convert fewer layers with --layers)", dir.display())]
+    #[error("{}: not enough free space for {what}: needs {needed} bytes ({file} for the file at most, {held} promised to files being written beside it, and {margin} kept free so that the filesystem is never filled to its last byte), {available} available; nothing of it was written (free space, or convert fewer layers with --layers)", dir.display())]
     NoSpace {
         /// The output directory.
         dir: PathBuf,
         /// What was about to be written.
         what: String,
-        /// Bytes needed.
+        /// Bytes needed: `file + held + margin`.
         needed: u64,
+        /// The file's own size, at most.
+        file: u64,
+        /// Bytes promised to files being written at the same time.
+        held: u64,
+        /// Bytes kept free beyond those.
+        margin: u64,
         /// Bytes available.
         available: u64,
     },

@@ -417,3 +417,21 @@ fn full_disk_stops_before_the_layer_that_does_not_fit_and_says_nothing_was_writt
         .verify_data()
         .expect("the trunk that was written is whole");
 }
+
+#[test]
+fn the_no_space_message_explains_the_margin_it_adds() {
+    let e = ConvertError::NoSpace {
+        dir: "out".into(),
+        what: "layer-00000.jnf".into(),
+        needed: 3 + 5 + (16 << 20),
+        file: 3,
+        held: 5,
+        margin: 16 << 20,
+        available: 7,
+    };
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&format!("needs {} bytes (3 for the file at most, 5 promised to files being written beside it, and {} kept free", 8 + (16 << 20), 16 << 20)),
+        "{msg}"
+    );
+}

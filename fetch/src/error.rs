@@ -168,6 +168,28 @@ pub enum FetchError {
         /// The partial file.
         path: PathBuf,
     },
+    /// `-o` names a directory (or ends with `/`): the output is one file.
+    #[error("{}: -o names a directory; tarfa fetch writes one file: give its name (e.g. {}/mtp.gguf)", path.display(), path.display())]
+    OutputIsDirectory {
+        /// The `-o` argument.
+        path: PathBuf,
+    },
+    /// The output's filesystem has not the room for what is left to fetch.
+    #[error("{}: not enough free space: needs {needed} bytes ({left} left to write of the {total}-byte output, and {margin} kept free so that the filesystem is never filled to its last byte), {available} available; nothing was fetched (free space, or give -o on another filesystem)", dir.display())]
+    NoSpace {
+        /// The directory the output is written in.
+        dir: PathBuf,
+        /// Bytes needed: `left + margin`.
+        needed: u64,
+        /// The output's length.
+        total: u64,
+        /// Bytes of it not yet on disk (a partial file from a killed run holds the rest).
+        left: u64,
+        /// Bytes kept free beyond those.
+        margin: u64,
+        /// Bytes available.
+        available: u64,
+    },
     /// The written file's header does not place the tensors where the plan put them.
     #[error("{}: {detail}", path.display())]
     BadOutput {

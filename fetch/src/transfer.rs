@@ -235,8 +235,49 @@ pub fn refuse_inputs(plan: &Plan, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Space kept free beyond the output's bytes.
+const SPACE_MARGIN: u64 = 16 << 20;
+
+/// Refuse, before anything is fetched or written, an `out` that is a directory (or ends with
+/// `/`: the published file would replace nothing but fail to rename, after the whole download)
+/// and a filesystem without room for the bytes still to write.
+pub fn refuse_unwritable(plan: &Plan, out: &Path) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    if out.is_dir() || out.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(FetchError::OutputIsDirectory {
+            path: out.to_path_buf(),
+        });
+    }
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let (partial, _) = partial_paths(out);
+    let have = std::fs::symlink_metadata(&partial)
+        .ok()
+        .filter(|m| m.is_file())
+        .map_or(0, |m| m.len().min(plan.total_len));
+    let left = plan.total_len - have;
+    if let Ok(st) = rustix::fs::statvfs(dir) {
+        let available = st.f_bavail.saturating_mul(st.f_frsize);
+        let needed = left.saturating_add(SPACE_MARGIN);
+        if available < needed {
+            return Err(FetchError::NoSpace {
+                dir: dir.to_path_buf(),
+                needed,
+                total: plan.total_len,
+                left,
+                margin: SPACE_MARGIN,
+                available,
+            });
+        }
+    }
+    Ok(())
+}
+
 /// Fetch `plan` into `out`, resuming a killed run's partial file when there is one. An `out`
-/// that is a file of the source is refused before anything is written ([`refuse_inputs`]).
+/// that is a file of the source is refused before anything is written ([`refuse_inputs`]), and
+/// so is a directory or a filesystem without room ([`refuse_unwritable`]).
 pub fn run(
     plan: &Plan,
     out: &Path,
@@ -244,6 +285,7 @@ pub fn run(
     progress: &dyn Progress,
 ) -> Result<TransferReport> {
     refuse_inputs(plan, out)?;
+    refuse_unwritable(plan, out)?;
     let (partial, journal_path) = partial_paths(out);
     let chunks = chunks_of(plan, opts.chunk_size);
     let id = plan_id(plan, &chunks);

@@ -41,6 +41,29 @@ pub enum FaultKind {
     Incomplete,
 }
 
+impl FaultKind {
+    /// The kind in words, for people (the JSON name with spaces: `extra file`).
+    pub fn words(self) -> &'static str {
+        match self {
+            FaultKind::Manifest => "manifest",
+            FaultKind::MissingFile => "missing file",
+            FaultKind::ExtraFile => "extra file",
+            FaultKind::Size => "size",
+            FaultKind::FileHash => "file hash",
+            FaultKind::Structure => "structure",
+            FaultKind::WrongLayer => "wrong layer",
+            FaultKind::RegionHash => "region hash",
+            FaultKind::ExpertDigest => "expert digest",
+            FaultKind::IndexHash => "index hash",
+            FaultKind::Padding => "padding",
+            FaultKind::SourceMismatch => "source mismatch",
+            FaultKind::Source => "source",
+            FaultKind::ReadError => "read error",
+            FaultKind::Incomplete => "incomplete",
+        }
+    }
+}
+
 /// One fault, located as precisely as the check allows.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Fault {
@@ -96,7 +119,7 @@ impl Fault {
 
     /// One line for people.
     pub fn line(&self) -> String {
-        let mut s = format!("{}: {:?}", self.file, self.kind);
+        let mut s = format!("{}: {}", self.file, self.kind.words());
         if let Some(t) = &self.tensor {
             s += &format!(" in '{t}'");
         }

@@ -1,0 +1,96 @@
+//! What a path given on the command line looks like, for the hints of the common mistakes
+//! (a checkpoint where a JNF model is wanted, a file where its directory is, a URL), and the
+//! error that carries such a hint and its exit code.
+
+use std::path::{Path, PathBuf};
+
+/// An error with the hint that says what to do instead, and its exit code (README: 1 the input is
+/// not what the command reads, 2 it could not run).
+#[derive(Debug)]
+pub struct Refused {
+    /// README's exit code.
+    pub code: u8,
+    /// What is wrong.
+    pub message: String,
+    /// What to do instead.
+    pub hint: String,
+}
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for Refused {}
+
+/// What a directory without `manifest.json` holds, as far as the hint goes.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotAModel {
+    /// A Hugging Face checkpoint (`config.json`, `*.safetensors`).
+    Checkpoint,
+    /// GGUF files (the first named).
+    Gguf(PathBuf),
+    /// JNF files of a conversion whose manifest was never written (it is written last).
+    Interrupted,
+    /// Nothing recognisable.
+    Other,
+}
+
+/// Does `s` name a remote source (`http://`, `https://`, `hf://`)?
+pub fn is_url(s: &str) -> bool {
+    ["http://", "https://", "hf://"]
+        .iter()
+        .any(|p| s.get(..p.len()).is_some_and(|h| h.eq_ignore_ascii_case(p)))
+}
+
+/// Is `p` named like a file of a safetensors checkpoint (a shard or its index)?
+pub fn is_safetensors_file(p: &Path) -> bool {
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json")
+}
+
+/// What `dir` (a directory with no `manifest.json`) holds.
+pub fn not_a_model(dir: &Path) -> NotAModel {
+    let mut names: Vec<String> = match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .collect(),
+        Err(_) => return NotAModel::Other,
+    };
+    names.sort();
+    let jnf = |n: &String| n.ends_with(".jnf") || n == ".tarfa-convert.lock";
+    if names.iter().any(jnf) {
+        return NotAModel::Interrupted;
+    }
+    if names
+        .iter()
+        .any(|n| n == "config.json" || is_safetensors_file(Path::new(n)))
+    {
+        return NotAModel::Checkpoint;
+    }
+    match names.iter().find(|n| n.ends_with(".gguf")) {
+        Some(g) => NotAModel::Gguf(dir.join(g)),
+        None => NotAModel::Other,
+    }
+}
+
+/// The hint for `dir`, a directory given where a JNF model directory is wanted (`inspect`,
+/// `verify`, `run`).
+pub fn model_dir_hint(dir: &Path) -> Option<String> {
+    let d = dir.display();
+    match not_a_model(dir) {
+        NotAModel::Checkpoint => Some(format!(
+            "{d} is a Hugging Face checkpoint, not a JNF model: convert it first (tarfa convert {d} -o MODEL_DIR), then use MODEL_DIR; give the checkpoint to verify as --source"
+        )),
+        NotAModel::Gguf(g) => Some(format!(
+            "{d} holds a GGUF file: inspect it as it is (tarfa inspect {}), or convert it (tarfa convert {} -o MODEL_DIR)",
+            g.display(),
+            g.display()
+        )),
+        NotAModel::Interrupted => Some(format!(
+            "{d} holds JNF files but no manifest (written last): a conversion into it did not finish; rerun the same tarfa convert to resume (layers already written are checked and kept)"
+        )),
+        NotAModel::Other => None,
+    }
+}

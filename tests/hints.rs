@@ -1,0 +1,125 @@
+//! The common mistakes of a new user (review findings 22 and 23): each gets the hint that says
+//! what to do instead, and the exit code README.md states (1: the input is not what the command
+//! reads or is inconsistent; 2: tarfa could not run).
+
+mod common;
+
+use std::path::Path;
+
+use common::{gguf_fixture, path, tarfa};
+
+fn fixture(name: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/hf")
+        .join(name)
+}
+
+/// `tarfa args` exits `code` with `hint` (a part of it) on a `hint:` line of stderr.
+fn expect_hint(args: &[&str], code: i32, hint: &str) {
+    let (c, out, err) = tarfa(args);
+    assert_eq!(c, code, "{args:?}: {out}{err}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("hint: ") && l.contains(hint)),
+        "{args:?}: no hint {hint:?} in:\n{err}"
+    );
+}
+
+#[test]
+fn a_directory_without_a_manifest_is_exit_1_in_inspect_and_verify_alike() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    expect_hint(&["inspect", path(&empty)], 1, "JNF model directory");
+    expect_hint(&["verify", path(&empty)], 1, "JNF model directory");
+    let missing = tmp.path().join("missing");
+    for cmd in ["inspect", "verify"] {
+        let (c, _, err) = tarfa(&[cmd, path(&missing)]);
+        assert_eq!(c, 2, "{cmd} of a path that is not there: {err}");
+    }
+}
+
+#[test]
+fn a_checkpoint_given_where_a_jnf_model_is_wanted_says_convert_it_first() {
+    let ck = fixture("qwen3_moe");
+    expect_hint(&["inspect", path(&ck)], 1, "tarfa convert");
+    expect_hint(
+        &["verify", path(&ck)],
+        1,
+        "give the checkpoint to verify as --source",
+    );
+    let st = ck.join("model.safetensors");
+    expect_hint(&["inspect", path(&st)], 1, "tarfa convert");
+}
+
+#[test]
+fn convert_of_a_safetensors_file_a_gguf_directory_or_a_url_names_what_to_give() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let ck = fixture("qwen3_moe");
+    expect_hint(
+        &[
+            "convert",
+            path(&ck.join("model.safetensors")),
+            "-o",
+            path(&out),
+        ],
+        1,
+        &format!("tarfa convert {} -o OUT", path(&ck)),
+    );
+    let gg = tmp.path().join("gg");
+    std::fs::create_dir(&gg).expect("mkdir");
+    std::fs::copy(gguf_fixture("moe-model.gguf"), gg.join("moe-model.gguf")).expect("copy");
+    expect_hint(
+        &["convert", path(&gg), "-o", path(&out)],
+        1,
+        "give the GGUF file itself",
+    );
+    expect_hint(&["inspect", path(&gg)], 1, "holds a GGUF file");
+    for url in [
+        "hf://owner/repo/model.gguf",
+        "https://example.invalid/m.gguf",
+    ] {
+        expect_hint(&["convert", url, "-o", path(&out)], 2, "tarfa fetch");
+    }
+    assert!(!out.exists(), "nothing written");
+}
+
+#[test]
+fn an_interrupted_conversion_says_rerun_convert_and_a_rerun_says_what_it_repaired() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let src = fixture("qwen3_moe");
+    let (c, o, e) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
+    assert_eq!(c, 0, "{o}{e}");
+
+    // A byte of layer 0's data flipped: the rerun rewrites it and says it repaired it.
+    let layer0 = out.join("layer-00000.jnf");
+    let mut bytes = std::fs::read(&layer0).expect("read");
+    bytes[4096 + 100] ^= 0xff;
+    std::fs::write(&layer0, &bytes).expect("write");
+    let (c, o, e) = tarfa(&["convert", path(&src), "-o", path(&out), "--json", "-q"]);
+    assert_eq!(c, 0, "{o}{e}");
+    let doc: serde_json::Value = serde_json::from_str(&o).expect("json");
+    assert_eq!(doc["layers_replaced"], serde_json::json!([0]), "{doc}");
+    std::fs::write(&layer0, &bytes).expect("write");
+    let (c, o, e) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
+    assert_eq!(c, 0, "{o}{e}");
+    assert!(o.contains("repaired: layer 0"), "{o}");
+    let (c, o, e) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
+    assert_eq!(c, 0, "{o}{e}");
+    assert!(!o.contains("repaired"), "nothing to repair: {o}");
+
+    // A conversion killed before its manifest (written last).
+    std::fs::remove_file(out.join("manifest.json")).expect("rm");
+    expect_hint(
+        &["inspect", path(&out)],
+        1,
+        "rerun the same tarfa convert to resume",
+    );
+    expect_hint(
+        &["verify", path(&out)],
+        1,
+        "rerun the same tarfa convert to resume",
+    );
+}
