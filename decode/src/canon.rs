@@ -4,7 +4,10 @@
 //! its slow, obvious implementation, the one every fast path (AVX2, AVX-512, later CUDA) is
 //! tested against bit for bit. Everything here is built from IEEE-754 operations that every
 //! target rounds the same way — add, multiply, divide, square root, fused multiply-add, round to
-//! nearest integer — and never from libm, so neither a C library nor a compiler can move a bit.
+//! nearest integer — and never from libm's transcendental functions, so neither a C library nor a
+//! compiler can move a bit. (Built without FMA in the target features, the scalar reference's
+//! `mul_add` and `round_ties_even` call the C library's `fmaf` and `roundevenf`, which IEEE-754
+//! defines exactly; the SIMD paths use the instructions.)
 //!
 //! The order in one paragraph: a reduction over `n` elements keeps [`LANES`] = 32 partial sums,
 //! all starting at `+0.0`; element `k` goes to lane `k mod 32`, and each lane takes its elements
@@ -115,7 +118,7 @@ fn pow2i(k: i32) -> f32 {
     f32::from_bits(((k + 127) as u32) << 23)
 }
 
-/// tarfa's `e^x` in `f32`: within about 1 ulp of the true value, the same bits on every target.
+/// tarfa's `e^x` in `f32`: within 2 ulp of the true value, the same bits on every target.
 ///
 /// `n = round_ties_even(x · log2 e)`, `r = x − n·ln2` in two fused steps (Cody–Waite), `e^r` by a
 /// degree-7 Taylor polynomial in Horner form with fused multiply-adds, then `· 2^⌊n/2⌋ · 2^(n−⌊n/2⌋)`

@@ -165,7 +165,8 @@ impl RopeConfig {
             }
         }
         let theta = pick_f64("rope_theta")?.unwrap_or(default_theta);
-        if !(theta.is_finite() && theta > 1.0) {
+        // torch meets the base as an f32: it must stay finite there.
+        if !(theta.is_finite() && (theta as f32).is_finite() && theta > 1.0) {
             return Err(bad(
                 "rope_theta",
                 &format!("{theta} is not a finite base > 1"),

@@ -84,13 +84,20 @@ impl<'a> ExpertView<'a> {
         let mut parts = Vec::with_capacity(layout.parts.len());
         for p in &layout.parts {
             let b = bytes
-                .get(p.start..p.start + p.len)
+                .get(p.start..p.start.saturating_add(p.len))
                 .ok_or_else(|| bad(format!("region {} lies outside its extent", p.name)))?;
             let data = WeightSlice::from_bytes(p.dtype, b).ok_or_else(|| {
-                bad(format!(
-                    "region {} is {}: this build computes with BF16 and F32 experts",
-                    p.name, p.dtype
-                ))
+                bad(if p.dtype == Dtype::BF16 || p.dtype == Dtype::F32 {
+                    format!(
+                        "region {} ({}) is not aligned to its element size in the extent",
+                        p.name, p.dtype
+                    )
+                } else {
+                    format!(
+                        "region {} is {}: this build computes with BF16 and F32 experts",
+                        p.name, p.dtype
+                    )
+                })
             })?;
             let (rows, cols) = match p.shape[..] {
                 [r, c] => (r, c),

@@ -290,11 +290,15 @@ fn diff(a: ExpertStats, b: ExpertStats) -> ExpertStats {
     }
 }
 
-/// Index of the largest logit; the lowest index on ties (torch's argmax); NaN never wins.
+/// Index of the largest logit, the lowest index on ties, as torch's argmax: a NaN counts as the
+/// largest (the first NaN wins), so a broken step is not hidden behind a plausible token.
 pub fn argmax(logits: &[f32]) -> u32 {
+    if let Some(i) = logits.iter().position(|v| v.is_nan()) {
+        return i as u32;
+    }
     let mut best = 0usize;
     for (i, &v) in logits.iter().enumerate() {
-        if v > logits[best] || logits[best].is_nan() && !v.is_nan() {
+        if v > logits[best] {
             best = i;
         }
     }
@@ -334,4 +338,17 @@ fn read_regular_bounded(path: &Path, expected: u64) -> Result<Vec<u8>> {
         });
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::argmax;
+
+    #[test]
+    fn argmax_takes_the_lowest_index_on_ties_and_a_nan_first_like_torch() {
+        assert_eq!(argmax(&[1.0, 3.0, 3.0, 2.0]), 1);
+        assert_eq!(argmax(&[1.0, f32::NAN, 3.0, f32::NAN]), 1);
+        assert_eq!(argmax(&[-0.0, 0.0]), 0);
+        assert_eq!(argmax(&[]), 0);
+    }
 }

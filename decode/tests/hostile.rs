@@ -88,3 +88,41 @@ fn damaged_npy_bytes_are_refused_without_a_panic() {
         let _ = tarfa_decode::npy::decode(&b);
     }
 }
+
+#[test]
+fn sliding_window_and_rope_base_follow_transformers_or_are_refused() {
+    let with = |k: &str, v: Value| {
+        let mut c = base();
+        c["use_sliding_window"] = json!(true);
+        c[k] = v;
+        c
+    };
+    // Absent: the class default; null: no window; 0: nothing to attend to, refused.
+    let mut absent = base();
+    absent["use_sliding_window"] = json!(true);
+    absent
+        .as_object_mut()
+        .expect("object")
+        .remove("sliding_window");
+    assert_eq!(
+        Qwen3MoeConfig::parse(&absent).expect("parses").window,
+        Some(4096)
+    );
+    let null = with("sliding_window", Value::Null);
+    assert_eq!(Qwen3MoeConfig::parse(&null).expect("parses").window, None);
+    assert_eq!(
+        Qwen3MoeConfig::parse(&with("sliding_window", json!(128)))
+            .expect("parses")
+            .window,
+        Some(128)
+    );
+    assert!(Qwen3MoeConfig::parse(&with("sliding_window", json!(0))).is_err());
+    // Without use_sliding_window no window applies, whatever sliding_window says.
+    let mut off = base();
+    off["sliding_window"] = json!(128);
+    assert_eq!(Qwen3MoeConfig::parse(&off).expect("parses").window, None);
+    // A base finite in f64 but not in f32 (torch's view of it) is refused.
+    let mut huge = base();
+    huge["rope_parameters"] = json!({"rope_type": "default", "rope_theta": 1e39});
+    assert!(Qwen3MoeConfig::parse(&huge).is_err());
+}

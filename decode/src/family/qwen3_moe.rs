@@ -86,8 +86,17 @@ impl Qwen3MoeConfig {
                 &format!("{eps} is not a finite non-negative number"),
             ));
         }
+        // transformers: the window applies only with use_sliding_window; an absent key means the
+        // class default 4096, an explicit null means no window; 0 would attend to nothing.
         let window = if c.bool("use_sliding_window")?.unwrap_or(false) {
-            Some(c.usize("sliding_window", usize::MAX)?.unwrap_or(4096))
+            match v.get("sliding_window") {
+                None => Some(4096),
+                Some(serde_json::Value::Null) => None,
+                Some(_) => match c.usize("sliding_window", usize::MAX)? {
+                    Some(0) => return Err(bad("sliding_window", "must be at least 1")),
+                    w => w,
+                },
+            }
         } else {
             None
         };
