@@ -183,10 +183,10 @@ pub struct RunArgs {
     /// I/O backend: auto, io_uring, pread, mmap (TARFA_IO_BACKEND).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Expert reads in flight.
-    #[arg(long, default_value_t = 64)]
+    /// Expert reads in flight (0: twice the model's top-k, at least 8).
+    #[arg(long, default_value_t = 0)]
     pub qd: u32,
-    /// Ring slots (0: queue depth + 16).
+    /// Ring slots, each the size of the largest expert (0: queue depth + 8).
     #[arg(long, default_value_t = 0)]
     pub ring_slots: u32,
     /// Kernel path: auto, scalar, avx2, avx512 (TARFA_ISA). Any choice gives the same bits.

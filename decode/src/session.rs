@@ -23,7 +23,8 @@ pub struct DecoderOptions {
     pub isa: Option<Isa>,
     /// How experts are held.
     pub experts: ExpertOptions,
-    /// How experts are read from disk.
+    /// How experts are read from disk (`queue_depth` 0: twice the model's top-k, at least 8,
+    /// with a ring of 8 more slots).
     pub source: SourceOptions,
     /// Run a prompt as one batch (each selected expert read once for all its tokens); else token
     /// by token. The logits are the same bits either way.
@@ -94,7 +95,17 @@ impl Decoder {
         let model = ModelExperts::open(dir)?;
         let tensors = TensorStore::load(dir, &manifest, &model)?;
         let family = family::open(config, &tensors)?;
-        let source = ExpertSource::with_model(model, &opts.source)?;
+        // Queue depth 0: sized for decoding, twice the experts one layer selects per token (a
+        // prompt's larger sets wait for slots); the ring a few slots beyond what is in flight.
+        let mut src_opts = opts.source.clone();
+        if src_opts.queue_depth == 0 {
+            let k = family.top_k().max(1) as u32;
+            src_opts.queue_depth = (2 * k).max(8);
+            if src_opts.slots == 0 {
+                src_opts.slots = src_opts.queue_depth + 8;
+            }
+        }
+        let source = ExpertSource::with_model(model, &src_opts)?;
         let experts = ExpertStore::new(source, &opts.experts)?;
         Ok(Decoder {
             dir: dir.to_path_buf(),
