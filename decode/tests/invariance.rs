@@ -157,3 +157,25 @@ fn a_prompt_reads_each_selected_expert_once() {
         "the prompt shares experts between tokens"
     );
 }
+
+#[test]
+fn a_partial_cache_stays_within_its_size_hits_and_evicts() {
+    let dir = common::model(NAME);
+    let total = common::open(&dir, &DecoderOptions::default())
+        .experts()
+        .total_bytes();
+    let cap = total / 3;
+    let mut dec = common::open(
+        &dir,
+        &opts(BackendKind::Pread, Isa::best(), 2, true, stream(cap), 64, 0),
+    );
+    for p in common::reference(NAME) {
+        common::greedy(&mut dec, &p.prompt_ids, 12);
+        assert!(dec.experts().cached_bytes() <= cap, "cache over its size");
+    }
+    let s = dec.expert_stats();
+    assert!(s.cache_hits > 0, "{s:?}");
+    // Reads beyond the distinct experts mean something was evicted and read again.
+    assert!(s.reads > 16, "{s:?}");
+    assert_eq!(s.reads, s.cache_misses);
+}
