@@ -93,7 +93,8 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
             | C::BadShard { .. }
             | C::BadTensor { .. }
             | C::BadSource { .. }
-            | C::BadExperts { .. } => return (1, Some(SOURCE)),
+            | C::BadExperts { .. }
+            | C::IndexTooLarge { .. } => return (1, Some(SOURCE)),
             C::Gguf(g) if g.violation().is_some() => return (1, Some(GGUF)),
             C::Format(tarfa_format::Error::Format { .. }) => return (1, Some(JNF)),
             _ => {}

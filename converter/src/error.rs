@@ -51,6 +51,22 @@ pub enum ConvertError {
         /// What is wrong.
         detail: String,
     },
+    /// A layer's experts need more index records than a JNF file can hold (spec §6:
+    /// `MAX_REGIONS`, and `288·R + 96·E ≤ MAX_INDEX_LEN`); refused before anything is allocated
+    /// for them or written.
+    #[error("{file}: tensor '{tensor}' and the rest: {experts} experts, {regions} regions, {bytes} bytes of index records; a JNF file holds at most {} regions and {} index bytes", tarfa_format::validate::MAX_REGIONS, tarfa_format::validate::MAX_INDEX_LEN)]
+    IndexTooLarge {
+        /// The JNF file that would hold them (`trunk.jnf`, `layer-00007.jnf`).
+        file: String,
+        /// The first expert tensor of the layer (the first tensor of a file without experts).
+        tensor: String,
+        /// Experts claimed.
+        experts: u64,
+        /// Regions the layer's file would hold.
+        regions: u64,
+        /// Bytes of region and expert records, strings not counted.
+        bytes: u64,
+    },
     /// Not enough free space for the next file.
     #[error("{}: not enough free space for {what}: needs {needed} bytes ({file} for the file at most, {held} promised to files being written beside it, and {margin} kept free so that the filesystem is never filled to its last byte), {available} available; nothing of it was written (free space, or convert fewer layers with --layers)", dir.display())]
     NoSpace {

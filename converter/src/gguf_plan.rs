@@ -177,6 +177,11 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     for (layer, stacks) in stacks {
         let n = stacks[0].1.shape.first().copied().unwrap_or(0);
         crate::plan::check_expert_count(layer, n)?;
+        let plain = plan.layers.get(&layer).map_or(0, |lp| lp.plain.len());
+        let regions = n
+            .saturating_mul(stacks.len() as u64)
+            .saturating_add(plain as u64);
+        crate::plan::check_index_bound(layer, &stacks[0].1.name, n, regions)?;
         let mut grid: Vec<Vec<Item>> = (0..n).map(|_| Vec::new()).collect();
         for (role, t) in &stacks {
             if t.shape.first() != Some(&n) {
@@ -200,6 +205,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
         }
         plan.set_experts(layer, grid, "fused")?;
     }
+    plan.check_plain_bounds()?;
     plan.sort_by_source();
     // GGUF's block_count counts nextn/MTP layers; nextn_predict_layers of them are the last.
     let seen = plan.layers.keys().max().map_or(0, |m| m + 1);

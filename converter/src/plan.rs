@@ -309,6 +309,22 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
         }
         let n = check_expert_count(layer, experts.keys().max().map_or(0, |m| u64::from(*m) + 1))?
             as u32;
+        // Each expert present is a key: a missing one is found before a grid of `n` is allocated.
+        if experts.len() != n as usize {
+            let e = (0..n).find(|e| !experts.contains_key(e)).unwrap_or(0);
+            return Err(ConvertError::BadExperts {
+                layer,
+                detail: format!("expert {e} is missing (experts 0..{n} expected)"),
+            });
+        }
+        let plain = plan.layers.get(&layer).map_or(0, |lp| lp.plain.len());
+        let first = experts
+            .values()
+            .flatten()
+            .next()
+            .map_or("", |i| i.name.as_str());
+        let items: usize = experts.values().map(Vec::len).sum();
+        check_index_bound(layer, first, u64::from(n), (items + plain) as u64)?;
         let mut grid = Vec::with_capacity(n as usize);
         for e in 0..n {
             let Some(items) = experts.get(&e).cloned() else {
@@ -324,6 +340,11 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     for (layer, stacks) in fused {
         let n = stacks[0].1.shape.first().copied().unwrap_or(0);
         check_expert_count(layer, n)?;
+        let plain = plan.layers.get(&layer).map_or(0, |lp| lp.plain.len());
+        let regions = n
+            .saturating_mul(stacks.len() as u64)
+            .saturating_add(plain as u64);
+        check_index_bound(layer, &stacks[0].1.name, n, regions)?;
         let mut grid: Vec<Vec<Item>> = (0..n).map(|_| Vec::new()).collect();
         for (role, t) in &stacks {
             let want_rank = if matches!(
@@ -363,6 +384,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
         }
         plan.set_experts(layer, grid, "fused")?;
     }
+    plan.check_plain_bounds()?;
     plan.sort_by_source();
     let max_layer = plan.layers.keys().max().map_or(0, |m| m + 1);
     plan.num_layers = max_layer.max(n_hidden);
@@ -380,6 +402,81 @@ pub(crate) fn check_expert_count(layer: u32, n: u64) -> Result<usize, ConvertErr
         });
     }
     Ok(n as usize)
+}
+
+/// Bytes of index records a file of `regions` regions and `experts` experts needs at least
+/// (spec §6: `288·R + 96·E ≤ index_len ≤ MAX_INDEX_LEN`); strings come on top.
+pub(crate) fn index_records_len(regions: u64, experts: u64) -> u64 {
+    regions
+        .saturating_mul(288)
+        .saturating_add(experts.saturating_mul(96))
+}
+
+/// Refuse a layer whose file no JNF index can hold, before anything is allocated for its
+/// experts: `n` experts (the first expert tensor is `tensor`) and `regions` regions in all (a
+/// fused stack of `n` counts `n`). A header of a few hundred bytes may claim 4,194,304 zero-size
+/// experts, which would need more than 1 GiB of records.
+pub(crate) fn check_index_bound(
+    layer: u32,
+    tensor: &str,
+    n: u64,
+    regions: u64,
+) -> Result<(), ConvertError> {
+    check_file_bound(
+        || tarfa_format::manifest::layer_file_name(layer),
+        tensor,
+        n,
+        regions,
+    )
+}
+
+/// Refuse a file of `experts` experts and `regions` regions whose records alone break the
+/// spec's limits (`MAX_REGIONS`, `288·R + 96·E ≤ MAX_INDEX_LEN`).
+fn check_file_bound(
+    file: impl Fn() -> String,
+    tensor: &str,
+    experts: u64,
+    regions: u64,
+) -> Result<(), ConvertError> {
+    let bytes = index_records_len(regions, experts);
+    if regions > tarfa_format::validate::MAX_REGIONS
+        || bytes > tarfa_format::validate::MAX_INDEX_LEN
+    {
+        return Err(ConvertError::IndexTooLarge {
+            file: file(),
+            tensor: tensor.to_string(),
+            experts,
+            regions,
+            bytes,
+        });
+    }
+    Ok(())
+}
+
+impl Plan {
+    /// Refuse a trunk, or a layer without experts, whose records no JNF index can hold (a 99 MB
+    /// header of zero-size tensors), before anything is written. Layers with experts were
+    /// checked, with their plain tensors, before their grids were built.
+    pub(crate) fn check_plain_bounds(&self) -> Result<(), ConvertError> {
+        let first = |items: &[Item]| items.first().map_or(String::new(), |i| i.name.clone());
+        check_file_bound(
+            || tarfa_format::manifest::TRUNK_NAME.to_string(),
+            &first(&self.trunk),
+            0,
+            self.trunk.len() as u64,
+        )?;
+        for (layer, lp) in &self.layers {
+            if lp.experts.is_empty() {
+                check_file_bound(
+                    || tarfa_format::manifest::layer_file_name(*layer),
+                    &first(&lp.plain),
+                    0,
+                    lp.plain.len() as u64,
+                )?;
+            }
+        }
+        Ok(())
+    }
 }
 
 fn check_uniform(layer: u32, grid: &[Vec<Item>]) -> Result<(), ConvertError> {

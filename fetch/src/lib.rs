@@ -13,7 +13,8 @@
 //!   sent only to the hub (over https unless opted in) and never across a redirect, traffic
 //!   counters.
 //! - [`select`] and [`plan`]: what to fetch and where each byte goes.
-//! - [`safetensors`]: the range-read safetensors header, checked by the converter's parser.
+//! - [`safetensors`]: the range-read safetensors header, checked by tarfa's one parser
+//!   (`tarfa_format::safetensors`).
 //! - [`transfer`]: parallel chunks, the resume journal, read-back check, atomic publish.
 //!
 //! # What the draft keeps: `block_count` and `nextn_predict_layers`

@@ -1,5 +1,5 @@
-//! safetensors headers read through a [`ByteSource`] (so by range over HTTP), checked by the
-//! converter's own parser (`tarfa_converter::source::parse_safetensors_header`), whose rules are
+//! safetensors headers read through a [`ByteSource`] (so by range over HTTP), checked by tarfa's
+//! one parser (`tarfa_format::safetensors`, which convert and verify use too), whose rules are
 //! the safetensors crate's: an 8-byte little-endian length of at most 100 MB, UTF-8 JSON object,
 //! known dtypes, integer shapes of rank ≤ 8, `data_offsets` whose length is exactly the shape's
 //! bytes, tensors contiguous from 0 with neither overlaps nor holes, and the data ending exactly
@@ -7,12 +7,12 @@
 //! [`parse_header`].
 
 use serde_json::{Map, Value};
-use tarfa_converter::source::{parse_safetensors_header, safetensors_header_len};
+use tarfa_format::safetensors::{parse_safetensors_header, safetensors_header_len};
 use tarfa_gguf::ByteSource;
 
 use crate::error::{FetchError, Result};
 
-pub use tarfa_converter::source::{
+pub use tarfa_format::safetensors::{
     HeaderTensor as StTensor, SafetensorsHeader as StHeader, MAX_HEADER_LEN,
 };
 
@@ -47,7 +47,7 @@ pub fn read_header(src: &dyn ByteSource) -> Result<StHeader> {
     parse_header(&json, len, &file)
 }
 
-/// Check the JSON header `json` of a file of `file_len` bytes (the converter's rules); errors
+/// Check the JSON header `json` of a file of `file_len` bytes (`tarfa_format::safetensors`' rules); errors
 /// name `file`, and the tensor where there is one.
 pub fn parse_header(json: &[u8], file_len: u64, file: &str) -> Result<StHeader> {
     parse_safetensors_header(json, file_len).map_err(|fault| FetchError::BadSafetensors {

@@ -51,6 +51,7 @@ pub mod layout;
 pub mod manifest;
 pub mod publish;
 pub mod reader;
+pub mod safetensors;
 pub mod summary;
 pub mod validate;
 pub mod writer;

@@ -120,13 +120,10 @@ fn safetensors_header_sha256(path: &Path) -> std::io::Result<String> {
     let tarfa_format::fsio::RegularFile { file: f, len } = tarfa_format::fsio::open_regular(path)?;
     let mut n8 = [0u8; 8];
     f.read_exact_at(&mut n8, 0)?;
-    let n = u64::from_le_bytes(n8);
-    if n > 100_000_000 || 8 + n > len {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "bad safetensors header length",
-        ));
-    }
+    // The one parser's rule (and limit) for the length, so that convert and verify hash the same
+    // header.
+    let n = tarfa_format::safetensors::safetensors_header_len(&n8, len)
+        .map_err(|fault| std::io::Error::new(std::io::ErrorKind::InvalidData, fault))?;
     let mut header = vec![0u8; n as usize];
     f.read_exact_at(&mut header, 8)?;
     let mut h = sha2::Sha256::new();
