@@ -15,6 +15,8 @@
 //!   lock, and the removal of a killed run's temporary files;
 //! - [`testkit`]: generated checkpoints for tests and benchmarks.
 
+#![forbid(unsafe_code)]
+
 pub mod convert;
 pub mod error;
 pub mod gguf_plan;

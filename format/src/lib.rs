@@ -8,7 +8,7 @@
 //! - [`dtype`]: the element-type table (every ggml type by id, plus safetensors dtypes);
 //! - [`layout`]: the bytes of the header page, footer and index records;
 //! - [`validate`]: every MUST of the spec, shared by reader and writer;
-//! - [`reader::JnfReader`]: the strict reader (`pread` and `mmap`);
+//! - [`reader::JnfReader`]: the strict reader (`pread`; the runtime maps its file for `mmap`);
 //! - [`writer::JnfWriter`]: the streaming, typestate-ordered writer;
 //! - [`fsio`]: every read of a named file: regular files only, bounded;
 //! - [`publish`]: atomic publishing (temp, fsync, rename, fsync the directory);
@@ -37,6 +37,8 @@
 //! assert_eq!(written.file_len % 4096, 0);
 //! # Ok::<(), tarfa_format::Error>(())
 //! ```
+
+#![forbid(unsafe_code)]
 
 // Offsets and lengths are u64 on disk and index memory as usize: tarfa targets 64-bit Linux.
 const _: () = assert!(usize::BITS == 64, "tarfa-format needs a 64-bit target");
