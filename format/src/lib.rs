@@ -14,7 +14,7 @@
 //! - [`publish`]: atomic publishing (temp, fsync, rename, fsync the directory);
 //! - [`manifest`]: the model manifest that ties a directory of JNF files to its checkpoint;
 //! - [`summary`]: what `tarfa inspect` reports, as data;
-//! - [`golden`]: the generator of the golden test vectors in `fixtures/golden/`.
+//! - `golden` (feature `testkit`): the generator of the golden test vectors in `fixtures/golden/`.
 //!
 //! ```
 //! use tarfa_format::{Dtype, FileLayout, JnfReader, JnfWriter, RegionSpec, Role};
@@ -47,6 +47,7 @@ pub mod aligned;
 pub mod dtype;
 pub mod error;
 pub mod fsio;
+#[cfg(feature = "testkit")]
 pub mod golden;
 pub mod hash;
 pub mod layout;

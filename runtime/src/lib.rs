@@ -33,6 +33,7 @@
 #![deny(unsafe_code)]
 
 pub mod backend;
+#[cfg(feature = "bench")]
 pub mod bench;
 #[cfg(feature = "cuda")]
 pub mod cuda;
