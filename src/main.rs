@@ -5,6 +5,8 @@
 //! directory that disagrees with its manifest or has none, a path that is not what the command
 //! reads); 2 tarfa could not run (bad arguments, a URL where a local path is wanted, I/O errors).
 
+#![deny(unsafe_code)]
+
 mod bench_decode_cmd;
 mod bench_io_cmd;
 mod cli;
@@ -26,7 +28,10 @@ use clap::FromArgMatches as _;
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when stdout is a closed pipe (`tarfa inspect … | head`)
     // instead of panicking in println!.
+    // The binary's one unsafe block: std has no safe way to do this (`-Zon-broken-pipe=kill` is
+    // nightly-only) and rustix's `sigaction` is itself unsafe.
     // SAFETY: resetting a signal disposition to its default before any thread starts.
+    #[allow(unsafe_code)]
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }

@@ -10,6 +10,8 @@
 //! Every helper works on Linux (`/proc`, `getrusage`, coreutils, util-linux's `findmnt`); none is
 //! timed itself except where it says so.
 
+#![forbid(unsafe_code)]
+
 pub mod args;
 pub mod checkpoint;
 pub mod steps;
@@ -138,20 +140,11 @@ pub fn has_tool(name: &str, arg: &str) -> bool {
 // ---------------------------------------------------------------------------------------------
 // This process and the machine.
 
-/// User + system CPU time of this process, all threads (`getrusage(RUSAGE_SELF)`); zero if the
-/// call fails.
+/// User + system CPU time of this process, all threads (`CLOCK_PROCESS_CPUTIME_ID`).
 pub fn cpu_time() -> Duration {
-    // SAFETY: getrusage writes one rusage into the zeroed struct we own.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: as above; RUSAGE_SELF is a valid `who`.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return Duration::ZERO;
-    }
-    let tv = |t: libc::timeval| {
-        Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
-            + Duration::from_micros(u64::try_from(t.tv_usec).unwrap_or(0))
-    };
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ProcessCPUTime);
+    Duration::from_secs(u64::try_from(t.tv_sec).unwrap_or(0))
+        + Duration::from_nanos(u64::try_from(t.tv_nsec).unwrap_or(0))
 }
 
 /// Reset this process's peak RSS (`VmHWM`) to its current RSS: `echo 5 > /proc/self/clear_refs`.

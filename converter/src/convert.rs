@@ -152,12 +152,8 @@ pub fn parse_layer_range(s: &str) -> Result<(u32, u32), ConvertError> {
 }
 
 fn free_space(dir: &Path) -> Option<u64> {
-    use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: c is a valid NUL-terminated path; st is a valid out-pointer.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
-    (rc == 0).then(|| (st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    let st = rustix::fs::statvfs(dir).ok()?;
+    Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
 fn file_size_estimate(items: &[&Item], experts: usize) -> u64 {

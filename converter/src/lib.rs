@@ -13,7 +13,9 @@
 //!   key/values as the config, `blk.N.ffn_*_exps` stacks cut per expert;
 //! - `output_dir`: what a conversion may find in its output directory (only files it wrote), the
 //!   lock, and the removal of a killed run's temporary files;
-//! - [`testkit`]: generated checkpoints for tests and benchmarks.
+//! - `testkit` (feature `testkit`): generated checkpoints for tests and benchmarks.
+
+#![forbid(unsafe_code)]
 
 pub mod convert;
 pub mod error;
@@ -22,6 +24,7 @@ pub mod gguf_source;
 mod output_dir;
 pub mod plan;
 pub mod source;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use convert::{convert, parse_layer_range, Options, Outcome, Progress, Quiet, Summary};

@@ -180,7 +180,6 @@ pub(crate) struct OutputLock(#[allow(dead_code)] File);
 
 /// Take the lock, or say that another conversion holds it.
 pub(crate) fn lock(out: &Path) -> Result<OutputLock, ConvertError> {
-    use std::os::fd::AsRawFd;
     let path = out.join(LOCK_NAME);
     let f = std::fs::OpenOptions::new()
         .create(true)
@@ -192,9 +191,7 @@ pub(crate) fn lock(out: &Path) -> Result<OutputLock, ConvertError> {
             op: "create lock",
             source,
         })?;
-    // SAFETY: flock on an fd we own; no memory is involved.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
+    if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return Err(ConvertError::BadOutput {
             path: out.to_path_buf(),
             detail: "another tarfa convert is writing into this directory".into(),

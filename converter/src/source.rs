@@ -318,19 +318,15 @@ impl Read for RangeReader<'_> {
             return Ok(0);
         }
         if self.advised < self.end && self.advised < self.pos + READAHEAD / 2 {
-            use std::os::fd::AsRawFd;
             let from = self.advised.max(self.pos);
             let to = (self.pos + READAHEAD).min(self.end);
-            // SAFETY: posix_fadvise only reads its integer arguments. A failure only loses the
-            // hint, so its result is ignored.
-            unsafe {
-                libc::posix_fadvise(
-                    self.file.as_raw_fd(),
-                    from as libc::off_t,
-                    (to - from) as libc::off_t,
-                    libc::POSIX_FADV_WILLNEED,
-                );
-            }
+            // A failure only loses the hint, so its result is ignored.
+            let _ = rustix::fs::fadvise(
+                self.file,
+                from,
+                std::num::NonZeroU64::new(to - from),
+                rustix::fs::Advice::WillNeed,
+            );
             self.advised = to;
         }
         let got = self.file.read_at(&mut buf[..n], self.pos)?;

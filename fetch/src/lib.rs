@@ -36,6 +36,8 @@
 //! chunks. On a clean run that is the sources' header bytes, the chosen tensors' bytes, and the
 //! header windows' overshoot.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod http;
 pub mod location;

@@ -184,19 +184,14 @@ fn read_journal(
 }
 
 fn lock(file: &File, path: &Path) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on a descriptor we own; no memory is involved.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(FetchError::Locked {
-                path: path.to_path_buf(),
-            });
-        }
-        return Err(FetchError::io(path, "lock")(e));
+    use rustix::fs::{flock, FlockOperation};
+    match flock(file, FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(()),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(FetchError::Locked {
+            path: path.to_path_buf(),
+        }),
+        Err(e) => Err(FetchError::io(path, "lock")(e.into())),
     }
-    Ok(())
 }
 
 fn hash_at(file: &File, path: &Path, c: &Chunk, buf: &mut Vec<u8>) -> Result<String> {

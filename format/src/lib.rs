@@ -8,13 +8,13 @@
 //! - [`dtype`]: the element-type table (every ggml type by id, plus safetensors dtypes);
 //! - [`layout`]: the bytes of the header page, footer and index records;
 //! - [`validate`]: every MUST of the spec, shared by reader and writer;
-//! - [`reader::JnfReader`]: the strict reader (`pread` and `mmap`);
+//! - [`reader::JnfReader`]: the strict reader (`pread`; the runtime maps its file for `mmap`);
 //! - [`writer::JnfWriter`]: the streaming, typestate-ordered writer;
 //! - [`fsio`]: every read of a named file: regular files only, bounded;
 //! - [`publish`]: atomic publishing (temp, fsync, rename, fsync the directory);
 //! - [`manifest`]: the model manifest that ties a directory of JNF files to its checkpoint;
 //! - [`summary`]: what `tarfa inspect` reports, as data;
-//! - [`golden`]: the generator of the golden test vectors in `fixtures/golden/`.
+//! - `golden` (feature `testkit`): the generator of the golden test vectors in `fixtures/golden/`.
 //!
 //! ```
 //! use tarfa_format::{Dtype, FileLayout, JnfReader, JnfWriter, RegionSpec, Role};
@@ -38,6 +38,8 @@
 //! # Ok::<(), tarfa_format::Error>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 // Offsets and lengths are u64 on disk and index memory as usize: tarfa targets 64-bit Linux.
 const _: () = assert!(usize::BITS == 64, "tarfa-format needs a 64-bit target");
 
@@ -45,6 +47,7 @@ pub mod aligned;
 pub mod dtype;
 pub mod error;
 pub mod fsio;
+#[cfg(feature = "testkit")]
 pub mod golden;
 pub mod hash;
 pub mod layout;

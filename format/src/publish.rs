@@ -70,19 +70,10 @@ impl PendingFile {
 
     /// Switch to buffered writes (after the filesystem refused an `O_DIRECT` write).
     pub fn drop_direct(&mut self) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        let fd = self.file.as_raw_fd();
-        // SAFETY: fcntl on an fd we own; no memory is involved.
-        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-        // SAFETY: as above.
-        let rc = unsafe { libc::fcntl(fd, libc::F_SETFL, flags & !libc::O_DIRECT) };
-        if flags < 0 || rc < 0 {
-            return Err(Error::io(
-                &self.tmp,
-                "fcntl",
-                std::io::Error::last_os_error(),
-            ));
-        }
+        use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+        fcntl_getfl(&self.file)
+            .and_then(|flags| fcntl_setfl(&self.file, flags - OFlags::DIRECT))
+            .map_err(|e| Error::io(&self.tmp, "fcntl", e.into()))?;
         self.direct = false;
         Ok(())
     }

@@ -151,15 +151,14 @@ impl JnfReader {
         Ok(buf)
     }
 
-    /// Map the whole file read-only. Slices of it by region: [`Self::region_in`].
-    pub fn map(&self) -> Result<memmap2::Mmap> {
-        // SAFETY: the map is read-only; a concurrent truncation of the file by another process
-        // would raise SIGBUS, the documented hazard of file maps, which we accept for the
-        // comparison backend only. JNF files are published once and never written in place.
-        unsafe { memmap2::Mmap::map(&self.file) }.map_err(|e| Error::io(&self.path, "mmap", e))
+    /// The open file, for a caller that maps it (the runtime's `mmap` backend: a map of a file
+    /// that another process truncates is SIGBUS, not an error, so mapping is the caller's
+    /// `unsafe`, not this crate's).
+    pub fn file(&self) -> &File {
+        &self.file
     }
 
-    /// A region's bytes within a map made by [`Self::map`].
+    /// A region's bytes within a map of this file (or any buffer holding its bytes from 0).
     pub fn region_in<'m>(&self, map: &'m [u8], region: u32) -> &'m [u8] {
         let r = &self.index.regions[region as usize];
         &map[r.offset as usize..r.end() as usize]

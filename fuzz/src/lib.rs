@@ -84,7 +84,7 @@ pub fn exercise(r: &JnfReader) {
             }
         }
     }
-    let map = r.map().ok();
+    let map = std::fs::read(r.path()).ok();
     for i in 0..r.regions().len() as u32 {
         let _ = r.read_region(i);
         let _ = r.read_region_verified(i);

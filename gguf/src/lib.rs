@@ -20,6 +20,8 @@
 //! added big-endian files, which are refused either way); 1 and anything newer than 3 are
 //! refused. The ggml type table is [`tarfa_format::Dtype`]; ids not in it are refused.
 
+#![forbid(unsafe_code)]
+
 pub mod error;
 pub mod header;
 pub mod reader;

@@ -27,12 +27,13 @@
 //!   event recorded behind its copy completes. Without the feature (or without a driver or a
 //!   GPU), [`Gpu::open`] answers [`CudaError::Absent`], saying why.
 //!
-//! All unsafe code is in the `pinned` and `cuda` modules, with `# Safety` contracts; the crate
-//! denies it elsewhere.
+//! All unsafe code is in the `pinned` and `cuda` modules, with `# Safety` contracts, and in
+//! `mapped` (the one `mmap` call of the comparison backend); the crate denies it elsewhere.
 
 #![deny(unsafe_code)]
 
 pub mod backend;
+#[cfg(feature = "bench")]
 pub mod bench;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -40,6 +41,7 @@ pub mod cuda;
 #[path = "cuda_absent.rs"]
 pub mod cuda;
 mod error;
+mod mapped;
 pub mod model;
 mod pinned;
 pub mod prefetch;

@@ -309,7 +309,14 @@ impl ExpertSource {
             }
             BackendKind::Mmap => {
                 let maps = (0..model.file_count() as u32)
-                    .map(|f| model.reader(f).map())
+                    .map(|f| {
+                        let r = model.reader(f);
+                        crate::mapped::map_read_only(r.file()).map_err(|source| StreamError::Io {
+                            path: r.path().to_path_buf(),
+                            op: "mmap",
+                            source,
+                        })
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 Box::new(MmapCopy::new(maps))
             }

@@ -15,6 +15,8 @@
 //! - [`scan`]: one file, every byte;
 //! - [`report`]: faults and totals.
 
+#![forbid(unsafe_code)]
+
 mod coverage;
 pub mod report;
 pub mod scan;
