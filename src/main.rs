@@ -5,7 +5,7 @@
 //! directory that disagrees with its manifest or has none, a path that is not what the command
 //! reads); 2 tarfa could not run (bad arguments, a URL where a local path is wanted, I/O errors).
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 
 mod bench_decode_cmd;
 mod bench_io_cmd;
@@ -26,15 +26,7 @@ use std::process::ExitCode;
 use clap::FromArgMatches as _;
 
 fn main() -> ExitCode {
-    // Like other Unix tools, end quietly when stdout is a closed pipe (`tarfa inspect … | head`)
-    // instead of panicking in println!.
-    // The binary's one unsafe block: std has no safe way to do this (`-Zon-broken-pipe=kill` is
-    // nightly-only) and rustix's `sigaction` is itself unsafe.
-    // SAFETY: resetting a signal disposition to its default before any thread starts.
-    #[allow(unsafe_code)]
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    quiet_on_closed_stdout();
     let args = match cli::Cli::from_arg_matches(&cli::command().get_matches()) {
         Ok(a) => a,
         Err(e) => e.exit(),
@@ -53,6 +45,7 @@ fn main() -> ExitCode {
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
+        Err(e) if is_broken_pipe(&e) => ExitCode::from(CLOSED_PIPE_EXIT),
         Err(e) => {
             eprintln!("error: {e:#}");
             let (code, hint) = match e.downcast_ref::<diagnose::Refused>() {
@@ -65,6 +58,38 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// The exit status of a process ended by SIGPIPE, as a shell reports it (128 + 13).
+const CLOSED_PIPE_EXIT: u8 = 141;
+
+/// Like other Unix tools, end quietly when stdout is a closed pipe (`tarfa inspect … | head`).
+/// Rust ignores SIGPIPE, so a write to the closed pipe fails with `BrokenPipe`: `println!`
+/// panics with it (caught here) and `write!` returns it (caught in `main`). Both end the process
+/// with no message and the status a shell shows for SIGPIPE, without resetting the signal
+/// (which needs `unsafe`).
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(CLOSED_PIPE_EXIT.into());
+        }
+        default(info)
+    }));
+}
+
+/// Whether `e` is a write to a closed pipe.
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Exit code and hint for a library's error: 1 when the input is invalid (a file breaks its format's

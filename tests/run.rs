@@ -225,3 +225,31 @@ fn bad_arguments_are_usage_errors() {
         assert!(err.starts_with("error: "), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_closed_stdout_ends_run_quietly_with_the_sigpipe_status() {
+    use std::io::Read;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe", &model, &[]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tarfa"))
+        .args(["run", path(&model), "--tokens", "1,2", "-n", "1000000"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut first = [0u8; 8];
+    child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_exact(&mut first)
+        .expect("some ids"); // the pipe closes when the handle drops here
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(141), "{out:?}");
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -1,6 +1,7 @@
 //! The hostile-GGUF corpus: one small file per known class of GGUF parser bug
 //! (`../shared/research/reliability-and-users.md` A1), each refused with its own [`Violation`],
-//! without a panic and without a large allocation (a counting allocator measures the peak).
+//! without a panic and without a large allocation (a per-thread counting allocator,
+//! `allocation-counter`, measures the peak).
 //!
 //! The files in `fixtures/gguf/hostile/` are generated here; `hostile_corpus_files_are_fresh`
 //! fails when they are stale. Regenerate with
@@ -8,48 +9,16 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
-
 use tarfa_gguf::header::read_header_from;
 use tarfa_gguf::{parse_header, GgufFile, HeaderParse, MemSource, Violation, MAX_HEADER_LEN};
 
-// ---- a per-thread counting allocator, so tests running in parallel do not disturb each other.
-
-struct Counting;
-
-thread_local! {
-    static CURRENT: Cell<usize> = const { Cell::new(0) };
-    static PEAK: Cell<usize> = const { Cell::new(0) };
-}
-
-// SAFETY: forwards to System unchanged; only bookkeeping is added.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let _ = CURRENT.try_with(|c| {
-            let n = c.get() + layout.size();
-            c.set(n);
-            let _ = PEAK.try_with(|p| p.set(p.get().max(n)));
-        });
-        // SAFETY: the caller upholds GlobalAlloc's contract.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let _ = CURRENT.try_with(|c| c.set(c.get().saturating_sub(layout.size())));
-        // SAFETY: the caller upholds GlobalAlloc's contract.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Peak bytes allocated on this thread while `f` runs, above what was live before.
+/// Peak bytes allocated on this thread while `f` runs, above what was live before
+/// (`allocation-counter` counts per thread, so tests running in parallel do not disturb each
+/// other).
 fn peak_during<T>(f: impl FnOnce() -> T) -> (T, usize) {
-    let base = CURRENT.with(Cell::get);
-    PEAK.with(|p| p.set(base));
-    let r = f();
-    (r, PEAK.with(Cell::get) - base)
+    let mut out = None;
+    let info = allocation_counter::measure(|| out = Some(f()));
+    (out.expect("ran"), info.bytes_max as usize)
 }
 
 // ---- building GGUF bytes by hand.
