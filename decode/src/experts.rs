@@ -294,11 +294,6 @@ impl ExpertStore {
         &self.source
     }
 
-    /// The layout of `(layer, expert)`.
-    pub fn layout(&self, layer: u32, expert: u32) -> Option<&ExpertLayout> {
-        self.layouts.get(&(layer, expert)).map(|l| &**l)
-    }
-
     /// Call `f` with every expert of `layer` in `experts` (each read at most once): first all
     /// the cached ones in one call, then the others as they land from disk, checked, one per call.
     /// `f`'s results must not depend on how experts are grouped or ordered (the decoder stores

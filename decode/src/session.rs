@@ -152,11 +152,6 @@ impl Decoder {
         &self.experts
     }
 
-    /// Bytes of resident trunk and layer tensors.
-    pub fn resident_tensor_bytes(&self) -> u64 {
-        self.tensors.bytes()
-    }
-
     /// Bytes of resident tensors one decode step reads: all of them but the embedding table, of
     /// which one row (the whole table when it is also the output head).
     pub fn tensor_bytes_per_token(&self) -> u64 {

@@ -109,18 +109,6 @@ impl Isa {
         }
     }
 
-    /// `silu(g_i) · u_i` for every `i` (the SwiGLU gate).
-    pub fn silu_mul(self, g: &[f32], u: &[f32]) -> Vec<f32> {
-        assert_eq!(g.len(), u.len());
-        #[cfg(target_arch = "x86_64")]
-        if self != Isa::Scalar {
-            if let Some(v) = x86::silu_mul_on_fma(g, u) {
-                return v;
-            }
-        }
-        g.iter().zip(u).map(|(&a, &b)| canon::silu(a) * b).collect()
-    }
-
     /// `silu(g) · u` for one pair.
     #[inline]
     pub fn silu_mul_one(self, g: f32, u: f32) -> f32 {

@@ -31,23 +31,16 @@ fn has_avx512() -> bool {
 // Safe entry points: each checks the CPU (a cached atomic load) before calling its
 // `#[target_feature]` body, and answers `None` where the CPU lacks the features.
 
-/// [`dot_bf16_avx2`] where the CPU has AVX2 and FMA.
+/// [`dot_avx2`] of BF16 weights where the CPU has AVX2 and FMA.
 pub fn dot_bf16_on_avx2(w: &[u16], x: &[f32]) -> Option<f32> {
     // SAFETY: features checked; the body asserts the lengths.
-    has_avx2().then(|| unsafe { dot_bf16_avx2(w, x) })
+    has_avx2().then(|| unsafe { dot_avx2(w, x) })
 }
 
-/// [`dot_f32_avx2`] where the CPU has AVX2 and FMA.
+/// [`dot_avx2`] of `f32` weights where the CPU has AVX2 and FMA.
 pub fn dot_f32_on_avx2(w: &[f32], x: &[f32]) -> Option<f32> {
     // SAFETY: as above.
-    has_avx2().then(|| unsafe { dot_f32_avx2(w, x) })
-}
-
-/// [`canon::silu`]`(g_i) · u_i` for every `i`, compiled with FMA instructions (the same
-/// fused operations `canon` names, so the same bits as the scalar reference).
-pub fn silu_mul_on_fma(g: &[f32], u: &[f32]) -> Option<Vec<f32>> {
-    // SAFETY: features checked.
-    has_avx2().then(|| unsafe { silu_mul_fma(g, u) })
+    has_avx2().then(|| unsafe { dot_avx2(w, x) })
 }
 
 /// `silu(g) · u` for one pair, compiled with FMA instructions.
@@ -94,14 +87,6 @@ pub fn rms_norm_on_fma(x: &[f32], w: impl Fn(usize) -> f32, eps: f32, out: &mut 
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn silu_mul_fma(g: &[f32], u: &[f32]) -> Vec<f32> {
-    g.iter()
-        .zip(u)
-        .map(|(&a, &b)| crate::canon::silu(a) * b)
-        .collect()
-}
-
-#[target_feature(enable = "avx2,fma")]
 unsafe fn softmax_fma(x: &mut [f32]) {
     crate::canon::softmax(x)
 }
@@ -116,49 +101,84 @@ unsafe fn rms_norm_fma(x: &[f32], w: impl Fn(usize) -> f32, eps: f32, out: &mut 
     crate::canon::rms_norm(x, w, eps, out)
 }
 
-/// [`dot_bf16_avx512`] where the CPU has AVX-512F.
+/// [`dot_avx512`] of BF16 weights where the CPU has AVX-512F.
 pub fn dot_bf16_on_avx512(w: &[u16], x: &[f32]) -> Option<f32> {
     // SAFETY: as above.
-    has_avx512().then(|| unsafe { dot_bf16_avx512(w, x) })
+    has_avx512().then(|| unsafe { dot_avx512(w, x) })
 }
 
-/// [`dot_f32_avx512`] where the CPU has AVX-512F.
+/// [`dot_avx512`] of `f32` weights where the CPU has AVX-512F.
 pub fn dot_f32_on_avx512(w: &[f32], x: &[f32]) -> Option<f32> {
     // SAFETY: as above.
-    has_avx512().then(|| unsafe { dot_f32_avx512(w, x) })
+    has_avx512().then(|| unsafe { dot_avx512(w, x) })
 }
 
-/// Spill register lanes, finish the tail by the scalar lane rule, fold.
+/// A weight element type: how 8 or 16 of them become `f32` lanes, and one for the tail.
+trait Weight: Copy {
+    fn widen(self) -> f32;
+    /// # Safety
+    /// 8 readable elements at `p`; AVX2 available.
+    unsafe fn load8(p: *const Self) -> __m256;
+    /// # Safety
+    /// 16 readable elements at `p`; AVX-512F available.
+    unsafe fn load16(p: *const Self) -> __m512;
+}
+
+impl Weight for u16 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        bf16_to_f32(self)
+    }
+    #[inline(always)]
+    unsafe fn load8(p: *const u16) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable u16 at p and AVX2.
+        unsafe {
+            let h = _mm_loadu_si128(p as *const __m128i);
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+        }
+    }
+    #[inline(always)]
+    unsafe fn load16(p: *const u16) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable u16 at p and AVX-512F.
+        unsafe {
+            let h = _mm256_loadu_si256(p as *const __m256i);
+            _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
+        }
+    }
+}
+
+impl Weight for f32 {
+    #[inline(always)]
+    fn widen(self) -> f32 {
+        self
+    }
+    #[inline(always)]
+    unsafe fn load8(p: *const f32) -> __m256 {
+        // SAFETY: the caller guarantees 8 readable f32 at p and AVX2.
+        unsafe { _mm256_loadu_ps(p) }
+    }
+    #[inline(always)]
+    unsafe fn load16(p: *const f32) -> __m512 {
+        // SAFETY: the caller guarantees 16 readable f32 at p and AVX-512F.
+        unsafe { _mm512_loadu_ps(p) }
+    }
+}
+
+/// Spilled register lanes: finish the tail by the scalar lane rule, fold.
 #[inline(always)]
-fn finish_bf16(mut l: [f32; LANES], w: &[u16], x: &[f32], from: usize) -> f32 {
+fn finish<W: Weight>(mut l: [f32; LANES], w: &[W], x: &[f32], from: usize) -> f32 {
     for k in from..w.len() {
-        l[k % LANES] = bf16_to_f32(w[k]).mul_add(x[k], l[k % LANES]);
+        l[k % LANES] = w[k].widen().mul_add(x[k], l[k % LANES]);
     }
     fold_lanes(&mut l)
 }
 
-#[inline(always)]
-fn finish_f32(mut l: [f32; LANES], w: &[f32], x: &[f32], from: usize) -> f32 {
-    for k in from..w.len() {
-        l[k % LANES] = w[k].mul_add(x[k], l[k % LANES]);
-    }
-    fold_lanes(&mut l)
-}
-
-/// 8 BF16 values (128 bits) widened to 8 `f32`.
-#[inline(always)]
-unsafe fn widen8(p: *const u16) -> __m256 {
-    // SAFETY: the caller guarantees 8 readable u16 at p.
-    unsafe {
-        let h = _mm_loadu_si128(p as *const __m128i);
-        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-    }
-}
-
+/// The canonical dot in four 8-lane registers (lanes 8j..8j+7 in register j).
+///
 /// # Safety
-/// AVX2 and FMA must be available; `w.len() == x.len()`.
+/// AVX2 and FMA must be available.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_bf16_avx2(w: &[u16], x: &[f32]) -> f32 {
+unsafe fn dot_avx2<W: Weight>(w: &[W], x: &[f32]) -> f32 {
     assert_eq!(w.len(), x.len());
     let n = w.len() / LANES * LANES;
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
@@ -166,9 +186,9 @@ unsafe fn dot_bf16_avx2(w: &[u16], x: &[f32]) -> f32 {
     let mut k = 0;
     while k < n {
         for (j, acc) in a.iter_mut().enumerate() {
-            // SAFETY: k + 8j + 8 <= n <= len.
+            // SAFETY: k + 8j + 8 <= n <= len; AVX2 and FMA by this function's contract.
             unsafe {
-                let wv = widen8(wp.add(k + 8 * j));
+                let wv = W::load8(wp.add(k + 8 * j));
                 let xv = _mm256_loadu_ps(xp.add(k + 8 * j));
                 *acc = _mm256_fmadd_ps(wv, xv, *acc);
             }
@@ -180,51 +200,15 @@ unsafe fn dot_bf16_avx2(w: &[u16], x: &[f32]) -> f32 {
         // SAFETY: l has 32 floats; 8j + 8 <= 32.
         unsafe { _mm256_storeu_ps(l.as_mut_ptr().add(8 * j), *acc) };
     }
-    finish_bf16(l, w, x, n)
+    finish(l, w, x, n)
 }
 
+/// The canonical dot in two 16-lane registers (lanes 0..15 and 16..31).
+///
 /// # Safety
-/// AVX2 and FMA must be available; `w.len() == x.len()`.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_f32_avx2(w: &[f32], x: &[f32]) -> f32 {
-    assert_eq!(w.len(), x.len());
-    let n = w.len() / LANES * LANES;
-    let (wp, xp) = (w.as_ptr(), x.as_ptr());
-    let mut a = [_mm256_setzero_ps(); 4];
-    let mut k = 0;
-    while k < n {
-        for (j, acc) in a.iter_mut().enumerate() {
-            // SAFETY: k + 8j + 8 <= n <= len.
-            unsafe {
-                let wv = _mm256_loadu_ps(wp.add(k + 8 * j));
-                let xv = _mm256_loadu_ps(xp.add(k + 8 * j));
-                *acc = _mm256_fmadd_ps(wv, xv, *acc);
-            }
-        }
-        k += LANES;
-    }
-    let mut l = [0.0f32; LANES];
-    for (j, acc) in a.iter().enumerate() {
-        // SAFETY: as above.
-        unsafe { _mm256_storeu_ps(l.as_mut_ptr().add(8 * j), *acc) };
-    }
-    finish_f32(l, w, x, n)
-}
-
-/// 16 BF16 values (256 bits) widened to 16 `f32`.
-#[inline(always)]
-unsafe fn widen16(p: *const u16) -> __m512 {
-    // SAFETY: the caller guarantees 16 readable u16 at p.
-    unsafe {
-        let h = _mm256_loadu_si256(p as *const __m256i);
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))
-    }
-}
-
-/// # Safety
-/// AVX-512F must be available; `w.len() == x.len()`.
+/// AVX-512F must be available.
 #[target_feature(enable = "avx512f")]
-unsafe fn dot_bf16_avx512(w: &[u16], x: &[f32]) -> f32 {
+unsafe fn dot_avx512<W: Weight>(w: &[W], x: &[f32]) -> f32 {
     assert_eq!(w.len(), x.len());
     let n = w.len() / LANES * LANES;
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
@@ -232,38 +216,11 @@ unsafe fn dot_bf16_avx512(w: &[u16], x: &[f32]) -> f32 {
     let mut a1 = _mm512_setzero_ps();
     let mut k = 0;
     while k < n {
-        // SAFETY: k + 32 <= n <= len.
+        // SAFETY: k + 32 <= n <= len; AVX-512F by this function's contract.
         unsafe {
-            a0 = _mm512_fmadd_ps(widen16(wp.add(k)), _mm512_loadu_ps(xp.add(k)), a0);
-            a1 = _mm512_fmadd_ps(widen16(wp.add(k + 16)), _mm512_loadu_ps(xp.add(k + 16)), a1);
-        }
-        k += LANES;
-    }
-    let mut l = [0.0f32; LANES];
-    // SAFETY: l has 32 floats.
-    unsafe {
-        _mm512_storeu_ps(l.as_mut_ptr(), a0);
-        _mm512_storeu_ps(l.as_mut_ptr().add(16), a1);
-    }
-    finish_bf16(l, w, x, n)
-}
-
-/// # Safety
-/// AVX-512F must be available; `w.len() == x.len()`.
-#[target_feature(enable = "avx512f")]
-unsafe fn dot_f32_avx512(w: &[f32], x: &[f32]) -> f32 {
-    assert_eq!(w.len(), x.len());
-    let n = w.len() / LANES * LANES;
-    let (wp, xp) = (w.as_ptr(), x.as_ptr());
-    let mut a0 = _mm512_setzero_ps();
-    let mut a1 = _mm512_setzero_ps();
-    let mut k = 0;
-    while k < n {
-        // SAFETY: k + 32 <= n <= len.
-        unsafe {
-            a0 = _mm512_fmadd_ps(_mm512_loadu_ps(wp.add(k)), _mm512_loadu_ps(xp.add(k)), a0);
+            a0 = _mm512_fmadd_ps(W::load16(wp.add(k)), _mm512_loadu_ps(xp.add(k)), a0);
             a1 = _mm512_fmadd_ps(
-                _mm512_loadu_ps(wp.add(k + 16)),
+                W::load16(wp.add(k + 16)),
                 _mm512_loadu_ps(xp.add(k + 16)),
                 a1,
             );
@@ -276,5 +233,5 @@ unsafe fn dot_f32_avx512(w: &[f32], x: &[f32]) -> f32 {
         _mm512_storeu_ps(l.as_mut_ptr(), a0);
         _mm512_storeu_ps(l.as_mut_ptr().add(16), a1);
     }
-    finish_f32(l, w, x, n)
+    finish(l, w, x, n)
 }
