@@ -191,6 +191,38 @@ impl RopeConfig {
     }
 }
 
+/// `hidden_size`, `num_attention_heads`, `num_key_value_heads` (default: the heads; must divide
+/// them) and `head_dim` (default `hidden_size / heads`), as every family reads them.
+pub fn attention_dims(c: &ConfigReader<'_>) -> Result<(usize, usize, usize, usize)> {
+    use limits::*;
+    let hidden_size = c.positive("hidden_size", MAX_DIM)?;
+    let heads = c.positive("num_attention_heads", MAX_HEADS)?;
+    let kv_heads = c.usize("num_key_value_heads", MAX_HEADS)?.unwrap_or(heads);
+    if kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(bad(
+            "num_key_value_heads",
+            &format!("{kv_heads} does not divide num_attention_heads {heads}"),
+        ));
+    }
+    let head_dim = c.usize("head_dim", MAX_DIM)?.unwrap_or(hidden_size / heads);
+    if head_dim == 0 {
+        return Err(bad("head_dim", "must be at least 1"));
+    }
+    Ok((hidden_size, heads, kv_heads, head_dim))
+}
+
+/// `rms_norm_eps`, a finite non-negative number (`default` when absent).
+pub fn rms_eps(c: &ConfigReader<'_>, default: f64) -> Result<f32> {
+    let eps = c.f64("rms_norm_eps")?.unwrap_or(default);
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(bad(
+            "rms_norm_eps",
+            &format!("{eps} is not a finite non-negative number"),
+        ));
+    }
+    Ok(eps as f32)
+}
+
 /// Limits on config values, so that a hostile config cannot make the decoder allocate without
 /// bound before a single weight is checked against it.
 pub mod limits {

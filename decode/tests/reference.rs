@@ -1,5 +1,5 @@
 //! Agreement with Hugging Face transformers (the reference no one here wrote): on every
-//! qwen3_moe fixture and reference prompt, the 32 greedy tokens equal transformers fp32's and
+//! fixture of a decoded family and reference prompt, the 32 greedy tokens equal transformers fp32's and
 //! every step's logits are within 1e-5 of them; the RoPE inverse frequencies equal torch's bit
 //! for bit. The distances to the fp64 run are printed (recorded in spec/EXACTNESS.md).
 //! References: fixtures/reference/, made by fixtures/hf/make_references.py on the GPU machine.
@@ -9,7 +9,7 @@ mod common;
 use tarfa_decode::npy;
 use tarfa_decode::DecoderOptions;
 
-const FIXTURES: &[&str] = &["qwen3_moe", "qwen3_moe_b"];
+const FIXTURES: &[&str] = &["qwen3_moe", "qwen3_moe_b", "mixtral"];
 /// The bound on |tarfa − transformers fp32|, per logit.
 const MAX_ABS: f64 = 1e-5;
 
@@ -65,8 +65,8 @@ fn rope_inverse_frequencies_equal_torch_bit_for_bit() {
             .expect("config"),
         )
         .expect("json");
-        let c = tarfa_decode::family::qwen3_moe::Qwen3MoeConfig::parse(&cfg).expect("config");
-        let ours = tarfa_decode::rope::inv_freq(c.rope.theta, c.rope.rotary_dim);
+        let rope = tarfa_decode::family::rope_config(&cfg).expect("config");
+        let ours = tarfa_decode::rope::inv_freq(rope.theta, rope.rotary_dim);
         let torch = npy::read(
             &common::repo()
                 .join("fixtures/reference")

@@ -3,6 +3,8 @@
 //! own state (KV cache, later recurrent state) and computes a forward pass over a batch of tokens.
 //! Adding a family (Qwen3.5-MoE, GLM-4.5-MoE, Mixtral) is a new module and a line in [`open`].
 
+pub mod common;
+pub mod mixtral;
 pub mod qwen3_moe;
 
 use crate::error::{DecodeError, Result};
@@ -77,7 +79,7 @@ pub trait Family: Send + std::fmt::Debug {
 }
 
 /// Families this build decodes, by `model_type`.
-pub const SUPPORTED: &[&str] = &["qwen3_moe"];
+pub const SUPPORTED: &[&str] = &["qwen3_moe", "mixtral"];
 
 /// The family of `config` (its `model_type`), checked against the resident tensors.
 pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn Family>> {
@@ -91,8 +93,28 @@ pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn
             qwen3_moe::Qwen3MoeConfig::parse(config)?,
             tensors,
         )?)),
+        "mixtral" => Ok(Box::new(mixtral::Mixtral::new(
+            mixtral::MixtralConfig::parse(config)?,
+            tensors,
+        )?)),
         _ => Err(DecodeError::UnsupportedFamily {
             model_type,
+            supported: SUPPORTED.join(", "),
+        }),
+    }
+}
+
+/// The RoPE parameters `config`'s family uses (its `model_type`'s defaults applied).
+pub fn rope_config(config: &serde_json::Value) -> Result<crate::config::RopeConfig> {
+    let model_type = config
+        .get("model_type")
+        .and_then(|v| v.as_str())
+        .unwrap_or("");
+    match model_type {
+        "qwen3_moe" => Ok(qwen3_moe::Qwen3MoeConfig::parse(config)?.rope),
+        "mixtral" => Ok(mixtral::MixtralConfig::parse(config)?.rope),
+        _ => Err(DecodeError::UnsupportedFamily {
+            model_type: model_type.to_string(),
             supported: SUPPORTED.join(", "),
         }),
     }

@@ -1,0 +1,337 @@
+//! The parts the families share, by tensor-name prefix: the embedding lookup, RMSNorm in its two
+//! weight styles, grouped-query attention (optional q/k norm, biases, partial rotary, an output
+//! gate), the dense SwiGLU MLP, routed experts and the final norm and `lm_head`. Each part is
+//! checked (names and shapes) before the first token by its `check_*` twin, and computes every
+//! token exactly as it would alone.
+
+use crate::blocks::{self, AttnShape, Batch, KvCache, MoeOutputs, Route};
+use crate::canon;
+use crate::error::{DecodeError, Result};
+use crate::family::Ctx;
+use crate::rope::Rope;
+use crate::weights::{MatrixRef, TensorStore, WeightSlice};
+
+/// How an RMSNorm applies its weight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NormStyle {
+    /// `w · (x · rsqrt(mean(x²) + eps))` (weights initialised to ones).
+    Weight,
+    /// `(x · rsqrt(mean(x²) + eps)) · (1 + w)`, `1 + w` in `f32` (zero-centred weights:
+    /// Qwen3.5/Qwen3-Next).
+    OnePlus,
+}
+
+/// RMSNorm of each token in `style`.
+pub fn norm(ctx: &Ctx<'_>, style: NormStyle, xs: &[Vec<f32>], w: WeightSlice<'_>, eps: f32) -> Batch {
+    xs.iter()
+        .map(|x| {
+            let mut o = vec![0.0f32; x.len()];
+            match style {
+                NormStyle::Weight => ctx.isa.rms_norm(x, |i| w.get(i), eps, &mut o),
+                NormStyle::OnePlus => ctx.isa.rms_norm(x, |i| 1.0 + w.get(i), eps, &mut o),
+            }
+            o
+        })
+        .collect()
+}
+
+/// RMSNorm of each `dim`-wide head of `x` in place, one weight for all heads.
+pub fn norm_heads(
+    ctx: &Ctx<'_>,
+    style: NormStyle,
+    x: &mut [f32],
+    dim: usize,
+    w: WeightSlice<'_>,
+    eps: f32,
+) {
+    let mut src = vec![0.0f32; dim];
+    for head in x.chunks_exact_mut(dim) {
+        src.copy_from_slice(head);
+        match style {
+            NormStyle::Weight => ctx.isa.rms_norm(&src, |i| w.get(i), eps, head),
+            NormStyle::OnePlus => ctx.isa.rms_norm(&src, |i| 1.0 + w.get(i), eps, head),
+        }
+    }
+}
+
+/// The embedding rows of `tokens` (a plain lookup, no scaling), each id checked.
+pub fn embed(s: &TensorStore, name: &str, vocab: usize, hidden: usize, tokens: &[u32]) -> Result<Batch> {
+    let embed = s.get(name)?.matrix(vocab, hidden)?;
+    tokens
+        .iter()
+        .map(|&t| {
+            if t as usize >= vocab {
+                return Err(DecodeError::TokenOutOfRange { id: t, vocab });
+            }
+            let row = embed.row(t as usize);
+            Ok((0..hidden).map(|i| row.get(i)).collect())
+        })
+        .collect()
+}
+
+/// The output projection: `lm_head` (named `head`), or the embedding `embed` when tied and no
+/// `head` is stored.
+pub fn lm_head<'s>(
+    s: &'s TensorStore,
+    head: &str,
+    embed: &str,
+    tied: bool,
+    vocab: usize,
+    hidden: usize,
+) -> Result<MatrixRef<'s>> {
+    let name = match s.find(head) {
+        Some(_) => head,
+        None if tied => embed,
+        None => head,
+    };
+    s.get(name)?.matrix(vocab, hidden)
+}
+
+/// Final norm and logits: of every position when `all_logits`, else of the last.
+pub fn logits(
+    ctx: &mut Ctx<'_>,
+    x: &[Vec<f32>],
+    final_norm: (NormStyle, WeightSlice<'_>, f32),
+    head: MatrixRef<'_>,
+    all_logits: bool,
+) -> Batch {
+    let keep = if all_logits {
+        0
+    } else {
+        x.len().saturating_sub(1)
+    };
+    let xn = norm(ctx, final_norm.0, &x[keep..], final_norm.1, final_norm.2);
+    let isa = ctx.isa;
+    ctx.profile
+        .time("lm_head", || blocks::linear(isa, head, None, &xn))
+}
+
+/// One attention layer's form.
+#[derive(Clone, Copy, Debug)]
+pub struct AttnSpec {
+    /// Heads, widths, window.
+    pub shape: AttnShape,
+    /// Epsilon of the q/k norms.
+    pub eps: f32,
+    /// Per-head q/k RMSNorm before RoPE (`q_norm`, `k_norm`), and its style.
+    pub qk_norm: Option<NormStyle>,
+    /// Biases on q, k and v.
+    pub qkv_bias: bool,
+    /// A bias on o.
+    pub o_bias: bool,
+    /// `q_proj` gives `[q_h | gate_h]` per head and the attention output is multiplied by
+    /// `sigmoid(gate)` before `o_proj` (Qwen3.5's gated attention).
+    pub out_gate: bool,
+}
+
+impl AttnSpec {
+    fn q_rows(&self) -> usize {
+        let q = self.shape.heads * self.shape.head_dim;
+        if self.out_gate {
+            2 * q
+        } else {
+            q
+        }
+    }
+}
+
+/// Every tensor [`attention`] reads under `prefix` (e.g. `model.layers.3.self_attn`) exists
+/// with its shape.
+pub fn check_attention(s: &TensorStore, prefix: &str, a: &AttnSpec, hidden: usize) -> Result<()> {
+    let (d, nh, nkv) = (a.shape.head_dim, a.shape.heads, a.shape.kv_heads);
+    let p = |n: &str| format!("{prefix}.{n}");
+    s.get(&p("q_proj.weight"))?.matrix(a.q_rows(), hidden)?;
+    s.get(&p("k_proj.weight"))?.matrix(nkv * d, hidden)?;
+    s.get(&p("v_proj.weight"))?.matrix(nkv * d, hidden)?;
+    s.get(&p("o_proj.weight"))?.matrix(hidden, nh * d)?;
+    if a.qk_norm.is_some() {
+        s.get(&p("q_norm.weight"))?.vector(d)?;
+        s.get(&p("k_norm.weight"))?.vector(d)?;
+    }
+    if a.qkv_bias {
+        s.get(&p("q_proj.bias"))?.vector(a.q_rows())?;
+        s.get(&p("k_proj.bias"))?.vector(nkv * d)?;
+        s.get(&p("v_proj.bias"))?.vector(nkv * d)?;
+    }
+    if a.o_bias {
+        s.get(&p("o_proj.bias"))?.vector(hidden)?;
+    }
+    Ok(())
+}
+
+/// Grouped-query attention of a batch at positions `start..` under `prefix`: q, k, v (+ biases),
+/// the optional output gate split off `q`, per-head q/k norm, RoPE on the rope's rotary dims, the
+/// cached attention, the gate, `o_proj` (+ bias).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    ctx: &mut Ctx<'_>,
+    prefix: &str,
+    a: &AttnSpec,
+    hidden: usize,
+    rope: &mut Rope,
+    kv: &mut KvCache,
+    start: usize,
+    x: &[Vec<f32>],
+) -> Result<Batch> {
+    let s = ctx.tensors;
+    let (d, nh, nkv) = (a.shape.head_dim, a.shape.heads, a.shape.kv_heads);
+    let p = |n: &str| format!("{prefix}.{n}");
+    let bias = |n: &str, on: bool| -> Result<Option<WeightSlice<'_>>> {
+        if on {
+            Ok(Some(s.get(&p(n))?.slice()))
+        } else {
+            Ok(None)
+        }
+    };
+    let wq = s.get(&p("q_proj.weight"))?.matrix(a.q_rows(), hidden)?;
+    let wk = s.get(&p("k_proj.weight"))?.matrix(nkv * d, hidden)?;
+    let wv = s.get(&p("v_proj.weight"))?.matrix(nkv * d, hidden)?;
+    let wo = s.get(&p("o_proj.weight"))?.matrix(hidden, nh * d)?;
+    let norms = match a.qk_norm {
+        Some(style) => Some((
+            style,
+            s.get(&p("q_norm.weight"))?.vector(d)?,
+            s.get(&p("k_norm.weight"))?.vector(d)?,
+        )),
+        None => None,
+    };
+    let (bq, bk, bv) = (
+        bias("q_proj.bias", a.qkv_bias)?,
+        bias("k_proj.bias", a.qkv_bias)?,
+        bias("v_proj.bias", a.qkv_bias)?,
+    );
+    let isa = ctx.isa;
+    let mut qkv = ctx.profile.time("attention q/k/v", || {
+        blocks::linear_many(isa, &[(wq, bq), (wk, bk), (wv, bv)], x)
+    });
+    let v = qkv.pop().expect("three outputs");
+    let mut k = qkv.pop().expect("three outputs");
+    let mut q = qkv.pop().expect("three outputs");
+    // Gated attention: per head [q_h | gate_h]; the gates kept head-major.
+    let gates: Option<Batch> = a.out_gate.then(|| {
+        q.iter_mut()
+            .map(|qg| {
+                let (mut qs, mut gs) = (Vec::with_capacity(nh * d), Vec::with_capacity(nh * d));
+                for h in qg.chunks_exact(2 * d) {
+                    qs.extend_from_slice(&h[..d]);
+                    gs.extend_from_slice(&h[d..]);
+                }
+                *qg = qs;
+                gs
+            })
+            .collect()
+    });
+    let t0 = std::time::Instant::now();
+    rope.ensure(start + x.len());
+    for (t, (qt, kt)) in q.iter_mut().zip(k.iter_mut()).enumerate() {
+        if let Some((style, qn, kn)) = norms {
+            norm_heads(ctx, style, qt, d, qn, a.eps);
+            norm_heads(ctx, style, kt, d, kn, a.eps);
+        }
+        blocks::rope_heads(rope, qt, d, start + t);
+        blocks::rope_heads(rope, kt, d, start + t);
+    }
+    let mut o = blocks::attend(isa, a.shape, kv, start, &q, &k, &v);
+    if let Some(gates) = gates {
+        for (ot, gt) in o.iter_mut().zip(&gates) {
+            for (v, &g) in ot.iter_mut().zip(gt) {
+                *v *= canon::sigmoid(g);
+            }
+        }
+    }
+    ctx.profile.add("attention core", t0.elapsed());
+    let bo = bias("o_proj.bias", a.o_bias)?;
+    Ok(ctx
+        .profile
+        .time("attention o", || blocks::linear(isa, wo, bo, &o)))
+}
+
+/// The dense SwiGLU MLP under `prefix` (`gate_proj`, `up_proj`, `down_proj`) exists with width
+/// `inter`.
+pub fn check_mlp(s: &TensorStore, prefix: &str, inter: usize, hidden: usize) -> Result<()> {
+    s.get(&format!("{prefix}.gate_proj.weight"))?
+        .matrix(inter, hidden)?;
+    s.get(&format!("{prefix}.up_proj.weight"))?
+        .matrix(inter, hidden)?;
+    s.get(&format!("{prefix}.down_proj.weight"))?
+        .matrix(hidden, inter)?;
+    Ok(())
+}
+
+/// The dense SwiGLU MLP under `prefix`: `down(silu(gate x) ⊙ up x)`.
+pub fn mlp(
+    ctx: &mut Ctx<'_>,
+    part: &'static str,
+    prefix: &str,
+    inter: usize,
+    hidden: usize,
+    x: &[Vec<f32>],
+) -> Result<Batch> {
+    let s = ctx.tensors;
+    let g = s
+        .get(&format!("{prefix}.gate_proj.weight"))?
+        .matrix(inter, hidden)?;
+    let u = s
+        .get(&format!("{prefix}.up_proj.weight"))?
+        .matrix(inter, hidden)?;
+    let dn = s
+        .get(&format!("{prefix}.down_proj.weight"))?
+        .matrix(hidden, inter)?;
+    let isa = ctx.isa;
+    Ok(ctx.profile.time(part, || blocks::swiglu(isa, g, u, dn, x)))
+}
+
+/// The router's logits `W x` of each token (`W`: `[experts, hidden]`).
+pub fn router_logits(ctx: &mut Ctx<'_>, w: MatrixRef<'_>, x: &[Vec<f32>]) -> Batch {
+    let isa = ctx.isa;
+    ctx.profile
+        .time("router", || blocks::linear(isa, w, None, x))
+}
+
+/// Run each selected expert once over the tokens routed to it (experts in any order: each output
+/// lands in its token's selection slot), then combine per token in slot order.
+pub fn routed_experts(ctx: &mut Ctx<'_>, layer: u32, routes: &[Route], x: &Batch) -> Result<Batch> {
+    let t = std::time::Instant::now();
+    let mut wanted: Vec<u32> = routes.iter().flat_map(|r| r.iter().map(|s| s.0)).collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let hidden = x.first().map_or(0, |v| v.len());
+    // (token, slot, weight) pairs routed to expert e, in token order.
+    let routed_to = |e: u32| -> Vec<(usize, usize, f32)> {
+        routes
+            .iter()
+            .enumerate()
+            .flat_map(|(t, r)| {
+                r.iter()
+                    .enumerate()
+                    .filter(move |(_, s)| s.0 == e)
+                    .map(move |(k, s)| (t, k, s.1))
+            })
+            .collect()
+    };
+    let mut outs = MoeOutputs::new(routes);
+    let isa = ctx.isa;
+    ctx.experts.with_experts(layer, &wanted, |views| {
+        let mine: Vec<Vec<(usize, usize, f32)>> =
+            views.iter().map(|v| routed_to(v.expert)).collect();
+        let xs: Vec<Batch> = mine
+            .iter()
+            .map(|m| m.iter().map(|&(t, _, _)| x[t].clone()).collect())
+            .collect();
+        let items: Vec<_> = views
+            .iter()
+            .cloned()
+            .zip(xs.iter().map(|b| b.as_slice()))
+            .collect();
+        let ys = blocks::experts_swiglu(isa, &items, hidden)?;
+        for (m, y) in mine.iter().zip(&ys) {
+            for (&(t, k, w), yt) in m.iter().zip(y) {
+                outs.put(t, k, yt, w);
+            }
+        }
+        Ok(())
+    })?;
+    ctx.profile
+        .add("experts (read, check, compute)", t.elapsed());
+    Ok(outs.combine())
+}

@@ -1,0 +1,233 @@
+//! `mixtral` (MixtralForCausalLM) as transformers 5.17 computes it in `f32`
+//! (`research/model-families.md` §5): RMSNorm, GQA attention without q/k norm or biases, full
+//! NeoX RoPE, an optional sliding window, a softmax top-k router always renormalised, SwiGLU
+//! experts (`w1` gate, `w3` up, `w2` down) combined in selection-slot order.
+
+use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
+use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
+use crate::error::Result;
+use crate::family::common::{self, AttnSpec, NormStyle};
+use crate::family::{Ctx, Family};
+use crate::rope::Rope;
+use crate::weights::{MatrixRef, TensorStore};
+
+/// The config keys the forward pass reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MixtralConfig {
+    /// `vocab_size`.
+    pub vocab_size: usize,
+    /// `hidden_size`.
+    pub hidden_size: usize,
+    /// `num_hidden_layers`.
+    pub num_layers: usize,
+    /// `num_attention_heads`.
+    pub heads: usize,
+    /// `num_key_value_heads` (default: `num_attention_heads`).
+    pub kv_heads: usize,
+    /// `head_dim` (default `hidden_size / num_attention_heads`).
+    pub head_dim: usize,
+    /// `rms_norm_eps` (default 1e-5).
+    pub rms_norm_eps: f32,
+    /// RoPE base (default 1e6) and rotated dims (all).
+    pub rope: RopeConfig,
+    /// `sliding_window` (default none).
+    pub window: Option<usize>,
+    /// `num_local_experts` (default 8).
+    pub num_experts: usize,
+    /// `num_experts_per_tok` (default 2).
+    pub top_k: usize,
+    /// `tie_word_embeddings` (default false).
+    pub tie_word_embeddings: bool,
+}
+
+impl MixtralConfig {
+    /// Parse from the architecture config.
+    pub fn parse(v: &serde_json::Value) -> Result<MixtralConfig> {
+        use limits::*;
+        let c = ConfigReader::new(v)?;
+        let (hidden_size, heads, kv_heads, head_dim) = attention_dims(&c)?;
+        let num_experts = c.usize("num_local_experts", MAX_EXPERTS)?.unwrap_or(8);
+        if num_experts == 0 {
+            return Err(bad("num_local_experts", "must be at least 1"));
+        }
+        let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(2);
+        if top_k == 0 || top_k > num_experts {
+            return Err(bad(
+                "num_experts_per_tok",
+                &format!("{top_k} is not in 1..={num_experts}"),
+            ));
+        }
+        let window = match c.usize("sliding_window", usize::MAX)? {
+            Some(0) => return Err(bad("sliding_window", "must be at least 1")),
+            w => w,
+        };
+        Ok(MixtralConfig {
+            vocab_size: c.positive("vocab_size", MAX_VOCAB)?,
+            hidden_size,
+            num_layers: c.positive("num_hidden_layers", MAX_LAYERS)?,
+            heads,
+            kv_heads,
+            head_dim,
+            rms_norm_eps: rms_eps(&c, 1e-5)?,
+            rope: RopeConfig::read(&c, head_dim, 1e6, 1.0)?,
+            window,
+            num_experts,
+            top_k,
+            tie_word_embeddings: c.bool("tie_word_embeddings")?.unwrap_or(false),
+        })
+    }
+}
+
+/// The mixtral decoder: config, RoPE tables, one KV cache per layer, and where the router is
+/// (`block_sparse_moe.gate` as checkpoints store it, or `mlp.gate`).
+#[derive(Debug)]
+pub struct Mixtral {
+    cfg: MixtralConfig,
+    rope: Rope,
+    kv: Vec<KvCache>,
+    router: &'static str,
+}
+
+const EMBED: &str = "model.embed_tokens.weight";
+
+impl Mixtral {
+    /// Check the config against the resident tensors (names and shapes) and build the state.
+    pub fn new(cfg: MixtralConfig, store: &TensorStore) -> Result<Mixtral> {
+        let router = if store.find("model.layers.0.mlp.gate.weight").is_some()
+            && store
+                .find("model.layers.0.block_sparse_moe.gate.weight")
+                .is_none()
+        {
+            "mlp.gate.weight"
+        } else {
+            "block_sparse_moe.gate.weight"
+        };
+        let m = Mixtral {
+            rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
+            kv: vec![KvCache::default(); cfg.num_layers],
+            cfg,
+            router,
+        };
+        m.check(store)?;
+        Ok(m)
+    }
+
+    fn attn_spec(&self) -> AttnSpec {
+        let c = &self.cfg;
+        AttnSpec {
+            shape: AttnShape {
+                heads: c.heads,
+                kv_heads: c.kv_heads,
+                head_dim: c.head_dim,
+                window: c.window,
+            },
+            eps: c.rms_norm_eps,
+            qk_norm: None,
+            qkv_bias: false,
+            o_bias: false,
+            out_gate: false,
+        }
+    }
+
+    fn check(&self, s: &TensorStore) -> Result<()> {
+        let c = &self.cfg;
+        let h = c.hidden_size;
+        s.get(EMBED)?.matrix(c.vocab_size, h)?;
+        s.get("model.norm.weight")?.vector(h)?;
+        self.lm_head(s)?;
+        for l in 0..c.num_layers {
+            let p = |n: &str| format!("model.layers.{l}.{n}");
+            s.get(&p("input_layernorm.weight"))?.vector(h)?;
+            s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
+            common::check_attention(s, &p("self_attn"), &self.attn_spec(), h)?;
+            s.get(&p(self.router))?.matrix(c.num_experts, h)?;
+        }
+        Ok(())
+    }
+
+    fn lm_head<'s>(&self, s: &'s TensorStore) -> Result<MatrixRef<'s>> {
+        let c = &self.cfg;
+        common::lm_head(
+            s,
+            "lm_head.weight",
+            EMBED,
+            c.tie_word_embeddings,
+            c.vocab_size,
+            c.hidden_size,
+        )
+    }
+}
+
+impl Family for Mixtral {
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
+    }
+
+    fn num_layers(&self) -> usize {
+        self.cfg.num_layers
+    }
+
+    fn top_k(&self) -> usize {
+        self.cfg.top_k
+    }
+
+    fn reset(&mut self) {
+        for kv in &mut self.kv {
+            *kv = KvCache::default();
+        }
+    }
+
+    fn forward(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        tokens: &[u32],
+        start: usize,
+        all_logits: bool,
+    ) -> Result<Batch> {
+        let c = self.cfg.clone();
+        let s = ctx.tensors;
+        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
+        let spec = self.attn_spec();
+        let mut x = common::embed(s, EMBED, c.vocab_size, h, tokens)?;
+        for l in 0..c.num_layers {
+            let p = |n: &str| format!("model.layers.{l}.{n}");
+            let w_in = s.get(&p("input_layernorm.weight"))?.vector(h)?;
+            let xn = common::norm(ctx, NormStyle::Weight, &x, w_in, eps);
+            let a = common::attention(
+                ctx,
+                &p("self_attn"),
+                &spec,
+                h,
+                &mut self.rope,
+                &mut self.kv[l],
+                start,
+                &xn,
+            )?;
+            blocks::add_into(&mut x, &a);
+            let w_post = s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
+            let xn = common::norm(ctx, NormStyle::Weight, &x, w_post, eps);
+            // Router: softmax(z) in f32, the top k, always renormalised; weights stay f32.
+            let router = s.get(&p(self.router))?.matrix(c.num_experts, h)?;
+            let isa = ctx.isa;
+            let routes: Vec<Route> = common::router_logits(ctx, router, &xn)
+                .iter()
+                .map(|z| blocks::softmax_topk(isa, z, c.top_k, true))
+                .collect();
+            let m = common::routed_experts(ctx, l as u32, &routes, &xn)?;
+            blocks::add_into(&mut x, &m);
+        }
+        let w_norm = s.get("model.norm.weight")?.vector(h)?;
+        let head = self.lm_head(s)?;
+        Ok(common::logits(
+            ctx,
+            &x,
+            (NormStyle::Weight, w_norm, eps),
+            head,
+            all_logits,
+        ))
+    }
+}
