@@ -240,6 +240,74 @@ pub fn softmax_topk(isa: Isa, logits: &[f32], k: usize, norm_topk_prob: bool) ->
     route
 }
 
+/// Larger first; values that compare equal (`0.0 == -0.0`) are equal, as torch's `topk` sees
+/// them; NaN (never produced from finite weights) still in a fixed place.
+fn descending(a: f32, b: f32) -> std::cmp::Ordering {
+    if a == b {
+        std::cmp::Ordering::Equal
+    } else {
+        b.total_cmp(&a)
+    }
+}
+
+/// GLM-4.5's router (DeepSeek-V3 style) on one token's router logits `z`:
+/// `s = sigmoid(z)`; selection scores `c = s + bias`; experts in `n_group` equal groups, each
+/// group scored by the sum of its two largest `c`; the `topk_group` best groups kept (ties: the
+/// lower group), every other expert's `c` set to 0 (as transformers masks, not −∞); the `k`
+/// largest `c` selected in descending order (ties: the lower id). Weights are the *unbiased*
+/// `s` of the selected experts, divided by `Σ s + 1e-20` when `norm_topk_prob`, then multiplied
+/// by `scale` (`routed_scaling_factor`). The caller checks `n_group` divides the expert count
+/// into groups of at least two.
+pub fn sigmoid_group_topk(
+    z: &[f32],
+    bias: WeightSlice<'_>,
+    k: usize,
+    n_group: usize,
+    topk_group: usize,
+    norm_topk_prob: bool,
+    scale: f32,
+) -> Route {
+    let n = z.len();
+    let s: Vec<f32> = z.iter().map(|&v| canon::sigmoid(v)).collect();
+    let mut c: Vec<f32> = s.iter().enumerate().map(|(e, &v)| v + bias.get(e)).collect();
+    let size = n / n_group.max(1);
+    if n_group > 1 && size >= 2 {
+        let score: Vec<f32> = c
+            .chunks_exact(size)
+            .map(|g| {
+                let mut v = g.to_vec();
+                v.sort_by(|&a, &b| descending(a, b));
+                v[0] + v[1]
+            })
+            .collect();
+        let mut groups: Vec<usize> = (0..score.len()).collect();
+        groups.sort_by(|&a, &b| descending(score[a], score[b]).then(a.cmp(&b)));
+        let mut keep = vec![false; score.len()];
+        for &g in groups.iter().take(topk_group) {
+            keep[g] = true;
+        }
+        for (e, v) in c.iter_mut().enumerate() {
+            if !keep[e / size] {
+                *v = 0.0;
+            }
+        }
+    }
+    let mut idx: Vec<u32> = (0..n as u32).collect();
+    idx.sort_by(|&a, &b| descending(c[a as usize], c[b as usize]).then(a.cmp(&b)));
+    let mut route: Route = idx[..k.min(n)].iter().map(|&e| (e, s[e as usize])).collect();
+    if norm_topk_prob {
+        let w: Vec<f32> = route.iter().map(|r| r.1).collect();
+        let denom = canon::sum(&w) + 1e-20f32;
+        for r in &mut route {
+            r.1 /= denom;
+        }
+    }
+    for r in &mut route {
+        r.1 *= scale;
+    }
+    route
+}
+
 /// The SwiGLU MLP `down(silu(gate x) ⊙ up x)` of each token, from separate gate/up matrices or a
 /// fused gate_up (rows `0..I` gate, `I..2I` up).
 pub fn swiglu(
@@ -392,5 +460,73 @@ impl MoeOutputs {
                 acc
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn logit(p: f32) -> f32 {
+        // sigmoid⁻¹, so tests can state scores directly.
+        (p / (1.0 - p)).ln()
+    }
+
+    #[test]
+    fn group_limited_routing_changes_the_choice_and_weights_ignore_the_bias() {
+        // 8 experts in 4 groups of 2. Scores: group 0 has the single best expert (0.95) but a weak
+        // partner; group 2 has two good ones.
+        let s = [0.95f32, 0.10, 0.60, 0.55, 0.80, 0.79, 0.20, 0.15];
+        let z: Vec<f32> = s.iter().map(|&p| logit(p)).collect();
+        let zero = [0.0f32; 8];
+        let bias = WeightSlice::F32(&zero);
+        // Without groups: the two best experts overall.
+        let all = sigmoid_group_topk(&z, bias, 2, 1, 1, false, 1.0);
+        assert_eq!(all.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 4]);
+        // One group kept of 4: group 2 (0.80 + 0.79) beats group 0 (0.95 + 0.10).
+        let one = sigmoid_group_topk(&z, bias, 2, 4, 1, false, 1.0);
+        assert_eq!(one.iter().map(|r| r.0).collect::<Vec<_>>(), vec![4, 5]);
+        // Two groups kept: 2 and then 1 (0.60 + 0.55 > 0.95 + 0.10): still experts 4 and 5.
+        let two = sigmoid_group_topk(&z, bias, 2, 4, 2, false, 1.0);
+        assert_eq!(two.iter().map(|r| r.0).collect::<Vec<_>>(), vec![4, 5]);
+        // Three groups kept: group 0 is back, and with it expert 0.
+        let three = sigmoid_group_topk(&z, bias, 2, 4, 3, false, 1.0);
+        assert_eq!(three.iter().map(|r| r.0).collect::<Vec<_>>(), vec![0, 4]);
+        // The correction bias moves the selection, never the weights.
+        let mut b = [0.0f32; 8];
+        b[7] = 1.0;
+        let biased = sigmoid_group_topk(&z, WeightSlice::F32(&b), 2, 1, 1, false, 1.0);
+        assert_eq!(biased[0].0, 7);
+        assert_eq!(biased[0].1, canon::sigmoid(z[7]));
+    }
+
+    #[test]
+    fn renormalisation_adds_the_tiny_epsilon_and_scaling_follows_it() {
+        let z = [0.3f32, -1.0, 2.0, 0.5];
+        let zero = [0.0f32; 4];
+        let r = sigmoid_group_topk(&z, WeightSlice::F32(&zero), 2, 1, 1, true, 2.5);
+        let (a, b) = (canon::sigmoid(2.0), canon::sigmoid(0.5));
+        let d = canon::sum(&[a, b]) + 1e-20f32;
+        assert_eq!(r, vec![(2, a / d * 2.5), (3, b / d * 2.5)]);
+    }
+
+    #[test]
+    fn experts_of_dropped_groups_score_zero_as_in_transformers() {
+        // Negative biases push every kept expert below 0: a masked expert (score 0.0) is chosen
+        // before them, exactly as transformers' masked_fill(0.0) + topk does.
+        let z = [0.0f32; 4];
+        let b = [-2.0f32, -2.0, -0.1, -0.2];
+        let r = sigmoid_group_topk(&z, WeightSlice::F32(&b), 2, 2, 1, false, 1.0);
+        // Group 1 (0.4 + 0.3) is kept; its positive scores beat group 0's masked 0.0.
+        assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![2, 3]);
+        let b = [-0.1f32, -0.1, -0.9, -0.9];
+        let r = sigmoid_group_topk(&z, WeightSlice::F32(&b), 2, 2, 1, false, 1.0);
+        // Group 0 kept (0.4 + 0.4); group 1 masked to 0.0 each; k = 2 takes the kept pair.
+        assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
+        let b = [-0.6f32, -0.7, -0.9, -0.95];
+        let r = sigmoid_group_topk(&z, WeightSlice::F32(&b), 2, 2, 1, false, 1.0);
+        // Group 0 kept but both its scores are negative (−0.1, −0.2): the masked experts 2 and 3
+        // (0.0) come first, lower id first.
+        assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![2, 3]);
     }
 }

@@ -9,7 +9,7 @@ mod common;
 use tarfa_decode::npy;
 use tarfa_decode::DecoderOptions;
 
-const FIXTURES: &[&str] = &["qwen3_moe", "qwen3_moe_b", "mixtral"];
+const FIXTURES: &[&str] = &["qwen3_moe", "qwen3_moe_b", "mixtral", "glm4_moe"];
 /// The bound on |tarfa − transformers fp32|, per logit.
 const MAX_ABS: f64 = 1e-5;
 

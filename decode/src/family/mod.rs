@@ -4,6 +4,7 @@
 //! Adding a family (Qwen3.5-MoE, GLM-4.5-MoE, Mixtral) is a new module and a line in [`open`].
 
 pub mod common;
+pub mod glm4_moe;
 pub mod mixtral;
 pub mod qwen3_moe;
 
@@ -79,7 +80,7 @@ pub trait Family: Send + std::fmt::Debug {
 }
 
 /// Families this build decodes, by `model_type`.
-pub const SUPPORTED: &[&str] = &["qwen3_moe", "mixtral"];
+pub const SUPPORTED: &[&str] = &["qwen3_moe", "glm4_moe", "mixtral"];
 
 /// The family of `config` (its `model_type`), checked against the resident tensors.
 pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn Family>> {
@@ -91,6 +92,10 @@ pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn
     match model_type.as_str() {
         "qwen3_moe" => Ok(Box::new(qwen3_moe::Qwen3Moe::new(
             qwen3_moe::Qwen3MoeConfig::parse(config)?,
+            tensors,
+        )?)),
+        "glm4_moe" => Ok(Box::new(glm4_moe::Glm4Moe::new(
+            glm4_moe::Glm4MoeConfig::parse(config)?,
             tensors,
         )?)),
         "mixtral" => Ok(Box::new(mixtral::Mixtral::new(
@@ -112,6 +117,7 @@ pub fn rope_config(config: &serde_json::Value) -> Result<crate::config::RopeConf
         .unwrap_or("");
     match model_type {
         "qwen3_moe" => Ok(qwen3_moe::Qwen3MoeConfig::parse(config)?.rope),
+        "glm4_moe" => Ok(glm4_moe::Glm4MoeConfig::parse(config)?.rope),
         "mixtral" => Ok(mixtral::MixtralConfig::parse(config)?.rope),
         _ => Err(DecodeError::UnsupportedFamily {
             model_type: model_type.to_string(),

@@ -1,0 +1,332 @@
+//! `glm4_moe` (Glm4MoeForCausalLM: GLM-4.5 / 4.6) as transformers 5.17 computes it in `f32`
+//! (`research/model-families.md` §4): RMSNorm (eps 1e-5 by default), GQA attention with biases on
+//! q/k/v only (never on o), optional per-head q/k norm, NeoX RoPE on the first
+//! `head_dim · partial_rotary_factor` dims (0.5 by default); dense MLP layers below
+//! `first_k_dense_replace`; MoE layers with the sigmoid router (correction bias for selection
+//! only, group-limited top-k, unbiased weights renormalised and scaled) plus shared experts:
+//! `routed + shared`. The nextn (MTP) layers past `num_hidden_layers` are not run.
+
+use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
+use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
+use crate::error::Result;
+use crate::family::common::{self, AttnSpec, NormStyle};
+use crate::family::{Ctx, Family};
+use crate::rope::Rope;
+use crate::weights::{MatrixRef, TensorStore};
+
+/// The config keys the forward pass reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Glm4MoeConfig {
+    /// `vocab_size`.
+    pub vocab_size: usize,
+    /// `hidden_size`.
+    pub hidden_size: usize,
+    /// `intermediate_size` (dense layers; default 10944).
+    pub intermediate_size: usize,
+    /// `moe_intermediate_size` (an expert's width; default 1408).
+    pub moe_intermediate_size: usize,
+    /// `num_hidden_layers`.
+    pub num_layers: usize,
+    /// `num_attention_heads`.
+    pub heads: usize,
+    /// `num_key_value_heads`.
+    pub kv_heads: usize,
+    /// `head_dim` (default `hidden_size / num_attention_heads`).
+    pub head_dim: usize,
+    /// `rms_norm_eps` (default 1e-5).
+    pub rms_norm_eps: f32,
+    /// RoPE base (default 1e4) and rotated dims (`partial_rotary_factor` default 0.5).
+    pub rope: RopeConfig,
+    /// `attention_bias`: biases on q, k and v.
+    pub attention_bias: bool,
+    /// `use_qk_norm`.
+    pub use_qk_norm: bool,
+    /// `n_routed_experts` (default 128).
+    pub num_experts: usize,
+    /// `num_experts_per_tok` (default 8).
+    pub top_k: usize,
+    /// `n_shared_experts` (default 1): the shared MLP is `moe_intermediate_size` times as wide.
+    pub n_shared_experts: usize,
+    /// `routed_scaling_factor` (default 1.0), as the `f32` torch multiplies by.
+    pub routed_scaling_factor: f32,
+    /// `n_group` (default 1).
+    pub n_group: usize,
+    /// `topk_group` (default 1).
+    pub topk_group: usize,
+    /// `first_k_dense_replace` (default 1).
+    pub first_k_dense_replace: usize,
+    /// `norm_topk_prob` (default true).
+    pub norm_topk_prob: bool,
+    /// `tie_word_embeddings` (default false).
+    pub tie_word_embeddings: bool,
+}
+
+impl Glm4MoeConfig {
+    /// Parse from the architecture config.
+    pub fn parse(v: &serde_json::Value) -> Result<Glm4MoeConfig> {
+        use limits::*;
+        let c = ConfigReader::new(v)?;
+        let (hidden_size, heads, kv_heads, head_dim) = attention_dims(&c)?;
+        let num_experts = c.usize("n_routed_experts", MAX_EXPERTS)?.unwrap_or(128);
+        if num_experts == 0 {
+            return Err(bad("n_routed_experts", "must be at least 1"));
+        }
+        let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(8);
+        if top_k == 0 || top_k > num_experts {
+            return Err(bad(
+                "num_experts_per_tok",
+                &format!("{top_k} is not in 1..={num_experts}"),
+            ));
+        }
+        let n_group = c.usize("n_group", MAX_EXPERTS)?.unwrap_or(1);
+        if n_group == 0 || !num_experts.is_multiple_of(n_group) {
+            return Err(bad(
+                "n_group",
+                &format!("{n_group} does not divide n_routed_experts {num_experts}"),
+            ));
+        }
+        // Each group is scored by its two best experts (transformers' `.topk(2)`).
+        if n_group > 1 && num_experts / n_group < 2 {
+            return Err(bad(
+                "n_group",
+                &format!("groups of {} expert; a group needs two", num_experts / n_group),
+            ));
+        }
+        let topk_group = c.usize("topk_group", MAX_EXPERTS)?.unwrap_or(1);
+        if topk_group == 0 || topk_group > n_group {
+            return Err(bad(
+                "topk_group",
+                &format!("{topk_group} is not in 1..={n_group}"),
+            ));
+        }
+        let scale = c.f64("routed_scaling_factor")?.unwrap_or(1.0);
+        if !(scale.is_finite() && (scale as f32).is_finite()) {
+            return Err(bad(
+                "routed_scaling_factor",
+                &format!("{scale} is not a finite number"),
+            ));
+        }
+        Ok(Glm4MoeConfig {
+            vocab_size: c.positive("vocab_size", MAX_VOCAB)?,
+            hidden_size,
+            intermediate_size: c.usize("intermediate_size", MAX_DIM)?.unwrap_or(10944),
+            moe_intermediate_size: c.usize("moe_intermediate_size", MAX_DIM)?.unwrap_or(1408),
+            num_layers: c.positive("num_hidden_layers", MAX_LAYERS)?,
+            heads,
+            kv_heads,
+            head_dim,
+            rms_norm_eps: rms_eps(&c, 1e-5)?,
+            rope: RopeConfig::read(&c, head_dim, 10000.0, 0.5)?,
+            attention_bias: c.bool("attention_bias")?.unwrap_or(false),
+            use_qk_norm: c.bool("use_qk_norm")?.unwrap_or(false),
+            num_experts,
+            top_k,
+            n_shared_experts: c.usize("n_shared_experts", MAX_EXPERTS)?.unwrap_or(1),
+            routed_scaling_factor: scale as f32,
+            n_group,
+            topk_group,
+            first_k_dense_replace: c
+                .usize("first_k_dense_replace", MAX_LAYERS)?
+                .unwrap_or(1),
+            norm_topk_prob: c.bool("norm_topk_prob")?.unwrap_or(true),
+            tie_word_embeddings: c.bool("tie_word_embeddings")?.unwrap_or(false),
+        })
+    }
+
+    /// Whether layer `l` is a MoE layer (else a dense MLP).
+    pub fn is_moe(&self, l: usize) -> bool {
+        l >= self.first_k_dense_replace
+    }
+
+    /// The shared experts' width (0: none).
+    pub fn shared_width(&self) -> usize {
+        self.moe_intermediate_size * self.n_shared_experts
+    }
+}
+
+/// The glm4_moe decoder: config, RoPE tables, one KV cache per layer.
+#[derive(Debug)]
+pub struct Glm4Moe {
+    cfg: Glm4MoeConfig,
+    rope: Rope,
+    kv: Vec<KvCache>,
+}
+
+const EMBED: &str = "model.embed_tokens.weight";
+
+impl Glm4Moe {
+    /// Check the config against the resident tensors (names and shapes) and build the state.
+    pub fn new(cfg: Glm4MoeConfig, store: &TensorStore) -> Result<Glm4Moe> {
+        let m = Glm4Moe {
+            rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
+            kv: vec![KvCache::default(); cfg.num_layers],
+            cfg,
+        };
+        m.check(store)?;
+        Ok(m)
+    }
+
+    fn attn_spec(&self) -> AttnSpec {
+        let c = &self.cfg;
+        AttnSpec {
+            shape: AttnShape {
+                heads: c.heads,
+                kv_heads: c.kv_heads,
+                head_dim: c.head_dim,
+                window: None,
+            },
+            eps: c.rms_norm_eps,
+            qk_norm: c.use_qk_norm.then_some(NormStyle::Weight),
+            qkv_bias: c.attention_bias,
+            o_bias: false,
+            out_gate: false,
+        }
+    }
+
+    fn check(&self, s: &TensorStore) -> Result<()> {
+        let c = &self.cfg;
+        let h = c.hidden_size;
+        s.get(EMBED)?.matrix(c.vocab_size, h)?;
+        s.get("model.norm.weight")?.vector(h)?;
+        self.lm_head(s)?;
+        for l in 0..c.num_layers {
+            let p = |n: &str| format!("model.layers.{l}.{n}");
+            s.get(&p("input_layernorm.weight"))?.vector(h)?;
+            s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
+            common::check_attention(s, &p("self_attn"), &self.attn_spec(), h)?;
+            if c.is_moe(l) {
+                s.get(&p("mlp.gate.weight"))?.matrix(c.num_experts, h)?;
+                s.get(&p("mlp.gate.e_score_correction_bias"))?
+                    .vector(c.num_experts)?;
+                if c.shared_width() > 0 {
+                    common::check_mlp(s, &p("mlp.shared_experts"), c.shared_width(), h)?;
+                }
+            } else {
+                common::check_mlp(s, &p("mlp"), c.intermediate_size, h)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn lm_head<'s>(&self, s: &'s TensorStore) -> Result<MatrixRef<'s>> {
+        let c = &self.cfg;
+        common::lm_head(
+            s,
+            "lm_head.weight",
+            EMBED,
+            c.tie_word_embeddings,
+            c.vocab_size,
+            c.hidden_size,
+        )
+    }
+
+    fn mlp(&self, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
+        let c = &self.cfg;
+        let h = c.hidden_size;
+        let prefix = format!("model.layers.{l}.mlp");
+        if !c.is_moe(l) {
+            return common::mlp(ctx, "dense mlp", &prefix, c.intermediate_size, h, x);
+        }
+        let s = ctx.tensors;
+        let router = s
+            .get(&format!("{prefix}.gate.weight"))?
+            .matrix(c.num_experts, h)?;
+        let bias = s
+            .get(&format!("{prefix}.gate.e_score_correction_bias"))?
+            .vector(c.num_experts)?;
+        let routes: Vec<Route> = common::router_logits(ctx, router, x)
+            .iter()
+            .map(|z| {
+                blocks::sigmoid_group_topk(
+                    z,
+                    bias,
+                    c.top_k,
+                    c.n_group,
+                    c.topk_group,
+                    c.norm_topk_prob,
+                    c.routed_scaling_factor,
+                )
+            })
+            .collect();
+        let mut out = common::routed_experts(ctx, l as u32, &routes, x)?;
+        if c.shared_width() > 0 {
+            let shared = common::mlp(
+                ctx,
+                "shared experts",
+                &format!("{prefix}.shared_experts"),
+                c.shared_width(),
+                h,
+                x,
+            )?;
+            blocks::add_into(&mut out, &shared);
+        }
+        Ok(out)
+    }
+}
+
+impl Family for Glm4Moe {
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
+    }
+
+    fn num_layers(&self) -> usize {
+        self.cfg.num_layers
+    }
+
+    fn top_k(&self) -> usize {
+        self.cfg.top_k
+    }
+
+    fn reset(&mut self) {
+        for kv in &mut self.kv {
+            *kv = KvCache::default();
+        }
+    }
+
+    fn forward(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        tokens: &[u32],
+        start: usize,
+        all_logits: bool,
+    ) -> Result<Batch> {
+        let c = self.cfg.clone();
+        let s = ctx.tensors;
+        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
+        let spec = self.attn_spec();
+        let mut x = common::embed(s, EMBED, c.vocab_size, h, tokens)?;
+        for l in 0..c.num_layers {
+            let p = |n: &str| format!("model.layers.{l}.{n}");
+            let w_in = s.get(&p("input_layernorm.weight"))?.vector(h)?;
+            let xn = common::norm(ctx, NormStyle::Weight, &x, w_in, eps);
+            let a = common::attention(
+                ctx,
+                &p("self_attn"),
+                &spec,
+                h,
+                &mut self.rope,
+                &mut self.kv[l],
+                start,
+                &xn,
+            )?;
+            blocks::add_into(&mut x, &a);
+            let w_post = s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
+            let xn = common::norm(ctx, NormStyle::Weight, &x, w_post, eps);
+            let m = self.mlp(ctx, l, &xn)?;
+            blocks::add_into(&mut x, &m);
+        }
+        let w_norm = s.get("model.norm.weight")?.vector(h)?;
+        let head = self.lm_head(s)?;
+        Ok(common::logits(
+            ctx,
+            &x,
+            (NormStyle::Weight, w_norm, eps),
+            head,
+            all_logits,
+        ))
+    }
+}
