@@ -13,6 +13,11 @@
 //! 12.73 GB (11.9 GiB). Values are deterministic: element `i` of a tensor is a function of the
 //! tensor's name and `i` alone (splitmix64, a sum of four 16-bit uniforms, rounded to nearest
 //! even BF16), so every machine writes the same bytes; shards are written in parallel.
+//!
+//! With `SYNTH_FAMILY=glm4_moe` it writes a GLM-4.5-shaped checkpoint of the same widths instead:
+//! layer 0 a dense MLP (intermediate 6144), then MoE layers with the sigmoid router and its
+//! `e_score_correction_bias`, one shared expert of width 768, q/k/v biases without q/k norm,
+//! rotary on half of each head, `routed_scaling_factor` 2.5 (GLM-4.5's).
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -25,6 +30,7 @@ const HEAD_DIM: u64 = 128;
 const EXPERTS: u64 = 128;
 const TOP_K: u64 = 8;
 const MOE_INTER: u64 = 768;
+const DENSE_INTER: u64 = 6144;
 
 /// One tensor: name, shape, and the mean and standard deviation its values are drawn with.
 struct Tensor {
@@ -40,7 +46,15 @@ impl Tensor {
     }
 }
 
-fn tensors(layers: u64, vocab: u64) -> Vec<Tensor> {
+/// The architectures written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Family {
+    Qwen3Moe,
+    Glm4Moe,
+}
+
+fn tensors(family: Family, layers: u64, vocab: u64) -> Vec<Tensor> {
+    let glm = family == Family::Glm4Moe;
     let w = |name: String, shape: Vec<u64>| Tensor {
         name,
         shape,
@@ -62,10 +76,35 @@ fn tensors(layers: u64, vocab: u64) -> Vec<Tensor> {
         t.push(w(format!("{p}.self_attn.k_proj.weight"), vec![kv, h]));
         t.push(w(format!("{p}.self_attn.v_proj.weight"), vec![kv, h]));
         t.push(w(format!("{p}.self_attn.o_proj.weight"), vec![h, q]));
-        t.push(norm(format!("{p}.self_attn.q_norm.weight"), HEAD_DIM));
-        t.push(norm(format!("{p}.self_attn.k_norm.weight"), HEAD_DIM));
+        if glm {
+            t.push(w(format!("{p}.self_attn.q_proj.bias"), vec![q]));
+            t.push(w(format!("{p}.self_attn.k_proj.bias"), vec![kv]));
+            t.push(w(format!("{p}.self_attn.v_proj.bias"), vec![kv]));
+        } else {
+            t.push(norm(format!("{p}.self_attn.q_norm.weight"), HEAD_DIM));
+            t.push(norm(format!("{p}.self_attn.k_norm.weight"), HEAD_DIM));
+        }
         t.push(norm(format!("{p}.post_attention_layernorm.weight"), h));
+        if glm && l == 0 {
+            t.push(w(format!("{p}.mlp.gate_proj.weight"), vec![DENSE_INTER, h]));
+            t.push(w(format!("{p}.mlp.up_proj.weight"), vec![DENSE_INTER, h]));
+            t.push(w(format!("{p}.mlp.down_proj.weight"), vec![h, DENSE_INTER]));
+            continue;
+        }
         t.push(w(format!("{p}.mlp.gate.weight"), vec![EXPERTS, h]));
+        if glm {
+            t.push(w(
+                format!("{p}.mlp.gate.e_score_correction_bias"),
+                vec![EXPERTS],
+            ));
+            for n in ["gate_proj", "up_proj"] {
+                t.push(w(format!("{p}.mlp.shared_experts.{n}.weight"), vec![i, h]));
+            }
+            t.push(w(
+                format!("{p}.mlp.shared_experts.down_proj.weight"),
+                vec![h, i],
+            ));
+        }
         for x in 0..EXPERTS {
             t.push(w(
                 format!("{p}.mlp.experts.{x}.gate_proj.weight"),
@@ -140,9 +179,15 @@ fn write_shard(path: &Path, tensors: &[&Tensor]) -> std::io::Result<()> {
     w.into_inner().map_err(|e| e.into_error())?.sync_all()
 }
 
-fn write_checkpoint(dir: &Path, layers: u64, shards: usize, vocab: u64) -> std::io::Result<u64> {
+fn write_checkpoint(
+    family: Family,
+    dir: &Path,
+    layers: u64,
+    shards: usize,
+    vocab: u64,
+) -> std::io::Result<u64> {
     std::fs::create_dir_all(dir)?;
-    let all = tensors(layers, vocab);
+    let all = tensors(family, layers, vocab);
     let total: u64 = all.iter().map(Tensor::bytes).sum();
     // Cut the write order into `shards` runs of about equal bytes.
     let mut runs: Vec<Vec<&Tensor>> = vec![Vec::new(); shards];
@@ -182,7 +227,41 @@ fn write_checkpoint(dir: &Path, layers: u64, shards: usize, vocab: u64) -> std::
             serde_json::to_vec_pretty(&index)?,
         )?;
     }
-    let config = serde_json::json!({
+    let config = if family == Family::Glm4Moe {
+        serde_json::json!({
+            "architectures": ["Glm4MoeForCausalLM"],
+            "model_type": "glm4_moe",
+            "attention_bias": true,
+            "use_qk_norm": false,
+            "head_dim": HEAD_DIM,
+            "hidden_act": "silu",
+            "hidden_size": HIDDEN,
+            "intermediate_size": DENSE_INTER,
+            "max_position_embeddings": 131072,
+            "moe_intermediate_size": MOE_INTER,
+            "n_routed_experts": EXPERTS,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": TOP_K,
+            "first_k_dense_replace": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "norm_topk_prob": true,
+            "routed_scaling_factor": 2.5,
+            "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS,
+            "num_hidden_layers": layers,
+            "num_nextn_predict_layers": 0,
+            "partial_rotary_factor": 0.5,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 1_000_000.0,
+            "tie_word_embeddings": false,
+            "vocab_size": vocab,
+            "bos_token_id": null,
+            "eos_token_id": null,
+            "torch_dtype": "bfloat16",
+        })
+    } else {
+        serde_json::json!({
         "architectures": ["Qwen3MoeForCausalLM"],
         "model_type": "qwen3_moe",
         "attention_bias": false,
@@ -211,7 +290,8 @@ fn write_checkpoint(dir: &Path, layers: u64, shards: usize, vocab: u64) -> std::
         "bos_token_id": null,
         "eos_token_id": null,
         "torch_dtype": "bfloat16",
-    });
+        })
+    };
     std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
     Ok(total)
 }
@@ -225,12 +305,21 @@ fn main() {
     };
     let shards = num(3).unwrap_or(4).max(1) as usize;
     let vocab = num(4).unwrap_or(32_768);
+    let family = match std::env::var("SYNTH_FAMILY").as_deref() {
+        Err(_) | Ok("qwen3_moe") => Family::Qwen3Moe,
+        Ok("glm4_moe") => Family::Glm4Moe,
+        Ok(other) => {
+            eprintln!("error: SYNTH_FAMILY={other:?}: qwen3_moe or glm4_moe");
+            std::process::exit(2);
+        }
+    };
     let t = std::time::Instant::now();
-    match write_checkpoint(Path::new(dir), layers, shards, vocab) {
+    match write_checkpoint(family, Path::new(dir), layers, shards, vocab) {
         Ok(total) => println!(
-            "{dir}: {layers} layers x {EXPERTS} experts (top-{TOP_K}), {HEADS}x{HEAD_DIM} query / \
+            "{dir}: {} {layers} layers x {EXPERTS} experts (top-{TOP_K}), {HEADS}x{HEAD_DIM} query / \
              {KV_HEADS}x{HEAD_DIM} kv heads, vocab {vocab}, {total} bytes in {shards} shards, \
              written in {:.1} s",
+            if family == Family::Glm4Moe { "glm4_moe" } else { "qwen3_moe" },
             t.elapsed().as_secs_f64()
         ),
         Err(e) => {
