@@ -269,7 +269,11 @@ pub fn sigmoid_group_topk(
 ) -> Route {
     let n = z.len();
     let s: Vec<f32> = z.iter().map(|&v| canon::sigmoid(v)).collect();
-    let mut c: Vec<f32> = s.iter().enumerate().map(|(e, &v)| v + bias.get(e)).collect();
+    let mut c: Vec<f32> = s
+        .iter()
+        .enumerate()
+        .map(|(e, &v)| v + bias.get(e))
+        .collect();
     let size = n / n_group.max(1);
     if n_group > 1 && size >= 2 {
         let score: Vec<f32> = c
@@ -294,7 +298,10 @@ pub fn sigmoid_group_topk(
     }
     let mut idx: Vec<u32> = (0..n as u32).collect();
     idx.sort_by(|&a, &b| descending(c[a as usize], c[b as usize]).then(a.cmp(&b)));
-    let mut route: Route = idx[..k.min(n)].iter().map(|&e| (e, s[e as usize])).collect();
+    let mut route: Route = idx[..k.min(n)]
+        .iter()
+        .map(|&e| (e, s[e as usize]))
+        .collect();
     if norm_topk_prob {
         let w: Vec<f32> = route.iter().map(|r| r.1).collect();
         let denom = canon::sum(&w) + 1e-20f32;

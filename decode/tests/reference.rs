@@ -9,7 +9,13 @@ mod common;
 use tarfa_decode::npy;
 use tarfa_decode::DecoderOptions;
 
-const FIXTURES: &[&str] = &["qwen3_moe", "qwen3_moe_b", "mixtral", "glm4_moe"];
+const FIXTURES: &[&str] = &[
+    "qwen3_moe",
+    "qwen3_moe_b",
+    "mixtral",
+    "glm4_moe",
+    "glm4_moe_b",
+];
 /// The issue's bound on |tarfa − transformers fp32|, per logit.
 const MAX_ABS: f64 = 1e-5;
 
@@ -77,5 +83,40 @@ fn rope_inverse_frequencies_equal_torch_bit_for_bit() {
         let torch: Vec<u32> = torch.data.iter().map(|&v| (v as f32).to_bits()).collect();
         let ours: Vec<u32> = ours.iter().map(|v| v.to_bits()).collect();
         assert_eq!(ours, torch, "{name}: inv_freq");
+    }
+}
+
+/// glm4_moe_b routes with `n_group` 4, `topk_group` 2: transformers' logits of the same weights
+/// routed without groups (recorded by make_references.py) are at least 100 times farther from
+/// the grouped reference than tarfa is, so a decoder that ignored the groups would fail
+/// [`greedy_tokens_and_logits_agree_with_transformers`] by far.
+#[test]
+fn group_limited_routing_is_what_makes_glm4_moe_b_agree() {
+    let name = "glm4_moe_b";
+    let dir = common::model(name);
+    let mut dec = common::open(&dir, &DecoderOptions::default());
+    let refdir = common::repo().join("fixtures/reference").join(name);
+    for p in common::reference(name) {
+        let (_, rows) = common::greedy(&mut dec, &p.prompt_ids, 32);
+        let r32 = npy::read(&refdir.join(format!("p{}.fp32.npy", p.index))).expect("fp32 ref");
+        let un = npy::read(&refdir.join(format!("p{}.ungrouped.fp32.npy", p.index)))
+            .expect("ungrouped ref");
+        let (mut ours, mut ungrouped) = (0f64, 0f64);
+        for (s, row) in rows.iter().enumerate() {
+            for (v, &x) in row.iter().enumerate() {
+                ours = ours.max((x as f64 - r32.row(s)[v]).abs());
+                ungrouped = ungrouped.max((un.row(s)[v] - r32.row(s)[v]).abs());
+            }
+        }
+        eprintln!(
+            "{name} p{}: tarfa {ours:.3e} from transformers, ungrouped routing {ungrouped:.3e}",
+            p.index
+        );
+        assert!(
+            ungrouped > 100.0 * ours && ungrouped > MAX_ABS,
+            "{name} prompt {}: ungrouped routing ({ungrouped:.3e}) is not far from the reference \
+             next to tarfa ({ours:.3e}): the fixture would not catch a decoder ignoring groups",
+            p.index
+        );
     }
 }

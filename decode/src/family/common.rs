@@ -22,7 +22,13 @@ pub enum NormStyle {
 }
 
 /// RMSNorm of each token in `style`.
-pub fn norm(ctx: &Ctx<'_>, style: NormStyle, xs: &[Vec<f32>], w: WeightSlice<'_>, eps: f32) -> Batch {
+pub fn norm(
+    ctx: &Ctx<'_>,
+    style: NormStyle,
+    xs: &[Vec<f32>],
+    w: WeightSlice<'_>,
+    eps: f32,
+) -> Batch {
     xs.iter()
         .map(|x| {
             let mut o = vec![0.0f32; x.len()];
@@ -55,7 +61,13 @@ pub fn norm_heads(
 }
 
 /// The embedding rows of `tokens` (a plain lookup, no scaling), each id checked.
-pub fn embed(s: &TensorStore, name: &str, vocab: usize, hidden: usize, tokens: &[u32]) -> Result<Batch> {
+pub fn embed(
+    s: &TensorStore,
+    name: &str,
+    vocab: usize,
+    hidden: usize,
+    tokens: &[u32],
+) -> Result<Batch> {
     let embed = s.get(name)?.matrix(vocab, hidden)?;
     tokens
         .iter()

@@ -89,7 +89,10 @@ impl Glm4MoeConfig {
         if n_group > 1 && num_experts / n_group < 2 {
             return Err(bad(
                 "n_group",
-                &format!("groups of {} expert; a group needs two", num_experts / n_group),
+                &format!(
+                    "groups of {} expert; a group needs two",
+                    num_experts / n_group
+                ),
             ));
         }
         let topk_group = c.usize("topk_group", MAX_EXPERTS)?.unwrap_or(1);
@@ -125,9 +128,7 @@ impl Glm4MoeConfig {
             routed_scaling_factor: scale as f32,
             n_group,
             topk_group,
-            first_k_dense_replace: c
-                .usize("first_k_dense_replace", MAX_LAYERS)?
-                .unwrap_or(1),
+            first_k_dense_replace: c.usize("first_k_dense_replace", MAX_LAYERS)?.unwrap_or(1),
             norm_topk_prob: c.bool("norm_topk_prob")?.unwrap_or(true),
             tie_word_embeddings: c.bool("tie_word_embeddings")?.unwrap_or(false),
         })

@@ -191,7 +191,14 @@ impl Qwen3Moe {
         let c = &self.cfg;
         let prefix = format!("model.layers.{l}.mlp");
         if !c.is_moe(l) {
-            return common::mlp(ctx, "dense mlp", &prefix, c.intermediate_size, c.hidden_size, x);
+            return common::mlp(
+                ctx,
+                "dense mlp",
+                &prefix,
+                c.intermediate_size,
+                c.hidden_size,
+                x,
+            );
         }
         let router = ctx
             .tensors
