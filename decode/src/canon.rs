@@ -157,6 +157,22 @@ pub fn silu(x: f32) -> f32 {
     x / (1.0 + exp(-x))
 }
 
+/// softplus as torch computes it (β 1, threshold 20): `x` above 20, else `ln(1 + e^x)`, with
+/// tarfa's `e^x` in `f32`, then `ln(1 + u)` in `f64` (`u − u²/2` below 2⁻²⁰, where `1 + u` would
+/// lose `u`'s low bits) rounded once to `f32`. NaN gives NaN.
+pub fn softplus(x: f32) -> f32 {
+    if x.is_nan() || x > 20.0 {
+        return x;
+    }
+    let u = exp(x) as f64;
+    let l = if u < 1.0 / (1u64 << 20) as f64 {
+        u - 0.5 * u * u
+    } else {
+        ln_f64(1.0 + u)
+    };
+    l as f32
+}
+
 /// `1 / √v`: two correctly rounded operations, so every target agrees.
 #[inline(always)]
 pub fn rsqrt(v: f32) -> f32 {

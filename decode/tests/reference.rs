@@ -15,6 +15,7 @@ const FIXTURES: &[&str] = &[
     "mixtral",
     "glm4_moe",
     "glm4_moe_b",
+    "qwen3_5_moe_text",
 ];
 /// The bound on |tarfa − transformers fp32|, per logit.
 const MAX_ABS: f64 = 1e-5;

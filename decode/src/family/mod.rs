@@ -6,6 +6,7 @@
 pub mod common;
 pub mod glm4_moe;
 pub mod mixtral;
+pub mod qwen3_5_moe;
 pub mod qwen3_moe;
 
 use crate::error::{DecodeError, Result};
@@ -80,7 +81,13 @@ pub trait Family: Send + std::fmt::Debug {
 }
 
 /// Families this build decodes, by `model_type`.
-pub const SUPPORTED: &[&str] = &["qwen3_moe", "glm4_moe", "mixtral"];
+pub const SUPPORTED: &[&str] = &[
+    "qwen3_moe",
+    "qwen3_5_moe_text",
+    "qwen3_5_moe",
+    "glm4_moe",
+    "mixtral",
+];
 
 /// The family of `config` (its `model_type`), checked against the resident tensors.
 pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn Family>> {
@@ -92,6 +99,10 @@ pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn
     match model_type.as_str() {
         "qwen3_moe" => Ok(Box::new(qwen3_moe::Qwen3Moe::new(
             qwen3_moe::Qwen3MoeConfig::parse(config)?,
+            tensors,
+        )?)),
+        "qwen3_5_moe_text" | "qwen3_5_moe" => Ok(Box::new(qwen3_5_moe::Qwen3_5Moe::new(
+            qwen3_5_moe::Qwen3_5MoeConfig::parse(config)?,
             tensors,
         )?)),
         "glm4_moe" => Ok(Box::new(glm4_moe::Glm4Moe::new(
@@ -117,6 +128,9 @@ pub fn rope_config(config: &serde_json::Value) -> Result<crate::config::RopeConf
         .unwrap_or("");
     match model_type {
         "qwen3_moe" => Ok(qwen3_moe::Qwen3MoeConfig::parse(config)?.rope),
+        "qwen3_5_moe_text" | "qwen3_5_moe" => {
+            Ok(qwen3_5_moe::Qwen3_5MoeConfig::parse(config)?.rope)
+        }
         "glm4_moe" => Ok(glm4_moe::Glm4MoeConfig::parse(config)?.rope),
         "mixtral" => Ok(mixtral::MixtralConfig::parse(config)?.rope),
         _ => Err(DecodeError::UnsupportedFamily {

@@ -1,0 +1,644 @@
+//! `qwen3_5_moe_text` (Qwen3_5MoeForCausalLM, Qwen3.5-MoE's text model) and the text part of
+//! `qwen3_5_moe` checkpoints (prefix `model.language_model.`), as transformers 5.17 computes them
+//! in `f32` (`research/model-families.md` §3):
+//!
+//! - zero-centred RMSNorms `(x · rsqrt(mean(x²) + eps)) · (1 + w)` (layers, q/k norms, final);
+//! - `full_attention` layers: gated attention (`q_proj` gives `[q_h | gate_h]` per head, the
+//!   output multiplied by `sigmoid(gate)` before `o_proj`), NeoX RoPE on the first quarter of
+//!   each head;
+//! - `linear_attention` layers: Gated DeltaNet with its state: a causal depthwise convolution
+//!   over the last `linear_conv_kernel_dim` projected vectors (zeros before the first token),
+//!   SiLU, L2-normalised q and k (q also divided by `√dk`), the decay
+//!   `g = −exp(A_log) · softplus(a + dt_bias)`, `β = sigmoid(b)`, and per value head the
+//!   delta-rule recurrence on an `f32` state `S [dk, dv]`, one token at a time:
+//!   `S ← S·e^g; m = Sᵀk; δ = (v − m)·β; S ← S + k δᵀ; o = Sᵀq`; then the gated RMSNorm
+//!   `w · norm(o) · silu(z)` and `out_proj`;
+//! - every layer MoE: softmax top-k always renormalised, plus the shared expert scaled by
+//!   `sigmoid(shared_expert_gate · x)`: `routed + gate · shared`.
+//!
+//! transformers runs a prompt (and a first token) through its chunked DeltaNet kernel and later
+//! tokens through the recurrence; both compute the recurrence from a zero state and agree to
+//! ~1e-7. tarfa always runs the recurrence, token by token, in the canonical order: a prompt in
+//! one batch and token by token give the same bits.
+
+use rayon::prelude::*;
+
+use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
+use crate::canon;
+use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
+use crate::error::{DecodeError, Result};
+use crate::family::common::{self, AttnSpec, NormStyle};
+use crate::family::{Ctx, Family};
+use crate::kernels::Isa;
+use crate::rope::Rope;
+use crate::weights::{MatrixRef, TensorStore, WeightSlice};
+
+/// A layer's token mixer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LayerType {
+    /// Gated full attention with a KV cache.
+    Full,
+    /// Gated DeltaNet with a convolution and a recurrent state.
+    Linear,
+}
+
+/// The config keys the forward pass reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Qwen3_5MoeConfig {
+    /// `vocab_size`.
+    pub vocab_size: usize,
+    /// `hidden_size`.
+    pub hidden_size: usize,
+    /// `num_hidden_layers`.
+    pub num_layers: usize,
+    /// `num_attention_heads` (full-attention layers).
+    pub heads: usize,
+    /// `num_key_value_heads`.
+    pub kv_heads: usize,
+    /// `head_dim` (default 256).
+    pub head_dim: usize,
+    /// `rms_norm_eps` (default 1e-6).
+    pub rms_norm_eps: f32,
+    /// RoPE base (default 1e4) and rotated dims (`partial_rotary_factor` default 0.25).
+    pub rope: RopeConfig,
+    /// `attention_bias`: biases on q, k, v and o.
+    pub attention_bias: bool,
+    /// Each layer's mixer (`layer_types`, or every `full_attention_interval`-th layer full).
+    pub layer_types: Vec<LayerType>,
+    /// `linear_conv_kernel_dim` (default 4).
+    pub conv_kernel: usize,
+    /// `linear_num_key_heads` (default 16).
+    pub lin_k_heads: usize,
+    /// `linear_num_value_heads` (default 32).
+    pub lin_v_heads: usize,
+    /// `linear_key_head_dim` (default 128).
+    pub lin_k_dim: usize,
+    /// `linear_value_head_dim` (default 128).
+    pub lin_v_dim: usize,
+    /// `num_experts` (default 256).
+    pub num_experts: usize,
+    /// `num_experts_per_tok` (default 8).
+    pub top_k: usize,
+    /// `shared_expert_intermediate_size` (default 512).
+    pub shared_width: usize,
+    /// `tie_word_embeddings` (default false).
+    pub tie_word_embeddings: bool,
+    /// Tensor-name prefix of the text model: `model.` (text checkpoints) or
+    /// `model.language_model.` (`qwen3_5_moe` checkpoints).
+    pub prefix: String,
+}
+
+impl Qwen3_5MoeConfig {
+    /// Parse a `qwen3_5_moe_text` config, or the `text_config` of a `qwen3_5_moe` one.
+    pub fn parse(v: &serde_json::Value) -> Result<Qwen3_5MoeConfig> {
+        use limits::*;
+        let top = ConfigReader::new(v)?;
+        let (c, prefix) = if top.str("model_type")? == Some("qwen3_5_moe") {
+            match top.object("text_config")? {
+                Some(t) => (t, "model.language_model."),
+                None => return Err(bad("text_config", "missing")),
+            }
+        } else {
+            (top, "model.")
+        };
+        if let Some(act) = c.str("hidden_act")? {
+            if act != "silu" {
+                return Err(bad(
+                    "hidden_act",
+                    &format!("{act:?} is not decoded by this build (only \"silu\")"),
+                ));
+            }
+        }
+        let (hidden_size, heads, kv_heads, _) = attention_dims(&c)?;
+        let head_dim = c.usize("head_dim", MAX_DIM)?.unwrap_or(256);
+        if head_dim == 0 {
+            return Err(bad("head_dim", "must be at least 1"));
+        }
+        let num_layers = c.positive("num_hidden_layers", MAX_LAYERS)?;
+        let layer_types = match c.raw("layer_types") {
+            Some(serde_json::Value::Array(a)) => {
+                if a.len() != num_layers {
+                    return Err(bad(
+                        "layer_types",
+                        &format!("{} entries for {num_layers} layers", a.len()),
+                    ));
+                }
+                a.iter()
+                    .map(|t| match t.as_str() {
+                        Some("full_attention") => Ok(LayerType::Full),
+                        Some("linear_attention") => Ok(LayerType::Linear),
+                        _ => Err(bad(
+                            "layer_types",
+                            &format!("{t} is not \"full_attention\" or \"linear_attention\""),
+                        )),
+                    })
+                    .collect::<Result<Vec<_>>>()?
+            }
+            Some(other) => return Err(bad("layer_types", &format!("{other} is not a list"))),
+            None => {
+                let every = c.usize("full_attention_interval", MAX_LAYERS)?.unwrap_or(4);
+                if every == 0 {
+                    return Err(bad("full_attention_interval", "must be at least 1"));
+                }
+                (0..num_layers)
+                    .map(|i| {
+                        if (i + 1) % every == 0 {
+                            LayerType::Full
+                        } else {
+                            LayerType::Linear
+                        }
+                    })
+                    .collect()
+            }
+        };
+        let lin_k_heads = c.usize("linear_num_key_heads", MAX_HEADS)?.unwrap_or(16);
+        let lin_v_heads = c.usize("linear_num_value_heads", MAX_HEADS)?.unwrap_or(32);
+        if lin_k_heads == 0 || lin_v_heads == 0 || lin_v_heads % lin_k_heads != 0 {
+            return Err(bad(
+                "linear_num_value_heads",
+                &format!("{lin_v_heads} is not a multiple of linear_num_key_heads {lin_k_heads}"),
+            ));
+        }
+        let positive_or = |key: &str, default: usize| -> Result<usize> {
+            match c.usize(key, MAX_DIM)? {
+                Some(0) => Err(bad(key, "must be at least 1")),
+                Some(n) => Ok(n),
+                None => Ok(default),
+            }
+        };
+        let num_experts = c.usize("num_experts", MAX_EXPERTS)?.unwrap_or(256);
+        let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(8);
+        if num_experts == 0 || top_k == 0 || top_k > num_experts {
+            return Err(bad(
+                "num_experts_per_tok",
+                &format!("{top_k} is not in 1..={num_experts}"),
+            ));
+        }
+        let tie = match c.bool("tie_word_embeddings")? {
+            Some(t) => t,
+            None => top.bool("tie_word_embeddings")?.unwrap_or(false),
+        };
+        Ok(Qwen3_5MoeConfig {
+            vocab_size: c.positive("vocab_size", MAX_VOCAB)?,
+            hidden_size,
+            num_layers,
+            heads,
+            kv_heads,
+            head_dim,
+            rms_norm_eps: rms_eps(&c, 1e-6)?,
+            rope: RopeConfig::read(&c, head_dim, 10000.0, 0.25)?,
+            attention_bias: c.bool("attention_bias")?.unwrap_or(false),
+            layer_types,
+            conv_kernel: positive_or("linear_conv_kernel_dim", 4)?,
+            lin_k_heads,
+            lin_v_heads,
+            lin_k_dim: positive_or("linear_key_head_dim", 128)?,
+            lin_v_dim: positive_or("linear_value_head_dim", 128)?,
+            num_experts,
+            top_k,
+            shared_width: c
+                .usize("shared_expert_intermediate_size", MAX_DIM)?
+                .unwrap_or(512),
+            tie_word_embeddings: tie,
+            prefix: prefix.to_string(),
+        })
+    }
+
+    fn key_dim(&self) -> usize {
+        self.lin_k_heads * self.lin_k_dim
+    }
+
+    fn value_dim(&self) -> usize {
+        self.lin_v_heads * self.lin_v_dim
+    }
+
+    fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+}
+
+/// One Gated DeltaNet layer's state: the last `kernel − 1` projected vectors (oldest first) and
+/// each value head's `S`, stored transposed (`[dv][dk]`, so that `Sᵀk` is a row of dots).
+#[derive(Clone, Debug)]
+struct DeltaState {
+    conv: Vec<Vec<f32>>,
+    s: Vec<Vec<f32>>,
+}
+
+/// The decoder: config, RoPE tables, a KV cache per full-attention layer, a DeltaNet state per
+/// linear-attention layer, and how many positions the states hold.
+#[derive(Debug)]
+pub struct Qwen3_5Moe {
+    cfg: Qwen3_5MoeConfig,
+    rope: Rope,
+    kv: Vec<KvCache>,
+    delta: Vec<Option<DeltaState>>,
+    len: usize,
+}
+
+impl Qwen3_5Moe {
+    /// Check the config against the resident tensors (names and shapes) and build the state.
+    pub fn new(cfg: Qwen3_5MoeConfig, store: &TensorStore) -> Result<Qwen3_5Moe> {
+        let mut m = Qwen3_5Moe {
+            rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
+            kv: vec![KvCache::default(); cfg.num_layers],
+            delta: Vec::new(),
+            len: 0,
+            cfg,
+        };
+        m.check(store)?;
+        m.reset();
+        Ok(m)
+    }
+
+    fn name(&self, n: &str) -> String {
+        format!("{}{n}", self.cfg.prefix)
+    }
+
+    fn attn_spec(&self) -> AttnSpec {
+        let c = &self.cfg;
+        AttnSpec {
+            shape: AttnShape {
+                heads: c.heads,
+                kv_heads: c.kv_heads,
+                head_dim: c.head_dim,
+                window: None,
+            },
+            eps: c.rms_norm_eps,
+            qk_norm: Some(NormStyle::OnePlus),
+            qkv_bias: c.attention_bias,
+            o_bias: c.attention_bias,
+            out_gate: true,
+        }
+    }
+
+    fn lm_head<'s>(&self, s: &'s TensorStore) -> Result<MatrixRef<'s>> {
+        let c = &self.cfg;
+        common::lm_head(
+            s,
+            "lm_head.weight",
+            &self.name("embed_tokens.weight"),
+            c.tie_word_embeddings,
+            c.vocab_size,
+            c.hidden_size,
+        )
+    }
+
+    fn check(&self, s: &TensorStore) -> Result<()> {
+        let c = &self.cfg;
+        let h = c.hidden_size;
+        s.get(&self.name("embed_tokens.weight"))?
+            .matrix(c.vocab_size, h)?;
+        s.get(&self.name("norm.weight"))?.vector(h)?;
+        self.lm_head(s)?;
+        for l in 0..c.num_layers {
+            let p = |n: &str| self.name(&format!("layers.{l}.{n}"));
+            s.get(&p("input_layernorm.weight"))?.vector(h)?;
+            s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
+            match c.layer_types[l] {
+                LayerType::Full => {
+                    common::check_attention(s, &p("self_attn"), &self.attn_spec(), h)?
+                }
+                LayerType::Linear => {
+                    let a = |n: &str| p(&format!("linear_attn.{n}"));
+                    s.get(&a("in_proj_qkv.weight"))?.matrix(c.conv_dim(), h)?;
+                    s.get(&a("in_proj_z.weight"))?.matrix(c.value_dim(), h)?;
+                    s.get(&a("in_proj_b.weight"))?.matrix(c.lin_v_heads, h)?;
+                    s.get(&a("in_proj_a.weight"))?.matrix(c.lin_v_heads, h)?;
+                    conv_weight(s, &a("conv1d.weight"), c.conv_dim(), c.conv_kernel)?;
+                    s.get(&a("dt_bias"))?.vector(c.lin_v_heads)?;
+                    s.get(&a("A_log"))?.vector(c.lin_v_heads)?;
+                    s.get(&a("norm.weight"))?.vector(c.lin_v_dim)?;
+                    s.get(&a("out_proj.weight"))?.matrix(h, c.value_dim())?;
+                }
+            }
+            s.get(&p("mlp.gate.weight"))?.matrix(c.num_experts, h)?;
+            common::check_mlp(s, &p("mlp.shared_expert"), c.shared_width, h)?;
+            s.get(&p("mlp.shared_expert_gate.weight"))?.matrix(1, h)?;
+        }
+        Ok(())
+    }
+
+    /// One Gated DeltaNet layer over the batch, token after token.
+    fn linear_attention(&mut self, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
+        let c = self.cfg.clone();
+        let s = ctx.tensors;
+        let h = c.hidden_size;
+        let a = |n: &str| self.name(&format!("layers.{l}.linear_attn.{n}"));
+        let w_qkv = s.get(&a("in_proj_qkv.weight"))?.matrix(c.conv_dim(), h)?;
+        let w_z = s.get(&a("in_proj_z.weight"))?.matrix(c.value_dim(), h)?;
+        let w_b = s.get(&a("in_proj_b.weight"))?.matrix(c.lin_v_heads, h)?;
+        let w_a = s.get(&a("in_proj_a.weight"))?.matrix(c.lin_v_heads, h)?;
+        let conv = conv_weight(s, &a("conv1d.weight"), c.conv_dim(), c.conv_kernel)?;
+        let dt_bias = s.get(&a("dt_bias"))?.vector(c.lin_v_heads)?;
+        let a_log = s.get(&a("A_log"))?.vector(c.lin_v_heads)?;
+        let norm_w = s.get(&a("norm.weight"))?.vector(c.lin_v_dim)?;
+        let w_out = s.get(&a("out_proj.weight"))?.matrix(h, c.value_dim())?;
+        let isa = ctx.isa;
+        let mut proj = ctx.profile.time("deltanet projections", || {
+            blocks::linear_many(
+                isa,
+                &[(w_qkv, None), (w_z, None), (w_b, None), (w_a, None)],
+                x,
+            )
+        });
+        let av = proj.pop().expect("four outputs");
+        let bv = proj.pop().expect("four outputs");
+        let zv = proj.pop().expect("four outputs");
+        let mixed = proj.pop().expect("four outputs");
+        let t0 = std::time::Instant::now();
+        let state = self.delta[l]
+            .as_mut()
+            .expect("a linear-attention layer has a DeltaNet state");
+        let dims = DeltaDims {
+            kernel: c.conv_kernel,
+            k_heads: c.lin_k_heads,
+            v_heads: c.lin_v_heads,
+            dk: c.lin_k_dim,
+            dv: c.lin_v_dim,
+            eps: c.rms_norm_eps,
+        };
+        let mut out = Vec::with_capacity(x.len());
+        for t in 0..x.len() {
+            let p = DeltaToken {
+                mixed: &mixed[t],
+                z: &zv[t],
+                b: &bv[t],
+                a: &av[t],
+            };
+            out.push(delta_step(
+                isa, &dims, state, conv, dt_bias, a_log, norm_w, &p,
+            ));
+        }
+        ctx.profile.add("deltanet recurrence", t0.elapsed());
+        Ok(ctx
+            .profile
+            .time("deltanet out", || blocks::linear(isa, w_out, None, &out)))
+    }
+
+    fn moe(&self, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
+        let c = &self.cfg;
+        let h = c.hidden_size;
+        let p = |n: &str| self.name(&format!("layers.{l}.mlp.{n}"));
+        let s = ctx.tensors;
+        let router = s.get(&p("gate.weight"))?.matrix(c.num_experts, h)?;
+        let isa = ctx.isa;
+        let routes: Vec<Route> = common::router_logits(ctx, router, x)
+            .iter()
+            .map(|z| blocks::softmax_topk(isa, z, c.top_k, true))
+            .collect();
+        let mut out = common::routed_experts(ctx, l as u32, &routes, x)?;
+        let shared = common::mlp(
+            ctx,
+            "shared expert",
+            &p("shared_expert"),
+            c.shared_width,
+            h,
+            x,
+        )?;
+        let gate = s.get(&p("shared_expert_gate.weight"))?.matrix(1, h)?;
+        let g = common::router_logits(ctx, gate, x);
+        for ((o, sh), gt) in out.iter_mut().zip(&shared).zip(&g) {
+            let scale = canon::sigmoid(gt[0]);
+            for (a, &b) in o.iter_mut().zip(sh) {
+                *a += scale * b;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The depthwise convolution's weight `[conv_dim, 1, kernel]` as a `[conv_dim, kernel]` matrix.
+fn conv_weight<'s>(
+    s: &'s TensorStore,
+    name: &str,
+    channels: usize,
+    kernel: usize,
+) -> Result<MatrixRef<'s>> {
+    let t = s.get(name)?;
+    if t.shape() != [channels, 1, kernel] {
+        return Err(DecodeError::BadTensor {
+            name: name.into(),
+            detail: format!("shape {:?}, expected [{channels}, 1, {kernel}]", t.shape()),
+        });
+    }
+    Ok(MatrixRef {
+        name: t.name(),
+        rows: channels,
+        cols: kernel,
+        data: t.slice(),
+    })
+}
+
+/// Widths of a Gated DeltaNet layer.
+struct DeltaDims {
+    kernel: usize,
+    k_heads: usize,
+    v_heads: usize,
+    dk: usize,
+    dv: usize,
+    eps: f32,
+}
+
+/// One token's projections.
+struct DeltaToken<'a> {
+    mixed: &'a [f32],
+    z: &'a [f32],
+    b: &'a [f32],
+    a: &'a [f32],
+}
+
+/// One token through a Gated DeltaNet layer's convolution and recurrence, its state advanced.
+/// Returns the gated-normed output of every value head, head-major (before `out_proj`).
+#[allow(clippy::too_many_arguments)]
+fn delta_step(
+    isa: Isa,
+    d: &DeltaDims,
+    state: &mut DeltaState,
+    conv: MatrixRef<'_>,
+    dt_bias: WeightSlice<'_>,
+    a_log: WeightSlice<'_>,
+    norm_w: WeightSlice<'_>,
+    p: &DeltaToken<'_>,
+) -> Vec<f32> {
+    let channels = p.mixed.len();
+    // Causal depthwise convolution over [history (oldest first), this token], then SiLU.
+    let mut win = vec![0.0f32; d.kernel];
+    let mut w = vec![0.0f32; d.kernel];
+    let c: Vec<f32> = (0..channels)
+        .map(|ch| {
+            for (j, v) in win.iter_mut().enumerate() {
+                *v = if j + 1 < d.kernel {
+                    state.conv[j][ch]
+                } else {
+                    p.mixed[ch]
+                };
+            }
+            let row = conv.row(ch);
+            for (j, v) in w.iter_mut().enumerate() {
+                *v = row.get(j);
+            }
+            canon::silu(isa.dot_f32(&w, &win))
+        })
+        .collect();
+    if d.kernel > 1 {
+        state.conv.remove(0);
+        state.conv.push(p.mixed.to_vec());
+    }
+    let key_dim = d.k_heads * d.dk;
+    let (q_all, rest) = c.split_at(key_dim);
+    let (k_all, v_all) = rest.split_at(key_dim);
+    // L2 norm with eps 1e-6 added to the sum; q also divided by √dk (f32 of the f64 root).
+    let l2 = |x: &[f32]| -> Vec<f32> {
+        let r = canon::rsqrt(isa.dot_f32(x, x) + 1e-6f32);
+        x.iter().map(|&v| v * r).collect()
+    };
+    let inv_scale = (d.dk as f64).sqrt() as f32;
+    let qs: Vec<Vec<f32>> = q_all
+        .chunks_exact(d.dk)
+        .map(|q| l2(q).into_iter().map(|v| v / inv_scale).collect())
+        .collect();
+    let ks: Vec<Vec<f32>> = k_all.chunks_exact(d.dk).map(l2).collect();
+    let group = d.v_heads / d.k_heads;
+    let head = |(h, s): (usize, &mut Vec<f32>)| -> Vec<f32> {
+        let (q, k) = (&qs[h / group], &ks[h / group]);
+        let v = &v_all[h * d.dv..(h + 1) * d.dv];
+        let beta = canon::sigmoid(p.b[h]);
+        let g = -canon::exp(a_log.get(h)) * canon::softplus(p.a[h] + dt_bias.get(h));
+        let decay = canon::exp(g);
+        for x in s.iter_mut() {
+            *x *= decay;
+        }
+        let mut o = vec![0.0f32; d.dv];
+        for (j, (row, oj)) in s.chunks_exact_mut(d.dk).zip(o.iter_mut()).enumerate() {
+            let m = isa.dot_f32(row, k);
+            let delta = (v[j] - m) * beta;
+            for (x, &ki) in row.iter_mut().zip(k) {
+                *x += ki * delta;
+            }
+            *oj = isa.dot_f32(row, q);
+        }
+        // Gated RMSNorm: w · (o · rsqrt(mean(o²) + eps)), then · silu(z).
+        let mut y = vec![0.0f32; d.dv];
+        isa.rms_norm(&o, |i| norm_w.get(i), d.eps, &mut y);
+        let z = &p.z[h * d.dv..(h + 1) * d.dv];
+        for (yi, &zi) in y.iter_mut().zip(z) {
+            *yi *= canon::silu(zi);
+        }
+        y
+    };
+    // Heads are independent: threads only change which core computes which head.
+    let heads: Vec<Vec<f32>> = if d.v_heads * d.dk * d.dv < (1 << 16) {
+        state.s.iter_mut().enumerate().map(head).collect()
+    } else {
+        state.s.par_iter_mut().enumerate().map(head).collect()
+    };
+    heads.concat()
+}
+
+impl Family for Qwen3_5Moe {
+    fn vocab_size(&self) -> usize {
+        self.cfg.vocab_size
+    }
+
+    fn hidden_size(&self) -> usize {
+        self.cfg.hidden_size
+    }
+
+    fn num_layers(&self) -> usize {
+        self.cfg.num_layers
+    }
+
+    fn top_k(&self) -> usize {
+        self.cfg.top_k
+    }
+
+    fn reset(&mut self) {
+        let c = &self.cfg;
+        for kv in &mut self.kv {
+            *kv = KvCache::default();
+        }
+        self.delta = c
+            .layer_types
+            .iter()
+            .map(|t| {
+                (*t == LayerType::Linear).then(|| DeltaState {
+                    conv: vec![vec![0.0; c.conv_dim()]; c.conv_kernel - 1],
+                    s: vec![vec![0.0; c.lin_k_dim * c.lin_v_dim]; c.lin_v_heads],
+                })
+            })
+            .collect();
+        self.len = 0;
+    }
+
+    fn forward(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        tokens: &[u32],
+        start: usize,
+        all_logits: bool,
+    ) -> Result<Batch> {
+        // The recurrent state cannot be rewound: a run either starts over or continues.
+        if start == 0 && self.len != 0 {
+            self.reset();
+        }
+        if start != self.len {
+            return Err(DecodeError::Options(format!(
+                "qwen3_5_moe continues from position {} (its recurrent state cannot be rewound \
+                 to {start})",
+                self.len
+            )));
+        }
+        // Until this pass completes, the state is neither before nor after it: a failed pass
+        // leaves it marked so that only a fresh start (position 0) continues.
+        self.len = usize::MAX;
+        let c = self.cfg.clone();
+        let s = ctx.tensors;
+        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
+        let spec = self.attn_spec();
+        let mut x = common::embed(
+            s,
+            &self.name("embed_tokens.weight"),
+            c.vocab_size,
+            h,
+            tokens,
+        )?;
+        for l in 0..c.num_layers {
+            let prefix = c.prefix.clone();
+            let p = |n: &str| format!("{prefix}layers.{l}.{n}");
+            let w_in = s.get(&p("input_layernorm.weight"))?.vector(h)?;
+            let xn = common::norm(ctx, NormStyle::OnePlus, &x, w_in, eps);
+            let a = match c.layer_types[l] {
+                LayerType::Full => {
+                    let prefix = p("self_attn");
+                    common::attention(
+                        ctx,
+                        &prefix,
+                        &spec,
+                        h,
+                        &mut self.rope,
+                        &mut self.kv[l],
+                        start,
+                        &xn,
+                    )?
+                }
+                LayerType::Linear => self.linear_attention(ctx, l, &xn)?,
+            };
+            blocks::add_into(&mut x, &a);
+            let w_post = s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
+            let xn = common::norm(ctx, NormStyle::OnePlus, &x, w_post, eps);
+            let m = self.moe(ctx, l, &xn)?;
+            blocks::add_into(&mut x, &m);
+        }
+        self.len = start + tokens.len();
+        let w_norm = s.get(&self.name("norm.weight"))?.vector(h)?;
+        let head = self.lm_head(s)?;
+        Ok(common::logits(
+            ctx,
+            &x,
+            (NormStyle::OnePlus, w_norm, eps),
+            head,
+            all_logits,
+        ))
+    }
+}
