@@ -3,12 +3,112 @@
 //! as the `decode_inputs` fuzz target, on generated inputs, in every test run.)
 
 use serde_json::{json, Value};
+use tarfa_decode::family::glm4_moe::Glm4MoeConfig;
+use tarfa_decode::family::mixtral::MixtralConfig;
+use tarfa_decode::family::qwen3_5_moe::Qwen3_5MoeConfig;
 use tarfa_decode::family::qwen3_moe::Qwen3MoeConfig;
 
 fn base() -> Value {
+    fixture_config("qwen3_moe_b")
+}
+
+fn fixture_config(name: &str) -> Value {
     let p = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../fixtures/hf/qwen3_moe_b/config.json");
+        .join("../fixtures/hf")
+        .join(name)
+        .join("config.json");
     serde_json::from_slice(&std::fs::read(p).expect("config")).expect("json")
+}
+
+/// `v` with 1–3 of its keys removed or given nasty values (and sometimes rope_parameters).
+fn mutate(v: &Value, rng: &mut fastrand::Rng) -> Value {
+    let mut v = v.clone();
+    let keys: Vec<String> = v.as_object().expect("object").keys().cloned().collect();
+    let o = v.as_object_mut().expect("object");
+    for _ in 0..rng.usize(1..4) {
+        let k = &keys[rng.usize(..keys.len())];
+        if rng.bool() {
+            o.remove(k);
+        } else {
+            o.insert(k.clone(), nasty(rng));
+        }
+    }
+    if rng.u8(0..8) == 0 {
+        o.insert("rope_parameters".into(), nasty(rng));
+    }
+    v
+}
+
+#[test]
+fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_error() {
+    let mut rng = fastrand::Rng::with_seed(7);
+    let mut parsed = [0usize; 3];
+    let (mixtral, glm, qwen35) = (
+        fixture_config("mixtral"),
+        fixture_config("glm4_moe_b"),
+        fixture_config("qwen3_5_moe_text"),
+    );
+    for _ in 0..5_000 {
+        if let Ok(c) = MixtralConfig::parse(&mutate(&mixtral, &mut rng)) {
+            parsed[0] += 1;
+            assert!(c.top_k >= 1 && c.top_k <= c.num_experts);
+            assert!(c.heads % c.kv_heads == 0 && c.window != Some(0));
+        }
+        if let Ok(c) = Glm4MoeConfig::parse(&mutate(&glm, &mut rng)) {
+            parsed[1] += 1;
+            assert!(c.top_k >= 1 && c.top_k <= c.num_experts);
+            assert!(c.num_experts % c.n_group == 0);
+            assert!(c.n_group == 1 || c.num_experts / c.n_group >= 2);
+            assert!(c.topk_group >= 1 && c.topk_group <= c.n_group);
+            assert!(c.rope.rotary_dim >= 2 && c.rope.rotary_dim <= c.head_dim);
+        }
+        if let Ok(c) = Qwen3_5MoeConfig::parse(&mutate(&qwen35, &mut rng)) {
+            parsed[2] += 1;
+            assert_eq!(c.layer_types.len(), c.num_layers);
+            assert!(c.lin_v_heads % c.lin_k_heads == 0);
+            assert!(c.conv_kernel >= 1 && c.top_k >= 1 && c.top_k <= c.num_experts);
+        }
+    }
+    assert!(parsed.iter().all(|&n| n > 100), "{parsed:?}");
+}
+
+#[test]
+fn inconsistent_family_configs_are_refused_naming_the_key() {
+    let refused = |r: Result<(), tarfa_decode::DecodeError>, key: &str| {
+        let e = r.expect_err(key).to_string();
+        assert!(e.contains(key), "{e}");
+    };
+    let with = |name: &str, k: &str, v: Value| {
+        let mut c = fixture_config(name);
+        c[k] = v;
+        c
+    };
+    let glm = |k: &str, v: Value| Glm4MoeConfig::parse(&with("glm4_moe_b", k, v)).map(|_| ());
+    refused(glm("n_group", json!(3)), "n_group"); // 8 experts in 3 groups
+    refused(glm("n_group", json!(8)), "n_group"); // groups of one expert
+    refused(glm("topk_group", json!(5)), "topk_group"); // more than the 4 groups
+    refused(
+        glm("routed_scaling_factor", json!(1e300)),
+        "routed_scaling_factor",
+    );
+    let q =
+        |k: &str, v: Value| Qwen3_5MoeConfig::parse(&with("qwen3_5_moe_text", k, v)).map(|_| ());
+    refused(q("layer_types", json!(["full_attention"])), "layer_types");
+    refused(
+        q(
+            "layer_types",
+            json!(["linear_attention", "mamba", "x", "y"]),
+        ),
+        "layer_types",
+    );
+    refused(
+        q("linear_num_value_heads", json!(3)),
+        "linear_num_value_heads",
+    );
+    refused(q("hidden_act", json!("gelu")), "hidden_act");
+    let m = |k: &str, v: Value| MixtralConfig::parse(&with("mixtral", k, v)).map(|_| ());
+    refused(m("sliding_window", json!(0)), "sliding_window");
+    refused(m("num_experts_per_tok", json!(5)), "num_experts_per_tok");
 }
 
 fn nasty(rng: &mut fastrand::Rng) -> Value {
@@ -31,27 +131,9 @@ fn nasty(rng: &mut fastrand::Rng) -> Value {
 #[test]
 fn mutated_configs_parse_or_fail_with_an_error_never_a_panic() {
     let mut rng = fastrand::Rng::with_seed(99);
-    let keys: Vec<String> = base()
-        .as_object()
-        .expect("object")
-        .keys()
-        .cloned()
-        .collect();
     let mut parsed = 0;
     for _ in 0..10_000 {
-        let mut v = base();
-        let o = v.as_object_mut().expect("object");
-        for _ in 0..rng.usize(1..4) {
-            let k = &keys[rng.usize(..keys.len())];
-            if rng.bool() {
-                o.remove(k);
-            } else {
-                o.insert(k.clone(), nasty(&mut rng));
-            }
-        }
-        if rng.u8(0..8) == 0 {
-            o.insert("rope_parameters".into(), nasty(&mut rng));
-        }
+        let v = mutate(&base(), &mut rng);
         if let Ok(c) = Qwen3MoeConfig::parse(&v) {
             parsed += 1;
             // With no experts every layer is dense and top-k is never used.

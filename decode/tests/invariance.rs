@@ -1,13 +1,16 @@
 //! The exactness contract's point 4: the logits are the same bits whatever the I/O backend,
 //! queue depth, ring size, RAM cache size (none, partial, all resident), thread count,
-//! instruction-set path (vs the scalar reference) and prompt batching.
+//! instruction-set path (vs the scalar reference) and prompt batching: on a fixture of every
+//! decoded family (the KV caches, and Qwen3.5's convolution and DeltaNet states, carried exactly
+//! across batches and calls).
 
 mod common;
 
 use tarfa_decode::{DecoderOptions, ExpertMode, ExpertOptions, Isa};
 use tarfa_runtime::{BackendChoice, BackendKind, SourceOptions};
 
-const NAME: &str = "qwen3_moe_b";
+/// One fixture per family, each with its own features (see fixtures/hf/make_fixtures.py).
+const NAMES: &[&str] = &["qwen3_moe_b", "mixtral", "glm4_moe_b", "qwen3_5_moe_text"];
 
 fn opts(
     backend: BackendKind,
@@ -40,10 +43,10 @@ fn stream(cache_bytes: u64) -> ExpertOptions {
 }
 
 /// Every reference prompt, 12 greedy steps each: (tokens, logits bits) per prompt.
-fn run(o: &DecoderOptions) -> Vec<(Vec<u32>, Vec<Vec<u32>>)> {
-    let dir = common::model(NAME);
+fn run(name: &'static str, o: &DecoderOptions) -> Vec<(Vec<u32>, Vec<Vec<u32>>)> {
+    let dir = common::model(name);
     let mut dec = common::open(&dir, o);
-    common::reference(NAME)
+    common::reference(name)
         .iter()
         .map(|p| {
             let (t, rows) = common::greedy(&mut dec, &p.prompt_ids, 12);
@@ -54,17 +57,18 @@ fn run(o: &DecoderOptions) -> Vec<(Vec<u32>, Vec<Vec<u32>>)> {
 
 #[test]
 fn logits_bits_do_not_depend_on_backend_isa_threads_batching_or_cache() {
-    let base = run(&opts(
-        BackendKind::Pread,
-        Isa::Scalar,
-        1,
-        false,
-        stream(0),
-        1,
-        0,
-    ));
+    for &name in NAMES {
+        backend_isa_threads_batching_cache(name);
+    }
+}
+
+fn backend_isa_threads_batching_cache(name: &'static str) {
+    let base = run(
+        name,
+        &opts(BackendKind::Pread, Isa::Scalar, 1, false, stream(0), 1, 0),
+    );
     let expert_bytes = {
-        let d = common::open(&common::model(NAME), &DecoderOptions::default());
+        let d = common::open(&common::model(name), &DecoderOptions::default());
         d.experts().total_bytes()
     };
     let caches = [
@@ -82,39 +86,46 @@ fn logits_bits_do_not_depend_on_backend_isa_threads_batching_or_cache() {
                 for batch in [false, true] {
                     for c in &caches {
                         let o = opts(backend, isa, threads, batch, c.clone(), 64, 0);
-                        assert_eq!(run(&o), base, "{o:?}");
+                        assert_eq!(run(name, &o), base, "{name}: {o:?}");
                         runs += 1;
                     }
                 }
             }
         }
     }
-    eprintln!("{runs} configurations, each bit-identical to the scalar reference");
+    eprintln!("{name}: {runs} configurations, each bit-identical to the scalar reference");
 }
 
 #[test]
 fn logits_bits_do_not_depend_on_queue_depth_or_ring_size() {
-    let base = run(&opts(
-        BackendKind::Pread,
-        Isa::Scalar,
-        1,
-        false,
-        stream(0),
-        1,
-        0,
-    ));
+    for &name in NAMES {
+        queue_depth_ring(name);
+    }
+}
+
+fn queue_depth_ring(name: &'static str) {
+    let base = run(
+        name,
+        &opts(BackendKind::Pread, Isa::Scalar, 1, false, stream(0), 1, 0),
+    );
     for backend in common::backends() {
         for (qd, slots) in [(1, 1), (1, 2), (4, 5), (32, 0), (256, 0), (64, 7)] {
             let o = opts(backend, Isa::best(), 2, true, stream(0), qd, slots);
-            assert_eq!(run(&o), base, "{o:?}");
+            assert_eq!(run(name, &o), base, "{name}: {o:?}");
         }
     }
 }
 
 #[test]
 fn a_batched_prompt_gives_each_position_the_bits_of_token_by_token_decode() {
-    let dir = common::model(NAME);
-    let prompt = &common::reference(NAME)[0].prompt_ids;
+    for &name in NAMES {
+        batched_prompt(name);
+    }
+}
+
+fn batched_prompt(name: &'static str) {
+    let dir = common::model(name);
+    let prompt = &common::reference(name)[0].prompt_ids;
     let mut all = Vec::new();
     for batch in [true, false] {
         let mut dec = common::open(
@@ -125,7 +136,7 @@ fn a_batched_prompt_gives_each_position_the_bits_of_token_by_token_decode() {
         assert_eq!(rows.len(), prompt.len());
         all.push(common::bits(&rows));
     }
-    assert_eq!(all[0], all[1]);
+    assert_eq!(all[0], all[1], "{name}");
     // And a prompt split in two batches at any point gives the same bits again.
     for cut in 1..prompt.len() {
         let mut dec = common::open(
@@ -134,14 +145,15 @@ fn a_batched_prompt_gives_each_position_the_bits_of_token_by_token_decode() {
         );
         let mut rows = dec.feed(&prompt[..cut], true).expect("feed");
         rows.extend(dec.feed(&prompt[cut..], true).expect("feed"));
-        assert_eq!(common::bits(&rows), all[0], "cut at {cut}");
+        assert_eq!(common::bits(&rows), all[0], "{name}: cut at {cut}");
     }
 }
 
 #[test]
 fn a_prompt_reads_each_selected_expert_once() {
-    let dir = common::model(NAME);
-    let prompt = &common::reference(NAME)[0].prompt_ids;
+    let name = "qwen3_moe_b";
+    let dir = common::model(name);
+    let prompt = &common::reference(name)[0].prompt_ids;
     let mut dec = common::open(
         &dir,
         &opts(BackendKind::Pread, Isa::best(), 2, true, stream(0), 64, 0),
@@ -160,7 +172,8 @@ fn a_prompt_reads_each_selected_expert_once() {
 
 #[test]
 fn a_partial_cache_stays_within_its_size_hits_and_evicts() {
-    let dir = common::model(NAME);
+    let name = "qwen3_moe_b";
+    let dir = common::model(name);
     let total = common::open(&dir, &DecoderOptions::default())
         .experts()
         .total_bytes();
@@ -169,7 +182,7 @@ fn a_partial_cache_stays_within_its_size_hits_and_evicts() {
         &dir,
         &opts(BackendKind::Pread, Isa::best(), 2, true, stream(cap), 64, 0),
     );
-    for p in common::reference(NAME) {
+    for p in common::reference(name) {
         common::greedy(&mut dec, &p.prompt_ids, 12);
         assert!(dec.experts().cached_bytes() <= cap, "cache over its size");
     }

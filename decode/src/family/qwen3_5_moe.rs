@@ -642,3 +642,197 @@ impl Family for Qwen3_5Moe {
         ))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deterministic values in [-1, 1).
+    fn values(seed: u64, n: usize) -> Vec<f32> {
+        let mut z = seed;
+        (0..n)
+            .map(|_| {
+                z = z
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                ((z >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+            })
+            .collect()
+    }
+
+    /// One token's (mixed, z, b, a).
+    type Token = (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>);
+
+    /// The Gated DeltaNet equations of `research/model-families.md` §3.4 written out in `f64`,
+    /// independently of `delta_step`: conv state, recurrence and gated norm over `steps` tokens.
+    #[allow(clippy::too_many_arguments)]
+    fn naive(
+        d: &DeltaDims,
+        conv: &[f32],
+        dt_bias: &[f32],
+        a_log: &[f32],
+        norm_w: &[f32],
+        toks: &[Token],
+        keep_state: bool,
+    ) -> Vec<Vec<f64>> {
+        let ch = 2 * d.k_heads * d.dk + d.v_heads * d.dv;
+        let silu = |x: f64| x / (1.0 + (-x).exp());
+        let mut hist: Vec<Vec<f64>> = vec![vec![0.0; ch]; d.kernel - 1];
+        let mut s = vec![vec![vec![0.0f64; d.dv]; d.dk]; d.v_heads];
+        let mut outs = Vec::new();
+        for (mixed, z, b, a) in toks {
+            if !keep_state {
+                hist = vec![vec![0.0; ch]; d.kernel - 1];
+                s = vec![vec![vec![0.0f64; d.dv]; d.dk]; d.v_heads];
+            }
+            let cur: Vec<f64> = mixed.iter().map(|&v| v as f64).collect();
+            let c: Vec<f64> = (0..ch)
+                .map(|i| {
+                    let mut acc = 0.0;
+                    for j in 0..d.kernel {
+                        let x = if j + 1 < d.kernel { hist[j][i] } else { cur[i] };
+                        acc += conv[i * d.kernel + j] as f64 * x;
+                    }
+                    silu(acc)
+                })
+                .collect();
+            hist.remove(0);
+            hist.push(cur);
+            let kd = d.k_heads * d.dk;
+            let l2 = |x: &[f64]| -> Vec<f64> {
+                let n = (x.iter().map(|v| v * v).sum::<f64>() + 1e-6).sqrt();
+                x.iter().map(|v| v / n).collect()
+            };
+            let mut out = Vec::new();
+            for h in 0..d.v_heads {
+                let kh = h / (d.v_heads / d.k_heads);
+                let q: Vec<f64> = l2(&c[kh * d.dk..(kh + 1) * d.dk])
+                    .iter()
+                    .map(|v| v / (d.dk as f64).sqrt())
+                    .collect();
+                let k = l2(&c[kd + kh * d.dk..kd + (kh + 1) * d.dk]);
+                let v = &c[2 * kd + h * d.dv..2 * kd + (h + 1) * d.dv];
+                let beta = 1.0 / (1.0 + (-(b[h] as f64)).exp());
+                let sp = ((a[h] + dt_bias[h]) as f64).exp().ln_1p();
+                let g = -(a_log[h] as f64).exp() * sp;
+                let st = &mut s[h];
+                for row in st.iter_mut() {
+                    for x in row.iter_mut() {
+                        *x *= g.exp();
+                    }
+                }
+                let mut o = vec![0.0; d.dv];
+                for j in 0..d.dv {
+                    let m: f64 = (0..d.dk).map(|i| st[i][j] * k[i]).sum();
+                    let delta = (v[j] - m) * beta;
+                    for i in 0..d.dk {
+                        st[i][j] += k[i] * delta;
+                    }
+                }
+                for (j, oj) in o.iter_mut().enumerate() {
+                    *oj = (0..d.dk).map(|i| st[i][j] * q[i]).sum();
+                }
+                let ms = o.iter().map(|v| v * v).sum::<f64>() / d.dv as f64;
+                let r = 1.0 / (ms + d.eps as f64).sqrt();
+                for j in 0..d.dv {
+                    out.push(norm_w[j] as f64 * o[j] * r * silu(z[h * d.dv + j] as f64));
+                }
+            }
+            outs.push(out);
+        }
+        outs
+    }
+
+    #[test]
+    fn delta_step_follows_the_recurrence_and_carries_its_state() {
+        let d = DeltaDims {
+            kernel: 4,
+            k_heads: 2,
+            v_heads: 4,
+            dk: 8,
+            dv: 8,
+            eps: 1e-6,
+        };
+        let ch = 2 * d.k_heads * d.dk + d.v_heads * d.dv;
+        let conv: Vec<f32> = values(1, ch * d.kernel);
+        let dt_bias = values(2, d.v_heads);
+        let a_log = values(3, d.v_heads);
+        let norm_w: Vec<f32> = values(4, d.dv).iter().map(|v| 1.0 + 0.1 * v).collect();
+        let toks: Vec<_> = (0..6u64)
+            .map(|t| {
+                (
+                    values(10 + t, ch)
+                        .iter()
+                        .map(|v| 2.0 * v)
+                        .collect::<Vec<_>>(),
+                    values(20 + t, d.v_heads * d.dv),
+                    values(30 + t, d.v_heads),
+                    values(40 + t, d.v_heads),
+                )
+            })
+            .collect();
+        let conv_m = MatrixRef {
+            name: "conv",
+            rows: ch,
+            cols: d.kernel,
+            data: WeightSlice::F32(&conv),
+        };
+        for isa in Isa::available_all() {
+            let mut state = DeltaState {
+                conv: vec![vec![0.0; ch]; d.kernel - 1],
+                s: vec![vec![0.0; d.dk * d.dv]; d.v_heads],
+            };
+            let ours: Vec<Vec<f32>> = toks
+                .iter()
+                .map(|(m, z, b, a)| {
+                    let p = DeltaToken { mixed: m, z, b, a };
+                    delta_step(
+                        isa,
+                        &d,
+                        &mut state,
+                        conv_m,
+                        WeightSlice::F32(&dt_bias),
+                        WeightSlice::F32(&a_log),
+                        WeightSlice::F32(&norm_w),
+                        &p,
+                    )
+                })
+                .collect();
+            let want = naive(&d, &conv, &dt_bias, &a_log, &norm_w, &toks, true);
+            let forgetful = naive(&d, &conv, &dt_bias, &a_log, &norm_w, &toks, false);
+            let dist = |x: &[Vec<f64>], step: usize| {
+                ours[step]
+                    .iter()
+                    .zip(&x[step])
+                    .map(|(&a, &b)| (a as f64 - b).abs())
+                    .fold(0.0f64, f64::max)
+            };
+            for step in 0..toks.len() {
+                assert!(
+                    dist(&want, step) < 1e-5,
+                    "{isa:?} step {step}: {}",
+                    dist(&want, step)
+                );
+            }
+            // Forgetting the conv and recurrent state moves every later step far past that.
+            for step in 1..toks.len() {
+                assert!(dist(&forgetful, step) > 1e-2, "{isa:?} step {step}");
+            }
+        }
+    }
+
+    #[test]
+    fn softplus_is_log1p_exp_within_an_ulp() {
+        for i in -400..=400 {
+            let x = i as f32 * 0.07;
+            let want = (x as f64).exp().ln_1p();
+            let got = canon::softplus(x) as f64;
+            let tol = (want.abs() * 2f64.powi(-23)).max(f64::MIN_POSITIVE);
+            let want = if x > 20.0 { x as f64 } else { want };
+            assert!(
+                (got - want).abs() <= tol,
+                "softplus({x}) = {got}, want {want}"
+            );
+        }
+    }
+}
