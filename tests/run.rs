@@ -92,6 +92,32 @@ fn run_prints_the_text_and_ids_transformers_generates() {
 }
 
 #[test]
+fn run_prints_transformers_text_for_every_family() {
+    // One prompt per family fixture (text in, text out): the families beyond qwen3_moe.
+    for name in ["mixtral", "glm4_moe_b", "qwen3_5_moe_text"] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let model = tmp.path().join("m");
+        convert(name, &model, &[]);
+        let r = reference(name);
+        let p = &r["prompts"][0];
+        let (code, out, err) = tarfa(&[
+            "run",
+            path(&model),
+            "--prompt",
+            p["text"].as_str().expect("text"),
+            "-n",
+            "32",
+        ]);
+        assert_eq!(code, 0, "{name}: {err}");
+        assert_eq!(
+            out.trim_end_matches('\n'),
+            p["fp32_text"].as_str().expect("fp32_text"),
+            "{name}"
+        );
+    }
+}
+
+#[test]
 fn logits_files_are_byte_identical_across_backends_caches_threads_and_kernels() {
     let tmp = tempfile::tempdir().expect("tmp");
     let model = tmp.path().join("m");

@@ -16,7 +16,8 @@
 //!   or all resident.
 //! - [`rope`], [`blocks`]: RoPE as transformers computes it; norms, attention with a KV cache,
 //!   router, SwiGLU, the expert combine.
-//! - [`family`]: one module per model family (`qwen3_moe` today).
+//! - [`family`]: one module per model family (`qwen3_moe`, `qwen3_5_moe` (text and the VL
+//!   checkpoint's text model), `glm4_moe`, `mixtral`) over the shared parts in `family::common`.
 //! - [`session`]: [`Decoder`], greedy generation and its figures; [`npy`] for logits files.
 //!
 //! `unsafe` lives only in `kernels/x86.rs` (intrinsics behind run-time feature detection).
