@@ -95,7 +95,7 @@ fn fuse(src: &Path, dst: &Path) {
         at += b.len();
     }
     let mut h = serde_json::to_vec(&json).expect("json");
-    while h.len() % 8 != 0 {
+    while !h.len().is_multiple_of(8) {
         h.push(b' ');
     }
     let mut file = (h.len() as u64).to_le_bytes().to_vec();
