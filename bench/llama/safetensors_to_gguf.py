@@ -1,12 +1,17 @@
 #!/usr/bin/env python3
-"""Write a Qwen3-MoE safetensors checkpoint (BF16) as a BF16 GGUF that llama.cpp's `qwen3moe`
-architecture loads, for `llama-bench` on the same weights as `tarfa run`.
+"""Write a Qwen3-MoE or GLM-4.5 (GLM-4-MoE) safetensors checkpoint (BF16) as a BF16 GGUF that
+llama.cpp's `qwen3moe` / `glm4moe` architecture loads, for `llama-bench` on the same weights as
+`tarfa run`.
 
     python3 bench/llama/safetensors_to_gguf.py SRC_DIR OUT.gguf [--verify]
 
 SRC_DIR: one `model.safetensors`, or shards with `model.safetensors.index.json` (or just
-`*.safetensors` files), plus `config.json` -- as written by `converter/examples/synth_checkpoint.rs`
-or by transformers' `save_pretrained`.
+`*.safetensors` files), plus `config.json` -- as written by `converter/examples/synth_checkpoint.rs`,
+`converter/examples/synth_decode_checkpoint.rs` (SYNTH_FAMILY=glm4_moe for GLM) or by
+transformers' `save_pretrained`. config.json's model_type picks the family: qwen3_moe (or none)
+or glm4_moe.
+
+Qwen3-MoE (`qwen3moe`):
 
 * Tensor names are llama.cpp's (token_embd, blk.N.attn_norm, attn_q/k/v/output, attn_q_norm,
   attn_k_norm, ffn_norm, ffn_gate_inp, ffn_{gate,up,down}_exps stacked [E, ...], output_norm,
@@ -21,6 +26,27 @@ or by transformers' `save_pretrained`.
   vocab_size dummy tokens, which is all llama-bench needs (it feeds random token ids).
   Note: llama.cpp's qwen3moe graph always renormalises the top-k router weights (as
   norm_topk_prob = true); the config's norm_topk_prob is not stored anywhere in the GGUF.
+
+GLM-4.5 (`glm4moe`), names and key/values as llama.cpp's convert_hf_to_gguf.py (Glm4MoeModel)
+writes them and src/models/glm4-moe.cpp reads them:
+
+* Per layer: attn_norm, attn_{q,k,v}.weight and .bias, attn_output, attn_{q,k}_norm when present
+  (use_qk_norm), post_attention_norm (HF post_attention_layernorm: llama.cpp's GLM graph reads
+  ATTN_POST_NORM, not ffn_norm). The first first_k_dense_replace layers: ffn_{gate,up,down} (dense
+  MLP); the others: ffn_gate_inp (router), exp_probs_b.bias (e_score_correction_bias, F32),
+  ffn_{gate,up,down}_exps stacked as above, ffn_{gate,up,down}_shexp (shared experts).
+* Keys: rope.dimension_count = head_dim * partial_rotary_factor (llama.cpp ropes the first
+  n_rot dims, NeoX order, with no Q/K permutation), expert_count = n_routed_experts,
+  expert_shared_count, leading_dense_block_count, expert_gating_func = 2 (sigmoid),
+  expert_weights_scale = routed_scaling_factor, expert_weights_norm = norm_topk_prob,
+  expert_group_count / expert_group_used_count = n_group / topk_group, nextn_predict_layers = 0.
+  MTP (NextN) layers, if the checkpoint has them, are left out (block_count = num_hidden_layers).
+  Tokenizer as for qwen3moe (`glm4moe.vocab_size`, model "none").
+* 1-D tensors (norms, q/k/v biases, e_score_correction_bias) are written as F32, widened exactly
+  from BF16 (or copied when the source has them in F32, as real GLM checkpoints do for the bias).
+  Every GGUF name is checked against gguf-py's own HF -> GGUF tensor name map.
+
+`--verify` also re-reads every key/value.
 
 Only numpy and gguf are used; the source's headers are parsed here and its data copied with
 os.pread in 16 MiB chunks, so memory stays low (under 100 MB) whatever the checkpoint's size.
@@ -45,6 +71,7 @@ except ImportError:  # pragma: no cover
     sys.exit("error: the gguf package is missing (pip install gguf, or the wheel in bench/llama/wheels)")
 
 ARCH = "qwen3moe"
+GLM_ARCH = "glm4moe"
 BF16 = "BF16"
 
 
@@ -77,8 +104,8 @@ class Source:
                 a, b = info["data_offsets"]
                 if base + b > size:
                     sys.exit(f"error: {path}: {name} runs past the end of the file")
-                if info["dtype"] != BF16:
-                    sys.exit(f"error: {name} is {info['dtype']}; only BF16 sources are handled")
+                if info["dtype"] != BF16 and not (info["dtype"] == "F32" and len(info["shape"]) == 1):
+                    sys.exit(f"error: {name} is {info['dtype']}; only BF16 sources (and F32 1-D tensors) are handled")
                 self.tensors[name] = (path, info["dtype"], list(info["shape"]), base + a, b - a)
         self._fds: dict[Path, int] = {}
 
@@ -95,14 +122,18 @@ class Source:
 
     def span(self, name: str, start: int = 0, nbytes: int | None = None) -> "Spans":
         """Bytes [start, start + nbytes) of the tensor's data."""
-        path, _, _, off, n = self.tensors[name]
+        path, dtype, _, off, n = self.tensors[name]
+        if dtype != BF16:
+            sys.exit(f"error: {name} is {dtype}: wanted BF16 for a matrix")
         nbytes = n - start if nbytes is None else nbytes
         assert 0 <= start and start + nbytes <= n
         return Spans(self, [(path, off + start, nbytes)])
 
     def f32(self, name: str) -> np.ndarray:
-        """A (small) BF16 tensor widened exactly to F32."""
-        path, _, shape, off, n = self.tensors[name]
+        """A (small) BF16 tensor widened exactly to F32 (an F32 one as it is)."""
+        path, dtype, shape, off, n = self.tensors[name]
+        if dtype == "F32":
+            return np.frombuffer(os.pread(self.fd(path), n, off), dtype="<f4").reshape(shape).astype(np.float32)
         raw = np.frombuffer(os.pread(self.fd(path), n, off), dtype=np.uint16).reshape(shape)
         return (raw.astype(np.uint32) << 16).view(np.float32)
 
@@ -136,8 +167,37 @@ class Spans:
             fout.write(b)
 
 
+def stacked_experts(src: Source, out: list, e: str, b: str, n_exp: int) -> None:
+    """Append ffn_{gate,up,down}_exps of HF prefix e (`model.layers.N.mlp.experts`) as GGUF block b:
+    per-expert tensors stacked in expert order, or fused gate_up_proj [E, 2I, H] split in its
+    halves and down_proj [E, H, I] as it is. No bytes are read here: the producers read them."""
+    if src.has(f"{e}.gate_up_proj"):  # fused [E, 2I, H], [E, H, I]
+        ne, two_i, hh = src.shape(f"{e}.gate_up_proj")
+        i = two_i // 2
+        half = i * hh * 2  # bytes of one expert's gate (or up) half
+
+        def halves(n: str = f"{e}.gate_up_proj", ne: int = ne, half: int = half, first: int = 0) -> Spans:
+            out_ = src.span(n, first * half, half)
+            for x in range(1, ne):
+                out_ = out_ + src.span(n, (2 * x + first) * half, half)
+            return out_
+
+        out.append((f"{b}.ffn_gate_exps.weight", [ne, i, hh], BF16, lambda h=halves: h(first=0)))
+        out.append((f"{b}.ffn_up_exps.weight", [ne, i, hh], BF16, lambda h=halves: h(first=1)))
+        out.append((f"{b}.ffn_down_exps.weight", src.shape(f"{e}.down_proj"), BF16, lambda n=f"{e}.down_proj": src.span(n)))
+    else:
+        for proj, g in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
+            names = [f"{e}.{x}.{proj}.weight" for x in range(n_exp)]
+            missing = [n for n in names if not src.has(n)]
+            if missing:
+                sys.exit(f"error: missing {missing[0]} (and {len(missing) - 1} more)")
+            shape = [n_exp] + src.shape(names[0])
+            out.append((f"{b}.{g}.weight", shape, BF16, lambda ns=names: sum((src.span(n) for n in ns[1:]), src.span(ns[0]))))
+
+
 def plan(src: Source, cfg: dict) -> tuple[list[tuple[str, list[int], str, object]], dict]:
-    """Every GGUF tensor in write order: (gguf name, numpy-order shape, 'BF16' | 'F32', producer)."""
+    """Qwen3-MoE: every GGUF tensor in write order: (gguf name, numpy-order shape, 'BF16' | 'F32',
+    producer)."""
     p = "model.layers"
     layers = int(cfg["num_hidden_layers"])
     n_exp = int(cfg.get("num_experts", cfg.get("num_local_experts", 0)))
@@ -166,29 +226,7 @@ def plan(src: Source, cfg: dict) -> tuple[list[tuple[str, list[int], str, object
         norm(f"{b}.attn_k_norm.weight", f"{h}.self_attn.k_norm.weight")
         norm(f"{b}.ffn_norm.weight", f"{h}.post_attention_layernorm.weight")
         bf16(f"{b}.ffn_gate_inp.weight", f"{h}.mlp.gate.weight")
-        e = f"{h}.mlp.experts"
-        if src.has(f"{e}.gate_up_proj"):  # fused [E, 2I, H], [E, H, I]
-            ne, two_i, hh = src.shape(f"{e}.gate_up_proj")
-            i = two_i // 2
-            half = i * hh * 2  # bytes of one expert's gate (or up) half
-
-            def halves(n: str = f"{e}.gate_up_proj", ne: int = ne, half: int = half, first: int = 0) -> Spans:
-                out_ = src.span(n, first * half, half)
-                for x in range(1, ne):
-                    out_ = out_ + src.span(n, (2 * x + first) * half, half)
-                return out_
-
-            out.append((f"{b}.ffn_gate_exps.weight", [ne, i, hh], BF16, lambda h=halves: h(first=0)))
-            out.append((f"{b}.ffn_up_exps.weight", [ne, i, hh], BF16, lambda h=halves: h(first=1)))
-            bf16(f"{b}.ffn_down_exps.weight", f"{e}.down_proj")
-        else:
-            for proj, g in (("gate_proj", "ffn_gate_exps"), ("up_proj", "ffn_up_exps"), ("down_proj", "ffn_down_exps")):
-                names = [f"{e}.{x}.{proj}.weight" for x in range(n_exp)]
-                missing = [n for n in names if not src.has(n)]
-                if missing:
-                    sys.exit(f"error: missing {missing[0]} (and {len(missing) - 1} more)")
-                shape = [n_exp] + src.shape(names[0])
-                out.append((f"{b}.{g}.weight", shape, BF16, lambda ns=names: sum((src.span(n) for n in ns[1:]), src.span(ns[0]))))
+        stacked_experts(src, out, f"{h}.mlp.experts", b, n_exp)
     norm("output_norm.weight", "model.norm.weight")
     if src.has("lm_head.weight") and not cfg.get("tie_word_embeddings", False):
         bf16("output.weight", "lm_head.weight")
@@ -227,12 +265,132 @@ def plan(src: Source, cfg: dict) -> tuple[list[tuple[str, list[int], str, object
     return out, hp
 
 
-def verify(path: Path, tensors: list) -> None:
-    """Re-read the GGUF: its tensor directory with gguf's own reader, then every tensor's bytes
-    (pread, chunk by chunk) against what was meant: the source's bytes, or for norms the exact
-    F32 widening of them."""
+def plan_glm(src: Source, cfg: dict) -> tuple[list[tuple[str, list[int], str, object]], dict]:
+    """GLM-4.5 (glm4_moe -> glm4moe): every GGUF tensor in write order, as plan(). Names follow
+    llama.cpp's convert_hf_to_gguf.py (Glm4MoeModel) and are checked against gguf-py's name map."""
+    p = "model.layers"
+    layers = int(cfg["num_hidden_layers"])
+    hidden = int(cfg["hidden_size"])
+    n_dense = int(cfg.get("first_k_dense_replace", 0))
+    n_exp = int(cfg.get("n_routed_experts") or src.shape(f"{p}.{n_dense}.mlp.gate.weight")[0])
+    n_shared = int(cfg.get("n_shared_experts", 0))
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, layers)
+    out: list[tuple[str, list[int], str, object]] = []
+
+    def check(gname: str, hname: str) -> None:
+        # gguf-py maps the HF name (experts merged, the bias as convert_hf_to_gguf renames it)
+        h = re.sub(r"\.experts\.\d+\.", ".experts.", hname).replace("e_score_correction_bias", "e_score_correction.bias")
+        want = names.get_name(h, try_suffixes=(".weight", ".bias"))
+        if want != gname:
+            sys.exit(f"error: {hname} -> {gname}, but gguf's name map says {want}")
+
+    def bf16(gname: str, hname: str) -> None:
+        check(gname, hname)
+        out.append((gname, src.shape(hname), BF16, lambda h=hname: src.span(h)))
+
+    def f32(gname: str, hname: str) -> None:  # 1-D: norms, biases
+        check(gname, hname)
+        if len(src.shape(hname)) != 1:
+            sys.exit(f"error: {hname}: {src.shape(hname)}, wanted 1-D")
+        out.append((gname, src.shape(hname), "F32", lambda h=hname: src.f32(h)))
+
+    bf16("token_embd.weight", "model.embed_tokens.weight")
+    for l in range(layers):
+        h = f"{p}.{l}"
+        b = f"blk.{l}"
+        f32(f"{b}.attn_norm.weight", f"{h}.input_layernorm.weight")
+        for x in "qkv":
+            bf16(f"{b}.attn_{x}.weight", f"{h}.self_attn.{x}_proj.weight")
+            if src.has(f"{h}.self_attn.{x}_proj.bias"):
+                f32(f"{b}.attn_{x}.bias", f"{h}.self_attn.{x}_proj.bias")
+        bf16(f"{b}.attn_output.weight", f"{h}.self_attn.o_proj.weight")
+        for x in "qk":
+            if src.has(f"{h}.self_attn.{x}_norm.weight"):
+                f32(f"{b}.attn_{x}_norm.weight", f"{h}.self_attn.{x}_norm.weight")
+        f32(f"{b}.post_attention_norm.weight", f"{h}.post_attention_layernorm.weight")
+        moe = src.has(f"{h}.mlp.gate.weight")
+        if moe != (l >= n_dense):
+            sys.exit(f"error: layer {l} {'has' if moe else 'has no'} router, but first_k_dense_replace is {n_dense}")
+        if not moe:
+            for x in ("gate", "up", "down"):
+                bf16(f"{b}.ffn_{x}.weight", f"{h}.mlp.{x}_proj.weight")
+            continue
+        bf16(f"{b}.ffn_gate_inp.weight", f"{h}.mlp.gate.weight")
+        if not src.has(f"{h}.mlp.gate.e_score_correction_bias"):
+            sys.exit(f"error: {h}.mlp.gate.e_score_correction_bias is missing (llama.cpp's glm4moe requires exp_probs_b)")
+        f32(f"{b}.exp_probs_b.bias", f"{h}.mlp.gate.e_score_correction_bias")
+        at = len(out)
+        stacked_experts(src, out, f"{h}.mlp.experts", b, n_exp)
+        for gname, _, _, _ in out[at:]:
+            x = gname.split(".")[2].split("_")[1]  # gate / up / down
+            check(gname, f"{h}.mlp.experts.0.{x}_proj.weight")
+        if n_shared > 0:
+            for x in ("gate", "up", "down"):
+                bf16(f"{b}.ffn_{x}_shexp.weight", f"{h}.mlp.shared_experts.{x}_proj.weight")
+        elif src.has(f"{h}.mlp.shared_experts.gate_proj.weight"):
+            sys.exit(f"error: {h} has shared experts, but n_shared_experts is {n_shared}")
+    f32("output_norm.weight", "model.norm.weight")
+    if src.has("lm_head.weight") and not cfg.get("tie_word_embeddings", False):
+        bf16("output.weight", "lm_head.weight")
+    skipped = [n for n in src.tensors if re.match(rf"{re.escape(p)}\.(\d+)\.", n) and int(n.split(".")[2]) >= layers]
+    if skipped:
+        print(f"note: {len(skipped)} tensors of MTP (NextN) layers >= {layers} left out", file=sys.stderr)
+
+    head_dim = int(cfg.get("head_dim") or hidden // int(cfg["num_attention_heads"]))
+    q_rows = src.shape(f"{p}.0.self_attn.q_proj.weight")[0]
+    k_rows = src.shape(f"{p}.0.self_attn.k_proj.weight")[0]
+    n_head = int(cfg.get("num_attention_heads") or q_rows // head_dim)
+    n_kv = int(cfg.get("num_key_value_heads") or k_rows // head_dim)
+    if n_head * head_dim != q_rows or n_kv * head_dim != k_rows:
+        sys.exit(f"error: q_proj rows {q_rows} / k_proj rows {k_rows} disagree with {n_head} x {head_dim} / {n_kv} x {head_dim}")
+    e0 = f"{p}.{n_dense}.mlp.experts"
+    moe_i = (src.shape(f"{e0}.gate_up_proj")[1] // 2 if src.has(f"{e0}.gate_up_proj")
+             else src.shape(f"{e0}.0.gate_proj.weight")[0])
+    moe_i = int(cfg.get("moe_intermediate_size", moe_i))
+    if n_shared > 0 and src.shape(f"{p}.{n_dense}.mlp.shared_experts.gate_proj.weight")[0] != moe_i * n_shared:
+        sys.exit(f"error: shared expert width {src.shape(f'{p}.{n_dense}.mlp.shared_experts.gate_proj.weight')[0]}"
+                 f" != moe_intermediate_size {moe_i} x n_shared_experts {n_shared} (llama.cpp's glm4moe assumes it)")
+    rope = cfg.get("rope_parameters") or {}
+    prf = float(cfg.get("partial_rotary_factor", rope.get("partial_rotary_factor", 0.5)))
+    hp = {
+        "layers": layers,
+        "hidden": hidden,
+        "ctx": int(cfg.get("max_position_embeddings", 131072)),
+        "ff": int(cfg.get("intermediate_size", moe_i)),
+        "moe_i": moe_i,
+        "n_head": n_head,
+        "n_kv": n_kv,
+        "head_dim": head_dim,
+        "n_rot": int(head_dim * prf),
+        "rope_theta": float(cfg.get("rope_theta", rope.get("rope_theta", 1_000_000.0))),
+        "eps": float(cfg.get("rms_norm_eps", 1e-5)),
+        "n_exp": n_exp,
+        "top_k": int(cfg.get("num_experts_per_tok", 8)),
+        "n_shared": n_shared,
+        "n_dense": n_dense,
+        "scale": float(cfg.get("routed_scaling_factor", 1.0)),
+        "norm": bool(cfg.get("norm_topk_prob", True)),
+        "n_group": cfg.get("n_group"),
+        "topk_group": cfg.get("topk_group"),
+        "vocab": src.shape("model.embed_tokens.weight")[0],
+    }
+    return out, hp
+
+
+def verify(path: Path, tensors: list, kv: dict) -> None:
+    """Re-read the GGUF: its key/values and tensor directory with gguf's own reader, then every
+    tensor's bytes (pread, chunk by chunk) against what was meant: the source's bytes, or for
+    norms (and biases) the exact F32 widening of them."""
     t0 = time.time()
     r = gguf.GGUFReader(path)
+    for key, (value, vtype) in kv.items():
+        f = r.fields.get(key)
+        if f is None:
+            sys.exit(f"verify: key {key} missing")
+        got_v = f.contents()
+        same = (np.float32(got_v) == np.float32(value)) if isinstance(value, float) else got_v == value
+        if f.types[:1] != [vtype] or not same:
+            sys.exit(f"verify: key {key}: {got_v!r} ({f.types}), wanted {value!r} ({vtype})")
     got = {t.name: t for t in r.tensors}
     if len(got) != len(tensors) or len(r.tensors) != len(tensors):
         sys.exit(f"verify: {len(r.tensors)} tensors in the GGUF, {len(tensors)} planned")
@@ -252,7 +410,8 @@ def verify(path: Path, tensors: list) -> None:
                 sys.exit(f"verify: {name}: bytes differ from the source near file offset {at}")
             at += len(b)
     os.close(fd)
-    print(f"verify: {len(tensors)} tensors equal to the source ({time.time() - t0:.1f} s)", file=sys.stderr)
+    print(f"verify: {len(kv)} key/values as written, {len(tensors)} tensors equal to the source ({time.time() - t0:.1f} s)",
+          file=sys.stderr)
 
 
 def main() -> None:
@@ -262,12 +421,13 @@ def main() -> None:
     ap.add_argument("--verify", action="store_true", help="re-read the GGUF and compare every tensor")
     args = ap.parse_args()
     cfg = json.loads((args.src / "config.json").read_text())
-    if cfg.get("model_type") not in (None, "qwen3_moe"):
-        sys.exit(f"error: model_type {cfg.get('model_type')!r}: only qwen3_moe is handled")
+    family = cfg.get("model_type") or "qwen3_moe"
+    if family not in ("qwen3_moe", "glm4_moe"):
+        sys.exit(f"error: model_type {family!r}: only qwen3_moe and glm4_moe are handled")
     src = Source(args.src)
-    tensors, hp = plan(src, cfg)
+    tensors, hp = (plan_glm if family == "glm4_moe" else plan)(src, cfg)
 
-    w = gguf.GGUFWriter(args.out, ARCH)
+    w = gguf.GGUFWriter(args.out, GLM_ARCH if family == "glm4_moe" else ARCH)
     w.add_name(f"{args.src.name} (tarfa bench/llama/safetensors_to_gguf.py)")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
     w.add_block_count(hp["layers"])
@@ -283,9 +443,22 @@ def main() -> None:
     w.add_expert_count(hp["n_exp"])
     w.add_expert_used_count(hp["top_k"])
     w.add_expert_feed_forward_length(hp["moe_i"])
+    if family == "glm4_moe":  # as convert_hf_to_gguf.py's Glm4MoeModel.set_gguf_parameters
+        w.add_rope_dimension_count(hp["n_rot"])
+        w.add_expert_shared_count(hp["n_shared"])
+        w.add_leading_dense_block_count(hp["n_dense"])
+        w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+        w.add_expert_weights_scale(hp["scale"])
+        w.add_expert_weights_norm(hp["norm"])
+        if hp["n_group"] is not None:
+            w.add_expert_group_count(int(hp["n_group"]))
+        if hp["topk_group"] is not None:
+            w.add_expert_group_used_count(int(hp["topk_group"]))
+        w.add_nextn_predict_layers(0)
     w.add_vocab_size(hp["vocab"])
     w.add_tokenizer_model("none")
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
+    kv = {k: (v.value, v.type) for k, v in w.kv_data[0].items()}
     for name, shape, kind, _ in tensors:
         if kind == BF16:
             nbytes = int(np.prod(shape)) * 2
@@ -308,7 +481,7 @@ def main() -> None:
     size = os.path.getsize(args.out)
     print(f"{args.out}: {len(tensors)} tensors, {size} bytes, {hp}, {time.time() - t0:.1f} s", file=sys.stderr)
     if args.verify:
-        verify(args.out, tensors)
+        verify(args.out, tensors, kv)
 
 
 if __name__ == "__main__":
