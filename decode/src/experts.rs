@@ -86,30 +86,38 @@ impl<'a> ExpertView<'a> {
             let b = bytes
                 .get(p.start..p.start.saturating_add(p.len))
                 .ok_or_else(|| bad(format!("region {} lies outside its extent", p.name)))?;
-            let data = WeightSlice::from_bytes(p.dtype, b).ok_or_else(|| {
-                bad(if p.dtype == Dtype::BF16 || p.dtype == Dtype::F32 {
-                    format!(
-                        "region {} ({}) is not aligned to its element size in the extent",
-                        p.name, p.dtype
-                    )
-                } else {
-                    format!(
-                        "region {} is {}: this build computes with BF16 and F32 experts",
-                        p.name, p.dtype
-                    )
-                })
-            })?;
+            // The index's shape is row-major (a GGUF tensor's `ne` reversed): `[rows, cols]` with
+            // `cols` the row length (GGUF's ne[0]), a whole number of blocks for a quantised type.
             let (rows, cols) = match p.shape[..] {
                 [r, c] => (r, c),
                 [n] => (1, n),
                 _ => return Err(bad(format!("region {} has shape {:?}", p.name, p.shape))),
             };
-            if rows.checked_mul(cols) != Some(data.len()) {
+            let data = WeightSlice::from_bytes(p.dtype, b).ok_or_else(|| {
+                bad(if crate::quant::is_supported(p.dtype) {
+                    format!(
+                        "region {} ({}): {} bytes are not a whole number of blocks",
+                        p.name,
+                        p.dtype,
+                        b.len()
+                    )
+                } else {
+                    format!(
+                        "region {}: {}",
+                        p.name,
+                        crate::quant::QuantError::Unsupported { dtype: p.dtype }
+                    )
+                })
+            })?;
+            let (_, block_elems) = data.block_geometry();
+            if rows.checked_mul(cols) != Some(data.len()) || cols % block_elems != 0 {
                 return Err(bad(format!(
-                    "region {}: {} elements for shape {:?}",
+                    "region {} ({}): {} elements for shape {:?} (rows of whole {}-element blocks)",
                     p.name,
+                    p.dtype,
                     data.len(),
-                    p.shape
+                    p.shape,
+                    block_elems
                 )));
             }
             parts.push((
@@ -387,6 +395,18 @@ fn layouts(model: &ModelExperts) -> Result<HashMap<(u32, u32), Arc<ExpertLayout>
                 expert,
                 detail: format!("unknown dtype code {}", rec.dtype),
             })?;
+            // Refused here, when the store is built, not when the expert is first selected.
+            if !crate::quant::is_supported(dtype) {
+                return Err(DecodeError::BadExpert {
+                    layer,
+                    expert,
+                    detail: format!(
+                        "region {}: {}",
+                        reader.name(span.region),
+                        crate::quant::QuantError::Unsupported { dtype }
+                    ),
+                });
+            }
             parts.push(ExpertPart {
                 role,
                 name: reader.name(span.region).to_string(),

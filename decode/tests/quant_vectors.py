@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""Test vectors for decode/tests/quant.rs: GGUF element types dequantised by gguf-py (the format's
+own library, `gguf.quants.dequantize`), the reference tarfa's dequantisation must equal bit for
+bit.
+
+    python3 decode/tests/quant_vectors.py OUT_DIR
+
+writes OUT_DIR/manifest.json and, per case, OUT_DIR/<case>.bin (the quantised bytes) and
+OUT_DIR/<case>.f32 (gguf-py's float32 output, little-endian). Cases per type:
+
+- "random": blocks of random bytes whose F16 scale fields are set to finite halves (normal values
+  over many binades of both signs, subnormals, zeros, the largest half), plus blocks of all-zero
+  and all-one quant bits (the extreme q values);
+- "real": realistic weights quantised: the BF16 weights of fixtures/hf/qwen3_moe (every tensor,
+  laid end to end in rows of 256) and gaussian rows with outliers. gguf-py quantises where it can
+  (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0); for the K-quants, which gguf-py only
+  dequantises, the simple quantisers below write a valid encoding (checked: its gguf-py
+  dequantisation is close to the input).
+
+Deterministic (seeded). Needs gguf (0.19.0 checked) and numpy.
+"""
+
+import json
+from importlib import metadata
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+from gguf import GGMLQuantizationType as Q, GGML_QUANT_SIZES
+from gguf.quants import dequantize, quantize
+
+ROOT = Path(__file__).resolve().parents[2]
+RNG = np.random.default_rng(20261201)
+
+TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+
+# Byte offsets of each type's F16 scale fields within a block (ggml-common.h layouts).
+SCALES = {
+    "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
+    "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+}
+
+
+def finite_halves(n):
+    """n finite F16 bit patterns: normal values of both signs over 2^-24..2^4, with edge values."""
+    mag = np.exp2(RNG.uniform(-26, 4, n)).astype(np.float32)
+    sign = np.where(RNG.random(n) < 0.5, -1.0, 1.0).astype(np.float32)
+    h = (mag * sign).astype(np.float16).view(np.uint16).copy()
+    edges = np.array([0x0000, 0x8000, 0x0001, 0x8001, 0x03FF, 0x83FF, 0x0400, 0x7BFF, 0xFBFF,
+                      0x3C00, 0xBC00], dtype=np.uint16)
+    k = min(n, len(edges))
+    h[:k] = edges[:k]
+    # Any pattern left non-finite by the cast (none expected) becomes one.
+    bad = (h & 0x7C00) == 0x7C00
+    h[bad] = 0x3C00
+    return h
+
+
+def random_blocks(name, n_blocks):
+    qt = Q[name]
+    block, size = GGML_QUANT_SIZES[qt]
+    b = RNG.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
+    if name in SCALES:
+        # Extreme quant bits: all-zero and all-one blocks (scales set below).
+        b[1, :] = 0x00
+        b[2, :] = 0xFF
+        b[3, :] = 0xAA
+        b[4, :] = 0x55
+        for off in SCALES[name]:
+            h = finite_halves(n_blocks)
+            RNG.shuffle(h[11:])
+            b[:, off:off + 2] = h.view(np.uint8).reshape(n_blocks, 2)
+        # Blocks with both scales at edge values together.
+        for off in SCALES[name]:
+            b[5:16, off:off + 2] = finite_halves(11).view(np.uint8).reshape(11, 2)
+    return b
+
+
+def real_weights():
+    """The BF16 tensors of fixtures/hf/qwen3_moe end to end, as float32 rows of 256."""
+    p = ROOT / "fixtures/hf/qwen3_moe/model.safetensors"
+    raw = p.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    vals = []
+    for k, v in sorted(header.items()):
+        if k == "__metadata__" or v["dtype"] != "BF16":
+            continue
+        a, e = v["data_offsets"]
+        bits = np.frombuffer(raw[8 + n + a:8 + n + e], dtype=np.uint16)
+        vals.append((bits.astype(np.uint32) << 16).view(np.float32))
+    x = np.concatenate(vals)
+    rows = len(x) // 256
+    return x[:rows * 256].reshape(rows, 256)
+
+
+def gaussian_rows(rows, cols):
+    x = RNG.standard_normal((rows, cols)).astype(np.float32) * np.float32(0.02)
+    # Outliers, and a row of zeros (zero scales), a constant row, a one-signed row.
+    idx = RNG.integers(0, x.size, size=x.size // 97)
+    x.reshape(-1)[idx] *= np.float32(40)
+    x[1] = 0
+    x[2] = np.float32(0.125)
+    x[3] = np.abs(x[3])
+    return x
+
+
+# Simple K-quant quantisers (any valid encoding will do; these are near-minimal RMS-free ones).
+
+def _f16(v):
+    return v.astype(np.float16)
+
+
+def _div(a, b):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(b == 0, 0, a / np.where(b == 0, 1, b))
+
+
+def _min_scale(x, groups, qmax, sbits):
+    """Per-group scale/min with sbits-bit sub-scales: returns d16, dmin16, sc, mn, q."""
+    n = x.shape[0]
+    g = x.reshape(n, groups, -1)
+    lo = np.minimum(g.min(-1), 0)
+    s = (g.max(-1) - lo) / qmax
+    top = (1 << sbits) - 1
+    d = _f16(s.max(-1, keepdims=True) / top)
+    dmin = _f16((-lo).max(-1, keepdims=True) / top)
+    sc = np.clip(np.round(_div(s, d.astype(np.float32))), 0, top).astype(np.uint8)
+    mn = np.clip(np.round(_div(-lo, dmin.astype(np.float32))), 0, top).astype(np.uint8)
+    step = d.astype(np.float32) * sc
+    off = dmin.astype(np.float32) * mn
+    q = np.clip(np.round(_div(g + off[..., None], step[..., None])), 0, qmax).astype(np.uint8)
+    return d, dmin, sc, mn, q.reshape(n, -1)
+
+
+def _sym_scale(x, groups, qlo, qhi, sbits_lo, sbits_hi):
+    n = x.shape[0]
+    g = x.reshape(n, groups, -1)
+    s = np.abs(g).max(-1) / (-qlo)
+    d = _f16(s.max(-1, keepdims=True) / sbits_hi)
+    sc = np.clip(np.round(_div(s, d.astype(np.float32))), sbits_lo, sbits_hi).astype(np.int32)
+    step = d.astype(np.float32) * sc
+    q = np.clip(np.round(_div(g, step[..., None])), qlo, qhi).astype(np.int32)
+    return d, sc, q.reshape(n, -1)
+
+
+def _pack_scales_k4(sc, mn):
+    s = np.zeros((sc.shape[0], 12), dtype=np.uint8)
+    for j in range(4):
+        s[:, j] = sc[:, j] | ((sc[:, j + 4] >> 4) << 6)
+        s[:, j + 4] = mn[:, j] | ((mn[:, j + 4] >> 4) << 6)
+        s[:, j + 8] = (sc[:, j + 4] & 0xF) | ((mn[:, j + 4] & 0xF) << 4)
+    return s
+
+
+def quant_q4_k(x):
+    d, dmin, sc, mn, q = _min_scale(x, 8, 15, 6)
+    qs = np.zeros((x.shape[0], 128), dtype=np.uint8)
+    for i in range(4):
+        qs[:, 32 * i:32 * i + 32] = q[:, 64 * i:64 * i + 32] | (q[:, 64 * i + 32:64 * i + 64] << 4)
+    return np.concatenate([d.view(np.uint8), dmin.view(np.uint8), _pack_scales_k4(sc, mn), qs], axis=1)
+
+
+def quant_q5_k(x):
+    d, dmin, sc, mn, q = _min_scale(x, 8, 31, 6)
+    lo, hi = q & 0xF, q >> 4
+    qs = np.zeros((x.shape[0], 128), dtype=np.uint8)
+    for i in range(4):
+        qs[:, 32 * i:32 * i + 32] = lo[:, 64 * i:64 * i + 32] | (lo[:, 64 * i + 32:64 * i + 64] << 4)
+    qh = np.zeros((x.shape[0], 32), dtype=np.uint8)
+    for g in range(8):
+        qh |= hi[:, 32 * g:32 * g + 32] << g
+    return np.concatenate([d.view(np.uint8), dmin.view(np.uint8), _pack_scales_k4(sc, mn), qh, qs],
+                          axis=1)
+
+
+def quant_q2_k(x):
+    d, dmin, sc, mn, q = _min_scale(x, 16, 3, 4)
+    scales = (sc | (mn << 4)).astype(np.uint8)
+    qs = np.zeros((x.shape[0], 64), dtype=np.uint8)
+    for i in range(2):
+        for s in range(4):
+            qs[:, 32 * i:32 * i + 32] |= q[:, 128 * i + 32 * s:128 * i + 32 * s + 32] << (2 * s)
+    return np.concatenate([scales, qs, d.view(np.uint8), dmin.view(np.uint8)], axis=1)
+
+
+def quant_q3_k(x):
+    d, sc, q = _sym_scale(x, 16, -4, 3, -32, 31)
+    u = (sc + 32).astype(np.uint8)
+    scales = np.zeros((x.shape[0], 12), dtype=np.uint8)
+    for j in range(16):
+        scales[:, j % 8] |= (u[:, j] & 0xF) << (4 * (j // 8))
+        scales[:, 8 + j % 4] |= (u[:, j] >> 4) << (2 * (j // 4))
+    qu = (q + 4).astype(np.uint8)
+    ql, hb = qu & 3, qu >> 2
+    qs = np.zeros((x.shape[0], 64), dtype=np.uint8)
+    for i in range(2):
+        for s in range(4):
+            qs[:, 32 * i:32 * i + 32] |= ql[:, 128 * i + 32 * s:128 * i + 32 * s + 32] << (2 * s)
+    hmask = np.zeros((x.shape[0], 32), dtype=np.uint8)
+    for s in range(8):
+        hmask |= hb[:, 32 * s:32 * s + 32] << s
+    return np.concatenate([hmask, qs, scales, d.view(np.uint8)], axis=1)
+
+
+def quant_q6_k(x):
+    d, sc, q = _sym_scale(x, 16, -32, 31, -128, 127)
+    qu = (q + 32).astype(np.uint8)
+    lo, hi = qu & 0xF, qu >> 4
+    ql = np.zeros((x.shape[0], 128), dtype=np.uint8)
+    qh = np.zeros((x.shape[0], 64), dtype=np.uint8)
+    for i in range(2):
+        for m in range(64):
+            ql[:, 64 * i + m] = lo[:, 128 * i + m] | (lo[:, 128 * i + 64 + m] << 4)
+        for t in range(4):
+            qh[:, 32 * i:32 * i + 32] |= hi[:, 128 * i + 32 * t:128 * i + 32 * t + 32] << (2 * t)
+    return np.concatenate([ql, qh, sc.astype(np.int8).view(np.uint8), d.view(np.uint8)], axis=1)
+
+
+K_QUANT = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": quant_q5_k,
+           "Q6_K": quant_q6_k}
+
+# How far a K-quant encoding may be from its input (relative RMS), to catch a packing mistake.
+K_TOLERANCE = {"Q2_K": 0.6, "Q3_K": 0.5, "Q4_K": 0.15, "Q5_K": 0.08, "Q6_K": 0.05}
+
+
+def quantise(name, x):
+    """Quantised bytes of float32 rows x, shape (rows, row bytes)."""
+    if name in K_QUANT:
+        rows, cols = x.shape
+        blocks = K_QUANT[name](x.reshape(-1, 256))
+        out = blocks.reshape(rows, -1)
+        back = dequantize(out, Q[name]).astype(np.float64)
+        err = np.sqrt(np.mean((back - x) ** 2)) / max(np.sqrt(np.mean(x.astype(np.float64) ** 2)), 1e-30)
+        assert err < K_TOLERANCE[name], f"{name}: quantiser error {err}"
+        return out
+    return np.ascontiguousarray(quantize(x, Q[name])).view(np.uint8).reshape(x.shape[0], -1)
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    cases = []
+
+    def emit(case, name, data, rows, cols):
+        qt = Q[name]
+        data = np.ascontiguousarray(data, dtype=np.uint8).reshape(rows, -1)
+        f = dequantize(data, qt)
+        assert f.dtype == np.float32 and f.shape == (rows, cols), (name, f.shape)
+        (out / f"{case}.bin").write_bytes(data.tobytes())
+        (out / f"{case}.f32").write_bytes(np.ascontiguousarray(f).astype("<f4").tobytes())
+        block, _ = GGML_QUANT_SIZES[qt]
+        cases.append({"case": case, "type": name, "rows": rows, "cols": cols,
+                      "blocks": rows * cols // block})
+
+    real = real_weights()
+    gauss = gaussian_rows(256, 512)
+    for name in TYPES:
+        block, size = GGML_QUANT_SIZES[Q[name]]
+        if block == 1:
+            # 8192 random elements (NaN, infinities, subnormals among them), rows of 32.
+            emit(f"{name}.random", name, random_blocks(name, 8192), 256, 32)
+        else:
+            # 4096 random blocks of 32 elements, or 1024 of 256; one block per row.
+            n = 4096 if block == 32 else 1024
+            emit(f"{name}.random", name, random_blocks(name, n), n, block)
+        emit(f"{name}.real_fixture", name, quantise(name, real), real.shape[0], real.shape[1])
+        emit(f"{name}.real_gauss", name, quantise(name, gauss), gauss.shape[0], gauss.shape[1])
+
+    (out / "manifest.json").write_text(json.dumps({"gguf": metadata.version("gguf"),
+                                                   "numpy": np.__version__, "cases": cases},
+                                                  indent=1))
+
+
+if __name__ == "__main__":
+    main()
