@@ -352,3 +352,217 @@ fn quantised_trunk_tensors_load_and_read_as_gguf_py_dequantises_them() {
         }
     }
 }
+
+/// gguf-py's dequantisation of every tensor of a GGUF file: name → (type, shape, values).
+fn gguf_py_tensors(
+    gguf: &Path,
+) -> (
+    tempfile::TempDir,
+    std::collections::HashMap<String, (String, Vec<usize>, Vec<f32>)>,
+) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/quant_vectors.py");
+    let out = Command::new("python3")
+        .arg("-B")
+        .arg(&script)
+        .arg("--dequantize-gguf")
+        .arg(gguf)
+        .arg(dir.path())
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "quant_vectors.py --dequantize-gguf: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest: Json =
+        serde_json::from_slice(&std::fs::read(dir.path().join("manifest.json")).expect("read"))
+            .expect("JSON");
+    let mut map = std::collections::HashMap::new();
+    for t in manifest["tensors"].as_array().expect("tensors") {
+        let file = dir.path().join(t["file"].as_str().expect("file"));
+        let values = std::fs::read(&file)
+            .expect("read")
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        let shape = t["shape"]
+            .as_array()
+            .expect("shape")
+            .iter()
+            .map(|d| d.as_u64().expect("dim") as usize)
+            .collect();
+        map.insert(
+            t["name"].as_str().expect("name").to_string(),
+            (t["type"].as_str().expect("type").to_string(), shape, values),
+        );
+    }
+    (dir, map)
+}
+
+/// `src` (a GGUF file) converted to JNF by tarfa's converter.
+fn convert_gguf(src: &Path) -> (tempfile::TempDir, PathBuf) {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("model");
+    tarfa_converter::convert(
+        src,
+        &out,
+        &tarfa_converter::Options {
+            layers: None,
+            direct_io: false,
+            jobs: 1,
+        },
+        &tarfa_converter::Quiet,
+    )
+    .unwrap_or_else(|e| panic!("convert {}: {e}", src.display()));
+    (tmp, out)
+}
+
+fn expert_store(dir: &Path) -> tarfa_decode::Result<tarfa_decode::experts::ExpertStore> {
+    let model = tarfa_runtime::ModelExperts::open(dir)?;
+    let opts = tarfa_runtime::SourceOptions {
+        backend: tarfa_runtime::BackendChoice::Only(tarfa_runtime::BackendKind::Pread),
+        lock_memory: false,
+        fixed_buffers: false,
+        direct_io: false,
+        ..Default::default()
+    };
+    let source = tarfa_runtime::ExpertSource::with_model(model, &opts)?;
+    tarfa_decode::experts::ExpertStore::new(
+        source,
+        &tarfa_decode::ExpertOptions {
+            mode: tarfa_decode::ExpertMode::Stream,
+            cache_bytes: 0,
+        },
+    )
+}
+
+/// Every element of `w` as `f32`, row by row as the kernels take it.
+fn row_values(m: MatrixRef<'_>) -> Vec<f32> {
+    let mut v = Vec::with_capacity(m.rows * m.cols);
+    for r in 0..m.rows {
+        let row = m.row(r);
+        v.extend((0..m.cols).map(|i| row.get(i)));
+    }
+    v
+}
+
+/// Bits equal, element by element, NaNs included (the fixture's random-byte K-quant blocks have
+/// infinite and NaN scales, and even the NaNs' payloads agree with numpy's on x86-64). Returns
+/// how many NaNs were compared.
+fn assert_same(what: &str, got: &[f32], want: &[f32]) -> usize {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        assert_eq!(
+            g.to_bits(),
+            w.to_bits(),
+            "{what}: element {i}: tarfa {g:e}, gguf-py {w:e}"
+        );
+    }
+    want.iter().filter(|w| w.is_nan()).count()
+}
+
+#[test]
+fn a_converted_quantised_gguf_reads_as_gguf_py_dequantises_it() {
+    // fixtures/gguf/moe-model.gguf (Q4_K, Q5_K, Q8_0, Q6_K expert stacks; Q8_0, F16, F32 trunk
+    // tensors) through tarfa's converter: every expert region, viewed by the decoder as a
+    // [rows, cols] matrix (GGUF's ne reversed: cols = ne[0]), and every resident tensor hold
+    // gguf-py's values element for element.
+    if !gguf_py("a_converted_quantised_gguf_reads_as_gguf_py_dequantises_it") {
+        return;
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/gguf/moe-model.gguf");
+    let (_py, want) = gguf_py_tensors(&src);
+    let (_tmp, dir) = convert_gguf(&src);
+    let model = tarfa_runtime::ModelExperts::open(&dir).expect("open layer files");
+    let manifest = tarfa_format::manifest::Manifest::load(&dir).expect("manifest");
+    let store = tarfa_decode::TensorStore::load(&dir, &manifest, &model).expect("tensors");
+    let mut nans = 0;
+    let mut resident = 0;
+    for (name, (ty, shape, values)) in &want {
+        let Some(t) = store.find(name) else { continue };
+        assert_eq!(t.shape(), &shape[..], "{name} ({ty}): shape");
+        let m = match shape[..] {
+            [r, c] => t.matrix(r, c).expect("matrix"),
+            [n] => MatrixRef {
+                name,
+                rows: 1,
+                cols: n,
+                data: t.vector(n).expect("vector"),
+            },
+            _ => panic!("{name}: shape {shape:?}"),
+        };
+        nans += assert_same(&format!("{name} ({ty})"), &row_values(m), values);
+        resident += 1;
+    }
+    let mut experts = expert_store(&dir).expect("expert store");
+    let mut parts = std::collections::BTreeMap::<String, usize>::new();
+    for (layer, e) in model.all() {
+        experts
+            .with_experts(layer, &[e], |views| {
+                for v in views {
+                    for role in v.roles() {
+                        let m = v.part(role).expect("part");
+                        // Region `NAME[e]`: expert e of the GGUF stack NAME.
+                        let stack = m.name.strip_suffix(&format!("[{e}]")).unwrap_or(m.name);
+                        let (ty, shape, values) = want
+                            .get(stack)
+                            .unwrap_or_else(|| panic!("{}: not in the GGUF", m.name));
+                        // The stack's [experts, rows, cols] (or [experts, n] for a bias).
+                        let per = values.len() / shape[0];
+                        assert_eq!(m.rows * m.cols, per, "{}", m.name);
+                        assert_eq!(m.cols, *shape.last().expect("dims"), "{}: cols", m.name);
+                        let what = format!("{} ({ty}) expert {e}", m.name);
+                        let slice = &values[e as usize * per..(e as usize + 1) * per];
+                        nans += assert_same(&what, &row_values(m), slice);
+                        *parts.entry(format!("{stack} {ty}")).or_default() += 1;
+                    }
+                }
+                Ok(())
+            })
+            .expect("experts");
+    }
+    eprintln!("{resident} resident tensors; expert regions per stack {parts:?}; {nans} NaNs among the values, bits equal too");
+    assert!(resident >= 10, "{resident} resident tensors compared");
+    for ty in ["Q4_K", "Q5_K", "Q6_K", "Q8_0"] {
+        assert!(
+            parts.keys().any(|k| k.ends_with(ty)),
+            "no {ty} expert region compared"
+        );
+    }
+}
+
+#[test]
+fn unsupported_types_in_a_model_are_refused_by_name_before_the_first_token() {
+    // A GGUF whose output matrix is IQ4_NL and whose gate/up experts are IQ2_XXS: loading the
+    // resident tensors names the IQ4_NL tensor; building the expert store (before any expert is
+    // selected) names the IQ2_XXS region.
+    if !gguf_py("unsupported_types_in_a_model_are_refused_by_name_before_the_first_token") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("unsupported.gguf");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/quant_vectors.py");
+    let out = Command::new("python3")
+        .arg("-B")
+        .arg(&script)
+        .arg("--unsupported-gguf")
+        .arg(&src)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_tmp, dir) = convert_gguf(&src);
+    let model = tarfa_runtime::ModelExperts::open(&dir).expect("open layer files");
+    let manifest = tarfa_format::manifest::Manifest::load(&dir).expect("manifest");
+    let e = tarfa_decode::TensorStore::load(&dir, &manifest, &model)
+        .expect_err("IQ4_NL refused")
+        .to_string();
+    assert!(e.contains("IQ4_NL") && e.contains("output.weight"), "{e}");
+    let e = expert_store(&dir).expect_err("IQ2_XXS refused").to_string();
+    assert!(e.contains("IQ2_XXS") && e.contains("ffn_"), "{e}");
+    eprintln!("refused: {e}");
+}

@@ -4,8 +4,10 @@ own library, `gguf.quants.dequantize`), the reference tarfa's dequantisation mus
 bit.
 
     python3 decode/tests/quant_vectors.py OUT_DIR
+    python3 decode/tests/quant_vectors.py --dequantize-gguf FILE.gguf OUT_DIR
+    python3 decode/tests/quant_vectors.py --unsupported-gguf OUT.gguf
 
-writes OUT_DIR/manifest.json and, per case, OUT_DIR/<case>.bin (the quantised bytes) and
+The first writes OUT_DIR/manifest.json and, per case, OUT_DIR/<case>.bin (the quantised bytes) and
 OUT_DIR/<case>.f32 (gguf-py's float32 output, little-endian). Cases per type:
 
 - "random": blocks of random bytes whose F16 scale fields are set to finite halves (normal values
@@ -17,6 +19,10 @@ OUT_DIR/<case>.f32 (gguf-py's float32 output, little-endian). Cases per type:
   dequantises, the simple quantisers below write a valid encoding (checked: its gguf-py
   dequantisation is close to the input).
 
+The second writes every tensor of a GGUF file dequantised by gguf-py: OUT_DIR/manifest.json
+(name, type, row-major shape) and OUT_DIR/<i>.f32. The third writes a tiny MoE GGUF whose output
+matrix is IQ4_NL and whose expert stacks are IQ2_XXS (types the decoder does not compute with).
+
 Deterministic (seeded). Needs gguf (0.19.0 checked) and numpy.
 """
 
@@ -27,6 +33,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import gguf
 from gguf import GGMLQuantizationType as Q, GGML_QUANT_SIZES
 from gguf.quants import dequantize, quantize
 
@@ -274,5 +281,54 @@ def main():
                                                   indent=1))
 
 
+def dequantize_gguf(path, out):
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = []
+    for i, t in enumerate(gguf.GGUFReader(path).tensors):
+        f = np.ascontiguousarray(dequantize(t.data, t.tensor_type), dtype="<f4")
+        (out / f"{i}.f32").write_bytes(f.tobytes())
+        tensors.append({"name": t.name, "type": t.tensor_type.name, "shape": list(f.shape),
+                        "file": f"{i}.f32"})
+    (out / "manifest.json").write_text(json.dumps({"tensors": tensors}, indent=1))
+
+
+def unsupported_gguf(path):
+    hidden, ff, n_expert, vocab = 256, 32, 2, 8
+    w = gguf.GGUFWriter(path, "qwen3moe")
+    w.add_block_count(1)
+    w.add_context_length(64)
+    w.add_embedding_length(hidden)
+    w.add_feed_forward_length(ff)
+    w.add_expert_feed_forward_length(ff)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(1)
+
+    def raw(qtype, *shape):
+        block, size = GGML_QUANT_SIZES[qtype]
+        return RNG.integers(0, 256, size=(*shape[:-1], shape[-1] // block * size), dtype=np.uint8)
+
+    def add_quant(name, qtype, data):
+        w.add_tensor(name, data, raw_shape=data.shape, raw_dtype=qtype)
+
+    w.add_tensor("token_embd.weight", RNG.standard_normal((vocab, hidden)).astype(np.float32))
+    w.add_tensor("blk.0.attn_norm.weight", np.ones(hidden, dtype=np.float32))
+    w.add_tensor("blk.0.ffn_gate_inp.weight", RNG.standard_normal((n_expert, hidden)).astype(np.float32))
+    add_quant("blk.0.ffn_gate_exps.weight", Q.IQ2_XXS, raw(Q.IQ2_XXS, n_expert, ff, hidden))
+    add_quant("blk.0.ffn_up_exps.weight", Q.IQ2_XXS, raw(Q.IQ2_XXS, n_expert, ff, hidden))
+    add_quant("blk.0.ffn_down_exps.weight", Q.Q8_0,
+              quantize(RNG.standard_normal((n_expert, hidden, ff)).astype(np.float32), Q.Q8_0))
+    w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
+    add_quant("output.weight", Q.IQ4_NL, raw(Q.IQ4_NL, vocab, hidden))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 if __name__ == "__main__":
-    main()
+    if sys.argv[1] == "--dequantize-gguf":
+        dequantize_gguf(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif sys.argv[1] == "--unsupported-gguf":
+        unsupported_gguf(Path(sys.argv[2]))
+    else:
+        main()
