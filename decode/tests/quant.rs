@@ -353,13 +353,11 @@ fn quantised_trunk_tensors_load_and_read_as_gguf_py_dequantises_them() {
     }
 }
 
-/// gguf-py's dequantisation of every tensor of a GGUF file: name → (type, shape, values).
-fn gguf_py_tensors(
-    gguf: &Path,
-) -> (
-    tempfile::TempDir,
-    std::collections::HashMap<String, (String, Vec<usize>, Vec<f32>)>,
-) {
+/// Tensors by name: (type name, row-major shape, values).
+type PyTensors = std::collections::HashMap<String, (String, Vec<usize>, Vec<f32>)>;
+
+/// gguf-py's dequantisation of every tensor of a GGUF file.
+fn gguf_py_tensors(gguf: &Path) -> (tempfile::TempDir, PyTensors) {
     let dir = tempfile::tempdir().expect("tempdir");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/quant_vectors.py");
     let out = Command::new("python3")
