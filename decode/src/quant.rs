@@ -10,6 +10,11 @@
 //! - Q2_K: `(d · sc) · q − (dmin · m)`, each parenthesis one rounded product.
 //! - Q3_K, Q6_K: `(d · sc) · q`.
 //! - Q4_K, Q5_K: `(d · sc) · q − (dmin · m)`.
+//! - TQ1_0, TQ2_0, IQ4_NL, MXFP4: `d · q` (MXFP4's `d` an E8M0 power of two, halved; `q` from
+//!   the E2M1 table doubled); IQ4_XS: `(d · sc) · q`.
+//!
+//! With finite scales every product above is exact (no operand pair needs more than 24
+//! significant bits), so each value is its exact real value rounded once, in the final `± m`.
 //!
 //! `decode/tests/quant.rs` holds every type to gguf-py's output on random blocks (edge scales
 //! included) and on quantised real tensors, element by element.
@@ -51,6 +56,16 @@ pub enum QuantType {
     Q5_K,
     /// 256 × 6-bit in 16 groups, int8 scales.
     Q6_K,
+    /// 256 ternary values, five per byte in base 3, one F16 scale.
+    TQ1_0,
+    /// 256 ternary values, four per byte, one F16 scale.
+    TQ2_0,
+    /// 32 × 4-bit indices into a non-linear table, one F16 scale.
+    IQ4_NL,
+    /// 256 × 4-bit indices into IQ4_NL's table in 8 groups, 6-bit signed scales.
+    IQ4_XS,
+    /// 32 × FP4 (E2M1), one E8M0 scale.
+    MXFP4,
 }
 
 /// `(type, ggml id, block elements, block bytes)`; the ids and sizes agree with the JNF dtype
@@ -69,6 +84,11 @@ const TYPES: &[(QuantType, u32, usize, usize)] = &[
     (QuantType::Q4_K, 12, 256, 144),
     (QuantType::Q5_K, 13, 256, 176),
     (QuantType::Q6_K, 14, 256, 210),
+    (QuantType::TQ1_0, 34, 256, 54),
+    (QuantType::TQ2_0, 35, 256, 66),
+    (QuantType::IQ4_NL, 20, 32, 18),
+    (QuantType::IQ4_XS, 23, 256, 136),
+    (QuantType::MXFP4, 39, 32, 17),
 ];
 
 /// Why bytes could not be dequantised.
@@ -101,7 +121,7 @@ pub enum QuantError {
 
 impl QuantType {
     /// Every supported type.
-    pub const ALL: [QuantType; 13] = [
+    pub const ALL: [QuantType; 18] = [
         QuantType::F32,
         QuantType::F16,
         QuantType::BF16,
@@ -115,6 +135,11 @@ impl QuantType {
         QuantType::Q4_K,
         QuantType::Q5_K,
         QuantType::Q6_K,
+        QuantType::TQ1_0,
+        QuantType::TQ2_0,
+        QuantType::IQ4_NL,
+        QuantType::IQ4_XS,
+        QuantType::MXFP4,
     ];
 
     fn entry(self) -> &'static (QuantType, u32, usize, usize) {
@@ -196,6 +221,11 @@ impl QuantType {
             QuantType::Q4_K => q4_k,
             QuantType::Q5_K => q5_k,
             QuantType::Q6_K => q6_k,
+            QuantType::TQ1_0 => tq1_0,
+            QuantType::TQ2_0 => tq2_0,
+            QuantType::IQ4_NL => iq4_nl,
+            QuantType::IQ4_XS => iq4_xs,
+            QuantType::MXFP4 => mxfp4,
         };
         for (b, o) in bytes.chunks_exact(bb).zip(out.chunks_exact_mut(be)) {
             f(b, o);
@@ -399,6 +429,94 @@ fn q6_k(b: &[u8], out: &mut [f32]) {
         let q = (lo | (hi << 4)) as i32 - 32;
         let dg = d * (scales[k / 16] as i8) as f32;
         *o = dg * q as f32;
+    }
+}
+
+/// TQ1_0: `qs[48]`, `qh[4]`, `d` F16. Bytes hold base-3 digits scaled to 0..256: digit `p` of a
+/// byte `v` is `((v · 3^p mod 256) · 3) >> 8`, minus 1. Elements: 160 from `qs[0..32]`
+/// (`32p + l`), 80 from `qs[32..48]` (`16p + l`), 16 from `qh` (`4p + l`).
+fn tq1_0(b: &[u8], out: &mut [f32]) {
+    const POW3: [u8; 5] = [1, 3, 9, 27, 81];
+    let d = f16(b, 52);
+    let trit = |v: u8, p: usize| -> f32 {
+        let x = v.wrapping_mul(POW3[p]) as u16;
+        (((x * 3) >> 8) as i32 - 1) as f32
+    };
+    for p in 0..5 {
+        for l in 0..32 {
+            out[32 * p + l] = d * trit(b[l], p);
+        }
+        for l in 0..16 {
+            out[160 + 16 * p + l] = d * trit(b[32 + l], p);
+        }
+    }
+    for p in 0..4 {
+        for l in 0..4 {
+            out[240 + 4 * p + l] = d * trit(b[48 + l], p);
+        }
+    }
+}
+
+/// TQ2_0: `qs[64]`, `d` F16. Element `k = 128i + 32s + l` is `((qs[32i + l] >> 2s) & 3) − 1`.
+fn tq2_0(b: &[u8], out: &mut [f32]) {
+    let d = f16(b, 64);
+    for (k, o) in out.iter_mut().enumerate().take(256) {
+        let (i, s, l) = (k / 128, (k / 32) % 4, k % 32);
+        let q = ((b[32 * i + l] >> (2 * s)) & 3) as i32 - 1;
+        *o = d * q as f32;
+    }
+}
+
+/// The non-linear 4-bit table of IQ4_NL and IQ4_XS.
+const IQ4_VALUES: [i8; 16] = [
+    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+];
+
+/// IQ4_NL: `d` F16, `qs[16]` (element `j < 16` low nibble of `qs[j]`, else high of `qs[j − 16]`).
+fn iq4_nl(b: &[u8], out: &mut [f32]) {
+    let d = f16(b, 0);
+    for (j, o) in out.iter_mut().enumerate().take(32) {
+        let n = (b[2 + j % 16] >> (4 * (j / 16))) & 0x0F;
+        *o = d * IQ4_VALUES[n as usize] as f32;
+    }
+}
+
+/// IQ4_XS: `d` F16, `scales_h` u16, `scales_l[4]`, `qs[128]`. Group `g` (32 elements) has scale
+/// `((scales_l[g / 2] >> 4(g % 2)) & 15 | ((scales_h >> 2g) & 3) << 4) − 32`; element
+/// `32g + 16s + m` is nibble `s` of `qs[16g + m]`.
+fn iq4_xs(b: &[u8], out: &mut [f32]) {
+    let d = f16(b, 0);
+    let sh = u16::from_le_bytes([b[2], b[3]]);
+    let sl = &b[4..8];
+    let qs = &b[8..136];
+    for g in 0..8 {
+        let lo = (sl[g / 2] >> (4 * (g % 2))) & 0x0F;
+        let hi = ((sh >> (2 * g)) & 3) as u8;
+        let sc = (lo | (hi << 4)) as i32 - 32;
+        let dl = d * sc as f32;
+        for k in 0..32 {
+            let (s, m) = (k / 16, k % 16);
+            let n = (qs[16 * g + m] >> (4 * s)) & 0x0F;
+            out[32 * g + k] = dl * IQ4_VALUES[n as usize] as f32;
+        }
+    }
+}
+
+/// The E2M1 values doubled, MXFP4's table.
+const MXFP4_VALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
+
+/// MXFP4: `e` E8M0, `qs[16]`. `d = 2^(e − 128)` (half the E8M0 value, as ggml's
+/// `ggml_e8m0_to_fp32_half`; subnormal for `e < 2`); element as IQ4_NL's layout, table E2M1 ×2.
+fn mxfp4(b: &[u8], out: &mut [f32]) {
+    let e = b[0] as u32;
+    let d = f32::from_bits(if e < 2 {
+        0x0020_0000 << e
+    } else {
+        (e - 1) << 23
+    });
+    for (j, o) in out.iter_mut().enumerate().take(32) {
+        let n = (b[1 + j % 16] >> (4 * (j / 16))) & 0x0F;
+        *o = d * MXFP4_VALUES[n as usize] as f32;
     }
 }
 

@@ -1,7 +1,8 @@
 //! Weights as the checkpoint's bytes: BF16 stays BF16 (widened to `f32` at use, exactly), `f32`
-//! stays `f32`, GGUF quantised types (Q4_0 … Q6_K, [`crate::quant`]) stay quantised and are
-//! dequantised at use, one row at a time, exactly as gguf-py dequantises them. F16 is widened to
-//! `f32` once at load (exact). Nothing is rounded, re-quantised or pre-multiplied.
+//! stays `f32`, GGUF quantised types ([`crate::quant`]) stay quantised and are dequantised at
+//! use, one row at a time, exactly as gguf-py dequantises them. F16 trunk and layer tensors are
+//! widened to `f32` once at load (exact); F16 experts are widened a row at a time, like a
+//! quantised type. Nothing is rounded, re-quantised or pre-multiplied.
 //!
 //! - [`WeightSlice`] / [`MatrixRef`]: borrowed views the kernels take, over resident tensors or
 //!   an expert's bytes in its ring slot or cache entry.

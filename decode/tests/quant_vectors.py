@@ -15,18 +15,19 @@ OUT_DIR/<case>.f32 (gguf-py's float32 output, little-endian). Cases per type:
   and all-one quant bits (the extreme q values);
 - "real": realistic weights quantised: the BF16 weights of fixtures/hf/qwen3_moe (every tensor,
   laid end to end in rows of 256) and gaussian rows with outliers. gguf-py quantises where it can
-  (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0); for the K-quants, which gguf-py only
-  dequantises, the simple quantisers below write a valid encoding (checked: its gguf-py
-  dequantisation is close to the input).
+  (F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, TQ1_0, TQ2_0, MXFP4); for the K-quants and
+  IQ4_NL/IQ4_XS, which gguf-py only dequantises, the simple quantisers below write a valid
+  encoding (checked: its gguf-py dequantisation is close to the input).
 
 The second writes every tensor of a GGUF file dequantised by gguf-py: OUT_DIR/manifest.json
 (name, type, row-major shape) and OUT_DIR/<i>.f32. The third writes a tiny MoE GGUF whose output
-matrix is IQ4_NL and whose expert stacks are IQ2_XXS (types the decoder does not compute with).
+matrix is IQ3_S and whose expert stacks are IQ2_XXS (types the decoder does not compute with).
 
 Deterministic (seeded). Needs gguf (0.19.0 checked) and numpy.
 """
 
 import json
+import warnings
 from importlib import metadata
 import struct
 import sys
@@ -39,15 +40,19 @@ from gguf.quants import dequantize, quantize
 
 ROOT = Path(__file__).resolve().parents[2]
 RNG = np.random.default_rng(20261201)
+# Random E8M0 scales of 254 and 255 overflow MXFP4 values to infinity, as ggml would; not news.
+warnings.filterwarnings("ignore", category=RuntimeWarning)
 
 TYPES = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
+         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "TQ1_0", "TQ2_0", "IQ4_NL", "IQ4_XS", "MXFP4"]
 
 # Byte offsets of each type's F16 scale fields within a block (ggml-common.h layouts).
 SCALES = {
     "Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
     "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
+    "TQ1_0": [52], "TQ2_0": [64], "IQ4_NL": [0], "IQ4_XS": [0],
 }
+# MXFP4's scale is one E8M0 byte: every value is a valid scale, left random (0 and 255 forced below).
 
 
 def finite_halves(n):
@@ -69,12 +74,15 @@ def random_blocks(name, n_blocks):
     qt = Q[name]
     block, size = GGML_QUANT_SIZES[qt]
     b = RNG.integers(0, 256, size=(n_blocks, size), dtype=np.uint8)
-    if name in SCALES:
+    if block > 1:
         # Extreme quant bits: all-zero and all-one blocks (scales set below).
         b[1, :] = 0x00
         b[2, :] = 0xFF
         b[3, :] = 0xAA
         b[4, :] = 0x55
+    if name == "MXFP4":
+        b[0, 0], b[1, 0], b[2, 0], b[3, 0] = 0, 1, 2, 255
+    if name in SCALES:
         for off in SCALES[name]:
             h = finite_halves(n_blocks)
             RNG.shuffle(h[11:])
@@ -226,11 +234,50 @@ def quant_q6_k(x):
     return np.concatenate([ql, qh, sc.astype(np.int8).view(np.uint8), d.view(np.uint8)], axis=1)
 
 
-K_QUANT = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": quant_q5_k,
-           "Q6_K": quant_q6_k}
+IQ4_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                      dtype=np.float32)
 
-# How far a K-quant encoding may be from its input (relative RMS), to catch a packing mistake.
-K_TOLERANCE = {"Q2_K": 0.6, "Q3_K": 0.5, "Q4_K": 0.15, "Q5_K": 0.08, "Q6_K": 0.05}
+
+def _nearest(x, step):
+    """Index of the IQ4 table value nearest x / step (per element)."""
+    err = np.abs(step[..., None] * IQ4_VALUES - x[..., None])
+    return np.argmin(err, axis=-1).astype(np.uint8)
+
+
+def quant_iq4_nl(x):
+    n = x.shape[0] * x.shape[1] // 32
+    g = x.reshape(n, 32)
+    d = _f16(np.abs(g).max(-1, keepdims=True) / 127)
+    q = _nearest(g, np.broadcast_to(d.astype(np.float32), g.shape))
+    qs = q[:, :16] | (q[:, 16:] << 4)
+    return np.concatenate([d.view(np.uint8), qs], axis=1)
+
+
+def quant_iq4_xs(x):
+    n = x.shape[0] * x.shape[1] // 256
+    g = x.reshape(n, 8, 32)
+    dg = np.abs(g).max(-1) / 127
+    d = _f16(dg.max(-1, keepdims=True) / 31)
+    sc = np.clip(np.round(_div(dg, d.astype(np.float32))), -32, 31).astype(np.int32)
+    step = d.astype(np.float32) * sc
+    q = _nearest(g, np.broadcast_to(step[..., None], g.shape))
+    u = (sc + 32).astype(np.uint16)
+    sl = np.zeros((n, 4), dtype=np.uint8)
+    sh = np.zeros(n, dtype=np.uint16)
+    qs = np.zeros((n, 128), dtype=np.uint8)
+    for k in range(8):
+        sl[:, k // 2] |= ((u[:, k] & 0xF) << (4 * (k % 2))).astype(np.uint8)
+        sh |= (u[:, k] >> 4) << (2 * k)
+        qs[:, 16 * k:16 * k + 16] = q[:, k, :16] | (q[:, k, 16:] << 4)
+    return np.concatenate([d.view(np.uint8), sh.reshape(n, 1).view(np.uint8), sl, qs], axis=1)
+
+
+K_QUANT = {"Q2_K": quant_q2_k, "Q3_K": quant_q3_k, "Q4_K": quant_q4_k, "Q5_K": quant_q5_k,
+           "Q6_K": quant_q6_k, "IQ4_NL": quant_iq4_nl, "IQ4_XS": quant_iq4_xs}
+
+# How far an encoding of ours may be from its input (relative RMS), to catch a packing mistake.
+K_TOLERANCE = {"Q2_K": 0.6, "Q3_K": 0.5, "Q4_K": 0.15, "Q5_K": 0.08, "Q6_K": 0.05,
+               "IQ4_NL": 0.15, "IQ4_XS": 0.15}
 
 
 def quantise(name, x):
@@ -238,6 +285,8 @@ def quantise(name, x):
     if name in K_QUANT:
         rows, cols = x.shape
         blocks = K_QUANT[name](x.reshape(-1, 256))
+        block, size = GGML_QUANT_SIZES[Q[name]]
+        assert blocks.dtype == np.uint8 and blocks.size == x.size // block * size, name
         out = blocks.reshape(rows, -1)
         back = dequantize(out, Q[name]).astype(np.float64)
         err = np.sqrt(np.mean((back - x) ** 2)) / max(np.sqrt(np.mean(x.astype(np.float64) ** 2)), 1e-30)
@@ -318,7 +367,7 @@ def unsupported_gguf(path):
     add_quant("blk.0.ffn_down_exps.weight", Q.Q8_0,
               quantize(RNG.standard_normal((n_expert, hidden, ff)).astype(np.float32), Q.Q8_0))
     w.add_tensor("output_norm.weight", np.ones(hidden, dtype=np.float32))
-    add_quant("output.weight", Q.IQ4_NL, raw(Q.IQ4_NL, vocab, hidden))
+    add_quant("output.weight", Q.IQ3_S, raw(Q.IQ3_S, vocab, hidden))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
