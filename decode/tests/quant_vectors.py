@@ -6,6 +6,7 @@ bit.
     python3 decode/tests/quant_vectors.py OUT_DIR
     python3 decode/tests/quant_vectors.py --dequantize-gguf FILE.gguf OUT_DIR
     python3 decode/tests/quant_vectors.py --unsupported-gguf OUT.gguf
+    python3 decode/tests/quant_vectors.py --requantise-gguf SRC.gguf OUT_Q.gguf OUT_F.gguf
 
 The first writes OUT_DIR/manifest.json and, per case, OUT_DIR/<case>.bin (the quantised bytes) and
 OUT_DIR/<case>.f32 (gguf-py's float32 output, little-endian). Cases per type:
@@ -22,6 +23,12 @@ OUT_DIR/<case>.f32 (gguf-py's float32 output, little-endian). Cases per type:
 The second writes every tensor of a GGUF file dequantised by gguf-py: OUT_DIR/manifest.json
 (name, type, row-major shape) and OUT_DIR/<i>.f32. The third writes a tiny MoE GGUF whose output
 matrix is IQ3_S and whose expert stacks are IQ2_XXS (types the decoder does not compute with).
+
+The fourth rewrites a GGUF model with its matrices quantised (a different 32-element-block type per
+kind of tensor: Q4_0, Q5_1 and F16 experts; Q8_0, Q4_1, Q5_0, MXFP4, IQ4_NL, Q4_0 attention and
+dense FFN matrices; Q8_0 embedding, router and a bias) into OUT_Q, and the same model with each of
+those tensors replaced by gguf-py's F32 dequantisation into OUT_F: the two must decode to the same
+logits bits.
 
 Deterministic (seeded). Needs gguf (0.19.0 checked) and numpy.
 """
@@ -374,9 +381,56 @@ def unsupported_gguf(path):
     w.close()
 
 
+REQUANT_PLAN = {
+    "ffn_gate_exps.weight": Q.Q4_0, "ffn_up_exps.weight": Q.Q5_1, "ffn_down_exps.weight": Q.F16,
+    "attn_q.weight": Q.Q8_0, "attn_k.weight": Q.Q4_1, "attn_v.weight": Q.Q5_0,
+    "attn_output.weight": Q.MXFP4, "ffn_gate.weight": Q.IQ4_NL, "ffn_up.weight": Q.Q4_0,
+    "ffn_down.weight": Q.Q8_0, "token_embd.weight": Q.Q8_0, "ffn_gate_inp.weight": Q.Q8_0,
+    "attn_q.bias": Q.Q8_0,
+}
+
+
+def requantise_gguf(src, out_q, out_f):
+    r = gguf.GGUFReader(src)
+    arch = r.fields["general.architecture"].contents()
+    ws = [gguf.GGUFWriter(out_q, arch), gguf.GGUFWriter(out_f, arch)]
+    for name, f in r.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        vt = f.types[0]
+        sub = f.types[-1] if vt == gguf.GGUFValueType.ARRAY else None
+        for w in ws:
+            w.add_key_value(name, f.contents(), vt, sub_type=sub)
+    for t in r.tensors:
+        qt = next((q for k, q in REQUANT_PLAN.items() if t.name.endswith(k)), None)
+        x = None if qt is None else dequantize(t.data, t.tensor_type)
+        if qt is None or x.shape[-1] % GGML_QUANT_SIZES[qt][0] != 0:
+            for w in ws:
+                w.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
+            continue
+        if qt == Q.F16:
+            qb = x.astype(np.float16)
+            ws[0].add_tensor(t.name, qb)
+            ws[1].add_tensor(t.name, qb.astype(np.float32))
+            continue
+        if qt == Q.IQ4_NL:
+            qb = quant_iq4_nl(x.reshape(-1, x.shape[-1])).reshape(*x.shape[:-1], -1)
+        else:
+            qb = quantize(x, qt)
+        ws[0].add_tensor(t.name, qb, raw_shape=qb.shape, raw_dtype=qt)
+        ws[1].add_tensor(t.name, np.ascontiguousarray(dequantize(qb, qt), dtype=np.float32))
+    for w in ws:
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--dequantize-gguf":
         dequantize_gguf(Path(sys.argv[2]), Path(sys.argv[3]))
+    elif sys.argv[1] == "--requantise-gguf":
+        requantise_gguf(Path(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4]))
     elif sys.argv[1] == "--unsupported-gguf":
         unsupported_gguf(Path(sys.argv[2]))
     else:
