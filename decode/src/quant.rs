@@ -271,39 +271,34 @@ fn f16(b: &[u8], i: usize) -> f32 {
 /// Q4_0: `d` F16, `qs[16]`; element `j < 16` is `qs[j] & 15`, `j ≥ 16` is `qs[j − 16] >> 4`.
 fn q4_0(b: &[u8], out: &mut [f32]) {
     let d = f16(b, 0);
-    let qs = &b[2..18];
-    for j in 0..32 {
-        let q = ((qs[j % 16] >> (4 * (j / 16))) & 0x0F) as i32 - 8;
-        out[j] = d * q as f32;
+    let (lo, hi) = out.split_at_mut(16);
+    for ((&q, o0), o1) in b[2..18].iter().zip(lo).zip(hi) {
+        *o0 = d * ((q & 0x0F) as i32 - 8) as f32;
+        *o1 = d * ((q >> 4) as i32 - 8) as f32;
     }
 }
 
 /// Q4_1: `d`, `m` F16, `qs[16]`.
 fn q4_1(b: &[u8], out: &mut [f32]) {
     let (d, m) = (f16(b, 0), f16(b, 2));
-    let qs = &b[4..20];
-    for j in 0..32 {
-        let q = (qs[j % 16] >> (4 * (j / 16))) & 0x0F;
-        out[j] = d * q as f32 + m;
+    let (lo, hi) = out.split_at_mut(16);
+    for ((&q, o0), o1) in b[4..20].iter().zip(lo).zip(hi) {
+        *o0 = d * (q & 0x0F) as f32 + m;
+        *o1 = d * (q >> 4) as f32 + m;
     }
 }
 
-/// The 5-bit value `j` of a Q5 block: low nibble from `qs`, bit `j` of the little-endian `qh`.
-#[inline]
-fn q5(qh: u32, qs: &[u8], j: usize) -> u8 {
-    let lo = (qs[j % 16] >> (4 * (j / 16))) & 0x0F;
-    let hi = ((qh >> j) & 1) as u8;
-    lo | (hi << 4)
-}
-
-/// Q5_0: `d` F16, `qh` u32, `qs[16]`; offset 16.
+/// Q5_0: `d` F16, `qh` u32, `qs[16]`; element `j` as Q4_0's, its fifth bit bit `j` of the
+/// little-endian `qh`; offset 16.
 fn q5_0(b: &[u8], out: &mut [f32]) {
     let d = f16(b, 0);
     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-    let qs = &b[6..22];
-    for (j, o) in out.iter_mut().enumerate().take(32) {
-        let q = q5(qh, qs, j) as i32 - 16;
-        *o = d * q as f32;
+    let (lo, hi) = out.split_at_mut(16);
+    for (l, ((&q, o0), o1)) in b[6..22].iter().zip(lo).zip(hi).enumerate() {
+        let q0 = (q & 0x0F) | ((((qh >> l) & 1) as u8) << 4);
+        let q1 = (q >> 4) | ((((qh >> (l + 16)) & 1) as u8) << 4);
+        *o0 = d * (q0 as i32 - 16) as f32;
+        *o1 = d * (q1 as i32 - 16) as f32;
     }
 }
 
@@ -311,9 +306,12 @@ fn q5_0(b: &[u8], out: &mut [f32]) {
 fn q5_1(b: &[u8], out: &mut [f32]) {
     let (d, m) = (f16(b, 0), f16(b, 2));
     let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-    let qs = &b[8..24];
-    for (j, o) in out.iter_mut().enumerate().take(32) {
-        *o = d * q5(qh, qs, j) as f32 + m;
+    let (lo, hi) = out.split_at_mut(16);
+    for (l, ((&q, o0), o1)) in b[8..24].iter().zip(lo).zip(hi).enumerate() {
+        let q0 = (q & 0x0F) | ((((qh >> l) & 1) as u8) << 4);
+        let q1 = (q >> 4) | ((((qh >> (l + 16)) & 1) as u8) << 4);
+        *o0 = d * q0 as f32 + m;
+        *o1 = d * q1 as f32 + m;
     }
 }
 
@@ -331,13 +329,19 @@ fn q2_k(b: &[u8], out: &mut [f32]) {
     let scales = &b[0..16];
     let qs = &b[16..80];
     let (d, dmin) = (f16(b, 80), f16(b, 82));
-    for (k, o) in out.iter_mut().enumerate().take(256) {
-        let (i, s, l) = (k / 128, (k / 32) % 4, k % 32);
-        let q = (qs[32 * i + l] >> (2 * s)) & 3;
-        let g = scales[k / 16];
-        let dl = d * (g & 0x0F) as f32;
-        let ml = dmin * (g >> 4) as f32;
-        *o = dl * q as f32 - ml;
+    for i in 0..2 {
+        for s in 0..4 {
+            for h in 0..2 {
+                let g = scales[8 * i + 2 * s + h];
+                let dl = d * (g & 0x0F) as f32;
+                let ml = dmin * (g >> 4) as f32;
+                let base = 128 * i + 32 * s + 16 * h;
+                let src = &qs[32 * i + 16 * h..32 * i + 16 * h + 16];
+                for (o, &q) in out[base..base + 16].iter_mut().zip(src) {
+                    *o = dl * ((q >> (2 * s)) & 3) as f32 - ml;
+                }
+            }
+        }
     }
 }
 
@@ -347,20 +351,25 @@ fn q3_k(b: &[u8], out: &mut [f32]) {
     let qs = &b[32..96];
     let sc = &b[96..108];
     let d = f16(b, 108);
-    let mut dl = [0.0f32; 16];
-    for (j, v) in dl.iter_mut().enumerate() {
-        let lo = (sc[j % 8] >> (4 * (j / 8))) & 0x0F;
-        let hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 0x03;
-        let s = (lo | (hi << 4)) as i32 - 32;
-        *v = d * s as f32;
-    }
-    for (k, o) in out.iter_mut().enumerate().take(256) {
-        let (i, s, l) = (k / 128, (k / 32) % 4, k % 32);
-        let ql = ((qs[32 * i + l] >> (2 * s)) & 3) as i32;
-        // Bit k / 32 of hmask[k % 32]; a clear bit subtracts 4.
-        let hm = ((hmask[l] >> (k / 32)) & 1) ^ 1;
-        let q = ql - ((hm as i32) << 2);
-        *o = dl[k / 16] * q as f32;
+    for i in 0..2 {
+        for s in 0..4 {
+            // Bit `4i + s` of hmask[l]; a clear bit subtracts 4.
+            let bit = 4 * i + s;
+            for h in 0..2 {
+                let j = 8 * i + 2 * s + h;
+                let lo = (sc[j % 8] >> (4 * (j / 8))) & 0x0F;
+                let hi = (sc[8 + j % 4] >> (2 * (j / 4))) & 0x03;
+                let dl = d * ((lo | (hi << 4)) as i32 - 32) as f32;
+                let base = 128 * i + 32 * s + 16 * h;
+                let qsrc = &qs[32 * i + 16 * h..32 * i + 16 * h + 16];
+                let hsrc = &hmask[16 * h..16 * h + 16];
+                for ((o, &q), &m) in out[base..base + 16].iter_mut().zip(qsrc).zip(hsrc) {
+                    let ql = ((q >> (2 * s)) & 3) as i32;
+                    let hm = (((m >> bit) & 1) ^ 1) as i32;
+                    *o = dl * (ql - (hm << 2)) as f32;
+                }
+            }
+        }
     }
 }
 
@@ -421,14 +430,22 @@ fn q6_k(b: &[u8], out: &mut [f32]) {
     let qh = &b[128..192];
     let scales = &b[192..208];
     let d = f16(b, 208);
-    for (k, o) in out.iter_mut().enumerate().take(256) {
-        let i = k / 128;
-        let r = k % 128;
-        let lo = (ql[64 * i + r % 64] >> (4 * (r / 64))) & 0x0F;
-        let hi = (qh[32 * i + r % 32] >> (2 * (r / 32))) & 0x03;
-        let q = (lo | (hi << 4)) as i32 - 32;
-        let dg = d * (scales[k / 16] as i8) as f32;
-        *o = dg * q as f32;
+    for i in 0..2 {
+        for t in 0..4 {
+            // Elements 128i + 32t + l: low bits from ql[64i + 32(t % 2) + l], nibble t / 2.
+            let lo0 = 64 * i + 32 * (t % 2);
+            for h in 0..2 {
+                let dg = d * (scales[8 * i + 2 * t + h] as i8) as f32;
+                let base = 128 * i + 32 * t + 16 * h;
+                let lsrc = &ql[lo0 + 16 * h..lo0 + 16 * h + 16];
+                let hsrc = &qh[32 * i + 16 * h..32 * i + 16 * h + 16];
+                for ((o, &l), &hb) in out[base..base + 16].iter_mut().zip(lsrc).zip(hsrc) {
+                    let lo = (l >> (4 * (t / 2))) & 0x0F;
+                    let hi = (hb >> (2 * t)) & 0x03;
+                    *o = dg * ((lo | (hi << 4)) as i32 - 32) as f32;
+                }
+            }
+        }
     }
 }
 
@@ -460,10 +477,13 @@ fn tq1_0(b: &[u8], out: &mut [f32]) {
 /// TQ2_0: `qs[64]`, `d` F16. Element `k = 128i + 32s + l` is `((qs[32i + l] >> 2s) & 3) − 1`.
 fn tq2_0(b: &[u8], out: &mut [f32]) {
     let d = f16(b, 64);
-    for (k, o) in out.iter_mut().enumerate().take(256) {
-        let (i, s, l) = (k / 128, (k / 32) % 4, k % 32);
-        let q = ((b[32 * i + l] >> (2 * s)) & 3) as i32 - 1;
-        *o = d * q as f32;
+    for i in 0..2 {
+        for s in 0..4 {
+            let base = 128 * i + 32 * s;
+            for (o, &q) in out[base..base + 32].iter_mut().zip(&b[32 * i..32 * i + 32]) {
+                *o = d * (((q >> (2 * s)) & 3) as i32 - 1) as f32;
+            }
+        }
     }
 }
 
@@ -475,9 +495,10 @@ const IQ4_VALUES: [i8; 16] = [
 /// IQ4_NL: `d` F16, `qs[16]` (element `j < 16` low nibble of `qs[j]`, else high of `qs[j − 16]`).
 fn iq4_nl(b: &[u8], out: &mut [f32]) {
     let d = f16(b, 0);
-    for (j, o) in out.iter_mut().enumerate().take(32) {
-        let n = (b[2 + j % 16] >> (4 * (j / 16))) & 0x0F;
-        *o = d * IQ4_VALUES[n as usize] as f32;
+    let (lo, hi) = out.split_at_mut(16);
+    for ((&q, o0), o1) in b[2..18].iter().zip(lo).zip(hi) {
+        *o0 = d * IQ4_VALUES[(q & 0x0F) as usize] as f32;
+        *o1 = d * IQ4_VALUES[(q >> 4) as usize] as f32;
     }
 }
 
@@ -514,9 +535,10 @@ fn mxfp4(b: &[u8], out: &mut [f32]) {
     } else {
         (e - 1) << 23
     });
-    for (j, o) in out.iter_mut().enumerate().take(32) {
-        let n = (b[1 + j % 16] >> (4 * (j / 16))) & 0x0F;
-        *o = d * MXFP4_VALUES[n as usize] as f32;
+    let (lo, hi) = out.split_at_mut(16);
+    for ((&q, o0), o1) in b[1..17].iter().zip(lo).zip(hi) {
+        *o0 = d * MXFP4_VALUES[(q & 0x0F) as usize] as f32;
+        *o1 = d * MXFP4_VALUES[(q >> 4) as usize] as f32;
     }
 }
 
