@@ -369,24 +369,18 @@ impl Tensor {
     }
 }
 
-/// IEEE half to `f32` (exact: every half is an `f32`).
+/// IEEE half to `f32` (exact: every half is an `f32`). A NaN keeps its payload in the top
+/// mantissa bits, unquieted, as numpy's `astype(float32)` does.
+#[inline]
 pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) as u32) << 31;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let man = (h & 0x3ff) as u32;
-    let bits = match (exp, man) {
-        (0, 0) => sign,
-        (0, m) => {
-            // Subnormal: value m · 2^-24, normalised.
-            let shift = m.leading_zeros() - 21; // bring the top set bit to position 10
-            let m = (m << shift) & 0x3ff;
-            let e = 127 - 15 - shift + 1;
-            sign | (e << 23) | (m << 13)
-        }
-        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
-        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
-    };
-    f32::from_bits(bits)
+    let sign = ((h & 0x8000) as u32) << 16;
+    let rest = (h & 0x7fff) as u32;
+    // Infinities and NaNs: all-ones exponent, the mantissa moved up.
+    let special = 0x7f80_0000 | ((rest & 0x3ff) << 13);
+    // Finite: exponent and mantissa moved into place make an `f32` of 2^-112 times the half's
+    // magnitude (a subnormal half lands on an `f32` subnormal); scaled by 2^112, exact.
+    let finite = (f32::from_bits(rest << 13) * f32::from_bits((127 + 112) << 23)).to_bits();
+    f32::from_bits(sign | if rest >= 0x7c00 { special } else { finite })
 }
 
 /// Every non-expert tensor of a model directory, by name.
@@ -502,7 +496,10 @@ mod tests {
                 _ => sign * (1.0 + m / 1024.0) * 2f64.powi(e - 15),
             };
             if want.is_nan() {
-                assert!(got.is_nan());
+                // Payload kept, unquieted (numpy's astype; gguf-py's F16 dequantisation).
+                let payload = ((h & 0x3ff) as u32) << 13;
+                let sign = ((h >> 15) as u32) << 31;
+                assert_eq!(got.to_bits(), sign | 0x7f80_0000 | payload, "half {h:#06x}");
             } else {
                 assert_eq!(got as f64, want, "half {h:#06x}");
                 assert_eq!(got.is_sign_negative(), h >> 15 == 1);
