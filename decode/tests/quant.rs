@@ -296,6 +296,15 @@ fn quantised_matrices_multiply_to_the_bits_of_their_dequantised_f32_matrix_on_ev
                 });
                 assert_eq!(got, want_g, "{} {isa} swiglu", c.name);
             }
+            // One quantised row through `Isa::dot` (the slow path, outside a product).
+            for r in [0, c.rows - 1] {
+                assert_eq!(
+                    isa.dot(q.row(r), refs[0]).to_bits(),
+                    want[0][r].to_bits(),
+                    "{} {isa} dot of row {r}",
+                    c.name
+                );
+            }
             // A band of rows, as the thread split takes them.
             let (a, b) = (c.rows / 3, c.rows / 3 + 5);
             let mut got = vec![vec![0.0f32; b - a]; 1];
