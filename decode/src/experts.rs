@@ -86,30 +86,38 @@ impl<'a> ExpertView<'a> {
             let b = bytes
                 .get(p.start..p.start.saturating_add(p.len))
                 .ok_or_else(|| bad(format!("region {} lies outside its extent", p.name)))?;
-            let data = WeightSlice::from_bytes(p.dtype, b).ok_or_else(|| {
-                bad(if p.dtype == Dtype::BF16 || p.dtype == Dtype::F32 {
-                    format!(
-                        "region {} ({}) is not aligned to its element size in the extent",
-                        p.name, p.dtype
-                    )
-                } else {
-                    format!(
-                        "region {} is {}: this build computes with BF16 and F32 experts",
-                        p.name, p.dtype
-                    )
-                })
-            })?;
+            // The index's shape is row-major (a GGUF tensor's `ne` reversed): `[rows, cols]` with
+            // `cols` the row length (GGUF's ne[0]), a whole number of blocks for a quantised type.
             let (rows, cols) = match p.shape[..] {
                 [r, c] => (r, c),
                 [n] => (1, n),
                 _ => return Err(bad(format!("region {} has shape {:?}", p.name, p.shape))),
             };
-            if rows.checked_mul(cols) != Some(data.len()) {
+            let data = WeightSlice::from_bytes(p.dtype, b).ok_or_else(|| {
+                bad(if crate::quant::is_supported(p.dtype) {
+                    format!(
+                        "region {} ({}): {} bytes are not a whole number of blocks",
+                        p.name,
+                        p.dtype,
+                        b.len()
+                    )
+                } else {
+                    format!(
+                        "region {}: {}",
+                        p.name,
+                        crate::quant::QuantError::Unsupported { dtype: p.dtype }
+                    )
+                })
+            })?;
+            let (_, block_elems) = data.block_geometry();
+            if rows.checked_mul(cols) != Some(data.len()) || cols % block_elems != 0 {
                 return Err(bad(format!(
-                    "region {}: {} elements for shape {:?}",
+                    "region {} ({}): {} elements for shape {:?} (rows of whole {}-element blocks)",
                     p.name,
+                    p.dtype,
                     data.len(),
-                    p.shape
+                    p.shape,
+                    block_elems
                 )));
             }
             parts.push((
@@ -387,6 +395,18 @@ fn layouts(model: &ModelExperts) -> Result<HashMap<(u32, u32), Arc<ExpertLayout>
                 expert,
                 detail: format!("unknown dtype code {}", rec.dtype),
             })?;
+            // Refused here, when the store is built, not when the expert is first selected.
+            if !crate::quant::is_supported(dtype) {
+                return Err(DecodeError::BadExpert {
+                    layer,
+                    expert,
+                    detail: format!(
+                        "region {}: {}",
+                        reader.name(span.region),
+                        crate::quant::QuantError::Unsupported { dtype }
+                    ),
+                });
+            }
             parts.push(ExpertPart {
                 role,
                 name: reader.name(span.region).to_string(),
@@ -413,6 +433,74 @@ fn layouts(model: &ModelExperts) -> Result<HashMap<(u32, u32), Arc<ExpertLayout>
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use crate::quant::QuantType;
+
+    fn layout(dtype: Dtype, shape: Vec<usize>, len: usize) -> ExpertLayout {
+        ExpertLayout {
+            layer: 1,
+            expert: 2,
+            parts: vec![ExpertPart {
+                role: Role::Gate,
+                name: "blk.1.ffn_gate_exps.weight[2]".into(),
+                dtype,
+                shape,
+                start: 0,
+                len,
+            }],
+            extent_len: len,
+            data_len: len,
+        }
+    }
+
+    #[test]
+    fn a_quantised_region_is_rows_of_whole_blocks_with_cols_the_gguf_row_length() {
+        // The index's shape is GGUF's ne reversed: [rows, cols], cols = ne[0], the row length
+        // that holds whole blocks. 3 rows of 512 Q4_K elements = 3 × 2 blocks of 144 bytes.
+        let q4k = Dtype::from_name("Q4_K").expect("in the table");
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let bytes: Vec<u8> = (0..3 * 2 * 144)
+            .map(|i| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                // Finite F16 scales (d, dmin at bytes 0..4 of each block): exponent bits < 0x7c.
+                if i % 144 == 1 || i % 144 == 3 {
+                    (rng as u8) & 0x3b
+                } else {
+                    rng as u8
+                }
+            })
+            .collect();
+        let l = layout(q4k, vec![3, 512], bytes.len());
+        let v = ExpertView::new(&l, &bytes).expect("view");
+        let m = v.part(Role::Gate).expect("gate");
+        assert_eq!((m.rows, m.cols), (3, 512));
+        let mut want = vec![0.0f32; 512];
+        QuantType::Q4_K
+            .dequantize(&bytes[288..576], &mut want)
+            .expect("row 1");
+        let row = m.row(1);
+        for (i, w) in want.iter().enumerate() {
+            assert_eq!(row.get(i).to_bits(), w.to_bits(), "row 1 element {i}");
+        }
+        // The same bytes with the dims the other way round ([512, 3]: GGUF's order, not
+        // reversed) have rows of 3 elements, not whole blocks: refused, not mis-sliced.
+        let l = layout(q4k, vec![512, 3], bytes.len());
+        let e = ExpertView::new(&l, &bytes).expect_err("cols 3").to_string();
+        assert!(e.contains("whole 256-element blocks"), "{e}");
+        // Bytes that are not whole blocks, and a type this build does not compute with.
+        let l = layout(q4k, vec![3, 512], bytes.len() - 1);
+        let e = ExpertView::new(&l, &bytes).expect_err("short").to_string();
+        assert!(e.contains("not a whole number of blocks"), "{e}");
+        let iq = Dtype::from_name("IQ2_XXS").expect("in the table");
+        let l = layout(iq, vec![3, 256], 3 * 66);
+        let e = ExpertView::new(&l, &bytes)
+            .expect_err("IQ2_XXS")
+            .to_string();
+        assert!(e.contains("IQ2_XXS") && e.contains("[2]"), "{e}");
+    }
+
     #[test]
     fn available_memory_is_read_from_proc_meminfo() {
         let m = super::mem_available().expect("MemAvailable on Linux");

@@ -12,6 +12,8 @@
 //!   threads only along outputs.
 //! - [`weights`]: the checkpoint's bytes viewed as weights (BF16 widened at use); the resident
 //!   [`TensorStore`], every region hash-checked.
+//! - [`quant`]: GGUF quantised types (Q4_0 … Q6_K, TQ, IQ4, MXFP4) dequantised to `f32` bit for bit as gguf-py
+//!   does; a quantised row's dot is the `f32` canonical dot of its dequantised values.
 //! - [`experts`]: routed experts streamed through the runtime's `ExpertSource`, cached in RAM,
 //!   or all resident.
 //! - [`rope`], [`blocks`]: RoPE as transformers computes it; norms, attention with a KV cache,
@@ -32,6 +34,7 @@ pub mod experts;
 pub mod family;
 pub mod kernels;
 pub mod npy;
+pub mod quant;
 pub mod rope;
 pub mod session;
 pub mod weights;

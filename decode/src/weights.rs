@@ -1,6 +1,8 @@
 //! Weights as the checkpoint's bytes: BF16 stays BF16 (widened to `f32` at use, exactly), `f32`
-//! stays `f32`. F16 is widened to `f32` once at load (exact). Nothing is rounded, re-quantised or
-//! pre-multiplied.
+//! stays `f32`, GGUF quantised types ([`crate::quant`]) stay quantised and are dequantised at
+//! use, one row at a time, exactly as gguf-py dequantises them. F16 trunk and layer tensors are
+//! widened to `f32` once at load (exact); F16 experts are widened a row at a time, like a
+//! quantised type. Nothing is rounded, re-quantised or pre-multiplied.
 //!
 //! - [`WeightSlice`] / [`MatrixRef`]: borrowed views the kernels take, over resident tensors or
 //!   an expert's bytes in its ring slot or cache entry.
@@ -17,6 +19,7 @@ use tarfa_runtime::ModelExperts;
 
 use crate::canon::bf16_to_f32;
 use crate::error::{DecodeError, Result};
+use crate::quant::{QuantType, MAX_BLOCK_ELEMS};
 
 const _: () = assert!(
     cfg!(target_endian = "little"),
@@ -30,15 +33,86 @@ pub enum WeightSlice<'a> {
     Bf16(&'a [u16]),
     /// `f32` values.
     F32(&'a [f32]),
+    /// Whole blocks of a GGUF element type, dequantised at use ([`crate::quant`]).
+    Quant(QuantSlice<'a>),
+}
+
+/// Whole blocks of one [`QuantType`], as stored (any alignment).
+#[derive(Clone, Copy, Debug)]
+pub struct QuantSlice<'a> {
+    ty: QuantType,
+    bytes: &'a [u8],
+}
+
+impl<'a> QuantSlice<'a> {
+    /// `bytes` as blocks of `ty`; `None` unless they are a whole number of blocks.
+    pub fn new(ty: QuantType, bytes: &'a [u8]) -> Option<QuantSlice<'a>> {
+        ty.elems_of(bytes.len())?;
+        Some(QuantSlice { ty, bytes })
+    }
+
+    /// The element type.
+    pub fn ty(self) -> QuantType {
+        self.ty
+    }
+
+    /// The stored bytes.
+    pub fn bytes(self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Number of elements.
+    pub fn len(self) -> usize {
+        self.bytes.len() / self.ty.block_bytes() * self.ty.block_elems()
+    }
+
+    /// Whether it has no elements.
+    pub fn is_empty(self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Elements `a..b`; both must be block boundaries (rows of a quantised matrix always are).
+    pub fn slice(self, a: usize, b: usize) -> QuantSlice<'a> {
+        let (be, bb) = (self.ty.block_elems(), self.ty.block_bytes());
+        assert!(
+            a.is_multiple_of(be) && b.is_multiple_of(be) && a <= b && b <= self.len(),
+            "{}: elements {a}..{b} of {} are not whole blocks of {be}",
+            self.ty,
+            self.len()
+        );
+        QuantSlice {
+            ty: self.ty,
+            bytes: &self.bytes[a / be * bb..b / be * bb],
+        }
+    }
+
+    /// Element `i`, dequantising its block.
+    pub fn get(self, i: usize) -> f32 {
+        let (be, bb) = (self.ty.block_elems(), self.ty.block_bytes());
+        let b = i / be;
+        let mut out = [0.0f32; MAX_BLOCK_ELEMS];
+        self.ty
+            .dequantize(&self.bytes[b * bb..(b + 1) * bb], &mut out[..be])
+            .expect("one whole block");
+        out[i % be]
+    }
+
+    /// Every element into `out` (of [`QuantSlice::len`] elements).
+    pub fn dequantize_into(self, out: &mut [f32]) {
+        self.ty
+            .dequantize(self.bytes, out)
+            .expect("whole blocks into their element count");
+    }
 }
 
 impl<'a> WeightSlice<'a> {
-    /// Element `i` widened to `f32`.
+    /// Element `i` widened (or dequantised) to `f32`.
     #[inline]
     pub fn get(self, i: usize) -> f32 {
         match self {
             WeightSlice::Bf16(w) => bf16_to_f32(w[i]),
             WeightSlice::F32(w) => w[i],
+            WeightSlice::Quant(q) => q.get(i),
         }
     }
 
@@ -47,6 +121,7 @@ impl<'a> WeightSlice<'a> {
         match self {
             WeightSlice::Bf16(w) => w.len(),
             WeightSlice::F32(w) => w.len(),
+            WeightSlice::Quant(q) => q.len(),
         }
     }
 
@@ -55,24 +130,39 @@ impl<'a> WeightSlice<'a> {
         self.len() == 0
     }
 
-    /// Elements `a..b`.
+    /// Elements `a..b` (for a quantised slice, at block boundaries).
     pub fn slice(self, a: usize, b: usize) -> WeightSlice<'a> {
         match self {
             WeightSlice::Bf16(w) => WeightSlice::Bf16(&w[a..b]),
             WeightSlice::F32(w) => WeightSlice::F32(&w[a..b]),
+            WeightSlice::Quant(q) => WeightSlice::Quant(q.slice(a, b)),
         }
     }
 
-    /// View stored bytes of `dtype` in place (BF16, F32). `None` for other types or misaligned
-    /// bytes.
+    /// Bytes one element takes as stored, as a fraction `(bytes, elements)` of a block.
+    pub fn block_geometry(self) -> (usize, usize) {
+        match self {
+            WeightSlice::Bf16(_) => (2, 1),
+            WeightSlice::F32(_) => (4, 1),
+            WeightSlice::Quant(q) => (q.ty.block_bytes(), q.ty.block_elems()),
+        }
+    }
+
+    /// View stored bytes of `dtype` in place: BF16 and F32 as themselves when aligned, every
+    /// other type [`crate::quant`] supports (and unaligned BF16/F32) as quantised blocks. `None`
+    /// for types this build does not compute with, or bytes that are not a whole number of
+    /// blocks.
     pub fn from_bytes(dtype: Dtype, bytes: &'a [u8]) -> Option<WeightSlice<'a>> {
         if dtype == Dtype::BF16 {
-            bytemuck::try_cast_slice(bytes).ok().map(WeightSlice::Bf16)
+            if let Ok(w) = bytemuck::try_cast_slice(bytes) {
+                return Some(WeightSlice::Bf16(w));
+            }
         } else if dtype == Dtype::F32 {
-            bytemuck::try_cast_slice(bytes).ok().map(WeightSlice::F32)
-        } else {
-            None
+            if let Ok(w) = bytemuck::try_cast_slice(bytes) {
+                return Some(WeightSlice::F32(w));
+            }
         }
+        QuantSlice::new(QuantType::from_dtype(dtype)?, bytes).map(WeightSlice::Quant)
     }
 }
 
@@ -101,7 +191,7 @@ impl<'a> MatrixRef<'a> {
     pub fn bf16_row(&self, r: usize) -> &'a [u16] {
         match self.data {
             WeightSlice::Bf16(w) => &w[r * self.cols..(r + 1) * self.cols],
-            WeightSlice::F32(_) => panic!("{}: not BF16", self.name),
+            _ => panic!("{}: not BF16", self.name),
         }
     }
 
@@ -121,9 +211,17 @@ impl<'a> MatrixRef<'a> {
 enum TensorData {
     Bf16(Vec<u16>),
     F32(Vec<f32>),
+    /// Whole blocks of a quantised type, as stored.
+    Quant(QuantType, Vec<u8>),
 }
 
 /// An owned tensor, in its stored element type (F16 widened to `f32`).
+///
+/// A quantised matrix keeps its stored bytes and is dequantised one row at a time when used: its
+/// `f32` form would take 4–8 times the memory (an embedding or output matrix of a large
+/// vocabulary is the biggest tensor of the trunk), and the values are the same either way. A
+/// quantised tensor of rank 0 or 1 (a norm, a bias) is dequantised once at load into `f32` (the
+/// same values, exactly gguf-py's), because it is read element by element.
 #[derive(Clone, Debug)]
 pub struct Tensor {
     name: String,
@@ -132,42 +230,68 @@ pub struct Tensor {
 }
 
 impl Tensor {
-    /// Decode stored little-endian bytes of `dtype` (BF16, F16, F32).
+    /// Decode stored little-endian bytes of `dtype` (BF16, F16, F32 and the quantised types of
+    /// [`crate::quant`]). Another type, or a byte length that is not exactly the shape's, is an
+    /// error naming the tensor.
     pub fn from_bytes(name: &str, dtype: Dtype, shape: &[u64], bytes: &[u8]) -> Result<Tensor> {
         let bad = |detail: String| DecodeError::BadTensor {
             name: name.into(),
             detail,
         };
-        let shape: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
+        let ty = QuantType::from_dtype(dtype).ok_or_else(|| {
+            bad(format!(
+                "element type {dtype} is not decoded by this build ({} are)",
+                crate::quant::supported_names()
+            ))
+        })?;
+        let shape_us: Vec<usize> = shape
+            .iter()
+            .map(|&d| usize::try_from(d).map_err(|_| bad(format!("shape {shape:?} overflows"))))
+            .collect::<Result<_>>()?;
+        let shape = shape_us;
         let n = shape
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| bad(format!("shape {shape:?} overflows")))?;
-        let data = if dtype == Dtype::BF16 {
-            TensorData::Bf16(
+        let want = dtype.byte_len(&shape.iter().map(|&d| d as u64).collect::<Vec<_>>());
+        if want != Some(bytes.len() as u64) {
+            return Err(bad(match want {
+                Some(w) => format!(
+                    "{} bytes for shape {shape:?} of {dtype}, which takes {w}",
+                    bytes.len()
+                ),
+                None => format!(
+                    "shape {shape:?} is not whole rows of {dtype} blocks of {}",
+                    ty.block_elems()
+                ),
+            }));
+        }
+        let data = match ty {
+            QuantType::BF16 => TensorData::Bf16(
                 bytes
                     .chunks_exact(2)
                     .map(|b| u16::from_le_bytes([b[0], b[1]]))
                     .collect(),
-            )
-        } else if dtype == Dtype::F16 {
-            TensorData::F32(
-                bytes
-                    .chunks_exact(2)
-                    .map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
-                    .collect(),
-            )
-        } else if dtype == Dtype::F32 {
-            TensorData::F32(
+            ),
+            QuantType::F32 => TensorData::F32(
                 bytes
                     .chunks_exact(4)
                     .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
                     .collect(),
-            )
-        } else {
-            return Err(bad(format!(
-                "element type {dtype} is not decoded by this build (BF16, F16, F32 are)"
-            )));
+            ),
+            QuantType::F16 => TensorData::F32(
+                bytes
+                    .chunks_exact(2)
+                    .map(|b| f16_to_f32(u16::from_le_bytes([b[0], b[1]])))
+                    .collect(),
+            ),
+            _ if shape.len() <= 1 => {
+                let mut v = vec![0.0f32; n];
+                ty.dequantize(bytes, &mut v)
+                    .map_err(|e| bad(e.to_string()))?;
+                TensorData::F32(v)
+            }
+            _ => TensorData::Quant(ty, bytes.to_vec()),
         };
         let t = Tensor {
             name: name.into(),
@@ -195,6 +319,7 @@ impl Tensor {
         match &self.data {
             TensorData::Bf16(v) => v.len(),
             TensorData::F32(v) => v.len(),
+            TensorData::Quant(ty, b) => b.len() / ty.block_bytes() * ty.block_elems(),
         }
     }
 
@@ -208,6 +333,11 @@ impl Tensor {
         match &self.data {
             TensorData::Bf16(v) => WeightSlice::Bf16(v),
             TensorData::F32(v) => WeightSlice::F32(v),
+            TensorData::Quant(ty, b) => match QuantSlice::new(*ty, b) {
+                Some(q) => WeightSlice::Quant(q),
+                // Whole blocks by construction (`from_bytes` checked the length).
+                None => WeightSlice::F32(&[]),
+            },
         }
     }
 
@@ -239,24 +369,18 @@ impl Tensor {
     }
 }
 
-/// IEEE half to `f32` (exact: every half is an `f32`).
+/// IEEE half to `f32` (exact: every half is an `f32`). A NaN keeps its payload in the top
+/// mantissa bits, unquieted, as numpy's `astype(float32)` does.
+#[inline]
 pub fn f16_to_f32(h: u16) -> f32 {
-    let sign = ((h >> 15) as u32) << 31;
-    let exp = ((h >> 10) & 0x1f) as u32;
-    let man = (h & 0x3ff) as u32;
-    let bits = match (exp, man) {
-        (0, 0) => sign,
-        (0, m) => {
-            // Subnormal: value m · 2^-24, normalised.
-            let shift = m.leading_zeros() - 21; // bring the top set bit to position 10
-            let m = (m << shift) & 0x3ff;
-            let e = 127 - 15 - shift + 1;
-            sign | (e << 23) | (m << 13)
-        }
-        (0x1f, m) => sign | 0x7f80_0000 | (m << 13),
-        (e, m) => sign | ((e + 127 - 15) << 23) | (m << 13),
-    };
-    f32::from_bits(bits)
+    let sign = ((h & 0x8000) as u32) << 16;
+    let rest = (h & 0x7fff) as u32;
+    // Infinities and NaNs: all-ones exponent, the mantissa moved up.
+    let special = 0x7f80_0000 | ((rest & 0x3ff) << 13);
+    // Finite: exponent and mantissa moved into place make an `f32` of 2^-112 times the half's
+    // magnitude (a subnormal half lands on an `f32` subnormal); scaled by 2^112, exact.
+    let finite = (f32::from_bits(rest << 13) * f32::from_bits((127 + 112) << 23)).to_bits();
+    f32::from_bits(sign | if rest >= 0x7c00 { special } else { finite })
 }
 
 /// Every non-expert tensor of a model directory, by name.
@@ -300,6 +424,18 @@ impl TensorStore {
     }
 
     fn take_tensors(&mut self, reader: &JnfReader) -> Result<()> {
+        // Refuse an element type this build does not compute with before reading anything.
+        for (i, r) in reader.regions().iter().enumerate() {
+            if r.role != Role::Tensor.code() {
+                continue;
+            }
+            if let Some(dtype) = r.dtype().filter(|d| !crate::quant::is_supported(*d)) {
+                return Err(DecodeError::BadTensor {
+                    name: reader.name(i as u32).into(),
+                    detail: crate::quant::QuantError::Unsupported { dtype }.to_string(),
+                });
+            }
+        }
         for (i, r) in reader.regions().iter().enumerate() {
             if r.role != Role::Tensor.code() {
                 continue;
@@ -360,7 +496,10 @@ mod tests {
                 _ => sign * (1.0 + m / 1024.0) * 2f64.powi(e - 15),
             };
             if want.is_nan() {
-                assert!(got.is_nan());
+                // Payload kept, unquieted (numpy's astype; gguf-py's F16 dequantisation).
+                let payload = ((h & 0x3ff) as u32) << 13;
+                let sign = ((h >> 15) as u32) << 31;
+                assert_eq!(got.to_bits(), sign | 0x7f80_0000 | payload, "half {h:#06x}");
             } else {
                 assert_eq!(got as f64, want, "half {h:#06x}");
                 assert_eq!(got.is_sign_negative(), h >> 15 == 1);

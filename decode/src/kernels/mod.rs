@@ -74,12 +74,28 @@ impl Isa {
         }
     }
 
-    /// Canonical dot product of a weight row (BF16 or `f32`) and `x`.
+    /// Canonical dot product of a weight row and `x`. A quantised row is dequantised to `f32`
+    /// (exactly gguf-py's values) and then takes the `f32` dot: the bits of the same row stored
+    /// as `f32`.
     #[inline]
     pub fn dot(self, w: WeightSlice<'_>, x: &[f32]) -> f32 {
         match w {
             WeightSlice::Bf16(w) => self.dot_bf16(w, x),
             WeightSlice::F32(w) => self.dot_f32(w, x),
+            WeightSlice::Quant(q) => {
+                let mut buf = vec![0.0f32; q.len()];
+                q.dequantize_into(&mut buf);
+                self.dot_f32(&buf, x)
+            }
+        }
+    }
+
+    /// [`Isa::dot`] with `buf` for a quantised row's `f32` values (reused across calls).
+    #[inline]
+    fn dot_with(self, w: WeightSlice<'_>, x: &[f32], buf: &[f32]) -> f32 {
+        match w {
+            WeightSlice::Quant(_) => self.dot_f32(buf, x),
+            _ => self.dot(w, x),
         }
     }
 
@@ -248,19 +264,28 @@ impl Isa {
     /// weights stream through memory in one sequential run (four interleaved rows measured 27%
     /// slower: `decode/examples/matvec_rate`, ledger row (h)); each row meets every token while
     /// it is in L1.
+    ///
+    /// A quantised row is dequantised once into this thread's buffer (gguf-py's `f32` values),
+    /// then meets every token through the `f32` dot.
     fn rows_into(self, job: &MatJob<'_, '_>, r0: usize, r1: usize, res: &mut [Vec<f32>]) {
+        let (mut buf, mut up_buf) = (Vec::new(), Vec::new());
         for r in r0..r1 {
             let row = job.m.row(r);
+            dequantize_row(row, &mut buf);
             match job.up {
                 None => {
                     for (x, o) in job.xs.iter().zip(res.iter_mut()) {
-                        o[r - r0] = self.dot(row, x);
+                        o[r - r0] = self.dot_with(row, x, &buf);
                     }
                 }
                 Some(up) => {
                     let up_row = up.row(r);
+                    dequantize_row(up_row, &mut up_buf);
                     for (x, o) in job.xs.iter().zip(res.iter_mut()) {
-                        o[r - r0] = self.silu_mul_one(self.dot(row, x), self.dot(up_row, x));
+                        o[r - r0] = self.silu_mul_one(
+                            self.dot_with(row, x, &buf),
+                            self.dot_with(up_row, x, &up_buf),
+                        );
                     }
                 }
             }
@@ -292,11 +317,16 @@ fn job_row_bytes(job: &MatJob<'_, '_>) -> usize {
 
 /// Bytes of one row of `m` as stored.
 fn row_bytes(m: MatrixRef<'_>) -> usize {
-    m.cols
-        * match m.data {
-            WeightSlice::Bf16(_) => 2,
-            WeightSlice::F32(_) => 4,
-        }
+    let (bytes, elems) = m.data.block_geometry();
+    m.cols / elems.max(1) * bytes
+}
+
+/// A quantised row's `f32` values into `buf` (other rows are used as they are).
+fn dequantize_row(row: WeightSlice<'_>, buf: &mut Vec<f32>) {
+    if let WeightSlice::Quant(q) = row {
+        buf.resize(q.len(), 0.0);
+        q.dequantize_into(buf);
+    }
 }
 
 /// One product of [`Isa::matmul_many`]: `out[t] = m · xs[t]`, or, with `up`, the SwiGLU gate
