@@ -748,7 +748,7 @@ mod tests {
             "general.architecture".into(),
             json!({"type": "string", "value": "llama"}),
         );
-        let e = arch(&Kv::new(&Value::Object(m.clone())).unwrap()).unwrap_err();
+        let e = arch(&Kv::new(&Value::Object(m.clone())).expect("ok")).expect_err("refused");
         let s = e.to_string();
         assert!(
             s.contains("general.architecture") && s.contains("\"llama\"") && s.contains("qwen3moe"),
@@ -759,8 +759,10 @@ mod tests {
             json!({"type": "string", "value": "glm4moe"}),
         );
         let v = Value::Object(m.clone());
-        let kv = Kv::new(&v).unwrap();
-        let s = main_layers(&kv, Arch::Glm4Moe).unwrap_err().to_string();
+        let kv = Kv::new(&v).expect("ok");
+        let s = main_layers(&kv, Arch::Glm4Moe)
+            .expect_err("refused")
+            .to_string();
         assert!(
             s.contains("glm4moe.block_count") && s.contains("missing"),
             "{s}"
@@ -769,21 +771,21 @@ mod tests {
         m.insert("glm4moe.nextn_predict_layers".into(), u32v(1));
         let v = Value::Object(m.clone());
         assert_eq!(
-            main_layers(&Kv::new(&v).unwrap(), Arch::Glm4Moe).unwrap(),
+            main_layers(&Kv::new(&v).expect("ok"), Arch::Glm4Moe).expect("ok"),
             3
         );
         m.insert("glm4moe.nextn_predict_layers".into(), u32v(4));
         let v = Value::Object(m.clone());
-        assert!(main_layers(&Kv::new(&v).unwrap(), Arch::Glm4Moe).is_err());
+        assert!(main_layers(&Kv::new(&v).expect("ok"), Arch::Glm4Moe).is_err());
         m.insert(
             "glm4moe.attention.head_count".into(),
             json!({"type": "array", "elem": "u32", "value": [4, 4]}),
         );
         let v = Value::Object(m);
         let s = Kv::new(&v)
-            .unwrap()
+            .expect("ok")
             .uint("glm4moe.attention.head_count")
-            .unwrap_err()
+            .expect_err("refused")
             .to_string();
         assert!(s.contains("per-layer array"), "{s}");
     }
@@ -792,7 +794,7 @@ mod tests {
     fn tokenizer_keys_missing_or_unsupported_are_named() {
         let mut m = Map::new();
         let s = tokenizer_json(&Value::Object(m.clone()))
-            .unwrap_err()
+            .expect_err("refused")
             .to_string();
         assert!(s.contains("tokenizer.ggml.model"), "{s}");
         m.insert(
@@ -800,7 +802,7 @@ mod tests {
             json!({"type": "string", "value": "llama"}),
         );
         let s = tokenizer_json(&Value::Object(m.clone()))
-            .unwrap_err()
+            .expect_err("refused")
             .to_string();
         assert!(s.contains("\"llama\"") && s.contains("gpt2"), "{s}");
         m.insert(
@@ -812,7 +814,7 @@ mod tests {
             json!({"type": "string", "value": "tekken"}),
         );
         let s = tokenizer_json(&Value::Object(m.clone()))
-            .unwrap_err()
+            .expect_err("refused")
             .to_string();
         assert!(
             s.contains("tokenizer.ggml.pre") && s.contains("\"tekken\""),
@@ -827,7 +829,7 @@ mod tests {
             json!({"type": "array", "elem": "string", "value": ["a", "b", "ab"]}),
         );
         let s = tokenizer_json(&Value::Object(m.clone()))
-            .unwrap_err()
+            .expect_err("refused")
             .to_string();
         assert!(
             s.contains("tokenizer.ggml.merges") && s.contains("missing"),
@@ -838,14 +840,14 @@ mod tests {
             json!({"type": "array", "elem": "string", "value": ["a b c"]}),
         );
         let s = tokenizer_json(&Value::Object(m.clone()))
-            .unwrap_err()
+            .expect_err("refused")
             .to_string();
         assert!(s.contains("\"a b c\""), "{s}");
         m.insert(
             "tokenizer.ggml.merges".into(),
             json!({"type": "array", "elem": "string", "value": ["a b"]}),
         );
-        let t = tokenizer_json(&Value::Object(m)).unwrap();
+        let t = tokenizer_json(&Value::Object(m)).expect("ok");
         assert_eq!(t["model"]["merges"], json!([["a", "b"]]));
         assert_eq!(t["model"]["vocab"]["ab"], json!(2));
     }

@@ -341,34 +341,6 @@ impl TensorStore {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn f16_widening_is_exact_for_every_half() {
-        for h in 0..=u16::MAX {
-            let got = f16_to_f32(h);
-            // Reference: decode by the definition.
-            let sign = if h >> 15 == 1 { -1.0f64 } else { 1.0 };
-            let e = ((h >> 10) & 0x1f) as i32;
-            let m = (h & 0x3ff) as f64;
-            let want = match e {
-                0 => sign * m * 2f64.powi(-24),
-                0x1f if m == 0.0 => sign * f64::INFINITY,
-                0x1f => f64::NAN,
-                _ => sign * (1.0 + m / 1024.0) * 2f64.powi(e - 15),
-            };
-            if want.is_nan() {
-                assert!(got.is_nan());
-            } else {
-                assert_eq!(got as f64, want, "half {h:#06x}");
-                assert_eq!(got.is_sign_negative(), h >> 15 == 1);
-            }
-        }
-    }
-}
-
 /// Renaming, for a model whose tensors are stored under another naming than the family reads
 /// (a GGUF source: llama.cpp's names, `crate::gguf_model`).
 impl TensorStore {
@@ -414,5 +386,33 @@ impl TensorStore {
         self.tensors = tensors;
         self.stored = stored;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn f16_widening_is_exact_for_every_half() {
+        for h in 0..=u16::MAX {
+            let got = f16_to_f32(h);
+            // Reference: decode by the definition.
+            let sign = if h >> 15 == 1 { -1.0f64 } else { 1.0 };
+            let e = ((h >> 10) & 0x1f) as i32;
+            let m = (h & 0x3ff) as f64;
+            let want = match e {
+                0 => sign * m * 2f64.powi(-24),
+                0x1f if m == 0.0 => sign * f64::INFINITY,
+                0x1f => f64::NAN,
+                _ => sign * (1.0 + m / 1024.0) * 2f64.powi(e - 15),
+            };
+            if want.is_nan() {
+                assert!(got.is_nan());
+            } else {
+                assert_eq!(got as f64, want, "half {h:#06x}");
+                assert_eq!(got.is_sign_negative(), h >> 15 == 1);
+            }
+        }
     }
 }
