@@ -17,7 +17,9 @@ use tarfa_runtime::ModelExperts;
 
 const STEPS: usize = 16;
 
-/// `fixtures/gguf/from_hf/NAME.gguf` converted into a temporary model directory (once per process).
+/// `fixtures/gguf/from_hf/FILE.gguf` converted into a temporary model directory (once per
+/// process). FILE is a fixture name (every tensor in its safetensors dtype) or
+/// `NAME.f32-small` (1-D tensors, norms and router F32, as llama.cpp's converter writes them).
 fn gguf_model_dir(name: &'static str) -> PathBuf {
     static DIRS: OnceLock<std::sync::Mutex<Vec<(&'static str, tempfile::TempDir)>>> =
         OnceLock::new();
@@ -63,8 +65,8 @@ fn hf_config(name: &str) -> Value {
 
 /// The GGUF side, renamed and with its synthesised config; every non-expert tensor equals the
 /// safetensors side's by name, shape and bits; the config agrees with config.json on `keys`.
-fn check_mapping(name: &'static str, keys: &[&str]) -> Value {
-    let (gm, mut gt) = store(&gguf_model_dir(name));
+fn check_mapping(name: &'static str, file: &'static str, keys: &[&str]) -> Value {
+    let (gm, mut gt) = store(&gguf_model_dir(file));
     assert_eq!(gm.architecture.source_format, "gguf");
     let cfg = gguf_model::adapt(&gm.architecture.config, &mut gt).expect("adapt");
     let (_, st) = store(&common::model(name));
@@ -109,8 +111,15 @@ fn check_mapping(name: &'static str, keys: &[&str]) -> Value {
 
 #[test]
 fn qwen3_moe_b_gguf_maps_onto_the_safetensors_names_config_and_bits() {
+    for file in ["qwen3_moe_b", "qwen3_moe_b.f32-small"] {
+        qwen3_mapping(file);
+    }
+}
+
+fn qwen3_mapping(file: &'static str) {
     let cfg = check_mapping(
         "qwen3_moe_b",
+        file,
         &[
             "model_type",
             "num_hidden_layers",
@@ -140,8 +149,15 @@ fn qwen3_moe_b_gguf_maps_onto_the_safetensors_names_config_and_bits() {
 
 #[test]
 fn glm4_moe_gguf_maps_onto_the_safetensors_names_config_and_bits() {
+    for file in ["glm4_moe", "glm4_moe.f32-small"] {
+        glm4_mapping(file);
+    }
+}
+
+fn glm4_mapping(file: &'static str) {
     let cfg = check_mapping(
         "glm4_moe",
+        file,
         &[
             "model_type",
             "num_hidden_layers",
@@ -177,10 +193,10 @@ fn glm4_moe_gguf_maps_onto_the_safetensors_names_config_and_bits() {
 }
 
 /// Greedy runs of both models on the reference prompts: logits bit-identical at every step.
-fn same_bits_both_ways(name: &'static str) {
+fn same_bits_both_ways(name: &'static str, file: &'static str) {
     let opts = DecoderOptions::default();
     let mut st = common::open(&common::model(name), &opts);
-    let mut gg = common::open(&gguf_model_dir(name), &opts);
+    let mut gg = common::open(&gguf_model_dir(file), &opts);
     assert_eq!(st.vocab_size(), gg.vocab_size());
     let prompts = common::reference(name);
     assert!(!prompts.is_empty());
@@ -188,16 +204,18 @@ fn same_bits_both_ways(name: &'static str) {
         let (ta, la) = common::greedy(&mut st, &p.prompt_ids, STEPS);
         let (tb, lb) = common::greedy(&mut gg, &p.prompt_ids, STEPS);
         assert_eq!(la.len(), STEPS);
-        assert_eq!(ta, tb, "{name} prompt {}: greedy tokens", p.index);
+        assert_eq!(ta, tb, "{file} prompt {}: greedy tokens", p.index);
+        // And transformers' fp32 greedy tokens for the safetensors checkpoint.
+        assert_eq!(tb[..], p.fp32_tokens[..STEPS], "{file} prompt {}", p.index);
         for (s, (a, b)) in common::bits(&la).iter().zip(common::bits(&lb)).enumerate() {
             assert!(
                 *a == b,
-                "{name} prompt {} step {s}: logits differ in bits",
+                "{file} prompt {} step {s}: logits differ in bits",
                 p.index
             );
         }
         eprintln!(
-            "{name} p{}: {STEPS} steps, {} logits each, bit-identical through safetensors and GGUF; tokens {:?}",
+            "{file} p{}: {STEPS} steps, {} logits each, bit-identical through safetensors and GGUF; tokens {:?}",
             p.index,
             la[0].len(),
             ta
@@ -207,7 +225,26 @@ fn same_bits_both_ways(name: &'static str) {
 
 #[test]
 fn qwen3_moe_b_gguf_and_safetensors_give_the_same_logit_bits() {
-    same_bits_both_ways("qwen3_moe_b");
+    same_bits_both_ways("qwen3_moe_b", "qwen3_moe_b");
+    same_bits_both_ways("qwen3_moe_b", "qwen3_moe_b.f32-small");
+}
+
+/// The comparison can fail: the same GGUF with one key changed (RoPE base) gives other bits.
+#[test]
+fn a_changed_key_changes_the_bits() {
+    let d = edited("qwen3_moe_b", |c| {
+        c.insert(
+            "qwen3moe.rope.freq_base".into(),
+            serde_json::json!({"type": "f32", "value": 10000.0}),
+        );
+    });
+    let opts = DecoderOptions::default();
+    let mut st = common::open(&common::model("qwen3_moe_b"), &opts);
+    let mut gg = common::open(d.path(), &opts);
+    let p = &common::reference("qwen3_moe_b")[0];
+    let (_, la) = common::greedy(&mut st, &p.prompt_ids, 2);
+    let (_, lb) = common::greedy(&mut gg, &p.prompt_ids, 2);
+    assert_ne!(common::bits(&la), common::bits(&lb));
 }
 
 #[test]
@@ -219,7 +256,8 @@ fn glm4_moe_gguf_and_safetensors_give_the_same_logit_bits() {
         );
         return;
     }
-    same_bits_both_ways("glm4_moe");
+    same_bits_both_ways("glm4_moe", "glm4_moe");
+    same_bits_both_ways("glm4_moe", "glm4_moe.f32-small");
 }
 
 /// The tokenizer rebuilt from `tokenizer.ggml.*` gives the fixture tokenizer.json's ids on the
