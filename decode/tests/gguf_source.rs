@@ -491,3 +491,34 @@ fn tokens_work_without_a_tokenizer() {
     let (toks, _) = common::greedy(&mut dec, &[5, 6, 7], 4);
     assert_eq!(toks.len(), 4);
 }
+
+#[test]
+fn the_committed_ggufs_are_what_make_from_hf_writes() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = std::process::Command::new("python3")
+        .arg(common::repo().join("fixtures/gguf/make_from_hf.py"))
+        .arg("--out")
+        .arg(tmp.path())
+        .output()
+        .expect("run python3 (scripts/test.sh installs gguf and numpy)");
+    assert!(
+        out.status.success(),
+        "make_from_hf.py failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "qwen3_moe_b.gguf",
+        "qwen3_moe_b.f32-small.gguf",
+        "glm4_moe.gguf",
+        "glm4_moe.f32-small.gguf",
+    ] {
+        let committed =
+            std::fs::read(common::repo().join("fixtures/gguf/from_hf").join(f)).expect(f);
+        let written = std::fs::read(tmp.path().join(f)).expect(f);
+        assert!(
+            committed == written,
+            "{f}: the committed file is not what the script writes"
+        );
+    }
+}
