@@ -21,11 +21,14 @@
 //!   refused as contradictory. A layer without a router (`ffn_gate_inp`) but with a dense FFN
 //!   (`ffn_gate`/`ffn_up`/`ffn_down`) is a dense layer (`mlp_only_layers`); llama.cpp's qwen3moe
 //!   has no dense layers and would refuse such a file.
-//! - `glm4moe`: missing keys take llama.cpp's defaults where it has one: `expert_weights_norm`
-//!   false, `rope.dimension_count` = head dim (no partial rotation), `expert_group_count` /
-//!   `expert_group_used_count` 1, `nextn_predict_layers` 0. `expert_gating_func` must be
-//!   present and sigmoid (2); `expert_weights_scale`, `expert_shared_count`,
-//!   `leading_dense_block_count` and `expert_feed_forward_length` must be present.
+//! - `glm4moe`: missing keys take llama.cpp's defaults where it has a usable one:
+//!   `expert_weights_norm` false, `expert_gating_func` sigmoid (any other value is refused),
+//!   `leading_dense_block_count` 0 (the layers without a router must be exactly the leading
+//!   ones), `rope.dimension_count` = head dim (no partial rotation), `expert_group_count` /
+//!   `expert_group_used_count` 1, `nextn_predict_layers` 0. `expert_weights_scale` must be
+//!   present (llama.cpp's default 0.0 would zero the routed output), and so must
+//!   `expert_shared_count` and `expert_feed_forward_length` (llama.cpp requires them too).
+//!   M-RoPE sections (`rope.dimension_sections`, the vision model) are refused.
 //! - both: `attention.head_count_kv` defaults to `attention.head_count`,
 //!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
 //!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is
@@ -464,20 +467,21 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
             c.insert("use_sliding_window".into(), json!(false));
         }
         Arch::Glm4Moe => {
+            // llama.cpp: an absent (or 0, "none") gating function means sigmoid for glm4moe.
             match kv.uint(&key("expert_gating_func"))? {
-                Some(2) => {}
+                None | Some(0) | Some(2) => {}
                 Some(g) => {
                     return Err(err(
                         &key("expert_gating_func"),
                         format!("{g}: glm4moe routes by sigmoid (2); nothing else is decoded"),
                     ))
                 }
-                None => {
-                    return Err(err(
-                        &key("expert_gating_func"),
-                        "missing; glm4moe must say sigmoid (2)",
-                    ))
-                }
+            }
+            if kv.map.contains_key(&key("rope.dimension_sections")) {
+                return Err(err(
+                    &key("rope.dimension_sections"),
+                    "M-RoPE (the vision model's sections) is not decoded by this build",
+                ));
             }
             let partial = rot as f64 / head_dim as f64;
             // transformers: int(head_dim * partial_rotary_factor) must give back `rot`.
@@ -497,7 +501,9 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
                     ));
                 }
             }
-            let lead = kv.uint_req(&key("leading_dense_block_count"))?;
+            // llama.cpp's default: no leading dense layer (checked against the tensors below).
+            let lead = kv.uint(&key("leading_dense_block_count"))?.unwrap_or(0);
+            // llama.cpp's default 0.0 would scale the routed output to nothing: no safe default.
             let scale = kv
                 .float(&key("expert_weights_scale"))?
                 .ok_or_else(|| err(&key("expert_weights_scale"), "missing (no default is safe)"))?;

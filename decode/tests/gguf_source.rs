@@ -522,3 +522,42 @@ fn the_committed_ggufs_are_what_make_from_hf_writes() {
         );
     }
 }
+
+#[test]
+fn glm4moe_absent_keys_take_llama_cpp_defaults_or_are_refused() {
+    let dir = gguf_model_dir("glm4_moe");
+    let base = Manifest::load(&dir).expect("manifest").architecture.config;
+    let adapt_without = |key: &str| {
+        let mut c = base.clone();
+        c.as_object_mut().expect("object").remove(key).expect(key);
+        let (_, mut t) = store(&dir);
+        gguf_model::adapt(&c, &mut t)
+    };
+    // Sigmoid when absent, as llama.cpp.
+    let c = adapt_without("glm4moe.expert_gating_func").expect("sigmoid by default");
+    assert_eq!(c["model_type"], "glm4_moe");
+    // No renormalisation when absent, as llama.cpp (transformers' class default is true).
+    let c = adapt_without("glm4moe.expert_weights_norm").expect("false by default");
+    assert_eq!(c["norm_topk_prob"], false);
+    // No rotary-dims key: the whole head rotates, as llama.cpp.
+    let c = adapt_without("glm4moe.rope.dimension_count").expect("head dim by default");
+    assert_eq!(c["partial_rotary_factor"], 1.0);
+    // llama.cpp's 0 leading dense layers contradicts layer 0 having no router: named.
+    let e = adapt_without("glm4moe.leading_dense_block_count")
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("glm4moe.leading_dense_block_count") && e.contains("[0]"),
+        "{e}"
+    );
+    for key in [
+        "glm4moe.expert_weights_scale",
+        "glm4moe.expert_shared_count",
+        "glm4moe.expert_feed_forward_length",
+        "glm4moe.expert_count",
+        "glm4moe.expert_used_count",
+    ] {
+        let e = adapt_without(key).expect_err(key).to_string();
+        assert!(e.contains(key) && e.contains("missing"), "{key}: {e}");
+    }
+}
