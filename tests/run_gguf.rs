@@ -36,7 +36,11 @@ fn a_gguf_model_runs_text_prompts_with_its_rebuilt_tokenizer() {
             tarfa(&["run", path(&model), "--prompt", text, "-n", "32", "--json"]);
         assert_eq!(code, 0, "{err}");
         let doc: serde_json::Value = serde_json::from_str(&out).expect("one JSON document");
-        assert_eq!(ids(&doc["prompt_tokens"]), ids(&p["prompt_ids"]), "{text:?}");
+        assert_eq!(
+            ids(&doc["prompt_tokens"]),
+            ids(&p["prompt_ids"]),
+            "{text:?}"
+        );
         assert_eq!(ids(&doc["tokens"]), ids(&p["fp32_tokens"]), "{text:?}");
         let (code, out, err) = tarfa(&["run", path(&model), "--prompt", text, "-n", "32"]);
         assert_eq!(code, 0, "{err}");
