@@ -561,3 +561,21 @@ fn glm4moe_absent_keys_take_llama_cpp_defaults_or_are_refused() {
         assert!(e.contains(key) && e.contains("missing"), "{key}: {e}");
     }
 }
+
+#[test]
+fn renaming_two_tensors_to_one_name_is_refused_and_changes_nothing() {
+    let (_, mut t) = store(&gguf_model_dir("qwen3_moe_b"));
+    let before: std::collections::BTreeSet<String> = t.names().map(String::from).collect();
+    let e = t
+        .rename_with(|n| {
+            Ok(Some(if n.ends_with("_norm.weight") {
+                "same".to_string()
+            } else {
+                n.to_string()
+            }))
+        })
+        .expect_err("refused");
+    assert!(e.to_string().contains("same"), "{e}");
+    let after: std::collections::BTreeSet<String> = t.names().map(String::from).collect();
+    assert_eq!(before, after);
+}
