@@ -16,18 +16,37 @@ const MAX_CACHE_GIB: f64 = 1048576.0;
 pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     let opts = options(a)?;
     let mut dec = Decoder::open(&a.dir, &opts)?;
+    // Why there is no tokenizer, said only if --prompt needs one (--tokens runs without).
+    let mut no_tokenizer = "the model has no tokenizer.json".to_string();
     let tokenizer = match dec.aux_file("tokenizer.json")? {
         Some(p) => Some(
             tokenizers::Tokenizer::from_file(&p)
                 .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
         ),
-        None => None,
+        // A GGUF source: rebuilt from its tokenizer.ggml.* key/values.
+        None => match dec.gguf_tokenizer_json() {
+            Some(Ok(json)) => {
+                match serde_json::to_string(&json)?.parse::<tokenizers::Tokenizer>() {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        no_tokenizer = format!("the tokenizer rebuilt from the GGUF's tokenizer.ggml.* keys does not load: {e}");
+                        None
+                    }
+                }
+            }
+            Some(Err(e)) => {
+                no_tokenizer =
+                    format!("no tokenizer can be rebuilt from the GGUF's key/values: {e}");
+                None
+            }
+            None => None,
+        },
     };
     let prompt: Vec<u32> = match (&a.prompt, &a.tokens) {
         (Some(text), _) => {
             let Some(tk) = &tokenizer else {
                 bail!(
-                    "{}: the model has no tokenizer.json; give --tokens instead of --prompt",
+                    "{}: {no_tokenizer}; give --tokens instead of --prompt",
                     a.dir.display()
                 );
             };

@@ -88,6 +88,15 @@ pub enum DecodeError {
     /// Invalid options (thread count, instruction set, cache size).
     #[error("{0}")]
     Options(String),
+    /// A GGUF-sourced model's key/values (kept in the manifest) lack a key, hold a value this
+    /// decoder cannot honour, or name an architecture it does not run.
+    #[error("GGUF key {key}: {detail}")]
+    Gguf {
+        /// The GGUF key.
+        key: String,
+        /// What is wrong.
+        detail: String,
+    },
 }
 
 /// Result of decoding.

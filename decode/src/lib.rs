@@ -20,6 +20,12 @@
 //!   router, SwiGLU, the expert combine.
 //! - [`family`]: one module per model family (`qwen3_moe`, `qwen3_5_moe` (text and the VL
 //!   checkpoint's text model), `glm4_moe`, `mixtral`) over the shared parts in `family::common`.
+//! - [`gguf_model`]: a GGUF-sourced model (llama.cpp's `qwen3moe`, `glm4moe`) run by those
+//!   families: llama.cpp tensor names renamed to transformers names at load, the family's
+//!   `config.json` synthesised from the GGUF key/values kept in the manifest (llama.cpp's
+//!   semantics where its graph hard-codes them, e.g. qwen3moe always renormalises the top-k),
+//!   and a byte-level BPE tokenizer rebuilt from `tokenizer.ggml.*`. The weights are the same
+//!   bytes either way, so the logits are the same bits as the safetensors-sourced model's.
 //! - [`session`]: [`Decoder`], greedy generation and its figures; [`npy`] for logits files.
 //!
 //! `unsafe` lives only in `kernels/x86.rs` (intrinsics behind run-time feature detection).
@@ -32,6 +38,7 @@ pub mod config;
 pub mod error;
 pub mod experts;
 pub mod family;
+pub mod gguf_model;
 pub mod kernels;
 pub mod npy;
 pub mod quant;

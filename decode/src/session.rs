@@ -93,7 +93,15 @@ impl Decoder {
             .build()
             .map_err(|e| DecodeError::Options(format!("cannot start {threads} threads: {e}")))?;
         let model = ModelExperts::open(dir)?;
-        let tensors = TensorStore::load(dir, &manifest, &model)?;
+        let mut tensors = TensorStore::load(dir, &manifest, &model)?;
+        // A GGUF source: llama.cpp's names and key/values, mapped onto the family's.
+        let gguf_config;
+        let config = if manifest.architecture.source_format == "gguf" {
+            gguf_config = crate::gguf_model::adapt(config, &mut tensors)?;
+            &gguf_config
+        } else {
+            config
+        };
         let family = family::open(config, &tensors)?;
         // Queue depth 0: sized for decoding, twice the experts one layer selects per token (a
         // prompt's larger sets wait for slots); the ring a few slots beyond what is in flight.
@@ -212,6 +220,14 @@ impl Decoder {
             });
         }
         Ok(Some(path))
+    }
+
+    /// The tokenizer.json of a GGUF-sourced model, rebuilt from its `tokenizer.ggml.*` key/values
+    /// (`crate::gguf_model::tokenizer_json`); `None` for another source (its tokenizer is the
+    /// aux file `tokenizer.json`, [`Decoder::aux_file`]).
+    pub fn gguf_tokenizer_json(&self) -> Option<Result<serde_json::Value>> {
+        (self.manifest.architecture.source_format == "gguf")
+            .then(|| crate::gguf_model::tokenizer_json(&self.manifest.architecture.config))
     }
 
     /// Run `tokens` from the current position; the logits of the last one (or of each, when

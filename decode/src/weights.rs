@@ -477,6 +477,54 @@ impl TensorStore {
     }
 }
 
+/// Renaming, for a model whose tensors are stored under another naming than the family reads
+/// (a GGUF source: llama.cpp's names, `crate::gguf_model`).
+impl TensorStore {
+    /// Names of the tensors held (any order).
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tensors.keys().map(String::as_str)
+    }
+
+    /// Store each tensor under `rename(name)` (`Ok(None)`: keep its name); an error from
+    /// `rename` stops with nothing changed, and two tensors given one name are refused.
+    pub fn rename_with(
+        &mut self,
+        mut rename: impl FnMut(&str) -> Result<Option<String>>,
+    ) -> Result<()> {
+        let mut names: Vec<&String> = self.tensors.keys().collect();
+        names.sort();
+        let mut plan: Vec<(String, String)> = Vec::with_capacity(names.len());
+        for old in names {
+            let new = rename(old)?.unwrap_or_else(|| old.clone());
+            plan.push((old.clone(), new));
+        }
+        let mut seen: HashMap<&str, &str> = HashMap::with_capacity(plan.len());
+        for (old, new) in &plan {
+            if let Some(first) = seen.insert(new, old) {
+                return Err(DecodeError::BadTensor {
+                    name: old.clone(),
+                    detail: format!("renamed to {new}, which {first} is renamed to as well"),
+                });
+            }
+        }
+        let mut tensors = HashMap::with_capacity(plan.len());
+        let mut stored = HashMap::with_capacity(plan.len());
+        for (old, new) in plan {
+            let Some(mut t) = self.tensors.remove(&old) else {
+                continue;
+            };
+            t.name = new.clone();
+            if let Some(b) = self.stored.remove(&old) {
+                stored.insert(new.clone(), b);
+            }
+            tensors.insert(new, t);
+        }
+        self.tensors = tensors;
+        self.stored = stored;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

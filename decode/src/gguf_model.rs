@@ -1,0 +1,860 @@
+//! A GGUF-sourced model (`architecture.source_format = "gguf"`) run through the transformers-named
+//! families. The manifest keeps the GGUF's key/values as typed values (spec §8.1.1) and the JNF
+//! index keeps llama.cpp's tensor names with row-major shapes (ggml's `ne` reversed at
+//! conversion, so a matrix is already `[out, in]` and each expert `[rows, cols]`). This module
+//!
+//! - renames every trunk and layer tensor from llama.cpp's name to the transformers name the
+//!   family reads ([`hf_name`]); a tensor of a decoder layer or of the trunk with no name in the
+//!   family is refused (it would otherwise be silently left out of the computation);
+//!   nextn/MTP layers (`blk.N` for `N >= block_count - nextn_predict_layers`) keep their GGUF
+//!   names: the main decode does not run them (nor does llama.cpp);
+//! - synthesises the `config.json` the family parses from the key/values and the tensors present
+//!   ([`hf_config`]); a key with no safe default is an error naming it;
+//! - rebuilds a `tokenizers` tokenizer.json from `tokenizer.ggml.*` for a byte-level BPE
+//!   (`tokenizer.ggml.model = "gpt2"`) ([`tokenizer_json`]), or says what is missing.
+//!
+//! Where llama.cpp's graph hard-codes behaviour, the GGUF means what llama.cpp computes:
+//!
+//! - `qwen3moe`: the top-k router weights are always renormalised (llama.cpp's qwen3moe graph
+//!   passes `norm_w = true` to `build_moe_ffn` whatever the checkpoint's `norm_topk_prob`), so
+//!   the config gets `norm_topk_prob: true`; a GGUF that says `expert_weights_norm = false` is
+//!   refused as contradictory. A layer without a router (`ffn_gate_inp`) but with a dense FFN
+//!   (`ffn_gate`/`ffn_up`/`ffn_down`) is a dense layer (`mlp_only_layers`); llama.cpp's qwen3moe
+//!   has no dense layers and would refuse such a file.
+//! - `glm4moe`: missing keys take llama.cpp's defaults where it has a usable one:
+//!   `expert_weights_norm` false, `expert_gating_func` sigmoid (any other value is refused),
+//!   `leading_dense_block_count` 0 (the layers without a router must be exactly the leading
+//!   ones), `rope.dimension_count` = head dim (no partial rotation), `expert_group_count` /
+//!   `expert_group_used_count` 1, `nextn_predict_layers` 0. `expert_weights_scale` must be
+//!   present (llama.cpp's default 0.0 would zero the routed output), and so must
+//!   `expert_shared_count` and `expert_feed_forward_length` (llama.cpp requires them too).
+//!   M-RoPE sections (`rope.dimension_sections`, the vision model) are refused.
+//! - both: `attention.head_count_kv` defaults to `attention.head_count`,
+//!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
+//!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is
+//!   absent; attention biases and q/k norms are on when their tensors are present. RoPE
+//!   scaling (`rope.scaling.type` other than `none`) and per-layer arrays of head counts are
+//!   refused.
+
+use serde_json::{json, Map, Value};
+
+use crate::error::{DecodeError, Result};
+use crate::weights::TensorStore;
+
+/// GGUF architectures (`general.architecture`) this build runs, with the family each maps to.
+pub const SUPPORTED: &[(&str, &str)] = &[("qwen3moe", "qwen3_moe"), ("glm4moe", "glm4_moe")];
+
+/// The most tokens a rebuilt tokenizer holds (the decoder's vocabulary limit).
+const MAX_TOKENS: usize = crate::config::limits::MAX_VOCAB;
+
+/// A GGUF architecture this module maps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Arch {
+    /// `qwen3moe` → `qwen3_moe`.
+    Qwen3Moe,
+    /// `glm4moe` → `glm4_moe`.
+    Glm4Moe,
+}
+
+impl Arch {
+    /// The GGUF name.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Arch::Qwen3Moe => "qwen3moe",
+            Arch::Glm4Moe => "glm4moe",
+        }
+    }
+
+    /// The transformers `model_type` of its family.
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Arch::Qwen3Moe => "qwen3_moe",
+            Arch::Glm4Moe => "glm4_moe",
+        }
+    }
+}
+
+fn err(key: &str, detail: impl Into<String>) -> DecodeError {
+    DecodeError::Gguf {
+        key: key.into(),
+        detail: detail.into(),
+    }
+}
+
+/// The typed key/values of a GGUF source (`architecture.config`, spec §8.1.1).
+#[derive(Clone, Copy, Debug)]
+pub struct Kv<'a> {
+    map: &'a Map<String, Value>,
+}
+
+impl<'a> Kv<'a> {
+    /// Over the manifest's `architecture.config` of a GGUF source.
+    pub fn new(config: &'a Value) -> Result<Kv<'a>> {
+        config.as_object().map(|map| Kv { map }).ok_or_else(|| {
+            err(
+                "(key/values)",
+                "the architecture config of a GGUF source is not an object",
+            )
+        })
+    }
+
+    /// `(type, value)` of `key`, if present.
+    fn typed(&self, key: &str) -> Result<Option<(&'a str, &'a Value)>> {
+        let Some(v) = self.map.get(key) else {
+            return Ok(None);
+        };
+        let t = v
+            .get("type")
+            .and_then(Value::as_str)
+            .ok_or_else(|| err(key, "not a typed GGUF value (no \"type\")"))?;
+        let value = v
+            .get("value")
+            .ok_or_else(|| err(key, "not a typed GGUF value (no \"value\")"))?;
+        Ok(Some((t, value)))
+    }
+
+    /// An unsigned integer key (any GGUF integer type holding a value ≥ 0).
+    pub fn uint(&self, key: &str) -> Result<Option<u64>> {
+        match self.typed(key)? {
+            None => Ok(None),
+            Some(("u8" | "u16" | "u32" | "u64" | "i8" | "i16" | "i32" | "i64", v)) => v
+                .as_u64()
+                .map(Some)
+                .ok_or_else(|| err(key, format!("{v} is not a non-negative integer"))),
+            Some(("array", _)) => Err(err(
+                key,
+                "a per-layer array; only one value for every layer is supported",
+            )),
+            Some((t, _)) => Err(err(key, format!("has type {t}, expected an integer"))),
+        }
+    }
+
+    /// A required unsigned integer key.
+    pub fn uint_req(&self, key: &str) -> Result<u64> {
+        self.uint(key)?
+            .ok_or_else(|| err(key, "missing (no default is safe)"))
+    }
+
+    /// A float key (`f32`/`f64`; an integer is accepted); non-finite values are refused.
+    pub fn float(&self, key: &str) -> Result<Option<f64>> {
+        match self.typed(key)? {
+            None => Ok(None),
+            Some((
+                "f32" | "f64" | "u8" | "u16" | "u32" | "u64" | "i8" | "i16" | "i32" | "i64",
+                v,
+            )) => v
+                .as_f64()
+                .filter(|x| x.is_finite())
+                .map(Some)
+                .ok_or_else(|| err(key, format!("{v} is not a finite number"))),
+            Some((t, _)) => Err(err(key, format!("has type {t}, expected a float"))),
+        }
+    }
+
+    /// A boolean key.
+    pub fn bool(&self, key: &str) -> Result<Option<bool>> {
+        match self.typed(key)? {
+            None => Ok(None),
+            Some(("bool", v)) => v
+                .as_bool()
+                .map(Some)
+                .ok_or_else(|| err(key, format!("{v} is not a boolean"))),
+            Some((t, _)) => Err(err(key, format!("has type {t}, expected bool"))),
+        }
+    }
+
+    /// A string key.
+    pub fn str(&self, key: &str) -> Result<Option<&'a str>> {
+        match self.typed(key)? {
+            None => Ok(None),
+            Some(("string", v)) => v
+                .as_str()
+                .map(Some)
+                .ok_or_else(|| err(key, format!("{v} is not a string"))),
+            Some((t, _)) => Err(err(key, format!("has type {t}, expected string"))),
+        }
+    }
+
+    /// An array key whose elements are of GGUF type `elem` (one of `want`).
+    fn array(&self, key: &str, want: &[&str]) -> Result<Option<&'a Vec<Value>>> {
+        let Some((t, v)) = self.typed(key)? else {
+            return Ok(None);
+        };
+        if t != "array" {
+            return Err(err(key, format!("has type {t}, expected an array")));
+        }
+        let elem = self
+            .map
+            .get(key)
+            .and_then(|o| o.get("elem"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if !want.contains(&elem) {
+            return Err(err(
+                key,
+                format!("an array of {elem}, expected {}", want.join(" or ")),
+            ));
+        }
+        v.as_array()
+            .map(Some)
+            .ok_or_else(|| err(key, "the array value is not a list"))
+    }
+}
+
+/// The architecture of a GGUF source, or an error naming it and the supported list.
+pub fn arch(kv: &Kv<'_>) -> Result<Arch> {
+    let supported = || {
+        SUPPORTED
+            .iter()
+            .map(|(g, f)| format!("{g} (as {f})"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let a = kv
+        .str("general.architecture")?
+        .ok_or_else(|| err("general.architecture", "missing"))?;
+    match a {
+        "qwen3moe" => Ok(Arch::Qwen3Moe),
+        "glm4moe" => Ok(Arch::Glm4Moe),
+        other => Err(err(
+            "general.architecture",
+            format!(
+                "{other:?} is not run by this build (GGUF architectures run: {})",
+                supported()
+            ),
+        )),
+    }
+}
+
+/// Decoder layers (`block_count` less `nextn_predict_layers`) of a GGUF source.
+pub fn main_layers(kv: &Kv<'_>, arch: Arch) -> Result<u64> {
+    let a = arch.gguf_name();
+    let blocks = kv.uint_req(&format!("{a}.block_count"))?;
+    let nextn = kv.uint(&format!("{a}.nextn_predict_layers"))?.unwrap_or(0);
+    if nextn >= blocks {
+        return Err(err(
+            &format!("{a}.nextn_predict_layers"),
+            format!("{nextn} leaves no decoder layer of block_count {blocks}"),
+        ));
+    }
+    Ok(blocks - nextn)
+}
+
+/// The transformers name of llama.cpp tensor `name` for `arch`, `None` if it has none.
+pub fn hf_name(arch: Arch, name: &str) -> Option<String> {
+    match name {
+        "token_embd.weight" => return Some("model.embed_tokens.weight".into()),
+        "output_norm.weight" => return Some("model.norm.weight".into()),
+        "output.weight" => return Some("lm_head.weight".into()),
+        _ => {}
+    }
+    let rest = name.strip_prefix("blk.")?;
+    let (n, rest) = rest.split_once('.')?;
+    if n.is_empty() || n.len() > 9 || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let l: u32 = n.parse().ok()?;
+    let (stem, suffix) = rest.split_once('.')?;
+    let wb = matches!(suffix, "weight" | "bias");
+    let hf = match (stem, suffix) {
+        ("attn_norm", "weight") => "input_layernorm.weight".to_string(),
+        ("attn_q", _) if wb => format!("self_attn.q_proj.{suffix}"),
+        ("attn_k", _) if wb => format!("self_attn.k_proj.{suffix}"),
+        ("attn_v", _) if wb => format!("self_attn.v_proj.{suffix}"),
+        ("attn_output", "weight") => "self_attn.o_proj.weight".into(),
+        // GLM's o_proj never has a bias (model-families.md §4.1).
+        ("attn_output", "bias") if arch == Arch::Qwen3Moe => "self_attn.o_proj.bias".into(),
+        ("attn_q_norm", "weight") => "self_attn.q_norm.weight".into(),
+        ("attn_k_norm", "weight") => "self_attn.k_norm.weight".into(),
+        ("ffn_norm", "weight") if arch == Arch::Qwen3Moe => {
+            "post_attention_layernorm.weight".into()
+        }
+        ("post_attention_norm", "weight") if arch == Arch::Glm4Moe => {
+            "post_attention_layernorm.weight".into()
+        }
+        ("ffn_gate_inp", "weight") => "mlp.gate.weight".into(),
+        ("exp_probs_b", "bias") if arch == Arch::Glm4Moe => {
+            "mlp.gate.e_score_correction_bias".into()
+        }
+        ("ffn_gate_shexp", "weight") if arch == Arch::Glm4Moe => {
+            "mlp.shared_experts.gate_proj.weight".into()
+        }
+        ("ffn_up_shexp", "weight") if arch == Arch::Glm4Moe => {
+            "mlp.shared_experts.up_proj.weight".into()
+        }
+        ("ffn_down_shexp", "weight") if arch == Arch::Glm4Moe => {
+            "mlp.shared_experts.down_proj.weight".into()
+        }
+        ("ffn_gate", "weight") => "mlp.gate_proj.weight".into(),
+        ("ffn_up", "weight") => "mlp.up_proj.weight".into(),
+        ("ffn_down", "weight") => "mlp.down_proj.weight".into(),
+        _ => return None,
+    };
+    Some(format!("model.layers.{l}.{hf}"))
+}
+
+/// Layer of a `blk.N.*` name.
+fn block_of(name: &str) -> Option<u64> {
+    let (n, _) = name.strip_prefix("blk.")?.split_once('.')?;
+    (!n.is_empty() && n.len() <= 9 && n.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| n.parse().ok())
+        .flatten()
+}
+
+/// Make a GGUF-sourced model runnable by its family: rename `tensors` to transformers names and
+/// return the synthesised `config.json`.
+pub fn adapt(config: &Value, tensors: &mut TensorStore) -> Result<Value> {
+    let kv = Kv::new(config)?;
+    let arch = arch(&kv)?;
+    let layers = main_layers(&kv, arch)?;
+    tensors.rename_with(|name| match block_of(name) {
+        // nextn/MTP layers keep their names: not run by the main decode.
+        Some(l) if l >= layers => Ok(None),
+        _ => match hf_name(arch, name) {
+            Some(hf) => Ok(Some(hf)),
+            None => Err(DecodeError::BadTensor {
+                name: name.into(),
+                detail: format!(
+                    "a GGUF tensor with no meaning in tarfa's {} decoder (llama.cpp architecture {}); refusing rather than leaving it out of the computation",
+                    arch.model_type(),
+                    arch.gguf_name()
+                ),
+            }),
+        },
+    })?;
+    hf_config(&kv, arch, tensors)
+}
+
+/// The `config.json` of the family, from the key/values and the (renamed) tensors present.
+pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value> {
+    let a = arch.gguf_name();
+    let key = |k: &str| format!("{a}.{k}");
+    let layers = main_layers(kv, arch)?;
+    let hidden = kv.uint_req(&key("embedding_length"))?;
+    let heads = kv.uint_req(&key("attention.head_count"))?;
+    if heads == 0 {
+        return Err(err(&key("attention.head_count"), "must be at least 1"));
+    }
+    let kv_heads = kv.uint(&key("attention.head_count_kv"))?.unwrap_or(heads);
+    let head_dim = match kv.uint(&key("attention.key_length"))? {
+        Some(d) => d,
+        None => hidden / heads,
+    };
+    if let Some(v) = kv.uint(&key("attention.value_length"))? {
+        if v != head_dim {
+            return Err(err(
+                &key("attention.value_length"),
+                format!("{v} differs from the key length {head_dim}; the families need equal q/k and v head sizes"),
+            ));
+        }
+    }
+    let eps = kv
+        .float(&key("attention.layer_norm_rms_epsilon"))?
+        .ok_or_else(|| err(&key("attention.layer_norm_rms_epsilon"), "missing"))?;
+    let theta = kv.float(&key("rope.freq_base"))?.unwrap_or(10000.0);
+    if let Some(t) = kv.str(&key("rope.scaling.type"))? {
+        if t != "none" {
+            return Err(err(
+                &key("rope.scaling.type"),
+                format!("{t:?}: RoPE scaling is not decoded by this build"),
+            ));
+        }
+    }
+    let rot = kv.uint(&key("rope.dimension_count"))?.unwrap_or(head_dim);
+    if rot == 0 || rot > head_dim || head_dim == 0 {
+        return Err(err(
+            &key("rope.dimension_count"),
+            format!("{rot} rotary dimensions of a {head_dim}-wide head"),
+        ));
+    }
+    let experts = kv.uint_req(&key("expert_count"))?;
+    let top_k = kv.uint_req(&key("expert_used_count"))?;
+
+    let embed = tensors.get("model.embed_tokens.weight")?;
+    let vocab = match embed.shape() {
+        [v, h] if *h as u64 == hidden => *v,
+        s => {
+            return Err(DecodeError::BadTensor {
+                name: "token_embd.weight".into(),
+                detail: format!("shape {s:?} (row-major), expected [vocab, {hidden}]"),
+            })
+        }
+    };
+    let tied = tensors.find("lm_head.weight").is_none();
+    let has = |l: u64, n: &str| tensors.find(&format!("model.layers.{l}.{n}")).is_some();
+    let attention_bias = has(0, "self_attn.q_proj.bias");
+    let qk_norm = has(0, "self_attn.q_norm.weight");
+    let dense: Vec<u64> = (0..layers)
+        .filter(|&l| !has(l, "mlp.gate.weight"))
+        .collect();
+    let ff = kv.uint(&key("feed_forward_length"))?;
+    let need_ff = || -> Result<u64> {
+        ff.ok_or_else(|| {
+            err(
+                &key("feed_forward_length"),
+                format!("missing, and layers {dense:?} are dense"),
+            )
+        })
+    };
+
+    let mut c = Map::new();
+    c.insert("model_type".into(), json!(arch.model_type()));
+    c.insert("num_hidden_layers".into(), json!(layers));
+    c.insert("hidden_size".into(), json!(hidden));
+    c.insert("num_attention_heads".into(), json!(heads));
+    c.insert("num_key_value_heads".into(), json!(kv_heads));
+    c.insert("head_dim".into(), json!(head_dim));
+    c.insert("rms_norm_eps".into(), json!(eps));
+    c.insert("vocab_size".into(), json!(vocab));
+    c.insert("tie_word_embeddings".into(), json!(tied));
+    c.insert("attention_bias".into(), json!(attention_bias));
+    c.insert("num_experts_per_tok".into(), json!(top_k));
+    if let Some(n) = kv.uint(&key("context_length"))? {
+        c.insert("max_position_embeddings".into(), json!(n));
+    }
+    if let Some(n) = kv.uint(&key("expert_feed_forward_length"))? {
+        c.insert("moe_intermediate_size".into(), json!(n));
+    }
+    match arch {
+        Arch::Qwen3Moe => {
+            if rot != head_dim {
+                return Err(err(
+                    &key("rope.dimension_count"),
+                    format!("{rot} of a {head_dim}-wide head: qwen3_moe rotates the whole head"),
+                ));
+            }
+            if kv.bool(&key("expert_weights_norm"))? == Some(false) {
+                return Err(err(
+                    &key("expert_weights_norm"),
+                    "false, but llama.cpp's qwen3moe always renormalises the top-k weights; the file contradicts its architecture",
+                ));
+            }
+            if let Some(g) = kv.uint(&key("expert_gating_func"))? {
+                if g != 1 {
+                    return Err(err(
+                        &key("expert_gating_func"),
+                        format!("{g}: qwen3moe routes by softmax (1)"),
+                    ));
+                }
+            }
+            if let Some(n) = kv.uint(&key("expert_shared_count"))? {
+                if n != 0 {
+                    return Err(err(
+                        &key("expert_shared_count"),
+                        format!("{n}: qwen3_moe has no shared experts"),
+                    ));
+                }
+            }
+            if !qk_norm {
+                return Err(DecodeError::MissingTensor {
+                    name: "blk.0.attn_q_norm.weight (qwen3moe always has q/k norms)".into(),
+                });
+            }
+            c.insert(
+                "rope_parameters".into(),
+                json!({"rope_type": "default", "rope_theta": theta}),
+            );
+            c.insert("num_experts".into(), json!(experts));
+            // llama.cpp's qwen3moe graph: build_moe_ffn(..., norm_w = true, ...).
+            c.insert("norm_topk_prob".into(), json!(true));
+            c.insert("decoder_sparse_step".into(), json!(1));
+            c.insert("mlp_only_layers".into(), json!(dense));
+            if !dense.is_empty() {
+                c.insert("intermediate_size".into(), json!(need_ff()?));
+            } else if let Some(f) = ff {
+                c.insert("intermediate_size".into(), json!(f));
+            }
+            c.insert("use_sliding_window".into(), json!(false));
+        }
+        Arch::Glm4Moe => {
+            // llama.cpp: an absent (or 0, "none") gating function means sigmoid for glm4moe.
+            match kv.uint(&key("expert_gating_func"))? {
+                None | Some(0) | Some(2) => {}
+                Some(g) => {
+                    return Err(err(
+                        &key("expert_gating_func"),
+                        format!("{g}: glm4moe routes by sigmoid (2); nothing else is decoded"),
+                    ))
+                }
+            }
+            if kv.map.contains_key(&key("rope.dimension_sections")) {
+                return Err(err(
+                    &key("rope.dimension_sections"),
+                    "M-RoPE (the vision model's sections) is not decoded by this build",
+                ));
+            }
+            let partial = rot as f64 / head_dim as f64;
+            // transformers: int(head_dim * partial_rotary_factor) must give back `rot`.
+            if (head_dim as f64 * partial) as u64 != rot {
+                return Err(err(
+                    &key("rope.dimension_count"),
+                    format!("{rot} of {head_dim} is not a factor transformers reproduces"),
+                ));
+            }
+            let moe_i = kv.uint_req(&key("expert_feed_forward_length"))?;
+            let shared = kv.uint_req(&key("expert_shared_count"))?;
+            if let Some(s) = kv.uint(&key("expert_shared_feed_forward_length"))? {
+                if Some(s) != moe_i.checked_mul(shared) {
+                    return Err(err(
+                        &key("expert_shared_feed_forward_length"),
+                        format!("{s} is not expert_feed_forward_length {moe_i} × expert_shared_count {shared}, the only shared width glm4_moe has"),
+                    ));
+                }
+            }
+            // llama.cpp's default: no leading dense layer (checked against the tensors below).
+            let lead = kv.uint(&key("leading_dense_block_count"))?.unwrap_or(0);
+            // llama.cpp's default 0.0 would scale the routed output to nothing: no safe default.
+            let scale = kv
+                .float(&key("expert_weights_scale"))?
+                .ok_or_else(|| err(&key("expert_weights_scale"), "missing (no default is safe)"))?;
+            let groups = kv.uint(&key("expert_group_count"))?.unwrap_or(1);
+            let groups_used = kv.uint(&key("expert_group_used_count"))?.unwrap_or(1);
+            let nextn = kv.uint(&key("nextn_predict_layers"))?.unwrap_or(0);
+            // Dense layers are exactly the leading ones.
+            let want: Vec<u64> = (0..lead.min(layers)).collect();
+            if dense != want {
+                return Err(err(
+                    &key("leading_dense_block_count"),
+                    format!("{lead}, but the layers without a router (ffn_gate_inp) are {dense:?}"),
+                ));
+            }
+            c.insert(
+                "rope_parameters".into(),
+                json!({"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": partial}),
+            );
+            c.insert("partial_rotary_factor".into(), json!(partial));
+            c.insert("n_routed_experts".into(), json!(experts));
+            c.insert("n_shared_experts".into(), json!(shared));
+            c.insert("moe_intermediate_size".into(), json!(moe_i));
+            c.insert("first_k_dense_replace".into(), json!(lead));
+            c.insert("routed_scaling_factor".into(), json!(scale));
+            // llama.cpp's default when the key is absent: no renormalisation.
+            c.insert(
+                "norm_topk_prob".into(),
+                json!(kv.bool(&key("expert_weights_norm"))?.unwrap_or(false)),
+            );
+            c.insert("n_group".into(), json!(groups));
+            c.insert("topk_group".into(), json!(groups_used));
+            c.insert("num_nextn_predict_layers".into(), json!(nextn));
+            c.insert("use_qk_norm".into(), json!(qk_norm));
+            if lead > 0 {
+                c.insert("intermediate_size".into(), json!(need_ff()?));
+            } else if let Some(f) = ff {
+                c.insert("intermediate_size".into(), json!(f));
+            }
+        }
+    }
+    Ok(Value::Object(c))
+}
+
+/// GPT-2 pre-tokenizer regexes by `tokenizer.ggml.pre`, as llama.cpp's `llama-vocab.cpp` has them.
+const PRE_QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const PRE_CHATGLM4: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const PRE_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+
+/// `tokenizer.ggml.pre` values rebuilt.
+pub const SUPPORTED_PRE: &[&str] = &["qwen2", "glm4", "chatglm-bpe", "gpt-2"];
+
+/// llama.cpp's token types.
+const TOKEN_CONTROL: i64 = 3;
+const TOKEN_USER_DEFINED: i64 = 4;
+
+/// A `tokenizers` tokenizer.json for the GGUF's `tokenizer.ggml.*` keys: byte-level BPE
+/// (`tokenizer.ggml.model = "gpt2"`) with the pre-tokenizer regex llama.cpp uses for
+/// `tokenizer.ggml.pre`, tokens as the vocabulary (the first id of a repeated token wins),
+/// `merges` in rank order, CONTROL tokens as special added tokens and USER_DEFINED ones as
+/// added tokens. Encoding adds no BOS (as `tarfa run` encodes a prompt). An error names the
+/// missing or unsupported key.
+pub fn tokenizer_json(config: &Value) -> Result<Value> {
+    let kv = Kv::new(config)?;
+    let model = kv
+        .str("tokenizer.ggml.model")?
+        .ok_or_else(|| err("tokenizer.ggml.model", "missing: the GGUF has no tokenizer"))?;
+    if model != "gpt2" {
+        return Err(err(
+            "tokenizer.ggml.model",
+            format!("{model:?}: only \"gpt2\" (byte-level BPE) is rebuilt from a GGUF"),
+        ));
+    }
+    let pre = kv.str("tokenizer.ggml.pre")?.ok_or_else(|| {
+        err(
+            "tokenizer.ggml.pre",
+            "missing: the pre-tokenizer is unknown",
+        )
+    })?;
+    let (regex, nfc) = match pre {
+        "qwen2" => (PRE_QWEN2, true),
+        "glm4" | "chatglm-bpe" => (PRE_CHATGLM4, false),
+        "gpt-2" => (PRE_GPT2, false),
+        other => {
+            return Err(err(
+                "tokenizer.ggml.pre",
+                format!(
+                    "{other:?} is not rebuilt (supported: {})",
+                    SUPPORTED_PRE.join(", ")
+                ),
+            ))
+        }
+    };
+    let tokens = kv
+        .array("tokenizer.ggml.tokens", &["string"])?
+        .ok_or_else(|| err("tokenizer.ggml.tokens", "missing"))?;
+    if tokens.is_empty() || tokens.len() > MAX_TOKENS {
+        return Err(err(
+            "tokenizer.ggml.tokens",
+            format!("{} tokens, expected 1..={MAX_TOKENS}", tokens.len()),
+        ));
+    }
+    let merges = kv
+        .array("tokenizer.ggml.merges", &["string"])?
+        .ok_or_else(|| err("tokenizer.ggml.merges", "missing: a BPE needs its merges"))?;
+    if merges.len() > MAX_TOKENS {
+        return Err(err(
+            "tokenizer.ggml.merges",
+            format!("{} merges, over the limit {MAX_TOKENS}", merges.len()),
+        ));
+    }
+    let types = kv.array(
+        "tokenizer.ggml.token_type",
+        &["i32", "u32", "i8", "u8", "i16", "u16", "i64", "u64"],
+    )?;
+    if let Some(t) = types {
+        if t.len() != tokens.len() {
+            return Err(err(
+                "tokenizer.ggml.token_type",
+                format!("{} types for {} tokens", t.len(), tokens.len()),
+            ));
+        }
+    }
+    let mut vocab = Map::new();
+    let mut added = Vec::new();
+    for (id, t) in tokens.iter().enumerate() {
+        let s = t.as_str().ok_or_else(|| {
+            err(
+                "tokenizer.ggml.tokens",
+                format!("element {id} is not a string"),
+            )
+        })?;
+        let ty = types.and_then(|v| v[id].as_i64()).unwrap_or(1);
+        if ty == TOKEN_CONTROL || ty == TOKEN_USER_DEFINED {
+            added.push(json!({
+                "id": id, "content": s, "single_word": false, "lstrip": false, "rstrip": false,
+                "normalized": false, "special": ty == TOKEN_CONTROL,
+            }));
+        }
+        if !vocab.contains_key(s) {
+            vocab.insert(s.to_string(), json!(id));
+        }
+    }
+    let mut pairs = Vec::with_capacity(merges.len());
+    for (i, m) in merges.iter().enumerate() {
+        let s = m.as_str().ok_or_else(|| {
+            err(
+                "tokenizer.ggml.merges",
+                format!("element {i} is not a string"),
+            )
+        })?;
+        let mut it = s.split(' ');
+        match (it.next(), it.next(), it.next()) {
+            (Some(a), Some(b), None) if !a.is_empty() && !b.is_empty() => pairs.push(json!([a, b])),
+            _ => {
+                return Err(err(
+                    "tokenizer.ggml.merges",
+                    format!("element {i} {s:?} is not two tokens separated by one space"),
+                ))
+            }
+        }
+    }
+    Ok(json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": added,
+        "normalizer": if nfc { json!({"type": "NFC"}) } else { Value::Null },
+        "pre_tokenizer": {
+            "type": "Sequence",
+            "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
+            ],
+        },
+        "post_processor": null,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
+        "model": {
+            "type": "BPE",
+            "dropout": null,
+            "unk_token": null,
+            "continuing_subword_prefix": null,
+            "end_of_word_suffix": null,
+            "fuse_unk": false,
+            "byte_fallback": false,
+            "ignore_merges": false,
+            "vocab": vocab,
+            "merges": pairs,
+        },
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_llama_cpp_layer_name_maps() {
+        let q = Arch::Qwen3Moe;
+        let g = Arch::Glm4Moe;
+        assert_eq!(
+            hf_name(q, "token_embd.weight").as_deref(),
+            Some("model.embed_tokens.weight")
+        );
+        assert_eq!(
+            hf_name(q, "output.weight").as_deref(),
+            Some("lm_head.weight")
+        );
+        assert_eq!(
+            hf_name(q, "blk.7.attn_output.bias").as_deref(),
+            Some("model.layers.7.self_attn.o_proj.bias")
+        );
+        assert_eq!(hf_name(g, "blk.7.attn_output.bias"), None);
+        assert_eq!(
+            hf_name(q, "blk.0.ffn_norm.weight").as_deref(),
+            Some("model.layers.0.post_attention_layernorm.weight")
+        );
+        assert_eq!(hf_name(g, "blk.0.ffn_norm.weight"), None);
+        assert_eq!(
+            hf_name(g, "blk.0.post_attention_norm.weight").as_deref(),
+            Some("model.layers.0.post_attention_layernorm.weight")
+        );
+        assert_eq!(
+            hf_name(g, "blk.3.exp_probs_b.bias").as_deref(),
+            Some("model.layers.3.mlp.gate.e_score_correction_bias")
+        );
+        assert_eq!(
+            hf_name(g, "blk.3.ffn_down_shexp.weight").as_deref(),
+            Some("model.layers.3.mlp.shared_experts.down_proj.weight")
+        );
+        assert_eq!(hf_name(q, "blk.3.ffn_down_shexp.weight"), None);
+        assert_eq!(
+            hf_name(q, "blk.1.ffn_up.weight").as_deref(),
+            Some("model.layers.1.mlp.up_proj.weight")
+        );
+        assert_eq!(hf_name(q, "blk.x.attn_q.weight"), None);
+        assert_eq!(hf_name(q, "rope_freqs.weight"), None);
+        assert_eq!(hf_name(q, "blk.1.attn_q.scale"), None);
+    }
+
+    fn u32v(v: u64) -> Value {
+        json!({"type": "u32", "value": v})
+    }
+
+    #[test]
+    fn missing_and_unknown_keys_are_named() {
+        let mut m = Map::new();
+        m.insert(
+            "general.architecture".into(),
+            json!({"type": "string", "value": "llama"}),
+        );
+        let e = arch(&Kv::new(&Value::Object(m.clone())).expect("ok")).expect_err("refused");
+        let s = e.to_string();
+        assert!(
+            s.contains("general.architecture") && s.contains("\"llama\"") && s.contains("qwen3moe"),
+            "{s}"
+        );
+        m.insert(
+            "general.architecture".into(),
+            json!({"type": "string", "value": "glm4moe"}),
+        );
+        let v = Value::Object(m.clone());
+        let kv = Kv::new(&v).expect("ok");
+        let s = main_layers(&kv, Arch::Glm4Moe)
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            s.contains("glm4moe.block_count") && s.contains("missing"),
+            "{s}"
+        );
+        m.insert("glm4moe.block_count".into(), u32v(4));
+        m.insert("glm4moe.nextn_predict_layers".into(), u32v(1));
+        let v = Value::Object(m.clone());
+        assert_eq!(
+            main_layers(&Kv::new(&v).expect("ok"), Arch::Glm4Moe).expect("ok"),
+            3
+        );
+        m.insert("glm4moe.nextn_predict_layers".into(), u32v(4));
+        let v = Value::Object(m.clone());
+        assert!(main_layers(&Kv::new(&v).expect("ok"), Arch::Glm4Moe).is_err());
+        m.insert(
+            "glm4moe.attention.head_count".into(),
+            json!({"type": "array", "elem": "u32", "value": [4, 4]}),
+        );
+        let v = Value::Object(m);
+        let s = Kv::new(&v)
+            .expect("ok")
+            .uint("glm4moe.attention.head_count")
+            .expect_err("refused")
+            .to_string();
+        assert!(s.contains("per-layer array"), "{s}");
+    }
+
+    #[test]
+    fn tokenizer_keys_missing_or_unsupported_are_named() {
+        let mut m = Map::new();
+        let s = tokenizer_json(&Value::Object(m.clone()))
+            .expect_err("refused")
+            .to_string();
+        assert!(s.contains("tokenizer.ggml.model"), "{s}");
+        m.insert(
+            "tokenizer.ggml.model".into(),
+            json!({"type": "string", "value": "llama"}),
+        );
+        let s = tokenizer_json(&Value::Object(m.clone()))
+            .expect_err("refused")
+            .to_string();
+        assert!(s.contains("\"llama\"") && s.contains("gpt2"), "{s}");
+        m.insert(
+            "tokenizer.ggml.model".into(),
+            json!({"type": "string", "value": "gpt2"}),
+        );
+        m.insert(
+            "tokenizer.ggml.pre".into(),
+            json!({"type": "string", "value": "tekken"}),
+        );
+        let s = tokenizer_json(&Value::Object(m.clone()))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            s.contains("tokenizer.ggml.pre") && s.contains("\"tekken\""),
+            "{s}"
+        );
+        m.insert(
+            "tokenizer.ggml.pre".into(),
+            json!({"type": "string", "value": "qwen2"}),
+        );
+        m.insert(
+            "tokenizer.ggml.tokens".into(),
+            json!({"type": "array", "elem": "string", "value": ["a", "b", "ab"]}),
+        );
+        let s = tokenizer_json(&Value::Object(m.clone()))
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            s.contains("tokenizer.ggml.merges") && s.contains("missing"),
+            "{s}"
+        );
+        m.insert(
+            "tokenizer.ggml.merges".into(),
+            json!({"type": "array", "elem": "string", "value": ["a b c"]}),
+        );
+        let s = tokenizer_json(&Value::Object(m.clone()))
+            .expect_err("refused")
+            .to_string();
+        assert!(s.contains("\"a b c\""), "{s}");
+        m.insert(
+            "tokenizer.ggml.merges".into(),
+            json!({"type": "array", "elem": "string", "value": ["a b"]}),
+        );
+        let t = tokenizer_json(&Value::Object(m)).expect("ok");
+        assert_eq!(t["model"]["merges"], json!([["a", "b"]]));
+        assert_eq!(t["model"]["vocab"]["ab"], json!(2));
+    }
+}

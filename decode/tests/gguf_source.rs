@@ -1,0 +1,581 @@
+//! The same weights through two formats give the same bits. `fixtures/gguf/from_hf/NAME.gguf`
+//! (written by `fixtures/gguf/make_from_hf.py` with gguf-py, in llama.cpp's tensor naming and
+//! key/values, from `fixtures/hf/NAME/model.safetensors`) and the safetensors fixture itself are
+//! both converted to JNF and run: every greedy step's logits are the same `f32` bits and the
+//! tokens equal. The GGUF-sourced model's synthesised config, renamed tensors and rebuilt
+//! tokenizer are checked against the safetensors side; hostile key/values are refused by name.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use tarfa_decode::{gguf_model, DecodeError, Decoder, DecoderOptions, TensorStore};
+use tarfa_format::manifest::Manifest;
+use tarfa_runtime::ModelExperts;
+
+const STEPS: usize = 16;
+
+/// `fixtures/gguf/from_hf/FILE.gguf` converted into a temporary model directory (once per
+/// process). FILE is a fixture name (every tensor in its safetensors dtype) or
+/// `NAME.f32-small` (1-D tensors, norms and router F32, as llama.cpp's converter writes them).
+fn gguf_model_dir(name: &'static str) -> PathBuf {
+    static DIRS: OnceLock<std::sync::Mutex<Vec<(&'static str, tempfile::TempDir)>>> =
+        OnceLock::new();
+    let dirs = DIRS.get_or_init(Default::default);
+    let mut dirs = dirs.lock().expect("fixture lock");
+    if let Some((_, d)) = dirs.iter().find(|(n, _)| *n == name) {
+        return d.path().join("model");
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("model");
+    let src = common::repo()
+        .join("fixtures/gguf/from_hf")
+        .join(format!("{name}.gguf"));
+    tarfa_converter::convert(
+        &src,
+        &out,
+        &tarfa_converter::Options {
+            layers: None,
+            direct_io: false,
+            jobs: 1,
+        },
+        &tarfa_converter::Quiet,
+    )
+    .expect("convert GGUF fixture");
+    dirs.push((name, tmp));
+    out
+}
+
+fn store(dir: &Path) -> (Manifest, TensorStore) {
+    let m = Manifest::load(dir).expect("manifest");
+    let experts = ModelExperts::open(dir).expect("experts");
+    let t = TensorStore::load(dir, &m, &experts).expect("tensors");
+    (m, t)
+}
+
+fn hf_config(name: &str) -> Value {
+    let p = common::repo()
+        .join("fixtures/hf")
+        .join(name)
+        .join("config.json");
+    serde_json::from_slice(&std::fs::read(p).expect("config.json")).expect("json")
+}
+
+/// The GGUF side, renamed and with its synthesised config; every non-expert tensor equals the
+/// safetensors side's by name, shape and bits; the config agrees with config.json on `keys`.
+fn check_mapping(name: &'static str, file: &'static str, keys: &[&str]) -> Value {
+    let (gm, mut gt) = store(&gguf_model_dir(file));
+    assert_eq!(gm.architecture.source_format, "gguf");
+    let cfg = gguf_model::adapt(&gm.architecture.config, &mut gt).expect("adapt");
+    let (_, st) = store(&common::model(name));
+    let hf = hf_config(name);
+    for k in keys {
+        let (a, b) = (&cfg[*k], &hf[*k]);
+        let same = match (a.as_f64(), b.as_f64()) {
+            // rms_norm_eps: GGUF holds it as f32, which the family rounds to anyway.
+            (Some(x), Some(y)) if *k == "rms_norm_eps" => x as f32 == y as f32,
+            _ => a == b,
+        };
+        assert!(same, "{name}: {k}: synthesised {a}, config.json {b}");
+    }
+    let hf_theta = hf["rope_parameters"]["rope_theta"].as_f64().expect("theta");
+    assert_eq!(
+        cfg["rope_parameters"]["rope_theta"].as_f64(),
+        Some(hf_theta)
+    );
+    // Every tensor of a decoder layer or the trunk: same name, shape and bits.
+    let bits = |t: &tarfa_decode::weights::Tensor| -> Vec<u32> {
+        let s = t.slice();
+        (0..s.len()).map(|i| s.get(i).to_bits()).collect()
+    };
+    let mut n = 0;
+    for name_hf in st.names() {
+        let a = st.get(name_hf).expect("safetensors tensor");
+        let b = gt
+            .get(name_hf)
+            .unwrap_or_else(|e| panic!("{name}: GGUF side: {e}"));
+        assert_eq!(a.shape(), b.shape(), "{name}: {name_hf}: shape");
+        assert_eq!(bits(a), bits(b), "{name}: {name_hf}: values");
+        n += 1;
+    }
+    assert_eq!(
+        n,
+        gt.names().count(),
+        "{name}: the GGUF side has other tensors"
+    );
+    assert!(n > 10);
+    cfg
+}
+
+#[test]
+fn qwen3_moe_b_gguf_maps_onto_the_safetensors_names_config_and_bits() {
+    for file in ["qwen3_moe_b", "qwen3_moe_b.f32-small"] {
+        qwen3_mapping(file);
+    }
+}
+
+fn qwen3_mapping(file: &'static str) {
+    let cfg = check_mapping(
+        "qwen3_moe_b",
+        file,
+        &[
+            "model_type",
+            "num_hidden_layers",
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "rms_norm_eps",
+            "vocab_size",
+            "tie_word_embeddings",
+            "attention_bias",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "norm_topk_prob",
+            "mlp_only_layers",
+            "decoder_sparse_step",
+            "max_position_embeddings",
+            "use_sliding_window",
+        ],
+    );
+    assert_eq!(
+        cfg["num_experts"],
+        hf_config("qwen3_moe_b")["num_local_experts"]
+    );
+}
+
+#[test]
+fn glm4_moe_gguf_maps_onto_the_safetensors_names_config_and_bits() {
+    for file in ["glm4_moe", "glm4_moe.f32-small"] {
+        glm4_mapping(file);
+    }
+}
+
+fn glm4_mapping(file: &'static str) {
+    let cfg = check_mapping(
+        "glm4_moe",
+        file,
+        &[
+            "model_type",
+            "num_hidden_layers",
+            "hidden_size",
+            "intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "rms_norm_eps",
+            "vocab_size",
+            "tie_word_embeddings",
+            "attention_bias",
+            "num_experts_per_tok",
+            "moe_intermediate_size",
+            "n_routed_experts",
+            "n_shared_experts",
+            "routed_scaling_factor",
+            "n_group",
+            "topk_group",
+            "first_k_dense_replace",
+            "norm_topk_prob",
+            "partial_rotary_factor",
+            "use_qk_norm",
+            "max_position_embeddings",
+        ],
+    );
+    // The fixture's transformers save holds no MTP tensors, so its GGUF is a --no-mtp one.
+    assert_eq!(cfg["num_nextn_predict_layers"], 0);
+    assert_eq!(
+        cfg["rope_parameters"]["partial_rotary_factor"],
+        hf_config("glm4_moe")["rope_parameters"]["partial_rotary_factor"]
+    );
+}
+
+/// Greedy runs of both models on the reference prompts: logits bit-identical at every step.
+fn same_bits_both_ways(name: &'static str, file: &'static str) {
+    let opts = DecoderOptions::default();
+    let mut st = common::open(&common::model(name), &opts);
+    let mut gg = common::open(&gguf_model_dir(file), &opts);
+    assert_eq!(st.vocab_size(), gg.vocab_size());
+    let prompts = common::reference(name);
+    assert!(!prompts.is_empty());
+    for p in prompts {
+        let (ta, la) = common::greedy(&mut st, &p.prompt_ids, STEPS);
+        let (tb, lb) = common::greedy(&mut gg, &p.prompt_ids, STEPS);
+        assert_eq!(la.len(), STEPS);
+        assert_eq!(ta, tb, "{file} prompt {}: greedy tokens", p.index);
+        // And transformers' fp32 greedy tokens for the safetensors checkpoint.
+        assert_eq!(tb[..], p.fp32_tokens[..STEPS], "{file} prompt {}", p.index);
+        for (s, (a, b)) in common::bits(&la).iter().zip(common::bits(&lb)).enumerate() {
+            assert!(
+                *a == b,
+                "{file} prompt {} step {s}: logits differ in bits",
+                p.index
+            );
+        }
+        eprintln!(
+            "{file} p{}: {STEPS} steps, {} logits each, bit-identical through safetensors and GGUF; tokens {:?}",
+            p.index,
+            la[0].len(),
+            ta
+        );
+    }
+}
+
+#[test]
+fn qwen3_moe_b_gguf_and_safetensors_give_the_same_logit_bits() {
+    same_bits_both_ways("qwen3_moe_b", "qwen3_moe_b");
+    same_bits_both_ways("qwen3_moe_b", "qwen3_moe_b.f32-small");
+}
+
+/// The comparison can fail: the same GGUF with one key changed (RoPE base) gives other bits.
+#[test]
+fn a_changed_key_changes_the_bits() {
+    let d = edited("qwen3_moe_b", |c| {
+        c.insert(
+            "qwen3moe.rope.freq_base".into(),
+            serde_json::json!({"type": "f32", "value": 10000.0}),
+        );
+    });
+    let opts = DecoderOptions::default();
+    let mut st = common::open(&common::model("qwen3_moe_b"), &opts);
+    let mut gg = common::open(d.path(), &opts);
+    let p = &common::reference("qwen3_moe_b")[0];
+    let (_, la) = common::greedy(&mut st, &p.prompt_ids, 2);
+    let (_, lb) = common::greedy(&mut gg, &p.prompt_ids, 2);
+    assert_ne!(common::bits(&la), common::bits(&lb));
+}
+
+#[test]
+fn glm4_moe_gguf_and_safetensors_give_the_same_logit_bits() {
+    if !tarfa_decode::family::SUPPORTED.contains(&"glm4_moe") {
+        eprintln!(
+            "SKIPPED: glm4_moe GGUF-vs-safetensors logits: this build has no glm4_moe family (tarfa_decode::family::SUPPORTED = {:?}); the mapping is checked by glm4_moe_gguf_maps_onto_the_safetensors_names_config_and_bits",
+            tarfa_decode::family::SUPPORTED
+        );
+        return;
+    }
+    same_bits_both_ways("glm4_moe", "glm4_moe");
+    same_bits_both_ways("glm4_moe", "glm4_moe.f32-small");
+}
+
+/// The tokenizer rebuilt from `tokenizer.ggml.*` gives the fixture tokenizer.json's ids on the
+/// reference prompts (and decodes them back to the text).
+fn same_ids(name: &'static str) {
+    let gg = common::open(&gguf_model_dir(name), &DecoderOptions::default());
+    let json = gg
+        .gguf_tokenizer_json()
+        .expect("a GGUF source")
+        .expect("tokenizer rebuilt");
+    let ours: tokenizers::Tokenizer = serde_json::to_string(&json)
+        .expect("json")
+        .parse()
+        .expect("tokenizers accepts it");
+    let theirs = tokenizers::Tokenizer::from_file(
+        common::repo()
+            .join("fixtures/hf")
+            .join(name)
+            .join("tokenizer.json"),
+    )
+    .expect("fixture tokenizer");
+    let mut texts: Vec<String> = common::reference(name)
+        .into_iter()
+        .map(|p| p.text)
+        .collect();
+    texts.push("The router picks the top experts, and the model adds their outputs.".into());
+    texts.push("hello there, said the fox to the dog.".into());
+    for t in &texts {
+        let a = ours
+            .encode(t.as_str(), false)
+            .expect("encode")
+            .get_ids()
+            .to_vec();
+        let b = theirs
+            .encode(t.as_str(), false)
+            .expect("encode")
+            .get_ids()
+            .to_vec();
+        assert_eq!(a, b, "{name}: {t:?}");
+        assert_eq!(
+            ours.decode(&a, false).expect("decode"),
+            *t,
+            "{name}: round trip"
+        );
+    }
+    for p in common::reference(name) {
+        let a = ours
+            .encode(p.text.as_str(), false)
+            .expect("encode")
+            .get_ids()
+            .to_vec();
+        assert_eq!(a, p.prompt_ids, "{name}: reference prompt {}", p.index);
+    }
+}
+
+#[test]
+fn qwen3_moe_b_gguf_tokenizer_gives_the_fixture_ids() {
+    same_ids("qwen3_moe_b");
+}
+
+#[test]
+fn glm4_moe_gguf_tokenizer_rebuilds_from_the_key_values() {
+    // No decoder needed: the tokenizer comes from the manifest's key/values alone.
+    let m = Manifest::load(&gguf_model_dir("glm4_moe")).expect("manifest");
+    let json = gguf_model::tokenizer_json(&m.architecture.config).expect("rebuilt");
+    let ours: tokenizers::Tokenizer = serde_json::to_string(&json)
+        .expect("json")
+        .parse()
+        .expect("tokenizers accepts it");
+    let theirs = tokenizers::Tokenizer::from_file(
+        common::repo().join("fixtures/hf/glm4_moe/tokenizer.json"),
+    )
+    .expect("fixture tokenizer");
+    for p in common::reference("glm4_moe") {
+        let a = ours
+            .encode(p.text.as_str(), false)
+            .expect("encode")
+            .get_ids()
+            .to_vec();
+        let b = theirs
+            .encode(p.text.as_str(), false)
+            .expect("encode")
+            .get_ids()
+            .to_vec();
+        assert_eq!(a, b, "glm4_moe: {:?}", p.text);
+        assert_eq!(a, p.prompt_ids);
+    }
+}
+
+/// A copy of the GGUF-sourced `name` model whose manifest key/values were changed by `edit`
+/// (and re-published with a correct digest: the decoder, not the manifest check, must refuse).
+fn edited(
+    name: &'static str,
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> tempfile::TempDir {
+    let src = gguf_model_dir(name);
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for e in std::fs::read_dir(&src).expect("read_dir") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), tmp.path().join(e.file_name())).expect("copy");
+    }
+    let mut m = Manifest::load(tmp.path()).expect("manifest");
+    edit(m.architecture.config.as_object_mut().expect("object"));
+    m.publish(tmp.path()).expect("publish");
+    tmp
+}
+
+fn open_err(dir: &Path) -> String {
+    match Decoder::open(dir, &DecoderOptions::default()) {
+        Ok(_) => panic!("{}: opened", dir.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[test]
+fn a_missing_key_is_refused_by_name() {
+    for key in [
+        "qwen3moe.expert_count",
+        "qwen3moe.embedding_length",
+        "qwen3moe.attention.layer_norm_rms_epsilon",
+        "qwen3moe.block_count",
+    ] {
+        let d = edited("qwen3_moe_b", |c| {
+            c.remove(key).expect("key present");
+        });
+        let e = open_err(d.path());
+        assert!(e.contains(key) && e.contains("missing"), "{key}: {e}");
+    }
+    // qwen3moe's dense layer needs the dense width.
+    let d = edited("qwen3_moe_b", |c| {
+        c.remove("qwen3moe.feed_forward_length");
+    });
+    let e = open_err(d.path());
+    assert!(
+        e.contains("qwen3moe.feed_forward_length") && e.contains("[1]"),
+        "{e}"
+    );
+}
+
+#[test]
+fn an_unknown_architecture_is_refused_by_name() {
+    let d = edited("qwen3_moe_b", |c| {
+        c.insert(
+            "general.architecture".into(),
+            serde_json::json!({"type": "string", "value": "llama"}),
+        );
+    });
+    let e = open_err(d.path());
+    assert!(
+        e.contains("general.architecture")
+            && e.contains("\"llama\"")
+            && e.contains("qwen3moe")
+            && e.contains("glm4moe"),
+        "{e}"
+    );
+}
+
+#[test]
+fn contradictions_with_llama_cpp_semantics_are_refused() {
+    // qwen3moe always renormalises in llama.cpp: a file that says otherwise is not guessed at.
+    let d = edited("qwen3_moe_b", |c| {
+        c.insert(
+            "qwen3moe.expert_weights_norm".into(),
+            serde_json::json!({"type": "bool", "value": false}),
+        );
+    });
+    let e = open_err(d.path());
+    assert!(e.contains("qwen3moe.expert_weights_norm"), "{e}");
+    // RoPE scaling is not decoded.
+    let d = edited("qwen3_moe_b", |c| {
+        c.insert(
+            "qwen3moe.rope.scaling.type".into(),
+            serde_json::json!({"type": "string", "value": "yarn"}),
+        );
+    });
+    let e = open_err(d.path());
+    assert!(
+        e.contains("qwen3moe.rope.scaling.type") && e.contains("yarn"),
+        "{e}"
+    );
+    // glm4moe routes by sigmoid only.
+    let (gm, mut gt) = store(&gguf_model_dir("glm4_moe"));
+    let mut c = gm.architecture.config.clone();
+    c["glm4moe.expert_gating_func"] = serde_json::json!({"type": "u32", "value": 1});
+    match gguf_model::adapt(&c, &mut gt) {
+        Err(e @ DecodeError::Gguf { .. }) => {
+            assert!(e.to_string().contains("glm4moe.expert_gating_func"), "{e}")
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut c = gm.architecture.config.clone();
+    c.as_object_mut()
+        .expect("object")
+        .remove("glm4moe.expert_weights_scale");
+    let (_, mut gt) = store(&gguf_model_dir("glm4_moe"));
+    let e = gguf_model::adapt(&c, &mut gt).expect_err("refused");
+    assert!(
+        e.to_string().contains("glm4moe.expert_weights_scale"),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_tensor_the_family_would_not_read_is_refused_not_dropped() {
+    // A glm4moe-only tensor name under qwen3moe: ffn_norm is qwen's, post_attention_norm is GLM's.
+    let (gm, mut gt) = store(&gguf_model_dir("glm4_moe"));
+    let mut c = gm.architecture.config.clone();
+    c["general.architecture"] = serde_json::json!({"type": "string", "value": "qwen3moe"});
+    for (k, v) in gm.architecture.config.as_object().expect("object") {
+        if let Some(rest) = k.strip_prefix("glm4moe.") {
+            c[format!("qwen3moe.{rest}")] = v.clone();
+        }
+    }
+    let e = gguf_model::adapt(&c, &mut gt).expect_err("refused");
+    let s = e.to_string();
+    assert!(s.contains("blk.") && s.contains("qwen3_moe"), "{s}");
+}
+
+#[test]
+fn tokens_work_without_a_tokenizer() {
+    // --tokens needs no tokenizer: a GGUF without tokenizer.ggml.* still runs ids.
+    let d = edited("qwen3_moe_b", |c| {
+        c.retain(|k, _| !k.starts_with("tokenizer."));
+    });
+    let mut dec = common::open(d.path(), &DecoderOptions::default());
+    let e = dec
+        .gguf_tokenizer_json()
+        .expect("a GGUF source")
+        .expect_err("no tokenizer");
+    assert!(e.to_string().contains("tokenizer.ggml.model"), "{e}");
+    let (toks, _) = common::greedy(&mut dec, &[5, 6, 7], 4);
+    assert_eq!(toks.len(), 4);
+}
+
+#[test]
+fn the_committed_ggufs_are_what_make_from_hf_writes() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = std::process::Command::new("python3")
+        .arg(common::repo().join("fixtures/gguf/make_from_hf.py"))
+        .arg("--out")
+        .arg(tmp.path())
+        .output()
+        .expect("run python3 (scripts/test.sh installs gguf and numpy)");
+    assert!(
+        out.status.success(),
+        "make_from_hf.py failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for f in [
+        "qwen3_moe_b.gguf",
+        "qwen3_moe_b.f32-small.gguf",
+        "glm4_moe.gguf",
+        "glm4_moe.f32-small.gguf",
+    ] {
+        let committed =
+            std::fs::read(common::repo().join("fixtures/gguf/from_hf").join(f)).expect(f);
+        let written = std::fs::read(tmp.path().join(f)).expect(f);
+        assert!(
+            committed == written,
+            "{f}: the committed file is not what the script writes"
+        );
+    }
+}
+
+#[test]
+fn glm4moe_absent_keys_take_llama_cpp_defaults_or_are_refused() {
+    let dir = gguf_model_dir("glm4_moe");
+    let base = Manifest::load(&dir).expect("manifest").architecture.config;
+    let adapt_without = |key: &str| {
+        let mut c = base.clone();
+        c.as_object_mut().expect("object").remove(key).expect(key);
+        let (_, mut t) = store(&dir);
+        gguf_model::adapt(&c, &mut t)
+    };
+    // Sigmoid when absent, as llama.cpp.
+    let c = adapt_without("glm4moe.expert_gating_func").expect("sigmoid by default");
+    assert_eq!(c["model_type"], "glm4_moe");
+    // No renormalisation when absent, as llama.cpp (transformers' class default is true).
+    let c = adapt_without("glm4moe.expert_weights_norm").expect("false by default");
+    assert_eq!(c["norm_topk_prob"], false);
+    // No rotary-dims key: the whole head rotates, as llama.cpp.
+    let c = adapt_without("glm4moe.rope.dimension_count").expect("head dim by default");
+    assert_eq!(c["partial_rotary_factor"], 1.0);
+    // llama.cpp's 0 leading dense layers contradicts layer 0 having no router: named.
+    let e = adapt_without("glm4moe.leading_dense_block_count")
+        .expect_err("refused")
+        .to_string();
+    assert!(
+        e.contains("glm4moe.leading_dense_block_count") && e.contains("[0]"),
+        "{e}"
+    );
+    for key in [
+        "glm4moe.expert_weights_scale",
+        "glm4moe.expert_shared_count",
+        "glm4moe.expert_feed_forward_length",
+        "glm4moe.expert_count",
+        "glm4moe.expert_used_count",
+    ] {
+        let e = adapt_without(key).expect_err(key).to_string();
+        assert!(e.contains(key) && e.contains("missing"), "{key}: {e}");
+    }
+}
+
+#[test]
+fn renaming_two_tensors_to_one_name_is_refused_and_changes_nothing() {
+    let (_, mut t) = store(&gguf_model_dir("qwen3_moe_b"));
+    let before: std::collections::BTreeSet<String> = t.names().map(String::from).collect();
+    let e = t
+        .rename_with(|n| {
+            Ok(Some(if n.ends_with("_norm.weight") {
+                "same".to_string()
+            } else {
+                n.to_string()
+            }))
+        })
+        .expect_err("refused");
+    assert!(e.to_string().contains("same"), "{e}");
+    let after: std::collections::BTreeSet<String> = t.names().map(String::from).collect();
+    assert_eq!(before, after);
+}
