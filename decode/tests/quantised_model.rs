@@ -1,0 +1,164 @@
+//! Quantised GGUF models decode exactly.
+//!
+//! - `fixtures/gguf/qwen3_moe_q.gguf` (llama.cpp's qwen3moe naming; BF16 embedding, F16 output,
+//!   Q8_0 attention, Q4_0 `attn_output`, Q4_K / Q5_K / Q6_K / Q8_0 experts; written by
+//!   `fixtures/gguf/make_quantised.py`) converted to JNF and run: every greedy token equals
+//!   transformers' fp32 run of the same weights as gguf-py dequantises them (a checkpoint written
+//!   by `make_quantised.py hf`, references made on the GPU machine by
+//!   `fixtures/hf/device-references.sh`), and every step's logits are within 1e-5 of it.
+//! - The same model's logits are the same bits on every ISA and thread count, streamed or
+//!   resident.
+//! - A GGUF with quantised matrices and the same GGUF with each of them replaced by gguf-py's F32
+//!   dequantisation (`decode/tests/quant_vectors.py --requantise-gguf`) give the same logits bits.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use tarfa_decode::{DecoderOptions, ExpertMode, ExpertOptions, Isa};
+use tarfa_runtime::{BackendChoice, BackendKind, SourceOptions};
+
+const MAX_ABS: f64 = 1e-5;
+
+fn convert_gguf(src: &Path, out: &Path) {
+    tarfa_converter::convert(
+        src,
+        out,
+        &tarfa_converter::Options {
+            layers: None,
+            direct_io: false,
+            jobs: 1,
+        },
+        &tarfa_converter::Quiet,
+    )
+    .expect("convert GGUF");
+}
+
+fn quantised_model(tmp: &Path) -> PathBuf {
+    let out = tmp.join("q");
+    convert_gguf(&common::repo().join("fixtures/gguf/qwen3_moe_q.gguf"), &out);
+    out
+}
+
+#[test]
+fn a_quantised_gguf_agrees_with_transformers_on_its_dequantised_weights() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = quantised_model(tmp.path());
+    let mut dec = common::open(&dir, &DecoderOptions::default());
+    let refdir = common::repo().join("fixtures/reference/qwen3_moe_q");
+    for p in common::reference("qwen3_moe_q") {
+        let (toks, rows) = common::greedy(&mut dec, &p.prompt_ids, 32);
+        assert_eq!(toks, p.fp32_tokens, "prompt {}: greedy tokens", p.index);
+        let r32 = tarfa_decode::npy::read(&refdir.join(format!("p{}.fp32.npy", p.index)))
+            .expect("fp32 reference");
+        let r64 = tarfa_decode::npy::read(&refdir.join(format!("p{}.fp64.npy", p.index)))
+            .expect("fp64 reference");
+        let (mut d32, mut d64, mut ref_d) = (0f64, 0f64, 0f64);
+        for (s, row) in rows.iter().enumerate() {
+            for (v, &x) in row.iter().enumerate() {
+                d32 = d32.max((x as f64 - r32.row(s)[v]).abs());
+                if p.fp64_tokens[..s] == p.fp32_tokens[..s] {
+                    d64 = d64.max((x as f64 - r64.row(s)[v]).abs());
+                    ref_d = ref_d.max((r32.row(s)[v] - r64.row(s)[v]).abs());
+                }
+            }
+        }
+        eprintln!(
+            "qwen3_moe_q p{}: max|tarfa − fp32| = {d32:.3e}, max|tarfa − fp64| = {d64:.3e}, max|fp32 − fp64| = {ref_d:.3e}",
+            p.index
+        );
+        assert!(
+            d32 <= MAX_ABS,
+            "prompt {}: {d32} from transformers fp32",
+            p.index
+        );
+    }
+}
+
+#[test]
+fn a_quantised_model_gives_the_same_bits_on_every_isa_thread_count_and_expert_mode() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = quantised_model(tmp.path());
+    let prompt = &common::reference("qwen3_moe_q")[0].prompt_ids;
+    let run = |isa: Isa, threads: usize, mode: ExpertMode| {
+        let opts = DecoderOptions {
+            threads,
+            isa: Some(isa),
+            experts: ExpertOptions {
+                mode,
+                cache_bytes: 0,
+            },
+            source: SourceOptions {
+                backend: BackendChoice::Only(BackendKind::Pread),
+                ..SourceOptions::default()
+            },
+            batch_prompt: threads != 1,
+        };
+        let mut dec = common::open(&dir, &opts);
+        common::bits(&common::greedy(&mut dec, prompt, 8).1)
+    };
+    let base = run(Isa::Scalar, 1, ExpertMode::Stream);
+    for isa in Isa::available_all() {
+        for threads in [1, 3] {
+            for mode in [ExpertMode::Stream, ExpertMode::Resident] {
+                assert_eq!(run(isa, threads, mode), base, "{isa:?} {threads} {mode:?}");
+            }
+        }
+    }
+}
+
+/// Whether python3 with gguf can run; under CI its absence fails the test.
+fn gguf_py() -> bool {
+    let ok = Command::new("python3")
+        .args(["-c", "import gguf, numpy"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "python3 with the gguf package is required under CI (python3 -m pip install gguf numpy)"
+        );
+        eprintln!("SKIPPED: python3 with the gguf package is not installed");
+    }
+    ok
+}
+
+#[test]
+fn quantised_matrices_and_their_gguf_py_dequantisation_give_the_same_bits() {
+    if !gguf_py() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (q, f) = (tmp.path().join("q.gguf"), tmp.path().join("f.gguf"));
+    let out = Command::new("python3")
+        .arg(common::repo().join("decode/tests/quant_vectors.py"))
+        .arg("--requantise-gguf")
+        .arg(common::repo().join("fixtures/gguf/from_hf/qwen3_moe_b.gguf"))
+        .args([&q, &f])
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "quant_vectors.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    convert_gguf(&q, &tmp.path().join("qj"));
+    convert_gguf(&f, &tmp.path().join("fj"));
+    for p in common::reference("qwen3_moe_b") {
+        let mut rows = Vec::new();
+        for dir in ["qj", "fj"] {
+            for isa in [Isa::Scalar, Isa::best()] {
+                let opts = DecoderOptions {
+                    isa: Some(isa),
+                    ..DecoderOptions::default()
+                };
+                let mut dec = common::open(&tmp.path().join(dir), &opts);
+                rows.push(common::bits(&common::greedy(&mut dec, &p.prompt_ids, 12).1));
+            }
+        }
+        for r in &rows[1..] {
+            assert_eq!(r, &rows[0], "prompt {}", p.index);
+        }
+    }
+}
