@@ -3,7 +3,10 @@
 //! `block_sparse_moe.experts.E.{w1,w3,w2}.weight`) fused into transformers 5's 3-D
 //! `mlp.experts.gate_up_proj [E, 2I, H]` and `mlp.experts.down_proj [E, H, I]` (Mixtral's router
 //! moved to `mlp.gate.weight`, as transformers 5 names it in memory), converted and decoded,
-//! gives logits bit-identical to the per-expert checkpoint's at every greedy step.
+//! gives logits bit-identical to the per-expert checkpoint's at every greedy step. And the
+//! Qwen3.5 text fixture rewritten as a `qwen3_5_moe` (vision-language) checkpoint — its config
+//! nested under `text_config`, its tensors under `model.language_model.`, a vision tower beside
+//! them — decodes to the text checkpoint's bits.
 
 mod common;
 
@@ -28,6 +31,110 @@ fn per_expert(name: &str) -> Option<(String, usize, usize)> {
     Some((prefix.to_string(), e.parse().ok()?, p))
 }
 
+/// Tensors of a safetensors file by name: (dtype name, shape, bytes), in name order.
+type Tensors = BTreeMap<String, (String, Vec<u64>, Vec<u8>)>;
+
+fn write_safetensors(path: &Path, out: &Tensors) {
+    let mut json = serde_json::Map::new();
+    let mut at = 0usize;
+    for (name, (dtype, shape, b)) in out {
+        json.insert(
+            name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + b.len()]}),
+        );
+        at += b.len();
+    }
+    let mut h = serde_json::to_vec(&json).expect("json");
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut file = (h.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(&h);
+    for (_, _, b) in out.values() {
+        file.extend_from_slice(b);
+    }
+    std::fs::write(path, file).expect("write");
+}
+
+fn read_safetensors(path: &Path) -> Tensors {
+    let bytes = std::fs::read(path).expect("read");
+    let n = safetensors_header_len(&bytes, bytes.len() as u64).expect("header len") as usize;
+    let header = parse_safetensors_header(&bytes[8..8 + n], bytes.len() as u64).expect("header");
+    header
+        .tensors
+        .iter()
+        .map(|t| {
+            (
+                t.name.clone(),
+                (
+                    t.dtype_name.clone(),
+                    t.shape.clone(),
+                    bytes[t.begin as usize..t.end as usize].to_vec(),
+                ),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn a_qwen3_5_moe_vision_language_checkpoint_decodes_as_its_text_model() {
+    let name = "qwen3_5_moe_text";
+    let src = common::repo().join("fixtures/hf").join(name);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let vl = tmp.path().join("vl");
+    std::fs::create_dir_all(&vl).expect("mkdir");
+    std::fs::copy(src.join("tokenizer.json"), vl.join("tokenizer.json")).expect("copy");
+    let text: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).expect("config"))
+            .expect("json");
+    let config = serde_json::json!({
+        "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+        "model_type": "qwen3_5_moe",
+        "text_config": text,
+        "vision_config": {"depth": 1, "hidden_size": 16},
+        "tie_word_embeddings": false,
+    });
+    std::fs::write(
+        vl.join("config.json"),
+        serde_json::to_vec_pretty(&config).expect("json"),
+    )
+    .expect("write");
+    let mut out = Tensors::new();
+    for (n, t) in read_safetensors(&src.join("model.safetensors")) {
+        let n = match n.strip_prefix("model.") {
+            Some(rest) => format!("model.language_model.{rest}"),
+            None => n, // lm_head.weight stays top-level
+        };
+        out.insert(n, t);
+    }
+    // A vision tower the text decoder never reads.
+    out.insert(
+        "model.visual.patch_embed.proj.weight".into(),
+        ("BF16".into(), vec![16, 8], vec![0u8; 256]),
+    );
+    write_safetensors(&vl.join("model.safetensors"), &out);
+    let jnf = tmp.path().join("vl-jnf");
+    tarfa_converter::convert(
+        &vl,
+        &jnf,
+        &tarfa_converter::Options {
+            layers: None,
+            direct_io: false,
+            jobs: 1,
+        },
+        &tarfa_converter::Quiet,
+    )
+    .expect("convert the VL checkpoint");
+    let mut a = common::open(&common::model(name), &DecoderOptions::default());
+    let mut b = common::open(&jnf, &DecoderOptions::default());
+    for p in common::reference(name) {
+        let (ta, la) = common::greedy(&mut a, &p.prompt_ids, 16);
+        let (tb, lb) = common::greedy(&mut b, &p.prompt_ids, 16);
+        assert_eq!(ta, tb, "prompt {}", p.index);
+        assert_eq!(common::bits(&la), common::bits(&lb), "prompt {}", p.index);
+    }
+}
+
 /// Rewrite `src`'s model.safetensors into `dst` with fused expert tensors; other files copied.
 fn fuse(src: &Path, dst: &Path) {
     std::fs::create_dir_all(dst).expect("mkdir");
@@ -40,7 +147,7 @@ fn fuse(src: &Path, dst: &Path) {
     let data =
         |t: &tarfa_format::safetensors::HeaderTensor| &bytes[t.begin as usize..t.end as usize];
     // Output tensors in name order: (dtype name, shape, bytes).
-    let mut out: BTreeMap<String, (String, Vec<u64>, Vec<u8>)> = BTreeMap::new();
+    let mut out = Tensors::new();
     // layer prefix → expert → [gate, up, down]
     let mut experts: BTreeMap<String, BTreeMap<usize, [Option<usize>; 3]>> = BTreeMap::new();
     for (i, t) in header.tensors.iter().enumerate() {
@@ -85,25 +192,7 @@ fn fuse(src: &Path, dst: &Path) {
             (dtype, dn_shape, dn),
         );
     }
-    let mut json = serde_json::Map::new();
-    let mut at = 0usize;
-    for (name, (dtype, shape, b)) in &out {
-        json.insert(
-            name.clone(),
-            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [at, at + b.len()]}),
-        );
-        at += b.len();
-    }
-    let mut h = serde_json::to_vec(&json).expect("json");
-    while !h.len().is_multiple_of(8) {
-        h.push(b' ');
-    }
-    let mut file = (h.len() as u64).to_le_bytes().to_vec();
-    file.extend_from_slice(&h);
-    for (_, _, b) in out.values() {
-        file.extend_from_slice(b);
-    }
-    std::fs::write(dst.join("model.safetensors"), file).expect("write");
+    write_safetensors(&dst.join("model.safetensors"), &out);
 }
 
 #[test]
