@@ -32,3 +32,5 @@ echo "== cargo clippy, cuda feature (builds without a CUDA toolkit: libcuda is l
 cargo clippy -p tarfa --features cuda --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== fuzz: every cargo-fuzz target for ${TARFA_FUZZ_SECONDS:-10} s (scripts/fuzz-ci.sh)"
+bash scripts/fuzz-ci.sh
