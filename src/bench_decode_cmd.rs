@@ -263,6 +263,7 @@ fn options(threads: usize, mode: ExpertMode) -> anyhow::Result<DecoderOptions> {
         },
         source: SourceOptions::from_env()?,
         batch_prompt: true,
+        device: Default::default(),
     })
 }
 

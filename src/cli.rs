@@ -195,6 +195,17 @@ pub struct RunArgs {
     /// Run the prompt token by token instead of as one batch (the same bits; for testing).
     #[arg(long)]
     pub no_batch_prompt: bool,
+    /// Where routed experts are computed: `cpu`, `cuda` (the GPU; an error if this build or
+    /// machine has none) or `auto` (the GPU when usable). The same bits on every device.
+    #[arg(long, default_value = "cpu")]
+    pub device: String,
+    /// VRAM for the GPU's expert cache, in GiB (default: the free VRAM less 1 GiB; 0: copy each
+    /// expert for each use).
+    #[arg(long)]
+    pub vram_gib: Option<f64>,
+    /// Share of the experts computed on the GPU (0..=1, fixed per expert; the rest on the CPU).
+    #[arg(long, default_value_t = 1.0)]
+    pub gpu_experts: f64,
     /// Print one JSON document (tokens, text, figures) on stdout instead of text.
     #[arg(long)]
     pub json: bool,

@@ -4,7 +4,9 @@
 use std::io::Write;
 
 use anyhow::{bail, Context};
-use tarfa_decode::{Decoder, DecoderOptions, ExpertMode, ExpertOptions, Isa, PhaseStats};
+use tarfa_decode::{
+    Decoder, DecoderOptions, Device, ExpertMode, ExpertOptions, GpuOptions, Isa, PhaseStats,
+};
 use tarfa_runtime::{BackendChoice, SourceOptions};
 
 use crate::cli::RunArgs;
@@ -127,6 +129,15 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 "cache_misses": stats.cache_misses,
                 "cached_bytes": dec.experts().cached_bytes(),
             },
+            "gpu": dec.offload_report().map(|g| serde_json::json!({
+                "device": g.device,
+                "experts_computed": g.computed,
+                "vram_hits": g.vram_hits,
+                "uploads": g.uploads,
+                "upload_bytes": g.upload_bytes,
+                "cached_bytes": g.cached_bytes,
+                "cache_bytes": g.cache_bytes,
+            })),
             "prompt": phase_json(&pp),
             "decode": phase_json(&dp),
             "logits_out": a.logits_out.as_ref().map(|p| p.display().to_string()),
@@ -163,6 +174,18 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             dec.isa(),
             dec.threads()
         );
+        if let Some(g) = dec.offload_report() {
+            eprintln!(
+                "gpu: {}: {} expert computations there, {} VRAM cache hits, {} copied in ({}), {} cached of {}",
+                g.device,
+                g.computed,
+                g.vram_hits,
+                g.uploads,
+                bytes(g.upload_bytes),
+                bytes(g.cached_bytes),
+                bytes(g.cache_bytes),
+            );
+        }
         if std::env::var_os("TARFA_PROFILE").is_some_and(|v| v == "1") {
             let total = (pp.time + dp.time).as_secs_f64();
             let mut parts = String::new();
@@ -205,6 +228,27 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
     if a.threads == Some(0) {
         bail!("--threads: must be at least 1");
     }
+    if !(0.0..=1.0).contains(&a.gpu_experts) {
+        bail!("--gpu-experts: {} is not in 0..=1", a.gpu_experts);
+    }
+    let vram_bytes = match a.vram_gib {
+        None => None,
+        Some(g) if g.is_finite() && (0.0..=MAX_CACHE_GIB).contains(&g) => {
+            Some((g * (1u64 << 30) as f64) as u64)
+        }
+        Some(g) => bail!("--vram-gib: {g} is not in 0..={MAX_CACHE_GIB}"),
+    };
+    let gpu = GpuOptions {
+        ordinal: 0,
+        vram_bytes,
+        fraction: a.gpu_experts,
+    };
+    let device = match a.device.as_str() {
+        "cpu" => Device::Cpu,
+        "cuda" => Device::Cuda(gpu),
+        "auto" => Device::Auto(gpu),
+        other => bail!("--device: {other:?} is not cpu, cuda or auto"),
+    };
     Ok(DecoderOptions {
         threads: a.threads.unwrap_or(0),
         isa,
@@ -214,6 +258,7 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
         },
         source,
         batch_prompt: !a.no_batch_prompt,
+        device,
     })
 }
 

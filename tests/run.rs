@@ -279,3 +279,53 @@ fn a_closed_stdout_ends_run_quietly_with_the_sigpipe_status() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--device cuda` on a build or machine without CUDA is a clear error (exit 2), never a panic;
+/// `--device auto` runs on the CPU; a bad `--gpu-experts` is refused.
+#[test]
+fn device_cuda_without_cuda_is_a_clear_error_and_auto_falls_back() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe", &model, &[]);
+    let (code, out, err) = tarfa(&[
+        "run",
+        path(&model),
+        "--tokens",
+        "1,2",
+        "-n",
+        "2",
+        "--device",
+        "cuda",
+    ]);
+    if cfg!(feature = "cuda") && code == 0 {
+        // A CUDA build on a machine with a GPU: it ran there (the GPU tests compare the bits).
+        assert!(err.contains("gpu: "), "{err}");
+    } else {
+        assert_eq!(code, 2, "stdout {out}, stderr {err}");
+        assert!(err.contains("CUDA"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (code, _, err) = tarfa(&[
+        "run",
+        path(&model),
+        "--tokens",
+        "1,2",
+        "-n",
+        "2",
+        "--device",
+        "auto",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = tarfa(&[
+        "run",
+        path(&model),
+        "--tokens",
+        "1,2",
+        "--device",
+        "cuda",
+        "--gpu-experts",
+        "1.5",
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--gpu-experts"), "{err}");
+}

@@ -112,6 +112,20 @@ const EXP_POLY: [f32; 6] = [
     0.5,
 ];
 
+/// The constants of [`exp`] as bit patterns, by the names the CUDA kernels give them
+/// (`runtime/src/cuda_kernels.cu`; a test holds the two to each other).
+pub const EXP_CONSTANT_BITS: [(&str, u32); 9] = [
+    ("TARFA_LOG2E", LOG2E.to_bits()),
+    ("TARFA_LN2_HI", LN2_HI.to_bits()),
+    ("TARFA_LN2_LO", LN2_LO.to_bits()),
+    ("TARFA_P7", EXP_POLY[0].to_bits()),
+    ("TARFA_P6", EXP_POLY[1].to_bits()),
+    ("TARFA_P5", EXP_POLY[2].to_bits()),
+    ("TARFA_P4", EXP_POLY[3].to_bits()),
+    ("TARFA_P3", EXP_POLY[4].to_bits()),
+    ("TARFA_P2", EXP_POLY[5].to_bits()),
+];
+
 /// `2^k` for `-126 ≤ k ≤ 127`, built from its bits.
 #[inline(always)]
 fn pow2i(k: i32) -> f32 {
@@ -291,6 +305,15 @@ fn factorial(n: u32) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cuda_kernels_use_exactly_these_exp_constants() {
+        let cu = include_str!("../../runtime/src/cuda_kernels.cu");
+        for (name, bits) in EXP_CONSTANT_BITS {
+            let line = format!("#define {name} {bits:#010x}");
+            assert!(cu.contains(&line), "cuda_kernels.cu lacks `{line}`");
+        }
+    }
 
     #[test]
     fn exp_is_within_two_ulp_of_f64_exp_over_the_used_range() {

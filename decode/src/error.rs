@@ -11,6 +11,9 @@ pub enum DecodeError {
     /// Streaming an expert failed: a read error, or bytes that do not hash to the record.
     #[error(transparent)]
     Stream(#[from] tarfa_runtime::StreamError),
+    /// The GPU could not be used or failed.
+    #[error("GPU: {0}")]
+    Gpu(#[from] tarfa_runtime::CudaError),
     /// A file of the model directory is not the one its manifest records.
     #[error("{path}: not the file the model's manifest names: {detail}; the directory was changed after conversion (tarfa verify names every fault)")]
     NotInManifest {

@@ -26,6 +26,8 @@
 //!   semantics where its graph hard-codes them, e.g. qwen3moe always renormalises the top-k),
 //!   and a byte-level BPE tokenizer rebuilt from `tokenizer.ggml.*`. The weights are the same
 //!   bytes either way, so the logits are the same bits as the safetensors-sourced model's.
+//! - [`offload`]: where routed experts are computed: the CPU, or (feature `cuda`, module `gpu`)
+//!   the GPU for all or a share of them, with a VRAM cache; the same bits either way.
 //! - [`session`]: [`Decoder`], greedy generation and its figures; [`npy`] for logits files.
 //!
 //! `unsafe` lives only in `kernels/x86.rs` (intrinsics behind run-time feature detection).
@@ -39,8 +41,11 @@ pub mod error;
 pub mod experts;
 pub mod family;
 pub mod gguf_model;
+#[cfg(feature = "cuda")]
+pub mod gpu;
 pub mod kernels;
 pub mod npy;
+pub mod offload;
 pub mod quant;
 pub mod rope;
 pub mod session;
@@ -49,5 +54,6 @@ pub mod weights;
 pub use error::{DecodeError, Result};
 pub use experts::{ExpertMode, ExpertOptions, ExpertStats};
 pub use kernels::Isa;
+pub use offload::{Device, GpuOptions, OffloadReport};
 pub use session::{argmax, Decoder, DecoderOptions, PhaseStats};
 pub use weights::TensorStore;

@@ -29,6 +29,9 @@ pub struct DecoderOptions {
     /// Run a prompt as one batch (each selected expert read once for all its tokens); else token
     /// by token. The logits are the same bits either way.
     pub batch_prompt: bool,
+    /// Where routed experts are computed (the CPU, or the GPU for all or some of them). The
+    /// logits are the same bits either way.
+    pub device: crate::offload::Device,
 }
 
 impl Default for DecoderOptions {
@@ -39,6 +42,7 @@ impl Default for DecoderOptions {
             experts: ExpertOptions::default(),
             source: SourceOptions::default(),
             batch_prompt: true,
+            device: crate::offload::Device::Cpu,
         }
     }
 }
@@ -68,6 +72,7 @@ pub struct Decoder {
     batch_prompt: bool,
     pos: usize,
     profile: Profile,
+    offload: Option<Box<dyn crate::offload::ExpertOffload>>,
 }
 
 impl Decoder {
@@ -115,6 +120,7 @@ impl Decoder {
         }
         let source = ExpertSource::with_model(model, &src_opts)?;
         let experts = ExpertStore::new(source, &opts.experts)?;
+        let offload = crate::offload::open(&opts.device)?;
         Ok(Decoder {
             dir: dir.to_path_buf(),
             manifest,
@@ -127,7 +133,13 @@ impl Decoder {
             batch_prompt: opts.batch_prompt,
             pos: 0,
             profile: Profile::default(),
+            offload,
         })
+    }
+
+    /// What the offload device (the GPU) did, when one computes experts.
+    pub fn offload_report(&self) -> Option<crate::offload::OffloadReport> {
+        self.offload.as_ref().map(|o| o.report())
     }
 
     /// The manifest.
@@ -242,6 +254,7 @@ impl Decoder {
             tensors: &self.tensors,
             experts: &mut self.experts,
             profile: &mut self.profile,
+            offload: self.offload.as_deref_mut().map(|o| o as _),
         };
         let family = &mut self.family;
         let batch = self.batch_prompt;

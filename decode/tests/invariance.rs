@@ -32,6 +32,7 @@ fn opts(
             ..SourceOptions::default()
         },
         batch_prompt: batch,
+        device: Default::default(),
     }
 }
 

@@ -105,6 +105,10 @@ impl Gpu {
         &self.name
     }
 
+    pub(crate) fn ctx(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
     /// The device's number.
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal()

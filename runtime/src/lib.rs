@@ -27,7 +27,11 @@
 //!   event recorded behind its copy completes. Without the feature (or without a driver or a
 //!   GPU), [`Gpu::open`] answers [`CudaError::Absent`], saying why.
 //!
-//! All unsafe code is in the `pinned` and `cuda` modules, with `# Safety` contracts, and in
+//! - [`cuda_compute`] (feature `cuda`): expert SwiGLU on the GPU with the CPU's bits (the
+//!   canonical reduction order on a warp; kernels compiled at run time by NVRTC from
+//!   `cuda_kernels.cu` with `--fmad=false`).
+//!
+//! All unsafe code is in the `pinned`, `cuda` and `cuda_compute` modules, with `# Safety` contracts, and in
 //! `mapped` (the one `mmap` call of the comparison backend); the crate denies it elsewhere.
 
 #![deny(unsafe_code)]
@@ -40,6 +44,8 @@ pub mod cuda;
 #[cfg(not(feature = "cuda"))]
 #[path = "cuda_absent.rs"]
 pub mod cuda;
+#[cfg(feature = "cuda")]
+pub mod cuda_compute;
 mod error;
 mod mapped;
 pub mod model;

@@ -323,6 +323,7 @@ pub fn routed_experts(ctx: &mut Ctx<'_>, layer: u32, routes: &[Route], x: &Batch
     };
     let mut outs = MoeOutputs::new(routes);
     let isa = ctx.isa;
+    let mut offload = ctx.offload.as_deref_mut();
     ctx.experts.with_experts(layer, &wanted, |views| {
         let mine: Vec<Vec<(usize, usize, f32)>> =
             views.iter().map(|v| routed_to(v.expert)).collect();
@@ -330,14 +331,26 @@ pub fn routed_experts(ctx: &mut Ctx<'_>, layer: u32, routes: &[Route], x: &Batch
             .iter()
             .map(|m| m.iter().map(|&(t, _, _)| x[t].clone()).collect())
             .collect();
+        // Experts the offload device takes run there; the rest in one parallel region here.
+        // Either way each output is the same bits, stored by (token, slot).
+        let on_device: Vec<bool> = views
+            .iter()
+            .map(|v| offload.as_ref().is_some_and(|o| o.takes(v)))
+            .collect();
         let items: Vec<_> = views
             .iter()
-            .cloned()
-            .zip(xs.iter().map(|b| b.as_slice()))
+            .zip(&xs)
+            .zip(&on_device)
+            .filter(|(_, &d)| !d)
+            .map(|((v, b), _)| (v.clone(), b.as_slice()))
             .collect();
-        let ys = blocks::experts_swiglu(isa, &items, hidden)?;
-        for (m, y) in mine.iter().zip(&ys) {
-            for (&(t, k, w), yt) in m.iter().zip(y) {
+        let mut cpu = blocks::experts_swiglu(isa, &items, hidden)?.into_iter();
+        for (i, m) in mine.iter().enumerate() {
+            let y = match (&mut offload, on_device[i]) {
+                (Some(o), true) => o.swiglu(&views[i], &xs[i], hidden)?,
+                _ => cpu.next().expect("one CPU output per CPU expert"),
+            };
+            for (&(t, k, w), yt) in m.iter().zip(&y) {
                 outs.put(t, k, yt, w);
             }
         }

@@ -25,6 +25,8 @@ pub struct Ctx<'a> {
     pub experts: &'a mut ExpertStore,
     /// Where the time went, by part of the forward pass.
     pub profile: &'a mut Profile,
+    /// A device computing some routed experts (the GPU), or `None`: all on the CPU.
+    pub offload: Option<&'a mut dyn crate::offload::ExpertOffload>,
 }
 
 /// Wall time spent in each part of the forward pass (`tarfa run` prints it with

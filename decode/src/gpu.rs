@@ -1,0 +1,173 @@
+//! Routed experts on the GPU (feature `cuda`): [`GpuExperts`] computes an expert's SwiGLU with the
+//! runtime's [`GpuCompute`] kernels (the canonical order on a warp), keeping experts in a VRAM
+//! cache of a chosen size (least recently used out first; size 0 copies each expert for each
+//! use). BF16 and F32 experts only: a quantised expert stays on the CPU. No unsafe here.
+
+use std::collections::HashMap;
+
+use tarfa_format::Role;
+use tarfa_runtime::cuda_compute::{DeviceBytes, GpuCompute, GpuDtype, GpuMatrix};
+use tarfa_runtime::Gpu;
+
+use crate::blocks::{self, Batch};
+use crate::error::{DecodeError, Result};
+use crate::experts::ExpertView;
+use crate::offload::{placed, ExpertOffload, GpuOptions, OffloadReport};
+use crate::weights::{MatrixRef, WeightSlice};
+
+/// VRAM left free when the cache size is not given.
+const VRAM_MARGIN: u64 = 1 << 30;
+
+#[derive(Debug)]
+struct Entry {
+    bytes: DeviceBytes,
+    gate: GpuMatrix,
+    up: GpuMatrix,
+    down: GpuMatrix,
+    last_use: u64,
+}
+
+/// Experts computed on one GPU.
+#[derive(Debug)]
+pub struct GpuExperts {
+    compute: GpuCompute,
+    cache: HashMap<(u32, u32), Entry>,
+    used: u64,
+    cap: u64,
+    clock: u64,
+    fraction: f64,
+    report: OffloadReport,
+}
+
+impl GpuExperts {
+    /// Open GPU `o.ordinal`, compile the kernels, size the cache.
+    pub fn open(o: &GpuOptions) -> Result<GpuExperts> {
+        let gpu = Gpu::open(o.ordinal)?;
+        let compute = GpuCompute::new(&gpu)?;
+        let cap = match o.vram_bytes {
+            Some(b) => b,
+            None => (compute.mem_info()?.0 as u64).saturating_sub(VRAM_MARGIN),
+        };
+        let report = OffloadReport {
+            device: format!("{} (CUDA device {})", compute.name(), o.ordinal),
+            cache_bytes: cap,
+            ..OffloadReport::default()
+        };
+        Ok(GpuExperts {
+            compute,
+            cache: HashMap::new(),
+            used: 0,
+            cap,
+            clock: 0,
+            fraction: o.fraction,
+            report,
+        })
+    }
+
+    fn evict_for(&mut self, need: u64) {
+        while self.used + need > self.cap {
+            let Some((&key, _)) = self.cache.iter().min_by_key(|(_, e)| e.last_use) else {
+                return;
+            };
+            if let Some(e) = self.cache.remove(&key) {
+                self.used -= e.bytes.len() as u64;
+            }
+        }
+    }
+}
+
+fn gpu_dtype(m: &MatrixRef<'_>) -> Option<GpuDtype> {
+    match m.data {
+        WeightSlice::Bf16(_) => Some(GpuDtype::Bf16),
+        WeightSlice::F32(_) => Some(GpuDtype::F32),
+        _ => None,
+    }
+}
+
+fn raw<'a>(m: &MatrixRef<'a>) -> &'a [u8] {
+    match m.data {
+        WeightSlice::Bf16(w) => bytemuck::cast_slice(w),
+        WeightSlice::F32(w) => bytemuck::cast_slice(w),
+        _ => &[],
+    }
+}
+
+impl ExpertOffload for GpuExperts {
+    fn takes(&self, e: &ExpertView<'_>) -> bool {
+        placed(e.layer, e.expert, self.fraction)
+            && [Role::Gate, Role::Up, Role::Down, Role::GateUp]
+                .iter()
+                .filter_map(|&r| e.part(r))
+                .all(|m| gpu_dtype(&m).is_some())
+    }
+
+    fn swiglu(&mut self, e: &ExpertView<'_>, xs: &[Vec<f32>], hidden: usize) -> Result<Batch> {
+        let (gate, up, down) = blocks::expert_projections(e, hidden)?;
+        let key = (e.layer, e.expert);
+        self.clock += 1;
+        self.report.computed += 1;
+        let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+        if let Some(entry) = self.cache.get_mut(&key) {
+            entry.last_use = self.clock;
+            self.report.vram_hits += 1;
+            return Ok(self.compute.swiglu(
+                &entry.bytes,
+                &entry.gate,
+                &entry.up,
+                &entry.down,
+                &refs,
+            )?);
+        }
+        let (Some(gd), Some(dd)) = (gpu_dtype(&gate), gpu_dtype(&down)) else {
+            return Err(DecodeError::BadExpert {
+                layer: e.layer,
+                expert: e.expert,
+                detail: "a quantised expert cannot run on the GPU (placement refuses it)".into(),
+            });
+        };
+        // gate | up | down, each at an offset aligned for its element type.
+        let mut host = Vec::new();
+        let mut place = |m: &MatrixRef<'_>, dtype: GpuDtype| -> GpuMatrix {
+            while host.len() % 16 != 0 {
+                host.push(0u8);
+            }
+            let offset = host.len();
+            host.extend_from_slice(raw(m));
+            GpuMatrix {
+                offset,
+                rows: m.rows,
+                cols: m.cols,
+                dtype,
+            }
+        };
+        let (g, u, d) = (place(&gate, gd), place(&up, gd), place(&down, dd));
+        let bytes = self.compute.upload(&host)?;
+        self.report.uploads += 1;
+        self.report.upload_bytes += host.len() as u64;
+        let ys = self.compute.swiglu(&bytes, &g, &u, &d, &refs)?;
+        let size = bytes.len() as u64;
+        if size <= self.cap {
+            self.evict_for(size);
+            self.used += size;
+            self.cache.insert(
+                key,
+                Entry {
+                    bytes,
+                    gate: g,
+                    up: u,
+                    down: d,
+                    last_use: self.clock,
+                },
+            );
+        }
+        self.report.cached_bytes = self.used;
+        Ok(ys)
+    }
+
+    fn report(&self) -> OffloadReport {
+        OffloadReport {
+            cached_bytes: self.used,
+            ..self.report.clone()
+        }
+    }
+}

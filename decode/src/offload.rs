@@ -1,0 +1,137 @@
+//! Where routed experts are computed: the CPU, or (feature `cuda`) the GPU for some or all of
+//! them. An offloaded expert's output must be the bits the CPU would compute
+//! (`blocks::experts_swiglu`), so where an expert runs — like where it was read from or cached —
+//! never changes the logits; the combine stays on the CPU, in slot order.
+
+use crate::blocks::Batch;
+#[cfg(not(feature = "cuda"))]
+use crate::error::DecodeError;
+use crate::error::Result;
+use crate::experts::ExpertView;
+
+/// Which device computes routed experts.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub enum Device {
+    /// All on the CPU.
+    #[default]
+    Cpu,
+    /// On the GPU; an error if this build or machine has none.
+    Cuda(GpuOptions),
+    /// On the GPU when one is usable, else on the CPU.
+    Auto(GpuOptions),
+}
+
+/// How experts use the GPU.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GpuOptions {
+    /// CUDA device number.
+    pub ordinal: usize,
+    /// VRAM for the expert cache in bytes (`None`: the free VRAM less 1 GiB; 0: no cache, each
+    /// expert copied for each use).
+    pub vram_bytes: Option<u64>,
+    /// Share of experts placed on the GPU, chosen per (layer, expert) by a fixed hash (1.0: all;
+    /// the rest run on the CPU: mixed placement for models larger than VRAM).
+    pub fraction: f64,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        GpuOptions {
+            ordinal: 0,
+            vram_bytes: None,
+            fraction: 1.0,
+        }
+    }
+}
+
+/// What an offload device did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OffloadReport {
+    /// The device, in words.
+    pub device: String,
+    /// Expert computations run there.
+    pub computed: u64,
+    /// Of those, with the expert already in VRAM.
+    pub vram_hits: u64,
+    /// Experts copied to VRAM.
+    pub uploads: u64,
+    /// Bytes copied to VRAM.
+    pub upload_bytes: u64,
+    /// Bytes held in the VRAM cache now.
+    pub cached_bytes: u64,
+    /// The VRAM cache's size.
+    pub cache_bytes: u64,
+}
+
+/// A device that computes some routed experts' SwiGLU.
+pub trait ExpertOffload: Send + std::fmt::Debug {
+    /// Whether expert `e` is computed here (else on the CPU). Fixed per expert.
+    fn takes(&self, e: &ExpertView<'_>) -> bool;
+    /// `down(silu(gate x) ⊙ up x)` for each of `xs`: the bits of `blocks::experts_swiglu`.
+    fn swiglu(&mut self, e: &ExpertView<'_>, xs: &[Vec<f32>], hidden: usize) -> Result<Batch>;
+    /// Counters.
+    fn report(&self) -> OffloadReport;
+}
+
+/// The offload device `device` asks for: `None` for the CPU (or `Auto` without a usable GPU).
+pub fn open(device: &Device) -> Result<Option<Box<dyn ExpertOffload>>> {
+    match device {
+        Device::Cpu => Ok(None),
+        Device::Cuda(o) => open_gpu(o).map(Some),
+        Device::Auto(o) => Ok(open_gpu(o).ok()),
+    }
+}
+
+#[cfg(feature = "cuda")]
+fn open_gpu(o: &GpuOptions) -> Result<Box<dyn ExpertOffload>> {
+    Ok(Box::new(crate::gpu::GpuExperts::open(o)?))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn open_gpu(_: &GpuOptions) -> Result<Box<dyn ExpertOffload>> {
+    Err(DecodeError::Options(
+        "this build of tarfa has no CUDA support (rebuild with `cargo build --release --features cuda`)".into(),
+    ))
+}
+
+/// Whether `(layer, expert)` falls in the placed `fraction` (a fixed hash: the same experts on
+/// every run, spread over layers).
+pub fn placed(layer: u32, expert: u32, fraction: f64) -> bool {
+    if fraction >= 1.0 {
+        return true;
+    }
+    if fraction <= 0.0 || fraction.is_nan() {
+        return false;
+    }
+    let h = ((u64::from(layer) << 32) | u64::from(expert)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((h >> 11) as f64 / (1u64 << 53) as f64) < fraction
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_is_all_none_or_about_the_fraction() {
+        let n = |f: f64| {
+            (0..64u32)
+                .flat_map(|l| (0..128u32).map(move |e| (l, e)))
+                .filter(|&(l, e)| placed(l, e, f))
+                .count()
+        };
+        assert_eq!(n(1.0), 64 * 128);
+        assert_eq!(n(0.0), 0);
+        let half = n(0.5) as f64 / (64.0 * 128.0);
+        assert!((half - 0.5).abs() < 0.03, "{half}");
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn without_the_feature_cuda_is_an_error_and_auto_is_the_cpu() {
+        let e = open(&Device::Cuda(GpuOptions::default())).expect_err("no CUDA");
+        assert!(e.to_string().contains("--features cuda"), "{e}");
+        assert!(open(&Device::Auto(GpuOptions::default()))
+            .expect("auto")
+            .is_none());
+    }
+}

@@ -1,0 +1,108 @@
+//! Routed experts on the GPU give the CPU's bits (issue 12): every family's fixture decoded with
+//! all experts on the GPU, with half of them (mixed placement), with a VRAM cache of 0 (each
+//! expert copied for each use), a small one (evictions) and the default (all cached), gives
+//! logits bit-identical to the CPU's at every greedy step. Quantised experts stay on the CPU.
+//!
+//! Built only with `--features cuda`; without a usable GPU it says so and passes, unless
+//! `TARFA_REQUIRE_GPU=1` (the GPU machine's runs set it).
+#![cfg(feature = "cuda")]
+
+mod common;
+
+use tarfa_decode::{Decoder, DecoderOptions, Device, GpuOptions};
+
+fn gpu_here() -> bool {
+    match tarfa_decode::offload::open(&Device::Cuda(GpuOptions::default())) {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(
+                std::env::var_os("TARFA_REQUIRE_GPU").is_none(),
+                "TARFA_REQUIRE_GPU is set but the GPU is not usable: {e}"
+            );
+            eprintln!("SKIPPED: no usable GPU here: {e}");
+            false
+        }
+    }
+}
+
+fn run(dec: &mut Decoder, name: &'static str) -> Vec<Vec<Vec<u32>>> {
+    common::reference(name)
+        .iter()
+        .map(|p| common::bits(&common::greedy(dec, &p.prompt_ids, 12).1))
+        .collect()
+}
+
+fn gpu(fraction: f64, vram_bytes: Option<u64>) -> DecoderOptions {
+    DecoderOptions {
+        device: Device::Cuda(GpuOptions {
+            ordinal: 0,
+            vram_bytes,
+            fraction,
+        }),
+        ..DecoderOptions::default()
+    }
+}
+
+#[test]
+fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
+    if !gpu_here() {
+        return;
+    }
+    for name in ["qwen3_moe_b", "mixtral", "glm4_moe_b", "qwen3_5_moe_text"] {
+        let dir = common::model(name);
+        let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
+        let one_expert = {
+            let d = common::open(&dir, &DecoderOptions::default());
+            d.experts().total_bytes() / 16
+        };
+        for (fraction, vram) in [
+            (1.0, None),
+            (1.0, Some(0)),
+            (1.0, Some(one_expert * 3)),
+            (0.5, None),
+        ] {
+            let mut dec = common::open(&dir, &gpu(fraction, vram));
+            assert_eq!(
+                run(&mut dec, name),
+                cpu,
+                "{name}: GPU fraction {fraction}, VRAM cache {vram:?}"
+            );
+            let r = dec.offload_report().expect("a GPU report");
+            assert!(r.computed > 0, "{name}: the GPU computed experts: {r:?}");
+            if vram == Some(0) {
+                assert_eq!((r.vram_hits, r.cached_bytes), (0, 0), "{name}: {r:?}");
+            }
+            if vram.is_none() && fraction == 1.0 {
+                assert!(r.vram_hits > 0, "{name}: {r:?}");
+            }
+            eprintln!("{name}: fraction {fraction}, cache {vram:?}: {r:?}");
+        }
+    }
+}
+
+#[test]
+fn quantised_experts_stay_on_the_cpu_and_the_bits_do_not_move() {
+    if !gpu_here() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = tmp.path().join("q");
+    tarfa_converter::convert(
+        &common::repo().join("fixtures/gguf/qwen3_moe_q.gguf"),
+        &out,
+        &tarfa_converter::Options {
+            layers: None,
+            direct_io: false,
+            jobs: 1,
+        },
+        &tarfa_converter::Quiet,
+    )
+    .expect("convert");
+    let cpu = run(
+        &mut common::open(&out, &DecoderOptions::default()),
+        "qwen3_moe_q",
+    );
+    let mut dec = common::open(&out, &gpu(1.0, None));
+    assert_eq!(run(&mut dec, "qwen3_moe_q"), cpu);
+    assert_eq!(dec.offload_report().expect("report").computed, 0);
+}

@@ -1,0 +1,300 @@
+//! Expert compute on the GPU with the CPU's bits: the kernels of `cuda_kernels.cu` (the
+//! canonical reduction order on a warp, tarfa's own `exp`/SiLU), compiled at run time by NVRTC.
+//!
+//! Why NVRTC and not PTX built with nvcc: the build machine and CI have no CUDA toolkit, and
+//! NVRTC compiles the very source string this crate embeds (`include_str!`) with the options
+//! written here (`--fmad=false`: no multiply-add contraction; every fused multiply-add in the
+//! source is an explicit `__fmaf_rn`), so what runs is what is reviewed. The driver JIT-compiles
+//! the PTX for the device at load. A build without the `cuda` feature has none of this
+//! (`cuda_absent.rs` says CUDA is absent).
+//!
+//! Every launch is bounds-checked on the host first: a matrix must lie inside its device buffer
+//! and the activations must have the sizes the kernel reads.
+
+#![allow(unsafe_code)]
+
+use std::sync::Arc;
+
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::nvrtc::CompileOptions;
+
+use crate::cuda::{CudaError, Gpu};
+
+/// The kernels' source, compiled at run time.
+pub const KERNELS_CU: &str = include_str!("cuda_kernels.cu");
+
+/// Element type of a weight matrix on the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuDtype {
+    /// BF16 bit patterns (widened exactly at use).
+    Bf16,
+    /// `f32`.
+    F32,
+}
+
+impl GpuDtype {
+    fn code(self) -> i32 {
+        match self {
+            GpuDtype::Bf16 => 0,
+            GpuDtype::F32 => 1,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            GpuDtype::Bf16 => 2,
+            GpuDtype::F32 => 4,
+        }
+    }
+}
+
+/// A row-major `[rows, cols]` matrix at `offset` bytes into a [`DeviceBytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GpuMatrix {
+    /// Byte offset in the buffer.
+    pub offset: usize,
+    /// Rows (outputs).
+    pub rows: usize,
+    /// Columns (inputs).
+    pub cols: usize,
+    /// Element type.
+    pub dtype: GpuDtype,
+}
+
+impl GpuMatrix {
+    fn bytes(&self) -> Option<usize> {
+        self.rows
+            .checked_mul(self.cols)?
+            .checked_mul(self.dtype.size())
+    }
+}
+
+/// Bytes in VRAM (an expert's weights).
+#[derive(Debug)]
+pub struct DeviceBytes {
+    buf: CudaSlice<u8>,
+}
+
+impl DeviceBytes {
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// Whether it is empty.
+    pub fn is_empty(&self) -> bool {
+        self.buf.len() == 0
+    }
+}
+
+/// The compiled kernels on one GPU, and the stream they run on.
+#[derive(Debug)]
+pub struct GpuCompute {
+    stream: Arc<CudaStream>,
+    swiglu_gate: CudaFunction,
+    matvec: CudaFunction,
+    name: String,
+}
+
+fn drv(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError {
+    move |source| CudaError::Driver { op, source }
+}
+
+const BLOCK: u32 = 128;
+
+impl GpuCompute {
+    /// Compile the kernels (NVRTC) and load them on `gpu`.
+    pub fn new(gpu: &Gpu) -> Result<GpuCompute, CudaError> {
+        // SAFETY: only tries to dlopen libnvrtc under its usual names.
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            return Err(CudaError::Absent(
+                "the NVRTC library (libnvrtc.so, part of the CUDA toolkit) was not found; add its directory to LD_LIBRARY_PATH".into(),
+            ));
+        }
+        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
+            KERNELS_CU,
+            CompileOptions {
+                fmad: Some(false),
+                ftz: Some(false),
+                prec_div: Some(true),
+                prec_sqrt: Some(true),
+                use_fast_math: Some(false),
+                name: Some("tarfa_kernels.cu".into()),
+                ..CompileOptions::default()
+            },
+        )
+        .map_err(|e| CudaError::Usage(format!("NVRTC could not compile tarfa's kernels: {e}")))?;
+        let ctx = gpu.ctx().clone();
+        let module = ctx.load_module(ptx).map_err(drv("module load"))?;
+        Ok(GpuCompute {
+            swiglu_gate: module
+                .load_function("tarfa_swiglu_gate")
+                .map_err(drv("kernel lookup"))?,
+            matvec: module
+                .load_function("tarfa_matvec")
+                .map_err(drv("kernel lookup"))?,
+            stream: ctx.new_stream().map_err(drv("stream creation"))?,
+            name: gpu.name().to_string(),
+        })
+    }
+
+    /// The device's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Free and total VRAM in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
+        self.stream
+            .context()
+            .mem_get_info()
+            .map_err(drv("memory query"))
+    }
+
+    /// Copy `bytes` into a new VRAM buffer (synchronously).
+    pub fn upload(&self, bytes: &[u8]) -> Result<DeviceBytes, CudaError> {
+        let buf = self
+            .stream
+            .clone_htod(bytes)
+            .map_err(drv("host-to-device copy"))?;
+        self.stream.synchronize().map_err(drv("synchronize"))?;
+        Ok(DeviceBytes { buf })
+    }
+
+    fn check(&self, w: &DeviceBytes, m: &GpuMatrix, what: &str) -> Result<(), CudaError> {
+        let end = m.bytes().and_then(|b| b.checked_add(m.offset));
+        match end {
+            Some(end)
+                if end <= w.len()
+                    && i32::try_from(m.rows).is_ok()
+                    && i32::try_from(m.cols).is_ok() =>
+            {
+                Ok(())
+            }
+            _ => Err(CudaError::Usage(format!(
+                "{what} matrix [{}, {}] at byte {} does not fit a {}-byte buffer",
+                m.rows,
+                m.cols,
+                m.offset,
+                w.len()
+            ))),
+        }
+    }
+
+    fn upload_xs(&self, xs: &[&[f32]], cols: usize) -> Result<CudaSlice<f32>, CudaError> {
+        if let Some(x) = xs.iter().find(|x| x.len() != cols) {
+            return Err(CudaError::Usage(format!(
+                "an activation of {} elements for {cols} columns",
+                x.len()
+            )));
+        }
+        let flat: Vec<f32> = xs.concat();
+        if flat.is_empty() {
+            return self.stream.alloc_zeros::<f32>(1).map_err(drv("allocation"));
+        }
+        self.stream
+            .clone_htod(&flat)
+            .map_err(drv("host-to-device copy"))
+    }
+
+    fn grid(rows: usize, tokens: usize) -> Result<LaunchConfig, CudaError> {
+        let warps = (rows as u64) * (tokens as u64);
+        let blocks = warps.div_ceil(u64::from(BLOCK / 32)).max(1);
+        let blocks = u32::try_from(blocks)
+            .map_err(|_| CudaError::Usage(format!("{warps} warps do not fit one launch")))?;
+        Ok(LaunchConfig {
+            grid_dim: (blocks, 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        })
+    }
+
+    /// The SwiGLU of one expert for each token: `down(silu(gate x) ⊙ up x)`, every dot in the
+    /// canonical order, `silu` as tarfa computes it: the bits of the CPU's
+    /// `blocks::experts_swiglu` for the same weights and inputs.
+    pub fn swiglu(
+        &self,
+        w: &DeviceBytes,
+        gate: &GpuMatrix,
+        up: &GpuMatrix,
+        down: &GpuMatrix,
+        xs: &[&[f32]],
+    ) -> Result<Vec<Vec<f32>>, CudaError> {
+        self.check(w, gate, "gate")?;
+        self.check(w, up, "up")?;
+        self.check(w, down, "down")?;
+        let (inter, hidden) = (gate.rows, gate.cols);
+        if up.rows != inter
+            || up.cols != hidden
+            || up.dtype != gate.dtype
+            || down.rows != hidden
+            || down.cols != inter
+        {
+            return Err(CudaError::Usage(format!(
+                "expert shapes gate [{inter}, {hidden}], up [{}, {}], down [{}, {}] do not fit",
+                up.rows, up.cols, down.rows, down.cols
+            )));
+        }
+        let t = xs.len();
+        if t == 0 {
+            return Ok(Vec::new());
+        }
+        let tokens = i32::try_from(t).map_err(|_| CudaError::Usage("too many tokens".into()))?;
+        let x = self.upload_xs(xs, hidden)?;
+        let mut h = self
+            .stream
+            .alloc_zeros::<f32>(inter * t)
+            .map_err(drv("allocation"))?;
+        let mut y = self
+            .stream
+            .alloc_zeros::<f32>(hidden * t)
+            .map_err(drv("allocation"))?;
+        let g_view = w
+            .buf
+            .slice(gate.offset..gate.offset + gate.bytes().unwrap_or(0));
+        let u_view = w.buf.slice(up.offset..up.offset + up.bytes().unwrap_or(0));
+        let d_view = w
+            .buf
+            .slice(down.offset..down.offset + down.bytes().unwrap_or(0));
+        let (dt, rows, cols) = (gate.dtype.code(), inter as i32, hidden as i32);
+        // SAFETY: the kernel reads `rows × cols` elements of `dtype` from each weight view (checked
+        // to lie in the buffer above), `tokens × cols` floats of `x` and writes `tokens × rows`
+        // floats of `h`, both allocated with exactly those sizes; one warp per (row, token), and
+        // warps past the end return.
+        unsafe {
+            self.stream
+                .launch_builder(&self.swiglu_gate)
+                .arg(&g_view)
+                .arg(&u_view)
+                .arg(&dt)
+                .arg(&rows)
+                .arg(&cols)
+                .arg(&tokens)
+                .arg(&x)
+                .arg(&mut h)
+                .launch(Self::grid(inter, t)?)
+                .map_err(drv("kernel launch"))?;
+        }
+        let (ddt, drows, dcols) = (down.dtype.code(), hidden as i32, inter as i32);
+        // SAFETY: as above, for `down` ([hidden, inter]) reading `h` and writing `y`.
+        unsafe {
+            self.stream
+                .launch_builder(&self.matvec)
+                .arg(&d_view)
+                .arg(&ddt)
+                .arg(&drows)
+                .arg(&dcols)
+                .arg(&tokens)
+                .arg(&h)
+                .arg(&mut y)
+                .launch(Self::grid(hidden, t)?)
+                .map_err(drv("kernel launch"))?;
+        }
+        let flat = self
+            .stream
+            .clone_dtoh(&y)
+            .map_err(drv("device-to-host copy"))?;
+        Ok(flat.chunks_exact(hidden).map(|r| r.to_vec()).collect())
+    }
+}
