@@ -220,3 +220,58 @@ fn a_touched_source_is_rechecked_and_the_pieces_still_equal_one_full_run() {
     run(&src, &full, None).expect("full run");
     assert_eq!(snapshot(&out), snapshot(&full));
 }
+
+/// Touches the source file as soon as the first file of the conversion is done: a source that
+/// changes while it is being read.
+struct TouchDuringRun {
+    shard: std::path::PathBuf,
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl tarfa_converter::Progress for TouchDuringRun {
+    fn file_done(&self, _label: &str, _outcome: &tarfa_converter::Outcome) {
+        if !self.done.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&self.shard)
+                .expect("open");
+            f.set_modified(
+                std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_234_567_890),
+            )
+            .expect("touch");
+        }
+    }
+}
+
+/// A source whose identity changes while the run reads it gets no manifest: the files written
+/// may hold old and new bytes. The next run re-checks what it finds and completes.
+#[test]
+fn a_source_changed_during_the_run_gets_no_manifest_and_the_next_run_completes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (src, out) = (dir.path().join("src"), dir.path().join("out"));
+    let spec = SynthSpec {
+        layers: 2,
+        shards: 1,
+        ..SynthSpec::small()
+    };
+    write_checkpoint(&src, &spec).expect("checkpoint");
+    let progress = TouchDuringRun {
+        shard: src.join("model.safetensors"),
+        done: false.into(),
+    };
+    let opts = tarfa_converter::Options {
+        layers: Some((0, 0)),
+        ..Default::default()
+    };
+    let e = tarfa_converter::convert(&src, &out, &opts, &progress).expect_err("refused");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("changed while it was being converted") && msg.contains("model.safetensors"),
+        "{msg}"
+    );
+    assert!(!out.join("manifest.json").exists());
+    run(&src, &out, Some((1, 1))).expect("next run");
+    let clean = dir.path().join("clean");
+    run(&src, &clean, None).expect("clean run");
+    assert_eq!(snapshot(&out), snapshot(&clean));
+}
