@@ -118,7 +118,7 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     }
     if let Some(c) = e.downcast_ref::<C>() {
         match c {
-            C::LfsPointer { .. } => return (1, None),
+            C::LfsPointer { .. } | C::SourceChanged { .. } => return (1, None),
             C::MissingShard { .. }
             | C::BadShard { .. }
             | C::BadTensor { .. }

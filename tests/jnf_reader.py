@@ -549,6 +549,9 @@ def check_manifest(dirpath):
         for h in ("sha256", "header_sha256"):
             if s.get(h) is not None and not HEX64.fullmatch(s[h]):
                 bad(f"source {p!r} {h}")
+    source_paths = [s.get("path") for s in m.get("conversion", {}).get("sources", [])]
+    if len(set(source_paths)) != len(source_paths):
+        bad("a source is listed twice")
     names, file_layers, trunks = set(), set(), 0
     for f in m.get("files", []):
         p = f["path"]
@@ -558,6 +561,17 @@ def check_manifest(dirpath):
         names.add(p)
         if not HEX64.fullmatch(f["sha256"]) or not HEX64.fullmatch(f["blake3"]):
             bad(f"file {p!r} hashes")
+        reads = f.get("sources")
+        if reads is not None:
+            if f["kind"] == "aux":
+                bad(f"file {p!r}: an aux file has no sources")
+            seen = set()
+            for r in reads:
+                if r["path"] not in source_paths or r["path"] in seen:
+                    bad(f"file {p!r}: source {r['path']!r} unlisted or listed twice")
+                seen.add(r["path"])
+                if not HEX64.fullmatch(r["tensors_blake3"]):
+                    bad(f"file {p!r}: source {r['path']!r} tensors_blake3")
         kind, layer = f["kind"], f.get("layer")
         if kind == "layer" and layer is not None and p == f"layer-{layer:05d}.jnf":
             file_layers.add(layer)
@@ -580,9 +594,31 @@ def check_manifest(dirpath):
     return m
 
 
+def identity(s):
+    return (s.get("size"), s.get("mtime_ns"), s.get("ctime_ns"))
+
+
+def check_generations(m):
+    """§8.2: every file's record of a source file names the identity the conversion records
+    (where it records none, the first file's): otherwise the model mixes two versions of it."""
+    for s in m["conversion"]["sources"]:
+        reads = [(f, r) for f in m["files"] for r in (f.get("sources") or [])
+                 if r["path"] == s["path"]]
+        ref = identity(s)
+        if ref[1] is None and ref[2] is None:
+            if not reads:
+                continue
+            ref = identity(reads[0][1])
+        for f, r in reads:
+            if identity(r) != ref:
+                raise Violation("MixedSources", f"{f['path']}: source {s['path']!r} recorded "
+                                f"as {identity(r)}, the conversion's is {ref}")
+
+
 def check_dir(dirpath, out):
     m = check_manifest(dirpath)
     out["manifest_digest"] = m["digest"]
+    check_generations(m)
     listed = {f["path"] for f in m["files"]}
     for name in sorted(os.listdir(dirpath)):
         if name not in listed and name not in ("manifest.json", LOCK_NAME):
@@ -604,11 +640,26 @@ def check_dir(dirpath, out):
         s = check_jnf(p)
         if s["root_sha256"] != f["sha256"] or (HAVE_BLAKE3 and s["root_blake3"] != f["blake3"]):
             raise Violation("RootDigestMismatch", f["path"])
+        if f.get("sources") is not None and HAVE_BLAKE3:
+            recorded = {r["path"]: r["tensors_blake3"] for r in f["sources"]}
+            if recorded != s["tensors_blake3"]:
+                raise Violation("SourceRecordMismatch", f"{f['path']}: the source tensors the "
+                                "manifest records are not the file's")
         want = (0, 0) if f["kind"] == "trunk" else (f["layer"], 1)
         if (s["layer_first"], s["layer_count"]) != want:
             raise Violation("Manifest", f"{f['path']}: header layers do not match the entry")
         files.append(s)
     out["files"] = files
+
+
+def tensors_blake3(regions):
+    """§8.1 files[].sources[].tensors_blake3: per source file, BLAKE3 of its regions' 32-byte
+    BLAKE3s in index order (regions without a source left out)."""
+    per = {}
+    for r in regions:
+        if r["src_file"]:
+            per[r["src_file"]] = per.get(r["src_file"], b"") + bytes(r["blake3"])
+    return {p: b3(b).hex() for p, b in per.items()} if HAVE_BLAKE3 else {}
 
 
 def check_jnf(path):
@@ -617,7 +668,8 @@ def check_jnf(path):
     root = j.root_digest()
     return {"path": os.path.basename(path), "layer_first": j.layer_first,
             "layer_count": j.layer_count, "experts_per_layer": j.epl, "regions": j.R,
-            "experts": j.E, "root_sha256": root["sha256"], "root_blake3": root["blake3"]}
+            "experts": j.E, "root_sha256": root["sha256"], "root_blake3": root["blake3"],
+            "tensors_blake3": tensors_blake3(j.regions)}
 
 
 def main(argv):

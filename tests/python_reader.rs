@@ -79,6 +79,23 @@ fn assert_model_agrees(dir: &Path) {
             .unwrap_or_else(|| panic!("{} not read: {r}", entry["path"]));
         assert_eq!(got["root_sha256"], entry["sha256"], "{}", entry["path"]);
         assert_eq!(got["root_blake3"], entry["blake3"], "{}", entry["path"]);
+        // §8.1 files[].sources[].tensors_blake3, computed by the second reader from the regions.
+        if let Some(reads) = entry["sources"].as_array() {
+            for r in reads {
+                let path = r["path"].as_str().expect("path");
+                assert_eq!(
+                    got["tensors_blake3"][path], r["tensors_blake3"],
+                    "{} {path}",
+                    entry["path"]
+                );
+            }
+            assert_eq!(
+                got["tensors_blake3"].as_object().map(|o| o.len()),
+                Some(reads.len()),
+                "{}",
+                entry["path"]
+            );
+        }
         jnf += 1;
     }
     assert!(
@@ -150,6 +167,61 @@ fn the_python_reader_agrees_with_every_converted_fixture() {
         assert_eq!(code, 0, "convert {}: {stdout}{err}", src.display());
         assert_model_agrees(&out);
     }
+}
+
+/// Rewrite `dir`'s manifest through `edit`, its digest recomputed (§8.1.2).
+fn reseal_manifest(dir: &Path, edit: impl FnOnce(&mut Value)) {
+    let path = dir.join("manifest.json");
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&path).expect("read")).expect("json");
+    v.as_object_mut().expect("object").remove("digest");
+    edit(&mut v);
+    let d = tarfa_format::manifest::content_digest(&v);
+    v.as_object_mut()
+        .expect("object")
+        .insert("digest".into(), Value::String(d));
+    std::fs::write(&path, serde_json::to_vec_pretty(&v).expect("json")).expect("write");
+}
+
+/// §8.2 (issue 13, item 5): a manifest whose layers record two identities of one source file,
+/// or a tensors digest that is not the file's, is refused by the second reader as `tarfa
+/// verify` reports it.
+#[test]
+fn the_python_reader_refuses_mixed_source_generations_and_a_wrong_tensors_digest() {
+    if !python_ready("generations") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/qwen3_moe");
+    let out = tmp.path().join("m");
+    let (code, stdout, err) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let clean = std::fs::read(out.join("manifest.json")).expect("read");
+    let layer1 = |v: &Value| -> usize {
+        v["files"]
+            .as_array()
+            .expect("files")
+            .iter()
+            .position(|f| f["path"] == "layer-00001.jnf")
+            .expect("layer 1")
+    };
+    reseal_manifest(&out, |v| {
+        let i = layer1(v);
+        let t = v["files"][i]["sources"][0]["ctime_ns"]
+            .as_i64()
+            .expect("ctime_ns");
+        v["files"][i]["sources"][0]["ctime_ns"] = Value::from(t + 1);
+    });
+    assert_refused(&out, "MixedSources");
+    let (code, stdout, _) = tarfa(&["verify", path(&out)]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains("mixed sources"), "{stdout}");
+
+    std::fs::write(out.join("manifest.json"), &clean).expect("restore");
+    reseal_manifest(&out, |v| {
+        let i = layer1(v);
+        v["files"][i]["sources"][0]["tensors_blake3"] = Value::String("0".repeat(64));
+    });
+    assert_refused(&out, "SourceRecordMismatch");
 }
 
 #[test]

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use tarfa_format::manifest::{
     self, layer_file_name, Architecture, Conversion, FileEntry, FileKind, Manifest, SourceFile,
-    TRUNK_NAME,
+    SourceIdentity, SourceRead, TRUNK_NAME,
 };
 use tarfa_format::writer::WriterOptions;
 use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
@@ -318,23 +318,101 @@ impl Ctx<'_> {
     /// now: a source changed since (a fine-tune or re-download with the same headers) is caught
     /// and its layers rewritten. It reads the source but writes nothing.
     fn source_matches(&self, r: &JnfReader, items: &[&Item]) -> bool {
+        self.first_source_mismatch(r, items, None).is_none()
+    }
+
+    /// The first item (of shard `shard`, or of any) whose source range no longer hashes to its
+    /// region's recorded BLAKE3 (a read error counts as a mismatch).
+    fn first_source_mismatch<'i>(
+        &self,
+        r: &JnfReader,
+        items: &[&'i Item],
+        shard: Option<usize>,
+    ) -> Option<&'i Item> {
         use std::io::Read;
         let mut buf = vec![0u8; 4 << 20];
-        items.iter().zip(r.regions()).all(|(item, rec)| {
-            let mut h = blake3::Hasher::new();
-            let mut src = self
-                .ck
-                .reader(item.slice.shard, item.slice.begin, item.slice.end);
-            loop {
-                match src.read(&mut buf) {
-                    Ok(0) => break *h.finalize().as_bytes() == rec.blake3,
-                    Ok(n) => {
-                        h.update(&buf[..n]);
+        items
+            .iter()
+            .zip(r.regions())
+            .filter(|(item, _)| shard.is_none_or(|s| item.slice.shard == s))
+            .find(|(item, rec)| {
+                let mut h = blake3::Hasher::new();
+                let mut src = self
+                    .ck
+                    .reader(item.slice.shard, item.slice.begin, item.slice.end);
+                loop {
+                    match src.read(&mut buf) {
+                        Ok(0) => break *h.finalize().as_bytes() != rec.blake3,
+                        Ok(n) => {
+                            h.update(&buf[..n]);
+                        }
+                        Err(_) => break true,
                     }
-                    Err(_) => break false,
+                }
+            })
+            .map(|(item, _)| *item)
+    }
+
+    /// Hold the layer files of earlier runs that this run keeps (present, not `selected`) to the
+    /// source as it is now (spec §8.2). For each source file a layer read, the identity the
+    /// manifest recorded for that layer (when it lists this very file) is compared with the
+    /// source's identity now: equal, the layer stands; different or unrecorded (a touched,
+    /// copied or rewritten source; a file a killed run left unlisted; an older tarfa's manifest),
+    /// its source ranges are hashed again and compared with its regions' BLAKE3s. A layer made
+    /// from other bytes refuses the run, naming the source file, the earliest such layer and
+    /// tensor, and every such layer; the layers that pass take this run's identity in the
+    /// manifest. Reads only.
+    fn check_kept_layers(
+        &self,
+        plan: &Plan,
+        selected: &[u32],
+        old: Option<&Manifest>,
+        ids: &[SourceIdentity],
+    ) -> Result<(), ConvertError> {
+        let mut stale: Vec<(u32, usize, String)> = Vec::new();
+        for (&layer, lp) in &plan.layers {
+            let path = self.out.join(layer_file_name(layer));
+            if selected.contains(&layer) || !path.exists() {
+                continue;
+            }
+            let r = JnfReader::open(&path)?;
+            let items = self.layer_items(lp);
+            let layout = FileLayout::layer(layer, lp.experts.len() as u32);
+            if !self.matches(&r, layout, &items, Some(layer)) {
+                return Err(not_ours(&path));
+            }
+            let root = r.root();
+            let entry = old.and_then(|m| m.layer_file(layer)).filter(|e| {
+                e.sha256 == hex::encode(root.sha256) && e.blake3 == hex::encode(root.blake3)
+            });
+            let shards: BTreeSet<usize> = items.iter().map(|i| i.slice.shard).collect();
+            for s in shards {
+                let recorded = entry
+                    .and_then(|e| e.sources.as_ref())
+                    .and_then(|v| v.iter().find(|x| x.path == self.ck.shards[s].rel))
+                    .map(|x| x.identity());
+                if recorded == Some(ids[s]) {
+                    continue;
+                }
+                if let Some(item) = self.first_source_mismatch(&r, &items, Some(s)) {
+                    stale.push((layer, s, item.slice.tensor.clone()));
+                    break;
                 }
             }
-        })
+        }
+        match stale.first() {
+            None => Ok(()),
+            Some((layer, s, tensor)) => {
+                let layers: Vec<u32> = stale.iter().map(|(l, _, _)| *l).collect();
+                Err(ConvertError::SourceChanged {
+                    shard: self.ck.shards[*s].path.clone(),
+                    layer: *layer,
+                    file: layer_file_name(*layer),
+                    tensor: tensor.clone(),
+                    layers: manifest::layer_ranges(&layers),
+                })
+            }
+        }
     }
 
     fn write_trunk(&self, plan: &Plan) -> Result<Outcome, ConvertError> {
@@ -407,6 +485,16 @@ impl Ctx<'_> {
     }
 }
 
+/// A layer file whose index is not what this checkpoint gives.
+fn not_ours(path: &Path) -> ConvertError {
+    ConvertError::BadOutput {
+        path: path.to_path_buf(),
+        detail:
+            "this layer file was not made from this checkpoint; remove it or use a new directory"
+                .into(),
+    }
+}
+
 fn same_dir(a: &Path, b: &Path) -> bool {
     match (a.canonicalize(), b.canonicalize()) {
         (Ok(x), Ok(y)) => x == y,
@@ -444,25 +532,74 @@ fn copy_aux(ck: &Checkpoint, out: &Path) -> Result<Vec<FileEntry>, ConvertError>
             size: bytes.len() as u64,
             sha256: hex::encode(h.sha256),
             blake3: hex::encode(h.blake3),
+            sources: None,
         });
     }
     Ok(entries)
 }
 
-fn sources(ck: &Checkpoint) -> Vec<SourceFile> {
+/// The identity (`fstat` of the open file: of the bytes read through it) of every shard.
+fn identities(ck: &Checkpoint) -> Result<Vec<SourceIdentity>, ConvertError> {
     ck.shards
         .iter()
-        .map(|s| SourceFile {
-            path: s.rel.clone(),
-            size: s.len,
-            sha256: None,
-            header_sha256: Some(hex::encode(s.header_sha256)),
+        .map(|s| {
+            s.file
+                .metadata()
+                .map(|m| SourceIdentity::of(&m))
+                .map_err(|source| ConvertError::Io {
+                    path: s.path.clone(),
+                    op: "stat",
+                    source,
+                })
         })
         .collect()
 }
 
-fn jnf_entry(path: &Path, kind: FileKind, layer: Option<u32>) -> Result<FileEntry, ConvertError> {
+fn sources(ck: &Checkpoint, ids: &[SourceIdentity]) -> Vec<SourceFile> {
+    ck.shards
+        .iter()
+        .zip(ids)
+        .map(|(s, id)| SourceFile {
+            path: s.rel.clone(),
+            size: s.len,
+            sha256: None,
+            header_sha256: Some(hex::encode(s.header_sha256)),
+            mtime_ns: id.mtime_ns,
+            ctime_ns: id.ctime_ns,
+        })
+        .collect()
+}
+
+/// The manifest entry of a JNF file every byte of which was checked against the sources as they
+/// are now (`ids`, this run's identities): its `sources` record this run's identity of each.
+fn jnf_entry(
+    path: &Path,
+    kind: FileKind,
+    layer: Option<u32>,
+    ck: &Checkpoint,
+    ids: &[SourceIdentity],
+) -> Result<FileEntry, ConvertError> {
     let r = JnfReader::open(path)?;
+    let mut reads = Vec::new();
+    for (file, digest) in manifest::tensors_blake3(&r) {
+        let Some(i) = ck.shards.iter().position(|s| s.rel == file) else {
+            return Err(ConvertError::BadOutput {
+                path: path.to_path_buf(),
+                detail: format!("it holds tensors of {file:?}, which is no file of this source; remove it or use a new directory"),
+            });
+        };
+        reads.push((
+            i,
+            SourceRead {
+                path: file,
+                size: ids[i].size,
+                mtime_ns: ids[i].mtime_ns,
+                ctime_ns: ids[i].ctime_ns,
+                tensors_blake3: hex::encode(digest),
+            },
+        ));
+    }
+    reads.sort_by_key(|(i, _)| *i);
     Ok(FileEntry {
         path: path
             .file_name()
@@ -473,6 +610,7 @@ fn jnf_entry(path: &Path, kind: FileKind, layer: Option<u32>) -> Result<FileEntr
         size: r.footer().file_len,
         sha256: hex::encode(r.root().sha256),
         blake3: hex::encode(r.root().blake3),
+        sources: Some(reads.into_iter().map(|(_, r)| r).collect()),
     })
 }
 
@@ -529,7 +667,11 @@ pub fn convert(
             ),
         });
     }
-    let srcs = sources(&ck);
+    // The sources' identities (size, mtime, ctime) as this run opened them: recorded in the
+    // manifest, compared with earlier runs' to decide which kept layers to re-check, and again at
+    // the end to catch a source changed while it was read (§8.2).
+    let ids = identities(&ck)?;
+    let srcs = sources(&ck, &ids);
     // Only into an empty directory or this source's own earlier output: every file there must
     // be one tarfa wrote. Checked before anything is created in it.
     output_dir::check(out, &ck, &|l| plan.layers.contains_key(&l), !gguf, &srcs)?;
@@ -540,6 +682,8 @@ pub fn convert(
     })?;
     let _lock = output_dir::lock(out)?;
     output_dir::remove_leftovers(out)?;
+    // The manifest of the last run (under the lock: no other run replaces it now).
+    let old = Manifest::load(out).ok();
     let selected: Vec<u32> = match opts.layers {
         None => plan.layers.keys().copied().collect(),
         Some((a, b)) => {
@@ -562,6 +706,9 @@ pub fn convert(
         },
         space: Reservations::default(),
     };
+    // Layers of earlier runs that this run keeps must be of the source as it is now, before
+    // anything is written.
+    ctx.check_kept_layers(&plan, &selected, old.as_ref(), &ids)?;
     let total: u64 = plan.trunk.iter().map(|i| i.slice.len()).sum::<u64>()
         + selected
             .iter()
@@ -651,7 +798,25 @@ pub fn convert(
 
     // The manifest lists every layer file present that was made from this source: this run's and
     // earlier runs'. Files of other layers are checked against the plan by their index.
-    files.push(jnf_entry(&out.join(TRUNK_NAME), FileKind::Trunk, None)?);
+    // A source that changed while this run read it (an unfinished download, an edit) may have
+    // given some files old bytes and others new: publish no manifest over them.
+    let now = identities(&ck)?;
+    if let Some(i) = (0..ids.len()).find(|&i| now[i] != ids[i]) {
+        return Err(ConvertError::BadSource {
+            path: ck.shards[i].path.clone(),
+            detail: format!(
+                "changed while it was being converted ({} when opened, {} now): the files written may mix its old and new bytes, so the manifest was not updated; convert again once the file no longer changes",
+                ids[i], now[i]
+            ),
+        });
+    }
+    files.push(jnf_entry(
+        &out.join(TRUNK_NAME),
+        FileKind::Trunk,
+        None,
+        &ck,
+        &ids,
+    )?);
     let mut present = BTreeSet::new();
     for (&layer, lp) in &plan.layers {
         let path = out.join(layer_file_name(layer));
@@ -661,12 +826,9 @@ pub fn convert(
         let r = JnfReader::open(&path)?;
         let layout = FileLayout::layer(layer, lp.experts.len() as u32);
         if !ctx.matches(&r, layout, &ctx.layer_items(lp), Some(layer)) {
-            return Err(ConvertError::BadOutput {
-                path: path.clone(),
-                detail: "this layer file was not made from this checkpoint; remove it or use a new directory".into(),
-            });
+            return Err(not_ours(&path));
         }
-        files.push(jnf_entry(&path, FileKind::Layer, Some(layer))?);
+        files.push(jnf_entry(&path, FileKind::Layer, Some(layer), &ck, &ids)?);
         present.insert(layer);
     }
     let tokenizer = TOKENIZER_FILES

@@ -93,6 +93,22 @@ pub enum ConvertError {
         /// What is wrong.
         detail: String,
     },
+    /// Layers an earlier run converted hold bytes the source no longer has (spec §8.2): the
+    /// source changed under the same headers since. A model directory never mixes two versions
+    /// of a source, so the run stops before writing anything.
+    #[error("{}: its bytes changed since an earlier run converted layer {layer} from it: {file} holds tensor '{tensor}' as it was, and the source now has other bytes there (its header is the same, so only data changed: a fine-tune, a re-download). Layers in this directory made from the earlier bytes: {layers}. A model directory never mixes two versions of a source, so nothing was written: reconvert those layers too (include them in --layers, or convert without --layers), or convert into a new directory", shard.display())]
+    SourceChanged {
+        /// The source file whose bytes changed.
+        shard: PathBuf,
+        /// The earliest layer made from its earlier bytes.
+        layer: u32,
+        /// That layer's file.
+        file: String,
+        /// The first source tensor of it whose bytes differ now.
+        tensor: String,
+        /// Every layer found made from earlier bytes, as ranges (`0-3, 7`).
+        layers: String,
+    },
     /// Arguments that make no sense.
     #[error("{0}")]
     Usage(String),

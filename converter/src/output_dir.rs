@@ -120,7 +120,16 @@ pub(crate) fn check(
     };
     let old = Manifest::load(out).ok();
     if let Some(old) = &old {
-        if old.conversion.sources != sources {
+        // The layout (paths, sizes, header hashes), not the identities' times: a touched or
+        // copied source is the same checkpoint if its bytes are, which §8.2's re-check decides.
+        let same = old.conversion.sources.len() == sources.len()
+            && old
+                .conversion
+                .sources
+                .iter()
+                .zip(sources)
+                .all(|(a, b)| a.same_layout(b));
+        if !same {
             return Err(ConvertError::BadOutput {
                 path: out.to_path_buf(),
                 detail: "it holds a conversion of another checkpoint (its manifest lists other source shards); use a new directory".into(),

@@ -278,6 +278,7 @@ fn entry(
         size,
         sha256: hex::encode(h.sha256),
         blake3: hex::encode(h.blake3),
+        sources: None,
     }
 }
 

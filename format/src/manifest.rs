@@ -74,6 +74,105 @@ pub struct FileEntry {
     pub sha256: String,
     /// BLAKE3, hex, with the same meaning.
     pub blake3: String,
+    /// For a JNF file: each source file its regions were read from, with the identity that file
+    /// had when this file's bytes were last checked against it, and a digest of the exact source
+    /// bytes it holds (§8.1, §8.2). Omitted for aux files and by older writers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sources: Option<Vec<SourceRead>>,
+}
+
+/// What one JNF file read from one source file (`files[].sources[]`, §8.1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceRead {
+    /// The source file: a `path` of `conversion.sources`.
+    pub path: String,
+    /// Its size when the file's bytes were last checked against it.
+    pub size: u64,
+    /// Its modification time then, nanoseconds since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime_ns: Option<i64>,
+    /// Its status-change time then, nanoseconds since the epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctime_ns: Option<i64>,
+    /// BLAKE3 (hex) of the 32-byte BLAKE3s of the file's regions read from this source, in index
+    /// order ([`tensors_blake3`]): a digest of exactly the source bytes the file holds.
+    pub tensors_blake3: String,
+}
+
+impl SourceRead {
+    /// The source's identity as recorded: size, mtime, ctime.
+    pub fn identity(&self) -> SourceIdentity {
+        SourceIdentity {
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+        }
+    }
+}
+
+/// The cheap identity of a source file as a run saw it (§8.2): size, modification time and
+/// status-change time. Equal identities let a later run trust layers checked against the file
+/// before; a different one makes it re-check them against the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SourceIdentity {
+    /// Size in bytes.
+    pub size: u64,
+    /// Modification time, nanoseconds since the epoch.
+    pub mtime_ns: Option<i64>,
+    /// Status-change time, nanoseconds since the epoch.
+    pub ctime_ns: Option<i64>,
+}
+
+impl SourceIdentity {
+    /// The identity of an open file (`fstat`): of the bytes read through it.
+    pub fn of(meta: &std::fs::Metadata) -> SourceIdentity {
+        use std::os::unix::fs::MetadataExt;
+        let ns = |s: i64, n: i64| s.saturating_mul(1_000_000_000).saturating_add(n);
+        SourceIdentity {
+            size: meta.len(),
+            mtime_ns: Some(ns(meta.mtime(), meta.mtime_nsec())),
+            ctime_ns: Some(ns(meta.ctime(), meta.ctime_nsec())),
+        }
+    }
+}
+
+impl std::fmt::Display for SourceIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let t = |v: Option<i64>| v.map_or("-".to_string(), |v| v.to_string());
+        write!(
+            f,
+            "size {}, mtime_ns {}, ctime_ns {}",
+            self.size,
+            t(self.mtime_ns),
+            t(self.ctime_ns)
+        )
+    }
+}
+
+/// For each source file a JNF file's regions were read from (in order of first appearance), the
+/// BLAKE3 of the concatenated 32-byte BLAKE3s of those regions, in index order (§8.1
+/// `files[].sources[].tensors_blake3`). A region's bytes are its source range's bytes, so this
+/// digests exactly the source bytes the file holds. Regions without a source are left out.
+pub fn tensors_blake3(r: &crate::JnfReader) -> Vec<(String, [u8; 32])> {
+    let idx = r.index();
+    let mut per: Vec<(String, blake3::Hasher)> = Vec::new();
+    for rec in r.regions() {
+        let file = idx.str(rec.src_file);
+        if file.is_empty() {
+            continue;
+        }
+        let h = match per.iter_mut().find(|(p, _)| p == file) {
+            Some((_, h)) => h,
+            None => {
+                per.push((file.to_string(), blake3::Hasher::new()));
+                &mut per.last_mut().expect("just pushed").1
+            }
+        };
+        h.update(&rec.blake3);
+    }
+    per.into_iter()
+        .map(|(p, h)| (p, *h.finalize().as_bytes()))
+        .collect()
 }
 
 /// The source checkpoint's architecture.
@@ -101,6 +200,30 @@ pub struct SourceFile {
     /// the source's layout without reading its data.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub header_sha256: Option<String>,
+    /// Modification time when the last run opened it, nanoseconds since the epoch (§8.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mtime_ns: Option<i64>,
+    /// Status-change time when the last run opened it, nanoseconds since the epoch (§8.2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ctime_ns: Option<i64>,
+}
+
+impl SourceFile {
+    /// The identity the last run saw.
+    pub fn identity(&self) -> SourceIdentity {
+        SourceIdentity {
+            size: self.size,
+            mtime_ns: self.mtime_ns,
+            ctime_ns: self.ctime_ns,
+        }
+    }
+
+    /// Does `other` name the same source layout: path, size and hashes, the identity's times
+    /// aside (they change when a file is touched or copied; §8.2)?
+    pub fn same_layout(&self, other: &SourceFile) -> bool {
+        (&self.path, self.size, &self.sha256, &self.header_sha256)
+            == (&other.path, other.size, &other.sha256, &other.header_sha256)
+    }
 }
 
 /// Where the model directory came from.
@@ -292,6 +415,12 @@ impl Manifest {
                 return Err(format!("source {:?}: bad path or sha256", src.path));
             }
         }
+        let mut source_paths = BTreeSet::new();
+        for src in &self.conversion.sources {
+            if !source_paths.insert(src.path.as_str()) {
+                return Err(format!("source {:?} is listed twice", src.path));
+            }
+        }
         let mut names = BTreeSet::new();
         let mut file_layers = BTreeSet::new();
         let mut trunks = 0;
@@ -307,6 +436,35 @@ impl Manifest {
                     "file {:?}: hashes must be 64 lowercase hex digits",
                     f.path
                 ));
+            }
+            if let Some(reads) = &f.sources {
+                if f.kind == FileKind::Aux {
+                    return Err(format!(
+                        "file {:?}: an aux file has no \"sources\" (only JNF files do)",
+                        f.path
+                    ));
+                }
+                let mut seen = BTreeSet::new();
+                for s in reads {
+                    if !self.conversion.sources.iter().any(|c| c.path == s.path) {
+                        return Err(format!(
+                            "file {:?}: source {:?} is not in conversion.sources",
+                            f.path, s.path
+                        ));
+                    }
+                    if !seen.insert(s.path.as_str()) {
+                        return Err(format!(
+                            "file {:?}: source {:?} is listed twice",
+                            f.path, s.path
+                        ));
+                    }
+                    if !is_hex64(&s.tensors_blake3) {
+                        return Err(format!(
+                            "file {:?}: source {:?}: tensors_blake3 must be 64 lowercase hex digits",
+                            f.path, s.path
+                        ));
+                    }
+                }
             }
             match (f.kind, f.layer) {
                 (FileKind::Layer, Some(l)) => {
@@ -449,7 +607,40 @@ mod tests {
             size: 4096,
             sha256: "0".repeat(64),
             blake3: "1".repeat(64),
+            sources: None,
         }
+    }
+
+    fn source(path: &str) -> SourceFile {
+        SourceFile {
+            path: path.into(),
+            size: 8,
+            sha256: None,
+            header_sha256: None,
+            mtime_ns: Some(1),
+            ctime_ns: Some(2),
+        }
+    }
+
+    fn read(path: &str) -> SourceRead {
+        SourceRead {
+            path: path.into(),
+            size: 8,
+            mtime_ns: Some(1),
+            ctime_ns: Some(2),
+            tensors_blake3: "2".repeat(64),
+        }
+    }
+
+    #[test]
+    fn source_reads_of_listed_sources_are_accepted_and_survive_publishing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut m = manifest();
+        m.conversion.sources = vec![source("a.safetensors")];
+        m.files[1].sources = Some(vec![read("a.safetensors")]);
+        assert_eq!(m.check(), Ok(()));
+        m.publish(dir.path()).expect("publish");
+        assert_eq!(Manifest::load(dir.path()).expect("load"), m);
     }
 
     fn manifest() -> Manifest {
@@ -541,9 +732,42 @@ mod tests {
                 Box::new(|m| m.tokenizer = vec!["tokenizer.json".into()]),
             ),
             ("num_layers", Box::new(|m| m.architecture.num_layers = 1)),
+            (
+                "source listed twice",
+                Box::new(|m| {
+                    m.conversion.sources = vec![source("a.safetensors"), source("a.safetensors")]
+                }),
+            ),
+            (
+                "read of an unlisted source",
+                Box::new(|m| m.files[1].sources = Some(vec![read("b.safetensors")])),
+            ),
+            (
+                "read listed twice",
+                Box::new(|m| {
+                    m.files[1].sources = Some(vec![read("a.safetensors"), read("a.safetensors")])
+                }),
+            ),
+            (
+                "bad tensors_blake3",
+                Box::new(|m| {
+                    let mut r = read("a.safetensors");
+                    r.tensors_blake3 = "AB".into();
+                    m.files[1].sources = Some(vec![r]);
+                }),
+            ),
+            (
+                "aux with sources",
+                Box::new(|m| {
+                    m.files.push(entry("config.json", FileKind::Aux, None));
+                    m.files[3].sources = Some(vec![read("a.safetensors")]);
+                }),
+            ),
         ];
         for (what, mutate) in cases {
             let mut m = manifest();
+            m.conversion.sources = vec![source("a.safetensors")];
+            assert_eq!(m.check(), Ok(()), "{what}: the base is valid");
             mutate(&mut m);
             assert!(m.check().is_err(), "{what} must be refused");
         }

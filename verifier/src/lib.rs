@@ -155,6 +155,103 @@ fn source_header_sha256(source_format: &str, path: &Path) -> std::io::Result<Str
     }
 }
 
+/// Files whose manifest entry records another identity of a source file than the conversion's
+/// (`conversion.sources[]`, or, where it records none, the first file's): one fault per such
+/// file, naming its layer and the layers that agree with the conversion (spec §8.2). A converter
+/// re-checks every kept layer whose source changed and records one identity, so a manifest of
+/// two is a directory of two generations of a source, or one edited by hand.
+fn mixed_sources(m: &Manifest) -> Vec<Fault> {
+    use tarfa_format::manifest::SourceIdentity;
+    let mut faults = Vec::new();
+    for src in &m.conversion.sources {
+        let reads: Vec<(&tarfa_format::manifest::FileEntry, SourceIdentity)> = m
+            .files
+            .iter()
+            .filter_map(|f| {
+                let r = f.sources.as_ref()?.iter().find(|r| r.path == src.path)?;
+                Some((f, r.identity()))
+            })
+            .collect();
+        let recorded = src.identity();
+        let reference = if recorded.mtime_ns.is_some() || recorded.ctime_ns.is_some() {
+            recorded
+        } else {
+            match reads.first() {
+                Some((_, id)) => *id,
+                None => continue,
+            }
+        };
+        let agree: Vec<u32> = reads
+            .iter()
+            .filter(|(_, id)| *id == reference)
+            .filter_map(|(f, _)| f.layer)
+            .collect();
+        for (f, id) in reads.iter().filter(|(_, id)| *id != reference) {
+            let what = match f.layer {
+                Some(l) => format!("layer {l}"),
+                None => "the trunk".to_string(),
+            };
+            let mut x = Fault::new(
+                FaultKind::MixedSources,
+                &f.path,
+                format!(
+                    "{what} was checked against another version of source {} than the conversion records{}: the model mixes layers made from two versions of that file; reconvert the layers that differ (tarfa convert --layers), or verify against the source (--source) to see whose bytes it holds",
+                    src.path,
+                    if agree.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            " (layers {} agree with it)",
+                            tarfa_format::manifest::layer_ranges(&agree)
+                        )
+                    }
+                ),
+            );
+            x.layer = f.layer;
+            x.expected = Some(reference.to_string());
+            x.actual = Some(id.to_string());
+            faults.push(x);
+        }
+    }
+    faults
+}
+
+/// Does the JNF file hold the source tensors its manifest entry's `sources` record (the same
+/// source files, each with the same `tensors_blake3`)? Entries without `sources` (older
+/// writers) are not checked.
+fn source_record_fault(r: &JnfReader, e: &tarfa_format::manifest::FileEntry) -> Option<Fault> {
+    let reads = e.sources.as_ref()?;
+    let held: Vec<(String, String)> = tarfa_format::manifest::tensors_blake3(r)
+        .into_iter()
+        .map(|(p, d)| (p, hex::encode(d)))
+        .collect();
+    let mut recorded: Vec<(String, String)> = reads
+        .iter()
+        .map(|x| (x.path.clone(), x.tensors_blake3.clone()))
+        .collect();
+    let mut actual = held.clone();
+    recorded.sort();
+    actual.sort();
+    if recorded == actual {
+        return None;
+    }
+    let show = |v: &[(String, String)]| {
+        v.iter()
+            .map(|(p, d)| format!("{p}:{d}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut x = Fault::new(
+        FaultKind::FileHash,
+        &e.path,
+        "the source tensors the manifest records for this file (files[].sources: source files and tensors_blake3) are not the ones its regions hold",
+    );
+    x.layer = e.layer;
+    x.expected = Some(show(&recorded));
+    x.actual = Some(show(&actual));
+    Some(x)
+}
+
 /// Verify the model directory `dir`. A `source` that is a file (a GGUF, or one part of a split
 /// set) stands for its directory, where the manifest's source paths are.
 pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Report, VerifyError> {
@@ -200,6 +297,7 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
         Ok(m) => {
             report.missing_layers = m.missing_layers();
             faults.extend(coverage::model_faults(m, opts.partial));
+            faults.extend(mixed_sources(m));
             for f in &m.files {
                 listed.insert(f.path.clone());
                 let path = dir.join(&f.path);
@@ -340,6 +438,9 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
             }
         };
         held.add(&r);
+        if let Some(x) = entry.as_ref().and_then(|e| source_record_fault(&r, e)) {
+            faults.push(x);
+        }
         let h = r.header();
         let (want_first, want_count) = match layer {
             Some(l) => (l, 1),

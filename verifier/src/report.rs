@@ -15,7 +15,9 @@ pub enum FaultKind {
     ExtraFile,
     /// A file whose size differs from the manifest's.
     Size,
-    /// A JNF file whose root digest differs from the manifest's, or an aux file whose hash does.
+    /// A JNF file whose root digest differs from the manifest's, or an aux file whose hash does,
+    /// or a JNF file whose regions are not the source tensors its manifest entry's `sources`
+    /// record (source files and `tensors_blake3`).
     FileHash,
     /// A JNF file that breaks a structural rule of the spec (header, footer, index).
     Structure,
@@ -39,6 +41,10 @@ pub enum FaultKind {
     /// The model is not whole: layers of its config, the trunk, or (with a source) source
     /// tensors are in no file of it.
     Incomplete,
+    /// Files of the model were checked against different versions of one source file: their
+    /// manifest entries record another identity (size, mtime, ctime) of it than the
+    /// conversion's (spec §8.2) — layers of two generations of a source presented as one model.
+    MixedSources,
 }
 
 impl FaultKind {
@@ -60,6 +66,7 @@ impl FaultKind {
             FaultKind::Source => "source",
             FaultKind::ReadError => "read error",
             FaultKind::Incomplete => "incomplete",
+            FaultKind::MixedSources => "mixed sources",
         }
     }
 }
