@@ -206,6 +206,11 @@ pub struct RunArgs {
     /// Share of the experts computed on the GPU (0..=1, fixed per expert; the rest on the CPU).
     #[arg(long, default_value_t = 1.0)]
     pub gpu_experts: f64,
+    /// With --device cuda: keep the trunk's and layers' matrix products (attention projections,
+    /// routers, dense and shared MLPs, lm_head) on the CPU; by default they run on the GPU too,
+    /// their weights resident in VRAM.
+    #[arg(long)]
+    pub cpu_trunk: bool,
     /// Print one JSON document (tokens, text, figures) on stdout instead of text.
     #[arg(long)]
     pub json: bool,

@@ -137,6 +137,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 "upload_bytes": g.upload_bytes,
                 "cached_bytes": g.cached_bytes,
                 "cache_bytes": g.cache_bytes,
+                "trunk_products": g.trunk_products,
+                "trunk_bytes": g.trunk_bytes,
             })),
             "prompt": phase_json(&pp),
             "decode": phase_json(&dp),
@@ -176,7 +178,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         );
         if let Some(g) = dec.offload_report() {
             eprintln!(
-                "gpu: {}: {} expert computations there, {} VRAM cache hits, {} copied in ({}), {} cached of {}",
+                "gpu: {}: {} expert computations there, {} VRAM cache hits, {} copied in ({}), {} cached of {}; {} trunk products there ({} resident)",
                 g.device,
                 g.computed,
                 g.vram_hits,
@@ -184,6 +186,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 bytes(g.upload_bytes),
                 bytes(g.cached_bytes),
                 bytes(g.cache_bytes),
+                g.trunk_products,
+                bytes(g.trunk_bytes),
             );
         }
         if std::env::var_os("TARFA_PROFILE").is_some_and(|v| v == "1") {
@@ -242,6 +246,7 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
         ordinal: 0,
         vram_bytes,
         fraction: a.gpu_experts,
+        trunk: !a.cpu_trunk,
     };
     let device = match a.device.as_str() {
         "cpu" => Device::Cpu,

@@ -37,6 +37,10 @@ pub struct GpuExperts {
     clock: u64,
     fraction: f64,
     report: OffloadReport,
+    /// Trunk and layer matrices, resident once uploaded, by the address and size of their host
+    /// bytes (the decoder's `TensorStore` owns them for its whole life).
+    trunk: HashMap<(usize, usize), (DeviceBytes, GpuMatrix)>,
+    trunk_on: bool,
 }
 
 impl GpuExperts {
@@ -61,7 +65,38 @@ impl GpuExperts {
             clock: 0,
             fraction: o.fraction,
             report,
+            trunk: HashMap::new(),
+            trunk_on: o.trunk,
         })
+    }
+
+    /// The resident copy of trunk matrix `m` (uploaded on first use), or `None` if it cannot
+    /// run here (a quantised type, or the trunk kept on the CPU).
+    fn trunk_matrix(&mut self, m: &MatrixRef<'_>) -> Option<Result<(usize, usize)>> {
+        let dtype = gpu_dtype(m)?;
+        if !self.trunk_on {
+            return None;
+        }
+        let bytes = raw(m);
+        let key = (bytes.as_ptr() as usize, bytes.len());
+        if !self.trunk.contains_key(&key) {
+            let up = match self.compute.upload(bytes) {
+                Ok(b) => b,
+                Err(e) => return Some(Err(e.into())),
+            };
+            self.report.trunk_bytes += bytes.len() as u64;
+            // Resident trunk bytes come out of the expert cache's share of VRAM.
+            self.cap = self.cap.saturating_sub(bytes.len() as u64);
+            self.evict_for(0);
+            let gm = GpuMatrix {
+                offset: 0,
+                rows: m.rows,
+                cols: m.cols,
+                dtype,
+            };
+            self.trunk.insert(key, (up, gm));
+        }
+        Some(Ok(key))
     }
 
     fn evict_for(&mut self, need: u64) {
@@ -110,11 +145,11 @@ impl ExpertOffload for GpuExperts {
         if let Some(entry) = self.cache.get_mut(&key) {
             entry.last_use = self.clock;
             self.report.vram_hits += 1;
+            let b = &entry.bytes;
             return Ok(self.compute.swiglu(
-                &entry.bytes,
-                &entry.gate,
-                &entry.up,
-                &entry.down,
+                (b, &entry.gate),
+                (b, &entry.up),
+                (b, &entry.down),
                 &refs,
             )?);
         }
@@ -144,7 +179,9 @@ impl ExpertOffload for GpuExperts {
         let bytes = self.compute.upload(&host)?;
         self.report.uploads += 1;
         self.report.upload_bytes += host.len() as u64;
-        let ys = self.compute.swiglu(&bytes, &g, &u, &d, &refs)?;
+        let ys = self
+            .compute
+            .swiglu((&bytes, &g), (&bytes, &u), (&bytes, &d), &refs)?;
         let size = bytes.len() as u64;
         if size <= self.cap {
             self.evict_for(size);
@@ -164,9 +201,51 @@ impl ExpertOffload for GpuExperts {
         Ok(ys)
     }
 
+    fn linear(&mut self, w: &MatrixRef<'_>, xs: &[Vec<f32>]) -> Option<Result<Batch>> {
+        let key = match self.trunk_matrix(w)? {
+            Ok(k) => k,
+            Err(e) => return Some(Err(e)),
+        };
+        let (b, m) = &self.trunk[&key];
+        let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+        self.report.trunk_products += 1;
+        Some(self.compute.matmul(b, m, &refs).map_err(Into::into))
+    }
+
+    fn swiglu_dense(
+        &mut self,
+        gate: &MatrixRef<'_>,
+        up: &MatrixRef<'_>,
+        down: &MatrixRef<'_>,
+        xs: &[Vec<f32>],
+    ) -> Option<Result<Batch>> {
+        if gpu_dtype(up)? != gpu_dtype(gate)? {
+            return None;
+        }
+        let mut keys = Vec::with_capacity(3);
+        for m in [gate, up, down] {
+            match self.trunk_matrix(m)? {
+                Ok(k) => keys.push(k),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let p = |k: &(usize, usize)| {
+            let (b, m) = &self.trunk[k];
+            (b, m)
+        };
+        let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+        self.report.trunk_products += 3;
+        Some(
+            self.compute
+                .swiglu(p(&keys[0]), p(&keys[1]), p(&keys[2]), &refs)
+                .map_err(Into::into),
+        )
+    }
+
     fn report(&self) -> OffloadReport {
         OffloadReport {
             cached_bytes: self.used,
+            cache_bytes: self.cap,
             ..self.report.clone()
         }
     }

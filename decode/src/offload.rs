@@ -8,6 +8,7 @@ use crate::blocks::Batch;
 use crate::error::DecodeError;
 use crate::error::Result;
 use crate::experts::ExpertView;
+use crate::weights::MatrixRef;
 
 /// Which device computes routed experts.
 #[derive(Clone, Debug, PartialEq, Default)]
@@ -32,6 +33,9 @@ pub struct GpuOptions {
     /// Share of experts placed on the GPU, chosen per (layer, expert) by a fixed hash (1.0: all;
     /// the rest run on the CPU: mixed placement for models larger than VRAM).
     pub fraction: f64,
+    /// The trunk's and layers' matrix products (attention projections, routers, dense and
+    /// shared MLPs, `lm_head`) on the GPU too, their weights resident in VRAM once used.
+    pub trunk: bool,
 }
 
 impl Default for GpuOptions {
@@ -40,6 +44,7 @@ impl Default for GpuOptions {
             ordinal: 0,
             vram_bytes: None,
             fraction: 1.0,
+            trunk: true,
         }
     }
 }
@@ -61,6 +66,10 @@ pub struct OffloadReport {
     pub cached_bytes: u64,
     /// The VRAM cache's size.
     pub cache_bytes: u64,
+    /// Trunk and layer matrix products run there.
+    pub trunk_products: u64,
+    /// Bytes of trunk and layer matrices resident there.
+    pub trunk_bytes: u64,
 }
 
 /// A device that computes some routed experts' SwiGLU.
@@ -69,6 +78,17 @@ pub trait ExpertOffload: Send + std::fmt::Debug {
     fn takes(&self, e: &ExpertView<'_>) -> bool;
     /// `down(silu(gate x) ⊙ up x)` for each of `xs`: the bits of `blocks::experts_swiglu`.
     fn swiglu(&mut self, e: &ExpertView<'_>, xs: &[Vec<f32>], hidden: usize) -> Result<Batch>;
+    /// `W x_t` for each token (no bias), the bits of `blocks::linear`; `None` if `W` stays on
+    /// the CPU (its element type, or the trunk not placed here).
+    fn linear(&mut self, w: &MatrixRef<'_>, xs: &[Vec<f32>]) -> Option<Result<Batch>>;
+    /// A dense SwiGLU MLP, the bits of `blocks::swiglu`; `None` if it stays on the CPU.
+    fn swiglu_dense(
+        &mut self,
+        gate: &MatrixRef<'_>,
+        up: &MatrixRef<'_>,
+        down: &MatrixRef<'_>,
+        xs: &[Vec<f32>],
+    ) -> Option<Result<Batch>>;
     /// Counters.
     fn report(&self) -> OffloadReport;
 }

@@ -1,7 +1,8 @@
-//! Routed experts on the GPU give the CPU's bits (issue 12): every family's fixture decoded with
-//! all experts on the GPU, with half of them (mixed placement), with a VRAM cache of 0 (each
-//! expert copied for each use), a small one (evictions) and the default (all cached), gives
-//! logits bit-identical to the CPU's at every greedy step. Quantised experts stay on the CPU.
+//! The GPU gives the CPU's bits (issue 12): every family's fixture decoded with all routed
+//! experts on the GPU, with half of them (mixed placement), with a VRAM cache of 0 (each expert
+//! copied for each use), a small one (evictions) and the default (all cached), with the trunk's
+//! and layers' matrix products on the GPU or on the CPU, gives logits bit-identical to the CPU's
+//! at every greedy step. Quantised matrices stay on the CPU.
 //!
 //! Built only with `--features cuda`; without a usable GPU it says so and passes, unless
 //! `TARFA_REQUIRE_GPU=1` (the GPU machine's runs set it).
@@ -32,12 +33,13 @@ fn run(dec: &mut Decoder, name: &'static str) -> Vec<Vec<Vec<u32>>> {
         .collect()
 }
 
-fn gpu(fraction: f64, vram_bytes: Option<u64>) -> DecoderOptions {
+fn gpu(fraction: f64, vram_bytes: Option<u64>, trunk: bool) -> DecoderOptions {
     DecoderOptions {
         device: Device::Cuda(GpuOptions {
             ordinal: 0,
             vram_bytes,
             fraction,
+            trunk,
         }),
         ..DecoderOptions::default()
     }
@@ -55,20 +57,22 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
             let d = common::open(&dir, &DecoderOptions::default());
             d.experts().total_bytes() / 16
         };
-        for (fraction, vram) in [
-            (1.0, None),
-            (1.0, Some(0)),
-            (1.0, Some(one_expert * 3)),
-            (0.5, None),
+        for (fraction, vram, trunk) in [
+            (1.0, None, true),
+            (1.0, Some(0), true),
+            (1.0, Some(one_expert * 3), false),
+            (0.5, None, true),
+            (0.5, None, false),
         ] {
-            let mut dec = common::open(&dir, &gpu(fraction, vram));
+            let mut dec = common::open(&dir, &gpu(fraction, vram, trunk));
             assert_eq!(
                 run(&mut dec, name),
                 cpu,
-                "{name}: GPU fraction {fraction}, VRAM cache {vram:?}"
+                "{name}: GPU fraction {fraction}, VRAM cache {vram:?}, trunk on the GPU {trunk}"
             );
             let r = dec.offload_report().expect("a GPU report");
             assert!(r.computed > 0, "{name}: the GPU computed experts: {r:?}");
+            assert_eq!(r.trunk_products > 0, trunk, "{name}: {r:?}");
             if vram == Some(0) {
                 assert_eq!((r.vram_hits, r.cached_bytes), (0, 0), "{name}: {r:?}");
             }
@@ -102,7 +106,10 @@ fn quantised_experts_stay_on_the_cpu_and_the_bits_do_not_move() {
         &mut common::open(&out, &DecoderOptions::default()),
         "qwen3_moe_q",
     );
-    let mut dec = common::open(&out, &gpu(1.0, None));
+    let mut dec = common::open(&out, &gpu(1.0, None, true));
     assert_eq!(run(&mut dec, "qwen3_moe_q"), cpu);
-    assert_eq!(dec.offload_report().expect("report").computed, 0);
+    let r = dec.offload_report().expect("report");
+    assert_eq!(r.computed, 0, "{r:?}");
+    // Its BF16 embedding / F16 head and F32 routers may go to the GPU; the quantised matrices not.
+    eprintln!("qwen3_moe_q: {r:?}");
 }

@@ -103,6 +103,11 @@ fn drv(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaErro
 
 const BLOCK: u32 = 128;
 
+/// The bytes of matrix `m` in `w` (checked by the caller to lie in it).
+fn view<'a>(w: &'a DeviceBytes, m: &GpuMatrix) -> cudarc::driver::CudaView<'a, u8> {
+    w.buf.slice(m.offset..m.offset + m.bytes().unwrap_or(0))
+}
+
 impl GpuCompute {
     /// Compile the kernels (NVRTC) and load them on `gpu`.
     pub fn new(gpu: &Gpu) -> Result<GpuCompute, CudaError> {
@@ -212,28 +217,29 @@ impl GpuCompute {
 
     /// The SwiGLU of one expert for each token: `down(silu(gate x) ⊙ up x)`, every dot in the
     /// canonical order, `silu` as tarfa computes it: the bits of the CPU's
-    /// `blocks::experts_swiglu` for the same weights and inputs.
+    /// `blocks::experts_swiglu` for the same weights and inputs. Each matrix lies in its buffer
+    /// (the three may share one).
     pub fn swiglu(
         &self,
-        w: &DeviceBytes,
-        gate: &GpuMatrix,
-        up: &GpuMatrix,
-        down: &GpuMatrix,
+        gate: (&DeviceBytes, &GpuMatrix),
+        up: (&DeviceBytes, &GpuMatrix),
+        down: (&DeviceBytes, &GpuMatrix),
         xs: &[&[f32]],
     ) -> Result<Vec<Vec<f32>>, CudaError> {
-        self.check(w, gate, "gate")?;
-        self.check(w, up, "up")?;
-        self.check(w, down, "down")?;
-        let (inter, hidden) = (gate.rows, gate.cols);
-        if up.rows != inter
-            || up.cols != hidden
-            || up.dtype != gate.dtype
-            || down.rows != hidden
-            || down.cols != inter
+        self.check(gate.0, gate.1, "gate")?;
+        self.check(up.0, up.1, "up")?;
+        self.check(down.0, down.1, "down")?;
+        let (g, u, d) = (gate.1, up.1, down.1);
+        let (inter, hidden) = (g.rows, g.cols);
+        if u.rows != inter
+            || u.cols != hidden
+            || u.dtype != g.dtype
+            || d.rows != hidden
+            || d.cols != inter
         {
             return Err(CudaError::Usage(format!(
-                "expert shapes gate [{inter}, {hidden}], up [{}, {}], down [{}, {}] do not fit",
-                up.rows, up.cols, down.rows, down.cols
+                "SwiGLU shapes gate [{inter}, {hidden}], up [{}, {}], down [{}, {}] do not fit",
+                u.rows, u.cols, d.rows, d.cols
             )));
         }
         let t = xs.len();
@@ -246,20 +252,11 @@ impl GpuCompute {
             .stream
             .alloc_zeros::<f32>(inter * t)
             .map_err(drv("allocation"))?;
-        let mut y = self
-            .stream
-            .alloc_zeros::<f32>(hidden * t)
-            .map_err(drv("allocation"))?;
-        let g_view = w
-            .buf
-            .slice(gate.offset..gate.offset + gate.bytes().unwrap_or(0));
-        let u_view = w.buf.slice(up.offset..up.offset + up.bytes().unwrap_or(0));
-        let d_view = w
-            .buf
-            .slice(down.offset..down.offset + down.bytes().unwrap_or(0));
-        let (dt, rows, cols) = (gate.dtype.code(), inter as i32, hidden as i32);
+        let g_view = view(gate.0, g);
+        let u_view = view(up.0, u);
+        let (dt, rows, cols) = (g.dtype.code(), inter as i32, hidden as i32);
         // SAFETY: the kernel reads `rows × cols` elements of `dtype` from each weight view (checked
-        // to lie in the buffer above), `tokens × cols` floats of `x` and writes `tokens × rows`
+        // to lie in its buffer above), `tokens × cols` floats of `x` and writes `tokens × rows`
         // floats of `h`, both allocated with exactly those sizes; one warp per (row, token), and
         // warps past the end return.
         unsafe {
@@ -276,25 +273,78 @@ impl GpuCompute {
                 .launch(Self::grid(inter, t)?)
                 .map_err(drv("kernel launch"))?;
         }
-        let (ddt, drows, dcols) = (down.dtype.code(), hidden as i32, inter as i32);
-        // SAFETY: as above, for `down` ([hidden, inter]) reading `h` and writing `y`.
-        unsafe {
-            self.stream
-                .launch_builder(&self.matvec)
-                .arg(&d_view)
-                .arg(&ddt)
-                .arg(&drows)
-                .arg(&dcols)
-                .arg(&tokens)
-                .arg(&h)
-                .arg(&mut y)
-                .launch(Self::grid(hidden, t)?)
-                .map_err(drv("kernel launch"))?;
-        }
+        let y = self.matvec_device(down.0, d, &h, t)?;
         let flat = self
             .stream
             .clone_dtoh(&y)
             .map_err(drv("device-to-host copy"))?;
         Ok(flat.chunks_exact(hidden).map(|r| r.to_vec()).collect())
+    }
+
+    /// `y_t = W x_t` for each token, every output one canonical dot: the bits of the CPU's
+    /// `blocks::linear` (without bias).
+    pub fn matmul(
+        &self,
+        w: &DeviceBytes,
+        m: &GpuMatrix,
+        xs: &[&[f32]],
+    ) -> Result<Vec<Vec<f32>>, CudaError> {
+        self.check(w, m, "matrix")?;
+        let t = xs.len();
+        if t == 0 {
+            return Ok(Vec::new());
+        }
+        let x = self.upload_xs(xs, m.cols)?;
+        let y = self.matvec_device(w, m, &x, t)?;
+        let flat = self
+            .stream
+            .clone_dtoh(&y)
+            .map_err(drv("device-to-host copy"))?;
+        if m.rows == 0 {
+            return Ok(vec![Vec::new(); t]);
+        }
+        Ok(flat.chunks_exact(m.rows).map(|r| r.to_vec()).collect())
+    }
+
+    /// `W x_t` of device-resident inputs `x` (`t × cols`), left on the device.
+    fn matvec_device(
+        &self,
+        w: &DeviceBytes,
+        m: &GpuMatrix,
+        x: &CudaSlice<f32>,
+        t: usize,
+    ) -> Result<CudaSlice<f32>, CudaError> {
+        self.check(w, m, "matrix")?;
+        if x.len() < m.cols * t {
+            return Err(CudaError::Usage(format!(
+                "{} activations for {t} tokens of {} columns",
+                x.len(),
+                m.cols
+            )));
+        }
+        let tokens = i32::try_from(t).map_err(|_| CudaError::Usage("too many tokens".into()))?;
+        let mut y = self
+            .stream
+            .alloc_zeros::<f32>((m.rows * t).max(1))
+            .map_err(drv("allocation"))?;
+        let w_view = view(w, m);
+        let (dt, rows, cols) = (m.dtype.code(), m.rows as i32, m.cols as i32);
+        // SAFETY: the kernel reads `rows × cols` elements of `dtype` from the weight view (checked
+        // above to lie in the buffer), `tokens × cols` floats of `x` (checked above) and writes
+        // `tokens × rows` floats of `y` (allocated so); warps past the end return.
+        unsafe {
+            self.stream
+                .launch_builder(&self.matvec)
+                .arg(&w_view)
+                .arg(&dt)
+                .arg(&rows)
+                .arg(&cols)
+                .arg(&tokens)
+                .arg(x)
+                .arg(&mut y)
+                .launch(Self::grid(m.rows, t)?)
+                .map_err(drv("kernel launch"))?;
+        }
+        Ok(y)
     }
 }

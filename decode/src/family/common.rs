@@ -106,16 +106,14 @@ pub fn logits(
     final_norm: (NormStyle, WeightSlice<'_>, f32),
     head: MatrixRef<'_>,
     all_logits: bool,
-) -> Batch {
+) -> Result<Batch> {
     let keep = if all_logits {
         0
     } else {
         x.len().saturating_sub(1)
     };
     let xn = norm(ctx, final_norm.0, &x[keep..], final_norm.1, final_norm.2);
-    let isa = ctx.isa;
-    ctx.profile
-        .time("lm_head", || blocks::linear(isa, head, None, &xn))
+    ctx.linear("lm_head", head, None, &xn)
 }
 
 /// One attention layer's form.
@@ -213,9 +211,7 @@ pub fn attention(
         bias("v_proj.bias", a.qkv_bias)?,
     );
     let isa = ctx.isa;
-    let mut qkv = ctx.profile.time("attention q/k/v", || {
-        blocks::linear_many(isa, &[(wq, bq), (wk, bk), (wv, bv)], x)
-    });
+    let mut qkv = ctx.linear_many("attention q/k/v", &[(wq, bq), (wk, bk), (wv, bv)], x)?;
     let v = qkv.pop().expect("three outputs");
     let mut k = qkv.pop().expect("three outputs");
     let mut q = qkv.pop().expect("three outputs");
@@ -253,9 +249,7 @@ pub fn attention(
     }
     ctx.profile.add("attention core", t0.elapsed());
     let bo = bias("o_proj.bias", a.o_bias)?;
-    Ok(ctx
-        .profile
-        .time("attention o", || blocks::linear(isa, wo, bo, &o)))
+    ctx.linear("attention o", wo, bo, &o)
 }
 
 /// The dense SwiGLU MLP under `prefix` (`gate_proj`, `up_proj`, `down_proj`) exists with width
@@ -289,15 +283,12 @@ pub fn mlp(
     let dn = s
         .get(&format!("{prefix}.down_proj.weight"))?
         .matrix(hidden, inter)?;
-    let isa = ctx.isa;
-    Ok(ctx.profile.time(part, || blocks::swiglu(isa, g, u, dn, x)))
+    ctx.swiglu(part, g, u, dn, x)
 }
 
 /// The router's logits `W x` of each token (`W`: `[experts, hidden]`).
-pub fn router_logits(ctx: &mut Ctx<'_>, w: MatrixRef<'_>, x: &[Vec<f32>]) -> Batch {
-    let isa = ctx.isa;
-    ctx.profile
-        .time("router", || blocks::linear(isa, w, None, x))
+pub fn router_logits(ctx: &mut Ctx<'_>, w: MatrixRef<'_>, x: &[Vec<f32>]) -> Result<Batch> {
+    ctx.linear("router", w, None, x)
 }
 
 /// Run each selected expert once over the tokens routed to it (experts in any order: each output

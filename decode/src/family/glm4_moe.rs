@@ -235,7 +235,7 @@ impl Glm4Moe {
         let bias = s
             .get(&format!("{prefix}.gate.e_score_correction_bias"))?
             .vector(c.num_experts)?;
-        let routes: Vec<Route> = common::router_logits(ctx, router, x)
+        let routes: Vec<Route> = common::router_logits(ctx, router, x)?
             .iter()
             .map(|z| {
                 blocks::sigmoid_group_topk(
@@ -322,12 +322,6 @@ impl Family for Glm4Moe {
         }
         let w_norm = s.get("model.norm.weight")?.vector(h)?;
         let head = self.lm_head(s)?;
-        Ok(common::logits(
-            ctx,
-            &x,
-            (NormStyle::Weight, w_norm, eps),
-            head,
-            all_logits,
-        ))
+        common::logits(ctx, &x, (NormStyle::Weight, w_norm, eps), head, all_logits)
     }
 }

@@ -213,7 +213,7 @@ impl Family for Mixtral {
             // Router: softmax(z) in f32, the top k, always renormalised; weights stay f32.
             let router = s.get(&p(self.router))?.matrix(c.num_experts, h)?;
             let isa = ctx.isa;
-            let routes: Vec<Route> = common::router_logits(ctx, router, &xn)
+            let routes: Vec<Route> = common::router_logits(ctx, router, &xn)?
                 .iter()
                 .map(|z| blocks::softmax_topk(isa, z, c.top_k, true))
                 .collect();
@@ -222,12 +222,6 @@ impl Family for Mixtral {
         }
         let w_norm = s.get("model.norm.weight")?.vector(h)?;
         let head = self.lm_head(s)?;
-        Ok(common::logits(
-            ctx,
-            &x,
-            (NormStyle::Weight, w_norm, eps),
-            head,
-            all_logits,
-        ))
+        common::logits(ctx, &x, (NormStyle::Weight, w_norm, eps), head, all_logits)
     }
 }

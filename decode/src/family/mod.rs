@@ -9,10 +9,11 @@ pub mod mixtral;
 pub mod qwen3_5_moe;
 pub mod qwen3_moe;
 
+use crate::blocks::Batch;
 use crate::error::{DecodeError, Result};
 use crate::experts::ExpertStore;
 use crate::kernels::Isa;
-use crate::weights::TensorStore;
+use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 
 /// What a forward pass computes with: kernels, resident tensors, experts.
 #[derive(Debug)]
@@ -27,6 +28,79 @@ pub struct Ctx<'a> {
     pub profile: &'a mut Profile,
     /// A device computing some routed experts (the GPU), or `None`: all on the CPU.
     pub offload: Option<&'a mut dyn crate::offload::ExpertOffload>,
+}
+
+impl Ctx<'_> {
+    /// `y_t = W x_t (+ b)` for every token ([`crate::blocks::linear`]), on the offload device
+    /// when it takes `W` (the same bits), the bias added here either way.
+    pub fn linear(
+        &mut self,
+        part: &'static str,
+        w: MatrixRef<'_>,
+        bias: Option<WeightSlice<'_>>,
+        xs: &[Vec<f32>],
+    ) -> Result<Batch> {
+        let t = std::time::Instant::now();
+        let out = match self.offload.as_deref_mut().and_then(|o| o.linear(&w, xs)) {
+            Some(r) => {
+                let mut out = r?;
+                if let Some(b) = bias {
+                    for y in &mut out {
+                        for (i, v) in y.iter_mut().enumerate() {
+                            *v += b.get(i);
+                        }
+                    }
+                }
+                out
+            }
+            None => crate::blocks::linear(self.isa, w, bias, xs),
+        };
+        self.profile.add(part, t.elapsed());
+        Ok(out)
+    }
+
+    /// Several linear layers of the same inputs ([`crate::blocks::linear_many`]; on the offload
+    /// device one after another when it takes them all).
+    pub fn linear_many(
+        &mut self,
+        part: &'static str,
+        layers: &[(MatrixRef<'_>, Option<WeightSlice<'_>>)],
+        xs: &[Vec<f32>],
+    ) -> Result<Vec<Batch>> {
+        if self.offload.is_some() {
+            let mut outs = Vec::with_capacity(layers.len());
+            for &(w, b) in layers {
+                outs.push(self.linear(part, w, b, xs)?);
+            }
+            return Ok(outs);
+        }
+        let isa = self.isa;
+        Ok(self
+            .profile
+            .time(part, || crate::blocks::linear_many(isa, layers, xs)))
+    }
+
+    /// A dense SwiGLU MLP ([`crate::blocks::swiglu`]), on the offload device when it takes it.
+    pub fn swiglu(
+        &mut self,
+        part: &'static str,
+        gate: MatrixRef<'_>,
+        up: MatrixRef<'_>,
+        down: MatrixRef<'_>,
+        xs: &[Vec<f32>],
+    ) -> Result<Batch> {
+        let t = std::time::Instant::now();
+        let out = match self
+            .offload
+            .as_deref_mut()
+            .and_then(|o| o.swiglu_dense(&gate, &up, &down, xs))
+        {
+            Some(r) => r?,
+            None => crate::blocks::swiglu(self.isa, gate, up, down, xs),
+        };
+        self.profile.add(part, t.elapsed());
+        Ok(out)
+    }
 }
 
 /// Wall time spent in each part of the forward pass (`tarfa run` prints it with

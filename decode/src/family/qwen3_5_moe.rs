@@ -335,13 +335,11 @@ impl Qwen3_5Moe {
         let norm_w = s.get(&a("norm.weight"))?.vector(c.lin_v_dim)?;
         let w_out = s.get(&a("out_proj.weight"))?.matrix(h, c.value_dim())?;
         let isa = ctx.isa;
-        let mut proj = ctx.profile.time("deltanet projections", || {
-            blocks::linear_many(
-                isa,
-                &[(w_qkv, None), (w_z, None), (w_b, None), (w_a, None)],
-                x,
-            )
-        });
+        let mut proj = ctx.linear_many(
+            "deltanet projections",
+            &[(w_qkv, None), (w_z, None), (w_b, None), (w_a, None)],
+            x,
+        )?;
         let av = proj.pop().expect("four outputs");
         let bv = proj.pop().expect("four outputs");
         let zv = proj.pop().expect("four outputs");
@@ -371,9 +369,7 @@ impl Qwen3_5Moe {
             ));
         }
         ctx.profile.add("deltanet recurrence", t0.elapsed());
-        Ok(ctx
-            .profile
-            .time("deltanet out", || blocks::linear(isa, w_out, None, &out)))
+        ctx.linear("deltanet out", w_out, None, &out)
     }
 
     fn moe(&self, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
@@ -383,7 +379,7 @@ impl Qwen3_5Moe {
         let s = ctx.tensors;
         let router = s.get(&p("gate.weight"))?.matrix(c.num_experts, h)?;
         let isa = ctx.isa;
-        let routes: Vec<Route> = common::router_logits(ctx, router, x)
+        let routes: Vec<Route> = common::router_logits(ctx, router, x)?
             .iter()
             .map(|z| blocks::softmax_topk(isa, z, c.top_k, true))
             .collect();
@@ -397,7 +393,7 @@ impl Qwen3_5Moe {
             x,
         )?;
         let gate = s.get(&p("shared_expert_gate.weight"))?.matrix(1, h)?;
-        let g = common::router_logits(ctx, gate, x);
+        let g = common::router_logits(ctx, gate, x)?;
         for ((o, sh), gt) in out.iter_mut().zip(&shared).zip(&g) {
             let scale = canon::sigmoid(gt[0]);
             for (a, &b) in o.iter_mut().zip(sh) {
@@ -633,13 +629,7 @@ impl Family for Qwen3_5Moe {
         self.len = start + tokens.len();
         let w_norm = s.get(&self.name("norm.weight"))?.vector(h)?;
         let head = self.lm_head(s)?;
-        Ok(common::logits(
-            ctx,
-            &x,
-            (NormStyle::OnePlus, w_norm, eps),
-            head,
-            all_logits,
-        ))
+        common::logits(ctx, &x, (NormStyle::OnePlus, w_norm, eps), head, all_logits)
     }
 }
 

@@ -205,7 +205,7 @@ impl Qwen3Moe {
             .get(&format!("{prefix}.gate.weight"))?
             .matrix(c.num_experts, c.hidden_size)?;
         let isa = ctx.isa;
-        let routes: Vec<Route> = common::router_logits(ctx, router, x)
+        let routes: Vec<Route> = common::router_logits(ctx, router, x)?
             .iter()
             .map(|z| blocks::softmax_topk(isa, z, c.top_k, c.norm_topk_prob))
             .collect();
@@ -270,12 +270,6 @@ impl Family for Qwen3Moe {
         }
         let w_norm = s.get("model.norm.weight")?.vector(h)?;
         let head = self.lm_head(s)?;
-        Ok(common::logits(
-            ctx,
-            &x,
-            (NormStyle::Weight, w_norm, eps),
-            head,
-            all_logits,
-        ))
+        common::logits(ctx, &x, (NormStyle::Weight, w_norm, eps), head, all_logits)
     }
 }
