@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 
 use tarfa_format::Role;
-use tarfa_runtime::cuda_compute::{DeviceBytes, GpuCompute, GpuDtype, GpuMatrix};
+use tarfa_runtime::cuda_compute::{DeviceBytes, ExpertJob, GpuCompute, GpuDtype, GpuMatrix};
 use tarfa_runtime::Gpu;
 
 use crate::blocks::{self, Batch};
@@ -87,7 +87,7 @@ impl GpuExperts {
             self.report.trunk_bytes += bytes.len() as u64;
             // Resident trunk bytes come out of the expert cache's share of VRAM.
             self.cap = self.cap.saturating_sub(bytes.len() as u64);
-            self.evict_for(0);
+            self.evict_for(0, &[]);
             let gm = GpuMatrix {
                 offset: 0,
                 rows: m.rows,
@@ -99,15 +99,61 @@ impl GpuExperts {
         Some(Ok(key))
     }
 
-    fn evict_for(&mut self, need: u64) {
+    /// Make room for `need` bytes, least recently used first, never evicting `keep`; whether it
+    /// fits now.
+    fn evict_for(&mut self, need: u64, keep: &[(u32, u32)]) -> bool {
         while self.used + need > self.cap {
-            let Some((&key, _)) = self.cache.iter().min_by_key(|(_, e)| e.last_use) else {
-                return;
+            let Some((&key, _)) = self
+                .cache
+                .iter()
+                .filter(|(k, _)| !keep.contains(k))
+                .min_by_key(|(_, e)| e.last_use)
+            else {
+                return false;
             };
             if let Some(e) = self.cache.remove(&key) {
                 self.used -= e.bytes.len() as u64;
             }
         }
+        true
+    }
+
+    /// Copy expert `e`'s gate, up and down into one VRAM buffer.
+    fn upload(&mut self, e: &ExpertView<'_>, hidden: usize) -> Result<Entry> {
+        let (gate, up, down) = blocks::expert_projections(e, hidden)?;
+        let (Some(gd), Some(dd)) = (gpu_dtype(&gate), gpu_dtype(&down)) else {
+            return Err(DecodeError::BadExpert {
+                layer: e.layer,
+                expert: e.expert,
+                detail: "a quantised expert cannot run on the GPU (placement refuses it)".into(),
+            });
+        };
+        // gate | up | down, each at an offset aligned for its element type.
+        let mut host = Vec::new();
+        let mut place = |m: &MatrixRef<'_>, dtype: GpuDtype| -> GpuMatrix {
+            while host.len() % 16 != 0 {
+                host.push(0u8);
+            }
+            let offset = host.len();
+            host.extend_from_slice(raw(m));
+            GpuMatrix {
+                offset,
+                rows: m.rows,
+                cols: m.cols,
+                dtype,
+            }
+        };
+        let (g, u, d) = (place(&gate, gd), place(&up, gd), place(&down, dd));
+        let bytes = self.compute.upload(&host)?;
+        self.report.uploads += 1;
+        self.report.upload_bytes += host.len() as u64;
+        Ok(Entry {
+            bytes,
+            gate: g,
+            up: u,
+            down: d,
+            last_use: self.clock,
+        })
     }
 }
 
@@ -136,69 +182,74 @@ impl ExpertOffload for GpuExperts {
                 .all(|m| gpu_dtype(&m).is_some())
     }
 
-    fn swiglu(&mut self, e: &ExpertView<'_>, xs: &[Vec<f32>], hidden: usize) -> Result<Batch> {
-        let (gate, up, down) = blocks::expert_projections(e, hidden)?;
-        let key = (e.layer, e.expert);
-        self.clock += 1;
-        self.report.computed += 1;
-        let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
-        if let Some(entry) = self.cache.get_mut(&key) {
-            entry.last_use = self.clock;
-            self.report.vram_hits += 1;
-            let b = &entry.bytes;
-            return Ok(self.compute.swiglu(
-                (b, &entry.gate),
-                (b, &entry.up),
-                (b, &entry.down),
-                &refs,
-            )?);
-        }
-        let (Some(gd), Some(dd)) = (gpu_dtype(&gate), gpu_dtype(&down)) else {
-            return Err(DecodeError::BadExpert {
-                layer: e.layer,
-                expert: e.expert,
-                detail: "a quantised expert cannot run on the GPU (placement refuses it)".into(),
-            });
-        };
-        // gate | up | down, each at an offset aligned for its element type.
-        let mut host = Vec::new();
-        let mut place = |m: &MatrixRef<'_>, dtype: GpuDtype| -> GpuMatrix {
-            while host.len() % 16 != 0 {
-                host.push(0u8);
+    fn swiglu_many(
+        &mut self,
+        items: &[(&ExpertView<'_>, &[Vec<f32>])],
+        hidden: usize,
+    ) -> Result<Vec<Batch>> {
+        // Every expert of the call in VRAM: cached (kept for later), or, when the cache cannot
+        // hold it, uploaded for this call only. The call's own experts are never evicted by it.
+        let keys: Vec<(u32, u32)> = items.iter().map(|(e, _)| (e.layer, e.expert)).collect();
+        let mut temps: HashMap<(u32, u32), Entry> = HashMap::new();
+        for (e, _) in items {
+            let key = (e.layer, e.expert);
+            self.clock += 1;
+            self.report.computed += 1;
+            if let Some(entry) = self.cache.get_mut(&key) {
+                entry.last_use = self.clock;
+                self.report.vram_hits += 1;
+                continue;
             }
-            let offset = host.len();
-            host.extend_from_slice(raw(m));
-            GpuMatrix {
-                offset,
-                rows: m.rows,
-                cols: m.cols,
-                dtype,
+            if temps.contains_key(&key) {
+                continue;
             }
-        };
-        let (g, u, d) = (place(&gate, gd), place(&up, gd), place(&down, dd));
-        let bytes = self.compute.upload(&host)?;
-        self.report.uploads += 1;
-        self.report.upload_bytes += host.len() as u64;
-        let ys = self
-            .compute
-            .swiglu((&bytes, &g), (&bytes, &u), (&bytes, &d), &refs)?;
-        let size = bytes.len() as u64;
-        if size <= self.cap {
-            self.evict_for(size);
-            self.used += size;
-            self.cache.insert(
-                key,
-                Entry {
-                    bytes,
-                    gate: g,
-                    up: u,
-                    down: d,
-                    last_use: self.clock,
-                },
-            );
+            let entry = self.upload(e, hidden)?;
+            let size = entry.bytes.len() as u64;
+            if self.evict_for(size, &keys) {
+                self.used += size;
+                self.cache.insert(key, entry);
+            } else {
+                temps.insert(key, entry);
+            }
         }
         self.report.cached_bytes = self.used;
-        Ok(ys)
+        let refs: Vec<Vec<&[f32]>> = items
+            .iter()
+            .map(|(_, xs)| xs.iter().map(|x| x.as_slice()).collect())
+            .collect();
+        let jobs: Vec<ExpertJob<'_>> = keys
+            .iter()
+            .zip(&refs)
+            .map(|(k, xs)| {
+                let e = self
+                    .cache
+                    .get(k)
+                    .or_else(|| temps.get(k))
+                    .expect("uploaded above");
+                ExpertJob {
+                    weights: &e.bytes,
+                    gate: e.gate,
+                    up: e.up,
+                    down: e.down,
+                    xs,
+                }
+            })
+            .collect();
+        // One call per run of same-shaped experts (a layer's experts all share one shape).
+        let mut out = Vec::with_capacity(jobs.len());
+        let mut i = 0;
+        while i < jobs.len() {
+            let shape = |j: &ExpertJob<'_>| (j.gate, j.down.rows, j.down.dtype);
+            let same = |j: &ExpertJob<'_>| {
+                let (a, b) = (shape(j), shape(&jobs[i]));
+                (a.0.rows, a.0.cols, a.0.dtype, a.1, a.2)
+                    == (b.0.rows, b.0.cols, b.0.dtype, b.1, b.2)
+            };
+            let n = jobs[i..].iter().take_while(|j| same(j)).count().max(1);
+            out.extend(self.compute.swiglu_many(&jobs[i..i + n])?);
+            i += n;
+        }
+        Ok(out)
     }
 
     fn linear(&mut self, w: &MatrixRef<'_>, xs: &[Vec<f32>]) -> Option<Result<Batch>> {

@@ -76,8 +76,13 @@ pub struct OffloadReport {
 pub trait ExpertOffload: Send + std::fmt::Debug {
     /// Whether expert `e` is computed here (else on the CPU). Fixed per expert.
     fn takes(&self, e: &ExpertView<'_>) -> bool;
-    /// `down(silu(gate x) ⊙ up x)` for each of `xs`: the bits of `blocks::experts_swiglu`.
-    fn swiglu(&mut self, e: &ExpertView<'_>, xs: &[Vec<f32>], hidden: usize) -> Result<Batch>;
+    /// `down(silu(gate x) ⊙ up x)` of each expert for each of its tokens: the bits of
+    /// `blocks::experts_swiglu`, in item order.
+    fn swiglu_many(
+        &mut self,
+        items: &[(&ExpertView<'_>, &[Vec<f32>])],
+        hidden: usize,
+    ) -> Result<Vec<Batch>>;
     /// `W x_t` for each token (no bias), the bits of `blocks::linear`; `None` if `W` stays on
     /// the CPU (its element type, or the trunk not placed here).
     fn linear(&mut self, w: &MatrixRef<'_>, xs: &[Vec<f32>]) -> Option<Result<Batch>>;

@@ -15,7 +15,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig, PushKernelArg};
 use cudarc::nvrtc::CompileOptions;
 
 use crate::cuda::{CudaError, Gpu};
@@ -94,7 +94,24 @@ pub struct GpuCompute {
     stream: Arc<CudaStream>,
     swiglu_gate: CudaFunction,
     matvec: CudaFunction,
+    swiglu_gate_many: CudaFunction,
+    matvec_many: CudaFunction,
     name: String,
+}
+
+/// One expert's share of a [`GpuCompute::swiglu_many`] call: its weights and its tokens.
+#[derive(Debug)]
+pub struct ExpertJob<'a> {
+    /// The buffer holding gate, up and down.
+    pub weights: &'a DeviceBytes,
+    /// Gate `[inter, hidden]`.
+    pub gate: GpuMatrix,
+    /// Up `[inter, hidden]`.
+    pub up: GpuMatrix,
+    /// Down `[hidden, inter]`.
+    pub down: GpuMatrix,
+    /// The tokens routed to it.
+    pub xs: &'a [&'a [f32]],
 }
 
 fn drv(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError {
@@ -138,6 +155,12 @@ impl GpuCompute {
                 .map_err(drv("kernel lookup"))?,
             matvec: module
                 .load_function("tarfa_matvec")
+                .map_err(drv("kernel lookup"))?,
+            swiglu_gate_many: module
+                .load_function("tarfa_swiglu_gate_many")
+                .map_err(drv("kernel lookup"))?,
+            matvec_many: module
+                .load_function("tarfa_matvec_many")
                 .map_err(drv("kernel lookup"))?,
             stream: ctx.new_stream().map_err(drv("stream creation"))?,
             name: gpu.name().to_string(),
@@ -279,6 +302,125 @@ impl GpuCompute {
             .clone_dtoh(&y)
             .map_err(drv("device-to-host copy"))?;
         Ok(flat.chunks_exact(hidden).map(|r| r.to_vec()).collect())
+    }
+
+    /// Several experts of one shape (the routed experts of a layer) in two launches: each
+    /// output the bits [`GpuCompute::swiglu`] gives that expert alone. Returns each job's
+    /// outputs in job order.
+    pub fn swiglu_many(&self, jobs: &[ExpertJob<'_>]) -> Result<Vec<Vec<Vec<f32>>>, CudaError> {
+        let Some(first) = jobs.first() else {
+            return Ok(Vec::new());
+        };
+        let (inter, hidden, dtype) = (first.gate.rows, first.gate.cols, first.gate.dtype);
+        let mut tok_start = vec![0i32];
+        for j in jobs {
+            self.check(j.weights, &j.gate, "gate")?;
+            self.check(j.weights, &j.up, "up")?;
+            self.check(j.weights, &j.down, "down")?;
+            let same = |m: &GpuMatrix, rows: usize, cols: usize, dt: GpuDtype| {
+                m.rows == rows && m.cols == cols && m.dtype == dt
+            };
+            if !same(&j.gate, inter, hidden, dtype)
+                || !same(&j.up, inter, hidden, dtype)
+                || !same(&j.down, hidden, inter, j.down.dtype)
+                || j.down.dtype != first.down.dtype
+            {
+                return Err(CudaError::Usage(
+                    "swiglu_many: the experts of one call must share shapes and types".into(),
+                ));
+            }
+            let n = i32::try_from(j.xs.len())
+                .ok()
+                .and_then(|n| tok_start.last().and_then(|&s| s.checked_add(n)))
+                .ok_or_else(|| CudaError::Usage("too many tokens".into()))?;
+            tok_start.push(n);
+        }
+        let total = *tok_start.last().unwrap_or(&0) as usize;
+        if total == 0 {
+            return Ok(jobs.iter().map(|_| Vec::new()).collect());
+        }
+        let all: Vec<&[f32]> = jobs.iter().flat_map(|j| j.xs.iter().copied()).collect();
+        let x = self.upload_xs(&all, hidden)?;
+        // Each expert's matrix addresses; the borrows of their buffers (and the records that
+        // order this stream after their writes) are held until the launches are queued.
+        let mut records = Vec::with_capacity(jobs.len());
+        let (mut gp, mut up, mut dp) = (Vec::new(), Vec::new(), Vec::new());
+        for j in jobs {
+            let (base, rec) = j.weights.buf.device_ptr(&self.stream);
+            records.push(rec);
+            gp.push(base + j.gate.offset as u64);
+            up.push(base + j.up.offset as u64);
+            dp.push(base + j.down.offset as u64);
+        }
+        let to_dev = |v: &[u64]| {
+            self.stream
+                .clone_htod(v)
+                .map_err(drv("host-to-device copy"))
+        };
+        let (gp, up, dp) = (to_dev(&gp)?, to_dev(&up)?, to_dev(&dp)?);
+        let starts = self
+            .stream
+            .clone_htod(&tok_start)
+            .map_err(drv("host-to-device copy"))?;
+        let mut h = self
+            .stream
+            .alloc_zeros::<f32>(inter * total)
+            .map_err(drv("allocation"))?;
+        let mut y = self
+            .stream
+            .alloc_zeros::<f32>(hidden * total)
+            .map_err(drv("allocation"))?;
+        let n_exp = jobs.len() as i32;
+        let tot = total as i32;
+        let (dt, rows, cols) = (dtype.code(), inter as i32, hidden as i32);
+        // SAFETY: every address in `gp`/`up`/`dp` is a matrix checked above to lie in its
+        // buffer, which the `jobs` borrow keeps alive past the synchronising copy below; row `t`
+        // of `x` (`total × cols`, allocated so) belongs to the expert `e` with
+        // `tok_start[e] <= t < tok_start[e + 1]` (`n_exp + 1` ascending entries from 0 to
+        // `total`); `h` and `y` have exactly `total × rows` floats of each launch's output.
+        unsafe {
+            self.stream
+                .launch_builder(&self.swiglu_gate_many)
+                .arg(&gp)
+                .arg(&up)
+                .arg(&starts)
+                .arg(&n_exp)
+                .arg(&dt)
+                .arg(&rows)
+                .arg(&cols)
+                .arg(&tot)
+                .arg(&x)
+                .arg(&mut h)
+                .launch(Self::grid(inter, total)?)
+                .map_err(drv("kernel launch"))?;
+        }
+        let (ddt, drows, dcols) = (first.down.dtype.code(), hidden as i32, inter as i32);
+        // SAFETY: as above, for the down matrices (`hidden × inter`) reading `h`, writing `y`.
+        unsafe {
+            self.stream
+                .launch_builder(&self.matvec_many)
+                .arg(&dp)
+                .arg(&starts)
+                .arg(&n_exp)
+                .arg(&ddt)
+                .arg(&drows)
+                .arg(&dcols)
+                .arg(&tot)
+                .arg(&h)
+                .arg(&mut y)
+                .launch(Self::grid(hidden, total)?)
+                .map_err(drv("kernel launch"))?;
+        }
+        drop(records);
+        let flat = self
+            .stream
+            .clone_dtoh(&y)
+            .map_err(drv("device-to-host copy"))?;
+        let mut rows_out = flat.chunks_exact(hidden).map(|r| r.to_vec());
+        Ok(jobs
+            .iter()
+            .map(|j| rows_out.by_ref().take(j.xs.len()).collect())
+            .collect())
     }
 
     /// `y_t = W x_t` for each token, every output one canonical dot: the bits of the CPU's

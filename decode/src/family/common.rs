@@ -336,10 +336,23 @@ pub fn routed_experts(ctx: &mut Ctx<'_>, layer: u32, routes: &[Route], x: &Batch
             .map(|((v, b), _)| (v.clone(), b.as_slice()))
             .collect();
         let mut cpu = blocks::experts_swiglu(isa, &items, hidden)?.into_iter();
+        let device_items: Vec<(&crate::experts::ExpertView<'_>, &[Vec<f32>])> = views
+            .iter()
+            .zip(&xs)
+            .zip(&on_device)
+            .filter(|(_, &d)| d)
+            .map(|((v, b), _)| (v, b.as_slice()))
+            .collect();
+        let mut dev = match (&mut offload, device_items.is_empty()) {
+            (Some(o), false) => o.swiglu_many(&device_items, hidden)?,
+            _ => Vec::new(),
+        }
+        .into_iter();
         for (i, m) in mine.iter().enumerate() {
-            let y = match (&mut offload, on_device[i]) {
-                (Some(o), true) => o.swiglu(&views[i], &xs[i], hidden)?,
-                _ => cpu.next().expect("one CPU output per CPU expert"),
+            let y = if on_device[i] {
+                dev.next().expect("one device output per device expert")
+            } else {
+                cpu.next().expect("one CPU output per CPU expert")
             };
             for (&(t, k, w), yt) in m.iter().zip(&y) {
                 outs.put(t, k, yt, w);
