@@ -16,10 +16,11 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use rayon::prelude::*;
+use tarfa_benchkit::{drop_page_cache, fio::has_fio, fio::randread_gb_per_s};
 use tarfa_decode::{Decoder, DecoderOptions, ExpertMode, ExpertOptions};
 use tarfa_runtime::{ModelExperts, SourceOptions};
 
-use crate::bench_io_cmd::{common_extent_len, drop_page_cache, run_fio};
+use crate::bench_io_cmd::common_extent_len;
 use crate::cli::BenchDecodeArgs;
 
 #[derive(Debug, serde::Serialize)]
@@ -137,14 +138,14 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
                     .into(),
             );
         }
-        let fio = if !a.no_fio && crate::bench_io_cmd::has_fio() {
+        let fio = if !a.no_fio && has_fio() {
             let paths: Vec<_> = model.paths().map(|p| p.to_path_buf()).collect();
             let block = common_extent_len(&model);
             let bytes = (a.fio_gib * (1u64 << 30) as f64) as u64;
             let mut v = Vec::new();
             for _ in 0..3 {
                 let _ = drop_page_cache();
-                v.push(run_fio(&paths, block, top_k, bytes)?);
+                v.push(randread_gb_per_s(&paths, block, top_k, bytes, None)?);
             }
             let g = median(&mut v);
             say(format!(

@@ -7,10 +7,11 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
+use tarfa_benchkit::drop_page_cache;
+use tarfa_benchkit::fio::{has_fio, randread_gb_per_s};
 use tarfa_runtime::bench::{stream_sets_to_gpu_within, stream_sets_within, DecodeSets};
 use tarfa_runtime::{
     BackendChoice, BackendKind, DeviceSink, ExpertSource, Gpu, ModelExperts, SourceOptions,
@@ -258,7 +259,7 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
             let mut runs = Vec::new();
             for _ in 0..per_run_count {
                 drop_caches(&sweep);
-                let gbps = run_fio_within(&paths, block, depth, total_bytes, share)?;
+                let gbps = randread_gb_per_s(&paths, block, depth, total_bytes, share)?;
                 sweep.run_done(&format!("fio iodepth {depth}"), gbps, false);
                 runs.push(gbps);
             }
@@ -500,71 +501,4 @@ pub(crate) fn common_extent_len(model: &ModelExperts) -> usize {
         .max_by_key(|&(len, n)| (n, len))
         .map(|(len, _)| len)
         .unwrap_or(4096)
-}
-
-/// Whether fio runs here.
-pub(crate) fn has_fio() -> bool {
-    Command::new("fio").arg("--version").output().is_ok()
-}
-
-pub(crate) fn drop_page_cache() -> std::io::Result<()> {
-    Command::new("sync").status()?;
-    std::fs::write("/proc/sys/vm/drop_caches", b"3\n")
-}
-
-/// fio random read of `files` (as one job, offsets 4096-aligned), `bytes` in all: GB/s.
-pub(crate) fn run_fio(
-    files: &[std::path::PathBuf],
-    block: usize,
-    qd: u32,
-    bytes: u64,
-) -> anyhow::Result<f64> {
-    run_fio_within(files, block, qd, bytes, None)
-}
-
-/// [`run_fio`], ended once `limit` has passed (fio's `--runtime`).
-fn run_fio_within(
-    files: &[std::path::PathBuf],
-    block: usize,
-    qd: u32,
-    bytes: u64,
-    limit: Option<Duration>,
-) -> anyhow::Result<f64> {
-    let names: Vec<String> = files
-        .iter()
-        .map(|p| p.display().to_string().replace(':', "\\:"))
-        .collect();
-    let out = Command::new("fio")
-        .args([
-            "--name=tarfa-bench-io",
-            "--readonly",
-            "--rw=randread",
-            "--ioengine=io_uring",
-            "--direct=1",
-            "--fixedbufs=1",
-            "--registerfiles=1",
-            "--blockalign=4096",
-            "--output-format=json",
-        ])
-        .arg(format!("--filename={}", names.join(":")))
-        .arg(format!("--bs={block}"))
-        .arg(format!("--iodepth={qd}"))
-        .arg(format!("--io_size={bytes}"))
-        .args(limit.map(|l| format!("--runtime={}ms", l.as_millis().max(1))))
-        .output()
-        .context("running fio")?;
-    if !out.status.success() {
-        bail!(
-            "fio failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    // fio may print notes before the JSON object.
-    let text = String::from_utf8_lossy(&out.stdout);
-    let json = text.find('{').map(|i| &text[i..]).unwrap_or(&text);
-    let v: serde_json::Value = serde_json::from_str(json).context("parsing fio's JSON")?;
-    let bw = v["jobs"][0]["read"]["bw_bytes"]
-        .as_f64()
-        .context("fio's JSON has no jobs[0].read.bw_bytes")?;
-    Ok(bw / 1e9)
 }

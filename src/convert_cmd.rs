@@ -6,12 +6,11 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use tarfa_converter::{convert, parse_layer_range, Options, Outcome, Progress};
 
 use crate::cli::ConvertArgs;
 use crate::diagnose::{is_safetensors_file, is_url, Refused};
-use crate::units;
 
 /// Draws one bar by bytes with ETA, labelled with the current file; or, on a pipe, one line per
 /// file; or nothing with `--quiet`.
@@ -26,7 +25,7 @@ impl Progress for Bars {
         if let Some(b) = &self.bar {
             b.set_length(bytes);
         } else if self.plain {
-            eprintln!("converting up to {} in {files} files", units::bytes(bytes));
+            eprintln!("converting up to {} in {files} files", HumanBytes(bytes));
         }
     }
     fn file_start(&self, label: &str, _bytes: u64) {
@@ -56,7 +55,7 @@ impl Progress for Bars {
                 } else {
                     "written"
                 },
-                units::bytes(*bytes),
+                HumanBytes(*bytes),
                 *bytes as f64 / secs.max(1e-9) / 1e9
             ),
             Outcome::Skipped => format!(
@@ -212,7 +211,7 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
     println!(
         "{} experts, {} in {:.2} s ({:.2} GB/s){}",
         s.experts_written,
-        units::bytes(s.bytes_written),
+        HumanBytes(s.bytes_written),
         s.seconds,
         s.bytes_written as f64 / s.seconds.max(1e-9) / 1e9,
         if s.direct_io {

@@ -2,13 +2,13 @@
 
 use std::fmt::Write as _;
 
+use indicatif::HumanBytes;
 use tarfa_format::summary::{self, FileSummary, ModelSummary};
 
 use tarfa_format::manifest::MANIFEST_NAME;
 
 use crate::cli::InspectArgs;
 use crate::diagnose::{is_safetensors_file, model_dir_hint, Refused};
-use crate::units::bytes;
 
 /// What inspect found; `Ok(false)` when a model directory disagrees with its manifest.
 pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
@@ -75,7 +75,7 @@ pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
         "{}: JNF {}, {} ({} bytes), {}, {} experts/layer",
         f.path,
         f.version,
-        bytes(f.file_len),
+        HumanBytes(f.file_len),
         f.file_len,
         layers_text(f),
         f.experts_per_layer
@@ -87,14 +87,14 @@ pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
         "  {} regions, {} experts, {} of data; index {} bytes at {}",
         f.regions.len(),
         f.experts.len(),
-        bytes(f.data_bytes),
+        HumanBytes(f.data_bytes),
         f.index_len,
         f.index_offset
     );
     let dtypes: Vec<String> = f
         .dtypes
         .iter()
-        .map(|(d, t)| format!("{d} x{} ({})", t.regions, bytes(t.bytes)))
+        .map(|(d, t)| format!("{d} x{} ({})", t.regions, HumanBytes(t.bytes)))
         .collect();
     let _ = writeln!(s, "  dtypes: {}", dtypes.join(", "));
     if let (Some(first), Some(last)) = (f.experts.first(), f.experts.last()) {
@@ -106,8 +106,8 @@ pub fn render_file(f: &FileSummary, with_regions: bool) -> String {
             first.expert,
             last.layer,
             last.expert,
-            bytes(sizes.iter().copied().min().unwrap_or(0)),
-            bytes(sizes.iter().copied().max().unwrap_or(0)),
+            HumanBytes(sizes.iter().copied().min().unwrap_or(0)),
+            HumanBytes(sizes.iter().copied().max().unwrap_or(0)),
         );
     }
     if with_regions {
@@ -184,7 +184,7 @@ pub fn render_model(m: &ModelSummary, with_regions: bool) -> String {
         s,
         "  {} files, {} in all",
         m.manifest.files.len(),
-        bytes(total)
+        HumanBytes(total)
     );
     for f in &m.manifest.files {
         let kind = format!("{:?}", f.kind).to_lowercase();
@@ -192,7 +192,7 @@ pub fn render_model(m: &ModelSummary, with_regions: bool) -> String {
             s,
             "  {:<24} {:>10} {kind:<5} sha256 {}",
             f.path,
-            bytes(f.size),
+            HumanBytes(f.size).to_string(),
             f.sha256
         );
     }

@@ -3,11 +3,11 @@
 
 use std::fmt::Write as _;
 
+use indicatif::HumanBytes;
 use serde_json::{json, Value as Json};
 use tarfa_gguf::{Array, GgufModel, Value};
 
 use crate::cli::InspectArgs;
-use crate::units::bytes;
 
 /// How many elements of an array the readable output shows.
 const ARRAY_PREVIEW: usize = 6;
@@ -152,11 +152,11 @@ pub fn render(m: &GgufModel) -> String {
         "{}: GGUF v{}, {} ({} bytes), alignment {}, {} tensors ({}), {} key/values",
         first.map(|p| p.name()).unwrap_or_default(),
         first.map_or(0, |p| p.header().version),
-        bytes(total_len),
+        HumanBytes(total_len),
         total_len,
         first.map_or(0, |p| p.header().alignment),
         n_tensors,
-        bytes(tensor_bytes),
+        HumanBytes(tensor_bytes),
         m.metadata().len(),
     );
     if let Some(split) = m.split() {

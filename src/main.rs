@@ -18,7 +18,6 @@ mod inspect;
 mod inspect_gguf;
 mod json;
 mod run_cmd;
-mod units;
 mod verify_cmd;
 
 use std::process::ExitCode;

@@ -4,13 +4,13 @@
 use std::io::Write;
 
 use anyhow::{bail, Context};
+use indicatif::HumanBytes;
 use tarfa_decode::{
     Decoder, DecoderOptions, Device, ExpertMode, ExpertOptions, GpuOptions, Isa, PhaseStats,
 };
 use tarfa_runtime::{BackendChoice, SourceOptions};
 
 use crate::cli::RunArgs;
-use crate::units::bytes;
 
 /// Largest `--cache-gib` accepted (a typo guard; the cache only ever holds the model's experts).
 const MAX_CACHE_GIB: f64 = 1048576.0;
@@ -159,13 +159,13 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         let held = if a.experts == "resident" {
             "all resident, read at start".to_string()
         } else {
-            format!("{} cached", bytes(dec.experts().cached_bytes()))
+            format!("{} cached", HumanBytes(dec.experts().cached_bytes()))
         };
         eprintln!(
             "experts: {} read ({}, {} per decoded token, {:.2} GB/s effective), {} cache hits, {} misses, {held}; {}",
             stats.reads,
-            bytes(stats.bytes_read),
-            bytes(per_tok),
+            HumanBytes(stats.bytes_read),
+            HumanBytes(per_tok),
             gbps(pp.experts.bytes_read + dp.experts.bytes_read, pp.time + dp.time),
             stats.cache_hits,
             stats.cache_misses,
@@ -183,11 +183,11 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 g.computed,
                 g.vram_hits,
                 g.uploads,
-                bytes(g.upload_bytes),
-                bytes(g.cached_bytes),
-                bytes(g.cache_bytes),
+                HumanBytes(g.upload_bytes),
+                HumanBytes(g.cached_bytes),
+                HumanBytes(g.cache_bytes),
                 g.trunk_products,
-                bytes(g.trunk_bytes),
+                HumanBytes(g.trunk_bytes),
             );
         }
         if std::env::var_os("TARFA_PROFILE").is_some_and(|v| v == "1") {

@@ -5,7 +5,9 @@
 //! process, load average, free space, removing a previous output, medians, the machine line and
 //! Markdown tables; and, for the cold-cache `convert` and `verify` benchmarks, their command line
 //! ([`args`]), their generated input checkpoint ([`checkpoint`]) and their result table and CSV
-//! rows ([`steps`]). Internal: a dev-dependency of the benchmarks, never published.
+//! rows ([`steps`]). The binary's own benchmarks (`tarfa bench-io`, `tarfa bench-decode`) take
+//! their fio baseline ([`fio`]) and cache dropping from here too. Internal: a dev-dependency of
+//! the benchmark programs and a dependency of the binary only.
 //!
 //! Every helper works on Linux (`/proc`, `getrusage`, coreutils, util-linux's `findmnt`); none is
 //! timed itself except where it says so.
@@ -14,6 +16,7 @@
 
 pub mod args;
 pub mod checkpoint;
+pub mod fio;
 pub mod steps;
 
 pub use args::BenchArgs;
@@ -35,10 +38,9 @@ pub type BenchResult<T> = Result<T, Box<dyn Error>>;
 /// the kernel refuses (not root): the figures that follow are then warm-cache. A failed `sync`
 /// before a successful drop is warned about but still counts as dropped.
 pub fn drop_caches() -> bool {
-    let synced = Command::new("sync").status().is_ok_and(|s| s.success());
-    match std::fs::write("/proc/sys/vm/drop_caches", "3") {
-        Ok(()) if synced => true,
-        Ok(()) => {
+    match drop_page_cache() {
+        Ok(true) => true,
+        Ok(false) => {
             eprintln!("WARNING: sync failed before dropping caches");
             true
         }
@@ -49,6 +51,14 @@ pub fn drop_caches() -> bool {
             false
         }
     }
+}
+
+/// [`drop_caches`], saying nothing, for a caller with its own words for a warm cache: whether
+/// `sync` succeeded, or the kernel's refusal (not root).
+pub fn drop_page_cache() -> std::io::Result<bool> {
+    let synced = Command::new("sync").status().is_ok_and(|s| s.success());
+    std::fs::write("/proc/sys/vm/drop_caches", "3")?;
+    Ok(synced)
 }
 
 /// `sync -f DIR`: flush every dirty page of the filesystem holding `dir` (between steps, not

@@ -455,15 +455,16 @@ pub fn run(
         }
     }
     check_output(plan, &partial)?;
-    file.sync_all().map_err(FetchError::io(&partial, "fsync"))?;
-    std::fs::rename(&partial, out).map_err(FetchError::io(out, "rename into place"))?;
-    let dir = out
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(FetchError::io(dir, "fsync directory"))?;
+    // The one publishing step of every writer (fsync, rename, fsync the directory); the partial
+    // file is ours, not a `PendingFile`, because it outlives a killed run.
+    tarfa_format::publish::publish_file(&file, &partial, out).map_err(|e| match e {
+        tarfa_format::Error::Io { path, op, source } => FetchError::Io { path, op, source },
+        other => FetchError::Io {
+            path: out.to_path_buf(),
+            op: "publish",
+            source: std::io::Error::other(other),
+        },
+    })?;
     let _ = std::fs::remove_file(&journal_path);
     Ok(TransferReport {
         chunks: chunks.len(),

@@ -162,7 +162,7 @@ fn arr32_at(b: &[u8], o: usize) -> [u8; 32] {
 
 impl Header {
     /// Decode the fixed fields from the first [`HEADER_LEN`] bytes (magic not checked here).
-    pub fn decode(b: &[u8]) -> Header {
+    pub(crate) fn decode(b: &[u8]) -> Header {
         Header {
             major: u16_at(b, 8),
             minor: u16_at(b, 10),
@@ -284,7 +284,7 @@ pub struct RegionRecord {
 
 impl RegionRecord {
     /// Decode from exactly [`REGION_RECORD_LEN`] bytes. Reserved bytes are returned for checking.
-    pub fn decode(b: &[u8]) -> (RegionRecord, u32, [u8; 8]) {
+    pub(crate) fn decode(b: &[u8]) -> (RegionRecord, u32, [u8; 8]) {
         let shape_at = |o: usize| {
             let mut s = [0u64; MAX_RANK];
             for (i, v) in s.iter_mut().enumerate() {
@@ -327,7 +327,7 @@ impl RegionRecord {
     }
 
     /// Append the encoded record to `out`.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         let start = out.len();
         out.extend_from_slice(&self.offset.to_le_bytes());
         out.extend_from_slice(&self.length.to_le_bytes());
@@ -407,7 +407,7 @@ pub struct ExpertRecord {
 
 impl ExpertRecord {
     /// Decode from exactly [`EXPERT_RECORD_LEN`] bytes.
-    pub fn decode(b: &[u8]) -> ExpertRecord {
+    pub(crate) fn decode(b: &[u8]) -> ExpertRecord {
         ExpertRecord {
             layer: u32_at(b, 0),
             expert: u32_at(b, 4),
@@ -421,7 +421,7 @@ impl ExpertRecord {
     }
 
     /// Append the encoded record to `out`.
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         for v in [
             self.layer,
             self.expert,

@@ -90,14 +90,20 @@ impl PendingFile {
 
     /// fsync, rename over the destination, fsync the directory.
     pub fn publish(mut self) -> Result<()> {
-        self.file
-            .sync_all()
-            .map_err(|e| Error::io(&self.tmp, "fsync", e))?;
-        std::fs::rename(&self.tmp, &self.dest)
-            .map_err(|e| Error::io(&self.dest, "rename into place", e))?;
+        // A failure after the rename leaves no temporary name for `drop` to remove.
+        publish_file(&self.file, &self.tmp, &self.dest)?;
         self.published = true;
-        sync_parent(&self.dest)
+        Ok(())
     }
+}
+
+/// Publish `file`, written under the temporary name `tmp` beside `dest`: fsync it, rename it over
+/// `dest`, fsync the directory. [`PendingFile::publish`] does this; a writer that keeps its own
+/// temporary file across runs (`tarfa fetch`'s resumable partial file) calls it directly.
+pub fn publish_file(file: &File, tmp: &Path, dest: &Path) -> Result<()> {
+    file.sync_all().map_err(|e| Error::io(tmp, "fsync", e))?;
+    std::fs::rename(tmp, dest).map_err(|e| Error::io(dest, "rename into place", e))?;
+    sync_parent(dest)
 }
 
 impl Drop for PendingFile {

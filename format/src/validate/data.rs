@@ -16,13 +16,17 @@ pub fn describe_location(r: &RegionRecord) -> String {
 }
 
 /// Check one region's bytes against its recorded hashes (§5.4).
-pub fn check_region_bytes(index: &Index, region: u32, bytes: &[u8]) -> Result<(), Violation> {
+pub(crate) fn check_region_bytes(
+    index: &Index,
+    region: u32,
+    bytes: &[u8],
+) -> Result<(), Violation> {
     let h = crate::hash::dual_hash(bytes);
     check_region_hash(index, region, &h)
 }
 
 /// Compare computed hashes of a region with the recorded ones.
-pub fn check_region_hash(index: &Index, region: u32, h: &DualHash) -> Result<(), Violation> {
+pub(crate) fn check_region_hash(index: &Index, region: u32, h: &DualHash) -> Result<(), Violation> {
     let r = &index.regions[region as usize];
     for (algo, want, got) in [
         ("blake3", r.blake3, h.blake3),
@@ -44,7 +48,7 @@ pub fn check_region_hash(index: &Index, region: u32, h: &DualHash) -> Result<(),
 }
 
 /// The first non-zero byte of a padding span, as a violation.
-pub fn check_zero(
+pub(crate) fn check_zero(
     bytes: &[u8],
     file_offset: u64,
     after: impl FnOnce() -> String,

@@ -9,7 +9,7 @@ use crate::layout::{
 };
 
 /// Check the header page (§2.1). `actual_len` is the file's real length.
-pub fn check_header(page: &[u8], actual_len: u64) -> Result<Header, Violation> {
+pub(crate) fn check_header(page: &[u8], actual_len: u64) -> Result<Header, Violation> {
     if actual_len < ALIGN || page.len() < ALIGN as usize {
         return Err(Violation::FileTooShort { len: actual_len });
     }
@@ -81,7 +81,7 @@ fn first_nonzero(
 
 /// Check the footer (§2.2), the last [`FOOTER_LEN`] bytes of a file of `actual_len` bytes whose
 /// checked header page is `page`.
-pub fn check_footer(
+pub(crate) fn check_footer(
     header: &Header,
     page: &[u8],
     footer_bytes: &[u8],

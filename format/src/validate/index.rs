@@ -101,7 +101,11 @@ impl<'a> StringTable<'a> {
 }
 
 /// Decode and check the index (§3, §4, §5) given its bytes and the checked header.
-pub fn check_index(header: Header, footer: Footer, bytes: &[u8]) -> Result<Index, Violation> {
+pub(crate) fn check_index(
+    header: Header,
+    footer: Footer,
+    bytes: &[u8],
+) -> Result<Index, Violation> {
     let b3 = *blake3::hash(bytes).as_bytes();
     if b3 != footer.index_blake3 {
         return Err(Violation::IndexHashMismatch {

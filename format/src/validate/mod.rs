@@ -12,9 +12,12 @@ mod index;
 
 use crate::layout::{ExpertRecord, Footer, Header, RegionRecord, StrRef};
 
-pub use data::{check_region_bytes, check_region_hash, check_zero, describe_location};
-pub use file::{check_footer, check_header};
-pub use index::check_index;
+// The checks themselves run inside the reader and the writer only; outside the crate, a file is
+// checked by opening it with `JnfReader`.
+pub use data::describe_location;
+pub(crate) use data::{check_region_bytes, check_region_hash, check_zero};
+pub(crate) use file::{check_footer, check_header};
+pub(crate) use index::check_index;
 pub(crate) use index::{check_provenance, check_region_role, check_region_type};
 
 /// Largest index a reader accepts (§6).
