@@ -200,7 +200,8 @@ pub struct RunArgs {
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// VRAM for the GPU's expert cache, in GiB (default: the free VRAM less 1 GiB; 0: copy each
-    /// expert for each use).
+    /// expert for each use). Resident trunk matrices are taken out of it; a trunk matrix that
+    /// does not fit in VRAM runs on the CPU (the same bits).
     #[arg(long)]
     pub vram_gib: Option<f64>,
     /// Share of the experts computed on the GPU (0..=1, fixed per expert; the rest on the CPU).

@@ -18,6 +18,9 @@ use crate::weights::{MatrixRef, WeightSlice};
 /// VRAM left free when the cache size is not given.
 const VRAM_MARGIN: u64 = 1 << 30;
 
+/// (host address, bytes, rows, cols, element type) of a trunk matrix.
+type TrunkKey = (usize, usize, usize, usize, GpuDtype);
+
 #[derive(Debug)]
 struct Entry {
     bytes: DeviceBytes,
@@ -37,9 +40,10 @@ pub struct GpuExperts {
     clock: u64,
     fraction: f64,
     report: OffloadReport,
-    /// Trunk and layer matrices, resident once uploaded, by the address and size of their host
-    /// bytes (the decoder's `TensorStore` owns them for its whole life).
-    trunk: HashMap<(usize, usize), (DeviceBytes, GpuMatrix)>,
+    /// Trunk and layer matrices, resident once uploaded, by the address, size, shape and type of
+    /// their host bytes (the decoder's `TensorStore` owns them, unmoved, for its whole life;
+    /// matrices given to [`ExpertOffload::linear`] must outlive this offload).
+    trunk: HashMap<TrunkKey, (DeviceBytes, GpuMatrix)>,
     trunk_on: bool,
 }
 
@@ -70,19 +74,25 @@ impl GpuExperts {
         })
     }
 
-    /// The resident copy of trunk matrix `m` (uploaded on first use), or `None` if it cannot
-    /// run here (a quantised type, or the trunk kept on the CPU).
-    fn trunk_matrix(&mut self, m: &MatrixRef<'_>) -> Option<Result<(usize, usize)>> {
+    /// The resident copy of trunk matrix `m` (uploaded on first use), or `None` if it runs on
+    /// the CPU: a quantised type, an empty matrix, the trunk kept on the CPU, or no room left in
+    /// VRAM for it (the bits are the same either way).
+    fn trunk_matrix(&mut self, m: &MatrixRef<'_>) -> Option<TrunkKey> {
         let dtype = gpu_dtype(m)?;
-        if !self.trunk_on {
+        if !self.trunk_on || m.rows == 0 || m.cols == 0 {
             return None;
         }
         let bytes = raw(m);
-        let key = (bytes.as_ptr() as usize, bytes.len());
+        let key = (bytes.as_ptr() as usize, bytes.len(), m.rows, m.cols, dtype);
         if !self.trunk.contains_key(&key) {
-            let up = match self.compute.upload(bytes) {
-                Ok(b) => b,
-                Err(e) => return Some(Err(e.into())),
+            let free = self.compute.mem_info().map_or(0, |(free, _)| free as u64);
+            if free < bytes.len() as u64 + VRAM_MARGIN {
+                self.report.trunk_on_cpu += 1;
+                return None;
+            }
+            let Ok(up) = self.compute.upload(bytes) else {
+                self.report.trunk_on_cpu += 1;
+                return None;
             };
             self.report.trunk_bytes += bytes.len() as u64;
             // Resident trunk bytes come out of the expert cache's share of VRAM.
@@ -96,7 +106,7 @@ impl GpuExperts {
             };
             self.trunk.insert(key, (up, gm));
         }
-        Some(Ok(key))
+        Some(key)
     }
 
     /// Make room for `need` bytes, least recently used first, never evicting `keep`; whether it
@@ -121,13 +131,21 @@ impl GpuExperts {
     /// Copy expert `e`'s gate, up and down into one VRAM buffer.
     fn upload(&mut self, e: &ExpertView<'_>, hidden: usize) -> Result<Entry> {
         let (gate, up, down) = blocks::expert_projections(e, hidden)?;
-        let (Some(gd), Some(dd)) = (gpu_dtype(&gate), gpu_dtype(&down)) else {
+        let (Some(gd), Some(ud), Some(dd)) = (gpu_dtype(&gate), gpu_dtype(&up), gpu_dtype(&down))
+        else {
             return Err(DecodeError::BadExpert {
                 layer: e.layer,
                 expert: e.expert,
                 detail: "a quantised expert cannot run on the GPU (placement refuses it)".into(),
             });
         };
+        if gd != ud {
+            return Err(DecodeError::BadExpert {
+                layer: e.layer,
+                expert: e.expert,
+                detail: "gate and up of different element types cannot run on the GPU (placement refuses it)".into(),
+            });
+        }
         // gate | up | down, each at an offset aligned for its element type.
         let mut host = Vec::new();
         let mut place = |m: &MatrixRef<'_>, dtype: GpuDtype| -> GpuMatrix {
@@ -143,7 +161,7 @@ impl GpuExperts {
                 dtype,
             }
         };
-        let (g, u, d) = (place(&gate, gd), place(&up, gd), place(&down, dd));
+        let (g, u, d) = (place(&gate, gd), place(&up, ud), place(&down, dd));
         let bytes = self.compute.upload(&host)?;
         self.report.uploads += 1;
         self.report.upload_bytes += host.len() as u64;
@@ -175,11 +193,14 @@ fn raw<'a>(m: &MatrixRef<'a>) -> &'a [u8] {
 
 impl ExpertOffload for GpuExperts {
     fn takes(&self, e: &ExpertView<'_>) -> bool {
+        let dt = |r: Role| e.part(r).map(|m| gpu_dtype(&m));
+        // Every part BF16 or F32, and gate and up of one type (the kernel reads both as one).
         placed(e.layer, e.expert, self.fraction)
             && [Role::Gate, Role::Up, Role::Down, Role::GateUp]
                 .iter()
                 .filter_map(|&r| e.part(r))
                 .all(|m| gpu_dtype(&m).is_some())
+            && dt(Role::Gate) == dt(Role::Up)
     }
 
     fn swiglu_many(
@@ -253,10 +274,7 @@ impl ExpertOffload for GpuExperts {
     }
 
     fn linear(&mut self, w: &MatrixRef<'_>, xs: &[Vec<f32>]) -> Option<Result<Batch>> {
-        let key = match self.trunk_matrix(w)? {
-            Ok(k) => k,
-            Err(e) => return Some(Err(e)),
-        };
+        let key = self.trunk_matrix(w)?;
         let (b, m) = &self.trunk[&key];
         let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
         self.report.trunk_products += 1;
@@ -275,12 +293,9 @@ impl ExpertOffload for GpuExperts {
         }
         let mut keys = Vec::with_capacity(3);
         for m in [gate, up, down] {
-            match self.trunk_matrix(m)? {
-                Ok(k) => keys.push(k),
-                Err(e) => return Some(Err(e)),
-            }
+            keys.push(self.trunk_matrix(m)?);
         }
-        let p = |k: &(usize, usize)| {
+        let p = |k: &TrunkKey| {
             let (b, m) = &self.trunk[k];
             (b, m)
         };

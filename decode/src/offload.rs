@@ -70,6 +70,8 @@ pub struct OffloadReport {
     pub trunk_products: u64,
     /// Bytes of trunk and layer matrices resident there.
     pub trunk_bytes: u64,
+    /// Trunk products left on the CPU for want of VRAM.
+    pub trunk_on_cpu: u64,
 }
 
 /// A device that computes some routed experts' SwiGLU.

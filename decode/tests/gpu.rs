@@ -53,14 +53,18 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
     for name in ["qwen3_moe_b", "mixtral", "glm4_moe_b", "qwen3_5_moe_text"] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
-        let one_expert = {
-            let d = common::open(&dir, &DecoderOptions::default());
-            d.experts().total_bytes() / 16
-        };
+        let model = tarfa_runtime::ModelExperts::open(&dir).expect("experts");
+        let n_experts = model.len() as u64;
+        assert!(n_experts > 2, "{name}");
+        // The VRAM copy of one expert: its gate, up and down (extents are 4096-aligned, so the
+        // extent over-counts; a cache of two expert extents holds two to three experts).
+        let one_expert = model.max_extent() as u64;
+        let (mut all_gpu_computed, mut distinct) = (0, 0);
         for (fraction, vram, trunk) in [
             (1.0, None, true),
             (1.0, Some(0), true),
-            (1.0, Some(one_expert * 3), false),
+            (1.0, Some(one_expert * 2), false),
+            (1.0, Some(one_expert * 2), true),
             (0.5, None, true),
             (0.5, None, false),
         ] {
@@ -75,9 +79,25 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
             assert_eq!(r.trunk_products > 0, trunk, "{name}: {r:?}");
             if vram == Some(0) {
                 assert_eq!((r.vram_hits, r.cached_bytes), (0, 0), "{name}: {r:?}");
+                assert_eq!(r.uploads, r.computed, "{name}: every use copied: {r:?}");
             }
             if vram.is_none() && fraction == 1.0 {
                 assert!(r.vram_hits > 0, "{name}: {r:?}");
+                assert!(
+                    r.uploads <= n_experts,
+                    "{name}: each expert copied once: {r:?}"
+                );
+                all_gpu_computed = r.computed;
+                distinct = r.uploads;
+            }
+            if let Some(v) = vram.filter(|&v| v > 0) {
+                // A cache smaller than the experts used: some were evicted and copied again.
+                assert!(r.uploads > distinct, "{name}: {r:?}");
+                assert!(r.cached_bytes <= v, "{name}: {r:?}");
+            }
+            if fraction < 1.0 {
+                // Mixed placement: some of the same computations ran on the CPU.
+                assert!(r.computed < all_gpu_computed, "{name}: {r:?}");
             }
             eprintln!("{name}: fraction {fraction}, cache {vram:?}: {r:?}");
         }
@@ -112,4 +132,29 @@ fn quantised_experts_stay_on_the_cpu_and_the_bits_do_not_move() {
     assert_eq!(r.computed, 0, "{r:?}");
     // Its BF16 embedding / F16 head and F32 routers may go to the GPU; the quantised matrices not.
     eprintln!("qwen3_moe_q: {r:?}");
+}
+
+/// An expert whose gate is BF16 and whose up is F32 (legal in a checkpoint) is not taken by the
+/// GPU, whose kernel reads gate and up as one type: the bits stay the CPU's.
+#[test]
+fn an_expert_with_gate_and_up_of_different_types_stays_on_the_cpu() {
+    if !gpu_here() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = common::mixed_type_expert_model(tmp.path());
+    let cpu = run(
+        &mut common::open(&out, &DecoderOptions::default()),
+        "qwen3_moe_b",
+    );
+    // And the same values as the fixture: widening changed no value.
+    let plain = run(
+        &mut common::open(&common::model("qwen3_moe_b"), &DecoderOptions::default()),
+        "qwen3_moe_b",
+    );
+    assert_eq!(cpu, plain);
+    let mut dec = common::open(&out, &gpu(1.0, None, true));
+    assert_eq!(run(&mut dec, "qwen3_moe_b"), cpu);
+    let r = dec.offload_report().expect("report");
+    assert!(r.computed > 0, "{r:?}");
 }

@@ -228,3 +228,19 @@ fn fused_and_per_expert_checkpoints_give_the_same_logits_bits() {
         }
     }
 }
+
+/// An expert whose gate is BF16 and whose up is F32 (the same values) decodes to the all-BF16
+/// checkpoint's bits: the element type a weight is stored in never changes a result.
+#[test]
+fn an_expert_of_mixed_element_types_gives_the_same_bits() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mixed = common::mixed_type_expert_model(tmp.path());
+    let mut a = common::open(&mixed, &DecoderOptions::default());
+    let mut b = common::open(&common::model("qwen3_moe_b"), &DecoderOptions::default());
+    for p in common::reference("qwen3_moe_b") {
+        let (ta, la) = common::greedy(&mut a, &p.prompt_ids, 12);
+        let (tb, lb) = common::greedy(&mut b, &p.prompt_ids, 12);
+        assert_eq!(ta, tb, "prompt {}", p.index);
+        assert_eq!(common::bits(&la), common::bits(&lb), "prompt {}", p.index);
+    }
+}

@@ -24,7 +24,7 @@ use crate::cuda::{CudaError, Gpu};
 pub const KERNELS_CU: &str = include_str!("cuda_kernels.cu");
 
 /// Element type of a weight matrix on the GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GpuDtype {
     /// BF16 bit patterns (widened exactly at use).
     Bf16,
@@ -191,6 +191,13 @@ impl GpuCompute {
     }
 
     fn check(&self, w: &DeviceBytes, m: &GpuMatrix, what: &str) -> Result<(), CudaError> {
+        if m.offset % m.dtype.size() != 0 {
+            return Err(CudaError::Usage(format!(
+                "{what} matrix at byte {} is not aligned to its {}-byte elements",
+                m.offset,
+                m.dtype.size()
+            )));
+        }
         let end = m.bytes().and_then(|b| b.checked_add(m.offset));
         match end {
             Some(end)
@@ -230,7 +237,9 @@ impl GpuCompute {
         let warps = (rows as u64) * (tokens as u64);
         let blocks = warps.div_ceil(u64::from(BLOCK / 32)).max(1);
         let blocks = u32::try_from(blocks)
-            .map_err(|_| CudaError::Usage(format!("{warps} warps do not fit one launch")))?;
+            .ok()
+            .filter(|&b| b <= i32::MAX as u32)
+            .ok_or_else(|| CudaError::Usage(format!("{warps} warps do not fit one launch")))?;
         Ok(LaunchConfig {
             grid_dim: (blocks, 1, 1),
             block_dim: (BLOCK, 1, 1),
@@ -268,6 +277,10 @@ impl GpuCompute {
         let t = xs.len();
         if t == 0 {
             return Ok(Vec::new());
+        }
+        if hidden == 0 || inter == 0 {
+            // Nothing to compute on the device: the CPU's result (zeros, or no columns).
+            return Ok(vec![vec![0.0; hidden]; t]);
         }
         let tokens = i32::try_from(t).map_err(|_| CudaError::Usage("too many tokens".into()))?;
         let x = self.upload_xs(xs, hidden)?;
@@ -339,6 +352,14 @@ impl GpuCompute {
         if total == 0 {
             return Ok(jobs.iter().map(|_| Vec::new()).collect());
         }
+        if hidden == 0 || inter == 0 {
+            return Ok(jobs
+                .iter()
+                .map(|j| vec![vec![0.0; hidden]; j.xs.len()])
+                .collect());
+        }
+        let n_exp = i32::try_from(jobs.len())
+            .map_err(|_| CudaError::Usage("too many experts in one call".into()))?;
         let all: Vec<&[f32]> = jobs.iter().flat_map(|j| j.xs.iter().copied()).collect();
         let x = self.upload_xs(&all, hidden)?;
         // Each expert's matrix addresses; the borrows of their buffers (and the records that
@@ -370,7 +391,6 @@ impl GpuCompute {
             .stream
             .alloc_zeros::<f32>(hidden * total)
             .map_err(drv("allocation"))?;
-        let n_exp = jobs.len() as i32;
         let tot = total as i32;
         let (dt, rows, cols) = (dtype.code(), inter as i32, hidden as i32);
         // SAFETY: every address in `gp`/`up`/`dp` is a matrix checked above to lie in its
@@ -435,6 +455,9 @@ impl GpuCompute {
         let t = xs.len();
         if t == 0 {
             return Ok(Vec::new());
+        }
+        if m.rows == 0 || m.cols == 0 {
+            return Ok(vec![vec![0.0; m.rows]; t]);
         }
         let x = self.upload_xs(xs, m.cols)?;
         let y = self.matvec_device(w, m, &x, t)?;

@@ -578,6 +578,13 @@ impl Family for Qwen3_5Moe {
         if start == 0 && self.len != 0 {
             self.reset();
         }
+        if self.len == usize::MAX {
+            return Err(DecodeError::Options(
+                "qwen3_5_moe: an earlier pass failed part-way, so its recurrent state is unknown; \
+                 start a new sequence (position 0)"
+                    .into(),
+            ));
+        }
         if start != self.len {
             return Err(DecodeError::Options(format!(
                 "qwen3_5_moe continues from position {} (its recurrent state cannot be rewound \
@@ -735,12 +742,13 @@ mod tests {
 
     #[test]
     fn delta_step_follows_the_recurrence_and_carries_its_state() {
+        // dk ≠ dv, so a transposed state would not pass.
         let d = DeltaDims {
             kernel: 4,
             k_heads: 2,
             v_heads: 4,
             dk: 8,
-            dv: 8,
+            dv: 12,
             eps: 1e-6,
         };
         let ch = 2 * d.k_heads * d.dk + d.v_heads * d.dv;

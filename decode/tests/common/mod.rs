@@ -116,3 +116,60 @@ pub fn reference(name: &str) -> Vec<RefPrompt> {
         })
         .collect()
 }
+
+/// qwen3_moe_b with expert 0's up projections widened from BF16 to F32 (the same values, another
+/// element type: gate and up of one expert differ in type), converted into `tmp/jnf`.
+pub fn mixed_type_expert_model(tmp: &Path) -> PathBuf {
+    use tarfa_format::safetensors::{parse_safetensors_header, safetensors_header_len};
+    let src = repo().join("fixtures/hf/qwen3_moe_b");
+    let mixed = tmp.join("mixed");
+    std::fs::create_dir_all(&mixed).expect("mkdir");
+    for f in ["config.json", "tokenizer.json"] {
+        std::fs::copy(src.join(f), mixed.join(f)).expect("copy");
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).expect("read");
+    let n = safetensors_header_len(&bytes, bytes.len() as u64).expect("len") as usize;
+    let h = parse_safetensors_header(&bytes[8..8 + n], bytes.len() as u64).expect("header");
+    let mut json = serde_json::Map::new();
+    let mut data = Vec::new();
+    let mut widened = 0;
+    for t in &h.tensors {
+        let mut b = bytes[t.begin as usize..t.end as usize].to_vec();
+        let mut dtype = t.dtype_name.clone();
+        if t.name.ends_with(".mlp.experts.0.up_proj.weight") && dtype == "BF16" {
+            b = b
+                .chunks_exact(2)
+                .flat_map(|c| (u32::from(u16::from_le_bytes([c[0], c[1]])) << 16).to_le_bytes())
+                .collect();
+            dtype = "F32".into();
+            widened += 1;
+        }
+        json.insert(
+            t.name.clone(),
+            serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [data.len(), data.len() + b.len()]}),
+        );
+        data.extend_from_slice(&b);
+    }
+    assert!(widened > 0, "the fixture has expert 0 up projections");
+    let mut hdr = serde_json::to_vec(&json).expect("json");
+    while !hdr.len().is_multiple_of(8) {
+        hdr.push(b' ');
+    }
+    let mut file = (hdr.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(&hdr);
+    file.extend_from_slice(&data);
+    std::fs::write(mixed.join("model.safetensors"), file).expect("write");
+    let out = tmp.join("jnf");
+    tarfa_converter::convert(
+        &mixed,
+        &out,
+        &tarfa_converter::Options {
+            layers: None,
+            direct_io: false,
+            jobs: 1,
+        },
+        &tarfa_converter::Quiet,
+    )
+    .expect("convert");
+    out
+}
