@@ -327,49 +327,13 @@ impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
 /// The manifest field holding [`content_digest`] of everything else in it.
 pub const DIGEST_KEY: &str = "digest";
 
-/// SHA-256 (hex) of the manifest's content without its `digest` field, in canonical JSON: object
-/// keys sorted by their UTF-8 bytes at every level, no whitespace, strings and numbers as
-/// serde_json writes them. Any change to the manifest after it was written changes it.
+/// SHA-256 (hex) of the manifest's content without its top-level `digest` field, in the canonical
+/// JSON of spec §8.1.2: RFC 8785 (JCS), integers kept exact ([`crate::jcs`]). Any change to the
+/// manifest's content after it was written changes it; whitespace and key order do not.
 pub fn content_digest(v: &serde_json::Value) -> String {
     use sha2::Digest;
-    fn canon(v: &serde_json::Value, out: &mut Vec<u8>, top: bool) {
-        match v {
-            serde_json::Value::Object(o) => {
-                let mut keys: Vec<&String> = o
-                    .keys()
-                    .filter(|k| !top || k.as_str() != DIGEST_KEY)
-                    .collect();
-                keys.sort();
-                out.push(b'{');
-                for (i, k) in keys.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    out.extend_from_slice(
-                        serde_json::Value::String((*k).clone())
-                            .to_string()
-                            .as_bytes(),
-                    );
-                    out.push(b':');
-                    canon(&o[k.as_str()], out, false);
-                }
-                out.push(b'}');
-            }
-            serde_json::Value::Array(a) => {
-                out.push(b'[');
-                for (i, x) in a.iter().enumerate() {
-                    if i > 0 {
-                        out.push(b',');
-                    }
-                    canon(x, out, false);
-                }
-                out.push(b']');
-            }
-            other => out.extend_from_slice(other.to_string().as_bytes()),
-        }
-    }
     let mut bytes = Vec::new();
-    canon(v, &mut bytes, true);
+    crate::jcs::write(v, &mut bytes, Some(DIGEST_KEY));
     hex::encode(sha2::Sha256::digest(&bytes))
 }
 
@@ -689,6 +653,26 @@ mod tests {
         std::os::unix::fs::symlink("/dev/zero", dir.path().join(MANIFEST_NAME)).expect("link");
         let e = Manifest::load(dir.path()).expect_err("refused");
         assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+
+    /// Review finding 13: the digest is of RFC 8785 (JCS) canonical JSON, which no JSON
+    /// library's version can move: `1e+300` (not serde_json's `1e300`), `-0` and `1.0` as
+    /// ECMAScript writes them, keys in UTF-16 order (the emoji, D83D DE00, before U+E000, which
+    /// UTF-8 order reverses), integers exact.
+    #[test]
+    fn content_digest_hashes_rfc8785_canonical_json() {
+        use sha2::Digest;
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"digest": "left out", "f": [1e300, -0.0, 1.0, 1e-7, 0.1, 5e-324, 1e21],
+                "\ud83d\ude00": 1, "\ue000": 2, "i": 18446744073709551615}"#,
+        )
+        .expect("JSON");
+        let want = "{\"f\":[1e+300,0,1,1e-7,0.1,5e-324,1e+21],\"i\":18446744073709551615,\
+                    \"\u{1f600}\":1,\"\u{e000}\":2}";
+        assert_eq!(
+            content_digest(&v),
+            hex::encode(sha2::Sha256::digest(want.as_bytes()))
+        );
     }
 
     #[test]
