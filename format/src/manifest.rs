@@ -337,6 +337,46 @@ pub fn content_digest(v: &serde_json::Value) -> String {
     hex::encode(sha2::Sha256::digest(&bytes))
 }
 
+/// The digest as tarfa computed it before §8.1.2 adopted JCS (keys in UTF-8 order, serde_json's
+/// numbers): recognised only to tell the user to convert again, never accepted.
+fn pre_jcs_digest(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    use sha2::Digest;
+    fn canon(v: &Value, out: &mut String, top: bool) {
+        match v {
+            Value::Object(o) => {
+                let mut keys: Vec<&String> =
+                    o.keys().filter(|k| !top || *k != DIGEST_KEY).collect();
+                keys.sort();
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
+                    canon(&o[k.as_str()], out, false);
+                }
+                out.push('}');
+            }
+            Value::Array(a) => {
+                out.push('[');
+                for (i, x) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    canon(x, out, false);
+                }
+                out.push(']');
+            }
+            other => out.push_str(&other.to_string()),
+        }
+    }
+    let mut text = String::new();
+    canon(v, &mut text, true);
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
+}
+
 fn is_hex64(s: &str) -> bool {
     s.len() == 64
         && s.bytes()
@@ -507,6 +547,13 @@ impl Manifest {
             .ok_or_else(|| format!("no \"{DIGEST_KEY}\" field"))?;
         let actual = content_digest(&v);
         if recorded.as_str() != Some(actual.as_str()) {
+            if recorded.as_str() == Some(pre_jcs_digest(&v).as_str()) {
+                return Err(format!(
+                    "digest {recorded} is of the canonical JSON tarfa used before JNF v1.0 adopted \
+                     RFC 8785 (JCS, spec §8.1.2): this manifest was written by an older tarfa; \
+                     convert the model again with this one"
+                ));
+            }
             return Err(format!(
                 "digest mismatch: the manifest was changed after it was written (recorded {recorded}, content hashes to {actual})"
             ));
@@ -673,6 +720,27 @@ mod tests {
             content_digest(&v),
             hex::encode(sha2::Sha256::digest(want.as_bytes()))
         );
+    }
+
+    /// A manifest sealed with the pre-JCS digest is refused, with a message that says to convert
+    /// again. (Where the two forms are the same bytes — no float, every key in the BMP below
+    /// U+E000 — the digest is the same and the manifest stays valid.)
+    #[test]
+    fn a_manifest_with_a_pre_jcs_digest_is_refused_and_told_to_convert_again() {
+        let mut m = manifest();
+        assert_eq!(
+            pre_jcs_digest(&serde_json::to_value(&m).expect("value")),
+            content_digest(&serde_json::to_value(&m).expect("value"))
+        );
+        m.architecture.config = serde_json::json!({"rope_theta": 10000.0});
+        let mut v = serde_json::to_value(m).expect("value");
+        let old = pre_jcs_digest(&v);
+        assert_ne!(old, content_digest(&v));
+        v.as_object_mut()
+            .expect("object")
+            .insert(DIGEST_KEY.into(), serde_json::Value::String(old));
+        let e = Manifest::from_bytes(&serde_json::to_vec(&v).expect("json")).expect_err("refused");
+        assert!(e.contains("RFC 8785") && e.contains("convert the model again"), "{e}");
     }
 
     #[test]
