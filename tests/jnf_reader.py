@@ -9,9 +9,12 @@ check from the bytes (alignment, bounds, placement, zero padding and reserved by
 rule, roles, provenance, canonical strings), every hash (SHA-256 with hashlib; BLAKE3 with the
 `blake3` PyPI package when it is importable, otherwise SHA-256 only, and it says so), the expert
 digests and root digests of §5.4, and a model directory's manifest.json (§8.1: its digest over
-canonical JSON, its rules, every listed file's size and root digests, no unlisted file).
+canonical JSON -- RFC 8785 JCS, integers kept exact, §8.1.2 -- its rules, every listed file's size
+and root digests, no unlisted file).
 
 Standard library only, plus the optional `blake3` package. `--json` prints one JSON document.
+`--digest` prints the §8.1.2 digest of each JSON text on stdin (one per line); `--canonical
+FILE...` writes the canonical bytes of each JSON file's content (top-level `digest` left out).
 """
 
 import hashlib
@@ -698,6 +701,14 @@ def main(argv):
                 print(manifest_digest(parse_json(line)))
             except (ValueError, Violation) as e:
                 print(f"refused: {e}")
+        return 0
+    if argv[:1] == ["--canonical"]:  # the §8.1.2 canonical bytes of each JSON file, no digest
+        for p in argv[1:]:
+            with open(p, "rb") as f:
+                obj = parse_json(f.read().decode("utf-8"))
+            if isinstance(obj, dict):
+                obj = {k: x for k, x in obj.items() if k != "digest"}
+            sys.stdout.buffer.write(canon(obj).encode("utf-8"))
         return 0
     as_json = "--json" in argv
     paths = [a for a in argv if a != "--json"]
