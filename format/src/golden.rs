@@ -355,7 +355,9 @@ pub const MANIFEST_JCS_TEXT: &str = r#"{
 /// `manifest-jcs/manifest.json` (a model directory of no files) and, beside it,
 /// `manifest-jcs.canonical.json`: the canonical bytes its digest hashes.
 fn manifest_jcs(dir: &Path) -> Result<()> {
-    let path = dir.join("manifest-jcs").join(crate::manifest::MANIFEST_NAME);
+    let path = dir
+        .join("manifest-jcs")
+        .join(crate::manifest::MANIFEST_NAME);
     let bad = |detail: String| crate::Error::Manifest {
         path: path.clone(),
         detail,

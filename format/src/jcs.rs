@@ -43,8 +43,10 @@ pub fn write(v: &Value, out: &mut Vec<u8>, skip_top: Option<&str>) {
             out.push(b']');
         }
         Value::Object(o) => {
-            let mut members: Vec<(&String, &Value)> =
-                o.iter().filter(|(k, _)| Some(k.as_str()) != skip_top).collect();
+            let mut members: Vec<(&String, &Value)> = o
+                .iter()
+                .filter(|(k, _)| Some(k.as_str()) != skip_top)
+                .collect();
             members.sort_by(|a, b| a.0.encode_utf16().cmp(b.0.encode_utf16()));
             out.push(b'{');
             for (i, (k, x)) in members.into_iter().enumerate() {
@@ -102,21 +104,24 @@ pub fn number(x: f64) -> String {
     if x == 0.0 {
         return "0".into();
     }
-    // Rust's `{:e}` is the shortest round-trip form, `D.DDDe±X` without a `+`; take its digits
-    // `s` (k of them) and n, the position of the decimal point: x = 0.s × 10^n.
+    // Rust's `{:e}` is the shortest round-trip form, `D.DDDe±X` without a `+`; take its digit
+    // count (`len`).
     let shortest = format!("{:e}", x.abs());
-    let k = shortest.split_once('e').map_or(0, |(m, _)| m.len() - usize::from(m.contains('.')));
+    let len = shortest
+        .split_once('e')
+        .map_or(0, |(m, _)| m.len() - usize::from(m.contains('.')));
     // Among digit strings of that length that read back as `x`, ECMAScript takes the closest,
     // and of two equally close the even one; `{:e}` may take the other (1424953923781206.25 is
     // `1424953923781206.2` in ECMAScript, `1.4249539237812063e15` from `{:e}`). The correctly
-    // rounded `k` digits (`{:.*e}` rounds half to even) are the closest: use them when they
+    // rounded `len` digits (`{:.*e}` rounds half to even) are the closest: use them when they
     // read back as `x`.
-    let rounded = format!("{:.*e}", k.saturating_sub(1), x.abs());
+    let rounded = format!("{:.*e}", len.saturating_sub(1), x.abs());
     let e = if rounded.parse::<f64>() == Ok(x.abs()) {
         rounded
     } else {
         shortest
     };
+    // Its digits `s` (k of them) and n, the position of the decimal point: x = 0.s × 10^n.
     let (mant, exp) = e.split_once('e').unwrap_or((e.as_str(), "0"));
     let s: String = mant.chars().filter(|c| *c != '.').collect();
     let k = s.len() as i64;
@@ -192,7 +197,10 @@ mod tests {
             number(f64::from_bits(0xbecbf647612f3696)),
             "-0.0000033333333333333333"
         );
-        assert_eq!(number(f64::from_bits(0x43143ff3c1cb0959)), "1424953923781206.2");
+        assert_eq!(
+            number(f64::from_bits(0x43143ff3c1cb0959)),
+            "1424953923781206.2"
+        );
         // The table's NaN and Infinity have no JSON form (serde_json refuses them on parse).
         assert!(serde_json::from_str::<Value>("1e400").is_err());
     }

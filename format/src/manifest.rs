@@ -740,7 +740,10 @@ mod tests {
             .expect("object")
             .insert(DIGEST_KEY.into(), serde_json::Value::String(old));
         let e = Manifest::from_bytes(&serde_json::to_vec(&v).expect("json")).expect_err("refused");
-        assert!(e.contains("RFC 8785") && e.contains("convert the model again"), "{e}");
+        assert!(
+            e.contains("RFC 8785") && e.contains("convert the model again"),
+            "{e}"
+        );
     }
 
     #[test]
