@@ -148,7 +148,7 @@ pub fn number(x: f64) -> String {
             out.push_str(&s[1..]);
         }
         out.push('e');
-        out.push(if n - 1 >= 0 { '+' } else { '-' });
+        out.push(if n >= 1 { '+' } else { '-' });
         out.push_str(&(n - 1).abs().to_string());
     }
     out
