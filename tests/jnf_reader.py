@@ -9,9 +9,12 @@ check from the bytes (alignment, bounds, placement, zero padding and reserved by
 rule, roles, provenance, canonical strings), every hash (SHA-256 with hashlib; BLAKE3 with the
 `blake3` PyPI package when it is importable, otherwise SHA-256 only, and it says so), the expert
 digests and root digests of §5.4, and a model directory's manifest.json (§8.1: its digest over
-canonical JSON, its rules, every listed file's size and root digests, no unlisted file).
+canonical JSON -- RFC 8785 JCS, integers kept exact, §8.1.2 -- its rules, every listed file's size
+and root digests, no unlisted file).
 
 Standard library only, plus the optional `blake3` package. `--json` prints one JSON document.
+`--digest` prints the §8.1.2 digest of each JSON text on stdin (one per line); `--canonical
+FILE...` writes the canonical bytes of each JSON file's content (top-level `digest` left out).
 """
 
 import hashlib
@@ -418,8 +421,7 @@ class _NegZero(float):
 
 
 def _parse_int(s):
-    # serde_json reads integers in [-2^63, 2^64) as integers, `-0` and integers past that range
-    # as f64 (§8.1 digest rule).
+    # §8.1.2: integers in [-2^63, 2^64) stay exact; `-0` and integers past that range are f64s.
     if s == "-0":
         return -0.0
     v = int(s)
@@ -449,42 +451,62 @@ def _pairs(pairs):
 
 
 def canon_number(v):
-    """A finite f64 as serde_json writes it (§8.1): the shortest digits that round-trip; with the
-    value D.DDD x 10^e, decimal notation when -5 <= e <= 15 (`0.00001`, `1000000000000000.0`,
-    an integral value ending `.0`), else `De+16`, `D.DDDe-7`: `e`, a sign, no leading zeros."""
+    """A finite f64 as ECMAScript's Number.prototype.toString writes it (RFC 8785 3.2.2.3, §8.1.2):
+    the shortest digits s (k of them) that read back as v, v = 0.s x 10^n; then `s` and n-k zeros
+    when k <= n <= 21, `ss.ss` when 0 < n <= 21, `0.000s` when -6 < n <= 0, else `s.sse+X` or
+    `se-X` (`e`, a sign, no leading zeros). Both zeros are `0`."""
     if v == 0:
-        return "-0.0" if math.copysign(1, v) < 0 else "0.0"
+        return "0"
     sign = "-" if v < 0 else ""
-    # repr gives the shortest round-trip digits; normalise it to 0.DIGITS x 10^point
+    # repr gives the shortest round-trip digits (the closest, ties to even); normalise them
     mant, _, exp = repr(abs(v)).partition("e")
     ip, _, fp = mant.partition(".")
     allds = ip + fp
-    digits = allds.lstrip("0").rstrip("0") or "0"
-    point = len(ip) + int(exp or 0) - (len(allds) - len(allds.lstrip("0")))
-    n, kk = len(digits), point
-    if 0 <= kk - n and kk <= 16:  # integer-valued: digits, zeros, ".0"
-        return sign + digits + "0" * (kk - n) + ".0"
-    if 0 < kk <= 16:
-        return sign + digits[:kk] + "." + digits[kk:]
-    if -5 < kk <= 0:
-        return sign + "0." + "0" * (-kk) + digits
-    e = kk - 1
-    es = f"e+{e}" if e >= 0 else f"e{e}"
-    if n == 1:
-        return f"{sign}{digits}{es}"
-    return f"{sign}{digits[0]}.{digits[1:]}{es}"
+    lead = len(allds) - len(allds.lstrip("0"))
+    s = allds.lstrip("0").rstrip("0")
+    n = len(ip) + int(exp or 0) - lead
+    k = len(s)
+    if k <= n <= 21:
+        return sign + s + "0" * (n - k)
+    if 0 < n <= 21:
+        return sign + s[:n] + "." + s[n:]
+    if -6 < n <= 0:
+        return sign + "0." + "0" * (-n) + s
+    e = n - 1
+    es = f"e+{e}" if e >= 0 else f"e-{-e}"
+    if k == 1:
+        return f"{sign}{s}{es}"
+    return f"{sign}{s[0]}.{s[1:]}{es}"
+
+
+def canon_string(v):
+    """A string as RFC 8785 3.2.2.2 (ECMAScript JSON.stringify) writes it."""
+    out = ['"']
+    for c in v:
+        if c in _ESCAPES:
+            out.append(_ESCAPES[c])
+        elif ord(c) < 0x20:
+            out.append(f"\\u{ord(c):04x}")
+        else:
+            out.append(c)
+    out.append('"')
+    return "".join(out)
+
+
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f",
+            "\r": "\\r"}
 
 
 def canon(v):
-    """§8.1 canonical JSON: keys sorted by UTF-8 bytes, no whitespace, serde_json's strings and
-    numbers."""
+    """§8.1.2 canonical JSON: RFC 8785 (JCS) -- members sorted by the UTF-16 code units of their
+    keys, no whitespace, ECMAScript strings and numbers -- except that integers stay exact."""
     if isinstance(v, dict):
-        keys = sorted(v, key=lambda k: k.encode("utf-8"))
-        return "{" + ",".join(canon(k) + ":" + canon(v[k]) for k in keys) + "}"
+        keys = sorted(v, key=lambda k: k.encode("utf-16-be"))
+        return "{" + ",".join(canon_string(k) + ":" + canon(v[k]) for k in keys) + "}"
     if isinstance(v, list):
         return "[" + ",".join(canon(x) for x in v) + "]"
     if isinstance(v, str):
-        return json.dumps(v, ensure_ascii=False)
+        return canon_string(v)
     if v is True:
         return "true"
     if v is False:
@@ -679,6 +701,14 @@ def main(argv):
                 print(manifest_digest(parse_json(line)))
             except (ValueError, Violation) as e:
                 print(f"refused: {e}")
+        return 0
+    if argv[:1] == ["--canonical"]:  # the §8.1.2 canonical bytes of each JSON file, no digest
+        for p in argv[1:]:
+            with open(p, "rb") as f:
+                obj = parse_json(f.read().decode("utf-8"))
+            if isinstance(obj, dict):
+                obj = {k: x for k, x in obj.items() if k != "digest"}
+            sys.stdout.buffer.write(canon(obj).encode("utf-8"))
         return 0
     as_json = "--json" in argv
     paths = [a for a in argv if a != "--json"]

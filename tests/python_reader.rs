@@ -306,6 +306,9 @@ fn the_python_reader_computes_the_manifest_digest_of_every_tricky_value_as_tarfa
         r#"{"s": "quote \" back \\ slash / tab \t nl \n \u0001 \u001f \u007f é 日本 😀 \ud83d\ude00"}"#,
         r#"{"é": 1, "z": 2, "a": {"y": null, "b": true, "B": false}, "日": [], "digest": "x"}"#,
         r#"{"nested": {"digest": "kept below the top level"}, "digest": "dropped"}"#,
+        r#"{"ties": [1424953923781206.25, 333333333.33333329, 9.999999999999997e22, 1e21, 1e20]}"#,
+        r#"{"\ufb33": 1, "\ud83d\ude00": 2, "\ue000": 3, "\uffff": 4, "\u0080": 5, "": 6}"#,
+        r#"{"i": [9007199254740993, 9007199254740993.0, -9223372036854775809, 1e-7, 1e-6]}"#,
     ];
     let mut child = Command::new("python3")
         .arg(script())
@@ -346,6 +349,37 @@ fn the_python_reader_computes_the_manifest_digest_of_every_tricky_value_as_tarfa
     assert!(
         String::from_utf8_lossy(&out.stdout).starts_with("refused"),
         "{out:?}"
+    );
+}
+
+/// The manifest golden vector (§8.1.2, review finding 13): the second reader accepts its
+/// directory with the digest it records, and writes the same canonical bytes as the committed
+/// `manifest-jcs.canonical.json` (which tarfa's own test holds its canonical form to).
+#[test]
+fn the_python_reader_writes_the_manifest_golden_vector_s_canonical_bytes() {
+    if !python_ready("manifest golden") {
+        return;
+    }
+    let dir = golden("manifest-jcs");
+    let (code, res, err) = py_read(&[&dir]);
+    assert_eq!(code, 0, "{res:?}{err}");
+    assert_eq!(
+        res[0]["manifest_digest"],
+        "3e768bb93e04359483622e7a69ba266f0a141cbfbf14a520c9a807a931cd195b"
+    );
+    let out = Command::new("python3")
+        .arg(script())
+        .arg("--canonical")
+        .arg(dir.join("manifest.json"))
+        .output()
+        .expect("run python3");
+    assert!(out.status.success(), "{out:?}");
+    let want = std::fs::read(golden("manifest-jcs.canonical.json")).expect("read");
+    assert!(
+        out.stdout == want,
+        "python canonical form differs:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&want)
     );
 }
 

@@ -302,6 +302,79 @@ pub const SINGLE_EXPERT: TinyModel = TinyModel {
     expert_dtype: Dtype::Q8_0,
 };
 
+/// The manifest golden vector (spec §8.1.2): a valid manifest, written by hand, whose content
+/// holds what JSON writers disagree on — exponents, `-0`, shortest digits and their ties,
+/// integers on both sides of 2^53 and past 64 bits, escapes, keys that sort differently by
+/// UTF-16 and by UTF-8 (the emoji and U+E000, RFC 8785 §3.2.3's example). `@DIGEST@` is
+/// replaced by its digest.
+pub const MANIFEST_JCS_TEXT: &str = r#"{
+  "format": "jnf-model",
+  "format_version": [1, 0],
+  "architecture": {
+    "source_format": "synthetic",
+    "num_layers": 1,
+    "config": {
+      "floats": [1e300, 1E-7, 1.5e-7, 0.000001, -0.0, -0, 0.0, 0.1, 5e-324, -5e-324,
+                 1.7976931348623157e308, 1e21, 1e20, 100.0, 1E2, 4.50, 2e-3,
+                 333333333.33333329, 1424953923781206.25, 9.999999999999997e22, 1e23,
+                 3.3999999521443642e38, 0.30000000000000004, -1e-300],
+      "integers": [0, -1, 9007199254740992, 9007199254740993, 18446744073709551615,
+                   -9223372036854775808, 1764547200123456789],
+      "past_64_bits": [18446744073709551616, -9223372036854775809,
+                       123456789012345678901234567890, 9007199254740993.0],
+      "strings": ["\u00e9 é", "\ud83d\ude00 😀", "\u0000\u001f\b\t\n\f\r\u000b",
+                  "\" \\ \/ /", "\u007f\u0080\u2028\u2029\ufeff", "\uE000\uffff", ""],
+      "\u20ac": "Euro Sign",
+      "\r": "Carriage Return",
+      "\ufb33": "Hebrew Letter Dalet With Dagesh",
+      "1": "One",
+      "😀": "Emoji: Grinning Face",
+      "\u0080": "Control",
+      "\u00f6": "Latin Small Letter O With Diaeresis",
+      "\ue000": "Private Use U+E000",
+      "": "the empty key",
+      "A": {"nested": {"z": null, "digest": "kept: only the top-level digest is left out"}},
+      "a": [true, false, null, [], {}]
+    }
+  },
+  "tokenizer": [],
+  "layers": [],
+  "files": [],
+  "conversion": {
+    "tool": "tarfa-format golden generator",
+    "tool_version": "1",
+    "sources": [
+      {"path": "model.safetensors", "size": 18446744073709551615,
+       "mtime_ns": 1764547200123456789, "ctime_ns": -9223372036854775808}
+    ]
+  },
+  "digest": "@DIGEST@"
+}
+"#;
+
+/// `manifest-jcs/manifest.json` (a model directory of no files) and, beside it,
+/// `manifest-jcs.canonical.json`: the canonical bytes its digest hashes.
+fn manifest_jcs(dir: &Path) -> Result<()> {
+    let path = dir
+        .join("manifest-jcs")
+        .join(crate::manifest::MANIFEST_NAME);
+    let bad = |detail: String| crate::Error::Manifest {
+        path: path.clone(),
+        detail,
+    };
+    let mut v: serde_json::Value =
+        serde_json::from_str(MANIFEST_JCS_TEXT).map_err(|e| bad(e.to_string()))?;
+    if let Some(o) = v.as_object_mut() {
+        o.remove(crate::manifest::DIGEST_KEY);
+    }
+    let canonical = crate::jcs::to_vec(&v);
+    let text = MANIFEST_JCS_TEXT.replace("@DIGEST@", &crate::manifest::content_digest(&v));
+    let sub = dir.join("manifest-jcs");
+    std::fs::create_dir_all(&sub).map_err(|e| crate::Error::io(&sub, "mkdir", e))?;
+    crate::publish::write_atomic(&path, text.as_bytes())?;
+    crate::publish::write_atomic(&dir.join("manifest-jcs.canonical.json"), &canonical)
+}
+
 /// Write every golden vector under `dir`; returns their paths relative to `dir`, sorted.
 pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>> {
     std::fs::create_dir_all(dir).map_err(|e| crate::Error::io(dir, "mkdir", e))?;
@@ -310,6 +383,7 @@ pub fn write_all(dir: &Path) -> Result<Vec<PathBuf>> {
     fused(&dir.join("fused-gate-up.jnf"))?;
     TINY_MOE.write(&dir.join("tiny-moe"))?;
     SINGLE_EXPERT.write(&dir.join("single-expert"))?;
+    manifest_jcs(dir)?;
     let mut out = Vec::new();
     collect(dir, dir, &mut out).map_err(|e| crate::Error::io(dir, "list", e))?;
     out.sort();

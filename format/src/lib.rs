@@ -50,6 +50,7 @@ pub mod fsio;
 #[cfg(feature = "testkit")]
 pub mod golden;
 pub mod hash;
+pub mod jcs;
 pub mod layout;
 pub mod manifest;
 pub mod publish;

@@ -327,50 +327,54 @@ impl<'de> serde::Deserialize<'de> for NoDuplicateKeys {
 /// The manifest field holding [`content_digest`] of everything else in it.
 pub const DIGEST_KEY: &str = "digest";
 
-/// SHA-256 (hex) of the manifest's content without its `digest` field, in canonical JSON: object
-/// keys sorted by their UTF-8 bytes at every level, no whitespace, strings and numbers as
-/// serde_json writes them. Any change to the manifest after it was written changes it.
+/// SHA-256 (hex) of the manifest's content without its top-level `digest` field, in the canonical
+/// JSON of spec §8.1.2: RFC 8785 (JCS), integers kept exact ([`crate::jcs`]). Any change to the
+/// manifest's content after it was written changes it; whitespace and key order do not.
 pub fn content_digest(v: &serde_json::Value) -> String {
     use sha2::Digest;
-    fn canon(v: &serde_json::Value, out: &mut Vec<u8>, top: bool) {
+    let mut bytes = Vec::new();
+    crate::jcs::write(v, &mut bytes, Some(DIGEST_KEY));
+    hex::encode(sha2::Sha256::digest(&bytes))
+}
+
+/// The digest as tarfa computed it before §8.1.2 adopted JCS (keys in UTF-8 order, serde_json's
+/// numbers): recognised only to tell the user to convert again, never accepted.
+fn pre_jcs_digest(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    use sha2::Digest;
+    fn canon(v: &Value, out: &mut String, top: bool) {
         match v {
-            serde_json::Value::Object(o) => {
-                let mut keys: Vec<&String> = o
-                    .keys()
-                    .filter(|k| !top || k.as_str() != DIGEST_KEY)
-                    .collect();
+            Value::Object(o) => {
+                let mut keys: Vec<&String> =
+                    o.keys().filter(|k| !top || *k != DIGEST_KEY).collect();
                 keys.sort();
-                out.push(b'{');
-                for (i, k) in keys.iter().enumerate() {
+                out.push('{');
+                for (i, k) in keys.into_iter().enumerate() {
                     if i > 0 {
-                        out.push(b',');
+                        out.push(',');
                     }
-                    out.extend_from_slice(
-                        serde_json::Value::String((*k).clone())
-                            .to_string()
-                            .as_bytes(),
-                    );
-                    out.push(b':');
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push(':');
                     canon(&o[k.as_str()], out, false);
                 }
-                out.push(b'}');
+                out.push('}');
             }
-            serde_json::Value::Array(a) => {
-                out.push(b'[');
+            Value::Array(a) => {
+                out.push('[');
                 for (i, x) in a.iter().enumerate() {
                     if i > 0 {
-                        out.push(b',');
+                        out.push(',');
                     }
                     canon(x, out, false);
                 }
-                out.push(b']');
+                out.push(']');
             }
-            other => out.extend_from_slice(other.to_string().as_bytes()),
+            other => out.push_str(&other.to_string()),
         }
     }
-    let mut bytes = Vec::new();
-    canon(v, &mut bytes, true);
-    hex::encode(sha2::Sha256::digest(&bytes))
+    let mut text = String::new();
+    canon(v, &mut text, true);
+    hex::encode(sha2::Sha256::digest(text.as_bytes()))
 }
 
 fn is_hex64(s: &str) -> bool {
@@ -543,6 +547,13 @@ impl Manifest {
             .ok_or_else(|| format!("no \"{DIGEST_KEY}\" field"))?;
         let actual = content_digest(&v);
         if recorded.as_str() != Some(actual.as_str()) {
+            if recorded.as_str() == Some(pre_jcs_digest(&v).as_str()) {
+                return Err(format!(
+                    "digest {recorded} is of the canonical JSON tarfa used before JNF v1.0 adopted \
+                     RFC 8785 (JCS, spec §8.1.2): this manifest was written by an older tarfa; \
+                     convert the model again with this one"
+                ));
+            }
             return Err(format!(
                 "digest mismatch: the manifest was changed after it was written (recorded {recorded}, content hashes to {actual})"
             ));
@@ -689,6 +700,50 @@ mod tests {
         std::os::unix::fs::symlink("/dev/zero", dir.path().join(MANIFEST_NAME)).expect("link");
         let e = Manifest::load(dir.path()).expect_err("refused");
         assert!(e.to_string().contains("not a regular file"), "{e}");
+    }
+
+    /// Review finding 13: the digest is of RFC 8785 (JCS) canonical JSON, which no JSON
+    /// library's version can move: `1e+300` (not serde_json's `1e300`), `-0` and `1.0` as
+    /// ECMAScript writes them, keys in UTF-16 order (the emoji, D83D DE00, before U+E000, which
+    /// UTF-8 order reverses), integers exact.
+    #[test]
+    fn content_digest_hashes_rfc8785_canonical_json() {
+        use sha2::Digest;
+        let v: serde_json::Value = serde_json::from_str(
+            r#"{"digest": "left out", "f": [1e300, -0.0, 1.0, 1e-7, 0.1, 5e-324, 1e21],
+                "\ud83d\ude00": 1, "\ue000": 2, "i": 18446744073709551615}"#,
+        )
+        .expect("JSON");
+        let want = "{\"f\":[1e+300,0,1,1e-7,0.1,5e-324,1e+21],\"i\":18446744073709551615,\
+                    \"\u{1f600}\":1,\"\u{e000}\":2}";
+        assert_eq!(
+            content_digest(&v),
+            hex::encode(sha2::Sha256::digest(want.as_bytes()))
+        );
+    }
+
+    /// A manifest sealed with the pre-JCS digest is refused, with a message that says to convert
+    /// again. (Where the two forms are the same bytes — no float, every key in the BMP below
+    /// U+E000 — the digest is the same and the manifest stays valid.)
+    #[test]
+    fn a_manifest_with_a_pre_jcs_digest_is_refused_and_told_to_convert_again() {
+        let mut m = manifest();
+        assert_eq!(
+            pre_jcs_digest(&serde_json::to_value(&m).expect("value")),
+            content_digest(&serde_json::to_value(&m).expect("value"))
+        );
+        m.architecture.config = serde_json::json!({"rope_theta": 10000.0});
+        let mut v = serde_json::to_value(m).expect("value");
+        let old = pre_jcs_digest(&v);
+        assert_ne!(old, content_digest(&v));
+        v.as_object_mut()
+            .expect("object")
+            .insert(DIGEST_KEY.into(), serde_json::Value::String(old));
+        let e = Manifest::from_bytes(&serde_json::to_vec(&v).expect("json")).expect_err("refused");
+        assert!(
+            e.contains("RFC 8785") && e.contains("convert the model again"),
+            "{e}"
+        );
     }
 
     #[test]

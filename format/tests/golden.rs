@@ -196,3 +196,42 @@ fn the_spec_worked_example_is_the_golden_file() {
         "spec §11 disagrees with fixtures/golden/hex-example.jnf"
     );
 }
+
+/// The manifest golden vector (spec §8.1.2, review finding 13): `manifest-jcs/manifest.json`
+/// loads (digest and rules), its content's canonical JSON is `manifest-jcs.canonical.json` byte
+/// for byte — RFC 8785 (JCS) as ECMAScript writes it (checked against node's `JSON.stringify`
+/// when it was made), integers exact — and its digest is that file's SHA-256, recorded here so
+/// that a change of the canonical form cannot pass unnoticed.
+#[test]
+fn manifest_golden_vector_is_rfc8785_canonical_json_with_exact_integers() {
+    const DIGEST: &str = "3e768bb93e04359483622e7a69ba266f0a141cbfbf14a520c9a807a931cd195b";
+    let dir = golden_dir().join("manifest-jcs");
+    let m = Manifest::load(&dir).expect("the manifest golden vector loads");
+    assert_eq!(m.conversion.sources[0].size, u64::MAX);
+    let text = std::fs::read(dir.join("manifest.json")).expect("read");
+    let mut v: serde_json::Value = serde_json::from_slice(&text).expect("JSON");
+    let recorded = v
+        .as_object_mut()
+        .and_then(|o| o.remove("digest"))
+        .expect("digest");
+    let canonical = std::fs::read(golden_dir().join("manifest-jcs.canonical.json")).expect("read");
+    assert!(tarfa_format::jcs::to_vec(&v) == canonical);
+    assert_eq!(hex::encode(sha2::Sha256::digest(&canonical)), DIGEST);
+    assert_eq!(recorded, DIGEST);
+    assert_eq!(tarfa_format::manifest::content_digest(&v), DIGEST);
+    let c = String::from_utf8(canonical).expect("UTF-8");
+    for part in [
+        "\"floats\":[1e+300,1e-7,1.5e-7,0.000001,0,0,0,0.1,5e-324,-5e-324,1.7976931348623157e+308,\
+         1e+21,100000000000000000000,100,100,4.5,0.002,333333333.3333333,1424953923781206.2,",
+        "\"integers\":[0,-1,9007199254740992,9007199254740993,18446744073709551615,\
+         -9223372036854775808,1764547200123456789]",
+        "\"past_64_bits\":[18446744073709552000,-9223372036854776000,1.2345678901234568e+29,\
+         9007199254740992]",
+        "\"\\u0000\\u001f\\b\\t\\n\\f\\r\\u000b\",\"\\\" \\\\ / /\"",
+        // UTF-16 order: the emoji (D83D DE00) before U+E000 before U+FB33.
+        "\"\u{1f600}\":\"Emoji: Grinning Face\",\"\u{e000}\":\"Private Use U+E000\",\"\u{fb33}\":",
+        "{\"\":\"the empty key\",\"\\r\":\"Carriage Return\",\"1\":\"One\",\"A\":",
+    ] {
+        assert!(c.contains(part), "{part} not in {c}");
+    }
+}
