@@ -123,7 +123,15 @@ pub enum FetchError {
     /// The GGUF header broke a rule (or could not be read).
     #[error(transparent)]
     Gguf(#[from] tarfa_gguf::Error),
-    /// A safetensors header, index or config.json broke a rule.
+    /// A safetensors header broke a rule of `tarfa_format::safetensors`.
+    #[error("{file}: {fault}")]
+    BadHeader {
+        /// The URL or path.
+        file: String,
+        /// The rule broken (not a `source`: its text is already in this one).
+        fault: tarfa_format::safetensors::HeaderFault,
+    },
+    /// A safetensors index or config.json broke a rule, or a header cannot be written.
     #[error("{file}: {detail}")]
     BadSafetensors {
         /// The URL or path.
@@ -228,6 +236,7 @@ impl FetchError {
         match self {
             FetchError::Gguf(e) => e.violation().is_some(),
             FetchError::BadSafetensors { .. }
+            | FetchError::BadHeader { .. }
             | FetchError::NotAModel { .. }
             | FetchError::NothingSelected { .. }
             | FetchError::RemoteChanged { .. } => true,
