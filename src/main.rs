@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         Ok(false) => ExitCode::from(1),
         Err(e) if is_broken_pipe(&e) => ExitCode::from(CLOSED_PIPE_EXIT),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             let (code, hint) = match e.downcast_ref::<diagnose::Refused>() {
                 Some(r) => (r.code, Some(r.hint.as_str())),
                 None => classify(&e),
@@ -57,6 +57,23 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// `e` and its causes, joined by `: ` as `{e:#}` joins them, leaving out a cause whose text the
+/// message already holds: an error that prints its source in its own text (`path: open: No such
+/// file or directory (os error 2)`) and also returns it from `source()` would show it twice.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.is_empty() {
+            text = part;
+        } else if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 /// The exit status of a process ended by SIGPIPE, as a shell reports it (128 + 13).
@@ -120,7 +137,6 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
             C::LfsPointer { .. } | C::SourceChanged { .. } => return (1, None),
             C::MissingShard { .. }
             | C::BadShard { .. }
-            | C::BadTensor { .. }
             | C::BadSource { .. }
             | C::BadExperts { .. }
             | C::IndexTooLarge { .. } => return (1, Some(SOURCE)),

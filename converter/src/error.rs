@@ -150,7 +150,7 @@ pub enum SourceFault {
         tensor: String,
     },
     /// A shard name that leaves the checkpoint directory (or is empty).
-    #[error("shard name {name:?} is not a relative path inside the checkpoint")]
+    #[error("shard name {name:?} is not a plain relative path inside the checkpoint (not absolute; no empty, '.', '..' or ':' component)")]
     ShardName {
         /// The name as the index gives it.
         name: String,
@@ -184,6 +184,12 @@ pub enum SourceFault {
         prefix: String,
         /// Its length in bytes.
         len: usize,
+    },
+    /// A tensor name a JNF file cannot hold: empty, or with a NUL (spec §5.1, §5.2).
+    #[error("tensor {name:?}: a name that is empty or holds NUL cannot be written to a JNF file")]
+    BadName {
+        /// The name.
+        name: String,
     },
     /// A split GGUF whose parts do not match the count its file names give.
     #[error("{opened} parts opened but the file names give {named}")]

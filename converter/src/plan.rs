@@ -466,7 +466,7 @@ impl Plan {
     /// header of zero-size tensors), before anything is written. Layers with experts were
     /// checked, with their plain tensors, before their grids were built.
     pub(crate) fn check_plain_bounds(&self, ck: &Checkpoint) -> Result<(), ConvertError> {
-        self.check_name_lengths(ck)?;
+        self.check_names(ck)?;
         let first = |items: &[Item]| items.first().map_or(String::new(), |i| i.name.clone());
         check_file_bound(
             || tarfa_format::manifest::TRUNK_NAME.to_string(),
@@ -487,30 +487,51 @@ impl Plan {
         Ok(())
     }
 
-    /// Every region name and source tensor name fits a JNF string (spec §5.1, at most
-    /// `MAX_STRING_LEN` bytes): a longer name is the source's fault, refused before any file is
-    /// written (the writer would refuse it too, but as a misuse of the writer).
-    fn check_name_lengths(&self, ck: &Checkpoint) -> Result<(), ConvertError> {
+    /// Every region name, source tensor name and source file name is one a JNF file can hold
+    /// (spec §5.1, §5.2: at most `MAX_STRING_LEN` bytes, not empty, no NUL; a plain relative
+    /// source path). A name that breaks this is the source's fault, refused before any file is
+    /// written (the writer would refuse it too, but as a broken JNF rule or a misuse of itself).
+    fn check_names(&self, ck: &Checkpoint) -> Result<(), ConvertError> {
         let max = tarfa_format::validate::MAX_STRING_LEN as usize;
         let all = self
             .trunk
             .iter()
             .chain(self.layers.values().flat_map(LayerPlan::items));
         for item in all {
+            let shard = ck.shards.get(item.slice.shard);
+            let path = || shard.map_or_else(|| ck.dir.clone(), |s| s.path.clone());
             for name in [&item.name, &item.slice.tensor] {
-                if name.len() > max {
+                let fault = if name.len() > max {
                     let mut cut = 64;
                     while !name.is_char_boundary(cut) {
                         cut -= 1;
                     }
+                    SourceFault::NameTooLong {
+                        prefix: name[..cut].to_string(),
+                        len: name.len(),
+                    }
+                } else if name.is_empty() || name.contains('\0') {
+                    SourceFault::BadName { name: name.clone() }
+                } else {
+                    continue;
+                };
+                return Err(ConvertError::BadSource {
+                    path: path(),
+                    fault,
+                });
+            }
+            if let Some(s) = shard {
+                let plain = s.rel.len() <= max
+                    && !s.rel.starts_with('/')
+                    && !s.rel.contains('\0')
+                    && s.rel
+                        .split(['/', '\\'])
+                        .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains(':'));
+                if !plain {
                     return Err(ConvertError::BadSource {
-                        path: ck
-                            .shards
-                            .get(item.slice.shard)
-                            .map_or_else(|| ck.dir.clone(), |s| s.path.clone()),
-                        fault: SourceFault::NameTooLong {
-                            prefix: name[..cut].to_string(),
-                            len: name.len(),
+                        path: path(),
+                        fault: SourceFault::ShardName {
+                            name: s.rel.clone(),
                         },
                     });
                 }
