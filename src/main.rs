@@ -111,7 +111,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// Exit code and hint for a library's error: 1 when the input is invalid (a file breaks its format's
 /// rules, a source checkpoint is incomplete or damaged), 2 when tarfa could not run.
 fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
-    use tarfa_converter::ConvertError as C;
+    use tarfa_converter::{ConvertError as C, SourceFault};
     if let Some(f) = file_error(e) {
         // A FIFO, a device or an over-long file where a file of the model should be: invalid
         // input. A failed open or read is the machine's: exit 2.
@@ -122,6 +122,7 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     const JNF: &str = "the file breaks a rule of spec/JNF_V1.md: it was not written by a conforming writer, or was damaged since (tarfa verify names every fault)";
     const SOURCE: &str =
         "the source checkpoint is incomplete or damaged; nothing of the failing file was published";
+    const NAMES: &str = "a JNF file holds names of 1 to 4096 bytes without NUL, and source paths without ':' components (spec/JNF_V1.md §5.1); rename it in the source";
     const GGUF: &str =
         "the GGUF file breaks a rule of the format; it is damaged, truncated or not a GGUF file";
     if let Some(f) = e.downcast_ref::<tarfa_format::Error>() {
@@ -135,6 +136,13 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     if let Some(c) = e.downcast_ref::<C>() {
         match c {
             C::LfsPointer { .. } | C::SourceChanged { .. } => return (1, None),
+            C::BadSource {
+                fault:
+                    SourceFault::NameTooLong { .. }
+                    | SourceFault::BadName { .. }
+                    | SourceFault::ShardName { .. },
+                ..
+            } => return (1, Some(NAMES)),
             C::MissingShard { .. }
             | C::BadShard { .. }
             | C::BadSource { .. }

@@ -172,20 +172,25 @@ pub enum SourceFault {
         other: String,
     },
     /// The index lists a tensor its shard's header does not hold.
-    #[error("tensor '{tensor}': listed in model.safetensors.index.json but not in the shard's header")]
+    #[error(
+        "tensor '{tensor}': listed in model.safetensors.index.json but not in the shard's header"
+    )]
     IndexedTensorMissing {
         /// The tensor.
         tensor: String,
     },
     /// A name a JNF file cannot hold: over the string limit of spec §5.1.
-    #[error("tensor '{prefix}…' ({len} bytes): a name of over {} bytes cannot be written to a JNF file", tarfa_format::validate::MAX_STRING_LEN)]
+    #[error(
+        "tensor '{prefix}…' ({len} bytes): a name of over {} bytes cannot be written to a JNF file",
+        tarfa_format::validate::MAX_STRING_LEN
+    )]
     NameTooLong {
         /// The name's first 64 bytes (at a character boundary).
         prefix: String,
         /// Its length in bytes.
         len: usize,
     },
-    /// A tensor name a JNF file cannot hold: empty, or with a NUL (spec §5.1, §5.2).
+    /// A tensor name a JNF file cannot hold: empty, or with a NUL (spec §5.1).
     #[error("tensor {name:?}: a name that is empty or holds NUL cannot be written to a JNF file")]
     BadName {
         /// The name.

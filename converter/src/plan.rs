@@ -488,7 +488,7 @@ impl Plan {
     }
 
     /// Every region name, source tensor name and source file name is one a JNF file can hold
-    /// (spec §5.1, §5.2: at most `MAX_STRING_LEN` bytes, not empty, no NUL; a plain relative
+    /// (spec §5.1: at most `MAX_STRING_LEN` bytes, not empty, no NUL; a plain relative
     /// source path). A name that breaks this is the source's fault, refused before any file is
     /// written (the writer would refuse it too, but as a broken JNF rule or a misuse of itself).
     fn check_names(&self, ck: &Checkpoint) -> Result<(), ConvertError> {

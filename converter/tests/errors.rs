@@ -11,8 +11,8 @@ use std::process::Command;
 use safetensors::SafeTensors;
 use tarfa_converter::testkit::{write_checkpoint, SynthSpec};
 use tarfa_converter::{ConvertError, ExpertFault, SourceFault};
-use tarfa_format::safetensors::HeaderFault;
 use tarfa_format::manifest::TRUNK_NAME;
+use tarfa_format::safetensors::HeaderFault;
 
 use common::{edit_header, header_entries, published_outputs, run, temp_files};
 
@@ -272,7 +272,13 @@ fn source_that_is_not_a_directory_is_refused() {
     std::fs::create_dir(&empty).expect("mkdir");
     let err = convert_err(&empty, &out);
     assert!(
-        matches!(err, ConvertError::BadSource { fault: SourceFault::NoWeights, .. }),
+        matches!(
+            err,
+            ConvertError::BadSource {
+                fault: SourceFault::NoWeights,
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert!(err.to_string().contains("no *.safetensors"), "{err}");

@@ -479,7 +479,13 @@ fn the_output_may_be_neither_the_gguf_itself_nor_its_directory() {
     std::fs::copy(fixtures().join("moe.gguf"), &src).expect("copy");
     let err = convert(&src, &src, &Options::default(), &Quiet).expect_err("refused");
     assert!(
-        matches!(err, ConvertError::BadOutput { fault: OutputFault::IsSourceFile { .. }, .. }),
+        matches!(
+            err,
+            ConvertError::BadOutput {
+                fault: OutputFault::IsSourceFile { .. },
+                ..
+            }
+        ),
         "{err}"
     );
     // Its own directory neither: the GGUF would be a file the manifest does not list, which
@@ -487,7 +493,13 @@ fn the_output_may_be_neither_the_gguf_itself_nor_its_directory() {
     for out in [tmp.path().to_path_buf(), tmp.path().join(".")] {
         let err = convert(&src, &out, &Options::default(), &Quiet).expect_err("refused");
         assert!(
-            matches!(err, ConvertError::BadOutput { fault: OutputFault::HoldsSource { .. }, .. }),
+            matches!(
+                err,
+                ConvertError::BadOutput {
+                    fault: OutputFault::HoldsSource { .. },
+                    ..
+                }
+            ),
             "{err}"
         );
         assert!(err.to_string().contains("holds the source m.gguf"), "{err}");
@@ -538,7 +550,13 @@ fn broken_ggufs_are_refused_with_the_gguf_reader_error() {
     )
     .expect_err("other source");
     assert!(
-        matches!(err, ConvertError::BadOutput { fault: OutputFault::OtherCheckpoint, .. }),
+        matches!(
+            err,
+            ConvertError::BadOutput {
+                fault: OutputFault::OtherCheckpoint,
+                ..
+            }
+        ),
         "{err}"
     );
 }
@@ -571,7 +589,13 @@ fn an_expert_grid_with_unequal_stacks_is_refused() {
     let err =
         convert(&src, &tmp.path().join("out"), &Options::default(), &Quiet).expect_err("refused");
     assert!(
-        matches!(err, ConvertError::BadExperts { layer: 0, fault: ExpertFault::StackCounts { .. } }),
+        matches!(
+            err,
+            ConvertError::BadExperts {
+                layer: 0,
+                fault: ExpertFault::StackCounts { .. }
+            }
+        ),
         "{err}"
     );
 }

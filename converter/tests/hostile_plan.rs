@@ -29,7 +29,16 @@ fn a_fused_stack_of_a_trillion_zero_size_experts_is_refused_without_allocating()
         &[],
     );
     assert!(
-        matches!(&e, ConvertError::BadExperts { layer: 0, fault: ExpertFault::TooMany { count: 1_000_000_000_000, .. } }),
+        matches!(
+            &e,
+            ConvertError::BadExperts {
+                layer: 0,
+                fault: ExpertFault::TooMany {
+                    count: 1_000_000_000_000,
+                    ..
+                }
+            }
+        ),
         "{e}"
     );
 }
@@ -41,7 +50,16 @@ fn an_expert_index_of_a_billion_is_refused_without_allocating() {
         &[0, 0],
     );
     assert!(
-        matches!(&e, ConvertError::BadExperts { layer: 0, fault: ExpertFault::TooMany { count: 1_000_000_000, .. } }),
+        matches!(
+            &e,
+            ConvertError::BadExperts {
+                layer: 0,
+                fault: ExpertFault::TooMany {
+                    count: 1_000_000_000,
+                    ..
+                }
+            }
+        ),
         "{e}"
     );
 }

@@ -54,7 +54,7 @@ fn a_tensor_name_with_nul_is_the_sources_fault() {
 
 #[test]
 fn a_shard_name_a_jnf_file_cannot_record_is_the_sources_fault() {
-    // `a:b.safetensors` is a fine Linux file name, but spec §5.2 allows no `:` in a source path
+    // `a:b.safetensors` is a fine Linux file name, but spec §5.1 allows no `:` in a source path
     // (a drive letter or a stream name elsewhere): the writer refused it as a broken JNF rule.
     let t = tempfile::tempdir().expect("tempdir");
     let src = t.path().join("src");

@@ -100,7 +100,13 @@ fn a_directory_holding_anything_tarfa_did_not_write_is_refused_naming_it_and_lef
         let before = tree(&out);
         let err = run(&src, &out, None).expect_err(name);
         assert!(
-            matches!(err, ConvertError::BadOutput { fault: OutputFault::Foreign { .. }, .. }),
+            matches!(
+                err,
+                ConvertError::BadOutput {
+                    fault: OutputFault::Foreign { .. },
+                    ..
+                }
+            ),
             "{name}: {err}"
         );
         assert!(

@@ -206,7 +206,13 @@ fn converting_into_the_source_directory_is_refused_and_the_source_is_untouched()
     for out in [src.clone(), src.join("."), dir.path().join("./src")] {
         let err = run(&src, &out, None).expect_err("output = source");
         assert!(
-            matches!(err, ConvertError::BadOutput { fault: OutputFault::IsSourceDir, .. }),
+            matches!(
+                err,
+                ConvertError::BadOutput {
+                    fault: OutputFault::IsSourceDir,
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert!(err.to_string().contains("source directory"), "{err}");
@@ -232,7 +238,13 @@ fn output_holding_another_checkpoint_is_refused() {
     .expect("write other checkpoint");
     let err = run(&other, &out, None).expect_err("another checkpoint into the same directory");
     assert!(
-        matches!(err, ConvertError::BadOutput { fault: OutputFault::OtherCheckpoint, .. }),
+        matches!(
+            err,
+            ConvertError::BadOutput {
+                fault: OutputFault::OtherCheckpoint,
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert!(err.to_string().contains("another checkpoint"), "{err}");

@@ -180,7 +180,9 @@ pub enum HeaderFault {
         prev_end: u64,
     },
     /// The data would end past the end of the file.
-    #[error("the header says the data ends at byte {end}, but the file has {file_len} bytes: truncated")]
+    #[error(
+        "the header says the data ends at byte {end}, but the file has {file_len} bytes: truncated"
+    )]
     DataPastEnd {
         /// Where the last tensor ends (absolute).
         end: u64,
@@ -398,11 +400,9 @@ pub fn parse_safetensors_header(
         let parsed = serde::Deserializer::deserialize_map(&mut de, visitor)
             .and_then(|v| de.end().map(|()| v));
         parsed.map_err(|e| {
-            fault
-                .take()
-                .unwrap_or_else(|| HeaderFault::NotJson {
-                    detail: e.to_string(),
-                })
+            fault.take().unwrap_or_else(|| HeaderFault::NotJson {
+                detail: e.to_string(),
+            })
         })?
     };
     // One entry per name: JSON allows a key twice, and a parser that kept the last copy would
@@ -505,19 +505,31 @@ mod tests {
         ));
         assert_eq!(e("[1]", 0), F::NotAnObject);
         assert!(matches!(
-            e(&w(r#"{"dtype":"BF16","shape":[-1],"data_offsets":[0,2]}"#), 2),
+            e(
+                &w(r#"{"dtype":"BF16","shape":[-1],"data_offsets":[0,2]}"#),
+                2
+            ),
             F::NotIntegers { field: "shape", .. }
         ));
         assert!(matches!(
-            e(&w(r#"{"dtype":"BF16","shape":[1],"data_offsets":[0,"2"]}"#), 2),
-            F::NotIntegers { field: "data_offsets", .. }
+            e(
+                &w(r#"{"dtype":"BF16","shape":[1],"data_offsets":[0,"2"]}"#),
+                2
+            ),
+            F::NotIntegers {
+                field: "data_offsets",
+                ..
+            }
         ));
         assert!(matches!(
             e(&w(r#"{"dtype":"Q4","shape":[1],"data_offsets":[0,2]}"#), 2),
             F::UnknownDtype { dtype, .. } if dtype == "Q4"
         ));
         assert!(matches!(
-            e(&w(r#"{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}"#), 1),
+            e(
+                &w(r#"{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}"#),
+                1
+            ),
             F::RankOver8 { rank: 9, .. }
         ));
         assert!(matches!(
@@ -525,11 +537,17 @@ mod tests {
             F::BadOffsets { .. }
         ));
         assert!(matches!(
-            e(&w(r#"{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}"#), 4),
+            e(
+                &w(r#"{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}"#),
+                4
+            ),
             F::ShapeOverflow { .. }
         ));
         assert!(matches!(
-            e(&w(r#"{"dtype":"BF16","shape":[2],"data_offsets":[0,2]}"#), 2),
+            e(
+                &w(r#"{"dtype":"BF16","shape":[2],"data_offsets":[0,2]}"#),
+                2
+            ),
             F::LengthMismatch { want: 4, .. }
         ));
         let two = |a: &str, b: &str| {
@@ -539,11 +557,19 @@ mod tests {
         };
         assert!(matches!(
             e(&two("[0,2]", "[1,3]"), 3),
-            F::Overlap { begin: 1, prev_end: 2, .. }
+            F::Overlap {
+                begin: 1,
+                prev_end: 2,
+                ..
+            }
         ));
         assert!(matches!(
             e(&two("[0,2]", "[3,5]"), 5),
-            F::Hole { begin: 3, prev_end: 2, .. }
+            F::Hole {
+                begin: 3,
+                prev_end: 2,
+                ..
+            }
         ));
         let one = w(r#"{"dtype":"U8","shape":[2],"data_offsets":[0,2]}"#);
         assert!(matches!(e(&one, 1), F::DataPastEnd { .. }));
@@ -559,7 +585,10 @@ mod tests {
         ));
         assert_eq!(
             safetensors_header_len(&16u64.to_le_bytes(), 20),
-            Err(F::HeaderPastEnd { len: 16, file_len: 20 })
+            Err(F::HeaderPastEnd {
+                len: 16,
+                file_len: 20
+            })
         );
     }
 }
