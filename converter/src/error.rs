@@ -269,7 +269,7 @@ pub enum ExpertFault {
     #[error("{0}")]
     GgufSlice(tarfa_gguf::Violation),
     /// Two GGUF expert stacks of one layer with different expert counts.
-    #[error("'{tensor}' stacks {count:?} experts but '{first}' stacks {first_count}")]
+    #[error("'{tensor}' stacks {} experts but '{first}' stacks {first_count}", count.map_or_else(|| "no".to_string(), |c| c.to_string()))]
     StackCounts {
         /// The tensor.
         tensor: String,

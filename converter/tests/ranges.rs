@@ -117,10 +117,14 @@ fn layer_file_corrupted_on_disk_is_found_on_rerun_and_rewritten() {
     // One flipped byte in an expert's data: the index still matches, only the hash can tell.
     let layer1 = out.join(layer_file_name(1));
     flip_byte_in_region(&layer1, "model.layers.1.mlp.experts.2.up_proj.weight");
-    assert!(JnfReader::open(&layer1)
-        .expect("still opens")
-        .verify_data()
-        .is_err());
+    let found = JnfReader::open(&layer1).expect("still opens").verify_data();
+    assert!(
+        matches!(
+            found.as_ref().map_err(|e| e.violation()),
+            Err(Some(tarfa_format::Violation::RegionHashMismatch { .. }))
+        ),
+        "{found:?}"
+    );
 
     let again = run(&src, &out, None).expect("rerun");
     assert_eq!(again.layers_written, vec![1]);

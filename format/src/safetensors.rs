@@ -121,8 +121,18 @@ pub enum HeaderFault {
         /// The tensor.
         tensor: String,
     },
-    /// The shape's byte count overflows, or is not a whole number of bytes.
-    #[error("tensor '{tensor}': {dtype} {shape:?} is not a whole number of bytes below 2^64")]
+    /// The innermost dimension is not a whole number of the dtype's blocks (a sub-byte dtype).
+    #[error("tensor '{tensor}': {dtype} {shape:?} is not a whole number of bytes")]
+    PartialBlock {
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
+    /// The shape's byte count overflows `u64`.
+    #[error("tensor '{tensor}': {dtype} {shape:?} has over 2^64 bytes")]
     ShapeOverflow {
         /// The tensor.
         tensor: String,
@@ -207,6 +217,7 @@ impl HeaderFault {
             | F::UnknownDtype { tensor, .. }
             | F::RankOver8 { tensor, .. }
             | F::BadOffsets { tensor }
+            | F::PartialBlock { tensor, .. }
             | F::ShapeOverflow { tensor, .. }
             | F::LengthMismatch { tensor, .. }
             | F::OffsetOverflow { tensor }
@@ -278,10 +289,20 @@ fn check_entry(
         _ => return Err(HeaderFault::BadOffsets { tensor: tensor() }),
     };
     let Some(want) = dtype.byte_len(&shape) else {
-        return Err(HeaderFault::ShapeOverflow {
-            tensor: tensor(),
-            dtype,
-            shape,
+        let row = shape.last().copied().unwrap_or(1);
+        let (tensor, dtype, shape) = (tensor(), dtype, shape);
+        return Err(if row % dtype.geometry().block_elems != 0 {
+            HeaderFault::PartialBlock {
+                tensor,
+                dtype,
+                shape,
+            }
+        } else {
+            HeaderFault::ShapeOverflow {
+                tensor,
+                dtype,
+                shape,
+            }
         });
     };
     if e - b != want {
@@ -542,6 +563,10 @@ mod tests {
                 4
             ),
             F::ShapeOverflow { .. }
+        ));
+        assert!(matches!(
+            e(&w(r#"{"dtype":"F4","shape":[3],"data_offsets":[0,2]}"#), 2),
+            F::PartialBlock { .. }
         ));
         assert!(matches!(
             e(
