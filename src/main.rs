@@ -219,3 +219,42 @@ fn file_error(e: &anyhow::Error) -> Option<&tarfa_format::fsio::FsError> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that prints its source in its own text, as `Error::Io` does.
+    #[derive(Debug)]
+    struct Open {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Open {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "f.jnf: open: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Open {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_printed_again() {
+        let io = std::io::Error::from_raw_os_error(2);
+        let e = anyhow::Error::new(Open { source: io });
+        let text = error_text(&e);
+        assert_eq!(text.matches("(os error 2)").count(), 1, "{text}");
+        assert!(text.starts_with("f.jnf: open: "), "{text}");
+        // A cause the message does not hold is still printed after it.
+        let e = anyhow::Error::new(std::io::Error::from_raw_os_error(13)).context("writing out");
+        let text = error_text(&e);
+        assert!(
+            text.starts_with("writing out: ") && text.contains("(os error 13)"),
+            "{text}"
+        );
+    }
+}
