@@ -131,13 +131,13 @@ pub enum FetchError {
         /// The rule broken (not a `source`: its text is already in this one).
         fault: tarfa_format::safetensors::HeaderFault,
     },
-    /// A safetensors index or config.json broke a rule, or a header cannot be written.
-    #[error("{file}: {detail}")]
-    BadSafetensors {
+    /// A safetensors index or config.json broke a rule.
+    #[error("{file}: {fault}")]
+    BadIndex {
         /// The URL or path.
         file: String,
-        /// What is wrong, naming the tensor where there is one.
-        detail: String,
+        /// The rule broken.
+        fault: IndexFault,
     },
     /// Nothing to fetch: no MTP tensors, or no tensor matched the globs.
     #[error("{source_arg}: {detail}")]
@@ -235,7 +235,7 @@ impl FetchError {
     pub fn is_invalid_input(&self) -> bool {
         match self {
             FetchError::Gguf(e) => e.violation().is_some(),
-            FetchError::BadSafetensors { .. }
+            FetchError::BadIndex { .. }
             | FetchError::BadHeader { .. }
             | FetchError::NotAModel { .. }
             | FetchError::NothingSelected { .. }
@@ -297,4 +297,32 @@ impl FetchError {
             },
         }
     }
+}
+
+/// Why a safetensors index (or `config.json`) was refused: one variant per rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexFault {
+    /// Not JSON.
+    #[error("not valid JSON: {detail}")]
+    NotJson {
+        /// The JSON parser's message (line and column).
+        detail: String,
+    },
+    /// No `weight_map` object.
+    #[error("no weight_map object")]
+    NoWeightMap,
+    /// A `weight_map` value that is not a plain relative file name.
+    #[error("tensor {tensor}: shard {shard} is not a relative file name")]
+    ShardName {
+        /// The tensor.
+        tensor: String,
+        /// The value, as JSON.
+        shard: String,
+    },
+    /// The index puts a tensor in a shard whose header lacks it.
+    #[error("the index puts tensor {tensor} in this shard, but its header lacks it")]
+    TensorMissing {
+        /// The tensor.
+        tensor: String,
+    },
 }

@@ -79,11 +79,13 @@ pub fn write_header(
         rel.push(off);
         off += len;
     }
-    let mut json =
-        serde_json::to_vec(&Value::Object(map)).map_err(|e| FetchError::BadSafetensors {
-            file: file.to_string(),
-            detail: format!("serialising the header: {e}"),
-        })?;
+    // Serialising a map of strings, numbers and arrays cannot fail; if it ever did, it would be
+    // tarfa's failure, not the source's.
+    let mut json = serde_json::to_vec(&Value::Object(map)).map_err(|e| FetchError::Io {
+        path: file.into(),
+        op: "serialise the safetensors header",
+        source: e.into(),
+    })?;
     while json.len() % 8 != 0 {
         json.push(b' ');
     }
