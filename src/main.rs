@@ -140,7 +140,7 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
                 fault:
                     SourceFault::NameTooLong { .. }
                     | SourceFault::BadName { .. }
-                    | SourceFault::ShardName { .. },
+                    | SourceFault::UnrecordableFileName { .. },
                 ..
             } => return (1, Some(NAMES)),
             C::MissingShard { .. }

@@ -150,7 +150,7 @@ pub enum SourceFault {
         tensor: String,
     },
     /// A shard name that leaves the checkpoint directory (or is empty).
-    #[error("shard name {name:?} is not a plain relative path inside the checkpoint (not absolute; no empty, '.', '..' or ':' component)")]
+    #[error("shard name {name:?} is not a relative path inside the checkpoint")]
     ShardName {
         /// The name as the index gives it.
         name: String,
@@ -194,6 +194,14 @@ pub enum SourceFault {
     #[error("tensor {name:?}: a name that is empty or holds NUL cannot be written to a JNF file")]
     BadName {
         /// The name.
+        name: String,
+    },
+    /// A source file name a JNF file cannot record as a region's source (spec §5.1: a plain
+    /// relative path of at most 4096 bytes, no NUL, and no empty, `.`, `..` or `:` component
+    /// split at `/` and `\`).
+    #[error("source file name {name:?} cannot be recorded in a JNF file (spec §5.1: no empty, '.', '..' or ':' component, no NUL, at most 4096 bytes)")]
+    UnrecordableFileName {
+        /// The name, relative to the source directory.
         name: String,
     },
     /// A split GGUF whose parts do not match the count its file names give.

@@ -530,7 +530,7 @@ impl Plan {
                 if !plain {
                     return Err(ConvertError::BadSource {
                         path: path(),
-                        fault: SourceFault::ShardName {
+                        fault: SourceFault::UnrecordableFileName {
                             name: s.rel.clone(),
                         },
                     });

@@ -66,7 +66,7 @@ fn a_shard_name_a_jnf_file_cannot_record_is_the_sources_fault() {
     std::fs::write(src.join("a:b.safetensors"), b).expect("write");
     let e = convert(&src, &t.path().join("out"), &Options::default(), &Quiet).expect_err(":");
     assert!(
-        matches!(&e, ConvertError::BadSource { fault: SourceFault::ShardName { name }, .. } if name == "a:b.safetensors"),
+        matches!(&e, ConvertError::BadSource { fault: SourceFault::UnrecordableFileName { name }, .. } if name == "a:b.safetensors"),
         "{e:?}"
     );
 }
