@@ -46,7 +46,7 @@ fn main() -> ExitCode {
         Ok(false) => ExitCode::from(1),
         Err(e) if is_broken_pipe(&e) => ExitCode::from(CLOSED_PIPE_EXIT),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", error_text(&e));
             let (code, hint) = match e.downcast_ref::<diagnose::Refused>() {
                 Some(r) => (r.code, Some(r.hint.as_str())),
                 None => classify(&e),
@@ -57,6 +57,23 @@ fn main() -> ExitCode {
             ExitCode::from(code)
         }
     }
+}
+
+/// `e` and its causes, joined by `: ` as `{e:#}` joins them, leaving out a cause whose text the
+/// message already holds: an error that prints its source in its own text (`path: open: No such
+/// file or directory (os error 2)`) and also returns it from `source()` would show it twice.
+fn error_text(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain() {
+        let part = cause.to_string();
+        if text.is_empty() {
+            text = part;
+        } else if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+    }
+    text
 }
 
 /// The exit status of a process ended by SIGPIPE, as a shell reports it (128 + 13).
@@ -94,7 +111,7 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 /// Exit code and hint for a library's error: 1 when the input is invalid (a file breaks its format's
 /// rules, a source checkpoint is incomplete or damaged), 2 when tarfa could not run.
 fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
-    use tarfa_converter::ConvertError as C;
+    use tarfa_converter::{ConvertError as C, SourceFault};
     if let Some(f) = file_error(e) {
         // A FIFO, a device or an over-long file where a file of the model should be: invalid
         // input. A failed open or read is the machine's: exit 2.
@@ -105,6 +122,7 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     const JNF: &str = "the file breaks a rule of spec/JNF_V1.md: it was not written by a conforming writer, or was damaged since (tarfa verify names every fault)";
     const SOURCE: &str =
         "the source checkpoint is incomplete or damaged; nothing of the failing file was published";
+    const NAMES: &str = "a JNF file holds names of 1 to 4096 bytes without NUL, and source paths without ':' components (spec/JNF_V1.md §5.1); rename it in the source";
     const GGUF: &str =
         "the GGUF file breaks a rule of the format; it is damaged, truncated or not a GGUF file";
     if let Some(f) = e.downcast_ref::<tarfa_format::Error>() {
@@ -118,9 +136,15 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     if let Some(c) = e.downcast_ref::<C>() {
         match c {
             C::LfsPointer { .. } | C::SourceChanged { .. } => return (1, None),
+            C::BadSource {
+                fault:
+                    SourceFault::NameTooLong { .. }
+                    | SourceFault::BadName { .. }
+                    | SourceFault::UnrecordableFileName { .. },
+                ..
+            } => return (1, Some(NAMES)),
             C::MissingShard { .. }
             | C::BadShard { .. }
-            | C::BadTensor { .. }
             | C::BadSource { .. }
             | C::BadExperts { .. }
             | C::IndexTooLarge { .. } => return (1, Some(SOURCE)),
@@ -194,4 +218,43 @@ fn file_error(e: &anyhow::Error) -> Option<&tarfa_format::fsio::FsError> {
         };
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error that prints its source in its own text, as `Error::Io` does.
+    #[derive(Debug)]
+    struct Open {
+        source: std::io::Error,
+    }
+
+    impl std::fmt::Display for Open {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "f.jnf: open: {}", self.source)
+        }
+    }
+
+    impl std::error::Error for Open {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.source)
+        }
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_printed_again() {
+        let io = std::io::Error::from_raw_os_error(2);
+        let e = anyhow::Error::new(Open { source: io });
+        let text = error_text(&e);
+        assert_eq!(text.matches("(os error 2)").count(), 1, "{text}");
+        assert!(text.starts_with("f.jnf: open: "), "{text}");
+        // A cause the message does not hold is still printed after it.
+        let e = anyhow::Error::new(std::io::Error::from_raw_os_error(13)).context("writing out");
+        let text = error_text(&e);
+        assert!(
+            text.starts_with("writing out: ") && text.contains("(os error 13)"),
+            "{text}"
+        );
+    }
 }

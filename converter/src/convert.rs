@@ -15,7 +15,7 @@ use tarfa_format::manifest::{
 use tarfa_format::writer::WriterOptions;
 use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
 
-use crate::error::ConvertError;
+use crate::error::{ConvertError, OutputFault, SourceFault};
 use crate::gguf_source;
 use crate::output_dir;
 use crate::plan::{plan, Item, Plan};
@@ -489,9 +489,7 @@ impl Ctx<'_> {
 fn not_ours(path: &Path) -> ConvertError {
     ConvertError::BadOutput {
         path: path.to_path_buf(),
-        detail:
-            "this layer file was not made from this checkpoint; remove it or use a new directory"
-                .into(),
+        fault: OutputFault::NotFromThisSource,
     }
 }
 
@@ -585,7 +583,7 @@ fn jnf_entry(
         let Some(i) = ck.shards.iter().position(|s| s.rel == file) else {
             return Err(ConvertError::BadOutput {
                 path: path.to_path_buf(),
-                detail: format!("it holds tensors of {file:?}, which is no file of this source; remove it or use a new directory"),
+                fault: OutputFault::TensorsOfOtherFile { file },
             });
         };
         reads.push((
@@ -642,18 +640,13 @@ pub fn convert(
     if let Some(s) = ck.shards.iter().find(|s| same_dir(&s.path, out)) {
         return Err(ConvertError::BadOutput {
             path: out.to_path_buf(),
-            detail: format!(
-                "the output is the source file {}; give a directory to write into",
-                s.rel
-            ),
+            fault: OutputFault::IsSourceFile { rel: s.rel.clone() },
         });
     }
     if !gguf && same_dir(src, out) {
         return Err(ConvertError::BadOutput {
             path: out.to_path_buf(),
-            detail:
-                "the output directory is the source directory; tarfa never writes into its input"
-                    .into(),
+            fault: OutputFault::IsSourceDir,
         });
     }
     // A model directory holds only what its manifest lists (spec §8.3): the GGUF would be an
@@ -661,10 +654,7 @@ pub fn convert(
     if let Some(s) = ck.shards.first().filter(|_| gguf && same_dir(&ck.dir, out)) {
         return Err(ConvertError::BadOutput {
             path: out.to_path_buf(),
-            detail: format!(
-                "the output directory holds the source {}; a model directory holds only the files its manifest lists, so the model could never verify: give another directory (e.g. a new subdirectory)",
-                s.rel
-            ),
+            fault: OutputFault::HoldsSource { rel: s.rel.clone() },
         });
     }
     // The sources' identities (size, mtime, ctime) as this run opened them: recorded in the
@@ -804,10 +794,10 @@ pub fn convert(
     if let Some(i) = (0..ids.len()).find(|&i| now[i] != ids[i]) {
         return Err(ConvertError::BadSource {
             path: ck.shards[i].path.clone(),
-            detail: format!(
-                "changed while it was being converted ({} when opened, {} now): the files written may mix its old and new bytes, so the manifest was not updated; convert again once the file no longer changes",
-                ids[i], now[i]
-            ),
+            fault: SourceFault::ChangedWhileConverting {
+                was: ids[i].to_string(),
+                now: now[i].to_string(),
+            },
         });
     }
     files.push(jnf_entry(

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use tarfa_format::Role;
 use tarfa_gguf::{expert_range, TensorInfo};
 
-use crate::error::ConvertError;
+use crate::error::{ConvertError, ExpertFault};
 use crate::plan::{Item, Plan, Slice};
 use crate::source::{Checkpoint, SourceTensor};
 
@@ -87,13 +87,16 @@ fn tensor_info(t: &SourceTensor) -> TensorInfo {
 
 /// The per-expert byte ranges of an expert stack.
 fn expert_slices(layer: u32, role: Role, t: &SourceTensor) -> Result<Vec<Slice>, ConvertError> {
-    let bad = |detail: String| ConvertError::BadExperts { layer, detail };
     let want_rank = if is_bias(role) { 2 } else { 3 };
     if t.shape.len() != want_rank {
-        return Err(bad(format!(
-            "expert tensor '{}' has shape {:?}; expected {} dimensions with experts first",
-            t.name, t.shape, want_rank
-        )));
+        return Err(ConvertError::BadExperts {
+            layer,
+            fault: ExpertFault::GgufStackRank {
+                tensor: t.name.clone(),
+                shape: t.shape.clone(),
+                rank: want_rank,
+            },
+        });
     }
     let n = t.shape[0];
     crate::plan::check_expert_count(layer, n)?;
@@ -109,7 +112,10 @@ fn expert_slices(layer: u32, role: Role, t: &SourceTensor) -> Result<Vec<Slice>,
             } else {
                 expert_range(&info, e)
             }
-            .map_err(|v| bad(v.to_string()))?;
+            .map_err(|v| ConvertError::BadExperts {
+                layer,
+                fault: ExpertFault::GgufSlice(v),
+            })?;
             Ok(Slice {
                 tensor: t.name.clone(),
                 shard: t.shard,
@@ -187,12 +193,12 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
             if t.shape.first() != Some(&n) {
                 return Err(ConvertError::BadExperts {
                     layer,
-                    detail: format!(
-                        "'{}' stacks {:?} experts but '{}' stacks {n}",
-                        t.name,
-                        t.shape.first(),
-                        stacks[0].1.name
-                    ),
+                    fault: ExpertFault::StackCounts {
+                        tensor: t.name.clone(),
+                        count: t.shape.first().copied(),
+                        first: stacks[0].1.name.clone(),
+                        first_count: n,
+                    },
                 });
             }
             for (e, slice) in expert_slices(layer, *role, t)?.into_iter().enumerate() {
@@ -205,7 +211,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
         }
         plan.set_experts(layer, grid, "fused")?;
     }
-    plan.check_plain_bounds()?;
+    plan.check_plain_bounds(ck)?;
     plan.sort_by_source();
     // GGUF's block_count counts nextn/MTP layers; nextn_predict_layers of them are the last.
     let seen = plan.layers.keys().max().map_or(0, |m| m + 1);

@@ -18,7 +18,7 @@ use sha2::Digest;
 use tarfa_gguf::reader::{parse_split_name, split_name};
 use tarfa_gguf::{parse_header, Array, GgufModel, HeaderParse, Value};
 
-use crate::error::ConvertError;
+use crate::error::{ConvertError, SourceFault};
 use crate::source::{Checkpoint, Shard, SourceTensor};
 
 /// The GGUF magic, the first four bytes of every GGUF file.
@@ -64,11 +64,10 @@ pub fn open(path: &Path) -> Result<Checkpoint, ConvertError> {
     if paths.len() != model.parts().len() {
         return Err(ConvertError::BadSource {
             path: path.to_path_buf(),
-            detail: format!(
-                "{} parts opened but the file names give {}",
-                model.parts().len(),
-                paths.len()
-            ),
+            fault: SourceFault::GgufPartCount {
+                opened: model.parts().len(),
+                named: paths.len(),
+            },
         });
     }
     let mut shards = Vec::with_capacity(paths.len());
@@ -85,7 +84,7 @@ pub fn open(path: &Path) -> Result<Checkpoint, ConvertError> {
         let h = part.header();
         let head_len = usize::try_from(h.data_start).map_err(|_| ConvertError::BadSource {
             path: p.clone(),
-            detail: "header larger than memory".into(),
+            fault: SourceFault::GgufHeaderTooLarge,
         })?;
         let mut head = vec![0u8; head_len];
         file.read_exact_at(&mut head, 0)
@@ -97,7 +96,7 @@ pub fn open(path: &Path) -> Result<Checkpoint, ConvertError> {
             Ok(_) | Err(HeaderParse::Invalid(_) | HeaderParse::NeedMore { .. }) => {
                 return Err(ConvertError::BadSource {
                     path: p.clone(),
-                    detail: "the file changed while it was being opened".into(),
+                    fault: SourceFault::ChangedWhileOpening,
                 })
             }
         };

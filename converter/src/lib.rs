@@ -28,4 +28,4 @@ pub mod source;
 pub mod testkit;
 
 pub use convert::{convert, parse_layer_range, Options, Outcome, Progress, Quiet, Summary};
-pub use error::ConvertError;
+pub use error::{ConvertError, ExpertFault, ForeignFile, OutputFault, SourceFault};

@@ -18,7 +18,7 @@ use tarfa_format::manifest::{
 };
 
 use crate::convert::{aux_files, MAX_AUX_LEN};
-use crate::error::ConvertError;
+use crate::error::{ConvertError, ForeignFile, OutputFault};
 use crate::source::Checkpoint;
 
 /// The lock file (hidden; not listed in the manifest).
@@ -132,7 +132,7 @@ pub(crate) fn check(
         if !same {
             return Err(ConvertError::BadOutput {
                 path: out.to_path_buf(),
-                detail: "it holds a conversion of another checkpoint (its manifest lists other source shards); use a new directory".into(),
+                fault: OutputFault::OtherCheckpoint,
             });
         }
     }
@@ -154,29 +154,26 @@ pub(crate) fn check(
             }
         };
         let why = if !regular {
-            Some("not a regular file (a directory, a link or a device)".to_string())
+            Some(ForeignFile::NotRegular)
         } else if name == LOCK_NAME || is_temp_name(&name) {
             None
         } else if name == MANIFEST_NAME {
-            (!is_jnf_manifest(&path)).then(|| "not a JNF model manifest".to_string())
+            (!is_jnf_manifest(&path)).then_some(ForeignFile::NotAManifest)
         } else if name == TRUNK_NAME || layer_of(&name).is_some() {
             match layer_of(&name) {
-                Some(l) if !layers(l) => Some(format!("this checkpoint has no layer {l}")),
-                _ => (!starts_with_jnf_magic(&path)).then(|| "not a JNF file".to_string()),
+                Some(layer) if !layers(layer) => Some(ForeignFile::NoSuchLayer { layer }),
+                _ => (!starts_with_jnf_magic(&path)).then_some(ForeignFile::NotJnf),
             }
         } else if aux_files().any(|a| a == name) {
-            (!copies_aux || !is_our_aux(ck, old.as_ref(), out, &name)).then(|| {
-                "neither a copy of the source's file of that name nor the copy this directory's manifest lists".to_string()
-            })
+            (!copies_aux || !is_our_aux(ck, old.as_ref(), out, &name))
+                .then_some(ForeignFile::OtherAux)
         } else {
-            Some("not a file tarfa writes".to_string())
+            Some(ForeignFile::Unknown)
         };
         if let Some(why) = why {
             return Err(ConvertError::BadOutput {
                 path,
-                detail: format!(
-                    "{why}; tarfa convert writes only into an empty directory or its own output of this source, and touches no other file: move it away or choose a new directory"
-                ),
+                fault: OutputFault::Foreign { why },
             });
         }
     }
@@ -203,7 +200,7 @@ pub(crate) fn lock(out: &Path) -> Result<OutputLock, ConvertError> {
     if rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_err() {
         return Err(ConvertError::BadOutput {
             path: out.to_path_buf(),
-            detail: "another tarfa convert is writing into this directory".into(),
+            fault: OutputFault::Locked,
         });
     }
     Ok(OutputLock(f))

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use tarfa_format::{Dtype, Role};
 
-use crate::error::ConvertError;
+use crate::error::{ConvertError, ExpertFault, SourceFault};
 use crate::source::{Checkpoint, SourceTensor};
 
 /// A byte range of a source tensor that becomes one region.
@@ -304,7 +304,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
         if fused.contains_key(&layer) {
             return Err(ConvertError::BadExperts {
                 layer,
-                detail: "both per-expert and fused (3-D) expert tensors".into(),
+                fault: ExpertFault::MixedLayouts,
             });
         }
         let n = check_expert_count(layer, experts.keys().max().map_or(0, |m| u64::from(*m) + 1))?
@@ -314,7 +314,10 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
             let e = (0..n).find(|e| !experts.contains_key(e)).unwrap_or(0);
             return Err(ConvertError::BadExperts {
                 layer,
-                detail: format!("expert {e} is missing (experts 0..{n} expected)"),
+                fault: ExpertFault::Missing {
+                    expert: e,
+                    count: n,
+                },
             });
         }
         let plain = plan.layers.get(&layer).map_or(0, |lp| lp.plain.len());
@@ -330,7 +333,10 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
             let Some(items) = experts.get(&e).cloned() else {
                 return Err(ConvertError::BadExperts {
                     layer,
-                    detail: format!("expert {e} is missing (experts 0..{n} expected)"),
+                    fault: ExpertFault::Missing {
+                        expert: e,
+                        count: n,
+                    },
                 });
             };
             grid.push(items);
@@ -358,10 +364,12 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
             if t.shape.len() != want_rank || t.shape[0] != n {
                 return Err(ConvertError::BadExperts {
                     layer,
-                    detail: format!(
-                        "fused expert tensor '{}' has shape {:?}; expected rank {want_rank} with {n} experts first",
-                        t.name, t.shape
-                    ),
+                    fault: ExpertFault::StackShape {
+                        tensor: t.name.clone(),
+                        shape: t.shape.clone(),
+                        rank: want_rank,
+                        count: n,
+                    },
                 });
             }
             let per = t.dtype.byte_len(&t.shape[1..]).unwrap_or(0);
@@ -384,7 +392,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
         }
         plan.set_experts(layer, grid, "fused")?;
     }
-    plan.check_plain_bounds()?;
+    plan.check_plain_bounds(ck)?;
     plan.sort_by_source();
     let max_layer = plan.layers.keys().max().map_or(0, |m| m + 1);
     plan.num_layers = max_layer.max(n_hidden);
@@ -398,7 +406,7 @@ pub(crate) fn check_expert_count(layer: u32, n: u64) -> Result<usize, ConvertErr
     if n > max {
         return Err(ConvertError::BadExperts {
             layer,
-            detail: format!("{n} experts; a JNF file holds at most {max} regions"),
+            fault: ExpertFault::TooMany { count: n, max },
         });
     }
     Ok(n as usize)
@@ -457,7 +465,8 @@ impl Plan {
     /// Refuse a trunk, or a layer without experts, whose records no JNF index can hold (a 99 MB
     /// header of zero-size tensors), before anything is written. Layers with experts were
     /// checked, with their plain tensors, before their grids were built.
-    pub(crate) fn check_plain_bounds(&self) -> Result<(), ConvertError> {
+    pub(crate) fn check_plain_bounds(&self, ck: &Checkpoint) -> Result<(), ConvertError> {
+        self.check_names(ck)?;
         let first = |items: &[Item]| items.first().map_or(String::new(), |i| i.name.clone());
         check_file_bound(
             || tarfa_format::manifest::TRUNK_NAME.to_string(),
@@ -477,6 +486,59 @@ impl Plan {
         }
         Ok(())
     }
+
+    /// Every region name, source tensor name and source file name is one a JNF file can hold
+    /// (spec §5.1: at most `MAX_STRING_LEN` bytes, not empty, no NUL; a plain relative
+    /// source path). A name that breaks this is the source's fault, refused before any file is
+    /// written (the writer would refuse it too, but as a broken JNF rule or a misuse of itself).
+    fn check_names(&self, ck: &Checkpoint) -> Result<(), ConvertError> {
+        let max = tarfa_format::validate::MAX_STRING_LEN as usize;
+        let all = self
+            .trunk
+            .iter()
+            .chain(self.layers.values().flat_map(LayerPlan::items));
+        for item in all {
+            let shard = ck.shards.get(item.slice.shard);
+            let path = || shard.map_or_else(|| ck.dir.clone(), |s| s.path.clone());
+            for name in [&item.name, &item.slice.tensor] {
+                let fault = if name.len() > max {
+                    let mut cut = 64;
+                    while !name.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    SourceFault::NameTooLong {
+                        prefix: name[..cut].to_string(),
+                        len: name.len(),
+                    }
+                } else if name.is_empty() || name.contains('\0') {
+                    SourceFault::BadName { name: name.clone() }
+                } else {
+                    continue;
+                };
+                return Err(ConvertError::BadSource {
+                    path: path(),
+                    fault,
+                });
+            }
+            if let Some(s) = shard {
+                let plain = s.rel.len() <= max
+                    && !s.rel.starts_with('/')
+                    && !s.rel.contains('\0')
+                    && s.rel
+                        .split(['/', '\\'])
+                        .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains(':'));
+                if !plain {
+                    return Err(ConvertError::BadSource {
+                        path: path(),
+                        fault: SourceFault::UnrecordableFileName {
+                            name: s.rel.clone(),
+                        },
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 fn check_uniform(layer: u32, grid: &[Vec<Item>]) -> Result<(), ConvertError> {
@@ -489,26 +551,24 @@ fn check_uniform(layer: u32, grid: &[Vec<Item>]) -> Result<(), ConvertError> {
         if r.windows(2).any(|w| w[0] == w[1]) {
             return Err(ConvertError::BadExperts {
                 layer,
-                detail: format!(
-                    "expert {e} has two tensors for one projection (e.g. both w1 and gate_proj)"
-                ),
+                fault: ExpertFault::TwoForOneProjection { expert: e },
             });
         }
         if r != first {
             return Err(ConvertError::BadExperts {
                 layer,
-                detail: format!(
-                    "expert {e} has projections {:?} but expert 0 has {:?}",
-                    r.iter().map(|x| x.name()).collect::<Vec<_>>(),
-                    first.iter().map(|x| x.name()).collect::<Vec<_>>()
-                ),
+                fault: ExpertFault::ProjectionsDiffer {
+                    expert: e,
+                    has: r.iter().map(|x| x.name()).collect(),
+                    first: first.iter().map(|x| x.name()).collect(),
+                },
             });
         }
         let has = |x: Role| r.contains(&x);
         if has(Role::GateUp) && (has(Role::Gate) || has(Role::Up)) {
             return Err(ConvertError::BadExperts {
                 layer,
-                detail: format!("expert {e} has a fused gate_up beside a separate gate or up"),
+                fault: ExpertFault::FusedBesideSeparate { expert: e },
             });
         }
     }

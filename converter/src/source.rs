@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use tarfa_format::Dtype;
 
-use crate::error::ConvertError;
+use crate::error::{ConvertError, SourceFault};
 
 pub use tarfa_format::safetensors::{
     parse_safetensors_header, safetensors_header_len, HeaderFault, HeaderTensor, SafetensorsHeader,
@@ -88,16 +88,9 @@ fn read_shard(
                 e.into()
             }
         })?;
-    let named = |fault: HeaderFault| match fault {
-        HeaderFault::Header(detail) => ConvertError::BadShard {
-            path: path.clone(),
-            detail,
-        },
-        HeaderFault::Tensor { tensor, detail } => ConvertError::BadTensor {
-            path: path.clone(),
-            tensor,
-            detail,
-        },
+    let named = |fault: HeaderFault| ConvertError::BadShard {
+        path: path.clone(),
+        fault,
     };
     let mut head = [0u8; 64];
     let got = file.read_at(&mut head, 0).map_err(io("read header"))?;
@@ -147,7 +140,9 @@ fn read_json(path: &Path, limit: u64) -> Result<serde_json::Value, ConvertError>
     }
     serde_json::from_slice(&bytes).map_err(|e| ConvertError::BadSource {
         path: path.to_path_buf(),
-        detail: format!("not valid JSON: {e}"),
+        fault: SourceFault::NotJson {
+            detail: e.to_string(),
+        },
     })
 }
 
@@ -163,7 +158,9 @@ fn check_shard_name(index: &Path, name: &str) -> Result<(), ConvertError> {
     } else {
         Err(ConvertError::BadSource {
             path: index.to_path_buf(),
-            detail: format!("shard name {name:?} is not a relative path inside the checkpoint"),
+            fault: SourceFault::ShardName {
+                name: name.to_string(),
+            },
         })
     }
 }
@@ -174,7 +171,7 @@ impl Checkpoint {
         if !dir.is_dir() {
             return Err(ConvertError::BadSource {
                 path: dir.to_path_buf(),
-                detail: "not a directory".into(),
+                fault: SourceFault::NotADirectory,
             });
         }
         let index_path = dir.join("model.safetensors.index.json");
@@ -186,13 +183,15 @@ impl Checkpoint {
                     .and_then(|m| m.as_object())
                     .ok_or_else(|| ConvertError::BadSource {
                         path: index_path.clone(),
-                        detail: "no weight_map object".into(),
+                        fault: SourceFault::NoWeightMap,
                     })?;
                 let mut wm = HashMap::with_capacity(map.len());
                 for (tensor, shard) in map {
                     let shard = shard.as_str().ok_or_else(|| ConvertError::BadSource {
                         path: index_path.clone(),
-                        detail: format!("weight_map entry for {tensor:?} is not a file name"),
+                        fault: SourceFault::WeightMapValue {
+                            tensor: tensor.clone(),
+                        },
                     })?;
                     check_shard_name(&index_path, shard)?;
                     wm.insert(tensor.clone(), shard.to_string());
@@ -223,7 +222,7 @@ impl Checkpoint {
                 if names.is_empty() {
                     return Err(ConvertError::BadSource {
                         path: dir.to_path_buf(),
-                        detail: "no model.safetensors.index.json and no *.safetensors files".into(),
+                        fault: SourceFault::NoWeights,
                     });
                 }
                 (names, None)
@@ -235,22 +234,26 @@ impl Checkpoint {
             for t in ts {
                 if let Some(wm) = &weight_map {
                     if wm.get(&t.name) != Some(rel) {
-                        return Err(ConvertError::BadTensor {
+                        return Err(ConvertError::BadSource {
                             path: shard.path.clone(),
-                            tensor: t.name.clone(),
-                            detail: format!(
-                                "the index puts this tensor in {:?}",
-                                wm.get(&t.name).map_or("no shard", String::as_str)
-                            ),
+                            fault: SourceFault::IndexedElsewhere {
+                                tensor: t.name.clone(),
+                                indexed: wm
+                                    .get(&t.name)
+                                    .map_or("no shard", String::as_str)
+                                    .to_string(),
+                            },
                         });
                     }
                 }
                 if let Some(prev) = tensors.get(&t.name) {
                     let prev: &SourceTensor = prev;
-                    return Err(ConvertError::BadTensor {
+                    return Err(ConvertError::BadSource {
                         path: shard.path.clone(),
-                        tensor: t.name.clone(),
-                        detail: format!("also in {}", shards_rel(&shards, prev.shard)),
+                        fault: SourceFault::TensorInTwoShards {
+                            tensor: t.name.clone(),
+                            other: shards_rel(&shards, prev.shard).to_string(),
+                        },
                     });
                 }
                 tensors.insert(t.name.clone(), t);
@@ -259,11 +262,9 @@ impl Checkpoint {
         }
         if let Some(wm) = &weight_map {
             if let Some((t, s)) = wm.iter().find(|(t, _)| !tensors.contains_key(*t)) {
-                return Err(ConvertError::BadTensor {
+                return Err(ConvertError::BadSource {
                     path: dir.join(s),
-                    tensor: t.clone(),
-                    detail: "listed in model.safetensors.index.json but not in the shard's header"
-                        .into(),
+                    fault: SourceFault::IndexedTensorMissing { tensor: t.clone() },
                 });
             }
         }

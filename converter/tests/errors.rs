@@ -10,8 +10,9 @@ use std::process::Command;
 
 use safetensors::SafeTensors;
 use tarfa_converter::testkit::{write_checkpoint, SynthSpec};
-use tarfa_converter::ConvertError;
+use tarfa_converter::{ConvertError, ExpertFault, SourceFault};
 use tarfa_format::manifest::TRUNK_NAME;
+use tarfa_format::safetensors::HeaderFault;
 
 use common::{edit_header, header_entries, published_outputs, run, temp_files};
 
@@ -92,7 +93,7 @@ fn truncated_shard_is_named_and_nothing_is_written() {
     f.set_len(len - 100).expect("truncate");
     let err = convert_err(&src, &out);
     assert!(
-        matches!(&err, ConvertError::BadShard { path, .. } if path.ends_with(SHARD_3)),
+        matches!(&err, ConvertError::BadShard { path, fault: HeaderFault::DataPastEnd { .. } } if path.ends_with(SHARD_3)),
         "{err:?}"
     );
     let msg = err.to_string();
@@ -103,7 +104,7 @@ fn truncated_shard_is_named_and_nothing_is_written() {
     f.set_len(20).expect("truncate");
     let err = convert_err(&src, &out);
     assert!(
-        matches!(&err, ConvertError::BadShard { path, .. } if path.ends_with(SHARD_3)),
+        matches!(&err, ConvertError::BadShard { path, fault: HeaderFault::HeaderPastEnd { .. } } if path.ends_with(SHARD_3)),
         "{err:?}"
     );
     let msg = err.to_string();
@@ -111,11 +112,12 @@ fn truncated_shard_is_named_and_nothing_is_written() {
     assert_nothing_published(&out);
 }
 
-/// A one-file checkpoint whose header `lie` rewrites; the error must be `BadTensor` naming the
-/// tensor and the file, with `words` in its message. The safetensors crate must refuse the same
+/// A one-file checkpoint whose header `lie` rewrites; the error must be `BadShard` naming the
+/// file, with the fault `expected` accepts naming the tensor, and `words` in its message. The safetensors crate must refuse the same
 /// file: the lie is a real one.
 fn assert_header_lie_named(
     lie: impl FnOnce(&[(String, u64, u64)], &mut serde_json::Map<String, serde_json::Value>) -> String,
+    expected: fn(&HeaderFault) -> bool,
     words: &str,
 ) {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -132,9 +134,9 @@ fn assert_header_lie_named(
     let out = dir.path().join("out");
     let err = convert_err(&src, &out);
     assert!(
-        matches!(&err, ConvertError::BadTensor { path, tensor, .. }
-            if path.ends_with("model.safetensors") && *tensor == named),
-        "expected BadTensor for {named}: {err:?}"
+        matches!(&err, ConvertError::BadShard { path, fault }
+            if path.ends_with("model.safetensors") && fault.tensor() == Some(named.as_str()) && expected(fault)),
+        "expected another fault of {named}: {err:?}"
     );
     let msg = err.to_string();
     assert!(
@@ -163,6 +165,7 @@ fn header_whose_offsets_overlap_names_the_tensor() {
             set_offsets(h, &b.0, a.1 + 2, a.1 + 2 + len);
             b.0.clone()
         },
+        |f| matches!(f, HeaderFault::Overlap { .. }),
         "overlap",
     );
 }
@@ -176,6 +179,7 @@ fn header_whose_offsets_leave_a_hole_names_the_tensor() {
             set_offsets(h, &z.0, z.1 + 8, z.2 + 8);
             z.0.clone()
         },
+        |f| matches!(f, HeaderFault::Hole { .. }),
         "leave a hole",
     );
 }
@@ -191,6 +195,7 @@ fn header_whose_offsets_disagree_with_the_shape_names_the_tensor() {
             h[&t.0]["shape"] = serde_json::json!(wider);
             t.0.clone()
         },
+        |f| matches!(f, HeaderFault::LengthMismatch { .. }),
         "the header lies",
     );
 }
@@ -254,7 +259,7 @@ fn source_that_is_not_a_directory_is_refused() {
     let src = file;
     let err = convert_err(&src, &out);
     assert!(
-        matches!(&err, ConvertError::BadSource { path, .. } if *path == src),
+        matches!(&err, ConvertError::BadSource { path, fault: SourceFault::NotADirectory } if *path == src),
         "{err:?}"
     );
     let msg = err.to_string();
@@ -266,7 +271,16 @@ fn source_that_is_not_a_directory_is_refused() {
     let empty = dir.path().join("empty");
     std::fs::create_dir(&empty).expect("mkdir");
     let err = convert_err(&empty, &out);
-    assert!(matches!(err, ConvertError::BadSource { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            ConvertError::BadSource {
+                fault: SourceFault::NoWeights,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("no *.safetensors"), "{err}");
 }
 
@@ -276,18 +290,26 @@ fn header_that_is_not_json_is_refused_naming_the_file() {
     let out = dir.path().join("out");
     let src = dir.path().join("src");
     std::fs::create_dir(&src).expect("mkdir");
-    for (header, words) in [
-        (&b"this is no json!"[..], "not a JSON object"),
-        (&b"{\"a\": [1, 2}   "[..], "not valid JSON"),
-        (&b"{\"\xff\xfe\": 1}   "[..], "not UTF-8"),
-    ] {
+    type Is = fn(&HeaderFault) -> bool;
+    let cases: [(&[u8], &str, Is); 3] = [
+        (b"this is no json!", "not a JSON object", |f| {
+            *f == HeaderFault::NotAnObject
+        }),
+        (b"{\"a\": [1, 2}   ", "not valid JSON", |f| {
+            matches!(f, HeaderFault::NotJson { .. })
+        }),
+        (b"{\"\xff\xfe\": 1}   ", "not UTF-8", |f| {
+            matches!(f, HeaderFault::NotUtf8(_))
+        }),
+    ];
+    for (header, words, expected) in cases {
         let mut bytes = (header.len() as u64).to_le_bytes().to_vec();
         bytes.extend_from_slice(header);
         std::fs::write(src.join("model.safetensors"), &bytes).expect("write");
         assert!(SafeTensors::deserialize(&bytes).is_err());
         let err = convert_err(&src, &out);
         assert!(
-            matches!(&err, ConvertError::BadShard { path, .. } if path.ends_with("model.safetensors")),
+            matches!(&err, ConvertError::BadShard { path, fault } if path.ends_with("model.safetensors") && expected(fault)),
             "{err:?}"
         );
         let msg = err.to_string();
@@ -332,7 +354,13 @@ fn layer_missing_an_expert_is_named() {
     let out = dir.path().join("out");
     let err = convert_err(&src, &out);
     assert!(
-        matches!(&err, ConvertError::BadExperts { layer: 1, .. }),
+        matches!(
+            &err,
+            ConvertError::BadExperts {
+                layer: 1,
+                fault: ExpertFault::Missing { expert: 2, .. }
+            }
+        ),
         "{err:?}"
     );
     assert!(err.to_string().contains("expert 2 is missing"), "{err}");

@@ -13,7 +13,7 @@ use std::process::Command;
 
 use serde_json::{json, Value as Json};
 use sha2::{Digest, Sha256};
-use tarfa_converter::{convert, ConvertError, Options, Quiet, Summary};
+use tarfa_converter::{convert, ConvertError, ExpertFault, Options, OutputFault, Quiet, Summary};
 use tarfa_format::manifest::Manifest;
 use tarfa_format::JnfReader;
 
@@ -478,12 +478,30 @@ fn the_output_may_be_neither_the_gguf_itself_nor_its_directory() {
     let src = tmp.path().join("m.gguf");
     std::fs::copy(fixtures().join("moe.gguf"), &src).expect("copy");
     let err = convert(&src, &src, &Options::default(), &Quiet).expect_err("refused");
-    assert!(matches!(err, ConvertError::BadOutput { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            ConvertError::BadOutput {
+                fault: OutputFault::IsSourceFile { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
     // Its own directory neither: the GGUF would be a file the manifest does not list, which
     // `tarfa verify` reports, so the model could never verify. Nothing is created there.
     for out in [tmp.path().to_path_buf(), tmp.path().join(".")] {
         let err = convert(&src, &out, &Options::default(), &Quiet).expect_err("refused");
-        assert!(matches!(err, ConvertError::BadOutput { .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                ConvertError::BadOutput {
+                    fault: OutputFault::HoldsSource { .. },
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert!(err.to_string().contains("holds the source m.gguf"), "{err}");
         let names: Vec<_> = std::fs::read_dir(tmp.path())
             .expect("ls")
@@ -531,7 +549,16 @@ fn broken_ggufs_are_refused_with_the_gguf_reader_error() {
         &Quiet,
     )
     .expect_err("other source");
-    assert!(matches!(err, ConvertError::BadOutput { .. }), "{err}");
+    assert!(
+        matches!(
+            err,
+            ConvertError::BadOutput {
+                fault: OutputFault::OtherCheckpoint,
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[test]
@@ -562,7 +589,13 @@ fn an_expert_grid_with_unequal_stacks_is_refused() {
     let err =
         convert(&src, &tmp.path().join("out"), &Options::default(), &Quiet).expect_err("refused");
     assert!(
-        matches!(err, ConvertError::BadExperts { layer: 0, .. }),
+        matches!(
+            err,
+            ConvertError::BadExperts {
+                layer: 0,
+                fault: ExpertFault::StackCounts { .. }
+            }
+        ),
         "{err}"
     );
 }

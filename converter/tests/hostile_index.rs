@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tarfa_converter::{convert, ConvertError, Options, Quiet};
+use tarfa_format::safetensors::HeaderFault;
 
 /// Address space the child may use: far below what the unbounded plan allocated.
 const CHILD_VMEM_KIB: u64 = 2 << 20;
@@ -196,7 +197,7 @@ fn a_tensor_named_twice_in_a_header_is_refused_not_last_wins() {
     std::fs::write(src.join("model.safetensors"), b).expect("write");
     let e = convert(&src, &t.path().join("out"), &Options::default(), &Quiet).expect_err("refused");
     assert!(
-        matches!(&e, ConvertError::BadTensor { tensor, .. } if tensor == "a"),
+        matches!(&e, ConvertError::BadShard { fault: HeaderFault::Duplicate { tensor }, .. } if tensor == "a"),
         "{e}"
     );
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tarfa_converter::testkit::{write_checkpoint, SynthSpec};
-use tarfa_converter::ConvertError;
+use tarfa_converter::{ConvertError, OutputFault};
 use tarfa_format::manifest::layer_file_name;
 
 use common::run;
@@ -100,7 +100,13 @@ fn a_directory_holding_anything_tarfa_did_not_write_is_refused_naming_it_and_lef
         let before = tree(&out);
         let err = run(&src, &out, None).expect_err(name);
         assert!(
-            matches!(err, ConvertError::BadOutput { .. }),
+            matches!(
+                err,
+                ConvertError::BadOutput {
+                    fault: OutputFault::Foreign { .. },
+                    ..
+                }
+            ),
             "{name}: {err}"
         );
         assert!(

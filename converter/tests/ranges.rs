@@ -8,7 +8,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use tarfa_converter::testkit::{write_checkpoint, SynthSpec};
-use tarfa_converter::ConvertError;
+use tarfa_converter::{ConvertError, OutputFault};
 use tarfa_format::manifest::{layer_file_name, Manifest, MANIFEST_NAME, TRUNK_NAME};
 use tarfa_format::JnfReader;
 
@@ -117,10 +117,14 @@ fn layer_file_corrupted_on_disk_is_found_on_rerun_and_rewritten() {
     // One flipped byte in an expert's data: the index still matches, only the hash can tell.
     let layer1 = out.join(layer_file_name(1));
     flip_byte_in_region(&layer1, "model.layers.1.mlp.experts.2.up_proj.weight");
-    assert!(JnfReader::open(&layer1)
-        .expect("still opens")
-        .verify_data()
-        .is_err());
+    let found = JnfReader::open(&layer1).expect("still opens").verify_data();
+    assert!(
+        matches!(
+            found.as_ref().map_err(|e| e.violation()),
+            Err(Some(tarfa_format::Violation::RegionHashMismatch { .. }))
+        ),
+        "{found:?}"
+    );
 
     let again = run(&src, &out, None).expect("rerun");
     assert_eq!(again.layers_written, vec![1]);
@@ -205,7 +209,16 @@ fn converting_into_the_source_directory_is_refused_and_the_source_is_untouched()
     // The same directory under another spelling must be recognised too.
     for out in [src.clone(), src.join("."), dir.path().join("./src")] {
         let err = run(&src, &out, None).expect_err("output = source");
-        assert!(matches!(err, ConvertError::BadOutput { .. }), "{err:?}");
+        assert!(
+            matches!(
+                err,
+                ConvertError::BadOutput {
+                    fault: OutputFault::IsSourceDir,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
         assert!(err.to_string().contains("source directory"), "{err}");
         assert_same_files(&snapshot(&src), &before, "the source after a refusal");
     }
@@ -228,7 +241,16 @@ fn output_holding_another_checkpoint_is_refused() {
     )
     .expect("write other checkpoint");
     let err = run(&other, &out, None).expect_err("another checkpoint into the same directory");
-    assert!(matches!(err, ConvertError::BadOutput { .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            ConvertError::BadOutput {
+                fault: OutputFault::OtherCheckpoint,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("another checkpoint"), "{err}");
     assert_same_files(
         &snapshot(&out),

@@ -123,13 +123,21 @@ pub enum FetchError {
     /// The GGUF header broke a rule (or could not be read).
     #[error(transparent)]
     Gguf(#[from] tarfa_gguf::Error),
-    /// A safetensors header, index or config.json broke a rule.
-    #[error("{file}: {detail}")]
-    BadSafetensors {
+    /// A safetensors header broke a rule of `tarfa_format::safetensors`.
+    #[error("{file}: {fault}")]
+    BadHeader {
         /// The URL or path.
         file: String,
-        /// What is wrong, naming the tensor where there is one.
-        detail: String,
+        /// The rule broken (not a `source`: its text is already in this one).
+        fault: tarfa_format::safetensors::HeaderFault,
+    },
+    /// A safetensors index or config.json broke a rule.
+    #[error("{file}: {fault}")]
+    BadIndex {
+        /// The URL or path.
+        file: String,
+        /// The rule broken.
+        fault: IndexFault,
     },
     /// Nothing to fetch: no MTP tensors, or no tensor matched the globs.
     #[error("{source_arg}: {detail}")]
@@ -227,7 +235,8 @@ impl FetchError {
     pub fn is_invalid_input(&self) -> bool {
         match self {
             FetchError::Gguf(e) => e.violation().is_some(),
-            FetchError::BadSafetensors { .. }
+            FetchError::BadIndex { .. }
+            | FetchError::BadHeader { .. }
             | FetchError::NotAModel { .. }
             | FetchError::NothingSelected { .. }
             | FetchError::RemoteChanged { .. } => true,
@@ -288,4 +297,32 @@ impl FetchError {
             },
         }
     }
+}
+
+/// Why a safetensors index (or `config.json`) was refused: one variant per rule.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IndexFault {
+    /// Not JSON.
+    #[error("not valid JSON: {detail}")]
+    NotJson {
+        /// The JSON parser's message (line and column).
+        detail: String,
+    },
+    /// No `weight_map` object.
+    #[error("no weight_map object")]
+    NoWeightMap,
+    /// A `weight_map` value that is not a plain relative file name.
+    #[error("tensor {tensor}: shard {shard} is not a relative file name")]
+    ShardName {
+        /// The tensor.
+        tensor: String,
+        /// The value, as JSON.
+        shard: String,
+    },
+    /// The index puts a tensor in a shard whose header lacks it.
+    #[error("the index puts tensor {tensor} in this shard, but its header lacks it")]
+    TensorMissing {
+        /// The tensor.
+        tensor: String,
+    },
 }

@@ -10,7 +10,7 @@ use tarfa_gguf::header::read_header_from;
 use tarfa_gguf::reader::{parse_split_name, split_keys, split_name};
 use tarfa_gguf::{GgufWriter, Header, Value, Violation};
 
-use crate::error::{FetchError, Result};
+use crate::error::{FetchError, IndexFault, Result};
 use crate::http::HttpClient;
 use crate::location::{Location, Opened};
 use crate::safetensors::{self, StHeader};
@@ -334,9 +334,11 @@ fn plain_name(name: &str) -> bool {
 }
 
 fn json_of(bytes: &[u8], file: &str) -> Result<serde_json::Value> {
-    serde_json::from_slice(bytes).map_err(|e| FetchError::BadSafetensors {
+    serde_json::from_slice(bytes).map_err(|e| FetchError::BadIndex {
         file: file.to_string(),
-        detail: format!("not valid JSON: {e}"),
+        fault: IndexFault::NotJson {
+            detail: e.to_string(),
+        },
     })
 }
 
@@ -378,17 +380,22 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
         let map = index
             .get("weight_map")
             .and_then(|m| m.as_object())
-            .ok_or_else(|| FetchError::BadSafetensors {
+            .ok_or_else(|| FetchError::BadIndex {
                 file: shown.clone(),
-                detail: "no weight_map object".into(),
+                fault: IndexFault::NoWeightMap,
             })?;
         for (name, shard) in map {
-            let shard = shard.as_str().filter(|s| plain_name(s)).ok_or_else(|| {
-                FetchError::BadSafetensors {
-                    file: shown.clone(),
-                    detail: format!("tensor {name}: shard {shard} is not a relative file name"),
-                }
-            })?;
+            let shard =
+                shard
+                    .as_str()
+                    .filter(|s| plain_name(s))
+                    .ok_or_else(|| FetchError::BadIndex {
+                        file: shown.clone(),
+                        fault: IndexFault::ShardName {
+                            tensor: name.clone(),
+                            shard: shard.to_string(),
+                        },
+                    })?;
             shard_of.push((name.clone(), shard.to_string()));
         }
     } else {
@@ -490,11 +497,11 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
             .collect();
         for name in &wanted {
             if !h.tensors.iter().any(|t| t.name == *name) {
-                return Err(FetchError::BadSafetensors {
+                return Err(FetchError::BadIndex {
                     file: sources[i].source.name(),
-                    detail: format!(
-                        "the index puts tensor {name} in this shard, but its header lacks it"
-                    ),
+                    fault: IndexFault::TensorMissing {
+                        tensor: name.to_string(),
+                    },
                 });
             }
         }

@@ -37,9 +37,9 @@ pub fn read_header(src: &dyn ByteSource) -> Result<StHeader> {
             hint: String::new(),
         });
     }
-    let n = safetensors_header_len(&head, len).map_err(|fault| FetchError::BadSafetensors {
+    let n = safetensors_header_len(&head, len).map_err(|fault| FetchError::BadHeader {
         file: file.clone(),
-        detail: fault.to_string(),
+        fault,
     })?;
     let mut json = vec![0u8; n as usize];
     src.read_at(8, &mut json)
@@ -50,9 +50,9 @@ pub fn read_header(src: &dyn ByteSource) -> Result<StHeader> {
 /// Check the JSON header `json` of a file of `file_len` bytes (`tarfa_format::safetensors`' rules); errors
 /// name `file`, and the tensor where there is one.
 pub fn parse_header(json: &[u8], file_len: u64, file: &str) -> Result<StHeader> {
-    parse_safetensors_header(json, file_len).map_err(|fault| FetchError::BadSafetensors {
+    parse_safetensors_header(json, file_len).map_err(|fault| FetchError::BadHeader {
         file: file.to_string(),
-        detail: fault.to_string(),
+        fault,
     })
 }
 
@@ -79,11 +79,13 @@ pub fn write_header(
         rel.push(off);
         off += len;
     }
-    let mut json =
-        serde_json::to_vec(&Value::Object(map)).map_err(|e| FetchError::BadSafetensors {
-            file: file.to_string(),
-            detail: format!("serialising the header: {e}"),
-        })?;
+    // Serialising a map of strings, numbers and arrays cannot fail; if it ever did, it would be
+    // tarfa's failure, not the source's.
+    let mut json = serde_json::to_vec(&Value::Object(map)).map_err(|e| FetchError::Io {
+        path: file.into(),
+        op: "serialise the safetensors header",
+        source: e.into(),
+    })?;
     while json.len() % 8 != 0 {
         json.push(b' ');
     }
@@ -113,10 +115,24 @@ mod tests {
         let h = parse_header(&bytes[8..], total, "x");
         assert!(h.is_ok());
         // One byte short of the data: truncated.
-        assert!(parse_header(&bytes[8..], total - 1, "x").is_err());
+        use tarfa_format::safetensors::HeaderFault as F;
+        let fault = |r: Result<StHeader>| match r {
+            Err(FetchError::BadHeader { file, fault }) if file == "x" => Some(fault),
+            _ => None,
+        };
+        assert!(matches!(
+            fault(parse_header(&bytes[8..], total - 1, "x")),
+            Some(F::DataPastEnd { .. })
+        ));
         let lie = br#"{"a":{"dtype":"F32","shape":[4],"data_offsets":[0,12]}}"#;
-        assert!(parse_header(lie, 8 + lie.len() as u64 + 12, "x").is_err());
+        assert!(matches!(
+            fault(parse_header(lie, 8 + lie.len() as u64 + 12, "x")),
+            Some(F::LengthMismatch { .. })
+        ));
         let hole = br#"{"a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}}"#;
-        assert!(parse_header(hole, 8 + hole.len() as u64 + 8, "x").is_err());
+        assert!(matches!(
+            fault(parse_header(hole, 8 + hole.len() as u64 + 8, "x")),
+            Some(F::Hole { .. })
+        ));
     }
 }

@@ -246,3 +246,31 @@ fn a_checkpoint_without_an_mtp_head_is_a_clear_error() {
     let e = f.plan(&p.display().to_string()).expect_err("must fail");
     assert!(e.to_string().contains("no MTP head"), "{e}");
 }
+
+#[test]
+fn a_broken_index_is_refused_naming_the_rule() {
+    use tarfa_fetch::{FetchError, IndexFault};
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_checkpoint(dir.path());
+    let index = dir.path().join("model.safetensors.index.json");
+    let plan = |text: &str| {
+        std::fs::write(&index, text).expect("index");
+        Fetcher::new(options(mtp()))
+            .plan(index.to_str().expect("utf8"))
+            .expect_err("refused")
+    };
+    let fault = |e: FetchError| match e {
+        FetchError::BadIndex { fault, .. } => fault,
+        other => panic!("{other}"),
+    };
+    assert!(matches!(fault(plan("{")), IndexFault::NotJson { .. }));
+    assert_eq!(fault(plan("{}")), IndexFault::NoWeightMap);
+    assert!(matches!(
+        fault(plan(r#"{"weight_map": {"w": "../x.safetensors"}}"#)),
+        IndexFault::ShardName { tensor, .. } if tensor == "w"
+    ));
+    assert!(matches!(
+        fault(plan(r#"{"weight_map": {"model.layers.2.enorm.weight": "model-00001-of-00002.safetensors"}}"#)),
+        IndexFault::TensorMissing { tensor } if tensor == "model.layers.2.enorm.weight"
+    ));
+}

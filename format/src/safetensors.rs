@@ -45,20 +45,196 @@ pub struct SafetensorsHeader {
     pub data_start: u64,
 }
 
-/// Why a safetensors header was refused. The caller adds the file's name.
+/// Why a safetensors header was refused: one variant per rule. The caller adds the file's name.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderFault {
-    /// The header as a whole (its length, its JSON, the file's length).
-    #[error("{0}")]
-    Header(String),
-    /// One tensor's entry.
-    #[error("tensor {tensor}: {detail}")]
-    Tensor {
-        /// The tensor.
-        tensor: String,
-        /// What is wrong.
+    /// The file cannot hold even the 8-byte header length.
+    #[error("{file_len} bytes: too short for a safetensors header")]
+    FileTooShort {
+        /// The file's length.
+        file_len: u64,
+    },
+    /// The header length is over [`MAX_HEADER_LEN`].
+    #[error("header length {len} is over the {MAX_HEADER_LEN}-byte limit")]
+    HeaderTooLong {
+        /// The length the file states.
+        len: u64,
+    },
+    /// `8 + n` is past the end of the file.
+    #[error("header length {len} runs past the end of the {file_len}-byte file (truncated?)")]
+    HeaderPastEnd {
+        /// The length the file states.
+        len: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// The header is not UTF-8.
+    #[error("header is not UTF-8: {0}")]
+    NotUtf8(std::str::Utf8Error),
+    /// The header does not start with `{`.
+    #[error("header is not a JSON object")]
+    NotAnObject,
+    /// The header is not valid JSON.
+    #[error("header is not valid JSON: {detail}")]
+    NotJson {
+        /// The JSON parser's message (line and column).
         detail: String,
     },
+    /// `__metadata__` appears twice.
+    #[error("__metadata__ is named twice")]
+    MetadataTwice,
+    /// A tensor entry lacks a field (or is no JSON object at all).
+    #[error("tensor '{tensor}': no {field}")]
+    MissingField {
+        /// The tensor.
+        tensor: String,
+        /// `dtype`, `shape` or `data_offsets`.
+        field: &'static str,
+    },
+    /// `shape` or `data_offsets` holds something other than non-negative integers.
+    #[error("tensor '{tensor}': {field} entries must be non-negative integers")]
+    NotIntegers {
+        /// The tensor.
+        tensor: String,
+        /// `shape` or `data_offsets`.
+        field: &'static str,
+    },
+    /// A dtype safetensors does not define.
+    #[error("tensor '{tensor}': unknown dtype {dtype:?}")]
+    UnknownDtype {
+        /// The tensor.
+        tensor: String,
+        /// The dtype as written.
+        dtype: String,
+    },
+    /// A shape of more than 8 dimensions.
+    #[error("tensor '{tensor}': rank {rank} is over 8")]
+    RankOver8 {
+        /// The tensor.
+        tensor: String,
+        /// Its rank.
+        rank: usize,
+    },
+    /// `data_offsets` is not `[begin, end]` with `begin <= end`.
+    #[error("tensor '{tensor}': data_offsets must be [begin, end] with begin <= end")]
+    BadOffsets {
+        /// The tensor.
+        tensor: String,
+    },
+    /// The innermost dimension is not a whole number of the dtype's blocks (a sub-byte dtype).
+    #[error("tensor '{tensor}': {dtype} {shape:?} is not a whole number of bytes")]
+    PartialBlock {
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
+    /// The shape's byte count overflows `u64`.
+    #[error("tensor '{tensor}': {dtype} {shape:?} has over 2^64 bytes")]
+    ShapeOverflow {
+        /// The tensor.
+        tensor: String,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+    },
+    /// `data_offsets` hold another byte count than the shape needs.
+    #[error("tensor '{tensor}': data_offsets [{begin}, {end}] hold {} bytes but {dtype} {shape:?} needs {want}: the header lies", end - begin)]
+    LengthMismatch {
+        /// The tensor.
+        tensor: String,
+        /// `data_offsets[0]`.
+        begin: u64,
+        /// `data_offsets[1]`.
+        end: u64,
+        /// Its dtype.
+        dtype: Dtype,
+        /// Its shape.
+        shape: Vec<u64>,
+        /// The bytes the shape needs.
+        want: u64,
+    },
+    /// An absolute offset past `u64::MAX`.
+    #[error("tensor '{tensor}': offset overflow")]
+    OffsetOverflow {
+        /// The tensor.
+        tensor: String,
+    },
+    /// A tensor named twice.
+    #[error("tensor '{tensor}': named twice in the header")]
+    Duplicate {
+        /// The tensor.
+        tensor: String,
+    },
+    /// A tensor starts before the previous one (in offset order) ends.
+    #[error("tensor '{tensor}': starts at data offset {begin} but the previous tensor ends at {prev_end}: the header's offsets overlap")]
+    Overlap {
+        /// The tensor.
+        tensor: String,
+        /// Its data offset.
+        begin: u64,
+        /// Where the previous tensor ends (data offset).
+        prev_end: u64,
+    },
+    /// Bytes no tensor owns between two tensors (or before the first).
+    #[error("tensor '{tensor}': starts at data offset {begin} but the previous tensor ends at {prev_end}: the header's offsets leave a hole")]
+    Hole {
+        /// The tensor.
+        tensor: String,
+        /// Its data offset.
+        begin: u64,
+        /// Where the previous tensor ends (data offset).
+        prev_end: u64,
+    },
+    /// The data would end past the end of the file.
+    #[error(
+        "the header says the data ends at byte {end}, but the file has {file_len} bytes: truncated"
+    )]
+    DataPastEnd {
+        /// Where the last tensor ends (absolute).
+        end: u64,
+        /// The file's length.
+        file_len: u64,
+    },
+    /// Bytes after the last tensor's data.
+    #[error("{extra} bytes after the last tensor's data")]
+    TrailingBytes {
+        /// How many.
+        extra: u64,
+    },
+}
+
+impl HeaderFault {
+    /// The tensor whose entry broke a rule, if the fault is one tensor's.
+    pub fn tensor(&self) -> Option<&str> {
+        use HeaderFault as F;
+        match self {
+            F::MissingField { tensor, .. }
+            | F::NotIntegers { tensor, .. }
+            | F::UnknownDtype { tensor, .. }
+            | F::RankOver8 { tensor, .. }
+            | F::BadOffsets { tensor }
+            | F::PartialBlock { tensor, .. }
+            | F::ShapeOverflow { tensor, .. }
+            | F::LengthMismatch { tensor, .. }
+            | F::OffsetOverflow { tensor }
+            | F::Duplicate { tensor }
+            | F::Overlap { tensor, .. }
+            | F::Hole { tensor, .. } => Some(tensor),
+            F::FileTooShort { .. }
+            | F::HeaderTooLong { .. }
+            | F::HeaderPastEnd { .. }
+            | F::NotUtf8(_)
+            | F::NotAnObject
+            | F::NotJson { .. }
+            | F::MetadataTwice
+            | F::DataPastEnd { .. }
+            | F::TrailingBytes { .. } => None,
+        }
+    }
 }
 
 /// One tensor's entry from its JSON object (one entry's tree at a time, never the header's),
@@ -69,53 +245,79 @@ fn check_entry(
     v: &serde_json::Value,
     data_start: u64,
 ) -> Result<HeaderTensor, HeaderFault> {
-    let tbad = |detail: String| HeaderFault::Tensor {
-        tensor: name.clone(),
-        detail,
-    };
-    let ints = |field: &str, what: &str| -> Result<Vec<u64>, HeaderFault> {
+    let tensor = || name.clone();
+    let ints = |field: &'static str| -> Result<Vec<u64>, HeaderFault> {
         v.get(field)
             .and_then(|s| s.as_array())
-            .ok_or_else(|| tbad(format!("no {field}")))?
+            .ok_or_else(|| HeaderFault::MissingField {
+                tensor: tensor(),
+                field,
+            })?
             .iter()
-            .map(|d| d.as_u64().ok_or_else(|| tbad(what.to_string())))
+            .map(|d| {
+                d.as_u64().ok_or_else(|| HeaderFault::NotIntegers {
+                    tensor: tensor(),
+                    field,
+                })
+            })
             .collect()
     };
     let dtype_name = v
         .get("dtype")
         .and_then(|d| d.as_str())
-        .ok_or_else(|| tbad("no dtype".into()))?
+        .ok_or_else(|| HeaderFault::MissingField {
+            tensor: tensor(),
+            field: "dtype",
+        })?
         .to_string();
-    let shape = ints("shape", "shape entries must be non-negative integers")?;
-    let offs = ints("data_offsets", "data_offsets must be non-negative integers")?;
-    let dtype = safetensors_dtype(&dtype_name)
-        .ok_or_else(|| tbad(format!("unknown dtype {dtype_name:?}")))?;
+    let shape = ints("shape")?;
+    let offs = ints("data_offsets")?;
+    let Some(dtype) = safetensors_dtype(&dtype_name) else {
+        return Err(HeaderFault::UnknownDtype {
+            tensor: tensor(),
+            dtype: dtype_name,
+        });
+    };
     if shape.len() > 8 {
-        return Err(tbad(format!("rank {} is over 8", shape.len())));
+        return Err(HeaderFault::RankOver8 {
+            tensor: tensor(),
+            rank: shape.len(),
+        });
     }
     let (b, e) = match offs[..] {
         [b, e] if b <= e => (b, e),
-        _ => {
-            return Err(tbad(
-                "data_offsets must be [begin, end] with begin <= end".into(),
-            ))
-        }
+        _ => return Err(HeaderFault::BadOffsets { tensor: tensor() }),
     };
-    let want = dtype
-        .byte_len(&shape)
-        .ok_or_else(|| tbad(format!("{dtype} {shape:?} is not a whole number of bytes")))?;
+    let Some(want) = dtype.byte_len(&shape) else {
+        let row = shape.last().copied().unwrap_or(1);
+        let (tensor, dtype, shape) = (tensor(), dtype, shape);
+        return Err(if row % dtype.geometry().block_elems != 0 {
+            HeaderFault::PartialBlock {
+                tensor,
+                dtype,
+                shape,
+            }
+        } else {
+            HeaderFault::ShapeOverflow {
+                tensor,
+                dtype,
+                shape,
+            }
+        });
+    };
     if e - b != want {
-        return Err(tbad(format!(
-            "data_offsets [{b}, {e}] hold {} bytes but {dtype} {shape:?} needs {want}: the header lies",
-            e - b
-        )));
+        return Err(HeaderFault::LengthMismatch {
+            tensor: tensor(),
+            begin: b,
+            end: e,
+            dtype,
+            shape,
+            want,
+        });
     }
-    let begin = data_start
-        .checked_add(b)
-        .ok_or_else(|| tbad("offset overflow".into()))?;
-    let end = data_start
-        .checked_add(e)
-        .ok_or_else(|| tbad("offset overflow".into()))?;
+    let (Some(begin), Some(end)) = (data_start.checked_add(b), data_start.checked_add(e)) else {
+        return Err(HeaderFault::OffsetOverflow { tensor: tensor() });
+    };
     Ok(HeaderTensor {
         name,
         dtype_name,
@@ -154,7 +356,7 @@ impl<'de> serde::de::Visitor<'de> for EntriesVisitor<'_> {
             let v = map.next_value::<serde_json::Value>()?;
             if key == "__metadata__" {
                 if metadata.is_some() {
-                    *self.fault = Some(HeaderFault::Header("__metadata__ is named twice".into()));
+                    *self.fault = Some(HeaderFault::MetadataTwice);
                     return Err(serde::de::Error::custom("duplicate __metadata__"));
                 }
                 metadata = Some(v);
@@ -175,11 +377,8 @@ impl<'de> serde::de::Visitor<'de> for EntriesVisitor<'_> {
 /// The JSON length `n` from the first bytes of a file of `file_len` bytes: at most
 /// [`MAX_HEADER_LEN`], and `8 + n` inside the file.
 pub fn safetensors_header_len(prefix: &[u8], file_len: u64) -> Result<u64, HeaderFault> {
-    let bad = |detail: String| Err(HeaderFault::Header(detail));
     if file_len < 8 {
-        return bad(format!(
-            "{file_len} bytes: too short for a safetensors header"
-        ));
+        return Err(HeaderFault::FileTooShort { file_len });
     }
     let n = u64::from_le_bytes(
         prefix
@@ -188,14 +387,10 @@ pub fn safetensors_header_len(prefix: &[u8], file_len: u64) -> Result<u64, Heade
             .unwrap_or([0; 8]),
     );
     if n > MAX_HEADER_LEN {
-        return bad(format!(
-            "header length {n} is over the {MAX_HEADER_LEN}-byte limit"
-        ));
+        return Err(HeaderFault::HeaderTooLong { len: n });
     }
     if 8 + n > file_len {
-        return bad(format!(
-            "header length {n} runs past the end of the {file_len}-byte file (truncated?)"
-        ));
+        return Err(HeaderFault::HeaderPastEnd { len: n, file_len });
     }
     Ok(n)
 }
@@ -208,10 +403,9 @@ pub fn parse_safetensors_header(
     json: &[u8],
     file_len: u64,
 ) -> Result<SafetensorsHeader, HeaderFault> {
-    let bad = HeaderFault::Header;
-    let text = std::str::from_utf8(json).map_err(|e| bad(format!("header is not UTF-8: {e}")))?;
+    let text = std::str::from_utf8(json).map_err(HeaderFault::NotUtf8)?;
     if !text.trim_start().starts_with('{') {
-        return Err(bad("header is not a JSON object".into()));
+        return Err(HeaderFault::NotAnObject);
     }
     let data_start = 8 + json.len() as u64;
     let mut fault = None;
@@ -227,9 +421,9 @@ pub fn parse_safetensors_header(
         let parsed = serde::Deserializer::deserialize_map(&mut de, visitor)
             .and_then(|v| de.end().map(|()| v));
         parsed.map_err(|e| {
-            fault
-                .take()
-                .unwrap_or_else(|| bad(format!("header is not valid JSON: {e}")))
+            fault.take().unwrap_or_else(|| HeaderFault::NotJson {
+                detail: e.to_string(),
+            })
         })?
     };
     // One entry per name: JSON allows a key twice, and a parser that kept the last copy would
@@ -238,9 +432,8 @@ pub fn parse_safetensors_header(
         let mut names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
         names.sort_unstable();
         if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
-            return Err(HeaderFault::Tensor {
+            return Err(HeaderFault::Duplicate {
                 tensor: w[0].to_string(),
-                detail: "named twice in the header".into(),
             });
         }
     }
@@ -250,24 +443,31 @@ pub fn parse_safetensors_header(
     let mut at = data_start;
     for t in &tensors {
         if t.begin != at {
-            return Err(HeaderFault::Tensor {
-                tensor: t.name.clone(),
-                detail: format!(
-                    "starts at data offset {} but the previous tensor ends at {}: the header's offsets {}",
-                    t.begin - data_start,
-                    at - data_start,
-                    if t.begin < at { "overlap" } else { "leave a hole" }
-                ),
+            let (tensor, begin, prev_end) = (t.name.clone(), t.begin - data_start, at - data_start);
+            return Err(if t.begin < at {
+                HeaderFault::Overlap {
+                    tensor,
+                    begin,
+                    prev_end,
+                }
+            } else {
+                HeaderFault::Hole {
+                    tensor,
+                    begin,
+                    prev_end,
+                }
             });
         }
         at = t.end;
     }
     if at != file_len {
-        return Err(bad(if at > file_len {
-            format!("the header says the data ends at byte {at}, but the file has {file_len} bytes: truncated")
+        return Err(if at > file_len {
+            HeaderFault::DataPastEnd { end: at, file_len }
         } else {
-            format!("{} bytes after the last tensor's data", file_len - at)
-        }));
+            HeaderFault::TrailingBytes {
+                extra: file_len - at,
+            }
+        });
     }
     Ok(SafetensorsHeader {
         tensors,
@@ -287,11 +487,9 @@ mod tests {
     #[test]
     fn a_name_twice_is_refused_whichever_copy_would_win() {
         let twice = r#"{"a":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]},"a":{"dtype":"BF16","shape":[1],"data_offsets":[2,4]}}"#;
-        assert!(
-            matches!(parse(twice, 4), Err(HeaderFault::Tensor { tensor, .. }) if tensor == "a")
-        );
+        assert!(matches!(parse(twice, 4), Err(HeaderFault::Duplicate { tensor }) if tensor == "a"));
         let meta = r#"{"__metadata__":{},"__metadata__":{},"a":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}}"#;
-        assert!(matches!(parse(meta, 2), Err(HeaderFault::Header(_))));
+        assert_eq!(parse(meta, 2), Err(HeaderFault::MetadataTwice));
         let once =
             r#"{"__metadata__":{"k":"v"},"a":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}}"#;
         assert!(parse(once, 2).is_ok_and(|h| h.tensors.len() == 1 && h.metadata.is_some()));
@@ -300,15 +498,122 @@ mod tests {
     #[test]
     fn an_entry_fault_names_its_tensor_and_a_syntax_fault_the_header() {
         let no_dtype = r#"{"w":{"shape":[1],"data_offsets":[0,2]}}"#;
-        assert!(
-            matches!(parse(no_dtype, 2), Err(HeaderFault::Tensor { tensor, .. }) if tensor == "w")
-        );
+        assert!(matches!(
+            parse(no_dtype, 2),
+            Err(HeaderFault::MissingField { tensor, field: "dtype" }) if tensor == "w"
+        ));
         // An entry written as an array is no object (a derived struct would take it as a tuple).
         let tuple = r#"{"w":["BF16",[1],[0,2]]}"#;
-        assert!(
-            matches!(parse(tuple, 2), Err(HeaderFault::Tensor { tensor, .. }) if tensor == "w")
-        );
+        assert!(matches!(
+            parse(tuple, 2),
+            Err(HeaderFault::MissingField { tensor, .. }) if tensor == "w"
+        ));
         let cut = r#"{"w":{"dtype":"BF16","shape":[1],"data_offsets":[0,2]}"#;
-        assert!(matches!(parse(cut, 2), Err(HeaderFault::Header(_))));
+        let fault = parse(cut, 2).expect_err("cut");
+        assert!(matches!(fault, HeaderFault::NotJson { .. }), "{fault:?}");
+        assert_eq!(fault.tensor(), None);
+    }
+
+    /// Each rule of the header, broken alone on literal bytes, gives its own variant.
+    #[test]
+    fn each_broken_rule_has_its_own_variant() {
+        use HeaderFault as F;
+        let e = |json: &str, data: u64| parse(json, data).expect_err(json);
+        let w = |v: &str| format!(r#"{{"w":{v}}}"#);
+        assert!(matches!(
+            parse_safetensors_header(b"{\xff}", 12),
+            Err(F::NotUtf8(_))
+        ));
+        assert_eq!(e("[1]", 0), F::NotAnObject);
+        assert!(matches!(
+            e(
+                &w(r#"{"dtype":"BF16","shape":[-1],"data_offsets":[0,2]}"#),
+                2
+            ),
+            F::NotIntegers { field: "shape", .. }
+        ));
+        assert!(matches!(
+            e(
+                &w(r#"{"dtype":"BF16","shape":[1],"data_offsets":[0,"2"]}"#),
+                2
+            ),
+            F::NotIntegers {
+                field: "data_offsets",
+                ..
+            }
+        ));
+        assert!(matches!(
+            e(&w(r#"{"dtype":"Q4","shape":[1],"data_offsets":[0,2]}"#), 2),
+            F::UnknownDtype { dtype, .. } if dtype == "Q4"
+        ));
+        assert!(matches!(
+            e(
+                &w(r#"{"dtype":"U8","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,1]}"#),
+                1
+            ),
+            F::RankOver8 { rank: 9, .. }
+        ));
+        assert!(matches!(
+            e(&w(r#"{"dtype":"U8","shape":[1],"data_offsets":[1,0]}"#), 1),
+            F::BadOffsets { .. }
+        ));
+        assert!(matches!(
+            e(
+                &w(r#"{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}"#),
+                4
+            ),
+            F::ShapeOverflow { .. }
+        ));
+        assert!(matches!(
+            e(&w(r#"{"dtype":"F4","shape":[3],"data_offsets":[0,2]}"#), 2),
+            F::PartialBlock { .. }
+        ));
+        assert!(matches!(
+            e(
+                &w(r#"{"dtype":"BF16","shape":[2],"data_offsets":[0,2]}"#),
+                2
+            ),
+            F::LengthMismatch { want: 4, .. }
+        ));
+        let two = |a: &str, b: &str| {
+            format!(
+                r#"{{"a":{{"dtype":"U8","shape":[2],"data_offsets":{a}}},"b":{{"dtype":"U8","shape":[2],"data_offsets":{b}}}}}"#
+            )
+        };
+        assert!(matches!(
+            e(&two("[0,2]", "[1,3]"), 3),
+            F::Overlap {
+                begin: 1,
+                prev_end: 2,
+                ..
+            }
+        ));
+        assert!(matches!(
+            e(&two("[0,2]", "[3,5]"), 5),
+            F::Hole {
+                begin: 3,
+                prev_end: 2,
+                ..
+            }
+        ));
+        let one = w(r#"{"dtype":"U8","shape":[2],"data_offsets":[0,2]}"#);
+        assert!(matches!(e(&one, 1), F::DataPastEnd { .. }));
+        assert_eq!(e(&one, 3), F::TrailingBytes { extra: 1 });
+        assert_eq!(
+            safetensors_header_len(&[0; 4], 4),
+            Err(F::FileTooShort { file_len: 4 })
+        );
+        let huge = (MAX_HEADER_LEN + 1).to_le_bytes();
+        assert!(matches!(
+            safetensors_header_len(&huge, 1 << 40),
+            Err(F::HeaderTooLong { .. })
+        ));
+        assert_eq!(
+            safetensors_header_len(&16u64.to_le_bytes(), 20),
+            Err(F::HeaderPastEnd {
+                len: 16,
+                file_len: 20
+            })
+        );
     }
 }
