@@ -317,12 +317,12 @@ pub enum Error {
         path: PathBuf,
     },
     /// A manifest is malformed or inconsistent.
-    #[error("{}: manifest: {detail}", path.display())]
+    #[error("{}: manifest: {fault}", path.display())]
     Manifest {
         /// The manifest file.
         path: PathBuf,
         /// What is wrong.
-        detail: String,
+        fault: crate::manifest::ManifestFault,
     },
     /// A file to read is not a regular file, or is over its size limit, or cannot be opened.
     #[error(transparent)]

@@ -360,7 +360,7 @@ fn manifest_jcs(dir: &Path) -> Result<()> {
         .join(crate::manifest::MANIFEST_NAME);
     let bad = |detail: String| crate::Error::Manifest {
         path: path.clone(),
-        detail,
+        fault: crate::manifest::ManifestFault::NotJson(detail),
     };
     let mut v: serde_json::Value =
         serde_json::from_str(MANIFEST_JCS_TEXT).map_err(|e| bad(e.to_string()))?;

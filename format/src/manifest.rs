@@ -388,23 +388,143 @@ pub fn is_plain_name(s: &str) -> bool {
     !s.is_empty() && !s.contains(['/', '\\', '\0']) && !s.starts_with('.')
 }
 
+/// What is wrong with a manifest: one variant per rule of §8.1 (and of reading it).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestFault {
+    /// Not JSON, or a duplicate key (the parser's words).
+    #[error("{0}")]
+    NotJson(String),
+    /// The JSON does not have the manifest's fields and types (the parser's words).
+    #[error("{0}")]
+    Schema(String),
+    /// No `digest` field.
+    #[error("no \"digest\" field")]
+    NoDigest,
+    /// The digest is of the canonical JSON used before RFC 8785.
+    #[error("digest {recorded} is of the canonical JSON tarfa used before JNF v1.0 adopted RFC 8785 (JCS, spec §8.1.2): this manifest was written by an older tarfa; convert the model again with this one")]
+    PreJcsDigest {
+        /// The digest recorded.
+        recorded: String,
+    },
+    /// The digest does not match the content.
+    #[error("digest mismatch: the manifest was changed after it was written (recorded {recorded}, content hashes to {actual})")]
+    DigestMismatch {
+        /// The digest recorded.
+        recorded: String,
+        /// The content's digest.
+        actual: String,
+    },
+    /// `format` is not `jnf-model`.
+    #[error("format is {0:?}, not \"jnf-model\"")]
+    NotJnfModel(String),
+    /// An unsupported major version.
+    #[error("format major version {0} is not supported (this reader implements 1)")]
+    UnsupportedMajor(u16),
+    /// An unknown `source_format`.
+    #[error("source_format {0:?} is not safetensors, gguf or synthetic")]
+    UnknownSourceFormat(String),
+    /// A source path that is not relative and plain, or a hash that is not 64 lowercase hex.
+    #[error("source {0:?}: bad path or sha256")]
+    BadSource(String),
+    /// A source listed twice.
+    #[error("source {0:?} is listed twice")]
+    SourceTwice(String),
+    /// A file name that is not plain.
+    #[error("file name {0:?} is not a plain name")]
+    NotPlainName(String),
+    /// A file listed twice.
+    #[error("file {0:?} is listed twice")]
+    FileTwice(String),
+    /// A file hash that is not 64 lowercase hex digits.
+    #[error("file {0:?}: hashes must be 64 lowercase hex digits")]
+    BadFileHash(String),
+    /// An aux file with `sources`.
+    #[error("file {0:?}: an aux file has no \"sources\" (only JNF files do)")]
+    AuxWithSources(String),
+    /// A file's source read naming a source `conversion.sources` lacks.
+    #[error("file {file:?}: source {source_path:?} is not in conversion.sources")]
+    UnlistedSourceRead {
+        /// The file.
+        file: String,
+        /// The source it names.
+        source_path: String,
+    },
+    /// A file naming one source twice.
+    #[error("file {file:?}: source {source_path:?} is listed twice")]
+    SourceReadTwice {
+        /// The file.
+        file: String,
+        /// The source.
+        source_path: String,
+    },
+    /// A `tensors_blake3` that is not 64 lowercase hex digits.
+    #[error(
+        "file {file:?}: source {source_path:?}: tensors_blake3 must be 64 lowercase hex digits"
+    )]
+    BadTensorsBlake3 {
+        /// The file.
+        file: String,
+        /// The source.
+        source_path: String,
+    },
+    /// A layer file not named `layer-NNNNN.jnf` of its layer.
+    #[error("layer {layer} file must be named {want}")]
+    WrongLayerFileName {
+        /// The layer.
+        layer: u32,
+        /// Its name.
+        want: String,
+    },
+    /// A kind and layer that do not go together (or a trunk/aux name that breaks its kind).
+    #[error("file {path:?}: kind {kind} with layer {layer:?} is not allowed")]
+    BadKind {
+        /// The file.
+        path: String,
+        /// Its kind.
+        kind: String,
+        /// Its layer.
+        layer: Option<u32>,
+    },
+    /// More than one trunk file.
+    #[error("more than one trunk file")]
+    TwoTrunks,
+    /// `layers` not strictly ascending.
+    #[error("layers must be ascending without repeats")]
+    LayersNotAscending,
+    /// `layers` and the layer files disagree.
+    #[error("layers {layers:?} do not match the layer files {files:?}")]
+    LayersMismatch {
+        /// `layers`.
+        layers: Vec<u32>,
+        /// The layer files' layers.
+        files: Vec<u32>,
+    },
+    /// A layer at or past `num_layers`.
+    #[error("layer {layer} is not below num_layers {num_layers}")]
+    LayerOutOfRange {
+        /// The layer.
+        layer: u32,
+        /// `architecture.num_layers`.
+        num_layers: u32,
+    },
+    /// A tokenizer file that is not an aux file of the manifest.
+    #[error("tokenizer file {0:?} is not listed as an aux file")]
+    TokenizerNotAux(String),
+}
+
 impl Manifest {
     /// Check the rules of §8 that need no file system: returns what is wrong.
-    pub fn check(&self) -> std::result::Result<(), String> {
+    pub fn check(&self) -> std::result::Result<(), ManifestFault> {
         if self.format != FORMAT_NAME {
-            return Err(format!("format is {:?}, not {FORMAT_NAME:?}", self.format));
+            return Err(ManifestFault::NotJnfModel(self.format.clone()));
         }
         if self.format_version[0] != 1 {
-            return Err(format!(
-                "format major version {} is not supported (this reader implements 1)",
-                self.format_version[0]
-            ));
+            return Err(ManifestFault::UnsupportedMajor(self.format_version[0]));
         }
         if !["safetensors", "gguf", "synthetic"].contains(&self.architecture.source_format.as_str())
         {
-            return Err(format!(
-                "source_format {:?} is not safetensors, gguf or synthetic",
-                self.architecture.source_format
+            return Err(ManifestFault::UnknownSourceFormat(
+                self.architecture.source_format.clone(),
             ));
         }
         for src in &self.conversion.sources {
@@ -416,13 +536,13 @@ impl Manifest {
                     .all(|c| !c.is_empty() && c != "." && c != "..");
             let bad_hash = |h: &Option<String>| h.as_deref().is_some_and(|h| !is_hex64(h));
             if !plain || bad_hash(&src.sha256) || bad_hash(&src.header_sha256) {
-                return Err(format!("source {:?}: bad path or sha256", src.path));
+                return Err(ManifestFault::BadSource(src.path.clone()));
             }
         }
         let mut source_paths = BTreeSet::new();
         for src in &self.conversion.sources {
             if !source_paths.insert(src.path.as_str()) {
-                return Err(format!("source {:?} is listed twice", src.path));
+                return Err(ManifestFault::SourceTwice(src.path.clone()));
             }
         }
         let mut names = BTreeSet::new();
@@ -430,88 +550,83 @@ impl Manifest {
         let mut trunks = 0;
         for f in &self.files {
             if !is_plain_name(&f.path) || f.path == MANIFEST_NAME {
-                return Err(format!("file name {:?} is not a plain name", f.path));
+                return Err(ManifestFault::NotPlainName(f.path.clone()));
             }
             if !names.insert(f.path.as_str()) {
-                return Err(format!("file {:?} is listed twice", f.path));
+                return Err(ManifestFault::FileTwice(f.path.clone()));
             }
             if !is_hex64(&f.sha256) || !is_hex64(&f.blake3) {
-                return Err(format!(
-                    "file {:?}: hashes must be 64 lowercase hex digits",
-                    f.path
-                ));
+                return Err(ManifestFault::BadFileHash(f.path.clone()));
             }
             if let Some(reads) = &f.sources {
                 if f.kind == FileKind::Aux {
-                    return Err(format!(
-                        "file {:?}: an aux file has no \"sources\" (only JNF files do)",
-                        f.path
-                    ));
+                    return Err(ManifestFault::AuxWithSources(f.path.clone()));
                 }
                 let mut seen = BTreeSet::new();
                 for s in reads {
                     if !self.conversion.sources.iter().any(|c| c.path == s.path) {
-                        return Err(format!(
-                            "file {:?}: source {:?} is not in conversion.sources",
-                            f.path, s.path
-                        ));
+                        return Err(ManifestFault::UnlistedSourceRead {
+                            file: f.path.clone(),
+                            source_path: s.path.clone(),
+                        });
                     }
                     if !seen.insert(s.path.as_str()) {
-                        return Err(format!(
-                            "file {:?}: source {:?} is listed twice",
-                            f.path, s.path
-                        ));
+                        return Err(ManifestFault::SourceReadTwice {
+                            file: f.path.clone(),
+                            source_path: s.path.clone(),
+                        });
                     }
                     if !is_hex64(&s.tensors_blake3) {
-                        return Err(format!(
-                            "file {:?}: source {:?}: tensors_blake3 must be 64 lowercase hex digits",
-                            f.path, s.path
-                        ));
+                        return Err(ManifestFault::BadTensorsBlake3 {
+                            file: f.path.clone(),
+                            source_path: s.path.clone(),
+                        });
                     }
                 }
             }
             match (f.kind, f.layer) {
                 (FileKind::Layer, Some(l)) => {
                     if f.path != layer_file_name(l) {
-                        return Err(format!(
-                            "layer {l} file must be named {}",
-                            layer_file_name(l)
-                        ));
+                        return Err(ManifestFault::WrongLayerFileName {
+                            layer: l,
+                            want: layer_file_name(l),
+                        });
                     }
                     file_layers.insert(l);
                 }
                 (FileKind::Trunk, None) if f.path == TRUNK_NAME => trunks += 1,
                 (FileKind::Aux, None) if !f.path.ends_with(".jnf") => {}
                 _ => {
-                    return Err(format!(
-                        "file {:?}: kind {:?} with layer {:?} is not allowed",
-                        f.path, f.kind, f.layer
-                    ))
+                    return Err(ManifestFault::BadKind {
+                        path: f.path.clone(),
+                        kind: format!("{:?}", f.kind),
+                        layer: f.layer,
+                    })
                 }
             }
         }
         if trunks > 1 {
-            return Err("more than one trunk file".into());
+            return Err(ManifestFault::TwoTrunks);
         }
         if !self.layers.windows(2).all(|w| w[0] < w[1]) {
-            return Err("layers must be ascending without repeats".into());
+            return Err(ManifestFault::LayersNotAscending);
         }
         let listed: BTreeSet<u32> = self.layers.iter().copied().collect();
         if listed != file_layers {
-            return Err(format!(
-                "layers {:?} do not match the layer files {:?}",
-                self.layers, file_layers
-            ));
+            return Err(ManifestFault::LayersMismatch {
+                layers: self.layers.clone(),
+                files: file_layers.into_iter().collect(),
+            });
         }
         if let Some(&l) = self
             .layers
             .iter()
             .find(|&&l| l >= self.architecture.num_layers)
         {
-            return Err(format!(
-                "layer {l} is not below num_layers {}",
-                self.architecture.num_layers
-            ));
+            return Err(ManifestFault::LayerOutOfRange {
+                layer: l,
+                num_layers: self.architecture.num_layers,
+            });
         }
         for t in &self.tokenizer {
             if !self
@@ -519,7 +634,7 @@ impl Manifest {
                 .iter()
                 .any(|f| &f.path == t && f.kind == FileKind::Aux)
             {
-                return Err(format!("tokenizer file {t:?} is not listed as an aux file"));
+                return Err(ManifestFault::TokenizerNotAux(t.clone()));
             }
         }
         Ok(())
@@ -528,37 +643,38 @@ impl Manifest {
     /// Read and check `DIR/manifest.json`.
     pub fn load(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST_NAME);
-        let bad = |detail: String| Error::Manifest {
+        let bad = |fault: ManifestFault| Error::Manifest {
             path: path.clone(),
-            detail,
+            fault,
         };
         let bytes = crate::fsio::read_regular(&path, MAX_MANIFEST_LEN)?;
         Self::from_bytes(&bytes).map_err(bad)
     }
 
     /// Parse and check manifest bytes (digest, then the rules of §8.1).
-    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Manifest, String> {
+    pub fn from_bytes(bytes: &[u8]) -> std::result::Result<Manifest, ManifestFault> {
         // A duplicate key is refused: JSON parsers disagree on which copy wins, so a manifest
         // with one could mean one thing to tarfa and another to an auditor's tool.
-        let NoDuplicateKeys(mut v) = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+        let NoDuplicateKeys(mut v) =
+            serde_json::from_slice(bytes).map_err(|e| ManifestFault::NotJson(e.to_string()))?;
         let recorded = v
             .as_object_mut()
             .and_then(|o| o.remove(DIGEST_KEY))
-            .ok_or_else(|| format!("no \"{DIGEST_KEY}\" field"))?;
+            .ok_or(ManifestFault::NoDigest)?;
         let actual = content_digest(&v);
         if recorded.as_str() != Some(actual.as_str()) {
             if recorded.as_str() == Some(pre_jcs_digest(&v).as_str()) {
-                return Err(format!(
-                    "digest {recorded} is of the canonical JSON tarfa used before JNF v1.0 adopted \
-                     RFC 8785 (JCS, spec §8.1.2): this manifest was written by an older tarfa; \
-                     convert the model again with this one"
-                ));
+                return Err(ManifestFault::PreJcsDigest {
+                    recorded: recorded.as_str().unwrap_or_default().to_string(),
+                });
             }
-            return Err(format!(
-                "digest mismatch: the manifest was changed after it was written (recorded {recorded}, content hashes to {actual})"
-            ));
+            return Err(ManifestFault::DigestMismatch {
+                recorded: recorded.to_string(),
+                actual,
+            });
         }
-        let m: Manifest = serde_json::from_value(v).map_err(|e| e.to_string())?;
+        let m: Manifest =
+            serde_json::from_value(v).map_err(|e| ManifestFault::Schema(e.to_string()))?;
         m.check()?;
         Ok(m)
     }
@@ -566,13 +682,13 @@ impl Manifest {
     /// Check, then publish as `DIR/manifest.json` atomically.
     pub fn publish(&self, dir: &Path) -> Result<()> {
         let path = dir.join(MANIFEST_NAME);
-        self.check().map_err(|detail| Error::Manifest {
+        self.check().map_err(|fault| Error::Manifest {
             path: path.clone(),
-            detail,
+            fault,
         })?;
         let ser = |e: serde_json::Error| Error::Manifest {
             path: path.clone(),
-            detail: e.to_string(),
+            fault: ManifestFault::Schema(e.to_string()),
         };
         let mut v = serde_json::to_value(self).map_err(ser)?;
         let digest = content_digest(&v);
@@ -687,7 +803,10 @@ mod tests {
         // and the digest, over the parsed content, would still match.
         let bad = good.replacen("{", "{\n  \"layers\": [0],", 1);
         let e = Manifest::from_bytes(bad.as_bytes()).expect_err("refused");
-        assert!(e.contains("duplicate key \"layers\""), "{e}");
+        assert!(
+            matches!(&e, ManifestFault::NotJson(t) if t.contains("duplicate key \"layers\"")),
+            "{e}"
+        );
         assert_eq!(
             Manifest::from_bytes(good.as_bytes()).expect("good"),
             manifest()
@@ -740,6 +859,8 @@ mod tests {
             .expect("object")
             .insert(DIGEST_KEY.into(), serde_json::Value::String(old));
         let e = Manifest::from_bytes(&serde_json::to_vec(&v).expect("json")).expect_err("refused");
+        assert!(matches!(e, ManifestFault::PreJcsDigest { .. }), "{e:?}");
+        let e = e.to_string();
         assert!(
             e.contains("RFC 8785") && e.contains("convert the model again"),
             "{e}"
@@ -770,41 +891,79 @@ mod tests {
     fn manifest_rules_reject_each_inconsistency() {
         assert_eq!(manifest().check(), Ok(()));
         type Mutation = Box<dyn Fn(&mut Manifest)>;
-        let cases: Vec<(&str, Mutation)> = vec![
-            ("major", Box::new(|m| m.format_version = [2, 0])),
-            ("layer missing", Box::new(|m| m.layers = vec![0])),
-            ("extra layer", Box::new(|m| m.layers = vec![0, 1, 2])),
-            ("unsorted", Box::new(|m| m.layers = vec![1, 0])),
+        let cases: Vec<(&str, &str, Mutation)> = vec![
+            (
+                "major",
+                "UnsupportedMajor",
+                Box::new(|m| m.format_version = [2, 0]),
+            ),
+            (
+                "layer missing",
+                "LayersMismatch",
+                Box::new(|m| m.layers = vec![0]),
+            ),
+            (
+                "extra layer",
+                "LayersMismatch",
+                Box::new(|m| m.layers = vec![0, 1, 2]),
+            ),
+            (
+                "unsorted",
+                "LayersNotAscending",
+                Box::new(|m| m.layers = vec![1, 0]),
+            ),
             (
                 "dup file",
+                "FileTwice",
                 Box::new(|m| m.files.push(entry("trunk.jnf", FileKind::Aux, None))),
             ),
-            ("path", Box::new(|m| m.files[0].path = "../x".into())),
-            ("hash", Box::new(|m| m.files[1].sha256 = "XYZ".into())),
-            ("name", Box::new(|m| m.files[1].path = "layer-0.jnf".into())),
+            (
+                "path",
+                "NotPlainName",
+                Box::new(|m| m.files[0].path = "../x".into()),
+            ),
+            (
+                "hash",
+                "BadFileHash",
+                Box::new(|m| m.files[1].sha256 = "XYZ".into()),
+            ),
+            (
+                "name",
+                "WrongLayerFileName",
+                Box::new(|m| m.files[1].path = "layer-0.jnf".into()),
+            ),
             (
                 "tokenizer",
+                "TokenizerNotAux",
                 Box::new(|m| m.tokenizer = vec!["tokenizer.json".into()]),
             ),
-            ("num_layers", Box::new(|m| m.architecture.num_layers = 1)),
+            (
+                "num_layers",
+                "LayerOutOfRange",
+                Box::new(|m| m.architecture.num_layers = 1),
+            ),
             (
                 "source listed twice",
+                "SourceTwice",
                 Box::new(|m| {
                     m.conversion.sources = vec![source("a.safetensors"), source("a.safetensors")]
                 }),
             ),
             (
                 "read of an unlisted source",
+                "UnlistedSourceRead",
                 Box::new(|m| m.files[1].sources = Some(vec![read("b.safetensors")])),
             ),
             (
                 "read listed twice",
+                "SourceReadTwice",
                 Box::new(|m| {
                     m.files[1].sources = Some(vec![read("a.safetensors"), read("a.safetensors")])
                 }),
             ),
             (
                 "bad tensors_blake3",
+                "BadTensorsBlake3",
                 Box::new(|m| {
                     let mut r = read("a.safetensors");
                     r.tensors_blake3 = "AB".into();
@@ -813,18 +972,23 @@ mod tests {
             ),
             (
                 "aux with sources",
+                "AuxWithSources",
                 Box::new(|m| {
                     m.files.push(entry("config.json", FileKind::Aux, None));
                     m.files[3].sources = Some(vec![read("a.safetensors")]);
                 }),
             ),
         ];
-        for (what, mutate) in cases {
+        for (what, variant, mutate) in cases {
             let mut m = manifest();
             m.conversion.sources = vec![source("a.safetensors")];
             assert_eq!(m.check(), Ok(()), "{what}: the base is valid");
             mutate(&mut m);
-            assert!(m.check().is_err(), "{what} must be refused");
+            let e = m.check().expect_err(what);
+            assert!(
+                format!("{e:?}").starts_with(variant),
+                "{what} must be refused as {variant}, not {e:?}"
+            );
         }
     }
 }
