@@ -30,6 +30,8 @@ echo "== cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo clippy, cuda feature (builds without a CUDA toolkit: libcuda is loaded at run time)"
 cargo clippy -p tarfa --features cuda --all-targets --locked -- -D warnings
+# The decoder's GPU path and its GPU test (decode/tests/gpu.rs) exist only with the feature.
+cargo clippy -p tarfa-decode --features cuda --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
 echo "== fuzz: every cargo-fuzz target for ${TARFA_FUZZ_SECONDS:-10} s (scripts/fuzz-ci.sh)"
