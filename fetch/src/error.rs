@@ -7,16 +7,40 @@ use std::path::PathBuf;
 /// Result with this crate's [`FetchError`].
 pub type Result<T, E = FetchError> = std::result::Result<T, E>;
 
+/// What is wrong with a SOURCE argument.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SourceArgFault {
+    /// An `hf://` source without owner, repository and path, or with a component that is empty,
+    /// `.`, `..` or holds `?`, `#`, `%` or `\`.
+    #[error("expected hf://owner/repo[@revision]/path/in/repo")]
+    NotHfPath,
+    /// `HF_ENDPOINT` is not an http(s) URL.
+    #[error("HF_ENDPOINT must be an http(s) URL")]
+    EndpointNotHttp,
+    /// An http(s) URL without a usable origin.
+    #[error("not a usable URL")]
+    NotAUrl,
+    /// A scheme other than http, https and hf.
+    #[error("only http://, https:// and hf:// URLs, or local paths")]
+    UnknownScheme,
+    /// Neither a GGUF nor a safetensors file, index or directory.
+    #[error("expected a .gguf file (any part of a split set), a .safetensors file, a model.safetensors.index.json or a checkpoint directory")]
+    UnknownKind,
+    /// The index named is not there.
+    #[error("not found")]
+    NotFound,
+}
+
 /// Why a fetch stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     /// SOURCE is not an http(s) URL, an `hf://owner/repo[@rev]/path` or a local path we can read.
-    #[error("{source_arg}: {detail}")]
+    #[error("{source_arg}: {fault}")]
     BadSource {
         /// The SOURCE argument.
         source_arg: String,
         /// What is wrong with it.
-        detail: String,
+        fault: SourceArgFault,
     },
     /// A connection, timeout or transport failure (retried before it is reported).
     #[error("{url}: {detail}")]

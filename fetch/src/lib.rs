@@ -49,7 +49,7 @@ pub mod transfer;
 use std::path::Path;
 use std::sync::Arc;
 
-pub use error::{FetchError, IndexFault, Result};
+pub use error::{FetchError, IndexFault, Result, SourceArgFault};
 pub use http::{HttpClient, HttpConfig, LowSpeed, RetryPolicy, Traffic};
 pub use location::{Location, DEFAULT_HF_ENDPOINT};
 pub use plan::{OutputFormat, Plan, PlannedTensor};

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tarfa_gguf::{ByteSource, FileSource};
 
-use crate::error::{FetchError, Result};
+use crate::error::{FetchError, Result, SourceArgFault};
 use crate::http::{HttpClient, RemoteFile};
 
 /// The Hugging Face hub, unless `HF_ENDPOINT` says otherwise.
@@ -38,26 +38,26 @@ fn encode_segment(s: &str) -> String {
 impl Location {
     /// Parse SOURCE. `hf_endpoint` replaces `https://huggingface.co` for `hf://` sources.
     pub fn parse(arg: &str, hf_endpoint: &str) -> Result<Location> {
-        let bad = |detail: &str| FetchError::BadSource {
+        let bad = |fault: SourceArgFault| FetchError::BadSource {
             source_arg: arg.to_string(),
-            detail: detail.to_string(),
+            fault,
         };
         if let Some(rest) = arg.strip_prefix("hf://") {
             let mut it = rest.splitn(3, '/');
             let (owner, repo, path) = (it.next(), it.next(), it.next());
             let (Some(owner), Some(repo_rev), Some(path)) = (owner, repo, path) else {
-                return Err(bad("expected hf://owner/repo[@revision]/path/in/repo"));
+                return Err(bad(SourceArgFault::NotHfPath));
             };
             let (repo, rev) = repo_rev.split_once('@').unwrap_or((repo_rev, "main"));
             let plain = |s: &str| {
                 !s.is_empty() && s != "." && s != ".." && !s.contains(['?', '#', '%', '\\'])
             };
             if !plain(owner) || !plain(repo) || rev.is_empty() || !path.split('/').all(plain) {
-                return Err(bad("expected hf://owner/repo[@revision]/path/in/repo"));
+                return Err(bad(SourceArgFault::NotHfPath));
             }
             let endpoint = hf_endpoint.trim_end_matches('/');
             if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
-                return Err(bad("HF_ENDPOINT must be an http(s) URL"));
+                return Err(bad(SourceArgFault::EndpointNotHttp));
             }
             return Ok(Location::Http(format!(
                 "{endpoint}/{owner}/{repo}/resolve/{}/{path}",
@@ -65,13 +65,19 @@ impl Location {
             )));
         }
         if arg.starts_with("http://") || arg.starts_with("https://") {
-            if crate::http::origin(arg).is_none() {
-                return Err(bad("not a usable URL"));
+            // A URL needs a host: `https://` or `https:///x` would only fail later, at connect.
+            let host = arg
+                .split_once("://")
+                .and_then(|(_, rest)| rest.split(['/', '?', '#']).next())
+                .and_then(|authority| authority.rsplit('@').next())
+                .unwrap_or("");
+            if crate::http::origin(arg).is_none() || host.is_empty() {
+                return Err(bad(SourceArgFault::NotAUrl));
             }
             return Ok(Location::Http(arg.to_string()));
         }
         if arg.contains("://") {
-            return Err(bad("only http://, https:// and hf:// URLs, or local paths"));
+            return Err(bad(SourceArgFault::UnknownScheme));
         }
         Ok(Location::Local(PathBuf::from(arg)))
     }
@@ -221,9 +227,22 @@ mod tests {
             l,
             Location::Http("https://huggingface.co/o/r/resolve/main/m.gguf".into())
         );
-        assert!(Location::parse("hf://o/r", DEFAULT_HF_ENDPOINT).is_err());
-        assert!(Location::parse("hf://o/../m.gguf", DEFAULT_HF_ENDPOINT).is_err());
-        assert!(Location::parse("ftp://x/y", DEFAULT_HF_ENDPOINT).is_err());
+        let fault = |arg: &str, endpoint: &str| match Location::parse(arg, endpoint) {
+            Err(FetchError::BadSource { fault, .. }) => Some(fault),
+            _ => None,
+        };
+        let hf = DEFAULT_HF_ENDPOINT;
+        assert_eq!(fault("hf://o/r", hf), Some(SourceArgFault::NotHfPath));
+        assert_eq!(
+            fault("hf://o/../m.gguf", hf),
+            Some(SourceArgFault::NotHfPath)
+        );
+        assert_eq!(fault("ftp://x/y", hf), Some(SourceArgFault::UnknownScheme));
+        assert_eq!(fault("https://", hf), Some(SourceArgFault::NotAUrl));
+        assert_eq!(
+            fault("hf://o/r/m.gguf", "ftp://mirror"),
+            Some(SourceArgFault::EndpointNotHttp)
+        );
     }
 
     #[test]

@@ -10,7 +10,7 @@ use tarfa_gguf::header::read_header_from;
 use tarfa_gguf::reader::{parse_split_name, split_keys, split_name};
 use tarfa_gguf::{GgufWriter, Header, Value, Violation};
 
-use crate::error::{FetchError, IndexFault, Result};
+use crate::error::{FetchError, IndexFault, Result, SourceArgFault};
 use crate::http::HttpClient;
 use crate::location::{Location, Opened};
 use crate::safetensors::{self, StHeader};
@@ -96,7 +96,7 @@ impl Plan {
         } else {
             Err(FetchError::BadSource {
                 source_arg: source.display(),
-                detail: "expected a .gguf file (any part of a split set), a .safetensors file, a model.safetensors.index.json or a checkpoint directory".into(),
+                fault: SourceArgFault::UnknownKind,
             })
         }
     }
@@ -374,7 +374,7 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
             .read_small(client, MAX_JSON)?
             .ok_or_else(|| FetchError::BadSource {
                 source_arg: shown.clone(),
-                detail: "not found".into(),
+                fault: SourceArgFault::NotFound,
             })?;
         let index = json_of(&bytes, &shown)?;
         let map = index
