@@ -67,26 +67,6 @@ pub fn linear_many(
     outs
 }
 
-/// RMSNorm of each token (w-style: `w · (x · rsqrt(mean(x²) + eps))`).
-pub fn rms_norm(isa: Isa, xs: &[Vec<f32>], w: WeightSlice<'_>, eps: f32) -> Batch {
-    xs.iter()
-        .map(|x| {
-            let mut o = vec![0.0f32; x.len()];
-            isa.rms_norm(x, |i| w.get(i), eps, &mut o);
-            o
-        })
-        .collect()
-}
-
-/// RMSNorm of each `dim`-wide head of `x` in place (q_norm / k_norm), one weight for all heads.
-pub fn rms_norm_heads(isa: Isa, x: &mut [f32], dim: usize, w: WeightSlice<'_>, eps: f32) {
-    let mut src = vec![0.0f32; dim];
-    for head in x.chunks_exact_mut(dim) {
-        src.copy_from_slice(head);
-        isa.rms_norm(&src, |i| w.get(i), eps, head);
-    }
-}
-
 /// `x += y` elementwise for every token (a residual connection).
 pub fn add_into(xs: &mut [Vec<f32>], ys: &[Vec<f32>]) {
     for (x, y) in xs.iter_mut().zip(ys) {

@@ -116,6 +116,57 @@ pub fn logits(
     ctx.linear("lm_head", head, None, &xn)
 }
 
+/// What the decoder skeleton every family shares needs to know of one.
+#[derive(Clone, Copy, Debug)]
+pub struct Skeleton<'s> {
+    /// Tensor-name prefix of the text model (`model.`, or `model.language_model.`).
+    pub prefix: &'s str,
+    /// Vocabulary size.
+    pub vocab: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Decoder layers.
+    pub layers: usize,
+    /// Style and epsilon of the layer norms and the final norm.
+    pub norm: NormStyle,
+    /// RMSNorm epsilon.
+    pub eps: f32,
+    /// The output projection.
+    pub head: MatrixRef<'s>,
+}
+
+/// The decoder skeleton: the embedding rows, then per layer `x += mixer(norm_in(x))` and
+/// `x += mlp(norm_post(x))` (`input_layernorm`, `post_attention_layernorm`), then the final
+/// `norm` and the logits. A family supplies its token mixer (attention, DeltaNet) and its MLP.
+pub fn decoder_forward<'c>(
+    ctx: &mut Ctx<'c>,
+    sk: &Skeleton<'_>,
+    tokens: &[u32],
+    all_logits: bool,
+    mut mixer: impl FnMut(&mut Ctx<'c>, usize, &Batch) -> Result<Batch>,
+    mut mlp: impl FnMut(&mut Ctx<'c>, usize, &Batch) -> Result<Batch>,
+) -> Result<Batch> {
+    let s = ctx.tensors;
+    let (h, eps, pre) = (sk.hidden, sk.eps, sk.prefix);
+    let mut x = embed(s, &format!("{pre}embed_tokens.weight"), sk.vocab, h, tokens)?;
+    for l in 0..sk.layers {
+        let w_in = s
+            .get(&format!("{pre}layers.{l}.input_layernorm.weight"))?
+            .vector(h)?;
+        let xn = norm(ctx, sk.norm, &x, w_in, eps);
+        let a = mixer(ctx, l, &xn)?;
+        blocks::add_into(&mut x, &a);
+        let w_post = s
+            .get(&format!("{pre}layers.{l}.post_attention_layernorm.weight"))?
+            .vector(h)?;
+        let xn = norm(ctx, sk.norm, &x, w_post, eps);
+        let m = mlp(ctx, l, &xn)?;
+        blocks::add_into(&mut x, &m);
+    }
+    let w_norm = s.get(&format!("{pre}norm.weight"))?.vector(h)?;
+    logits(ctx, &x, (sk.norm, w_norm, eps), sk.head, all_logits)
+}
+
 /// One attention layer's form.
 #[derive(Clone, Copy, Debug)]
 pub struct AttnSpec {

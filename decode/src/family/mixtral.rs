@@ -6,7 +6,7 @@
 use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::Result;
-use crate::family::common::{self, AttnSpec, NormStyle};
+use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::rope::Rope;
 use crate::weights::{MatrixRef, TensorStore};
@@ -189,39 +189,50 @@ impl Family for Mixtral {
         all_logits: bool,
     ) -> Result<Batch> {
         let c = self.cfg.clone();
-        let s = ctx.tensors;
-        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
         let spec = self.attn_spec();
-        let mut x = common::embed(s, EMBED, c.vocab_size, h, tokens)?;
-        for l in 0..c.num_layers {
-            let p = |n: &str| format!("model.layers.{l}.{n}");
-            let w_in = s.get(&p("input_layernorm.weight"))?.vector(h)?;
-            let xn = common::norm(ctx, NormStyle::Weight, &x, w_in, eps);
-            let a = common::attention(
-                ctx,
-                &p("self_attn"),
-                &spec,
-                h,
-                &mut self.rope,
-                &mut self.kv[l],
-                start,
-                &xn,
-            )?;
-            blocks::add_into(&mut x, &a);
-            let w_post = s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
-            let xn = common::norm(ctx, NormStyle::Weight, &x, w_post, eps);
-            // Router: softmax(z) in f32, the top k, always renormalised; weights stay f32.
-            let router = s.get(&p(self.router))?.matrix(c.num_experts, h)?;
+        let sk = Skeleton {
+            prefix: "model.",
+            vocab: c.vocab_size,
+            hidden: c.hidden_size,
+            layers: c.num_layers,
+            norm: NormStyle::Weight,
+            eps: c.rms_norm_eps,
+            head: self.lm_head(ctx.tensors)?,
+        };
+        let (rope, kv) = (&mut self.rope, &mut self.kv);
+        let router = self.router;
+        // Router: softmax(z) in f32, the top k, always renormalised; weights stay f32.
+        let mlp = |ctx: &mut Ctx<'_>, l: usize, xn: &Batch| -> Result<Batch> {
+            let w = ctx
+                .tensors
+                .get(&format!("model.layers.{l}.{router}"))?
+                .matrix(c.num_experts, c.hidden_size)?;
             let isa = ctx.isa;
-            let routes: Vec<Route> = common::router_logits(ctx, router, &xn)?
+            let routes: Vec<Route> = common::router_logits(ctx, w, xn)?
                 .iter()
                 .map(|z| blocks::softmax_topk(isa, z, c.top_k, true))
                 .collect();
-            let m = common::routed_experts(ctx, l as u32, &routes, &xn)?;
-            blocks::add_into(&mut x, &m);
-        }
-        let w_norm = s.get("model.norm.weight")?.vector(h)?;
-        let head = self.lm_head(s)?;
-        common::logits(ctx, &x, (NormStyle::Weight, w_norm, eps), head, all_logits)
+            common::routed_experts(ctx, l as u32, &routes, xn)
+        };
+        common::decoder_forward(
+            ctx,
+            &sk,
+            tokens,
+            all_logits,
+            |ctx, l, xn| {
+                let prefix = format!("model.layers.{l}.self_attn");
+                common::attention(
+                    ctx,
+                    &prefix,
+                    &spec,
+                    c.hidden_size,
+                    rope,
+                    &mut kv[l],
+                    start,
+                    xn,
+                )
+            },
+            mlp,
+        )
     }
 }

@@ -27,7 +27,7 @@ use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::canon;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{DecodeError, Result};
-use crate::family::common::{self, AttnSpec, NormStyle};
+use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::kernels::Isa;
 use crate::rope::Rope;
@@ -372,10 +372,9 @@ impl Qwen3_5Moe {
         ctx.linear("deltanet out", w_out, None, &out)
     }
 
-    fn moe(&self, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
-        let c = &self.cfg;
+    fn moe(c: &Qwen3_5MoeConfig, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
         let h = c.hidden_size;
-        let p = |n: &str| self.name(&format!("layers.{l}.mlp.{n}"));
+        let p = |n: &str| format!("{}layers.{l}.mlp.{n}", c.prefix);
         let s = ctx.tensors;
         let router = s.get(&p("gate.weight"))?.matrix(c.num_experts, h)?;
         let isa = ctx.isa;
@@ -596,47 +595,33 @@ impl Family for Qwen3_5Moe {
         // leaves it marked so that only a fresh start (position 0) continues.
         self.len = usize::MAX;
         let c = self.cfg.clone();
-        let s = ctx.tensors;
-        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
         let spec = self.attn_spec();
-        let mut x = common::embed(
-            s,
-            &self.name("embed_tokens.weight"),
-            c.vocab_size,
-            h,
+        let sk = Skeleton {
+            prefix: &c.prefix,
+            vocab: c.vocab_size,
+            hidden: c.hidden_size,
+            layers: c.num_layers,
+            norm: NormStyle::OnePlus,
+            eps: c.rms_norm_eps,
+            head: self.lm_head(ctx.tensors)?,
+        };
+        let logits = common::decoder_forward(
+            ctx,
+            &sk,
             tokens,
-        )?;
-        for l in 0..c.num_layers {
-            let prefix = c.prefix.clone();
-            let p = |n: &str| format!("{prefix}layers.{l}.{n}");
-            let w_in = s.get(&p("input_layernorm.weight"))?.vector(h)?;
-            let xn = common::norm(ctx, NormStyle::OnePlus, &x, w_in, eps);
-            let a = match c.layer_types[l] {
+            all_logits,
+            |ctx, l, xn| match c.layer_types[l] {
                 LayerType::Full => {
-                    let prefix = p("self_attn");
-                    common::attention(
-                        ctx,
-                        &prefix,
-                        &spec,
-                        h,
-                        &mut self.rope,
-                        &mut self.kv[l],
-                        start,
-                        &xn,
-                    )?
+                    let prefix = format!("{}layers.{l}.self_attn", c.prefix);
+                    let (rope, kv) = (&mut self.rope, &mut self.kv[l]);
+                    common::attention(ctx, &prefix, &spec, c.hidden_size, rope, kv, start, xn)
                 }
-                LayerType::Linear => self.linear_attention(ctx, l, &xn)?,
-            };
-            blocks::add_into(&mut x, &a);
-            let w_post = s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
-            let xn = common::norm(ctx, NormStyle::OnePlus, &x, w_post, eps);
-            let m = self.moe(ctx, l, &xn)?;
-            blocks::add_into(&mut x, &m);
-        }
+                LayerType::Linear => self.linear_attention(ctx, l, xn),
+            },
+            |ctx, l, xn| Self::moe(&c, ctx, l, xn),
+        )?;
         self.len = start + tokens.len();
-        let w_norm = s.get(&self.name("norm.weight"))?.vector(h)?;
-        let head = self.lm_head(s)?;
-        common::logits(ctx, &x, (NormStyle::OnePlus, w_norm, eps), head, all_logits)
+        Ok(logits)
     }
 }
 

@@ -7,7 +7,7 @@
 use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::Result;
-use crate::family::common::{self, AttnSpec, NormStyle};
+use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::rope::Rope;
 use crate::weights::{MatrixRef, TensorStore};
@@ -187,8 +187,7 @@ impl Qwen3Moe {
         )
     }
 
-    fn mlp(&self, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
-        let c = &self.cfg;
+    fn mlp(c: &Qwen3MoeConfig, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
         let prefix = format!("model.layers.{l}.mlp");
         if !c.is_moe(l) {
             return common::mlp(
@@ -244,32 +243,37 @@ impl Family for Qwen3Moe {
         all_logits: bool,
     ) -> Result<Batch> {
         let c = self.cfg.clone();
-        let s = ctx.tensors;
-        let (h, eps) = (c.hidden_size, c.rms_norm_eps);
         let spec = self.attn_spec();
-        let mut x = common::embed(s, EMBED, c.vocab_size, h, tokens)?;
-        for l in 0..c.num_layers {
-            let p = |n: &str| format!("model.layers.{l}.{n}");
-            let w_in = s.get(&p("input_layernorm.weight"))?.vector(h)?;
-            let xn = common::norm(ctx, NormStyle::Weight, &x, w_in, eps);
-            let a = common::attention(
-                ctx,
-                &p("self_attn"),
-                &spec,
-                h,
-                &mut self.rope,
-                &mut self.kv[l],
-                start,
-                &xn,
-            )?;
-            blocks::add_into(&mut x, &a);
-            let w_post = s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
-            let xn = common::norm(ctx, NormStyle::Weight, &x, w_post, eps);
-            let m = self.mlp(ctx, l, &xn)?;
-            blocks::add_into(&mut x, &m);
-        }
-        let w_norm = s.get("model.norm.weight")?.vector(h)?;
-        let head = self.lm_head(s)?;
-        common::logits(ctx, &x, (NormStyle::Weight, w_norm, eps), head, all_logits)
+        let sk = Skeleton {
+            prefix: "model.",
+            vocab: c.vocab_size,
+            hidden: c.hidden_size,
+            layers: c.num_layers,
+            norm: NormStyle::Weight,
+            eps: c.rms_norm_eps,
+            head: self.lm_head(ctx.tensors)?,
+        };
+        let (rope, kv) = (&mut self.rope, &mut self.kv);
+        let mlp = |ctx: &mut Ctx<'_>, l, xn: &Batch| Self::mlp(&c, ctx, l, xn);
+        common::decoder_forward(
+            ctx,
+            &sk,
+            tokens,
+            all_logits,
+            |ctx, l, xn| {
+                let prefix = format!("model.layers.{l}.self_attn");
+                common::attention(
+                    ctx,
+                    &prefix,
+                    &spec,
+                    c.hidden_size,
+                    rope,
+                    &mut kv[l],
+                    start,
+                    xn,
+                )
+            },
+            mlp,
+        )
     }
 }
