@@ -125,13 +125,20 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     const NAMES: &str = "a JNF file holds names of 1 to 4096 bytes without NUL, and source paths without ':' components (spec/JNF_V1.md §5.1); rename it in the source";
     const GGUF: &str =
         "the GGUF file breaks a rule of the format; it is damaged, truncated or not a GGUF file";
-    if let Some(f) = e.downcast_ref::<tarfa_format::Error>() {
-        if matches!(
-            f,
-            tarfa_format::Error::Format { .. } | tarfa_format::Error::Manifest { .. }
-        ) {
-            return (1, Some(JNF));
+    // A JNF file or manifest that breaks the spec: invalid input. A manifest an older tarfa
+    // wrote says itself what to do (convert again), so it gets no "damaged" hint.
+    let jnf_hint = |f: &tarfa_format::Error| match f {
+        tarfa_format::Error::Manifest {
+            fault: tarfa_format::manifest::ManifestFault::PreJcsDigest { .. },
+            ..
+        } => Some((1, None)),
+        tarfa_format::Error::Format { .. } | tarfa_format::Error::Manifest { .. } => {
+            Some((1, Some(JNF)))
         }
+        _ => None,
+    };
+    if let Some(r) = e.downcast_ref::<tarfa_format::Error>().and_then(jnf_hint) {
+        return r;
     }
     if let Some(c) = e.downcast_ref::<C>() {
         match c {
@@ -155,9 +162,14 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     }
     if let Some(d) = e.downcast_ref::<tarfa_decode::DecodeError>() {
         use tarfa_decode::DecodeError as D;
+        if let Some(r) = match d {
+            D::Format(f) => jnf_hint(f),
+            _ => None,
+        } {
+            return r;
+        }
         match d {
-            D::Format(tarfa_format::Error::Format { .. } | tarfa_format::Error::Manifest { .. })
-            | D::NotInManifest { .. } => return (1, Some(JNF)),
+            D::NotInManifest { .. } => return (1, Some(JNF)),
             D::Stream(tarfa_runtime::StreamError::Corrupt { .. }) => {
                 return (1, Some("an expert's bytes on disk are not the ones converted; nothing was computed from them (tarfa verify names every fault)"))
             }
@@ -223,6 +235,27 @@ fn file_error(e: &anyhow::Error) -> Option<&tarfa_format::fsio::FsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_manifest_of_an_older_tarfa_gets_no_damaged_file_hint() {
+        use tarfa_format::manifest::ManifestFault;
+        let err = |fault: ManifestFault| {
+            anyhow::Error::new(tarfa_format::Error::Manifest {
+                path: "m/manifest.json".into(),
+                fault,
+            })
+        };
+        let old = err(ManifestFault::PreJcsDigest {
+            recorded: "00".into(),
+        });
+        assert_eq!(classify(&old), (1, None));
+        let changed = err(ManifestFault::DigestMismatch {
+            recorded: "00".into(),
+            actual: "11".into(),
+        });
+        assert_eq!(classify(&changed).0, 1);
+        assert!(classify(&changed).1.is_some_and(|h| h.contains("damaged")));
+    }
 
     /// An error that prints its source in its own text, as `Error::Io` does.
     #[derive(Debug)]
