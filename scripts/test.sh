@@ -24,6 +24,16 @@ if [ "$(id -u)" = 0 ]; then
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx)
 fi
 
+# The CUDA kernels are compiled as C++ for their CPU emulation (cuda-emu/, C++20) and by NVRTC
+# (runtime's cuda feature test; PyPI's nvidia-cuda-nvrtc wheel: the NVRTC library alone, no GPU).
+if [ "$(id -u)" = 0 ] && ! command -v g++ >/dev/null; then
+  apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y g++
+fi
+NVRTC_DIR=${TARFA_NVRTC_DIR:-$HOME/.cache/tarfa/nvrtc-13.5.37}
+if [ ! -e "$NVRTC_DIR/nvidia/cu13/lib/libnvrtc.so.13" ]; then
+  python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$NVRTC_DIR" nvidia-cuda-nvrtc==13.5.37
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (all targets, warnings are errors)"
@@ -32,7 +42,11 @@ echo "== cargo clippy, cuda feature (builds without a CUDA toolkit: libcuda is l
 cargo clippy -p tarfa --features cuda --all-targets --locked -- -D warnings
 # The decoder's GPU path and its GPU test (decode/tests/gpu.rs) exist only with the feature.
 cargo clippy -p tarfa-decode --features cuda --all-targets --locked -- -D warnings
+cargo clippy -p tarfa-runtime --features cuda --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== the CUDA kernels compile under NVRTC with the decoder's options (no GPU needed)"
+LD_LIBRARY_PATH="$NVRTC_DIR/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TARFA_REQUIRE_NVRTC=1 \
+  cargo test -p tarfa-runtime --features cuda --locked --lib cuda_compute
 echo "== fuzz: every cargo-fuzz target for ${TARFA_FUZZ_SECONDS:-10} s (scripts/fuzz-ci.sh)"
 bash scripts/fuzz-ci.sh

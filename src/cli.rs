@@ -212,6 +212,17 @@ pub struct RunArgs {
     /// their weights resident in VRAM.
     #[arg(long)]
     pub cpu_trunk: bool,
+    /// With --device cuda: run the whole forward pass of a `qwen3_moe` model on the GPU
+    /// (attention, norms, router, experts, combine; the activations stay there) when the whole
+    /// model fits in VRAM, instead of the CPU's layers with experts and products offloaded. The
+    /// same bits: its kernels are held to the CPU's by a CPU emulation in CI; its run on real
+    /// hardware is pending (see BENCHMARKS.md), so it is not yet the default.
+    #[arg(long)]
+    pub gpu_whole_model: bool,
+    /// With the whole forward pass on the GPU: launch each token's kernels one by one instead of
+    /// replaying a captured CUDA graph (the same kernels and bits; for measuring).
+    #[arg(long)]
+    pub no_cuda_graphs: bool,
     /// Print one JSON document (tokens, text, figures) on stdout instead of text.
     #[arg(long)]
     pub json: bool,

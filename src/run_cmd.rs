@@ -139,6 +139,9 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 "cache_bytes": g.cache_bytes,
                 "trunk_products": g.trunk_products,
                 "trunk_bytes": g.trunk_bytes,
+                "whole_model": g.whole_model,
+                "steps": g.steps,
+                "graph_steps": g.graph_steps,
             })),
             "prompt": phase_json(&pp),
             "decode": phase_json(&dp),
@@ -176,7 +179,15 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             dec.isa(),
             dec.threads()
         );
-        if let Some(g) = dec.offload_report() {
+        if let Some(g) = dec.offload_report().filter(|g| g.whole_model) {
+            eprintln!(
+                "gpu: {}: whole forward pass there ({} tokens, {} replayed from a CUDA graph), {} of weights resident",
+                g.device,
+                g.steps,
+                g.graph_steps,
+                HumanBytes(g.trunk_bytes),
+            );
+        } else if let Some(g) = dec.offload_report() {
             eprintln!(
                 "gpu: {}: {} expert computations there, {} VRAM cache hits, {} copied in ({}), {} cached of {}; {} trunk products there ({} resident)",
                 g.device,
@@ -247,6 +258,8 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
         vram_bytes,
         fraction: a.gpu_experts,
         trunk: !a.cpu_trunk,
+        whole_model: a.gpu_whole_model,
+        graphs: !a.no_cuda_graphs,
     };
     let device = match a.device.as_str() {
         "cpu" => Device::Cpu,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-bench, CPU only, from bench/llama/llama-cpp-src.tar.xz.
-#   bash bench/llama/build-llama-bench.sh WORKDIR [JOBS]
+# Build llama.cpp's llama-bench, CPU only, from bench/llama/llama-cpp-src.tar.xz; with CUDA=1,
+# with its CUDA backend for the H200 (sm_90) from bench/llama/llama-cpp-cuda-src.tar.xz.
+#   [CUDA=1] bash bench/llama/build-llama-bench.sh WORKDIR [JOBS]
 # Leaves WORKDIR/llama.cpp (sources), WORKDIR/llama-build and WORKDIR/llama-build/bin/llama-bench.
 # GGML_NATIVE=ON compiles ggml-cpu with -march=native: AVX-512 (and AVX512-BF16 where the CPU has
 # it) on the GPU machine. Needs cmake >= 3.14, a C/C++17 compiler; no network.
@@ -10,10 +11,15 @@ W=${1:?usage: build-llama-bench.sh WORKDIR [JOBS]}
 J=${2:-$(nproc)}
 mkdir -p "$W"
 rm -rf "$W/llama.cpp" "$W/llama-build"
-tar xJf "$HERE/llama-cpp-src.tar.xz" -C "$W"
+SRC=llama-cpp-src.tar.xz CUDA_OPTS=(-DGGML_CUDA=OFF)
+if [ "${CUDA:-0}" = 1 ]; then
+  SRC=llama-cpp-cuda-src.tar.xz
+  CUDA_OPTS=(-DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_CUDA_COMPILER="${CUDACXX:-/usr/local/cuda/bin/nvcc}")
+fi
+tar xJf "$HERE/$SRC" -C "$W"
 cat "$W/llama.cpp/TARFA-SOURCE.txt"
-cmake -S "$W/llama.cpp" -B "$W/llama-build" \
-  -DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+cmake -S "$W/llama.cpp" -B "$W/llama-build" $(command -v ninja > /dev/null && echo -G Ninja) \
+  "${CUDA_OPTS[@]}" -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DGGML_CCACHE=OFF -DLLAMA_BUILD_COMMIT=0c1e570 -DCMAKE_BUILD_TYPE=Release
 cmake --build "$W/llama-build" --target llama-bench -j "$J"

@@ -2,7 +2,8 @@
 # Make bench/llama/llama-cpp-src.tar.xz: llama.cpp's sources as vendored in the PyPI sdist of
 # llama-cpp-python 0.3.36 (llama.cpp commit 0c1e570), pruned to what a CPU-only build of the
 # `llama-bench` target needs (about 3.5 MB instead of the sdist's 76 MB). Needs network (PyPI).
-#   bash bench/llama/make-llama-src.sh
+#   bash bench/llama/make-llama-src.sh          # -> llama-cpp-src.tar.xz (CPU backend only)
+#   CUDA=1 bash bench/llama/make-llama-src.sh   # -> llama-cpp-cuda-src.tar.xz (ggml-cuda kept too)
 # What is removed: docs, models (test vocabularies), tests, examples, pocs, benches, media, the
 # Python conversion scripts and gguf-py, the web UI and server, and every ggml backend but
 # ggml-cpu. Nothing is edited: the CMake files are llama.cpp's own, and every directory they add
@@ -34,9 +35,13 @@ cp -a "$L" "$T/out/llama.cpp"
 cd "$T/out/llama.cpp"
 rm -rf .git .gitmodules .github .devops .gemini .pi docs models tests examples pocs benches media \
   conversion gguf-py scripts skills grammars requirements ci licenses ./*.py tools/ui tools/server
-for d in ggml/src/ggml-*/; do [ "$d" = ggml/src/ggml-cpu/ ] || rm -rf "$d"; done
+KEEP="ggml/src/ggml-cpu/"
+[ "${CUDA:-0}" = 1 ] && KEEP="$KEEP ggml/src/ggml-cuda/"
+for d in ggml/src/ggml-*/; do case " $KEEP " in *" $d "*) ;; *) rm -rf "$d" ;; esac; done
 echo "llama.cpp commit $COMMIT, vendor/llama.cpp of the PyPI sdist llama_cpp_python-$VER.tar.gz (sha256 $SHA), pruned by tarfa's bench/llama/make-llama-src.sh" > TARFA-SOURCE.txt
 cd "$T/out"
-tar -cf - --sort=name --owner=0 --group=0 --numeric-owner --mtime=2026-10-01 llama.cpp | xz -9 -T0 > "$HERE/llama-cpp-src.tar.xz"
-ls -l "$HERE/llama-cpp-src.tar.xz"
-sha256sum "$HERE/llama-cpp-src.tar.xz"
+NAME=llama-cpp-src.tar.xz
+[ "${CUDA:-0}" = 1 ] && NAME=llama-cpp-cuda-src.tar.xz
+tar -cf - --sort=name --owner=0 --group=0 --numeric-owner --mtime=2026-10-01 llama.cpp | xz -9 -T0 > "$HERE/$NAME"
+ls -l "$HERE/$NAME"
+sha256sum "$HERE/$NAME"

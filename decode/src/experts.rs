@@ -297,6 +297,26 @@ impl ExpertStore {
         self.stats
     }
 
+    /// Every element type an expert region of this model has.
+    pub fn region_dtypes(&self) -> std::collections::HashSet<Dtype> {
+        self.layouts
+            .values()
+            .flat_map(|l| l.parts.iter().map(|p| p.dtype))
+            .collect()
+    }
+
+    /// The experts of `layer`, by number.
+    pub fn experts_of(&self, layer: u32) -> Vec<u32> {
+        let mut v: Vec<u32> = self
+            .layouts
+            .keys()
+            .filter(|k| k.0 == layer)
+            .map(|k| k.1)
+            .collect();
+        v.sort_unstable();
+        v
+    }
+
     /// The source (for its report).
     pub fn source(&self) -> &ExpertSource {
         &self.source

@@ -36,6 +36,16 @@ pub struct GpuOptions {
     /// The trunk's and layers' matrix products (attention projections, routers, dense and
     /// shared MLPs, `lm_head`) on the GPU too, their weights resident in VRAM once used.
     pub trunk: bool,
+    /// The whole forward pass on the GPU (attention, norms, router, experts, combine; the
+    /// activations kept there) when the family has that path and the whole model fits in VRAM
+    /// with all experts and the trunk placed there; else the layers run on the CPU with experts
+    /// and products offloaded. The same bits either way. Off by default until its end-to-end
+    /// run on GPU hardware (`decode/tests/gpu.rs`) has passed; its kernels are held to the CPU's
+    /// bits in CI by `cuda-emu`.
+    pub whole_model: bool,
+    /// With the whole forward pass on the GPU: replay each token's kernels from a captured CUDA
+    /// graph (else launch them one by one; the same kernels and bits).
+    pub graphs: bool,
 }
 
 impl Default for GpuOptions {
@@ -45,6 +55,8 @@ impl Default for GpuOptions {
             vram_bytes: None,
             fraction: 1.0,
             trunk: true,
+            whole_model: false,
+            graphs: true,
         }
     }
 }
@@ -72,6 +84,12 @@ pub struct OffloadReport {
     pub trunk_bytes: u64,
     /// Trunk products left on the CPU for want of VRAM.
     pub trunk_on_cpu: u64,
+    /// The whole forward pass ran on the device (`trunk_bytes` then counts every weight).
+    pub whole_model: bool,
+    /// Tokens run there (whole forward pass).
+    pub steps: u64,
+    /// Of those, replayed from a captured CUDA graph.
+    pub graph_steps: u64,
 }
 
 /// A device that computes some routed experts' SwiGLU.

@@ -55,6 +55,11 @@ impl Rope {
         self.inv.len() * 2
     }
 
+    /// The `cos` and `sin` tables of the positions made so far (`rotary_dim / 2` per position).
+    pub fn tables(&self) -> (&[f32], &[f32]) {
+        (&self.cos, &self.sin)
+    }
+
     /// Make sure positions `0..n` have tables.
     pub fn ensure(&mut self, n: usize) {
         let half = self.inv.len();

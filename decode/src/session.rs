@@ -107,7 +107,7 @@ impl Decoder {
         } else {
             config
         };
-        let family = family::open(config, &tensors)?;
+        let mut family = family::open(config, &tensors)?;
         // Queue depth 0: sized for decoding, twice the experts one layer selects per token (a
         // prompt's larger sets wait for slots); the ring a few slots beyond what is in flight.
         let mut src_opts = opts.source.clone();
@@ -119,8 +119,15 @@ impl Decoder {
             }
         }
         let source = ExpertSource::with_model(model, &src_opts)?;
-        let experts = ExpertStore::new(source, &opts.experts)?;
-        let offload = crate::offload::open(&opts.device)?;
+        let mut experts = ExpertStore::new(source, &opts.experts)?;
+        // The whole forward pass on the GPU when the family has it and the model fits; else
+        // experts and products offloaded from the CPU's layers (or all on the CPU).
+        let mut offload = None;
+        let whole = whole_model_gpu(config, &tensors, &mut experts, &opts.device)?;
+        match whole {
+            Some(f) => family = f,
+            None => offload = crate::offload::open(&opts.device)?,
+        }
         Ok(Decoder {
             dir: dir.to_path_buf(),
             manifest,
@@ -139,7 +146,9 @@ impl Decoder {
 
     /// What the offload device (the GPU) did, when one computes experts.
     pub fn offload_report(&self) -> Option<crate::offload::OffloadReport> {
-        self.offload.as_ref().map(|o| o.report())
+        self.family
+            .device_report()
+            .or_else(|| self.offload.as_ref().map(|o| o.report()))
     }
 
     /// The manifest.
@@ -342,6 +351,38 @@ pub fn argmax(logits: &[f32]) -> u32 {
 
 /// Every layer `0..num_hidden_layers` of the config has its file in the manifest: a model converted
 /// with `--layers` for part of its depth does not run (it would compute a different function).
+/// The whole-model GPU decoder when `device` asks for the GPU and the model takes it
+/// ([`crate::gpu_resident::open`]); with `Auto`, a GPU that cannot be used means `None`.
+#[cfg(feature = "cuda")]
+fn whole_model_gpu(
+    config: &serde_json::Value,
+    tensors: &TensorStore,
+    experts: &mut ExpertStore,
+    device: &crate::offload::Device,
+) -> Result<Option<Box<dyn Family>>> {
+    use crate::offload::Device;
+    let (o, auto) = match device {
+        Device::Cpu => return Ok(None),
+        Device::Cuda(o) => (o, false),
+        Device::Auto(o) => (o, true),
+    };
+    match crate::gpu_resident::open(config, tensors, experts, o) {
+        Ok(f) => Ok(f.map(|f| Box::new(f) as Box<dyn Family>)),
+        Err(_) if auto => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(feature = "cuda"))]
+fn whole_model_gpu(
+    _: &serde_json::Value,
+    _: &TensorStore,
+    _: &mut ExpertStore,
+    _: &crate::offload::Device,
+) -> Result<Option<Box<dyn Family>>> {
+    Ok(None)
+}
+
 fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
     let n = m.architecture.num_layers;
     let listed = m.missing_layers();

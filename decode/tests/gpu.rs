@@ -33,6 +33,8 @@ fn run(dec: &mut Decoder, name: &'static str) -> Vec<Vec<Vec<u32>>> {
         .collect()
 }
 
+/// Experts (a `fraction` of them) and, with `trunk`, matrix products offloaded from the CPU's
+/// layers: the path every family has.
 fn gpu(fraction: f64, vram_bytes: Option<u64>, trunk: bool) -> DecoderOptions {
     DecoderOptions {
         device: Device::Cuda(GpuOptions {
@@ -40,9 +42,88 @@ fn gpu(fraction: f64, vram_bytes: Option<u64>, trunk: bool) -> DecoderOptions {
             vram_bytes,
             fraction,
             trunk,
+            whole_model: false,
+            graphs: false,
         }),
         ..DecoderOptions::default()
     }
+}
+
+/// The whole forward pass on the GPU (when the model takes it), with or without CUDA graphs.
+fn whole(graphs: bool, batch_prompt: bool) -> DecoderOptions {
+    DecoderOptions {
+        device: Device::Cuda(GpuOptions {
+            whole_model: true,
+            graphs,
+            ..GpuOptions::default()
+        }),
+        batch_prompt,
+        ..DecoderOptions::default()
+    }
+}
+
+/// Every qwen3_moe fixture (q/k norms, GQA, top-k with and without renormalisation, biases, a
+/// tied head, a dense layer, widths that are and are not multiples of 32) decoded with its whole
+/// forward pass on the GPU — kernels launched one by one, or replayed from a CUDA graph; the
+/// prompt as one call or token by token — gives the CPU's logits bit for bit at every step, and
+/// the same again after a reset (the device KV cache holds nothing that leaks into the next
+/// sequence).
+#[test]
+fn the_whole_forward_pass_on_the_gpu_gives_the_cpu_bits() {
+    if !gpu_here() {
+        return;
+    }
+    for name in ["qwen3_moe", "qwen3_moe_b"] {
+        let dir = common::model(name);
+        let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
+        for (graphs, batch) in [(true, true), (false, true), (true, false)] {
+            let mut dec = common::open(&dir, &whole(graphs, batch));
+            assert_eq!(
+                run(&mut dec, name),
+                cpu,
+                "{name}: graphs {graphs}, batch {batch}"
+            );
+            // Twice on one decoder: the second pass starts from a reset.
+            assert_eq!(run(&mut dec, name), cpu, "{name}: again");
+            let r = dec.offload_report().expect("a GPU report");
+            assert!(
+                r.whole_model,
+                "{name}: the whole pass ran on the GPU: {r:?}"
+            );
+            assert!(r.steps > 0, "{name}: {r:?}");
+            assert_eq!(r.graph_steps > 0, graphs, "{name}: {r:?}");
+            assert_eq!(r.computed, 0, "{name}: no offloaded expert calls: {r:?}");
+            eprintln!("{name}: whole model, graphs {graphs}, batch {batch}: {r:?}");
+        }
+    }
+}
+
+/// Models the whole-model path does not take (another family, quantised experts, an expert
+/// whose gate and up differ in type) fall back to the offload path, still with the CPU's bits.
+#[test]
+fn models_the_whole_gpu_pass_does_not_take_fall_back_to_offloading() {
+    if !gpu_here() {
+        return;
+    }
+    let dir = common::model("mixtral");
+    let mut dec = common::open(&dir, &whole(true, true));
+    let cpu = run(
+        &mut common::open(&dir, &DecoderOptions::default()),
+        "mixtral",
+    );
+    assert_eq!(run(&mut dec, "mixtral"), cpu);
+    let r = dec.offload_report().expect("report");
+    assert!(!r.whole_model && r.computed > 0, "{r:?}");
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out = common::mixed_type_expert_model(tmp.path());
+    let mut dec = common::open(&out, &whole(true, true));
+    let cpu = run(
+        &mut common::open(&out, &DecoderOptions::default()),
+        "qwen3_moe_b",
+    );
+    assert_eq!(run(&mut dec, "qwen3_moe_b"), cpu);
+    let r = dec.offload_report().expect("report");
+    assert!(!r.whole_model, "{r:?}");
 }
 
 #[test]

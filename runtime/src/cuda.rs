@@ -113,6 +113,11 @@ impl Gpu {
     pub fn ordinal(&self) -> usize {
         self.ctx.ordinal()
     }
+
+    /// Free and total VRAM in bytes.
+    pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
+        self.ctx.mem_get_info().map_err(drv("memory query"))
+    }
 }
 
 /// `cuMemHostRegister_v2` of one host range; unregisters when dropped.

@@ -114,7 +114,7 @@ pub struct ExpertJob<'a> {
     pub xs: &'a [&'a [f32]],
 }
 
-fn drv(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError {
+pub(crate) fn drv(op: &'static str) -> impl FnOnce(cudarc::driver::DriverError) -> CudaError {
     move |source| CudaError::Driver { op, source }
 }
 
@@ -125,30 +125,41 @@ fn view<'a>(w: &'a DeviceBytes, m: &GpuMatrix) -> cudarc::driver::CudaView<'a, u
     w.buf.slice(m.offset..m.offset + m.bytes().unwrap_or(0))
 }
 
+/// Compile [`KERNELS_CU`] with NVRTC (`--fmad=false`, no flush-to-zero, correctly rounded
+/// division and square root). Needs only the NVRTC library, no GPU.
+pub fn compile_kernels() -> Result<cudarc::nvrtc::Ptx, CudaError> {
+    // SAFETY: only tries to dlopen libnvrtc under its usual names.
+    if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+        return Err(CudaError::Absent(
+            "the NVRTC library (libnvrtc.so, part of the CUDA toolkit) was not found; add its directory to LD_LIBRARY_PATH".into(),
+        ));
+    }
+    cudarc::nvrtc::compile_ptx_with_opts(
+        KERNELS_CU,
+        CompileOptions {
+            fmad: Some(false),
+            ftz: Some(false),
+            prec_div: Some(true),
+            prec_sqrt: Some(true),
+            use_fast_math: Some(false),
+            name: Some("tarfa_kernels.cu".into()),
+            ..CompileOptions::default()
+        },
+    )
+    .map_err(|e| CudaError::Usage(format!("NVRTC could not compile tarfa's kernels: {e}")))
+}
+
+/// [`compile_kernels`], loaded on `gpu`.
+pub(crate) fn load_kernels(gpu: &Gpu) -> Result<Arc<cudarc::driver::CudaModule>, CudaError> {
+    let ptx = compile_kernels()?;
+    gpu.ctx().load_module(ptx).map_err(drv("module load"))
+}
+
 impl GpuCompute {
     /// Compile the kernels (NVRTC) and load them on `gpu`.
     pub fn new(gpu: &Gpu) -> Result<GpuCompute, CudaError> {
-        // SAFETY: only tries to dlopen libnvrtc under its usual names.
-        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
-            return Err(CudaError::Absent(
-                "the NVRTC library (libnvrtc.so, part of the CUDA toolkit) was not found; add its directory to LD_LIBRARY_PATH".into(),
-            ));
-        }
-        let ptx = cudarc::nvrtc::compile_ptx_with_opts(
-            KERNELS_CU,
-            CompileOptions {
-                fmad: Some(false),
-                ftz: Some(false),
-                prec_div: Some(true),
-                prec_sqrt: Some(true),
-                use_fast_math: Some(false),
-                name: Some("tarfa_kernels.cu".into()),
-                ..CompileOptions::default()
-            },
-        )
-        .map_err(|e| CudaError::Usage(format!("NVRTC could not compile tarfa's kernels: {e}")))?;
+        let module = load_kernels(gpu)?;
         let ctx = gpu.ctx().clone();
-        let module = ctx.load_module(ptx).map_err(drv("module load"))?;
         Ok(GpuCompute {
             swiglu_gate: module
                 .load_function("tarfa_swiglu_gate")
@@ -511,5 +522,59 @@ impl GpuCompute {
                 .map_err(drv("kernel launch"))?;
         }
         Ok(y)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernels compile under the options the decoder uses (no GPU needed, only NVRTC: CI
+    /// installs PyPI's `nvidia-cuda-nvrtc` and sets `TARFA_REQUIRE_NVRTC=1`), and the PTX has
+    /// every kernel the host code looks up, with no contracted multiply-add the source did not
+    /// write (every `fma.rn` comes from an explicit `__fmaf_rn`).
+    #[test]
+    fn the_kernels_compile_with_nvrtc_and_every_looked_up_kernel_is_there() {
+        let ptx = match compile_kernels() {
+            Ok(p) => p,
+            Err(CudaError::Absent(why)) => {
+                assert!(
+                    std::env::var_os("TARFA_REQUIRE_NVRTC").is_none(),
+                    "TARFA_REQUIRE_NVRTC is set but {why}"
+                );
+                eprintln!("SKIPPED: {why}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let text = ptx.to_src();
+        let hosts = [
+            include_str!("cuda_compute.rs"),
+            include_str!("cuda_engine.rs"),
+        ]
+        .concat();
+        let mut looked_up = 0;
+        let names = hosts.split('"').filter(|w| {
+            w.len() > 6
+                && w.starts_with("tarfa_")
+                && w.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        });
+        for name in names {
+            looked_up += 1;
+            assert!(
+                text.contains(&format!(".entry {name}(")),
+                "the PTX lacks kernel {name}"
+            );
+        }
+        assert!(
+            looked_up >= 13,
+            "{looked_up} kernel names found in the host code"
+        );
+        // --fmad=false: a mul followed by an add stays two instructions; the fused ones are
+        // exactly the source's __fmaf_rn calls (fma.rn.f32), never mad/fma from contraction.
+        assert!(
+            !text.contains("mad.f32") && !text.contains("mad.rn.f32"),
+            "contracted mad in PTX"
+        );
     }
 }

@@ -182,3 +182,424 @@ extern "C" __global__ void tarfa_matvec_many(const unsigned long long* w_ptrs, c
         y[(long long)t * rows + r] = v;
     }
 }
+
+// ================================================================================================
+// The resident decoder (cuda_engine.rs): every step of a token's forward pass on the device, the
+// activations never leaving it, each operation the bits of the CPU's (decode/src/canon.rs and
+// decode/src/blocks.rs). Positions and the token are read from `params` ([token, position]) so
+// that one sequence of launches serves every step.
+// ================================================================================================
+
+#define TARFA_FULL 0xffffffffu
+
+// Dynamic shared memory (a CPU emulation of these kernels, cuda-emu/, defines it its own way).
+#ifndef TARFA_DYNAMIC_SHARED
+#define TARFA_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
+// Eight consecutive elements k..k+7 of a row (and of x), as the canonical dot consumes them.
+// `vec`: the row and x are 16-byte aligned at k (checked on the host), so wide loads are used;
+// else one element at a time. Either way the same values.
+__device__ __forceinline__ void tarfa_load8(const unsigned char* row, int dtype, const float* x,
+                                            int k, int vec, float* w, float* xv) {
+    if (vec) {
+        if (dtype == TARFA_BF16) {
+            uint4 v = *(const uint4*)(row + (long long)k * 2);
+            unsigned int u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                w[2 * j] = __int_as_float(u[j] << 16);
+                w[2 * j + 1] = __int_as_float(u[j] & 0xffff0000u);
+            }
+        } else {
+            float4 a = *(const float4*)(row + (long long)k * 4);
+            float4 b = *(const float4*)(row + (long long)k * 4 + 16);
+            w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+            w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
+        }
+        float4 a = *(const float4*)(x + k);
+        float4 b = *(const float4*)(x + k + 4);
+        xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w;
+        xv[4] = b.x; xv[5] = b.y; xv[6] = b.z; xv[7] = b.w;
+    } else {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            w[j] = tarfa_weight(row, dtype, k + j);
+            xv[j] = x[k + j];
+        }
+    }
+}
+
+// The canonical dot of one row with x, computed by the four threads sub = 0..3 of a quad: thread
+// `sub` holds the logical lanes 8·sub .. 8·sub+7 (element k goes to logical lane k mod 32, and
+// each lane takes its elements in increasing k, one fused multiply-add each, from +0). The fold is
+// canon::fold_lanes: +16 is the quad partner two threads on, +8 the next thread, +4, +2, +1 within
+// the thread's own registers. The result is in the quad's thread 0. Every thread of the warp must
+// call it (shuffles).
+__device__ float tarfa_quad_dot(const unsigned char* row, int dtype, const float* x, int cols,
+                                int sub, int vec) {
+    float acc[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+    int full = cols / 32;
+#pragma unroll 4
+    for (int c = 0; c < full; ++c) {
+        int k = c * 32 + sub * 8;
+        float w[8], xv[8];
+        tarfa_load8(row, dtype, x, k, vec, w, xv);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[j] = __fmaf_rn(w[j], xv[j], acc[j]);
+    }
+    int tail = full * 32 + sub * 8;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        if (tail + j < cols) {
+            acc[j] = __fmaf_rn(tarfa_weight(row, dtype, tail + j), x[tail + j], acc[j]);
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = __fadd_rn(acc[j], __shfl_down_sync(TARFA_FULL, acc[j], 2));
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = __fadd_rn(acc[j], __shfl_down_sync(TARFA_FULL, acc[j], 1));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[j] = __fadd_rn(acc[j], acc[j + 4]);
+    acc[0] = __fadd_rn(acc[0], acc[2]);
+    acc[1] = __fadd_rn(acc[1], acc[3]);
+    return __fadd_rn(acc[0], acc[1]);
+}
+
+// One matrix-vector product of a tarfa_e_matvec launch: y = W x (+ bias), stored or added to y.
+struct TarfaMatJob {
+    const unsigned char* w;
+    const float* x;
+    float* y;
+    const unsigned char* bias;  // null: none
+    int rows;
+    int cols;
+    int dtype;
+    int bias_dtype;
+    int accumulate;  // y[r] = y[r] + (W x + b)[r], as a residual connection adds
+    int vec;
+};
+
+#define TARFA_MAX_JOBS 4
+
+struct TarfaMatJobs {
+    TarfaMatJob job[TARFA_MAX_JOBS];
+    int row_start[TARFA_MAX_JOBS + 1];  // job i's rows are quads row_start[i] .. row_start[i+1]
+    int n;
+};
+
+// Up to four products of one input in one launch (q, k and v; o; the router; lm_head): one quad
+// per output row. A row's value: the canonical dot, then + bias, then + the old y (accumulate).
+extern "C" __global__ void tarfa_e_matvec(TarfaMatJobs jobs) {
+    long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
+    int sub = threadIdx.x & 3;
+    int total = jobs.row_start[jobs.n];
+    bool live = quad < total;
+    int q = live ? (int)quad : total - 1;  // dead quads compute a real row for the shuffles
+    // The job owning row q, chosen by value (no dynamic index into the parameter block).
+    TarfaMatJob j = jobs.job[0];
+    int r = q;
+    if (jobs.n > 1 && q >= jobs.row_start[1]) { j = jobs.job[1]; r = q - jobs.row_start[1]; }
+    if (jobs.n > 2 && q >= jobs.row_start[2]) { j = jobs.job[2]; r = q - jobs.row_start[2]; }
+    if (jobs.n > 3 && q >= jobs.row_start[3]) { j = jobs.job[3]; r = q - jobs.row_start[3]; }
+    long long esz = j.dtype == TARFA_BF16 ? 2 : 4;
+    float v = tarfa_quad_dot(j.w + (long long)r * j.cols * esz, j.dtype, j.x, j.cols, sub, j.vec);
+    if (live && sub == 0) {
+        if (j.bias) v = __fadd_rn(v, tarfa_weight(j.bias, j.bias_dtype, r));
+        j.y[r] = j.accumulate ? __fadd_rn(j.y[r], v) : v;
+    }
+}
+
+// x = the embedding row of params[0] (widened; the host checked the id against the vocabulary).
+extern "C" __global__ void tarfa_e_embed(const unsigned char* table, int dtype, int hidden,
+                                         const int* params, float* x) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < hidden) {
+        x[i] = tarfa_weight(table, dtype, (long long)params[0] * hidden + i);
+    }
+}
+
+// rsqrt(dot(x, x) / n + eps) on one warp (canon::rms_scale); every lane returns it.
+__device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
+    float acc = 0.0f;
+    for (int k = lane; k < n; k += 32) acc = __fmaf_rn(x[k], x[k], acc);
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 2));
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 1));
+    float dot = __shfl_sync(TARFA_FULL, acc, 0);
+    float ms = __fdiv_rn(dot, (float)n);
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, eps)));
+}
+
+// out = w · (x · rsqrt(mean(x²) + eps)) (canon::rms_norm), one block: warp 0 finds the scale.
+extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char* w, int wdtype,
+                                            int n, float eps, float* out) {
+    __shared__ float scale;
+    if (threadIdx.x < 32) {
+        float r = tarfa_rms_scale(x, n, eps, threadIdx.x);
+        if (threadIdx.x == 0) scale = r;
+    }
+    __syncthreads();
+    float r = scale;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        out[i] = __fmul_rn(tarfa_weight(w, wdtype, i), __fmul_rn(x[i], r));
+    }
+}
+
+// Per-head q/k RMSNorm (when `norm`), then NeoX RoPE on the first 2·half dims at position
+// params[1] (blocks::rope_heads: y_j = x_j·c + (−x_{j+h})·s, y_{j+h} = x_{j+h}·c + x_j·s, no
+// fused multiply-add), q in place, k and v stored in the caches at the position. One warp per
+// head: warps 0..heads−1 the q heads, then the kv heads (which copy v too).
+extern "C" __global__ void tarfa_e_qk_rope(float* q, const float* k, const float* v,
+                                           const unsigned char* qn, const unsigned char* kn,
+                                           int ndtype, int norm, float eps, int heads,
+                                           int kv_heads, int d, int half, const float* cos_tab,
+                                           const float* sin_tab, const int* params,
+                                           float* kcache, float* vcache) {
+    TARFA_DYNAMIC_SHARED(float, sh);
+    int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x % 32;
+    if (warp >= heads + kv_heads) return;  // whole warps
+    float* buf = sh + (threadIdx.x / 32) * d;
+    int pos = params[1];
+    bool is_q = warp < heads;
+    int h = is_q ? warp : warp - heads;
+    const float* x = is_q ? q + (long long)h * d : k + (long long)h * d;
+    const unsigned char* nw = is_q ? qn : kn;
+    if (norm) {
+        float r = tarfa_rms_scale(x, d, eps, lane);
+        for (int i = lane; i < d; i += 32) buf[i] = __fmul_rn(tarfa_weight(nw, ndtype, i), __fmul_rn(x[i], r));
+    } else {
+        for (int i = lane; i < d; i += 32) buf[i] = x[i];
+    }
+    __syncwarp();
+    long long width = (long long)kv_heads * d;
+    float* dst = is_q ? q + (long long)h * d : kcache + (long long)pos * width + (long long)h * d;
+    const float* c = cos_tab + (long long)pos * half;
+    const float* s = sin_tab + (long long)pos * half;
+    for (int i = lane; i < d; i += 32) {
+        float y;
+        if (i < half) {
+            y = __fadd_rn(__fmul_rn(buf[i], c[i]), __fmul_rn(-buf[i + half], s[i]));
+        } else if (i < 2 * half) {
+            int j = i - half;
+            y = __fadd_rn(__fmul_rn(buf[i], c[j]), __fmul_rn(buf[j], s[j]));
+        } else {
+            y = buf[i];
+        }
+        dst[i] = y;
+    }
+    if (!is_q) {
+        float* vd = vcache + (long long)pos * width + (long long)h * d;
+        for (int i = lane; i < d; i += 32) vd[i] = v[(long long)h * d + i];
+    }
+}
+
+// Attention of one token at position params[1] over the cached keys first..pos (blocks::attend):
+// one block per query head. Scores (a warp each: the canonical dot of k and q, times scaling),
+// softmax on warp 0 (max, tarfa exp, the canonical sum, divide), then Σ_t a_t v_t for each of the
+// d outputs in the canonical order: 32 lane partials (position index t mod 32, fused multiply-add
+// in increasing t) in shared memory, folded by the fixed tree.
+extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache,
+                                             const float* vcache, const int* params, int heads,
+                                             int kv_heads, int d, int window, float scaling,
+                                             float* scores, int cap, float* out) {
+    TARFA_DYNAMIC_SHARED(float, part);  // [32][d]
+    int h = blockIdx.x;
+    int lane = threadIdx.x % 32;
+    int warp = threadIdx.x / 32;
+    int warps = blockDim.x / 32;
+    int pos = params[1];
+    int first = (window > 0 && pos + 1 > window) ? pos + 1 - window : 0;
+    int n = pos - first + 1;
+    int kvh = h / (heads / kv_heads);
+    long long width = (long long)kv_heads * d;
+    const float* qh = q + (long long)h * d;
+    float* sc = scores + (long long)h * cap;
+    for (int i = warp; i < n; i += warps) {
+        const float* kk = kcache + (long long)(first + i) * width + (long long)kvh * d;
+        float acc = 0.0f;
+        for (int e = lane; e < d; e += 32) acc = __fmaf_rn(kk[e], qh[e], acc);
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 2));
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 1));
+        if (lane == 0) sc[i] = __fmul_rn(acc, scaling);
+    }
+    __syncthreads();
+    if (warp == 0) {
+        float m = __int_as_float(0xff800000);  // -inf
+        for (int i = lane; i < n; i += 32) m = fmaxf(m, sc[i]);
+        for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(TARFA_FULL, m, o));
+        float acc = 0.0f;
+        for (int i = lane; i < n; i += 32) {
+            float e = tarfa_exp(__fsub_rn(sc[i], m));
+            sc[i] = e;
+            acc = __fadd_rn(acc, e);
+        }
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 2));
+        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 1));
+        float s = __shfl_sync(TARFA_FULL, acc, 0);
+        for (int i = lane; i < n; i += 32) sc[i] = __fdiv_rn(sc[i], s);
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < 32 * d; idx += blockDim.x) {
+        int l = idx / d, dd = idx % d;
+        const float* vc = vcache + (long long)kvh * d + dd;
+        float acc = 0.0f;
+        for (int i = l; i < n; i += 32) acc = __fmaf_rn(sc[i], vc[(long long)(first + i) * width], acc);
+        part[idx] = acc;
+    }
+    __syncthreads();
+    for (int step = 16; step > 0; step /= 2) {
+        for (int idx = threadIdx.x; idx < step * d; idx += blockDim.x) {
+            part[idx] = __fadd_rn(part[idx], part[idx + step * d]);
+        }
+        __syncthreads();
+    }
+    for (int dd = threadIdx.x; dd < d; dd += blockDim.x) out[(long long)h * d + dd] = part[dd];
+}
+
+// The key of canon's total order on f32 (f32::total_cmp) as a signed integer.
+__device__ __forceinline__ int tarfa_total_key(float v) {
+    int b = __float_as_int(v);
+    return b ^ (int)(((unsigned int)(b >> 31)) >> 1);
+}
+
+// The softmax router's native top-k (blocks::softmax_topk) on one warp: p = softmax(z), the k
+// largest p (total order, descending; ties: the lower id) in selection order, renormalised by
+// their canonical sum when `renorm`. p is kept in `probs` (n floats).
+extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm, float* probs,
+                                        int* ids, float* wts) {
+    int lane = threadIdx.x;
+    float m = __int_as_float(0xff800000);  // -inf
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, z[i]);
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(TARFA_FULL, m, o));
+    float acc = 0.0f;
+    for (int i = lane; i < n; i += 32) {
+        float e = tarfa_exp(__fsub_rn(z[i], m));
+        probs[i] = e;
+        acc = __fadd_rn(acc, e);
+    }
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 2));
+    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 1));
+    float s = __shfl_sync(TARFA_FULL, acc, 0);
+    for (int i = lane; i < n; i += 32) probs[i] = __fdiv_rn(probs[i], s);
+    __syncwarp();
+    // Selection: each round takes the best (key, id) strictly after the previous one in the
+    // order (key descending, id ascending).
+    int prev_key = 0, prev_id = -1;
+    for (int slot = 0; slot < k; ++slot) {
+        int best_key = 0, best_id = -1;
+        for (int i = lane; i < n; i += 32) {
+            int key = tarfa_total_key(probs[i]);
+            bool after = slot == 0 || key < prev_key || (key == prev_key && i > prev_id);
+            bool better = best_id < 0 || key > best_key || (key == best_key && i < best_id);
+            if (after && better) {
+                best_key = key;
+                best_id = i;
+            }
+        }
+        for (int o = 16; o > 0; o /= 2) {
+            int ok = __shfl_xor_sync(TARFA_FULL, best_key, o);
+            int oi = __shfl_xor_sync(TARFA_FULL, best_id, o);
+            bool take = oi >= 0 && (best_id < 0 || ok > best_key || (ok == best_key && oi < best_id));
+            if (take) {
+                best_key = ok;
+                best_id = oi;
+            }
+        }
+        prev_key = best_key;
+        prev_id = best_id;
+        if (lane == 0) {
+            ids[slot] = best_id;
+            wts[slot] = probs[best_id];
+        }
+    }
+    __syncwarp();
+    if (renorm) {
+        float a = 0.0f;
+        for (int i = lane; i < k; i += 32) a = __fadd_rn(a, wts[i]);
+        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 16));
+        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 8));
+        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 4));
+        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 2));
+        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 1));
+        float t = __shfl_sync(TARFA_FULL, a, 0);
+        __syncwarp();
+        for (int i = lane; i < k; i += 32) wts[i] = __fdiv_rn(wts[i], t);
+    }
+}
+
+// A layer's experts (or its dense MLP as one expert): per-expert matrix addresses.
+struct TarfaMoe {
+    const unsigned long long* gate;
+    const unsigned long long* up;
+    const unsigned long long* down;
+    int n_experts;
+    int inter;
+    int hidden;
+    int dtype_gu;
+    int dtype_d;
+    int vec_gu;
+    int vec_d;
+};
+
+// h[s][r] = silu(gate_e[r] · x) · (up_e[r] · x) for the expert e = ids[s] of each of k slots.
+extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
+                                               float* h) {
+    long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
+    int sub = threadIdx.x & 3;
+    long long total = (long long)k * m.inter;
+    bool live = quad < total;
+    long long q = live ? quad : total - 1;
+    int slot = (int)(q / m.inter);
+    int r = (int)(q % m.inter);
+    int e = ids[slot];
+    if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
+    long long esz = m.dtype_gu == TARFA_BF16 ? 2 : 4;
+    long long off = (long long)r * m.hidden * esz;
+    float g = tarfa_quad_dot((const unsigned char*)m.gate[e] + off, m.dtype_gu, x, m.hidden, sub, m.vec_gu);
+    float u = tarfa_quad_dot((const unsigned char*)m.up[e] + off, m.dtype_gu, x, m.hidden, sub, m.vec_gu);
+    if (live && sub == 0) h[(long long)slot * m.inter + r] = tarfa_silu_mul(g, u);
+}
+
+// y[s][r] = down_e[r] · h[s] for the expert e = ids[s] of each slot.
+extern "C" __global__ void tarfa_e_moe_down(TarfaMoe m, const int* ids, int k, const float* h,
+                                            float* y) {
+    long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
+    int sub = threadIdx.x & 3;
+    long long total = (long long)k * m.hidden;
+    bool live = quad < total;
+    long long q = live ? quad : total - 1;
+    int slot = (int)(q / m.hidden);
+    int r = (int)(q % m.hidden);
+    int e = ids[slot];
+    if (e < 0 || e >= m.n_experts) e = 0;
+    long long esz = m.dtype_d == TARFA_BF16 ? 2 : 4;
+    const unsigned char* row = (const unsigned char*)m.down[e] + (long long)r * m.inter * esz;
+    float v = tarfa_quad_dot(row, m.dtype_d, h + (long long)slot * m.inter, m.inter, sub, m.vec_d);
+    if (live && sub == 0) y[(long long)slot * m.hidden + r] = v;
+}
+
+// x += Σ_s y[s] · w[s], the products rounded, added in slot order from slot 0 (MoeOutputs), then
+// the sum added to the residual.
+extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts, int k, int hidden,
+                                               float* x) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= hidden) return;
+    float acc = __fmul_rn(y[i], wts[0]);
+    for (int s = 1; s < k; ++s) acc = __fadd_rn(acc, __fmul_rn(y[(long long)s * hidden + i], wts[s]));
+    x[i] = __fadd_rn(x[i], acc);
+}

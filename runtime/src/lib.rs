@@ -46,6 +46,8 @@ pub mod cuda;
 pub mod cuda;
 #[cfg(feature = "cuda")]
 pub mod cuda_compute;
+#[cfg(feature = "cuda")]
+pub mod cuda_engine;
 mod error;
 mod mapped;
 pub mod model;

@@ -145,6 +145,10 @@ pub trait Family: Send + std::fmt::Debug {
     fn top_k(&self) -> usize;
     /// Forget every position.
     fn reset(&mut self);
+    /// What a device running this decoder's whole forward pass did (the GPU decoder), if any.
+    fn device_report(&self) -> Option<crate::offload::OffloadReport> {
+        None
+    }
     /// Run `tokens` at positions `start..start + tokens.len()` (positions from `start` on are
     /// overwritten). Returns the `f32` logits of every position when `all_logits`, else of the last.
     fn forward(

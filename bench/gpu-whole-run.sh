@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 12 on the GPU machine: the whole forward pass on the H200 (`tarfa run --device cuda`, a
+# qwen3_moe model that fits in VRAM) against the CPU (logits compared byte for byte), against
+# the offload path (layers on the CPU, experts and products on the GPU), and with LLAMA=1 against
+# llama.cpp's CUDA build on the same weights (a BF16 GGUF written with the gguf package).
+#   [LLAMA=1] bash bench/gpu-whole-run.sh WORKDIR [LAYERS]
+# Needs (carried, git-ignored): target/device/{tarfa-cuda,synth_decode_checkpoint,gpu-test};
+# with LLAMA=1 also bench/llama/llama-cpp-cuda-src.tar.xz (CUDA=1 bash bench/llama/make-llama-src.sh)
+# and bench/llama/wheels/ (the gguf wheel). OUT: where logs and logits go (default WORKDIR/out).
+set -uo pipefail
+R=$(pwd)
+B=$R/target/device
+H=$R/bench/llama
+W=${1:?usage: gpu-whole-run.sh WORKDIR [LAYERS]}
+LAYERS=${2:-10}
+O=${OUT:-$W/out}
+mkdir -p "$W" "$O"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+t() { local s rc; s=$(date +%s%N); "$@"; rc=$?; echo "TIME $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" >&2; return $rc; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  echo "== GPU test binary (TARFA_REQUIRE_GPU=1)"
+  TARFA_REQUIRE_GPU=1 t "$B/gpu-test" --test-threads=1 2>&1 | grep -E "^test |test result|panicked|left|right" | head -40
+fi
+echo "== checkpoint: $LAYERS layers"
+rm -rf "$W/src" "$W/jnf"
+t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 > /dev/null || exit 2
+t "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2
+if [ "${LLAMA:-0}" = 1 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$H"/wheels/*.whl || exit 2
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+  t python3 "$H/safetensors_to_gguf.py" "$W/src" "$W/model.gguf" || exit 2
+fi
+rm -rf "$W/src"
+P="--tokens 11,22,33,44,55,66,77,88 -n 64"
+echo "== CPU, experts resident (reference logits)"
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" > /dev/null
+echo "== GPU, whole forward pass, CUDA graphs (twice)"
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --gpu-whole-model --logits-out "$O/whole.npy" > /dev/null
+t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --gpu-whole-model --json > "$O/whole.json"
+python3 -c "import json,sys; d=json.load(open('$O/whole.json')); print('decode', d['decode'], 'gpu', d['gpu'])"
+echo "== GPU, whole forward pass, kernels launched one by one"
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --gpu-whole-model --no-cuda-graphs --logits-out "$O/whole-nograph.npy" > /dev/null
+echo "== GPU, offload path (layers on the CPU, experts and products on the GPU)"
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/offload.npy" > /dev/null
+for f in whole whole-nograph offload; do
+  cmp "$O/cpu.npy" "$O/$f.npy" && echo "logits: $f == cpu, byte for byte"
+done
+if [ "${LLAMA:-0}" = 1 ]; then
+  echo "== llama.cpp CUDA build"
+  CUDA=1 t bash "$H/build-llama-bench.sh" "$W" 16 > "$O/llama-build.log" 2>&1 || { tail -30 "$O/llama-build.log"; exit 2; }
+  tail -2 "$O/llama-build.log"
+  echo "== llama-bench -ngl 99 -p 8 -n 32 (flash attention off, the default)"
+  t "$W/llama-build/bin/llama-bench" -m "$W/model.gguf" -ngl 99 -p 8 -n 32 -o json -oe md > "$O/llama-bench-cuda.json"
+  python3 - "$O/llama-bench-cuda.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1])):
+    test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+    print(f"llama.cpp CUDA {test}: {r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} tokens/s over {len(r['samples_ts'])} runs, "
+          f"ngl {r.get('n_gpu_layers')}, model {r['model_size']} bytes, gpu {r.get('gpu_info')!r}")
+PY
+fi
+echo "== done"

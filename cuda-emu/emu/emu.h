@@ -1,0 +1,126 @@
+// A CPU emulation of the CUDA features tarfa's kernels use, so that runtime/src/cuda_kernels.cu
+// runs unchanged on a machine without a GPU (CI) and its bits can be compared with the CPU
+// decoder's. Every CUDA thread is an OS thread; a block's threads run together (blocks one after
+// another); __syncthreads and __syncwarp are barriers; warp shuffles exchange through a per-warp
+// array between two warp barriers. Arithmetic: the *_rn intrinsics are the IEEE-754 single
+// operations (this file is compiled with -ffp-contract=off, so no multiply-add is fused behind our
+// back) and __fmaf_rn is fmaf, as on the GPU.
+#pragma once
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+struct dim3 {
+    unsigned int x, y, z;
+};
+struct uint4 {
+    unsigned int x, y, z, w;
+} __attribute__((aligned(16)));
+struct float4 {
+    float x, y, z, w;
+} __attribute__((aligned(16)));
+
+struct TarfaEmuBlock {
+    std::unique_ptr<std::barrier<>> block;
+    std::vector<std::unique_ptr<std::barrier<>>> warps;
+    std::vector<unsigned int> exchange;  // 32 words per warp
+    std::vector<unsigned char> shared;   // dynamic shared memory
+};
+
+inline thread_local dim3 threadIdx;
+inline thread_local dim3 blockIdx;
+inline thread_local dim3 blockDim;
+inline thread_local TarfaEmuBlock* tarfa_emu_block;
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+// Statically sized `__shared__ T name;` in a kernel: one per block. Blocks run one after another
+// and launches one at a time (a lock), so a function-local static serves.
+#define __shared__ static
+#define TARFA_DYNAMIC_SHARED(type, name) type* name = (type*)tarfa_emu_block->shared.data()
+
+inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline float __int_as_float(unsigned int v) { float f; std::memcpy(&f, &v, 4); return f; }
+inline int __float_as_int(float f) { int v; std::memcpy(&v, &f, 4); return v; }
+inline float __fmaf_rn(float a, float b, float c) { return std::fmaf(a, b, c); }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+using std::fmaxf;
+using std::fminf;
+using std::isnan;
+using std::rintf;
+
+inline void __syncthreads() { tarfa_emu_block->block->arrive_and_wait(); }
+inline void __syncwarp() { tarfa_emu_block->warps[threadIdx.x / 32]->arrive_and_wait(); }
+
+inline unsigned int tarfa_emu_exchange(unsigned int v, int src_lane) {
+    unsigned int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    auto* ex = &tarfa_emu_block->exchange[w * 32];
+    ex[lane] = v;
+    __syncwarp();
+    unsigned int r = (src_lane >= 0 && src_lane < 32) ? ex[src_lane] : v;
+    __syncwarp();
+    return r;
+}
+template <class T>
+inline T tarfa_emu_shfl(T v, int src_lane) {
+    unsigned int u;
+    std::memcpy(&u, &v, 4);
+    u = tarfa_emu_exchange(u, src_lane);
+    std::memcpy(&v, &u, 4);
+    return v;
+}
+template <class T>
+inline T __shfl_down_sync(unsigned int, T v, int d) {
+    int lane = threadIdx.x % 32;
+    return tarfa_emu_shfl(v, lane + d < 32 ? lane + d : lane);
+}
+template <class T>
+inline T __shfl_xor_sync(unsigned int, T v, int d) {
+    return tarfa_emu_shfl(v, (int)(threadIdx.x % 32) ^ d);
+}
+template <class T>
+inline T __shfl_sync(unsigned int, T v, int src) {
+    return tarfa_emu_shfl(v, src);
+}
+
+// Run `body` as a grid of `grid` blocks of `block` threads with `shared` bytes of dynamic shared
+// memory. `block` must be a multiple of 32 (every launch of tarfa's is).
+inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int shared,
+                             const std::function<void()>& body) {
+    static std::mutex one_launch_at_a_time;
+    std::lock_guard<std::mutex> hold(one_launch_at_a_time);
+    for (unsigned int b = 0; b < grid; ++b) {
+        TarfaEmuBlock blk;
+        blk.block = std::make_unique<std::barrier<>>(block);
+        for (unsigned int w = 0; w < block / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));
+        blk.exchange.assign(block, 0);
+        blk.shared.assign(shared + 16, 0);
+        std::vector<std::thread> threads;
+        threads.reserve(block);
+        for (unsigned int t = 0; t < block; ++t) {
+            threads.emplace_back([&, t] {
+                threadIdx = {t, 0, 0};
+                blockIdx = {b, 0, 0};
+                blockDim = {block, 1, 1};
+                tarfa_emu_block = &blk;
+                body();
+                // A thread that returned early leaves its barriers: its warp's and block's
+                // remaining phases no longer wait for it.
+                blk.warps[t / 32]->arrive_and_drop();
+                blk.block->arrive_and_drop();
+            });
+        }
+        for (auto& th : threads) th.join();
+    }
+}

@@ -1,0 +1,45 @@
+// tarfa's CUDA kernels (runtime/src/cuda_kernels.cu, included unchanged) run on the CPU by the
+// emulation of emu.h, each behind a C entry point: grid, block and dynamic shared bytes first,
+// then the kernel's own arguments (structs by pointer).
+#include "emu.h"
+#include "../../runtime/src/cuda_kernels.cu"
+
+#define G unsigned int grid, unsigned int block, unsigned int shared
+#define RUN(call) tarfa_emu_launch(grid, block, shared, [&] { call; })
+
+extern "C" {
+void emu_matvec(G, const TarfaMatJobs* jobs) { TarfaMatJobs j = *jobs; RUN(tarfa_e_matvec(j)); }
+void emu_embed(G, const unsigned char* table, int dtype, int hidden, const int* params, float* x) {
+    RUN(tarfa_e_embed(table, dtype, hidden, params, x));
+}
+void emu_rms_norm(G, const float* x, const unsigned char* w, int wdtype, int n, float eps, float* out) {
+    RUN(tarfa_e_rms_norm(x, w, wdtype, n, eps, out));
+}
+void emu_qk_rope(G, float* q, const float* k, const float* v, const unsigned char* qn,
+                 const unsigned char* kn, int ndtype, int norm, float eps, int heads, int kv_heads,
+                 int d, int half, const float* cos_tab, const float* sin_tab, const int* params,
+                 float* kcache, float* vcache) {
+    RUN(tarfa_e_qk_rope(q, k, v, qn, kn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab,
+                        sin_tab, params, kcache, vcache));
+}
+void emu_attention(G, const float* q, const float* kcache, const float* vcache, const int* params,
+                   int heads, int kv_heads, int d, int window, float scaling, float* scores, int cap,
+                   float* out) {
+    RUN(tarfa_e_attention(q, kcache, vcache, params, heads, kv_heads, d, window, scaling, scores,
+                          cap, out));
+}
+void emu_topk(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts) {
+    RUN(tarfa_e_topk(z, n, k, renorm, probs, ids, wts));
+}
+void emu_gate_up(G, const TarfaMoe* m, const int* ids, int k, const float* x, float* h) {
+    TarfaMoe mm = *m;
+    RUN(tarfa_e_moe_gate_up(mm, ids, k, x, h));
+}
+void emu_down(G, const TarfaMoe* m, const int* ids, int k, const float* h, float* y) {
+    TarfaMoe mm = *m;
+    RUN(tarfa_e_moe_down(mm, ids, k, h, y));
+}
+void emu_combine(G, const float* y, const float* wts, int k, int hidden, float* x) {
+    RUN(tarfa_e_moe_combine(y, wts, k, hidden, x));
+}
+}

@@ -1,0 +1,578 @@
+//! Test-only: tarfa's CUDA kernels (`runtime/src/cuda_kernels.cu`, compiled unchanged as C++)
+//! run on the CPU by a small emulation of the CUDA features they use (`emu/emu.h`: a thread per
+//! CUDA thread, barriers for `__syncthreads`/`__syncwarp`, warp shuffles through shared arrays,
+//! the `_rn` intrinsics as IEEE-754 single operations, `__fmaf_rn` as `fmaf`). A machine without a
+//! GPU — CI — can then hold each kernel to the CPU decoder's bits (tests/kernels.rs). It proves the
+//! kernels' arithmetic and reduction order, not the GPU's hardware or the driver: the GPU test
+//! (`decode/tests/gpu.rs`, `TARFA_REQUIRE_GPU=1`) does that on the GPU machine.
+//!
+//! Each wrapper launches its kernel with the geometry `runtime/src/cuda_engine.rs` uses (quads of
+//! 4 threads per output row in blocks of 256; a warp per head; a block per head; one warp for the
+//! router) after checking every slice holds what the kernel reads or writes. Not a shipped crate:
+//! its `unsafe` is the FFI into the emulation.
+
+#![allow(unsafe_code)]
+#![allow(clippy::too_many_arguments)]
+
+/// Element types as the kernels number them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dt {
+    /// BF16 bit patterns.
+    Bf16 = 0,
+    /// `f32`.
+    F32 = 1,
+}
+
+/// A weight matrix or vector in host memory, in the kernels' byte form.
+#[derive(Clone, Debug)]
+pub struct W {
+    /// Element bytes.
+    pub bytes: Vec<u8>,
+    /// Element type.
+    pub dt: Dt,
+}
+
+impl W {
+    /// BF16 weights from their bit patterns.
+    pub fn bf16(bits: &[u16]) -> W {
+        W {
+            bytes: bits.iter().flat_map(|b| b.to_le_bytes()).collect(),
+            dt: Dt::Bf16,
+        }
+    }
+
+    /// `f32` weights.
+    pub fn f32(v: &[f32]) -> W {
+        W {
+            bytes: v.iter().flat_map(|b| b.to_le_bytes()).collect(),
+            dt: Dt::F32,
+        }
+    }
+
+    fn elems(&self) -> usize {
+        self.bytes.len() / if self.dt == Dt::Bf16 { 2 } else { 4 }
+    }
+
+    /// The bytes at a 16-byte aligned address (as cudaMalloc gives), for wide loads.
+    fn aligned(&self) -> Aligned {
+        Aligned::new(&self.bytes)
+    }
+}
+
+/// Bytes copied to a 256-byte aligned buffer.
+struct Aligned {
+    buf: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(b: &[u8]) -> Aligned {
+        let mut buf = vec![0u8; b.len() + 256];
+        let off = (256 - (buf.as_ptr() as usize % 256)) % 256;
+        buf[off..off + b.len()].copy_from_slice(b);
+        Aligned {
+            buf,
+            off,
+            len: b.len(),
+        }
+    }
+
+    fn ptr(&self) -> *const u8 {
+        self.buf[self.off..].as_ptr()
+    }
+
+    fn addr(&self) -> u64 {
+        self.ptr() as u64
+    }
+
+    fn floats(&self) -> Vec<f32> {
+        self.buf[self.off..self.off + self.len]
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+}
+
+fn fl(v: &[f32]) -> Aligned {
+    Aligned::new(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct MatJob {
+    w: u64,
+    x: u64,
+    y: u64,
+    bias: u64,
+    rows: i32,
+    cols: i32,
+    dtype: i32,
+    bias_dtype: i32,
+    accumulate: i32,
+    vec: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct MatJobs {
+    job: [MatJob; 4],
+    row_start: [i32; 5],
+    n: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Moe {
+    gate: u64,
+    up: u64,
+    down: u64,
+    n_experts: i32,
+    inter: i32,
+    hidden: i32,
+    dtype_gu: i32,
+    dtype_d: i32,
+    vec_gu: i32,
+    vec_d: i32,
+}
+
+extern "C" {
+    fn emu_matvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
+    fn emu_embed(g: u32, b: u32, s: u32, t: *const u8, dt: i32, h: i32, p: *const i32, x: *mut f32);
+    fn emu_rms_norm(
+        g: u32,
+        b: u32,
+        s: u32,
+        x: *const f32,
+        w: *const u8,
+        dt: i32,
+        n: i32,
+        eps: f32,
+        out: *mut f32,
+    );
+    fn emu_qk_rope(
+        g: u32,
+        b: u32,
+        s: u32,
+        q: *mut f32,
+        k: *const f32,
+        v: *const f32,
+        qn: *const u8,
+        kn: *const u8,
+        ndt: i32,
+        norm: i32,
+        eps: f32,
+        heads: i32,
+        kvh: i32,
+        d: i32,
+        half: i32,
+        cos: *const f32,
+        sin: *const f32,
+        params: *const i32,
+        kc: *mut f32,
+        vc: *mut f32,
+    );
+    fn emu_attention(
+        g: u32,
+        b: u32,
+        s: u32,
+        q: *const f32,
+        kc: *const f32,
+        vc: *const f32,
+        params: *const i32,
+        heads: i32,
+        kvh: i32,
+        d: i32,
+        window: i32,
+        scaling: f32,
+        scores: *mut f32,
+        cap: i32,
+        out: *mut f32,
+    );
+    fn emu_topk(
+        g: u32,
+        b: u32,
+        s: u32,
+        z: *const f32,
+        n: i32,
+        k: i32,
+        renorm: i32,
+        probs: *mut f32,
+        ids: *mut i32,
+        wts: *mut f32,
+    );
+    fn emu_gate_up(
+        g: u32,
+        b: u32,
+        s: u32,
+        m: *const Moe,
+        ids: *const i32,
+        k: i32,
+        x: *const f32,
+        h: *mut f32,
+    );
+    fn emu_down(
+        g: u32,
+        b: u32,
+        s: u32,
+        m: *const Moe,
+        ids: *const i32,
+        k: i32,
+        h: *const f32,
+        y: *mut f32,
+    );
+    fn emu_combine(
+        g: u32,
+        b: u32,
+        s: u32,
+        y: *const f32,
+        w: *const f32,
+        k: i32,
+        hidden: i32,
+        x: *mut f32,
+    );
+}
+
+const BLOCK: u32 = 256;
+
+fn blocks(threads: usize) -> u32 {
+    threads.div_ceil(BLOCK as usize).max(1) as u32
+}
+
+/// One product of a [`matvec`] launch.
+#[derive(Clone, Debug)]
+pub struct Product {
+    /// `[rows, cols]`.
+    pub w: W,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+    /// `cols` inputs.
+    pub x: Vec<f32>,
+    /// A bias of `rows` elements.
+    pub bias: Option<W>,
+    /// Add to `y0` (a residual) instead of storing.
+    pub accumulate: Option<Vec<f32>>,
+    /// Use wide loads (the engine sets it when `cols` is a multiple of 8).
+    pub vec: bool,
+}
+
+/// `tarfa_e_matvec` with up to four products in one launch; each product's `y`.
+pub fn matvec(products: &[Product]) -> Vec<Vec<f32>> {
+    assert!((1..=4).contains(&products.len()));
+    let mut keep = Vec::new();
+    let mut outs = Vec::new();
+    let mut m = MatJobs::default();
+    let mut rows = 0;
+    for (i, p) in products.iter().enumerate() {
+        assert_eq!(p.w.elems(), p.rows * p.cols);
+        assert_eq!(p.x.len(), p.cols);
+        assert!(!p.vec || p.cols % 8 == 0);
+        let w = p.w.aligned();
+        let x = fl(&p.x);
+        let y = fl(p.accumulate.as_deref().unwrap_or(&vec![0.0; p.rows]));
+        assert_eq!(y.len, p.rows * 4);
+        let b = p.bias.as_ref().map(|b| {
+            assert_eq!(b.elems(), p.rows);
+            b.aligned()
+        });
+        m.job[i] = MatJob {
+            w: w.addr(),
+            x: x.addr(),
+            y: y.addr(),
+            bias: b.as_ref().map_or(0, |b| b.addr()),
+            rows: p.rows as i32,
+            cols: p.cols as i32,
+            dtype: p.w.dt as i32,
+            bias_dtype: p.bias.as_ref().map_or(0, |b| b.dt as i32),
+            accumulate: i32::from(p.accumulate.is_some()),
+            vec: i32::from(p.vec),
+        };
+        m.row_start[i] = rows;
+        rows += p.rows as i32;
+        keep.push((w, x, b));
+        outs.push(y);
+    }
+    m.row_start[products.len()] = rows;
+    m.n = products.len() as i32;
+    // SAFETY: every job's buffers are alive (`keep`, `outs`) and hold rows × cols weights,
+    // cols inputs, rows outputs and rows bias elements (asserted above).
+    unsafe { emu_matvec(blocks(rows as usize * 4), BLOCK, 0, &m) };
+    drop(keep);
+    outs.iter().map(|y| y.floats()).collect()
+}
+
+/// `tarfa_e_rms_norm`: `w · (x · rsqrt(mean(x²) + eps))`.
+pub fn rms_norm(x: &[f32], w: &W, eps: f32) -> Vec<f32> {
+    assert_eq!(w.elems(), x.len());
+    let (xa, wa, out) = (fl(x), w.aligned(), fl(&vec![0.0; x.len()]));
+    // SAFETY: x, w and out hold n elements.
+    unsafe {
+        emu_rms_norm(
+            1,
+            BLOCK,
+            0,
+            xa.ptr() as _,
+            wa.ptr(),
+            w.dt as i32,
+            x.len() as i32,
+            eps,
+            out.ptr() as *mut f32,
+        )
+    };
+    out.floats()
+}
+
+/// `tarfa_e_embed`: row `token` of `[vocab, hidden]`.
+pub fn embed(table: &W, hidden: usize, token: u32) -> Vec<f32> {
+    assert!((token as usize + 1) * hidden <= table.elems());
+    let (t, p, x) = (table.aligned(), [token as i32, 0], fl(&vec![0.0; hidden]));
+    // SAFETY: the row lies in the table; x holds hidden floats.
+    unsafe {
+        emu_embed(
+            blocks(hidden),
+            BLOCK,
+            0,
+            t.ptr(),
+            table.dt as i32,
+            hidden as i32,
+            p.as_ptr(),
+            x.ptr() as *mut f32,
+        )
+    };
+    x.floats()
+}
+
+/// The shapes of one attention layer.
+#[derive(Clone, Copy, Debug)]
+pub struct Heads {
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Head width.
+    pub d: usize,
+    /// Rotated dims / 2.
+    pub half: usize,
+}
+
+/// `tarfa_e_qk_rope` at `pos`: q normed and rotated in place; k (normed, rotated) and v stored
+/// in row `pos` of caches of `cap` rows. Returns (q, kcache, vcache).
+pub fn qk_rope(
+    sh: Heads,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    norms: Option<(&W, &W)>,
+    eps: f32,
+    cos: &[f32],
+    sin: &[f32],
+    pos: usize,
+    caches: (&[f32], &[f32]),
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (d, width) = (sh.d, sh.kv_heads * sh.d);
+    assert_eq!(q.len(), sh.heads * d);
+    assert_eq!((k.len(), v.len()), (width, width));
+    assert!(cos.len() >= (pos + 1) * sh.half && sin.len() >= (pos + 1) * sh.half);
+    assert!(caches.0.len() >= (pos + 1) * width && caches.1.len() == caches.0.len());
+    let (qa, ka, va) = (fl(q), fl(k), fl(v));
+    let zero = W::f32(&vec![0.0; d]);
+    let (qn, kn) = norms.unwrap_or((&zero, &zero));
+    assert_eq!((qn.elems(), kn.elems()), (d, d));
+    let (qna, kna) = (qn.aligned(), kn.aligned());
+    let (ca, sa) = (fl(cos), fl(sin));
+    let (kc, vc) = (fl(caches.0), fl(caches.1));
+    let params = [0i32, pos as i32];
+    let warps = sh.heads + sh.kv_heads;
+    // SAFETY: sizes asserted above; shared memory is d floats for each of the block's 4 warps.
+    unsafe {
+        emu_qk_rope(
+            warps.div_ceil(4) as u32,
+            128,
+            (4 * d * 4) as u32,
+            qa.ptr() as *mut f32,
+            ka.ptr() as _,
+            va.ptr() as _,
+            qna.ptr(),
+            kna.ptr(),
+            qn.dt as i32,
+            i32::from(norms.is_some()),
+            eps,
+            sh.heads as i32,
+            sh.kv_heads as i32,
+            d as i32,
+            sh.half as i32,
+            ca.ptr() as _,
+            sa.ptr() as _,
+            params.as_ptr(),
+            kc.ptr() as *mut f32,
+            vc.ptr() as *mut f32,
+        )
+    };
+    (qa.floats(), kc.floats(), vc.floats())
+}
+
+/// `tarfa_e_attention` of `q` at `pos` over cache rows `0..=pos` (or the window).
+pub fn attention(
+    sh: Heads,
+    q: &[f32],
+    kcache: &[f32],
+    vcache: &[f32],
+    pos: usize,
+    window: Option<usize>,
+    scaling: f32,
+) -> Vec<f32> {
+    let (d, width) = (sh.d, sh.kv_heads * sh.d);
+    assert_eq!(q.len(), sh.heads * d);
+    assert!(kcache.len() >= (pos + 1) * width && vcache.len() >= (pos + 1) * width);
+    let cap = pos + 1;
+    let (qa, kc, vc) = (fl(q), fl(kcache), fl(vcache));
+    let scores = fl(&vec![0.0; sh.heads * cap]);
+    let out = fl(&vec![0.0; sh.heads * d]);
+    let params = [0i32, pos as i32];
+    // SAFETY: sizes asserted above; scores hold heads × cap floats; shared memory 32 × d floats.
+    unsafe {
+        emu_attention(
+            sh.heads as u32,
+            BLOCK,
+            (32 * d * 4) as u32,
+            qa.ptr() as _,
+            kc.ptr() as _,
+            vc.ptr() as _,
+            params.as_ptr(),
+            sh.heads as i32,
+            sh.kv_heads as i32,
+            d as i32,
+            window.map_or(0, |w| w as i32),
+            scaling,
+            scores.ptr() as *mut f32,
+            cap as i32,
+            out.ptr() as *mut f32,
+        )
+    };
+    out.floats()
+}
+
+/// `tarfa_e_topk`: the `(expert, weight)` route of router logits `z`.
+pub fn topk(z: &[f32], k: usize, renorm: bool) -> Vec<(u32, f32)> {
+    assert!(k >= 1 && k <= z.len());
+    let (za, probs) = (fl(z), fl(&vec![0.0; z.len()]));
+    let mut ids = vec![-1i32; k];
+    let wts = fl(&vec![0.0; k]);
+    // SAFETY: z and probs hold n floats, ids and wts k.
+    unsafe {
+        emu_topk(
+            1,
+            32,
+            0,
+            za.ptr() as _,
+            z.len() as i32,
+            k as i32,
+            i32::from(renorm),
+            probs.ptr() as *mut f32,
+            ids.as_mut_ptr(),
+            wts.ptr() as *mut f32,
+        )
+    };
+    ids.iter()
+        .zip(wts.floats())
+        .map(|(&e, w)| (e as u32, w))
+        .collect()
+}
+
+/// One expert's weights: gate, up `[inter, hidden]`, down `[hidden, inter]`.
+#[derive(Clone, Debug)]
+pub struct Expert {
+    /// Gate.
+    pub gate: W,
+    /// Up.
+    pub up: W,
+    /// Down.
+    pub down: W,
+}
+
+/// `tarfa_e_moe_gate_up`, `tarfa_e_moe_down` and `tarfa_e_moe_combine` for the experts `ids`
+/// (with weights `wts`) of `experts`: returns `x + Σ_s down_s(silu(gate_s x) ⊙ up_s x) · w_s`.
+pub fn moe(
+    experts: &[Expert],
+    inter: usize,
+    hidden: usize,
+    ids: &[u32],
+    wts: &[f32],
+    x: &[f32],
+    residual: &[f32],
+) -> Vec<f32> {
+    let k = ids.len();
+    assert_eq!(wts.len(), k);
+    assert_eq!((x.len(), residual.len()), (hidden, hidden));
+    assert!(ids.iter().all(|&e| (e as usize) < experts.len()));
+    let held: Vec<[Aligned; 3]> = experts
+        .iter()
+        .map(|e| {
+            assert_eq!(
+                (e.gate.elems(), e.up.elems(), e.down.elems()),
+                (inter * hidden, inter * hidden, hidden * inter)
+            );
+            assert_eq!(e.gate.dt, e.up.dt);
+            [e.gate.aligned(), e.up.aligned(), e.down.aligned()]
+        })
+        .collect();
+    let table = |i: usize| -> Vec<u64> { held.iter().map(|h| h[i].addr()).collect() };
+    let (g, u, dn) = (table(0), table(1), table(2));
+    let m = Moe {
+        gate: g.as_ptr() as u64,
+        up: u.as_ptr() as u64,
+        down: dn.as_ptr() as u64,
+        n_experts: experts.len() as i32,
+        inter: inter as i32,
+        hidden: hidden as i32,
+        dtype_gu: experts[0].gate.dt as i32,
+        dtype_d: experts[0].down.dt as i32,
+        vec_gu: i32::from(hidden % 8 == 0),
+        vec_d: i32::from(inter % 8 == 0),
+    };
+    let ids_i: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
+    let (xa, h, y, w, out) = (
+        fl(x),
+        fl(&vec![0.0; k * inter]),
+        fl(&vec![0.0; k * hidden]),
+        fl(wts),
+        fl(residual),
+    );
+    // SAFETY: every expert buffer is alive (`held`) with the sizes asserted; the address tables
+    // (`g`, `u`, `dn`) too; ids < n_experts; h holds k × inter floats, y k × hidden, x hidden.
+    unsafe {
+        emu_gate_up(
+            blocks(k * inter * 4),
+            BLOCK,
+            0,
+            &m,
+            ids_i.as_ptr(),
+            k as i32,
+            xa.ptr() as _,
+            h.ptr() as *mut f32,
+        );
+        emu_down(
+            blocks(k * hidden * 4),
+            BLOCK,
+            0,
+            &m,
+            ids_i.as_ptr(),
+            k as i32,
+            h.ptr() as _,
+            y.ptr() as *mut f32,
+        );
+        emu_combine(
+            blocks(hidden),
+            BLOCK,
+            0,
+            y.ptr() as _,
+            w.ptr() as _,
+            k as i32,
+            hidden as i32,
+            out.ptr() as *mut f32,
+        );
+    }
+    out.floats()
+}

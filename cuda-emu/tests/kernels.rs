@@ -1,0 +1,357 @@
+//! The whole-forward-pass GPU kernels (`runtime/src/cuda_kernels.cu`, `tarfa_e_*`), run on the
+//! CPU by the emulation, give the CPU decoder's bits (`canon`, `blocks`, `rope`) on random
+//! inputs of many shapes: widths that are and are not multiples of 8 and 32 (the wide-load and
+//! tail paths), BF16 and F32 weights, biases, residual accumulation, windows, ties in the
+//! router. Each assertion compares `f32::to_bits`.
+
+use tarfa_cuda_emu as emu;
+use tarfa_decode::blocks::{self, AttnShape, KvCache, MoeOutputs};
+use tarfa_decode::canon;
+use tarfa_decode::rope::Rope;
+use tarfa_decode::weights::{MatrixRef, WeightSlice};
+use tarfa_decode::Isa;
+
+/// xorshift64*: reproducible inputs without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Roughly N(0, s²)-sized values of mixed magnitude.
+    fn f(&mut self, s: f32) -> f32 {
+        let u = (self.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5;
+        let e = (self.next() % 6) as i32 - 3;
+        u * s * 2f32.powi(e)
+    }
+
+    fn vec(&mut self, n: usize, s: f32) -> Vec<f32> {
+        (0..n).map(|_| self.f(s)).collect()
+    }
+
+    fn bf16(&mut self, n: usize, s: f32) -> Vec<u16> {
+        (0..n).map(|_| (self.f(s).to_bits() >> 16) as u16).collect()
+    }
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+fn widen(b: &[u16]) -> Vec<f32> {
+    b.iter().map(|&x| canon::bf16_to_f32(x)).collect()
+}
+
+/// Weights of `n` elements in `dt`, and their values.
+fn weights(r: &mut Rng, n: usize, dt: emu::Dt, s: f32) -> (emu::W, Vec<f32>) {
+    match dt {
+        emu::Dt::Bf16 => {
+            let b = r.bf16(n, s);
+            (emu::W::bf16(&b), widen(&b))
+        }
+        emu::Dt::F32 => {
+            let v = r.vec(n, s);
+            (emu::W::f32(&v), v)
+        }
+    }
+}
+
+#[test]
+fn matvec_products_are_canonical_dots_with_bias_and_residual() {
+    let mut r = Rng(0x9e37_79b9_7f4a_7c15);
+    for &cols in &[1usize, 7, 8, 16, 31, 32, 33, 40, 64, 100, 256, 2048] {
+        for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+            let mut products = Vec::new();
+            let mut want = Vec::new();
+            for (j, rows) in [3usize, 1, 17, 64].into_iter().enumerate() {
+                let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
+                let x = r.vec(cols, 2.0);
+                let bias = (j % 2 == 1).then(|| weights(&mut r, rows, dt, 0.5));
+                let acc = (j >= 2).then(|| r.vec(rows, 4.0));
+                let y: Vec<f32> = (0..rows)
+                    .map(|i| {
+                        let mut v = canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x);
+                        if let Some((_, b)) = &bias {
+                            v += b[i];
+                        }
+                        match &acc {
+                            Some(a) => a[i] + v,
+                            None => v,
+                        }
+                    })
+                    .collect();
+                want.push(bits(&y));
+                products.push(emu::Product {
+                    w,
+                    rows,
+                    cols,
+                    x,
+                    bias: bias.map(|b| b.0),
+                    accumulate: acc,
+                    vec: cols % 8 == 0 && j != 1,
+                });
+            }
+            let got: Vec<Vec<u32>> = emu::matvec(&products).iter().map(|y| bits(y)).collect();
+            assert_eq!(got, want, "cols {cols}, {dt:?}");
+            // BF16 rows: the dot of the widened weights is the decoder's dot_bf16 too.
+            if dt == emu::Dt::Bf16 {
+                let b = r.bf16(cols, 1.0);
+                let x = r.vec(cols, 1.0);
+                let y = emu::matvec(&[emu::Product {
+                    w: emu::W::bf16(&b),
+                    rows: 1,
+                    cols,
+                    x: x.clone(),
+                    bias: None,
+                    accumulate: None,
+                    vec: cols % 8 == 0,
+                }]);
+                assert_eq!(y[0][0].to_bits(), canon::dot_bf16(&b, &x).to_bits());
+            }
+        }
+    }
+}
+
+#[test]
+fn rms_norm_and_embedding_are_the_cpus() {
+    let mut r = Rng(7);
+    for &n in &[1usize, 5, 32, 100, 2048, 4099] {
+        for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+            let x = r.vec(n, 3.0);
+            let (w, wv) = weights(&mut r, n, dt, 1.0);
+            let mut want = vec![0.0f32; n];
+            canon::rms_norm(&x, |i| wv[i], 1e-6, &mut want);
+            assert_eq!(
+                bits(&emu::rms_norm(&x, &w, 1e-6)),
+                bits(&want),
+                "n {n} {dt:?}"
+            );
+        }
+    }
+    let (table, tv) = weights(&mut r, 50 * 24, emu::Dt::Bf16, 1.0);
+    for t in [0u32, 17, 49] {
+        let got = emu::embed(&table, 24, t);
+        assert_eq!(
+            bits(&got),
+            bits(&tv[t as usize * 24..(t as usize + 1) * 24])
+        );
+    }
+}
+
+#[test]
+fn qk_norm_rope_and_cache_store_are_the_cpus() {
+    let mut r = Rng(11);
+    for &(heads, kv_heads, d, rotary) in &[
+        (4usize, 2usize, 8usize, 8usize),
+        (4, 2, 16, 16),
+        (8, 2, 128, 128),
+        (3, 1, 64, 32),
+        (2, 2, 40, 20),
+    ] {
+        let sh = emu::Heads {
+            heads,
+            kv_heads,
+            d,
+            half: rotary / 2,
+        };
+        let mut rope = Rope::new(1e6, rotary);
+        let pos = 37;
+        rope.ensure(pos + 1);
+        let (cos, sin) = rope.tables();
+        for norm in [true, false] {
+            for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+                let q = r.vec(heads * d, 2.0);
+                let k = r.vec(kv_heads * d, 2.0);
+                let v = r.vec(kv_heads * d, 2.0);
+                let (qn, qnv) = weights(&mut r, d, dt, 1.0);
+                let (kn, knv) = weights(&mut r, d, dt, 1.0);
+                let width = kv_heads * d;
+                let old_k = r.vec((pos + 2) * width, 1.0);
+                let old_v = r.vec((pos + 2) * width, 1.0);
+                let (gq, gk, gv) = emu::qk_rope(
+                    sh,
+                    &q,
+                    &k,
+                    &v,
+                    norm.then_some((&qn, &kn)),
+                    1e-6,
+                    cos,
+                    sin,
+                    pos,
+                    (&old_k, &old_v),
+                );
+                // The CPU: norm_heads (canon::rms_norm per head), then Rope::apply per head.
+                let cpu = |x: &[f32], w: &[f32]| -> Vec<f32> {
+                    let mut out = Vec::new();
+                    for head in x.chunks_exact(d) {
+                        let mut h = head.to_vec();
+                        if norm {
+                            canon::rms_norm(head, |i| w[i], 1e-6, &mut h);
+                        }
+                        rope.apply(&mut h, pos);
+                        out.extend(h);
+                    }
+                    out
+                };
+                assert_eq!(bits(&gq), bits(&cpu(&q, &qnv)), "q {sh:?} {norm} {dt:?}");
+                let mut want_k = old_k.clone();
+                want_k[pos * width..(pos + 1) * width].copy_from_slice(&cpu(&k, &knv));
+                assert_eq!(bits(&gk), bits(&want_k), "k cache {sh:?}");
+                let mut want_v = old_v.clone();
+                want_v[pos * width..(pos + 1) * width].copy_from_slice(&v);
+                assert_eq!(bits(&gv), bits(&want_v), "v cache {sh:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_of_the_last_position_is_blocks_attend() {
+    let mut r = Rng(13);
+    for &(heads, kv_heads, d) in &[
+        (4usize, 2usize, 8usize),
+        (4, 2, 16),
+        (8, 2, 128),
+        (6, 3, 40),
+    ] {
+        for &n in &[1usize, 2, 31, 32, 33, 70] {
+            for window in [None, Some(5), Some(64)] {
+                let width = kv_heads * d;
+                let q: Vec<Vec<f32>> = (0..n).map(|_| r.vec(heads * d, 1.5)).collect();
+                let k: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
+                let v: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
+                let shape = AttnShape {
+                    heads,
+                    kv_heads,
+                    head_dim: d,
+                    window,
+                };
+                let mut cache = KvCache::default();
+                let cpu = blocks::attend(Isa::Scalar, shape, &mut cache, 0, &q, &k, &v);
+                let scaling = (1.0 / (d as f64).sqrt()) as f32;
+                let got = emu::attention(
+                    emu::Heads {
+                        heads,
+                        kv_heads,
+                        d,
+                        half: 0,
+                    },
+                    &q[n - 1],
+                    &k.concat(),
+                    &v.concat(),
+                    n - 1,
+                    window,
+                    scaling,
+                );
+                assert_eq!(
+                    bits(&got),
+                    bits(&cpu[n - 1]),
+                    "heads {heads}/{kv_heads} d {d} n {n} window {window:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn the_router_top_k_is_softmax_topk_ties_included() {
+    let mut r = Rng(17);
+    for &(n, k) in &[
+        (4usize, 2usize),
+        (8, 3),
+        (64, 8),
+        (128, 8),
+        (100, 1),
+        (160, 32),
+        (256, 33),
+    ] {
+        for renorm in [false, true] {
+            let mut z = r.vec(n, 4.0);
+            // Ties: equal logits give equal probabilities; the lower id first. The largest value
+            // at ids that share a warp lane (i, i+32, ...) and others, so ties are selected.
+            let top = z.iter().copied().fold(f32::MIN, f32::max) + 1.0;
+            for i in (3..n).step_by(32).chain((1..n).step_by(7)).take(k + 2) {
+                z[i] = top;
+            }
+            for i in (0..n).step_by(5) {
+                z[i] = z[0];
+            }
+            let want = blocks::softmax_topk(Isa::Scalar, &z, k, renorm);
+            let got = emu::topk(&z, k, renorm);
+            let b = |v: &[(u32, f32)]| v.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
+            assert_eq!(b(&got), b(&want), "n {n} k {k} renorm {renorm}");
+        }
+    }
+}
+
+fn m(v: &[f32], rows: usize, cols: usize) -> MatrixRef<'_> {
+    MatrixRef {
+        name: "w",
+        rows,
+        cols,
+        data: WeightSlice::F32(v),
+    }
+}
+
+#[test]
+fn routed_experts_and_their_combine_are_the_cpus() {
+    let mut r = Rng(19);
+    for &(hidden, inter, n_exp, k) in &[
+        (32usize, 16usize, 8usize, 2usize),
+        (32, 16, 8, 3),
+        (40, 20, 4, 4),
+        (256, 96, 16, 8),
+        (100, 33, 5, 2),
+    ] {
+        for (dgu, dd) in [
+            (emu::Dt::Bf16, emu::Dt::Bf16),
+            (emu::Dt::F32, emu::Dt::Bf16),
+            (emu::Dt::Bf16, emu::Dt::F32),
+        ] {
+            let mut experts = Vec::new();
+            let mut raw = Vec::new();
+            for _ in 0..n_exp {
+                let (g, gv) = weights(&mut r, inter * hidden, dgu, 0.5);
+                let (u, uv) = weights(&mut r, inter * hidden, dgu, 0.5);
+                let (dn, dv) = weights(&mut r, hidden * inter, dd, 0.5);
+                experts.push(emu::Expert {
+                    gate: g,
+                    up: u,
+                    down: dn,
+                });
+                raw.push((gv, uv, dv));
+            }
+            let x = r.vec(hidden, 2.0);
+            let residual = r.vec(hidden, 2.0);
+            let ids: Vec<u32> = (0..k as u32).map(|s| (s * 3 + 1) % n_exp as u32).collect();
+            let wts = r.vec(k, 1.0);
+            let got = emu::moe(&experts, inter, hidden, &ids, &wts, &x, &residual);
+            // The CPU: blocks::swiglu per expert (f32 views of the same values), the slot-order
+            // combine of MoeOutputs, then the residual add.
+            let route: Vec<(u32, f32)> = ids.iter().copied().zip(wts.iter().copied()).collect();
+            let mut outs = MoeOutputs::new(std::slice::from_ref(&route));
+            for (s, &e) in ids.iter().enumerate() {
+                let (gv, uv, dv) = &raw[e as usize];
+                let y = blocks::swiglu(
+                    Isa::Scalar,
+                    m(gv, inter, hidden),
+                    m(uv, inter, hidden),
+                    m(dv, hidden, inter),
+                    std::slice::from_ref(&x),
+                );
+                outs.put(0, s, &y[0], wts[s]);
+            }
+            let mut want = vec![residual.clone()];
+            blocks::add_into(&mut want, &outs.combine());
+            assert_eq!(
+                bits(&got),
+                bits(&want[0]),
+                "hidden {hidden} inter {inter} k {k} {dgu:?}/{dd:?}"
+            );
+        }
+    }
+}
