@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <condition_variable>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -94,11 +95,69 @@ inline T __shfl_sync(unsigned int, T v, int src) {
     return tarfa_emu_shfl(v, src);
 }
 
+// A pool of worker threads, one per thread of the largest block yet (created once, reused):
+// starting an OS thread per emulated thread per launch made the emulation slow.
+struct TarfaEmuPool {
+    std::mutex m;
+    std::condition_variable go, done;
+    std::vector<std::thread> workers;
+    unsigned long long generation = 0;
+    unsigned int block = 0, running = 0, grid_block = 0;
+    TarfaEmuBlock* blk = nullptr;
+    const std::function<void()>* body = nullptr;
+
+    void ensure(unsigned int n) {
+        while (workers.size() < n) {
+            unsigned int t = (unsigned int)workers.size();
+            workers.emplace_back([this, t] { work(t); });
+            workers.back().detach();
+        }
+    }
+
+    void work(unsigned int t) {
+        unsigned long long seen = 0;
+        for (;;) {
+            std::unique_lock<std::mutex> lk(m);
+            go.wait(lk, [&] { return generation != seen; });
+            seen = generation;
+            if (t >= block) continue;
+            TarfaEmuBlock* b = blk;
+            const std::function<void()>* f = body;
+            unsigned int gb = grid_block, bs = block;
+            lk.unlock();
+            threadIdx = {t, 0, 0};
+            blockIdx = {gb, 0, 0};
+            blockDim = {bs, 1, 1};
+            tarfa_emu_block = b;
+            (*f)();
+            // A thread that returned leaves its barriers: their later phases stop waiting for it.
+            b->warps[t / 32]->arrive_and_drop();
+            b->block->arrive_and_drop();
+            lk.lock();
+            if (--running == 0) done.notify_all();
+        }
+    }
+
+    void run_block(unsigned int b, unsigned int n, TarfaEmuBlock* tb, const std::function<void()>& f) {
+        ensure(n);
+        std::unique_lock<std::mutex> lk(m);
+        block = n;
+        running = n;
+        grid_block = b;
+        blk = tb;
+        body = &f;
+        ++generation;
+        go.notify_all();
+        done.wait(lk, [&] { return running == 0; });
+    }
+};
+
 // Run `body` as a grid of `grid` blocks of `block` threads with `shared` bytes of dynamic shared
 // memory. `block` must be a multiple of 32 (every launch of tarfa's is).
 inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int shared,
                              const std::function<void()>& body) {
     static std::mutex one_launch_at_a_time;
+    static TarfaEmuPool pool;
     std::lock_guard<std::mutex> hold(one_launch_at_a_time);
     for (unsigned int b = 0; b < grid; ++b) {
         TarfaEmuBlock blk;
@@ -106,21 +165,6 @@ inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int
         for (unsigned int w = 0; w < block / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));
         blk.exchange.assign(block, 0);
         blk.shared.assign(shared + 16, 0);
-        std::vector<std::thread> threads;
-        threads.reserve(block);
-        for (unsigned int t = 0; t < block; ++t) {
-            threads.emplace_back([&, t] {
-                threadIdx = {t, 0, 0};
-                blockIdx = {b, 0, 0};
-                blockDim = {block, 1, 1};
-                tarfa_emu_block = &blk;
-                body();
-                // A thread that returned early leaves its barriers: its warp's and block's
-                // remaining phases no longer wait for it.
-                blk.warps[t / 32]->arrive_and_drop();
-                blk.block->arrive_and_drop();
-            });
-        }
-        for (auto& th : threads) th.join();
+        pool.run_block(b, block, &blk, body);
     }
 }

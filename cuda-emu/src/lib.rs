@@ -98,43 +98,7 @@ fn fl(v: &[f32]) -> Aligned {
     Aligned::new(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
 
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct MatJob {
-    w: u64,
-    x: u64,
-    y: u64,
-    bias: u64,
-    rows: i32,
-    cols: i32,
-    dtype: i32,
-    bias_dtype: i32,
-    accumulate: i32,
-    vec: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct MatJobs {
-    job: [MatJob; 4],
-    row_start: [i32; 5],
-    n: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct Moe {
-    gate: u64,
-    up: u64,
-    down: u64,
-    n_experts: i32,
-    inter: i32,
-    hidden: i32,
-    dtype_gu: i32,
-    dtype_d: i32,
-    vec_gu: i32,
-    vec_d: i32,
-}
+use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe};
 
 extern "C" {
     fn emu_matvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
@@ -575,4 +539,263 @@ pub fn moe(
         );
     }
     out.floats()
+}
+
+// ---- the engine's device: host memory and the emulated kernels ----------------------------------
+
+use tarfa_runtime::gpu_engine::{Arg, EngineDevice, EngineError, Geometry, Kernel};
+
+/// The resident decoder's device emulated on the CPU: buffers in host memory (256-byte aligned,
+/// never moved, so their addresses are what the kernels see), copies in issue order (all of them
+/// synchronous), kernels run by the emulation. No graphs: the engine launches one by one.
+#[derive(Debug, Default)]
+pub struct EmuDevice;
+
+/// A host buffer standing for a device buffer.
+#[derive(Debug)]
+pub struct EmuBuf {
+    words: Vec<u64>,
+    off: usize,
+    len: usize,
+}
+
+impl EmuBuf {
+    fn new(len: usize) -> EmuBuf {
+        let words = vec![0u64; (len + 256).div_ceil(8)];
+        let off = (256 - (words.as_ptr() as usize % 256)) % 256;
+        EmuBuf { words, off, len }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let (off, len) = (self.off, self.len);
+        let all: &mut [u8] = bytemuck_free_cast_mut(&mut self.words);
+        &mut all[off..off + len]
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let all: &[u8] = bytemuck_free_cast(&self.words);
+        &all[self.off..self.off + self.len]
+    }
+}
+
+fn bytemuck_free_cast(w: &[u64]) -> &[u8] {
+    // SAFETY: u8 has no alignment or validity requirement; the length is the words' bytes.
+    unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), w.len() * 8) }
+}
+
+fn bytemuck_free_cast_mut(w: &mut [u64]) -> &mut [u8] {
+    // SAFETY: as above, uniquely borrowed.
+    unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), w.len() * 8) }
+}
+
+impl EngineDevice for EmuDevice {
+    type Buf = EmuBuf;
+    type Graph = ();
+
+    fn name(&self) -> String {
+        "CPU emulation of the CUDA kernels (cuda-emu)".into()
+    }
+
+    fn alloc(&self, len: usize) -> Result<EmuBuf, EngineError> {
+        Ok(EmuBuf::new(len.max(1)))
+    }
+
+    fn upload(&self, bytes: &[u8]) -> Result<EmuBuf, EngineError> {
+        let mut b = EmuBuf::new(bytes.len().max(1));
+        b.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
+        Ok(b)
+    }
+
+    fn write(&self, buf: &mut EmuBuf, offset: usize, bytes: &[u8]) -> Result<(), EngineError> {
+        let dst = buf
+            .bytes_mut()
+            .get_mut(offset..offset + bytes.len())
+            .ok_or_else(|| EngineError::Usage("a write past the end of a buffer".into()))?;
+        dst.copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn read(&self, buf: &EmuBuf, len: usize) -> Result<Vec<u8>, EngineError> {
+        buf.bytes()
+            .get(..len)
+            .map(<[u8]>::to_vec)
+            .ok_or_else(|| EngineError::Usage("a read past the end of a buffer".into()))
+    }
+
+    fn copy(&self, src: &EmuBuf, dst: &mut EmuBuf, len: usize) -> Result<(), EngineError> {
+        let s = src
+            .bytes()
+            .get(..len)
+            .ok_or_else(|| EngineError::Usage("a copy past the end of a buffer".into()))?;
+        dst.bytes_mut()
+            .get_mut(..len)
+            .ok_or_else(|| EngineError::Usage("a copy past the end of a buffer".into()))?
+            .copy_from_slice(s);
+        Ok(())
+    }
+
+    fn addr(&self, buf: &EmuBuf) -> u64 {
+        buf.bytes().as_ptr() as u64
+    }
+
+    fn sync(&self) -> Result<(), EngineError> {
+        Ok(())
+    }
+
+    unsafe fn launch(&self, k: Kernel, geo: Geometry, args: &[Arg]) -> Result<(), EngineError> {
+        let (g, b, s) = (geo.grid, geo.block, geo.shared);
+        let p = |i: usize| match args.get(i) {
+            Some(Arg::Ptr(v)) => Ok(*v),
+            other => Err(EngineError::Usage(format!(
+                "{}: argument {i} is {other:?}, not an address",
+                k.name()
+            ))),
+        };
+        let n = |i: usize| match args.get(i) {
+            Some(Arg::I32(v)) => Ok(*v),
+            other => Err(EngineError::Usage(format!(
+                "{}: argument {i} is {other:?}, not an int",
+                k.name()
+            ))),
+        };
+        let f = |i: usize| match args.get(i) {
+            Some(Arg::F32(v)) => Ok(*v),
+            other => Err(EngineError::Usage(format!(
+                "{}: argument {i} is {other:?}, not a float",
+                k.name()
+            ))),
+        };
+        let count = |want: usize| {
+            if args.len() == want {
+                Ok(())
+            } else {
+                Err(EngineError::Usage(format!(
+                    "{}: {} arguments, not {want}",
+                    k.name(),
+                    args.len()
+                )))
+            }
+        };
+        // SAFETY (every call below): the caller's contract — the arguments are the kernel's
+        // parameters, every address in a live buffer with the sizes the kernel uses; the counts
+        // and kinds are checked here.
+        unsafe {
+            match k {
+                Kernel::Matvec => {
+                    count(1)?;
+                    let Some(Arg::Jobs(j)) = args.first() else {
+                        return Err(EngineError::Usage("matvec takes its jobs".into()));
+                    };
+                    emu_matvec(g, b, s, j);
+                }
+                Kernel::Embed => {
+                    count(5)?;
+                    emu_embed(g, b, s, p(0)? as _, n(1)?, n(2)?, p(3)? as _, p(4)? as _);
+                }
+                Kernel::RmsNorm => {
+                    count(6)?;
+                    emu_rms_norm(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        n(2)?,
+                        n(3)?,
+                        f(4)?,
+                        p(5)? as _,
+                    );
+                }
+                Kernel::QkRope => {
+                    count(17)?;
+                    emu_qk_rope(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        p(2)? as _,
+                        p(3)? as _,
+                        p(4)? as _,
+                        n(5)?,
+                        n(6)?,
+                        f(7)?,
+                        n(8)?,
+                        n(9)?,
+                        n(10)?,
+                        n(11)?,
+                        p(12)? as _,
+                        p(13)? as _,
+                        p(14)? as _,
+                        p(15)? as _,
+                        p(16)? as _,
+                    );
+                }
+                Kernel::Attention => {
+                    count(12)?;
+                    emu_attention(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        p(2)? as _,
+                        p(3)? as _,
+                        n(4)?,
+                        n(5)?,
+                        n(6)?,
+                        n(7)?,
+                        f(8)?,
+                        p(9)? as _,
+                        n(10)?,
+                        p(11)? as _,
+                    );
+                }
+                Kernel::Topk => {
+                    count(7)?;
+                    emu_topk(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        n(1)?,
+                        n(2)?,
+                        n(3)?,
+                        p(4)? as _,
+                        p(5)? as _,
+                        p(6)? as _,
+                    );
+                }
+                Kernel::GateUp | Kernel::Down => {
+                    count(5)?;
+                    let Some(Arg::Moe(m)) = args.first() else {
+                        return Err(EngineError::Usage(
+                            "the experts' kernels take their table".into(),
+                        ));
+                    };
+                    if k == Kernel::GateUp {
+                        emu_gate_up(g, b, s, m, p(1)? as _, n(2)?, p(3)? as _, p(4)? as _);
+                    } else {
+                        emu_down(g, b, s, m, p(1)? as _, n(2)?, p(3)? as _, p(4)? as _);
+                    }
+                }
+                Kernel::Combine => {
+                    count(5)?;
+                    emu_combine(g, b, s, p(0)? as _, p(1)? as _, n(2)?, n(3)?, p(4)? as _);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn capture(
+        &self,
+        _f: &mut dyn FnMut() -> Result<(), EngineError>,
+    ) -> Result<Option<()>, EngineError> {
+        Ok(None)
+    }
+
+    fn replay(&self, _g: &()) -> Result<(), EngineError> {
+        Err(EngineError::Usage("the emulation has no graphs".into()))
+    }
 }

@@ -1,39 +1,40 @@
-//! The whole forward pass on the GPU (feature `cuda`): a `qwen3_moe` model whose trunk and every
-//! expert fit in VRAM runs each token entirely on the device ([`tarfa_runtime::cuda_engine`]),
-//! the activations never leaving it and only the logits coming back. Every kernel computes the
-//! bits of the CPU path (`canon`, `blocks`), so the logits are the CPU's bit for bit; this is
-//! only where they are computed.
+//! The whole forward pass on a device: a `qwen3_moe` model whose trunk and every expert fit
+//! there runs each token entirely on it ([`tarfa_runtime::gpu_engine::Engine`]), the
+//! activations never leaving it and only the logits coming back. Every kernel computes the bits
+//! of the CPU path (`canon`, `blocks`), so the logits are the CPU's bit for bit; this is only
+//! where they are computed.
 //!
-//! [`open`] decides: the family is `qwen3_moe`, every weight BF16 or F32, the whole model fits
-//! in VRAM (or in `--vram-gib`), all experts placed on the GPU and the trunk too; else `None`
-//! and the decoder runs its layers on the CPU with experts and products offloaded
-//! ([`crate::gpu::GpuExperts`]).
+//! [`build`] takes any [`EngineDevice`]: the GPU ([`open`], feature `cuda`, `--gpu-whole-model`)
+//! or the CPU emulation of the kernels (`cuda-emu`, whose tests hold this whole path to the CPU
+//! decoder's logits in CI). [`open`] decides: the family is `qwen3_moe`, every weight BF16 or
+//! F32, the whole model fits in VRAM (or in `--vram-gib`), all experts placed on the GPU and the
+//! trunk too; else `None` and the decoder runs its layers on the CPU with experts and products
+//! offloaded (`crate::gpu::GpuExperts`).
 
 use tarfa_format::Dtype;
-use tarfa_runtime::cuda_compute::GpuDtype;
-use tarfa_runtime::cuda_engine::{
-    EngineShape, HostAttention, HostLayer, HostMlp, HostTensor, MoeEngine,
+use tarfa_runtime::gpu_engine::{
+    Engine, EngineDevice, EngineShape, GpuDtype, HostAttention, HostLayer, HostMlp, HostTensor,
 };
-use tarfa_runtime::Gpu;
 
 use crate::blocks::{self, Batch};
 use crate::error::{DecodeError, Result};
 use crate::experts::ExpertStore;
 use crate::family::qwen3_moe::Qwen3MoeConfig;
 use crate::family::{Ctx, Family};
-use crate::offload::{GpuOptions, OffloadReport};
+use crate::offload::OffloadReport;
 use crate::rope::Rope;
 use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 
 /// VRAM left free beside the model.
+#[cfg(feature = "cuda")]
 const VRAM_MARGIN: u64 = 1 << 30;
 
-/// A `qwen3_moe` decoder running on the GPU.
+/// A `qwen3_moe` decoder running on a device.
 #[derive(Debug)]
-pub struct GpuQwen3Moe {
+pub struct GpuQwen3Moe<D: EngineDevice> {
     cfg: Qwen3MoeConfig,
     rope: Rope,
-    engine: MoeEngine,
+    engine: Engine<D>,
 }
 
 fn host<'a>(m: &MatrixRef<'a>) -> Option<HostTensor<'a>> {
@@ -72,24 +73,14 @@ fn host_mat<'a>(
 /// The whole-model GPU decoder for `config`, or `None` when this model or these options do not
 /// take it (another family, a quantised weight, a share of experts or the trunk kept on the CPU,
 /// not enough VRAM). Reads every expert once (checked as it lands) to copy it to VRAM.
+#[cfg(feature = "cuda")]
 pub fn open(
     config: &serde_json::Value,
     tensors: &TensorStore,
     experts: &mut ExpertStore,
-    o: &GpuOptions,
-) -> Result<Option<GpuQwen3Moe>> {
-    if config.get("model_type").and_then(|v| v.as_str()) != Some("qwen3_moe")
-        || !o.whole_model
-        || o.fraction < 1.0
-        || !o.trunk
-    {
-        return Ok(None);
-    }
-    if experts
-        .region_dtypes()
-        .iter()
-        .any(|&d| d != Dtype::BF16 && d != Dtype::F32)
-    {
+    o: &crate::offload::GpuOptions,
+) -> Result<Option<GpuQwen3Moe<tarfa_runtime::cuda_engine::CudaDevice>>> {
+    if !o.whole_model || o.fraction < 1.0 || !o.trunk || !takes(config, experts) {
         return Ok(None);
     }
     let c = Qwen3MoeConfig::parse(config)?;
@@ -97,14 +88,45 @@ pub fn open(
         return Ok(None);
     };
     let need = parts.bytes + experts.total_bytes() + VRAM_MARGIN;
-    let gpu = Gpu::open(o.ordinal)?;
     if o.vram_bytes.is_some_and(|b| b + VRAM_MARGIN < need) {
         return Ok(None);
     }
+    let gpu = tarfa_runtime::Gpu::open(o.ordinal)?;
     let (free, _) = gpu.mem_info()?;
     if (free as u64) < need {
         return Ok(None);
     }
+    let dev = tarfa_runtime::cuda_engine::CudaDevice::open(&gpu)?;
+    build(dev, config, tensors, experts, o.graphs)
+}
+
+/// Whether the whole-model path takes this model at all: `qwen3_moe`, experts BF16 or F32.
+fn takes(config: &serde_json::Value, experts: &ExpertStore) -> bool {
+    config.get("model_type").and_then(|v| v.as_str()) == Some("qwen3_moe")
+        && experts
+            .region_dtypes()
+            .iter()
+            .all(|&d| d == Dtype::BF16 || d == Dtype::F32)
+}
+
+/// The whole-model decoder of `config` on `dev` (every weight copied there, every expert read
+/// once and checked as it lands), or `None` if the model does not take it (another family, a
+/// weight neither BF16 nor F32, experts of a layer of mixed types). `graphs`: replay each step
+/// from a captured graph where the device has them.
+pub fn build<D: EngineDevice>(
+    dev: D,
+    config: &serde_json::Value,
+    tensors: &TensorStore,
+    experts: &mut ExpertStore,
+    graphs: bool,
+) -> Result<Option<GpuQwen3Moe<D>>> {
+    if !takes(config, experts) {
+        return Ok(None);
+    }
+    let c = Qwen3MoeConfig::parse(config)?;
+    let Some(parts) = trunk(&c, tensors)? else {
+        return Ok(None);
+    };
     let shape = EngineShape {
         vocab: c.vocab_size,
         hidden: c.hidden_size,
@@ -119,8 +141,8 @@ pub fn open(
         top_k: c.top_k,
         norm_topk_prob: c.norm_topk_prob,
     };
-    let mut engine = MoeEngine::new(
-        &gpu,
+    let mut engine = Engine::new(
+        dev,
         shape,
         parts.embed,
         parts.final_norm,
@@ -128,7 +150,7 @@ pub fn open(
         &parts.layers,
         c.num_experts,
     )?;
-    engine.set_graphs(o.graphs);
+    engine.set_graphs(graphs);
     // One element type per role across a layer's experts, gate and up alike (the kernels read
     // a layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;
@@ -179,6 +201,8 @@ struct Trunk<'a> {
     final_norm: HostTensor<'a>,
     lm_head: Option<HostTensor<'a>>,
     layers: Vec<HostLayer<'a>>,
+    /// Bytes of all of them (the VRAM check).
+    #[cfg_attr(not(feature = "cuda"), allow(dead_code))]
     bytes: u64,
 }
 
@@ -299,8 +323,8 @@ fn trunk<'a>(c: &Qwen3MoeConfig, s: &'a TensorStore) -> Result<Option<Trunk<'a>>
     }))
 }
 
-impl GpuQwen3Moe {
-    /// What the GPU holds and did.
+impl<D: EngineDevice> GpuQwen3Moe<D> {
+    /// What the device holds and did.
     pub fn report(&self) -> OffloadReport {
         let r = self.engine.report();
         OffloadReport {
@@ -314,7 +338,7 @@ impl GpuQwen3Moe {
     }
 }
 
-impl Family for GpuQwen3Moe {
+impl<D: EngineDevice> Family for GpuQwen3Moe<D> {
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size
     }

@@ -43,7 +43,6 @@ pub mod family;
 pub mod gguf_model;
 #[cfg(feature = "cuda")]
 pub mod gpu;
-#[cfg(feature = "cuda")]
 pub mod gpu_resident;
 pub mod kernels;
 pub mod npy;

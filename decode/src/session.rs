@@ -80,6 +80,23 @@ impl Decoder {
     /// the manifest), every layer of the config present, resident tensors read and hash-checked,
     /// the family's tensors checked by name and shape, experts ready to stream (or read now).
     pub fn open(dir: &Path, opts: &DecoderOptions) -> Result<Decoder> {
+        Decoder::open_with(dir, opts, |config, tensors, experts| {
+            whole_model_gpu(config, tensors, experts, &opts.device)
+        })
+    }
+
+    /// [`Decoder::open`], with `whole_model` deciding whether a device runs the whole forward
+    /// pass (it returns that decoder, e.g. [`crate::gpu_resident::build`] on some device) or not
+    /// (`None`: the family's CPU layers, experts offloaded per `opts.device`).
+    pub fn open_with(
+        dir: &Path,
+        opts: &DecoderOptions,
+        whole_model: impl FnOnce(
+            &serde_json::Value,
+            &TensorStore,
+            &mut ExpertStore,
+        ) -> Result<Option<Box<dyn Family>>>,
+    ) -> Result<Decoder> {
         let manifest = Manifest::load(dir)?;
         let config = &manifest.architecture.config;
         check_layers_present(dir, &manifest)?;
@@ -123,7 +140,7 @@ impl Decoder {
         // The whole forward pass on the GPU when the family has it and the model fits; else
         // experts and products offloaded from the CPU's layers (or all on the CPU).
         let mut offload = None;
-        let whole = whole_model_gpu(config, &tensors, &mut experts, &opts.device)?;
+        let whole = whole_model(config, &tensors, &mut experts)?;
         match whole {
             Some(f) => family = f,
             None => offload = crate::offload::open(&opts.device)?,

@@ -23,31 +23,7 @@ use crate::cuda::{CudaError, Gpu};
 /// The kernels' source, compiled at run time.
 pub const KERNELS_CU: &str = include_str!("cuda_kernels.cu");
 
-/// Element type of a weight matrix on the GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GpuDtype {
-    /// BF16 bit patterns (widened exactly at use).
-    Bf16,
-    /// `f32`.
-    F32,
-}
-
-impl GpuDtype {
-    fn code(self) -> i32 {
-        match self {
-            GpuDtype::Bf16 => 0,
-            GpuDtype::F32 => 1,
-        }
-    }
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            GpuDtype::Bf16 => 2,
-            GpuDtype::F32 => 4,
-        }
-    }
-}
+pub use crate::gpu_engine::GpuDtype;
 
 /// A row-major `[rows, cols]` matrix at `offset` bytes into a [`DeviceBytes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

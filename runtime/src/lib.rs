@@ -49,6 +49,7 @@ pub mod cuda_compute;
 #[cfg(feature = "cuda")]
 pub mod cuda_engine;
 mod error;
+pub mod gpu_engine;
 mod mapped;
 pub mod model;
 mod pinned;

@@ -1,0 +1,76 @@
+//! The whole forward pass of the GPU decoder — `tarfa_runtime::gpu_engine::Engine`'s buffers,
+//! launch order and geometry, its KV cache and RoPE tables, `decode::gpu_resident`'s mapping of
+//! the checkpoint onto it — run with the CUDA kernels on the CPU emulation, gives the CPU
+//! decoder's logits bit for bit at every greedy step of every reference prompt of every
+//! `qwen3_moe` fixture, and does so again after a reset; a prompt fed token by token gives the
+//! same bits as one fed whole. What this cannot show (the GPU machine's `decode/tests/gpu.rs`
+//! does): the hardware, the driver, cudarc's copies and the CUDA graph.
+
+#[path = "../../decode/tests/common/mod.rs"]
+mod common;
+
+use tarfa_cuda_emu::EmuDevice;
+use tarfa_decode::family::Family;
+use tarfa_decode::{Decoder, DecoderOptions};
+
+fn emulated(dir: &std::path::Path, batch_prompt: bool) -> Decoder {
+    let opts = DecoderOptions {
+        batch_prompt,
+        ..DecoderOptions::default()
+    };
+    Decoder::open_with(dir, &opts, |config, tensors, experts| {
+        let f = tarfa_decode::gpu_resident::build(EmuDevice, config, tensors, experts, true)?;
+        Ok(f.map(|f| Box::new(f) as Box<dyn Family>))
+    })
+    .expect("open the emulated GPU decoder")
+}
+
+fn run(dec: &mut Decoder, name: &'static str, steps: usize) -> Vec<Vec<Vec<u32>>> {
+    common::reference(name)
+        .iter()
+        .map(|p| common::bits(&common::greedy(dec, &p.prompt_ids, steps).1))
+        .collect()
+}
+
+const STEPS: usize = 4;
+
+#[test]
+fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
+    for name in ["qwen3_moe", "qwen3_moe_b"] {
+        let dir = common::model(name);
+        // Four greedy steps: the emulation runs every CUDA thread on two CPU cores, so the
+        // steps are kept few; each still crosses every layer, the KV cache and the sampler.
+        let cpu = run(
+            &mut common::open(&dir, &DecoderOptions::default()),
+            name,
+            STEPS,
+        );
+        for batch in [true, false] {
+            let mut dec = emulated(&dir, batch);
+            let r = dec.offload_report().expect("a device report");
+            assert!(r.whole_model, "{name}: {r:?}");
+            assert_eq!(
+                run(&mut dec, name, STEPS),
+                cpu,
+                "{name}: batch prompt {batch}"
+            );
+            if batch {
+                assert_eq!(
+                    run(&mut dec, name, STEPS),
+                    cpu,
+                    "{name}: again, after a reset"
+                );
+            }
+            let r = dec.offload_report().expect("a device report");
+            assert!(r.steps > 0 && r.graph_steps == 0, "{name}: {r:?}");
+        }
+    }
+}
+
+/// A model the whole-model path does not take (another family) is left to the CPU's layers.
+#[test]
+fn other_families_are_not_taken() {
+    let dir = common::model("mixtral");
+    let dec = emulated(&dir, true);
+    assert!(dec.offload_report().is_none());
+}

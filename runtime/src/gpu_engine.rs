@@ -1,0 +1,1164 @@
+//! The resident decoder's orchestration, over any [`EngineDevice`]: a whole Qwen3-MoE-style
+//! forward pass per token — embedding, RMSNorm, q/k/v, per-head q/k norm and RoPE, the KV
+//! cache, attention, `o`, the softmax router's top-k, the selected experts' SwiGLU, the combine,
+//! the final norm and `lm_head` — with every weight resident on the device and the activations
+//! never leaving it; only the logits come back. Each kernel (`cuda_kernels.cu`, the `tarfa_e_*`
+//! ones) computes the bits the CPU decoder computes (`decode/src/canon.rs`,
+//! `decode/src/blocks.rs`): same reduction order, fused multiply-adds only where the CPU has
+//! them, tarfa's own `exp`.
+//!
+//! Two devices implement [`EngineDevice`]: the GPU (`cuda_engine.rs`, feature `cuda`: cudarc,
+//! the kernels compiled by NVRTC, each step replayed from a captured CUDA graph) and, for tests,
+//! the same kernels compiled for the CPU by the emulation in `cuda-emu/`, so that this very
+//! orchestration — buffers, launch order and geometry, the KV cache's growth — is held to the CPU
+//! decoder's logits in CI, where there is no GPU.
+//!
+//! The token and its position are read by the kernels from a small device buffer, so one
+//! sequence of launches serves every step (what makes a graph of it replayable).
+//!
+//! Safety: every buffer a kernel touches is owned here, allocated with the sizes the shapes
+//! (checked in [`Engine::new`] and [`Engine::put_expert`]) say the kernels index; the launches
+//! pass the addresses of those buffers, which live as long as the engine; the device orders the
+//! launches and copies in issue order.
+
+#![allow(unsafe_code)]
+
+/// Element type of a weight on the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GpuDtype {
+    /// BF16 bit patterns (widened exactly at use).
+    Bf16,
+    /// `f32`.
+    F32,
+}
+
+impl GpuDtype {
+    /// The kernels' number for it.
+    pub fn code(self) -> i32 {
+        match self {
+            GpuDtype::Bf16 => 0,
+            GpuDtype::F32 => 1,
+        }
+    }
+
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            GpuDtype::Bf16 => 2,
+            GpuDtype::F32 => 4,
+        }
+    }
+}
+
+/// What went wrong: the device's error, or the engine used against its rules.
+pub use crate::cuda::CudaError as EngineError;
+
+/// A kernel of the resident decoder (`cuda_kernels.cu`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// `tarfa_e_matvec`.
+    Matvec,
+    /// `tarfa_e_embed`.
+    Embed,
+    /// `tarfa_e_rms_norm`.
+    RmsNorm,
+    /// `tarfa_e_qk_rope`.
+    QkRope,
+    /// `tarfa_e_attention`.
+    Attention,
+    /// `tarfa_e_topk`.
+    Topk,
+    /// `tarfa_e_moe_gate_up`.
+    GateUp,
+    /// `tarfa_e_moe_down`.
+    Down,
+    /// `tarfa_e_moe_combine`.
+    Combine,
+}
+
+impl Kernel {
+    /// Every kernel.
+    pub const ALL: [Kernel; 9] = [
+        Kernel::Matvec,
+        Kernel::Embed,
+        Kernel::RmsNorm,
+        Kernel::QkRope,
+        Kernel::Attention,
+        Kernel::Topk,
+        Kernel::GateUp,
+        Kernel::Down,
+        Kernel::Combine,
+    ];
+
+    /// Its name in `cuda_kernels.cu`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Matvec => "tarfa_e_matvec",
+            Kernel::Embed => "tarfa_e_embed",
+            Kernel::RmsNorm => "tarfa_e_rms_norm",
+            Kernel::QkRope => "tarfa_e_qk_rope",
+            Kernel::Attention => "tarfa_e_attention",
+            Kernel::Topk => "tarfa_e_topk",
+            Kernel::GateUp => "tarfa_e_moe_gate_up",
+            Kernel::Down => "tarfa_e_moe_down",
+            Kernel::Combine => "tarfa_e_moe_combine",
+        }
+    }
+}
+
+/// One kernel argument, as the kernel's parameter list has it.
+#[derive(Clone, Copy, Debug)]
+pub enum Arg {
+    /// A device address.
+    Ptr(u64),
+    /// An `int`.
+    I32(i32),
+    /// A `float`.
+    F32(f32),
+    /// A `TarfaMatJobs` by value.
+    Jobs(MatJobs),
+    /// A `TarfaMoe` by value.
+    Moe(MoeArgs),
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Blocks.
+    pub grid: u32,
+    /// Threads per block (a multiple of 32).
+    pub block: u32,
+    /// Dynamic shared memory in bytes.
+    pub shared: u32,
+}
+
+/// Where the engine's buffers live and its kernels run, in issue order.
+pub trait EngineDevice: Send + std::fmt::Debug {
+    /// A device buffer.
+    type Buf: Send + std::fmt::Debug;
+    /// A captured sequence of launches.
+    type Graph: Send;
+    /// The device, in words.
+    fn name(&self) -> String;
+    /// `len` zero bytes (at least 256-byte aligned).
+    fn alloc(&self, len: usize) -> Result<Self::Buf, EngineError>;
+    /// A buffer holding `bytes` (at least 256-byte aligned).
+    fn upload(&self, bytes: &[u8]) -> Result<Self::Buf, EngineError>;
+    /// Copy `bytes` into `buf` at `offset` (in issue order).
+    fn write(&self, buf: &mut Self::Buf, offset: usize, bytes: &[u8]) -> Result<(), EngineError>;
+    /// The first `len` bytes of `buf`, after everything issued before.
+    fn read(&self, buf: &Self::Buf, len: usize) -> Result<Vec<u8>, EngineError>;
+    /// Copy the first `len` bytes of `src` to `dst`.
+    fn copy(&self, src: &Self::Buf, dst: &mut Self::Buf, len: usize) -> Result<(), EngineError>;
+    /// The address kernels see for `buf`.
+    fn addr(&self, buf: &Self::Buf) -> u64;
+    /// Wait for everything issued.
+    fn sync(&self) -> Result<(), EngineError>;
+    /// Launch `k` with `args` in its parameter order.
+    ///
+    /// # Safety
+    /// The arguments must be what the kernel's parameters say, and every address with every
+    /// size the kernel reads or writes under `geo` must lie in a live buffer of this device.
+    unsafe fn launch(&self, k: Kernel, geo: Geometry, args: &[Arg]) -> Result<(), EngineError>;
+    /// Record the launches `f` issues as a graph, or `None` if this device has no graphs.
+    fn capture(
+        &self,
+        f: &mut dyn FnMut() -> Result<(), EngineError>,
+    ) -> Result<Option<Self::Graph>, EngineError>;
+    /// Replay a captured graph.
+    fn replay(&self, g: &Self::Graph) -> Result<(), EngineError>;
+}
+
+/// Host bytes of one tensor to place in VRAM: a row-major `[rows, cols]` matrix (a vector is
+/// one row).
+#[derive(Clone, Copy, Debug)]
+pub struct HostTensor<'a> {
+    /// Its elements, as stored (BF16 bit patterns or `f32`).
+    pub bytes: &'a [u8],
+    /// Element type.
+    pub dtype: GpuDtype,
+    /// Rows.
+    pub rows: usize,
+    /// Columns.
+    pub cols: usize,
+}
+
+impl HostTensor<'_> {
+    fn check(&self, what: &str, rows: usize, cols: usize) -> Result<(), EngineError> {
+        let need = rows
+            .checked_mul(cols)
+            .and_then(|n| n.checked_mul(self.dtype.size()));
+        if self.rows != rows || self.cols != cols || need != Some(self.bytes.len()) {
+            return Err(EngineError::Usage(format!(
+                "{what}: [{}, {}] of {} bytes where [{rows}, {cols}] is needed",
+                self.rows,
+                self.cols,
+                self.bytes.len()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The numbers of the model the engine runs.
+#[derive(Clone, Copy, Debug)]
+pub struct EngineShape {
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads.
+    pub kv_heads: usize,
+    /// Head width.
+    pub head_dim: usize,
+    /// Rotated dims of each head (even, at most `head_dim`).
+    pub rotary_dim: usize,
+    /// RMSNorm epsilon (layer, q/k and final norms).
+    pub eps: f32,
+    /// Keys attended to at most, or `None`.
+    pub window: Option<usize>,
+    /// Attention's score scale (`head_dim^-0.5` as the CPU rounds it).
+    pub scaling: f32,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Renormalise the top-k weights.
+    pub norm_topk_prob: bool,
+}
+
+/// One layer's attention weights.
+#[derive(Clone, Copy, Debug)]
+pub struct HostAttention<'a> {
+    /// `[heads·d, hidden]`.
+    pub q: HostTensor<'a>,
+    /// `[kv_heads·d, hidden]`.
+    pub k: HostTensor<'a>,
+    /// `[kv_heads·d, hidden]`.
+    pub v: HostTensor<'a>,
+    /// `[hidden, heads·d]`.
+    pub o: HostTensor<'a>,
+    /// Biases of q, k, v, o.
+    pub bias: [Option<HostTensor<'a>>; 4],
+    /// Per-head q and k RMSNorm weights (`[1, d]` each), or none.
+    pub qk_norm: Option<(HostTensor<'a>, HostTensor<'a>)>,
+}
+
+/// One layer's MLP.
+#[derive(Clone, Copy, Debug)]
+pub enum HostMlp<'a> {
+    /// A dense SwiGLU: gate, up `[inter, hidden]`, down `[hidden, inter]`.
+    Dense([HostTensor<'a>; 3]),
+    /// Routed experts: the router `[experts, hidden]`; the experts themselves (all of one
+    /// shape) come one by one through [`MoeEngine::put_expert`].
+    Moe {
+        /// Router weights.
+        router: HostTensor<'a>,
+    },
+}
+
+/// One decoder layer.
+#[derive(Clone, Copy, Debug)]
+pub struct HostLayer<'a> {
+    /// `input_layernorm` `[1, hidden]`.
+    pub in_norm: HostTensor<'a>,
+    /// `post_attention_layernorm` `[1, hidden]`.
+    pub post_norm: HostTensor<'a>,
+    /// Attention.
+    pub attn: HostAttention<'a>,
+    /// MLP.
+    pub mlp: HostMlp<'a>,
+}
+
+/// What the engine holds and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct EngineReport {
+    /// The device, in words.
+    pub device: String,
+    /// Weight bytes resident in VRAM.
+    pub weight_bytes: u64,
+    /// Tokens run.
+    pub steps: u64,
+    /// Steps run by replaying a captured graph.
+    pub graph_steps: u64,
+    /// Graph captures (one, plus one each time the KV cache grew).
+    pub captures: u64,
+}
+
+/// A tensor on the device.
+#[derive(Debug)]
+struct DevTensor<B> {
+    _buf: B,
+    ptr: u64,
+    rows: usize,
+    cols: usize,
+    dtype: GpuDtype,
+}
+
+/// A layer's experts (or its dense MLP as one expert): one buffer per expert holding gate, up
+/// and down, and the tables of their addresses the kernels index by expert id.
+#[derive(Debug)]
+struct ExpertTable<B> {
+    n: usize,
+    /// Width (0 until the first expert is put).
+    inter: usize,
+    dtype_gu: Option<GpuDtype>,
+    dtype_d: Option<GpuDtype>,
+    bufs: Vec<Option<B>>,
+    gate: Vec<u64>,
+    up: Vec<u64>,
+    down: Vec<u64>,
+    /// Device copies of the gate/up/down address tables (after [`Engine::finish`]).
+    dev: Option<[B; 3]>,
+}
+
+#[derive(Debug)]
+struct Layer<B> {
+    in_norm: DevTensor<B>,
+    post_norm: DevTensor<B>,
+    q: DevTensor<B>,
+    k: DevTensor<B>,
+    v: DevTensor<B>,
+    o: DevTensor<B>,
+    bias: [Option<DevTensor<B>>; 4],
+    qk_norm: Option<(DevTensor<B>, DevTensor<B>)>,
+    router: Option<DevTensor<B>>,
+    experts: ExpertTable<B>,
+    kcache: B,
+    vcache: B,
+}
+
+/// The C layout of `TarfaMatJob` in `cuda_kernels.cu`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MatJob {
+    /// Weights.
+    pub w: u64,
+    /// Input.
+    pub x: u64,
+    /// Output.
+    pub y: u64,
+    /// Bias, or 0.
+    pub bias: u64,
+    /// Rows.
+    pub rows: i32,
+    /// Columns.
+    pub cols: i32,
+    /// Weight element type.
+    pub dtype: i32,
+    /// Bias element type.
+    pub bias_dtype: i32,
+    /// Add to `y` instead of storing.
+    pub accumulate: i32,
+    /// Wide loads (`cols` a multiple of 8, buffers 16-byte aligned).
+    pub vec: i32,
+}
+
+/// Products in one launch at most.
+pub const MAX_JOBS: usize = 4;
+
+/// The C layout of `TarfaMatJobs`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MatJobs {
+    /// The products.
+    pub job: [MatJob; MAX_JOBS],
+    /// Product `i`'s rows are quads `row_start[i]..row_start[i + 1]`.
+    pub row_start: [i32; MAX_JOBS + 1],
+    /// Products used.
+    pub n: i32,
+}
+
+/// The C layout of `TarfaMoe`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct MoeArgs {
+    /// Address of the gate address table.
+    pub gate: u64,
+    /// Address of the up address table.
+    pub up: u64,
+    /// Address of the down address table.
+    pub down: u64,
+    /// Experts in the tables.
+    pub n_experts: i32,
+    /// Expert width.
+    pub inter: i32,
+    /// Hidden size.
+    pub hidden: i32,
+    /// Gate/up element type.
+    pub dtype_gu: i32,
+    /// Down element type.
+    pub dtype_d: i32,
+    /// Wide loads for gate/up.
+    pub vec_gu: i32,
+    /// Wide loads for down.
+    pub vec_d: i32,
+}
+
+/// Device activations and scratch of one token.
+#[derive(Debug)]
+struct Activations<B> {
+    params: B,
+    x: B,
+    xn: B,
+    q: B,
+    k: B,
+    v: B,
+    attn: B,
+    z: B,
+    probs: B,
+    ids: B,
+    wts: B,
+    one_id: B,
+    one_wt: B,
+    h: B,
+    y: B,
+    logits: B,
+}
+
+/// The resident decoder. Build with [`Engine::new`], give it every expert
+/// ([`Engine::put_expert`]), [`Engine::finish`], then [`Engine::step`] per token.
+pub struct Engine<D: EngineDevice> {
+    dev: D,
+    shape: EngineShape,
+    embed: DevTensor<D::Buf>,
+    final_norm: DevTensor<D::Buf>,
+    /// `None`: tied to the embedding.
+    lm_head: Option<DevTensor<D::Buf>>,
+    layers: Vec<Layer<D::Buf>>,
+    a: Activations<D::Buf>,
+    /// Positions the KV caches, scores and RoPE tables have room for.
+    cap: usize,
+    scores: D::Buf,
+    cos: D::Buf,
+    sin: D::Buf,
+    rope_rows: usize,
+    /// Captured steps (without, with the logits) and the cache size they were captured at.
+    graphs: Option<(D::Graph, D::Graph, usize)>,
+    use_graphs: bool,
+    finished: bool,
+    report: EngineReport,
+}
+
+impl<D: EngineDevice> std::fmt::Debug for Engine<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("dev", &self.dev)
+            .field("shape", &self.shape)
+            .field("layers", &self.layers.len())
+            .field("cap", &self.cap)
+            .field("report", &self.report)
+            .finish()
+    }
+}
+
+const BLOCK: u32 = 256;
+const FIRST_CAP: usize = 256;
+
+fn geo(blocks: usize, block: u32, shared: u32) -> Result<Geometry, EngineError> {
+    let grid = u32::try_from(blocks.max(1))
+        .ok()
+        .filter(|&b| b <= i32::MAX as u32)
+        .ok_or_else(|| EngineError::Usage(format!("{blocks} blocks do not fit one launch")))?;
+    Ok(Geometry {
+        grid,
+        block,
+        shared,
+    })
+}
+
+fn int(v: usize, what: &str) -> Result<i32, EngineError> {
+    i32::try_from(v)
+        .map_err(|_| EngineError::Usage(format!("{what} {v} is too large for the GPU kernels")))
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+impl<D: EngineDevice> Engine<D> {
+    /// Copy the trunk and every layer's weights (experts aside) to the device, checking each
+    /// tensor's shape against `shape`.
+    pub fn new(
+        dev: D,
+        shape: EngineShape,
+        embed: HostTensor<'_>,
+        final_norm: HostTensor<'_>,
+        lm_head: Option<HostTensor<'_>>,
+        layers: &[HostLayer<'_>],
+        n_experts: usize,
+    ) -> Result<Engine<D>, EngineError> {
+        let s = shape;
+        let (h, d) = (s.hidden, s.head_dim);
+        if s.heads == 0
+            || s.kv_heads == 0
+            || s.heads % s.kv_heads != 0
+            || d == 0
+            || d > 256
+            || s.rotary_dim > d
+            || s.rotary_dim % 2 != 0
+            || h == 0
+            || s.vocab == 0
+            || s.top_k == 0
+        {
+            return Err(EngineError::Usage(format!(
+                "the GPU decoder does not take this shape: {s:?}"
+            )));
+        }
+        for v in [s.vocab, h, s.heads * d, s.kv_heads * d, n_experts] {
+            int(v, "a dimension")?;
+        }
+        // Every product's rows as quads of threads in one launch.
+        int(s.vocab.saturating_mul(4), "lm_head's threads")?;
+        let mut report = EngineReport {
+            device: dev.name(),
+            ..EngineReport::default()
+        };
+        let up = |t: &HostTensor<'_>,
+                  what: &str,
+                  rows: usize,
+                  cols: usize,
+                  report: &mut EngineReport|
+         -> Result<DevTensor<D::Buf>, EngineError> {
+            t.check(what, rows, cols)?;
+            let buf = dev.upload(t.bytes)?;
+            report.weight_bytes += t.bytes.len() as u64;
+            Ok(DevTensor {
+                ptr: dev.addr(&buf),
+                _buf: buf,
+                rows,
+                cols,
+                dtype: t.dtype,
+            })
+        };
+        let embed_d = up(&embed, "embedding", s.vocab, h, &mut report)?;
+        let final_d = up(&final_norm, "final norm", 1, h, &mut report)?;
+        let head_d = match lm_head {
+            Some(t) => Some(up(&t, "lm_head", s.vocab, h, &mut report)?),
+            None => None,
+        };
+        let (qd, kvd) = (s.heads * d, s.kv_heads * d);
+        let mut dev_layers = Vec::with_capacity(layers.len());
+        for (l, hl) in layers.iter().enumerate() {
+            let w = |n: &str| format!("layer {l} {n}");
+            let a = &hl.attn;
+            let bias_rows = [qd, kvd, kvd, h];
+            let mut bias: [Option<DevTensor<D::Buf>>; 4] = [None, None, None, None];
+            for (i, b) in a.bias.iter().enumerate() {
+                if let Some(b) = b {
+                    bias[i] = Some(up(b, &w("bias"), 1, bias_rows[i], &mut report)?);
+                }
+            }
+            let qk_norm = match &a.qk_norm {
+                Some((qn, kn)) => {
+                    if qn.dtype != kn.dtype {
+                        return Err(EngineError::Usage(format!(
+                            "layer {l}: q_norm and k_norm of different element types"
+                        )));
+                    }
+                    Some((
+                        up(qn, &w("q_norm"), 1, d, &mut report)?,
+                        up(kn, &w("k_norm"), 1, d, &mut report)?,
+                    ))
+                }
+                None => None,
+            };
+            let (router, experts) = match &hl.mlp {
+                HostMlp::Moe { router } => {
+                    if n_experts == 0 || s.top_k > n_experts {
+                        return Err(EngineError::Usage(format!(
+                            "layer {l}: top-{} of {n_experts} experts",
+                            s.top_k
+                        )));
+                    }
+                    (
+                        Some(up(router, &w("router"), n_experts, h, &mut report)?),
+                        ExpertTable::new(n_experts),
+                    )
+                }
+                HostMlp::Dense([g, u, dn]) => {
+                    let mut t = ExpertTable::new(1);
+                    t.put(&dev, 0, h, [g, u, dn], &mut report)?;
+                    (None, t)
+                }
+            };
+            dev_layers.push(Layer {
+                in_norm: up(&hl.in_norm, &w("input norm"), 1, h, &mut report)?,
+                post_norm: up(&hl.post_norm, &w("post-attention norm"), 1, h, &mut report)?,
+                q: up(&a.q, &w("q_proj"), qd, h, &mut report)?,
+                k: up(&a.k, &w("k_proj"), kvd, h, &mut report)?,
+                v: up(&a.v, &w("v_proj"), kvd, h, &mut report)?,
+                o: up(&a.o, &w("o_proj"), h, qd, &mut report)?,
+                bias,
+                qk_norm,
+                router,
+                experts,
+                kcache: dev.alloc(FIRST_CAP * kvd * 4)?,
+                vcache: dev.alloc(FIRST_CAP * kvd * 4)?,
+            });
+        }
+        let z = |n: usize| dev.alloc(n.max(1) * 4);
+        let kk = s.top_k.max(1);
+        let a = Activations {
+            params: z(2)?,
+            x: z(h)?,
+            xn: z(h)?,
+            q: z(qd)?,
+            k: z(kvd)?,
+            v: z(kvd)?,
+            attn: z(qd)?,
+            z: z(n_experts)?,
+            probs: z(n_experts)?,
+            ids: z(kk)?,
+            wts: z(kk)?,
+            one_id: dev.upload(&0i32.to_le_bytes())?,
+            one_wt: dev.upload(&1.0f32.to_le_bytes())?,
+            h: z(1)?,
+            y: z(kk * h)?,
+            logits: z(s.vocab)?,
+        };
+        let half = s.rotary_dim / 2;
+        Ok(Engine {
+            scores: z(s.heads * FIRST_CAP)?,
+            cos: z(FIRST_CAP * half)?,
+            sin: z(FIRST_CAP * half)?,
+            rope_rows: 0,
+            cap: FIRST_CAP,
+            shape: s,
+            embed: embed_d,
+            final_norm: final_d,
+            lm_head: head_d,
+            layers: dev_layers,
+            a,
+            graphs: None,
+            use_graphs: true,
+            finished: false,
+            report,
+            dev,
+        })
+    }
+
+    /// Copy expert `e` of `layer` (gate, up `[inter, hidden]`, down `[hidden, inter]`) to the
+    /// device.
+    pub fn put_expert(
+        &mut self,
+        layer: usize,
+        e: usize,
+        gate: HostTensor<'_>,
+        up: HostTensor<'_>,
+        down: HostTensor<'_>,
+    ) -> Result<(), EngineError> {
+        let h = self.shape.hidden;
+        let Some(l) = self.layers.get_mut(layer) else {
+            return Err(EngineError::Usage(format!("no layer {layer}")));
+        };
+        if l.router.is_none() {
+            return Err(EngineError::Usage(format!(
+                "layer {layer} has no routed experts"
+            )));
+        }
+        l.experts
+            .put(&self.dev, e, h, [&gate, &up, &down], &mut self.report)
+    }
+
+    /// Every routed expert of every layer present: build the address tables.
+    pub fn finish(&mut self) -> Result<(), EngineError> {
+        let mut max_inter = 1;
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            max_inter = max_inter.max(l.experts.inter);
+            if let Some(e) = l.experts.bufs.iter().position(|b| b.is_none()) {
+                return Err(EngineError::Usage(format!(
+                    "layer {i}: expert {e} was never copied to the GPU"
+                )));
+            }
+            let t = |v: &[u64]| {
+                let b: Vec<u8> = v.iter().flat_map(|p| p.to_le_bytes()).collect();
+                self.dev.upload(&b)
+            };
+            l.experts.dev = Some([t(&l.experts.gate)?, t(&l.experts.up)?, t(&l.experts.down)?]);
+        }
+        self.a.h = self.dev.alloc(self.shape.top_k.max(1) * max_inter * 4)?;
+        self.dev.sync()?;
+        self.finished = true;
+        Ok(())
+    }
+
+    /// Replay each step from a captured graph when the device has graphs (the default), or
+    /// launch its kernels one by one. The same kernels with the same arguments either way.
+    pub fn set_graphs(&mut self, on: bool) {
+        self.use_graphs = on;
+        self.graphs = None;
+    }
+
+    /// What the engine holds and did.
+    pub fn report(&self) -> EngineReport {
+        self.report.clone()
+    }
+
+    /// Run `token` at position `pos` (positions from `pos` on are overwritten); the logits when
+    /// `want_logits`. `cos`/`sin` are the RoPE tables of positions `0..=pos` at least
+    /// (`rotary_dim / 2` per position, as the CPU decoder computes them).
+    pub fn step(
+        &mut self,
+        token: u32,
+        pos: usize,
+        cos: &[f32],
+        sin: &[f32],
+        want_logits: bool,
+    ) -> Result<Option<Vec<f32>>, EngineError> {
+        if !self.finished {
+            return Err(EngineError::Usage(
+                "the GPU decoder was not finished".into(),
+            ));
+        }
+        if token as usize >= self.shape.vocab {
+            return Err(EngineError::Usage(format!(
+                "token {token} is outside the vocabulary of {}",
+                self.shape.vocab
+            )));
+        }
+        let half = self.shape.rotary_dim / 2;
+        let need = pos
+            .checked_add(1)
+            .and_then(|n| n.checked_mul(half))
+            .ok_or_else(|| EngineError::Usage("position too large".into()))?;
+        if cos.len() < need || sin.len() < need {
+            return Err(EngineError::Usage(format!(
+                "RoPE tables of {} values for position {pos}",
+                cos.len().min(sin.len())
+            )));
+        }
+        int(pos, "a position")?;
+        self.ensure_cap(pos + 1)?;
+        if self.rope_rows < pos + 1 {
+            let (a, b) = (self.rope_rows * half, (pos + 1) * half);
+            if b > a {
+                self.dev
+                    .write(&mut self.cos, a * 4, &f32_bytes(&cos[a..b]))?;
+                self.dev
+                    .write(&mut self.sin, a * 4, &f32_bytes(&sin[a..b]))?;
+            }
+            self.rope_rows = pos + 1;
+        }
+        // Rows at or after `pos` may hold an earlier sequence's: never read (attention reads
+        // 0..=pos) and overwritten as positions are run.
+        let params: Vec<u8> = [token as i32, pos as i32]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        self.dev.write(&mut self.a.params, 0, &params)?;
+        if self.use_graphs && self.graphs.as_ref().is_none_or(|g| g.2 != self.cap) {
+            self.graphs = None;
+            let body = self.dev.capture(&mut || self.launch_body())?;
+            let head = self.dev.capture(&mut || {
+                self.launch_body()?;
+                self.launch_head()
+            })?;
+            match (body, head) {
+                (Some(b), Some(h)) => {
+                    self.graphs = Some((b, h, self.cap));
+                    self.report.captures += 1;
+                }
+                // A device without graphs: launch one by one.
+                _ => self.use_graphs = false,
+            }
+        }
+        match &self.graphs {
+            Some((body, head, _)) if self.use_graphs => {
+                self.dev.replay(if want_logits { head } else { body })?;
+                self.report.graph_steps += 1;
+            }
+            _ => {
+                self.launch_body()?;
+                if want_logits {
+                    self.launch_head()?;
+                }
+            }
+        }
+        self.report.steps += 1;
+        if !want_logits {
+            return Ok(None);
+        }
+        let bytes = self.dev.read(&self.a.logits, self.shape.vocab * 4)?;
+        Ok(Some(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ))
+    }
+
+    /// Grow the KV caches, scores and RoPE tables to hold `n` positions (doubling), keeping
+    /// what they hold.
+    fn ensure_cap(&mut self, n: usize) -> Result<(), EngineError> {
+        if n <= self.cap {
+            return Ok(());
+        }
+        let mut cap = self.cap;
+        while cap < n {
+            cap = cap
+                .checked_mul(2)
+                .ok_or_else(|| EngineError::Usage("context too long".into()))?;
+        }
+        int(cap, "a context length")?;
+        int(cap.saturating_mul(self.shape.heads), "the attention scores")?;
+        let s = self.shape;
+        let kvd = s.kv_heads * s.head_dim;
+        let half = s.rotary_dim / 2;
+        let dev = &self.dev;
+        let grow = |old: &D::Buf, old_len: usize, len: usize| -> Result<D::Buf, EngineError> {
+            let mut new = dev.alloc(len.max(1) * 4)?;
+            dev.copy(old, &mut new, old_len.min(len) * 4)?;
+            Ok(new)
+        };
+        for l in &mut self.layers {
+            l.kcache = grow(&l.kcache, self.cap * kvd, cap * kvd)?;
+            l.vcache = grow(&l.vcache, self.cap * kvd, cap * kvd)?;
+        }
+        self.cos = grow(&self.cos, self.cap * half, cap * half)?;
+        self.sin = grow(&self.sin, self.cap * half, cap * half)?;
+        self.scores = dev.alloc((s.heads * cap).max(1) * 4)?;
+        self.cap = cap;
+        Ok(())
+    }
+
+    fn p(&self, b: &D::Buf) -> u64 {
+        self.dev.addr(b)
+    }
+
+    /// The products `jobs` in one launch.
+    fn matvec(&self, jobs: &[MatJob]) -> Result<(), EngineError> {
+        let mut m = MatJobs::default();
+        let mut rows = 0i32;
+        for (i, j) in jobs.iter().enumerate() {
+            m.job[i] = *j;
+            m.row_start[i] = rows;
+            rows = rows
+                .checked_add(j.rows)
+                .ok_or_else(|| EngineError::Usage("too many rows in one launch".into()))?;
+        }
+        m.row_start[jobs.len()] = rows;
+        m.n = jobs.len() as i32;
+        let threads = rows as usize * 4;
+        // SAFETY: each job's `w` is a resident matrix of `rows × cols` elements of `dtype`
+        // (checked at upload), `x` a buffer of at least `cols` floats, `y` of at least `rows`,
+        // `bias` (when set) of `rows` elements; `vec` only when `cols` is a multiple of 8 (every
+        // row and x 16-byte aligned: buffers are 256-byte aligned). Quads past the last row
+        // compute the last row again and write nothing.
+        unsafe {
+            self.dev.launch(
+                Kernel::Matvec,
+                geo(threads.div_ceil(BLOCK as usize), BLOCK, 0)?,
+                &[Arg::Jobs(m)],
+            )
+        }
+    }
+
+    fn job(
+        &self,
+        w: &DevTensor<D::Buf>,
+        x: u64,
+        y: u64,
+        bias: Option<&DevTensor<D::Buf>>,
+        acc: bool,
+    ) -> MatJob {
+        MatJob {
+            w: w.ptr,
+            x,
+            y,
+            bias: bias.map_or(0, |b| b.ptr),
+            rows: w.rows as i32,
+            cols: w.cols as i32,
+            dtype: w.dtype.code(),
+            bias_dtype: bias.map_or(0, |b| b.dtype.code()),
+            accumulate: i32::from(acc),
+            vec: i32::from(w.cols % 8 == 0),
+        }
+    }
+
+    fn rms_norm(&self, x: u64, w: &DevTensor<D::Buf>, out: u64) -> Result<(), EngineError> {
+        // SAFETY: `x` and `out` hold `n` floats (hidden-sized activations), `w` `n` elements.
+        unsafe {
+            self.dev.launch(
+                Kernel::RmsNorm,
+                geo(1, BLOCK, 0)?,
+                &[
+                    Arg::Ptr(x),
+                    Arg::Ptr(w.ptr),
+                    Arg::I32(w.dtype.code()),
+                    Arg::I32(w.cols as i32),
+                    Arg::F32(self.shape.eps),
+                    Arg::Ptr(out),
+                ],
+            )
+        }
+    }
+
+    /// Embedding, then every layer; `x` holds the residual stream after it.
+    fn launch_body(&self) -> Result<(), EngineError> {
+        let s = self.shape;
+        let a = &self.a;
+        let (h, d) = (s.hidden, s.head_dim);
+        let (x, xn, params) = (self.p(&a.x), self.p(&a.xn), self.p(&a.params));
+        // SAFETY: params[0] < vocab (checked in `step`), the table is `vocab × hidden`, x holds
+        // `hidden` floats.
+        unsafe {
+            self.dev.launch(
+                Kernel::Embed,
+                geo(h.div_ceil(BLOCK as usize), BLOCK, 0)?,
+                &[
+                    Arg::Ptr(self.embed.ptr),
+                    Arg::I32(self.embed.dtype.code()),
+                    Arg::I32(h as i32),
+                    Arg::Ptr(params),
+                    Arg::Ptr(x),
+                ],
+            )?;
+        }
+        let (q, k, v, attn) = (self.p(&a.q), self.p(&a.k), self.p(&a.v), self.p(&a.attn));
+        let (heads, kvh, di) = (s.heads as i32, s.kv_heads as i32, d as i32);
+        let half = (s.rotary_dim / 2) as i32;
+        let window = s.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+        let (cos, sin, scores) = (self.p(&self.cos), self.p(&self.sin), self.p(&self.scores));
+        for l in &self.layers {
+            self.rms_norm(x, &l.in_norm, xn)?;
+            self.matvec(&[
+                self.job(&l.q, xn, q, l.bias[0].as_ref(), false),
+                self.job(&l.k, xn, k, l.bias[1].as_ref(), false),
+                self.job(&l.v, xn, v, l.bias[2].as_ref(), false),
+            ])?;
+            let (kc, vc) = (self.p(&l.kcache), self.p(&l.vcache));
+            let (norm, qn, kn, ndt) = match &l.qk_norm {
+                Some((qn, kn)) => (1i32, qn.ptr, kn.ptr, qn.dtype.code()),
+                None => (0, 0, 0, 0),
+            };
+            let warps = s.heads + s.kv_heads;
+            let per_block = 4usize;
+            // SAFETY: q holds heads·d floats, k and v kv_heads·d; the norm weights d elements;
+            // the caches `cap × kv_heads·d` floats and the RoPE tables `cap × half` with
+            // params[1] < cap (ensure_cap in `step`); shared memory is d floats per warp.
+            unsafe {
+                self.dev.launch(
+                    Kernel::QkRope,
+                    geo(
+                        warps.div_ceil(per_block),
+                        32 * per_block as u32,
+                        (per_block * d * 4) as u32,
+                    )?,
+                    &[
+                        Arg::Ptr(q),
+                        Arg::Ptr(k),
+                        Arg::Ptr(v),
+                        Arg::Ptr(qn),
+                        Arg::Ptr(kn),
+                        Arg::I32(ndt),
+                        Arg::I32(norm),
+                        Arg::F32(s.eps),
+                        Arg::I32(heads),
+                        Arg::I32(kvh),
+                        Arg::I32(di),
+                        Arg::I32(half),
+                        Arg::Ptr(cos),
+                        Arg::Ptr(sin),
+                        Arg::Ptr(params),
+                        Arg::Ptr(kc),
+                        Arg::Ptr(vc),
+                    ],
+                )?;
+            }
+            // SAFETY: one block per head; scores hold heads × cap floats and the caches rows
+            // 0..=params[1] < cap; shared memory 32 × d floats (d ≤ 256: 32 KiB).
+            unsafe {
+                self.dev.launch(
+                    Kernel::Attention,
+                    geo(s.heads, BLOCK, (32 * d * 4) as u32)?,
+                    &[
+                        Arg::Ptr(q),
+                        Arg::Ptr(kc),
+                        Arg::Ptr(vc),
+                        Arg::Ptr(params),
+                        Arg::I32(heads),
+                        Arg::I32(kvh),
+                        Arg::I32(di),
+                        Arg::I32(window),
+                        Arg::F32(s.scaling),
+                        Arg::Ptr(scores),
+                        Arg::I32(self.cap as i32),
+                        Arg::Ptr(attn),
+                    ],
+                )?;
+            }
+            self.matvec(&[self.job(&l.o, attn, x, l.bias[3].as_ref(), true)])?;
+            self.rms_norm(x, &l.post_norm, xn)?;
+            self.mlp(l, xn, x)?;
+        }
+        Ok(())
+    }
+
+    /// The layer's MLP of `xn`, added to `x`.
+    fn mlp(&self, l: &Layer<D::Buf>, xn: u64, x: u64) -> Result<(), EngineError> {
+        let s = self.shape;
+        let a = &self.a;
+        let t = &l.experts;
+        let tables = t
+            .dev
+            .as_ref()
+            .ok_or_else(|| EngineError::Usage("experts not finished".into()))?;
+        let (ids, wts, k) = match &l.router {
+            Some(router) => {
+                let (z, probs) = (self.p(&a.z), self.p(&a.probs));
+                self.matvec(&[self.job(router, xn, z, None, false)])?;
+                let (ids, wts) = (self.p(&a.ids), self.p(&a.wts));
+                // SAFETY: z and probs hold `n` floats (n = the router's rows = experts), ids and
+                // wts `k` (k ≤ n, checked in `new`); one warp.
+                unsafe {
+                    self.dev.launch(
+                        Kernel::Topk,
+                        geo(1, 32, 0)?,
+                        &[
+                            Arg::Ptr(z),
+                            Arg::I32(router.rows as i32),
+                            Arg::I32(s.top_k as i32),
+                            Arg::I32(i32::from(s.norm_topk_prob)),
+                            Arg::Ptr(probs),
+                            Arg::Ptr(ids),
+                            Arg::Ptr(wts),
+                        ],
+                    )?;
+                }
+                (ids, wts, s.top_k)
+            }
+            None => (self.p(&a.one_id), self.p(&a.one_wt), 1),
+        };
+        let m = MoeArgs {
+            gate: self.p(&tables[0]),
+            up: self.p(&tables[1]),
+            down: self.p(&tables[2]),
+            n_experts: t.n as i32,
+            inter: t.inter as i32,
+            hidden: s.hidden as i32,
+            dtype_gu: t.dtype_gu.unwrap_or(GpuDtype::Bf16).code(),
+            dtype_d: t.dtype_d.unwrap_or(GpuDtype::Bf16).code(),
+            vec_gu: i32::from(s.hidden % 8 == 0),
+            vec_d: i32::from(t.inter % 8 == 0),
+        };
+        let (hb, yb, ki, hi) = (self.p(&a.h), self.p(&a.y), k as i32, s.hidden as i32);
+        // SAFETY: ids hold k experts' numbers < n_experts (the kernel clamps anything else), each
+        // an expert buffer of gate/up `inter × hidden` and down `hidden × inter` elements; xn
+        // holds hidden floats, h `k × inter` (k ≤ top_k, inter ≤ the largest width, allocated in
+        // `finish`) and y `k × hidden`; `vec` only for widths that are multiples of 8.
+        unsafe {
+            self.dev.launch(
+                Kernel::GateUp,
+                geo((k * t.inter * 4).div_ceil(BLOCK as usize), BLOCK, 0)?,
+                &[
+                    Arg::Moe(m),
+                    Arg::Ptr(ids),
+                    Arg::I32(ki),
+                    Arg::Ptr(xn),
+                    Arg::Ptr(hb),
+                ],
+            )?;
+            self.dev.launch(
+                Kernel::Down,
+                geo((k * s.hidden * 4).div_ceil(BLOCK as usize), BLOCK, 0)?,
+                &[
+                    Arg::Moe(m),
+                    Arg::Ptr(ids),
+                    Arg::I32(ki),
+                    Arg::Ptr(hb),
+                    Arg::Ptr(yb),
+                ],
+            )?;
+            self.dev.launch(
+                Kernel::Combine,
+                geo(s.hidden.div_ceil(BLOCK as usize), BLOCK, 0)?,
+                &[
+                    Arg::Ptr(yb),
+                    Arg::Ptr(wts),
+                    Arg::I32(ki),
+                    Arg::I32(hi),
+                    Arg::Ptr(x),
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Final norm and `lm_head` into the logits buffer.
+    fn launch_head(&self) -> Result<(), EngineError> {
+        let a = &self.a;
+        let (x, xn, logits) = (self.p(&a.x), self.p(&a.xn), self.p(&a.logits));
+        self.rms_norm(x, &self.final_norm, xn)?;
+        let head = self.lm_head.as_ref().unwrap_or(&self.embed);
+        self.matvec(&[self.job(head, xn, logits, None, false)])
+    }
+}
+
+impl<B> ExpertTable<B> {
+    fn new(n: usize) -> ExpertTable<B> {
+        ExpertTable {
+            n,
+            inter: 0,
+            dtype_gu: None,
+            dtype_d: None,
+            bufs: (0..n).map(|_| None).collect(),
+            gate: vec![0; n],
+            up: vec![0; n],
+            down: vec![0; n],
+            dev: None,
+        }
+    }
+
+    /// Copy one expert's gate | up | down into one buffer (each at a 256-byte boundary).
+    fn put<D: EngineDevice<Buf = B>>(
+        &mut self,
+        dev: &D,
+        e: usize,
+        hidden: usize,
+        [g, u, d]: [&HostTensor<'_>; 3],
+        report: &mut EngineReport,
+    ) -> Result<(), EngineError> {
+        if e >= self.n {
+            return Err(EngineError::Usage(format!("expert {e} of {}", self.n)));
+        }
+        // The first expert fixes the layer's width; every other must have it.
+        let inter = if self.inter == 0 { g.rows } else { self.inter };
+        if inter == 0 {
+            return Err(EngineError::Usage("an expert of width 0".into()));
+        }
+        int(inter, "an expert width")?;
+        g.check("expert gate", inter, hidden)?;
+        u.check("expert up", inter, hidden)?;
+        d.check("expert down", hidden, inter)?;
+        if g.dtype != u.dtype {
+            return Err(EngineError::Usage(
+                "an expert's gate and up of different element types".into(),
+            ));
+        }
+        if self.dtype_gu.is_some_and(|t| t != g.dtype) || self.dtype_d.is_some_and(|t| t != d.dtype)
+        {
+            return Err(EngineError::Usage(
+                "a layer's experts of different element types".into(),
+            ));
+        }
+        self.inter = inter;
+        self.dtype_gu = Some(g.dtype);
+        self.dtype_d = Some(d.dtype);
+        let pad = |n: usize| n.div_ceil(256) * 256;
+        let (og, ou) = (0, pad(g.bytes.len()));
+        let od = ou + pad(u.bytes.len());
+        let mut host = vec![0u8; od + d.bytes.len()];
+        host[og..og + g.bytes.len()].copy_from_slice(g.bytes);
+        host[ou..ou + u.bytes.len()].copy_from_slice(u.bytes);
+        host[od..].copy_from_slice(d.bytes);
+        let buf = dev.upload(&host)?;
+        let base = dev.addr(&buf);
+        report.weight_bytes += (g.bytes.len() + u.bytes.len() + d.bytes.len()) as u64;
+        self.gate[e] = base + og as u64;
+        self.up[e] = base + ou as u64;
+        self.down[e] = base + od as u64;
+        self.bufs[e] = Some(buf);
+        Ok(())
+    }
+}
