@@ -527,6 +527,7 @@ mod tests {
         let hosts = [
             include_str!("cuda_compute.rs"),
             include_str!("cuda_engine.rs"),
+            include_str!("gpu_engine.rs"),
         ]
         .concat();
         let mut looked_up = 0;

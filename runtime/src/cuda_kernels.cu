@@ -197,66 +197,129 @@ extern "C" __global__ void tarfa_matvec_many(const unsigned long long* w_ptrs, c
 #define TARFA_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 
-// Eight consecutive elements k..k+7 of a row (and of x), as the canonical dot consumes them.
-// `vec`: the row and x are 16-byte aligned at k (checked on the host), so wide loads are used;
-// else one element at a time. Either way the same values.
-__device__ __forceinline__ void tarfa_load8(const unsigned char* row, int dtype, const float* x,
-                                            int k, int vec, float* w, float* xv) {
-    if (vec) {
-        if (dtype == TARFA_BF16) {
-            uint4 v = *(const uint4*)(row + (long long)k * 2);
-            unsigned int u[4] = {v.x, v.y, v.z, v.w};
+// Eight consecutive weights k..k+7 of a row, one at a time (any alignment, any type).
+__device__ __forceinline__ void tarfa_weights8(const unsigned char* row, int dtype, int k, float* w) {
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                w[2 * j] = __int_as_float(u[j] << 16);
-                w[2 * j + 1] = __int_as_float(u[j] & 0xffff0000u);
-            }
-        } else {
-            float4 a = *(const float4*)(row + (long long)k * 4);
-            float4 b = *(const float4*)(row + (long long)k * 4 + 16);
-            w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
-            w[4] = b.x; w[5] = b.y; w[6] = b.z; w[7] = b.w;
-        }
+    for (int j = 0; j < 8; ++j) w[j] = tarfa_weight(row, dtype, k + j);
+}
+
+// The eight bf16 weights of one 16-byte load, widened (exact).
+__device__ __forceinline__ void tarfa_unpack_bf16x8(uint4 v, float* w) {
+    unsigned int u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        w[2 * j] = __int_as_float(u[j] << 16);
+        w[2 * j + 1] = __int_as_float(u[j] & 0xffff0000u);
+    }
+}
+
+// acc[j] = fma(w[j], x[k + j], acc[j]) for j = 0..7: one step of each of the thread's eight
+// logical lanes.
+__device__ __forceinline__ void tarfa_fma8(const float* w, const float* x, int k, int vec, float* acc) {
+    float xv[8];
+    if (vec) {
         float4 a = *(const float4*)(x + k);
         float4 b = *(const float4*)(x + k + 4);
         xv[0] = a.x; xv[1] = a.y; xv[2] = a.z; xv[3] = a.w;
         xv[4] = b.x; xv[5] = b.y; xv[6] = b.z; xv[7] = b.w;
     } else {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            w[j] = tarfa_weight(row, dtype, k + j);
-            xv[j] = x[k + j];
-        }
+        for (int j = 0; j < 8; ++j) xv[j] = x[k + j];
     }
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = __fmaf_rn(w[j], xv[j], acc[j]);
 }
 
-// The canonical dot of one row with x, computed by the four threads sub = 0..3 of a quad: thread
-// `sub` holds the logical lanes 8·sub .. 8·sub+7 (element k goes to logical lane k mod 32, and
-// each lane takes its elements in increasing k, one fused multiply-add each, from +0). The fold is
-// canon::fold_lanes: +16 is the quad partner two threads on, +8 the next thread, +4, +2, +1 within
-// the thread's own registers. The result is in the quad's thread 0. Every thread of the warp must
-// call it (shuffles).
-__device__ float tarfa_quad_dot(const unsigned char* row, int dtype, const float* x, int cols,
-                                int sub, int vec) {
-    float acc[8];
+// How many 32-element chunks a thread loads before it multiplies: the loads of one batch are all
+// in flight together (a matrix-vector product is bound by memory latency, not arithmetic). The
+// multiply-adds still run chunk by chunk in increasing k, so the batch changes no bit.
+#define TARFA_BATCH 8
+
+// The canonical accumulation of R rows with the same x, by the four threads sub = 0..3 of a
+// quad: thread `sub` holds the logical lanes 8·sub .. 8·sub+7 of each row (element k goes to
+// logical lane k mod 32, and each lane takes its elements in increasing k, one fused multiply-add
+// each, from +0). `vec`: every row and x are 16-byte aligned at each chunk (checked on the host),
+// so a bf16 chunk is one 16-byte load and an f32 chunk two.
+template <int R>
+__device__ __forceinline__ void tarfa_quad_acc(const unsigned char* const* rows, int dtype,
+                                               const float* x, int cols, int sub, int vec,
+                                               float (*acc)[8]) {
 #pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] = 0.0f;
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r][j] = 0.0f;
     int full = cols / 32;
-#pragma unroll 4
-    for (int c = 0; c < full; ++c) {
-        int k = c * 32 + sub * 8;
-        float w[8], xv[8];
-        tarfa_load8(row, dtype, x, k, vec, w, xv);
+    int c = 0;
+    if (vec && dtype == TARFA_BF16) {
+        for (; c + TARFA_BATCH <= full; c += TARFA_BATCH) {
+            uint4 wv[R][TARFA_BATCH];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) acc[j] = __fmaf_rn(w[j], xv[j], acc[j]);
+            for (int b = 0; b < TARFA_BATCH; ++b)
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    wv[r][b] = *(const uint4*)(rows[r] + (long long)((c + b) * 32 + sub * 8) * 2);
+#pragma unroll
+            for (int b = 0; b < TARFA_BATCH; ++b) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float w[8];
+                    tarfa_unpack_bf16x8(wv[r][b], w);
+                    tarfa_fma8(w, x, (c + b) * 32 + sub * 8, 1, acc[r]);
+                }
+            }
+        }
+    } else if (vec) {
+        for (; c + TARFA_BATCH / 2 <= full; c += TARFA_BATCH / 2) {
+            float4 wv[R][TARFA_BATCH / 2][2];
+#pragma unroll
+            for (int b = 0; b < TARFA_BATCH / 2; ++b)
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const float4* p = (const float4*)(rows[r] + (long long)((c + b) * 32 + sub * 8) * 4);
+                    wv[r][b][0] = p[0];
+                    wv[r][b][1] = p[1];
+                }
+#pragma unroll
+            for (int b = 0; b < TARFA_BATCH / 2; ++b) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float4 lo = wv[r][b][0], hi = wv[r][b][1];
+                    float w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+                    tarfa_fma8(w, x, (c + b) * 32 + sub * 8, 1, acc[r]);
+                }
+            }
+        }
+    }
+    // What the batches left (and every chunk when not `vec`): one chunk at a time.
+    for (; c < full; ++c) {
+        int k = c * 32 + sub * 8;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float w[8];
+            if (vec && dtype == TARFA_BF16) {
+                tarfa_unpack_bf16x8(*(const uint4*)(rows[r] + (long long)k * 2), w);
+            } else {
+                tarfa_weights8(rows[r], dtype, k, w);
+            }
+            tarfa_fma8(w, x, k, vec, acc[r]);
+        }
     }
     int tail = full * 32 + sub * 8;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         if (tail + j < cols) {
-            acc[j] = __fmaf_rn(tarfa_weight(row, dtype, tail + j), x[tail + j], acc[j]);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                acc[r][j] = __fmaf_rn(tarfa_weight(rows[r], dtype, tail + j), x[tail + j], acc[r][j]);
+            }
         }
     }
+}
+
+// The fold of a quad's 32 logical lanes (canon::fold_lanes): +16 is the quad partner two threads
+// on, +8 the next thread, +4, +2, +1 within the thread's own registers. The result is in the
+// quad's thread 0. Every thread of the warp must call it (shuffles).
+__device__ __forceinline__ float tarfa_quad_fold(float* acc) {
 #pragma unroll
     for (int j = 0; j < 8; ++j) acc[j] = __fadd_rn(acc[j], __shfl_down_sync(TARFA_FULL, acc[j], 2));
 #pragma unroll
@@ -266,6 +329,14 @@ __device__ float tarfa_quad_dot(const unsigned char* row, int dtype, const float
     acc[0] = __fadd_rn(acc[0], acc[2]);
     acc[1] = __fadd_rn(acc[1], acc[3]);
     return __fadd_rn(acc[0], acc[1]);
+}
+
+// The canonical dot of one row with x on a quad; the result in the quad's thread 0.
+__device__ float tarfa_quad_dot(const unsigned char* row, int dtype, const float* x, int cols,
+                                int sub, int vec) {
+    float acc[1][8];
+    tarfa_quad_acc<1>(&row, dtype, x, cols, sub, vec, acc);
+    return tarfa_quad_fold(acc[0]);
 }
 
 // One matrix-vector product of a tarfa_e_matvec launch: y = W x (+ bias), stored or added to y.
@@ -324,7 +395,16 @@ extern "C" __global__ void tarfa_e_embed(const unsigned char* table, int dtype, 
 // rsqrt(dot(x, x) / n + eps) on one warp (canon::rms_scale); every lane returns it.
 __device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
     float acc = 0.0f;
-    for (int k = lane; k < n; k += 32) acc = __fmaf_rn(x[k], x[k], acc);
+    // Loads a batch ahead, the multiply-adds in increasing k as ever.
+    for (int k0 = lane; k0 < n; k0 += 32 * TARFA_BATCH) {
+        float v[TARFA_BATCH];
+#pragma unroll
+        for (int b = 0; b < TARFA_BATCH; ++b) v[b] = k0 + 32 * b < n ? x[k0 + 32 * b] : 0.0f;
+#pragma unroll
+        for (int b = 0; b < TARFA_BATCH; ++b) {
+            if (k0 + 32 * b < n) acc = __fmaf_rn(v[b], v[b], acc);
+        }
+    }
     acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
     acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
     acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
@@ -570,8 +650,12 @@ extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k
     if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
     long long esz = m.dtype_gu == TARFA_BF16 ? 2 : 4;
     long long off = (long long)r * m.hidden * esz;
-    float g = tarfa_quad_dot((const unsigned char*)m.gate[e] + off, m.dtype_gu, x, m.hidden, sub, m.vec_gu);
-    float u = tarfa_quad_dot((const unsigned char*)m.up[e] + off, m.dtype_gu, x, m.hidden, sub, m.vec_gu);
+    // gate and up together: both rows' loads in flight at once, each row its own canonical dot.
+    const unsigned char* rows[2] = {(const unsigned char*)m.gate[e] + off, (const unsigned char*)m.up[e] + off};
+    float acc[2][8];
+    tarfa_quad_acc<2>(rows, m.dtype_gu, x, m.hidden, sub, m.vec_gu, acc);
+    float g = tarfa_quad_fold(acc[0]);
+    float u = tarfa_quad_fold(acc[1]);
     if (live && sub == 0) h[(long long)slot * m.inter + r] = tarfa_silu_mul(g, u);
 }
 

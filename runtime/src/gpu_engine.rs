@@ -453,6 +453,11 @@ impl<D: EngineDevice> std::fmt::Debug for Engine<D> {
 }
 
 const BLOCK: u32 = 256;
+
+/// Threads per block of the matrix-vector kernels (a quad per output row): smaller blocks spread
+/// a product of few rows (the router's, `o_proj`'s) over more multiprocessors. Geometry only:
+/// which thread computes a row changes no bit of it.
+const MATVEC_BLOCK: u32 = 128;
 const FIRST_CAP: usize = 256;
 
 fn geo(blocks: usize, block: u32, shared: u32) -> Result<Geometry, EngineError> {
@@ -848,7 +853,7 @@ impl<D: EngineDevice> Engine<D> {
         unsafe {
             self.dev.launch(
                 Kernel::Matvec,
-                geo(threads.div_ceil(BLOCK as usize), BLOCK, 0)?,
+                geo(threads.div_ceil(MATVEC_BLOCK as usize), MATVEC_BLOCK, 0)?,
                 &[Arg::Jobs(m)],
             )
         }
@@ -1050,7 +1055,11 @@ impl<D: EngineDevice> Engine<D> {
         unsafe {
             self.dev.launch(
                 Kernel::GateUp,
-                geo((k * t.inter * 4).div_ceil(BLOCK as usize), BLOCK, 0)?,
+                geo(
+                    (k * t.inter * 4).div_ceil(MATVEC_BLOCK as usize),
+                    MATVEC_BLOCK,
+                    0,
+                )?,
                 &[
                     Arg::Moe(m),
                     Arg::Ptr(ids),
@@ -1061,7 +1070,11 @@ impl<D: EngineDevice> Engine<D> {
             )?;
             self.dev.launch(
                 Kernel::Down,
-                geo((k * s.hidden * 4).div_ceil(BLOCK as usize), BLOCK, 0)?,
+                geo(
+                    (k * s.hidden * 4).div_ceil(MATVEC_BLOCK as usize),
+                    MATVEC_BLOCK,
+                    0,
+                )?,
                 &[
                     Arg::Moe(m),
                     Arg::Ptr(ids),
