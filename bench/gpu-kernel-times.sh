@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Where the GPU's time goes in `tarfa run --device cuda --gpu-whole-model` (issue 12): Nsight
+# Where the GPU's time goes in `tarfa run --device cuda` (issue 12): Nsight
 # Compute times each kernel of a window of decode steps (kernels launched one by one, so ncu sees
 # them; --clock-control none leaves the clocks as a plain run has them) and prints, per kernel
 # name, its launches, mean duration and share of the window.
@@ -16,7 +16,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 "$NCU" --clock-control none --metrics gpu__time_duration.sum --launch-skip "$SKIP" \
   --launch-count "$COUNT" --csv --page raw \
   "$B/tarfa-cuda" run "$J" --tokens 11,22,33,44,55,66,77,88 -n 24 --experts resident \
-  --device cuda --gpu-whole-model --no-cuda-graphs > /tmp/ncu.out 2> /tmp/ncu.err || { tail -20 /tmp/ncu.err; exit 2; }
+  --device cuda --no-cuda-graphs > /tmp/ncu.out 2> /tmp/ncu.err || { tail -20 /tmp/ncu.err; exit 2; }
 # ncu's own lines (==PROF==) and tarfa's summary share stdout with the CSV, whose lines are quoted
 grep '^"' /tmp/ncu.out > "${OUT:-/tmp}/ncu.csv"
 python3 - "${OUT:-/tmp}/ncu.csv" <<'PY'

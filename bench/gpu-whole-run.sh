@@ -36,13 +36,13 @@ P="--tokens 11,22,33,44,55,66,77,88 -n 64"
 echo "== CPU, experts resident (reference logits)"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" > /dev/null
 echo "== GPU, whole forward pass, CUDA graphs (twice)"
-t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --gpu-whole-model --logits-out "$O/whole.npy" > /dev/null
-t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --gpu-whole-model --json > "$O/whole.json"
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole.npy" > /dev/null
+t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --json > "$O/whole.json"
 python3 -c "import json,sys; d=json.load(open('$O/whole.json')); print('decode', d['decode'], 'gpu', d['gpu'])"
 echo "== GPU, whole forward pass, kernels launched one by one"
-t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --gpu-whole-model --no-cuda-graphs --logits-out "$O/whole-nograph.npy" > /dev/null
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --no-cuda-graphs --logits-out "$O/whole-nograph.npy" > /dev/null
 echo "== GPU, offload path (layers on the CPU, experts and products on the GPU)"
-t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/offload.npy" > /dev/null
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --gpu-offload-only --logits-out "$O/offload.npy" > /dev/null
 for f in whole whole-nograph offload; do
   cmp "$O/cpu.npy" "$O/$f.npy" && echo "logits: $f == cpu, byte for byte"
 done

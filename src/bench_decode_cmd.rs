@@ -9,6 +9,12 @@
 //!   the depth one decode step has in flight (its top-k), measured here, now ÷ the expert bytes
 //!   read per decoded token.
 //!
+//! - **gpu** (`--features cuda`, on a machine with a GPU): every weight in VRAM, the whole forward
+//!   pass there (the offload path where the family has no whole-model path); tokens/s against the
+//!   HBM bound — `--hbm-gbps` (the H200's datasheet 4,800 GB/s by default) ÷ the bytes one step
+//!   touches (top-k experts of every MoE layer, by their recorded sizes, plus the resident
+//!   tensors as for `resident`). One warm-up run of full length first (clocks, caches).
+//!
 //! Every run also checks that its logits are bit-identical to the first run's: a benchmark that
 //! went faster by computing something else would be caught here.
 
@@ -17,7 +23,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use rayon::prelude::*;
 use tarfa_benchkit::{drop_page_cache, fio::has_fio, fio::randread_gb_per_s};
-use tarfa_decode::{Decoder, DecoderOptions, ExpertMode, ExpertOptions};
+use tarfa_decode::{Decoder, DecoderOptions, Device, ExpertMode, ExpertOptions, GpuOptions};
 use tarfa_runtime::{ModelExperts, SourceOptions};
 
 use crate::bench_io_cmd::common_extent_len;
@@ -46,8 +52,8 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
     }
     let modes: Vec<&str> = a.modes.split(',').map(str::trim).collect();
     for m in &modes {
-        if !matches!(*m, "resident" | "stream") {
-            bail!("--modes: unknown mode {m:?} (resident, stream)");
+        if !matches!(*m, "resident" | "stream" | "gpu") {
+            bail!("--modes: unknown mode {m:?} (resident, stream, gpu)");
         }
     }
     let say = |s: String| {
@@ -210,6 +216,53 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
         });
     }
 
+    if modes.contains(&"gpu") {
+        let mut opts = options(threads, ExpertMode::Resident)?;
+        opts.device = Device::Cuda(GpuOptions::default());
+        let t0 = Instant::now();
+        let mut dec = Decoder::open(&a.dir, &opts)?;
+        let report = dec
+            .offload_report()
+            .context("gpu mode: the decoder has no GPU")?;
+        let whole = report.whole_model;
+        say(format!(
+            "gpu: {}, {}; opened and uploaded in {:.1} s",
+            report.device,
+            if whole {
+                "whole forward pass on the GPU"
+            } else {
+                "layers on the CPU, experts and products on the GPU"
+            },
+            t0.elapsed().as_secs_f64()
+        ));
+        // Warm-up at full length: the GPU's clocks rise under load, graphs are captured.
+        measure(&mut dec, &prompt, a.tokens)?;
+        let mut pr = Vec::new();
+        let mut dr = Vec::new();
+        for run in 0..a.runs {
+            let m = measure(&mut dec, &prompt, a.tokens)?;
+            check(m.logits, &format!("gpu run {run}"))?;
+            pr.push(m.prompt_tps);
+            dr.push(m.decode_tps);
+        }
+        let per_tok = routed_expert_bytes_per_token(&model, top_k);
+        let touched = per_tok + dec.tensor_bytes_per_token() as f64;
+        let decode = median(&mut dr);
+        let bound = a.hbm_gbps * 1e9 / touched;
+        rows.push(ModeRow {
+            mode: if whole { "gpu" } else { "gpu-offload" },
+            runs: a.runs,
+            prompt_tokens_per_s: median(&mut pr),
+            decode_tokens_per_s: decode,
+            expert_bytes_per_token: per_tok,
+            bytes_per_token: touched,
+            baseline_gb_per_s: Some(a.hbm_gbps),
+            bound_tokens_per_s: Some(bound),
+            ratio_to_bound: Some(decode / bound),
+            cold_cache: false,
+        });
+    }
+
     if a.json {
         let doc = serde_json::json!({
             "schema": "tarfa.bench-decode/1",
@@ -334,6 +387,21 @@ fn memory_read_gbps(threads: usize, gib: f64) -> anyhow::Result<f64> {
     }
     std::hint::black_box(sink);
     Ok(best)
+}
+
+/// Bytes of routed experts one decode step computes with: in each MoE layer, its top-k experts of
+/// the layer's mean recorded size (payload, padding excluded).
+fn routed_expert_bytes_per_token(model: &ModelExperts, top_k: u32) -> f64 {
+    model
+        .layers()
+        .map(|(layer, n)| {
+            let total: usize = (0..n)
+                .filter_map(|e| model.get(layer, e))
+                .map(|x| x.regions.iter().map(|r| r.len).sum::<usize>())
+                .sum();
+            total as f64 / f64::from(n.max(1)) * f64::from(top_k.min(n))
+        })
+        .sum()
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -258,7 +258,7 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
         vram_bytes,
         fraction: a.gpu_experts,
         trunk: !a.cpu_trunk,
-        whole_model: a.gpu_whole_model,
+        whole_model: !a.gpu_offload_only,
         graphs: !a.no_cuda_graphs,
     };
     let device = match a.device.as_str() {

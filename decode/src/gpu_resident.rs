@@ -4,9 +4,9 @@
 //! of the CPU path (`canon`, `blocks`), so the logits are the CPU's bit for bit; this is only
 //! where they are computed.
 //!
-//! [`build`] takes any [`EngineDevice`]: the GPU ([`open`], feature `cuda`, `--gpu-whole-model`)
-//! or the CPU emulation of the kernels (`cuda-emu`, whose tests hold this whole path to the CPU
-//! decoder's logits in CI). [`open`] decides: the family is `qwen3_moe`, every weight BF16 or
+//! [`build`] takes any [`EngineDevice`]: the GPU ([`open`], feature `cuda`, the default of
+//! `--device cuda`) or the CPU emulation of the kernels (`cuda-emu`, whose tests hold this whole
+//! path to the CPU decoder's logits in CI). [`open`] decides: the family is `qwen3_moe`, every weight BF16 or
 //! F32, the whole model fits in VRAM (or in `--vram-gib`), all experts placed on the GPU and the
 //! trunk too; else `None` and the decoder runs its layers on the CPU with experts and products
 //! offloaded (`crate::gpu::GpuExperts`).

@@ -39,9 +39,8 @@ pub struct GpuOptions {
     /// The whole forward pass on the GPU (attention, norms, router, experts, combine; the
     /// activations kept there) when the family has that path and the whole model fits in VRAM
     /// with all experts and the trunk placed there; else the layers run on the CPU with experts
-    /// and products offloaded. The same bits either way. Off by default until its end-to-end
-    /// run on GPU hardware (`decode/tests/gpu.rs`) has passed; its kernels are held to the CPU's
-    /// bits in CI by `cuda-emu`.
+    /// and products offloaded. The same bits either way: held to the CPU's on the H200 by
+    /// `decode/tests/gpu.rs` and, in CI, by `cuda-emu`'s emulation of its kernels.
     pub whole_model: bool,
     /// With the whole forward pass on the GPU: replay each token's kernels from a captured CUDA
     /// graph (else launch them one by one; the same kernels and bits).
@@ -55,7 +54,7 @@ impl Default for GpuOptions {
             vram_bytes: None,
             fraction: 1.0,
             trunk: true,
-            whole_model: false,
+            whole_model: true,
             graphs: true,
         }
     }
