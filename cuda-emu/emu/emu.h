@@ -157,7 +157,9 @@ struct TarfaEmuPool {
 inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int shared,
                              const std::function<void()>& body) {
     static std::mutex one_launch_at_a_time;
-    static TarfaEmuPool pool;
+    // Never destroyed: its detached workers wait on its condition variable until the process
+    // ends, and destroying a condition variable with waiters blocks (glibc) at exit.
+    static TarfaEmuPool* pool = new TarfaEmuPool;
     std::lock_guard<std::mutex> hold(one_launch_at_a_time);
     for (unsigned int b = 0; b < grid; ++b) {
         TarfaEmuBlock blk;
@@ -165,6 +167,6 @@ inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int
         for (unsigned int w = 0; w < block / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));
         blk.exchange.assign(block, 0);
         blk.shared.assign(shared + 16, 0);
-        pool.run_block(b, block, &blk, body);
+        pool->run_block(b, block, &blk, body);
     }
 }

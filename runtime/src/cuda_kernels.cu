@@ -213,10 +213,15 @@ __device__ __forceinline__ void tarfa_unpack_bf16x8(uint4 v, float* w) {
     }
 }
 
-// acc[j] = fma(w[j], x[k + j], acc[j]) for j = 0..7: one step of each of the thread's eight
+// acc[j] = fma(w[j], xv[j], acc[j]) for j = 0..7: one step of each of the thread's eight
 // logical lanes.
-__device__ __forceinline__ void tarfa_fma8(const float* w, const float* x, int k, int vec, float* acc) {
-    float xv[8];
+__device__ __forceinline__ void tarfa_fma8(const float* w, const float* xv, float* acc) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) acc[j] = __fmaf_rn(w[j], xv[j], acc[j]);
+}
+
+// x[k .. k+7]: two 16-byte loads when `vec`, else one element at a time.
+__device__ __forceinline__ void tarfa_x8(const float* x, int k, int vec, float* xv) {
     if (vec) {
         float4 a = *(const float4*)(x + k);
         float4 b = *(const float4*)(x + k + 4);
@@ -226,13 +231,12 @@ __device__ __forceinline__ void tarfa_fma8(const float* w, const float* x, int k
 #pragma unroll
         for (int j = 0; j < 8; ++j) xv[j] = x[k + j];
     }
-#pragma unroll
-    for (int j = 0; j < 8; ++j) acc[j] = __fmaf_rn(w[j], xv[j], acc[j]);
 }
 
-// How many 32-element chunks a thread loads before it multiplies: the loads of one batch are all
-// in flight together (a matrix-vector product is bound by memory latency, not arithmetic). The
-// multiply-adds still run chunk by chunk in increasing k, so the batch changes no bit.
+// How many 32-element chunks a thread loads before it multiplies: the loads of one batch (the
+// weights and x) are all in flight together (a matrix-vector product is bound by memory latency,
+// not arithmetic). The multiply-adds still run chunk by chunk in increasing k, so the batch
+// changes no bit.
 #define TARFA_BATCH 8
 
 // The canonical accumulation of R rows with the same x, by the four threads sub = 0..3 of a
@@ -253,24 +257,28 @@ __device__ __forceinline__ void tarfa_quad_acc(const unsigned char* const* rows,
     if (vec && dtype == TARFA_BF16) {
         for (; c + TARFA_BATCH <= full; c += TARFA_BATCH) {
             uint4 wv[R][TARFA_BATCH];
+            float xv[TARFA_BATCH][8];
 #pragma unroll
             for (int b = 0; b < TARFA_BATCH; ++b)
 #pragma unroll
                 for (int r = 0; r < R; ++r)
                     wv[r][b] = *(const uint4*)(rows[r] + (long long)((c + b) * 32 + sub * 8) * 2);
 #pragma unroll
+            for (int b = 0; b < TARFA_BATCH; ++b) tarfa_x8(x, (c + b) * 32 + sub * 8, 1, xv[b]);
+#pragma unroll
             for (int b = 0; b < TARFA_BATCH; ++b) {
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     float w[8];
                     tarfa_unpack_bf16x8(wv[r][b], w);
-                    tarfa_fma8(w, x, (c + b) * 32 + sub * 8, 1, acc[r]);
+                    tarfa_fma8(w, xv[b], acc[r]);
                 }
             }
         }
     } else if (vec) {
         for (; c + TARFA_BATCH / 2 <= full; c += TARFA_BATCH / 2) {
             float4 wv[R][TARFA_BATCH / 2][2];
+            float xv[TARFA_BATCH / 2][8];
 #pragma unroll
             for (int b = 0; b < TARFA_BATCH / 2; ++b)
 #pragma unroll
@@ -280,12 +288,14 @@ __device__ __forceinline__ void tarfa_quad_acc(const unsigned char* const* rows,
                     wv[r][b][1] = p[1];
                 }
 #pragma unroll
+            for (int b = 0; b < TARFA_BATCH / 2; ++b) tarfa_x8(x, (c + b) * 32 + sub * 8, 1, xv[b]);
+#pragma unroll
             for (int b = 0; b < TARFA_BATCH / 2; ++b) {
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     float4 lo = wv[r][b][0], hi = wv[r][b][1];
                     float w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-                    tarfa_fma8(w, x, (c + b) * 32 + sub * 8, 1, acc[r]);
+                    tarfa_fma8(w, xv[b], acc[r]);
                 }
             }
         }
@@ -293,6 +303,8 @@ __device__ __forceinline__ void tarfa_quad_acc(const unsigned char* const* rows,
     // What the batches left (and every chunk when not `vec`): one chunk at a time.
     for (; c < full; ++c) {
         int k = c * 32 + sub * 8;
+        float xv[8];
+        tarfa_x8(x, k, vec, xv);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             float w[8];
@@ -301,7 +313,7 @@ __device__ __forceinline__ void tarfa_quad_acc(const unsigned char* const* rows,
             } else {
                 tarfa_weights8(rows[r], dtype, k, w);
             }
-            tarfa_fma8(w, x, k, vec, acc[r]);
+            tarfa_fma8(w, xv, acc[r]);
         }
     }
     int tail = full * 32 + sub * 8;
@@ -395,16 +407,7 @@ extern "C" __global__ void tarfa_e_embed(const unsigned char* table, int dtype, 
 // rsqrt(dot(x, x) / n + eps) on one warp (canon::rms_scale); every lane returns it.
 __device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
     float acc = 0.0f;
-    // Loads a batch ahead, the multiply-adds in increasing k as ever.
-    for (int k0 = lane; k0 < n; k0 += 32 * TARFA_BATCH) {
-        float v[TARFA_BATCH];
-#pragma unroll
-        for (int b = 0; b < TARFA_BATCH; ++b) v[b] = k0 + 32 * b < n ? x[k0 + 32 * b] : 0.0f;
-#pragma unroll
-        for (int b = 0; b < TARFA_BATCH; ++b) {
-            if (k0 + 32 * b < n) acc = __fmaf_rn(v[b], v[b], acc);
-        }
-    }
+    for (int k = lane; k < n; k += 32) acc = __fmaf_rn(x[k], x[k], acc);
     acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
     acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
     acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
