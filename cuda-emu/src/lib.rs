@@ -493,8 +493,8 @@ pub fn moe(
         hidden: hidden as i32,
         dtype_gu: experts[0].gate.dt as i32,
         dtype_d: experts[0].down.dt as i32,
-        vec_gu: i32::from(hidden % 8 == 0),
-        vec_d: i32::from(inter % 8 == 0),
+        vec_gu: i32::from(hidden.is_multiple_of(8)),
+        vec_d: i32::from(inter.is_multiple_of(8)),
     };
     let ids_i: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
     let (xa, h, y, w, out) = (
