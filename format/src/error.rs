@@ -586,6 +586,163 @@ pub enum ExpertRecordFault {
     ExtentsOutOfOrder,
 }
 
+/// How the writer was used against its contract: one variant per rule it enforces.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageFault {
+    /// An expert begun out of grid order.
+    #[error("expert (layer {layer}, expert {expert}) out of order: next is (layer {next_layer}, expert {next_expert})")]
+    ExpertOutOfOrder {
+        /// Layer asked.
+        layer: u32,
+        /// Expert asked.
+        expert: u32,
+        /// The layer of the next expert of the grid.
+        next_layer: u32,
+        /// The next expert of the grid.
+        next_expert: u32,
+    },
+    /// An expert begun when the grid is complete, or outside it.
+    #[error(
+        "expert (layer {layer}, expert {expert}) is outside this file's grid or already written"
+    )]
+    ExpertOutsideGrid {
+        /// Layer asked.
+        layer: u32,
+        /// Expert asked.
+        expert: u32,
+    },
+    /// `finish` before every expert of the grid was written.
+    #[error("finish with {written} of {total} experts written")]
+    IncompleteGrid {
+        /// Experts written.
+        written: u64,
+        /// Experts of the grid.
+        total: u64,
+    },
+    /// The file's length would overflow 64 bits.
+    #[error("file length overflows")]
+    FileLenOverflow,
+    /// The footer the writer built fails the reader's rules (a writer bug).
+    #[error("internal: footer fails validation: {violation}")]
+    FooterInvalid {
+        /// The rule broken.
+        violation: Violation,
+    },
+    /// The index the writer built fails the reader's rules.
+    #[error("index fails validation: {violation}")]
+    IndexInvalid {
+        /// The rule broken.
+        violation: Violation,
+    },
+    /// A projection or `end_expert` with no expert open.
+    #[error("no open expert")]
+    NoOpenExpert,
+    /// A projection given the plain-tensor role.
+    #[error("an expert projection needs a projection role")]
+    TensorRoleInExpert,
+    /// A projection whose spec names another layer than its expert's.
+    #[error("projection '{name}' names layer {spec_layer} inside an expert of layer {layer}")]
+    ProjectionLayer {
+        /// The region name.
+        name: String,
+        /// The layer its spec names.
+        spec_layer: u32,
+        /// The expert's layer.
+        layer: u32,
+    },
+    /// A projection role not above the previous one.
+    #[error("role {} after role code {last_role}: roles must strictly increase within an expert", role.name())]
+    RoleOrder {
+        /// The role given.
+        role: crate::Role,
+        /// The previous projection's role code.
+        last_role: u32,
+    },
+    /// More than `MAX_EXPERT_REGIONS` projections in one expert.
+    #[error(
+        "more than {} regions in one expert",
+        crate::validate::MAX_EXPERT_REGIONS
+    )]
+    TooManyExpertRegions,
+    /// A fused `gate_up` beside a separate gate or up.
+    #[error("a fused gate_up projection beside a separate gate or up")]
+    FusedBesideSplit,
+    /// `end_expert` with no projection written.
+    #[error("layer {layer} expert {expert} has no projections")]
+    NoProjections {
+        /// Layer.
+        layer: u32,
+        /// Expert.
+        expert: u32,
+    },
+    /// A string over `MAX_STRING_LEN` bytes.
+    #[error(
+        "string of {len} bytes is over the {}-byte limit",
+        crate::validate::MAX_STRING_LEN
+    )]
+    StringTooLong {
+        /// Its length.
+        len: usize,
+    },
+    /// The string table would pass 4 GiB.
+    #[error("string table over 4 GiB")]
+    StringTableFull,
+    /// A shape of rank over `MAX_RANK`.
+    #[error("'{name}': rank {rank} over {}", crate::layout::MAX_RANK)]
+    RankOverLimit {
+        /// The region name.
+        name: String,
+        /// The rank given.
+        rank: usize,
+    },
+    /// More than `MAX_REGIONS` regions.
+    #[error("more than {} regions in one file", crate::validate::MAX_REGIONS)]
+    TooManyRegions,
+    /// A region name already written.
+    #[error("duplicate region name '{name}'")]
+    DuplicateName {
+        /// The name.
+        name: String,
+    },
+    /// A shape with no byte length (not whole blocks, or overflowing).
+    #[error("'{name}': {dtype} {shape:?} is not a whole number of blocks, or its size overflows")]
+    NoByteLength {
+        /// The region name.
+        name: String,
+        /// The dtype.
+        dtype: crate::Dtype,
+        /// The shape.
+        shape: Vec<u64>,
+    },
+    /// A source shape of rank over `MAX_RANK`.
+    #[error("'{name}': source rank {rank} over {}", crate::layout::MAX_RANK)]
+    SourceRankOverLimit {
+        /// The region name.
+        name: String,
+        /// The source rank given.
+        rank: usize,
+    },
+    /// An empty region name.
+    #[error("empty region name")]
+    EmptyName,
+    /// A region name holding NUL.
+    #[error("region name {name:?} contains NUL")]
+    NameWithNul {
+        /// The name.
+        name: String,
+    },
+    /// The region's source ended before its length.
+    #[error("'{name}': source ended after {got} of {length} bytes")]
+    SourceShort {
+        /// The region name.
+        name: String,
+        /// Bytes read.
+        got: u64,
+        /// The region's length.
+        length: u64,
+    },
+}
+
 /// Errors of the format crate: a rule broken, or the operating system failing us.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -608,10 +765,10 @@ pub enum Error {
         source: std::io::Error,
     },
     /// The writer was used against its contract (wrong order, bad arguments).
-    #[error("{}: writer: {message}", path.display())]
+    #[error("{}: writer: {fault}", path.display())]
     Usage {
-        /// What was wrong.
-        message: String,
+        /// The contract broken.
+        fault: UsageFault,
         /// The file being written.
         path: PathBuf,
     },
@@ -637,9 +794,9 @@ impl Error {
         }
     }
 
-    pub(crate) fn usage(message: String, path: &std::path::Path) -> Error {
+    pub(crate) fn usage(fault: UsageFault, path: &std::path::Path) -> Error {
         Error::Usage {
-            message,
+            fault,
             path: path.to_path_buf(),
         }
     }

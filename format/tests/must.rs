@@ -8,7 +8,7 @@ use std::path::Path;
 use sha2::Digest;
 use tarfa_format::error::{
     Aligned, ExpertRecordFault as EF, NameFault, ProvenanceFault as PF, RoleFault, ShapeFault,
-    StringFault,
+    StringFault, UsageFault,
 };
 use tarfa_format::layout::{Footer, FOOTER_LEN, REGION_RECORD_LEN};
 use tarfa_format::{
@@ -1138,14 +1138,22 @@ fn each_expert_record_rule_has_its_own_fault() {
 
 // The writer refuses what the reader would refuse, before writing a byte.
 
-fn writer_error(f: impl FnOnce(&Path) -> Result<(), Error>) -> String {
+fn writer_error(f: impl FnOnce(&Path) -> Result<(), Error>) -> Error {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("w.jnf");
     let e = f(&path).expect_err("writer must refuse");
     assert!(!path.exists(), "nothing published");
     let left: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").collect();
     assert!(left.is_empty(), "no temporary file left behind");
-    e.to_string()
+    e
+}
+
+/// The contract a writer error says was broken.
+fn usage_fault(e: Error) -> UsageFault {
+    match e {
+        Error::Usage { fault, .. } => fault,
+        e => panic!("expected a writer usage error, got {e}"),
+    }
 }
 
 fn bf16(name: &str, shape: Vec<u64>) -> RegionSpec {
@@ -1166,7 +1174,10 @@ fn writer_refuses_duplicate_names() {
         w.tensor(&bf16("a", vec![1]), &mut &[0u8; 2][..])?;
         w.finish().map(drop)
     });
-    assert!(msg.contains("duplicate region name 'a'"), "{msg}");
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::DuplicateName { name: "a".into() }
+    );
 }
 
 #[test]
@@ -1176,7 +1187,19 @@ fn writer_refuses_a_short_source() {
         w.tensor(&bf16("a", vec![10]), &mut &[0u8; 19][..])?;
         w.finish().map(drop)
     });
-    assert!(msg.contains("source ended after 19 of 20 bytes"), "{msg}");
+    assert!(
+        msg.to_string()
+            .contains("source ended after 19 of 20 bytes"),
+        "{msg}"
+    );
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::SourceShort {
+            name: "a".into(),
+            got: 19,
+            length: 20
+        }
+    );
 }
 
 #[test]
@@ -1185,14 +1208,28 @@ fn writer_refuses_experts_out_of_grid_order_and_an_incomplete_grid() {
         let w = JnfWriter::create(p, FileLayout::layer(0, 2))?;
         w.begin_expert(0, 1).map(drop)
     });
-    assert!(msg.contains("out of order"), "{msg}");
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::ExpertOutOfOrder {
+            layer: 0,
+            expert: 1,
+            next_layer: 0,
+            next_expert: 0
+        }
+    );
     let msg = writer_error(|p| {
         let w = JnfWriter::create(p, FileLayout::layer(0, 2))?;
         let mut x = w.begin_expert(0, 0)?;
         x.projection(Role::Down, &bf16("d", vec![2]), &mut &[0u8; 4][..])?;
         x.end_expert()?.finish().map(drop)
     });
-    assert!(msg.contains("1 of 2 experts"), "{msg}");
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::IncompleteGrid {
+            written: 1,
+            total: 2
+        }
+    );
 }
 
 #[test]
@@ -1204,7 +1241,13 @@ fn writer_refuses_roles_out_of_order_and_fused_beside_split() {
         x.projection(Role::Gate, &bf16("g", vec![2]), &mut &[0u8; 4][..])?;
         x.end_expert()?.finish().map(drop)
     });
-    assert!(msg.contains("strictly increase"), "{msg}");
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::RoleOrder {
+            role: Role::Gate,
+            last_role: Role::Down.code()
+        }
+    );
     let msg = writer_error(|p| {
         let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
         let mut x = w.begin_expert(0, 0)?;
@@ -1212,7 +1255,7 @@ fn writer_refuses_roles_out_of_order_and_fused_beside_split() {
         x.projection(Role::Up, &bf16("u", vec![2]), &mut &[0u8; 4][..])?;
         x.end_expert()?.finish().map(drop)
     });
-    assert!(msg.contains("fused"), "{msg}");
+    assert_eq!(usage_fault(msg), UsageFault::FusedBesideSplit);
 }
 
 #[test]
@@ -1226,7 +1269,9 @@ fn writer_refuses_a_shape_that_is_not_whole_blocks() {
         w.tensor(&s, &mut &[0u8; 100][..])?;
         w.finish().map(drop)
     });
-    assert!(msg.contains("whole number of blocks"), "{msg}");
+    assert!(
+        matches!(usage_fault(msg), UsageFault::NoByteLength { name, dtype: Dtype::Q8_0, .. } if name == "q")
+    );
 }
 
 #[test]
@@ -1245,5 +1290,123 @@ fn writer_refuses_a_provenance_path_that_escapes_the_source_directory() {
         w.tensor(&s, &mut &[0u8; 2][..])?;
         w.finish().map(drop)
     });
-    assert!(msg.contains("not a plain relative path"), "{msg}");
+    assert!(matches!(
+        msg.violation(),
+        Some(Violation::BadProvenance {
+            fault: PF::NotRelativePath { src_file },
+            ..
+        }) if src_file == "../etc/passwd"
+    ));
+}
+
+#[test]
+fn writer_refuses_each_misuse_with_its_own_fault() {
+    let fault = |f: fn(&Path) -> Result<(), Error>| usage_fault(writer_error(f));
+    assert_eq!(
+        fault(|p| {
+            let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
+            let x = w.begin_expert(0, 0)?;
+            x.end_expert()?.finish().map(drop)
+        }),
+        UsageFault::NoProjections {
+            layer: 0,
+            expert: 0
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
+            let mut x = w.begin_expert(0, 0)?;
+            x.projection(Role::Tensor, &bf16("t", vec![2]), &mut &[0u8; 4][..])?;
+            x.end_expert()?.finish().map(drop)
+        }),
+        UsageFault::TensorRoleInExpert
+    );
+    assert_eq!(
+        fault(|p| {
+            let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
+            let mut x = w.begin_expert(0, 0)?;
+            let s = RegionSpec {
+                layer: Some(5),
+                ..bf16("g", vec![2])
+            };
+            x.projection(Role::Gate, &s, &mut &[0u8; 4][..])?;
+            x.end_expert()?.finish().map(drop)
+        }),
+        UsageFault::ProjectionLayer {
+            name: "g".into(),
+            spec_layer: 5,
+            layer: 0
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
+            let x = w.begin_expert(0, 0)?;
+            let mut x = x;
+            x.projection(Role::Down, &bf16("d", vec![2]), &mut &[0u8; 4][..])?;
+            x.end_expert()?.begin_expert(0, 1).map(drop)
+        }),
+        UsageFault::ExpertOutsideGrid {
+            layer: 0,
+            expert: 1
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            w.tensor(&bf16("r", vec![1; 9]), &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::RankOverLimit {
+            name: "r".into(),
+            rank: 9
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            let s = RegionSpec {
+                source: Some(Provenance {
+                    file: "m.safetensors".into(),
+                    tensor: "t".into(),
+                    begin: 0,
+                    shape: vec![1; 9],
+                }),
+                ..bf16("s", vec![1])
+            };
+            w.tensor(&s, &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::SourceRankOverLimit {
+            name: "s".into(),
+            rank: 9
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            w.tensor(&bf16(&"n".repeat(4097), vec![1]), &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::StringTooLong { len: 4097 }
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            w.tensor(&bf16("", vec![1]), &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::EmptyName
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            w.tensor(&bf16("a\0b", vec![1]), &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::NameWithNul {
+            name: "a\0b".into()
+        }
+    );
 }
