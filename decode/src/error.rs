@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use tarfa_format::{Dtype, Role};
+
 /// A decode error.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeError {
@@ -15,12 +17,12 @@ pub enum DecodeError {
     #[error("GPU: {0}")]
     Gpu(#[from] tarfa_runtime::CudaError),
     /// A file of the model directory is not the one its manifest records.
-    #[error("{path}: not the file the model's manifest names: {detail}; the directory was changed after conversion (tarfa verify names every fault)")]
+    #[error("{}: not the file the model's manifest names: {fault}; the directory was changed after conversion (tarfa verify names every fault)", path.display())]
     NotInManifest {
         /// The file.
         path: PathBuf,
         /// What differs.
-        detail: String,
+        fault: ManifestMismatch,
     },
     /// The architecture config lacks a key, or holds a value this decoder cannot honour.
     #[error("config.json: {key}: {detail}")]
@@ -45,22 +47,22 @@ pub enum DecodeError {
         name: String,
     },
     /// A tensor has the wrong shape or an element type the decoder does not compute with.
-    #[error("tensor {name}: {detail}")]
+    #[error("tensor {name}: {fault}")]
     BadTensor {
         /// Its name.
         name: String,
-        /// What is wrong.
-        detail: String,
+        /// The rule broken.
+        fault: TensorFault,
     },
     /// An expert's regions are not what the family needs.
-    #[error("expert (layer {layer}, expert {expert}): {detail}")]
+    #[error("expert (layer {layer}, expert {expert}): {fault}")]
     BadExpert {
         /// Layer.
         layer: u32,
         /// Expert.
         expert: u32,
-        /// What is wrong.
-        detail: String,
+        /// The rule broken.
+        fault: ExpertFault,
     },
     /// A token id outside the vocabulary.
     #[error("token id {id} is outside the vocabulary (vocab_size {vocab})")]
@@ -104,3 +106,222 @@ pub enum DecodeError {
 
 /// Result of decoding.
 pub type Result<T> = std::result::Result<T, DecodeError>;
+
+/// How a file of the model directory differs from what its manifest records.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestMismatch {
+    /// A JNF file's root digest is not the manifest's.
+    #[error("root digest {found} differs from the manifest's {recorded}")]
+    RootDigest {
+        /// Its SHA-256 root digest, hex.
+        found: String,
+        /// The manifest's, hex.
+        recorded: String,
+    },
+    /// An aux file's SHA-256 is not the manifest's.
+    #[error("SHA-256 {found} differs from the manifest's {recorded}")]
+    Sha256 {
+        /// Its SHA-256, hex.
+        found: String,
+        /// The manifest's, hex.
+        recorded: String,
+    },
+    /// An aux file's size is not the manifest's.
+    #[error("size differs from the manifest's {expected} bytes")]
+    Size {
+        /// The manifest's size.
+        expected: u64,
+    },
+    /// Layers of the config have no layer file listed.
+    #[error("the model is incomplete: {} of {layers} layers missing ({}); convert the rest with `tarfa convert --layers`", missing.len(), tarfa_format::manifest::layer_ranges(missing))]
+    LayersMissing {
+        /// The layers missing.
+        missing: Vec<u32>,
+        /// Layers of the config.
+        layers: usize,
+    },
+}
+
+/// What is wrong with a tensor the decoder reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TensorFault {
+    /// An element type this build does not compute with.
+    #[error("{}", crate::quant::QuantError::Unsupported { dtype: *dtype })]
+    Unsupported {
+        /// The type.
+        dtype: Dtype,
+    },
+    /// A dtype code not in the table.
+    #[error("unknown dtype code {code}")]
+    UnknownDtype {
+        /// The code.
+        code: u32,
+    },
+    /// A shape whose element count overflows this machine's sizes.
+    #[error("shape {shape:?} overflows")]
+    ShapeOverflow {
+        /// The shape.
+        shape: Vec<u64>,
+    },
+    /// Stored bytes of another length than the shape takes.
+    #[error("{bytes} bytes for shape {shape:?} of {dtype}, which takes {want}")]
+    ByteLength {
+        /// Bytes stored.
+        bytes: usize,
+        /// The shape.
+        shape: Vec<usize>,
+        /// The type.
+        dtype: Dtype,
+        /// Bytes the shape takes.
+        want: u64,
+    },
+    /// A shape that is not whole rows of the type's blocks.
+    #[error("shape {shape:?} is not whole rows of {dtype} blocks of {block_elems}")]
+    PartialBlock {
+        /// The shape.
+        shape: Vec<usize>,
+        /// The type.
+        dtype: Dtype,
+        /// Elements per block.
+        block_elems: usize,
+    },
+    /// The bytes could not be dequantised.
+    #[error("{0}")]
+    Quant(crate::quant::QuantError),
+    /// Decoded elements of another count than the shape's.
+    #[error("{elems} elements for shape {shape:?}")]
+    ElementCount {
+        /// Elements decoded.
+        elems: usize,
+        /// The shape.
+        shape: Vec<usize>,
+    },
+    /// Another shape than the family needs.
+    #[error("shape {shape:?}, expected {expected:?}")]
+    Shape {
+        /// Its shape.
+        shape: Vec<usize>,
+        /// The shape needed.
+        expected: Vec<usize>,
+    },
+    /// A GGUF token embedding whose row length is not the hidden size.
+    #[error("shape {shape:?} (row-major), expected [vocab, {hidden}]")]
+    EmbeddingShape {
+        /// Its shape.
+        shape: Vec<usize>,
+        /// The hidden size.
+        hidden: u64,
+    },
+    /// A GGUF tensor the family's decoder has no use for.
+    #[error("a GGUF tensor with no meaning in tarfa's {model_type} decoder (llama.cpp architecture {gguf_arch}); refusing rather than leaving it out of the computation")]
+    NoMeaning {
+        /// The decoder's `model_type`.
+        model_type: &'static str,
+        /// llama.cpp's architecture name.
+        gguf_arch: &'static str,
+    },
+    /// Two tensors renamed to one name.
+    #[error("renamed to {new}, which {first} is renamed to as well")]
+    RenameClash {
+        /// The name both get.
+        new: String,
+        /// The other tensor renamed to it.
+        first: String,
+    },
+}
+
+/// What is wrong with an expert's regions.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpertFault {
+    /// The expert is not in the model's layer files.
+    #[error("not in the model's layer files")]
+    NotInModel,
+    /// A role code not in the table.
+    #[error("unknown role code {code}")]
+    UnknownRole {
+        /// The code.
+        code: u32,
+    },
+    /// A dtype code not in the table.
+    #[error("unknown dtype code {code}")]
+    UnknownDtype {
+        /// The code.
+        code: u32,
+    },
+    /// A region of an element type this build does not compute with.
+    #[error("region {region}: {}", crate::quant::QuantError::Unsupported { dtype: *dtype })]
+    Unsupported {
+        /// The region name.
+        region: String,
+        /// The type.
+        dtype: Dtype,
+    },
+    /// A region outside the expert's extent.
+    #[error("region {region} lies outside its extent")]
+    OutsideExtent {
+        /// The region name.
+        region: String,
+    },
+    /// A region of rank other than 1 or 2.
+    #[error("region {region} has shape {shape:?}")]
+    Rank {
+        /// The region name.
+        region: String,
+        /// Its shape.
+        shape: Vec<usize>,
+    },
+    /// A region's bytes are not a whole number of blocks.
+    #[error("region {region} ({dtype}): {bytes} bytes are not a whole number of blocks")]
+    PartialBlock {
+        /// The region name.
+        region: String,
+        /// The type.
+        dtype: Dtype,
+        /// Its bytes.
+        bytes: usize,
+    },
+    /// A region's element count or row length does not fit its shape.
+    #[error("region {region} ({dtype}): {elems} elements for shape {shape:?} (rows of whole {block_elems}-element blocks)")]
+    ElementCount {
+        /// The region name.
+        region: String,
+        /// The type.
+        dtype: Dtype,
+        /// Elements held.
+        elems: usize,
+        /// Its shape.
+        shape: Vec<usize>,
+        /// Elements per block.
+        block_elems: usize,
+    },
+    /// A projection role the family's experts do not have (a bias).
+    #[error("has a {} region; this family's experts have none", role.name())]
+    ForeignRole {
+        /// The role.
+        role: Role,
+    },
+    /// No down projection.
+    #[error("no down projection")]
+    NoDown,
+    /// Neither gate and up nor one fused gate_up (of an even row count).
+    #[error("needs gate and up projections, or one fused gate_up")]
+    NoGateUp,
+    /// Projection shapes that do not fit each other or the hidden size.
+    #[error("shapes gate [{}, {}], up [{}, {}], down [{}, {}] do not fit hidden size {hidden}", gate[0], gate[1], up[0], up[1], down[0], down[1])]
+    ShapesMisfit {
+        /// `[rows, cols]` of gate.
+        gate: [usize; 2],
+        /// `[rows, cols]` of up.
+        up: [usize; 2],
+        /// `[rows, cols]` of down.
+        down: [usize; 2],
+        /// The hidden size.
+        hidden: usize,
+    },
+    /// A quantised expert on the GPU (placement refuses it).
+    #[error("a quantised expert cannot run on the GPU (placement refuses it)")]
+    QuantisedOnGpu,
+    /// Gate and up of different element types on the GPU (placement refuses it).
+    #[error("gate and up of different element types cannot run on the GPU (placement refuses it)")]
+    MixedGateUpOnGpu,
+}

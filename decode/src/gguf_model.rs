@@ -38,7 +38,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, Result, TensorFault};
 use crate::weights::TensorStore;
 
 /// GGUF architectures (`general.architecture`) this build runs, with the family each maps to.
@@ -314,11 +314,10 @@ pub fn adapt(config: &Value, tensors: &mut TensorStore) -> Result<Value> {
             Some(hf) => Ok(Some(hf)),
             None => Err(DecodeError::BadTensor {
                 name: name.into(),
-                detail: format!(
-                    "a GGUF tensor with no meaning in tarfa's {} decoder (llama.cpp architecture {}); refusing rather than leaving it out of the computation",
-                    arch.model_type(),
-                    arch.gguf_name()
-                ),
+                fault: TensorFault::NoMeaning {
+                    model_type: arch.model_type(),
+                    gguf_arch: arch.gguf_name(),
+                },
             }),
         },
     })?;
@@ -376,7 +375,10 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
         s => {
             return Err(DecodeError::BadTensor {
                 name: "token_embd.weight".into(),
-                detail: format!("shape {s:?} (row-major), expected [vocab, {hidden}]"),
+                fault: TensorFault::EmbeddingShape {
+                    shape: s.to_vec(),
+                    hidden,
+                },
             })
         }
     };

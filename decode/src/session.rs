@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use tarfa_format::manifest::{FileKind, Manifest};
 use tarfa_runtime::{ExpertSource, ModelExperts, SourceOptions, SourceReport};
 
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, ManifestMismatch, Result};
 use crate::experts::{ExpertOptions, ExpertStats, ExpertStore};
 use crate::family::{self, Ctx, Family, Profile};
 use crate::kernels::Isa;
@@ -228,7 +228,10 @@ impl Decoder {
         if got != entry.sha256 {
             return Err(DecodeError::NotInManifest {
                 path,
-                detail: format!("SHA-256 {got} differs from the manifest's {}", entry.sha256),
+                fault: ManifestMismatch::Sha256 {
+                    found: got,
+                    recorded: entry.sha256.clone(),
+                },
             });
         }
         Ok(Some(path))
@@ -353,11 +356,10 @@ fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
     }
     Err(DecodeError::NotInManifest {
         path: dir.join("manifest.json"),
-        detail: format!(
-            "the model is incomplete: {} of {n} layers missing ({}); convert the rest with `tarfa convert --layers`",
-            missing.len(),
-            tarfa_format::manifest::layer_ranges(&missing)
-        ),
+        fault: ManifestMismatch::LayersMissing {
+            missing,
+            layers: n as usize,
+        },
     })
 }
 
@@ -369,7 +371,7 @@ fn read_regular_bounded(path: &Path, expected: u64) -> Result<Vec<u8>> {
     if bytes.len() as u64 != expected {
         return Err(DecodeError::NotInManifest {
             path: path.to_path_buf(),
-            detail: format!("size differs from the manifest's {expected} bytes"),
+            fault: ManifestMismatch::Size { expected },
         });
     }
     Ok(bytes)

@@ -414,7 +414,10 @@ fn conv_weight<'s>(
     if t.shape() != [channels, 1, kernel] {
         return Err(DecodeError::BadTensor {
             name: name.into(),
-            detail: format!("shape {:?}, expected [{channels}, 1, {kernel}]", t.shape()),
+            fault: crate::error::TensorFault::Shape {
+                shape: t.shape().to_vec(),
+                expected: vec![channels, 1, kernel],
+            },
         });
     }
     Ok(MatrixRef {
