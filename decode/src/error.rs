@@ -25,12 +25,12 @@ pub enum DecodeError {
         fault: ManifestMismatch,
     },
     /// The architecture config lacks a key, or holds a value this decoder cannot honour.
-    #[error("config.json: {key}: {detail}")]
+    #[error("config.json: {key}: {fault}")]
     Config {
         /// The config key.
         key: String,
-        /// What is wrong.
-        detail: String,
+        /// The rule broken.
+        fault: ConfigFault,
     },
     /// The model's family has no decoder (yet).
     #[error("no decoder for model_type {model_type:?} (tarfa runs: {supported})")]
@@ -324,4 +324,153 @@ pub enum ExpertFault {
     /// Gate and up of different element types on the GPU (placement refuses it).
     #[error("gate and up of different element types cannot run on the GPU (placement refuses it)")]
     MixedGateUpOnGpu,
+}
+
+/// What is wrong with a key of the architecture config.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ConfigFault {
+    /// The config itself is not a JSON object.
+    #[error("the architecture config is not a JSON object")]
+    NotAnObject,
+    /// A required key is absent.
+    #[error("missing")]
+    Missing,
+    /// A value that is not a string.
+    #[error("not a string")]
+    NotAString,
+    /// A value that is not a non-negative integer.
+    #[error("{value} is not a non-negative integer")]
+    NotUnsigned {
+        /// The value, as JSON.
+        value: String,
+    },
+    /// An integer over the decoder's limit.
+    #[error("{value} is over the limit {limit}")]
+    OverLimit {
+        /// The value.
+        value: u64,
+        /// The limit.
+        limit: usize,
+    },
+    /// A zero where at least 1 is needed.
+    #[error("must be at least 1")]
+    Zero,
+    /// A value that is not a number.
+    #[error("{value} is not a number")]
+    NotANumber {
+        /// The value, as JSON.
+        value: String,
+    },
+    /// A value that is not a boolean.
+    #[error("{value} is not a boolean")]
+    NotABool {
+        /// The value, as JSON.
+        value: String,
+    },
+    /// A value that is not a list.
+    #[error("{value} is not a list")]
+    NotAList {
+        /// The value, as JSON.
+        value: String,
+    },
+    /// A list element that is not an integer.
+    #[error("element {value} is not an integer")]
+    ElementNotInteger {
+        /// The element, as JSON.
+        value: String,
+    },
+    /// A value that is not an object.
+    #[error("{value} is not an object")]
+    NotAnObjectValue {
+        /// The value, as JSON.
+        value: String,
+    },
+    /// A value this build does not decode (a RoPE type, an activation).
+    #[error("{value:?} is not decoded by this build (only \"{supported}\")")]
+    Unsupported {
+        /// The value.
+        value: String,
+        /// The one value decoded.
+        supported: &'static str,
+    },
+    /// A RoPE base that is not finite (as f32 too) and over 1.
+    #[error("{theta} is not a finite base > 1")]
+    RopeTheta {
+        /// The base.
+        theta: f64,
+    },
+    /// A partial rotary factor outside (0, 1].
+    #[error("{factor} is not in (0, 1]")]
+    RotaryFactor {
+        /// The factor.
+        factor: f64,
+    },
+    /// A rotary width that is odd or zero.
+    #[error("gives {rotary_dim} rotary dimensions of a {head_dim}-wide head; it must be even and non-zero")]
+    RotaryDims {
+        /// Rotary dimensions.
+        rotary_dim: usize,
+        /// Head width.
+        head_dim: usize,
+    },
+    /// A count that does not divide another key's.
+    #[error("{value} does not divide {of_key} {of}")]
+    NotADivisor {
+        /// The value.
+        value: usize,
+        /// The other key.
+        of_key: &'static str,
+        /// Its value.
+        of: usize,
+    },
+    /// A count that is not a multiple of another key's.
+    #[error("{value} is not a multiple of {of_key} {of}")]
+    NotAMultiple {
+        /// The value.
+        value: usize,
+        /// The other key.
+        of_key: &'static str,
+        /// Its value.
+        of: usize,
+    },
+    /// An RMS norm epsilon that is not a finite non-negative number.
+    #[error("{value} is not a finite non-negative number")]
+    Epsilon {
+        /// The value.
+        value: f64,
+    },
+    /// A number that is not finite (as f32 too).
+    #[error("{value} is not a finite number")]
+    NotFinite {
+        /// The value.
+        value: f64,
+    },
+    /// A count outside `1..=max`.
+    #[error("{value} is not in 1..={max}")]
+    OutOfRange {
+        /// The value.
+        value: usize,
+        /// The largest allowed.
+        max: usize,
+    },
+    /// Expert groups of fewer than two experts.
+    #[error("groups of {size} expert; a group needs two")]
+    GroupTooSmall {
+        /// Experts per group.
+        size: usize,
+    },
+    /// `layer_types` of another length than the layers.
+    #[error("{entries} entries for {layers} layers")]
+    LayerTypesCount {
+        /// Entries.
+        entries: usize,
+        /// Layers.
+        layers: usize,
+    },
+    /// A `layer_types` entry that is neither kind.
+    #[error("{value} is not \"full_attention\" or \"linear_attention\"")]
+    LayerType {
+        /// The entry, as JSON.
+        value: String,
+    },
 }
