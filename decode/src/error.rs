@@ -95,12 +95,12 @@ pub enum DecodeError {
     Options(String),
     /// A GGUF-sourced model's key/values (kept in the manifest) lack a key, hold a value this
     /// decoder cannot honour, or name an architecture it does not run.
-    #[error("GGUF key {key}: {detail}")]
+    #[error("GGUF key {key}: {fault}")]
     Gguf {
         /// The GGUF key.
         key: String,
-        /// What is wrong.
-        detail: String,
+        /// The rule broken.
+        fault: GgufFault,
     },
 }
 
@@ -472,5 +472,233 @@ pub enum ConfigFault {
     LayerType {
         /// The entry, as JSON.
         value: String,
+    },
+}
+
+/// What is wrong with a key/value of a GGUF source (kept in the manifest).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GgufFault {
+    /// The key/values are not a JSON object.
+    #[error("the architecture config of a GGUF source is not an object")]
+    NotAnObject,
+    /// A key/value without its `"type"`.
+    #[error("not a typed GGUF value (no \"type\")")]
+    NoType,
+    /// A key/value without its `"value"`.
+    #[error("not a typed GGUF value (no \"value\")")]
+    NoValue,
+    /// A required key is absent.
+    #[error("missing")]
+    Missing,
+    /// A required key with no safe default is absent.
+    #[error("missing (no default is safe)")]
+    MissingNoDefault,
+    /// An integer value that is negative or not an integer.
+    #[error("{value} is not a non-negative integer")]
+    NotUnsigned {
+        /// The value, as JSON.
+        value: String,
+    },
+    /// A per-layer array where one value is decoded.
+    #[error("a per-layer array; only one value for every layer is supported")]
+    PerLayerArray,
+    /// A value of another GGUF type than the key needs.
+    #[error("has type {found}, expected {expected}")]
+    WrongType {
+        /// The type found.
+        found: String,
+        /// The type needed, in words.
+        expected: &'static str,
+    },
+    /// A float that is not finite.
+    #[error("{value} is not a finite number")]
+    NotFinite {
+        /// The value, as JSON.
+        value: String,
+    },
+    /// A bool value that is not a boolean.
+    #[error("{value} is not a boolean")]
+    NotABool {
+        /// The value, as JSON.
+        value: String,
+    },
+    /// A string value that is not a string.
+    #[error("{value} is not a string")]
+    NotAString {
+        /// The value, as JSON.
+        value: String,
+    },
+    /// An array of another element type than needed.
+    #[error("an array of {elem}, expected {}", expected.join(" or "))]
+    WrongElement {
+        /// The element type found.
+        elem: String,
+        /// The element types accepted.
+        expected: Vec<&'static str>,
+    },
+    /// An array whose value is not a list.
+    #[error("the array value is not a list")]
+    NotAList,
+    /// An architecture this build does not run.
+    #[error("{arch:?} is not run by this build (GGUF architectures run: {})", crate::gguf_model::SUPPORTED.iter().map(|(g, f)| format!("{g} (as {f})")).collect::<Vec<_>>().join(", "))]
+    UnsupportedArch {
+        /// The architecture.
+        arch: String,
+    },
+    /// MTP layers that leave no decoder layer.
+    #[error("{nextn} leaves no decoder layer of block_count {blocks}")]
+    NoDecoderLayer {
+        /// `nextn_predict_layers`.
+        nextn: u64,
+        /// `block_count`.
+        blocks: u64,
+    },
+    /// A zero where at least 1 is needed.
+    #[error("must be at least 1")]
+    Zero,
+    /// A value head size other than the key head size.
+    #[error("{value_length} differs from the key length {key_length}; the families need equal q/k and v head sizes")]
+    ValueLength {
+        /// `attention.value_length`.
+        value_length: u64,
+        /// `attention.key_length` (or hidden / heads).
+        key_length: u64,
+    },
+    /// A RoPE scaling this build does not decode.
+    #[error("{kind:?}: RoPE scaling is not decoded by this build")]
+    RopeScaling {
+        /// `rope.scaling.type`.
+        kind: String,
+    },
+    /// Rotary dimensions of zero or wider than the head.
+    #[error("{rot} rotary dimensions of a {head_dim}-wide head")]
+    RotaryDims {
+        /// `rope.dimension_count`.
+        rot: u64,
+        /// The head width.
+        head_dim: u64,
+    },
+    /// No `feed_forward_length` while dense layers need it.
+    #[error("missing, and layers {dense:?} are dense")]
+    DenseWithoutWidth {
+        /// The dense layers.
+        dense: Vec<u64>,
+    },
+    /// A partial rotation where qwen3_moe rotates the whole head.
+    #[error("{rot} of a {head_dim}-wide head: qwen3_moe rotates the whole head")]
+    PartialRotation {
+        /// `rope.dimension_count`.
+        rot: u64,
+        /// The head width.
+        head_dim: u64,
+    },
+    /// qwen3moe without top-k renormalisation.
+    #[error("false, but llama.cpp's qwen3moe always renormalises the top-k weights; the file contradicts its architecture")]
+    NoRenormalisation,
+    /// A qwen3moe gating function other than softmax.
+    #[error("{found}: qwen3moe routes by softmax (1)")]
+    NotSoftmax {
+        /// The gating function.
+        found: u64,
+    },
+    /// Shared experts in a qwen3moe.
+    #[error("{count}: qwen3_moe has no shared experts")]
+    SharedExperts {
+        /// `expert_shared_count`.
+        count: u64,
+    },
+    /// A glm4moe gating function other than sigmoid.
+    #[error("{found}: glm4moe routes by sigmoid (2); nothing else is decoded")]
+    NotSigmoid {
+        /// The gating function.
+        found: u64,
+    },
+    /// M-RoPE sections.
+    #[error("M-RoPE (the vision model's sections) is not decoded by this build")]
+    MRope,
+    /// A rotary width transformers' factor does not give back.
+    #[error("{rot} of {head_dim} is not a factor transformers reproduces")]
+    RotaryFactor {
+        /// `rope.dimension_count`.
+        rot: u64,
+        /// The head width.
+        head_dim: u64,
+    },
+    /// A shared-expert width other than width × count.
+    #[error("{found} is not expert_feed_forward_length {width} × expert_shared_count {count}, the only shared width glm4_moe has")]
+    SharedWidth {
+        /// `expert_shared_feed_forward_length`.
+        found: u64,
+        /// `expert_feed_forward_length`.
+        width: u64,
+        /// `expert_shared_count`.
+        count: u64,
+    },
+    /// Leading dense layers other than the layers without a router.
+    #[error("{lead}, but the layers without a router (ffn_gate_inp) are {dense:?}")]
+    DenseLayers {
+        /// `leading_dense_block_count`.
+        lead: u64,
+        /// The layers without a router.
+        dense: Vec<u64>,
+    },
+    /// No tokenizer.
+    #[error("missing: the GGUF has no tokenizer")]
+    NoTokenizer,
+    /// A tokenizer model other than gpt2.
+    #[error("{model:?}: only \"gpt2\" (byte-level BPE) is rebuilt from a GGUF")]
+    TokenizerModel {
+        /// `tokenizer.ggml.model`.
+        model: String,
+    },
+    /// No pre-tokenizer.
+    #[error("missing: the pre-tokenizer is unknown")]
+    NoPreTokenizer,
+    /// A pre-tokenizer this build does not rebuild.
+    #[error("{pre:?} is not rebuilt (supported: {})", crate::gguf_model::SUPPORTED_PRE.join(", "))]
+    PreTokenizer {
+        /// `tokenizer.ggml.pre`.
+        pre: String,
+    },
+    /// Too few or too many tokens.
+    #[error("{count} tokens, expected 1..={max}")]
+    TokenCount {
+        /// Tokens.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// No merges.
+    #[error("missing: a BPE needs its merges")]
+    NoMerges,
+    /// Too many merges.
+    #[error("{count} merges, over the limit {max}")]
+    MergeCount {
+        /// Merges.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Token types of another count than the tokens.
+    #[error("{types} types for {tokens} tokens")]
+    TypeCount {
+        /// Types.
+        types: usize,
+        /// Tokens.
+        tokens: usize,
+    },
+    /// An array element that is not a string.
+    #[error("element {index} is not a string")]
+    ElementNotAString {
+        /// Its index.
+        index: usize,
+    },
+    /// A merge that is not two tokens separated by one space.
+    #[error("element {index} {merge:?} is not two tokens separated by one space")]
+    BadMerge {
+        /// Its index.
+        index: usize,
+        /// The merge.
+        merge: String,
     },
 }
