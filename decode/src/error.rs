@@ -90,9 +90,25 @@ pub enum DecodeError {
         /// The OS error.
         source: std::io::Error,
     },
-    /// Invalid options (thread count, instruction set, cache size).
+    /// Options this build, this machine or this decoder's state cannot honour.
     #[error("{0}")]
-    Options(String),
+    Options(OptionsFault),
+    /// The decoder's thread pool could not be started.
+    #[error("cannot start {threads} threads: {source}")]
+    ThreadPool {
+        /// Threads asked.
+        threads: usize,
+        /// rayon's error.
+        source: rayon::ThreadPoolBuildError,
+    },
+    /// A `.npy` file that is not a 1-D or 2-D little-endian float array in C order.
+    #[error("{}: {fault}", path.display())]
+    Npy {
+        /// The file.
+        path: PathBuf,
+        /// The rule broken.
+        fault: NpyFault,
+    },
     /// A GGUF-sourced model's key/values (kept in the manifest) lack a key, hold a value this
     /// decoder cannot honour, or name an architecture it does not run.
     #[error("GGUF key {key}: {fault}")]
@@ -700,5 +716,106 @@ pub enum GgufFault {
         index: usize,
         /// The merge.
         merge: String,
+    },
+}
+
+/// Why options or a call cannot be honoured.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionsFault {
+    /// An instruction-set path unknown or not run by this CPU.
+    #[error("{0}")]
+    Isa(crate::kernels::IsaFault),
+    /// A GPU asked of a build without CUDA.
+    #[error("this build of tarfa has no CUDA support (rebuild with `cargo build --release --features cuda`)")]
+    NoCuda,
+    /// `--experts resident` with less memory available than the experts take.
+    #[error("--experts resident needs {:.1} GiB for the experts and {:.1} GiB of memory is available; stream them instead (--experts stream, with --cache-gib for a RAM cache)", gib(*need), gib(*available))]
+    ResidentTooLarge {
+        /// Bytes of the experts.
+        need: u64,
+        /// Bytes of memory available.
+        available: u64,
+    },
+    /// A generation asked with an empty prompt.
+    #[error("the prompt has no tokens")]
+    EmptyPrompt,
+    /// A recurrent state left unknown by a pass that failed part-way.
+    #[error("{family}: an earlier pass failed part-way, so its recurrent state is unknown; start a new sequence (position 0)")]
+    StateUnknown {
+        /// The family.
+        family: &'static str,
+    },
+    /// A pass asked from another position than where a recurrent state stands.
+    #[error(
+        "{family} continues from position {at} (its recurrent state cannot be rewound to {asked})"
+    )]
+    CannotRewind {
+        /// The family.
+        family: &'static str,
+        /// Where its state stands.
+        at: usize,
+        /// The position asked.
+        asked: usize,
+    },
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
+}
+
+/// Why bytes are not a `.npy` array the decoder reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NpyFault {
+    /// No `.npy` magic.
+    #[error("not a .npy file (magic)")]
+    NotNpy,
+    /// A format version not read.
+    #[error("unsupported .npy version {version}")]
+    Version {
+        /// The version byte.
+        version: u8,
+    },
+    /// A header past the end of the bytes.
+    #[error("header runs past the end")]
+    HeaderPastEnd,
+    /// A header that is not UTF-8.
+    #[error("header is not UTF-8")]
+    HeaderNotUtf8,
+    /// A dtype other than `<f4` and `<f8`.
+    #[error("dtype is not <f4 or <f8: {header}")]
+    Dtype {
+        /// The header.
+        header: String,
+    },
+    /// Fortran order.
+    #[error("Fortran order is not read")]
+    FortranOrder,
+    /// No shape in the header.
+    #[error("no shape")]
+    NoShape,
+    /// A shape entry that is not a number.
+    #[error("shape {shape:?}: {entry:?} is not a dimension")]
+    BadDimension {
+        /// The shape text.
+        shape: String,
+        /// The entry.
+        entry: String,
+    },
+    /// A shape of rank other than 1 or 2.
+    #[error("shape ({shape}) is not 1-D or 2-D")]
+    Rank {
+        /// The shape text.
+        shape: String,
+    },
+    /// A shape whose byte count overflows.
+    #[error("shape overflows")]
+    ShapeOverflow,
+    /// Data bytes of another count than the shape's.
+    #[error("{bytes} data bytes for shape ({shape})")]
+    DataLength {
+        /// Data bytes.
+        bytes: usize,
+        /// The shape text.
+        shape: String,
     },
 }

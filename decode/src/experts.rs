@@ -265,11 +265,12 @@ impl ExpertStore {
             let need = store.total_bytes();
             if let Some(avail) = mem_available() {
                 if need > avail {
-                    return Err(DecodeError::Options(format!(
-                        "--experts resident needs {:.1} GiB for the experts and {:.1} GiB of memory is available; stream them instead (--experts stream, with --cache-gib for a RAM cache)",
-                        need as f64 / (1u64 << 30) as f64,
-                        avail as f64 / (1u64 << 30) as f64
-                    )));
+                    return Err(DecodeError::Options(
+                        crate::error::OptionsFault::ResidentTooLarge {
+                            need,
+                            available: avail,
+                        },
+                    ));
                 }
             }
             let all = store.source.model().all();

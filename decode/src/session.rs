@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use tarfa_format::manifest::{FileKind, Manifest};
 use tarfa_runtime::{ExpertSource, ModelExperts, SourceOptions, SourceReport};
 
-use crate::error::{DecodeError, ManifestMismatch, Result};
+use crate::error::{DecodeError, ManifestMismatch, OptionsFault, Result};
 use crate::experts::{ExpertOptions, ExpertStats, ExpertStore};
 use crate::family::{self, Ctx, Family, Profile};
 use crate::kernels::Isa;
@@ -84,8 +84,10 @@ impl Decoder {
         let config = &manifest.architecture.config;
         check_layers_present(dir, &manifest)?;
         let isa = match opts.isa {
-            Some(i) => i.checked().map_err(DecodeError::Options)?,
-            None => Isa::from_env().map_err(DecodeError::Options)?,
+            Some(i) => i
+                .checked()
+                .map_err(|f| DecodeError::Options(OptionsFault::Isa(f)))?,
+            None => Isa::from_env().map_err(|f| DecodeError::Options(OptionsFault::Isa(f)))?,
         };
         let threads = if opts.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -96,7 +98,7 @@ impl Decoder {
             .num_threads(threads)
             .thread_name(|i| format!("tarfa-decode-{i}"))
             .build()
-            .map_err(|e| DecodeError::Options(format!("cannot start {threads} threads: {e}")))?;
+            .map_err(|source| DecodeError::ThreadPool { threads, source })?;
         let model = ModelExperts::open(dir)?;
         let mut tensors = TensorStore::load(dir, &manifest, &model)?;
         // A GGUF source: llama.cpp's names and key/values, mapped onto the family's.
@@ -289,7 +291,7 @@ impl Decoder {
         mut on_step: impl FnMut(usize, u32, &[f32]) -> Result<()>,
     ) -> Result<(PhaseStats, PhaseStats)> {
         if prompt.is_empty() {
-            return Err(DecodeError::Options("the prompt has no tokens".into()));
+            return Err(DecodeError::Options(OptionsFault::EmptyPrompt));
         }
         let mut prompt_phase = PhaseStats::default();
         let mut decode_phase = PhaseStats::default();

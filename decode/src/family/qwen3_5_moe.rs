@@ -26,7 +26,7 @@ use rayon::prelude::*;
 use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::canon;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::{ConfigFault, DecodeError, Result};
+use crate::error::{ConfigFault, DecodeError, OptionsFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::kernels::Isa;
@@ -603,18 +603,16 @@ impl Family for Qwen3_5Moe {
             self.reset();
         }
         if self.len == usize::MAX {
-            return Err(DecodeError::Options(
-                "qwen3_5_moe: an earlier pass failed part-way, so its recurrent state is unknown; \
-                 start a new sequence (position 0)"
-                    .into(),
-            ));
+            return Err(DecodeError::Options(OptionsFault::StateUnknown {
+                family: "qwen3_5_moe",
+            }));
         }
         if start != self.len {
-            return Err(DecodeError::Options(format!(
-                "qwen3_5_moe continues from position {} (its recurrent state cannot be rewound \
-                 to {start})",
-                self.len
-            )));
+            return Err(DecodeError::Options(OptionsFault::CannotRewind {
+                family: "qwen3_5_moe",
+                at: self.len,
+                asked: start,
+            }));
         }
         // Until this pass completes, the state is neither before nor after it: a failed pass
         // leaves it marked so that only a fresh start (position 0) continues.
