@@ -283,7 +283,7 @@ pub enum Violation {
         /// The byte.
         value: u8,
         /// What the padding follows.
-        after: String,
+        after: PaddingAfter,
     },
 }
 
@@ -298,6 +298,22 @@ impl std::fmt::Display for Opt {
             write!(f, "{}", self.0)
         }
     }
+}
+
+/// What a padding span follows (§3).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PaddingAfter {
+    /// A region's bytes.
+    #[error("region {region} '{name}'")]
+    Region {
+        /// Region number.
+        region: u32,
+        /// Region name.
+        name: String,
+    },
+    /// The index.
+    #[error("the index")]
+    Index,
 }
 
 /// What a [`Violation::Misaligned`] names.

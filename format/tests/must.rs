@@ -7,8 +7,8 @@ use std::path::Path;
 
 use sha2::Digest;
 use tarfa_format::error::{
-    Aligned, ExpertRecordFault as EF, NameFault, ProvenanceFault as PF, RoleFault, ShapeFault,
-    StringFault, UsageFault,
+    Aligned, ExpertRecordFault as EF, NameFault, PaddingAfter, ProvenanceFault as PF, RoleFault,
+    ShapeFault, StringFault, UsageFault,
 };
 use tarfa_format::layout::{Footer, FOOTER_LEN, REGION_RECORD_LEN};
 use tarfa_format::{
@@ -809,7 +809,10 @@ fn non_zero_padding_after_a_region_is_refused() {
         Violation::NonZeroPadding {
             offset: end + 10,
             value: 0xAB,
-            after: "region 0 'norm'".into()
+            after: PaddingAfter::Region {
+                region: 0,
+                name: "norm".into()
+            }
         }
     );
 }
@@ -822,7 +825,7 @@ fn non_zero_padding_after_the_index_is_refused() {
     b[at] = 1;
     assert!(matches!(
         data_violation_of(&b),
-        Violation::NonZeroPadding { offset, .. } if offset == at as u64
+        Violation::NonZeroPadding { offset, after: PaddingAfter::Index, .. } if offset == at as u64
     ));
 }
 
