@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use common::server::{Fault, FaultServer};
 use common::write_glm;
-use tarfa_fetch::error::{NotModelKind, RedirectFault, RemoteChange, Request, ResponseFault};
+use tarfa_fetch::error::{
+    NotModelHint, NotModelKind, RedirectFault, RemoteChange, Request, ResponseFault,
+};
 use tarfa_fetch::{
     FetchError, FetchOptions, Fetcher, HttpConfig, LowSpeed, RetryPolicy, Selection, Silent,
     TransferOptions,
@@ -252,6 +254,17 @@ fn an_lfs_pointer_is_named_as_such() {
         &out,
     )
     .expect_err("must fail");
+    assert!(
+        matches!(
+            e,
+            FetchError::NotAModel {
+                what: NotModelKind::LfsPointer,
+                hint: Some(NotModelHint::ClonedWithoutLfs),
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("Git LFS pointer"), "{e}");
     assert!(!out.exists());
 }
@@ -471,7 +484,8 @@ fn without_a_validator_a_rerun_starts_over_and_never_splices_a_replaced_remote()
     let out = s.out.path().join("draft.gguf");
     let mut opts = options(None, 64 << 10, 2);
     opts.transfer.jobs = 1;
-    fetch(opts.clone(), &url(&server), &out).expect_err("must fail");
+    let e = fetch(opts.clone(), &url(&server), &out).expect_err("must fail");
+    assert!(matches!(e, FetchError::Status { status: 404, .. }), "{e}");
     let journal = s.out.path().join("draft.gguf.tarfa-journal");
     let journalled = std::fs::read_to_string(&journal)
         .expect("journal kept")
