@@ -164,7 +164,7 @@ class JnfFile:
         if self.layer_count * self.epl > MAX_REGIONS:
             raise Violation("LimitExceeded", "grid over 2^22")
         if self.layer_count == 0 and (self.layer_first or self.epl):
-            raise Violation("BadHeaderField", "a file of no layers has layer_first 0, experts 0")
+            raise Violation("EmptyFileLayerFields", "a file of no layers has layer_first 0, experts 0")
         if self.layer_first + self.layer_count >= NONE:
             raise Violation("LimitExceeded", "layer range reaches NONE")
 

@@ -7,7 +7,7 @@ use rayon::prelude::*;
 use tarfa_format::Role;
 
 use crate::canon;
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, ExpertFault, Result};
 use crate::experts::ExpertView;
 use crate::kernels::{Isa, MatJob};
 use crate::rope::Rope;
@@ -316,34 +316,25 @@ pub fn expert_projections<'a>(
     e: &ExpertView<'a>,
     hidden: usize,
 ) -> Result<(MatrixRef<'a>, MatrixRef<'a>, MatrixRef<'a>)> {
-    let bad = |detail: String| DecodeError::BadExpert {
+    let bad = |fault: ExpertFault| DecodeError::BadExpert {
         layer: e.layer,
         expert: e.expert,
-        detail,
+        fault,
     };
     if let Some(r) = e
         .roles()
         .find(|r| !matches!(r, Role::Gate | Role::Up | Role::Down | Role::GateUp))
     {
-        return Err(bad(format!(
-            "has a {} region; this family's experts have none",
-            r.name()
-        )));
+        return Err(bad(ExpertFault::ForeignRole { role: r }));
     }
-    let down = e
-        .part(Role::Down)
-        .ok_or_else(|| bad("no down projection".into()))?;
+    let down = e.part(Role::Down).ok_or_else(|| bad(ExpertFault::NoDown))?;
     let (gate, up) = match (e.part(Role::Gate), e.part(Role::Up), e.part(Role::GateUp)) {
         (Some(g), Some(u), None) => (g, u),
         (None, None, Some(gu)) if gu.rows % 2 == 0 => {
             let i = gu.rows / 2;
             (gu.rows(0, i), gu.rows(i, 2 * i))
         }
-        _ => {
-            return Err(bad(
-                "needs gate and up projections, or one fused gate_up".into()
-            ))
-        }
+        _ => return Err(bad(ExpertFault::NoGateUp)),
     };
     if gate.cols != hidden
         || up.cols != hidden
@@ -351,10 +342,12 @@ pub fn expert_projections<'a>(
         || down.cols != gate.rows
         || down.rows != hidden
     {
-        return Err(bad(format!(
-            "shapes gate [{}, {}], up [{}, {}], down [{}, {}] do not fit hidden size {hidden}",
-            gate.rows, gate.cols, up.rows, up.cols, down.rows, down.cols
-        )));
+        return Err(bad(ExpertFault::ShapesMisfit {
+            gate: [gate.rows, gate.cols],
+            up: [up.rows, up.cols],
+            down: [down.rows, down.cols],
+            hidden,
+        }));
     }
     Ok((gate, up, down))
 }

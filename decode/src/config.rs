@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::error::{DecodeError, Result};
+use crate::error::{ConfigFault as F, DecodeError, Result};
 
 /// Reads keys of one config object, naming the key in every error.
 #[derive(Clone, Copy, Debug)]
@@ -16,10 +16,7 @@ impl<'a> ConfigReader<'a> {
     /// Over a config object.
     pub fn new(v: &'a Value) -> Result<ConfigReader<'a>> {
         if !v.is_object() {
-            return Err(bad(
-                "(root)",
-                "the architecture config is not a JSON object",
-            ));
+            return Err(bad("(root)", F::NotAnObject));
         }
         Ok(ConfigReader { v })
     }
@@ -33,7 +30,7 @@ impl<'a> ConfigReader<'a> {
     pub fn str(&self, key: &str) -> Result<Option<&'a str>> {
         match self.raw(key) {
             None => Ok(None),
-            Some(v) => v.as_str().map(Some).ok_or_else(|| bad(key, "not a string")),
+            Some(v) => v.as_str().map(Some).ok_or_else(|| bad(key, F::NotAString)),
         }
     }
 
@@ -42,11 +39,22 @@ impl<'a> ConfigReader<'a> {
         match self.raw(key) {
             None => Ok(None),
             Some(v) => {
-                let n = v
-                    .as_u64()
-                    .ok_or_else(|| bad(key, &format!("{v} is not a non-negative integer")))?;
+                let n = v.as_u64().ok_or_else(|| {
+                    bad(
+                        key,
+                        F::NotUnsigned {
+                            value: v.to_string(),
+                        },
+                    )
+                })?;
                 if n as u128 > max as u128 {
-                    return Err(bad(key, &format!("{n} is over the limit {max}")));
+                    return Err(bad(
+                        key,
+                        F::OverLimit {
+                            value: n,
+                            limit: max,
+                        },
+                    ));
                 }
                 Ok(Some(n as usize))
             }
@@ -56,9 +64,9 @@ impl<'a> ConfigReader<'a> {
     /// A required non-negative integer key, at least 1.
     pub fn positive(&self, key: &str, max: usize) -> Result<usize> {
         match self.usize(key, max)? {
-            Some(0) => Err(bad(key, "must be at least 1")),
+            Some(0) => Err(bad(key, F::Zero)),
             Some(n) => Ok(n),
-            None => Err(bad(key, "missing")),
+            None => Err(bad(key, F::Missing)),
         }
     }
 
@@ -66,10 +74,14 @@ impl<'a> ConfigReader<'a> {
     pub fn f64(&self, key: &str) -> Result<Option<f64>> {
         match self.raw(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_f64()
-                .map(Some)
-                .ok_or_else(|| bad(key, &format!("{v} is not a number"))),
+            Some(v) => v.as_f64().map(Some).ok_or_else(|| {
+                bad(
+                    key,
+                    F::NotANumber {
+                        value: v.to_string(),
+                    },
+                )
+            }),
         }
     }
 
@@ -77,10 +89,14 @@ impl<'a> ConfigReader<'a> {
     pub fn bool(&self, key: &str) -> Result<Option<bool>> {
         match self.raw(key) {
             None => Ok(None),
-            Some(v) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| bad(key, &format!("{v} is not a boolean"))),
+            Some(v) => v.as_bool().map(Some).ok_or_else(|| {
+                bad(
+                    key,
+                    F::NotABool {
+                        value: v.to_string(),
+                    },
+                )
+            }),
         }
     }
 
@@ -91,13 +107,23 @@ impl<'a> ConfigReader<'a> {
             Some(Value::Array(a)) => a
                 .iter()
                 .map(|v| {
-                    v.as_u64()
-                        .map(|n| n as usize)
-                        .ok_or_else(|| bad(key, &format!("element {v} is not an integer")))
+                    v.as_u64().map(|n| n as usize).ok_or_else(|| {
+                        bad(
+                            key,
+                            F::ElementNotInteger {
+                                value: v.to_string(),
+                            },
+                        )
+                    })
                 })
                 .collect::<Result<Vec<_>>>()
                 .map(Some),
-            Some(v) => Err(bad(key, &format!("{v} is not a list"))),
+            Some(v) => Err(bad(
+                key,
+                F::NotAList {
+                    value: v.to_string(),
+                },
+            )),
         }
     }
 
@@ -106,15 +132,20 @@ impl<'a> ConfigReader<'a> {
         match self.raw(key) {
             None => Ok(None),
             Some(v) if v.is_object() => Ok(Some(ConfigReader { v })),
-            Some(v) => Err(bad(key, &format!("{v} is not an object"))),
+            Some(v) => Err(bad(
+                key,
+                F::NotAnObjectValue {
+                    value: v.to_string(),
+                },
+            )),
         }
     }
 }
 
-pub(crate) fn bad(key: &str, detail: &str) -> DecodeError {
+pub(crate) fn bad(key: &str, fault: F) -> DecodeError {
     DecodeError::Config {
         key: key.into(),
-        detail: detail.into(),
+        fault,
     }
 }
 
@@ -160,23 +191,23 @@ impl RopeConfig {
             if t != "default" {
                 return Err(bad(
                     "rope_parameters.rope_type",
-                    &format!("{t:?} is not decoded by this build (only \"default\")"),
+                    F::Unsupported {
+                        value: t.to_string(),
+                        supported: "default",
+                    },
                 ));
             }
         }
         let theta = pick_f64("rope_theta")?.unwrap_or(default_theta);
         // torch meets the base as an f32: it must stay finite there.
         if !(theta.is_finite() && (theta as f32).is_finite() && theta > 1.0) {
-            return Err(bad(
-                "rope_theta",
-                &format!("{theta} is not a finite base > 1"),
-            ));
+            return Err(bad("rope_theta", F::RopeTheta { theta }));
         }
         let partial = pick_f64("partial_rotary_factor")?.unwrap_or(default_partial);
         if !(partial > 0.0 && partial <= 1.0) {
             return Err(bad(
                 "partial_rotary_factor",
-                &format!("{partial} is not in (0, 1]"),
+                F::RotaryFactor { factor: partial },
             ));
         }
         // transformers: int(head_dim * partial_rotary_factor).
@@ -184,7 +215,10 @@ impl RopeConfig {
         if rotary_dim == 0 || !rotary_dim.is_multiple_of(2) {
             return Err(bad(
                 "partial_rotary_factor",
-                &format!("gives {rotary_dim} rotary dimensions of a {head_dim}-wide head; it must be even and non-zero"),
+                F::RotaryDims {
+                    rotary_dim,
+                    head_dim,
+                },
             ));
         }
         Ok(RopeConfig { theta, rotary_dim })
@@ -201,12 +235,16 @@ pub fn attention_dims(c: &ConfigReader<'_>) -> Result<(usize, usize, usize, usiz
     if kv_heads == 0 || heads % kv_heads != 0 {
         return Err(bad(
             "num_key_value_heads",
-            &format!("{kv_heads} does not divide num_attention_heads {heads}"),
+            F::NotADivisor {
+                value: kv_heads,
+                of_key: "num_attention_heads",
+                of: heads,
+            },
         ));
     }
     let head_dim = c.usize("head_dim", MAX_DIM)?.unwrap_or(hidden_size / heads);
     if head_dim == 0 {
-        return Err(bad("head_dim", "must be at least 1"));
+        return Err(bad("head_dim", F::Zero));
     }
     Ok((hidden_size, heads, kv_heads, head_dim))
 }
@@ -215,10 +253,7 @@ pub fn attention_dims(c: &ConfigReader<'_>) -> Result<(usize, usize, usize, usiz
 pub fn rms_eps(c: &ConfigReader<'_>, default: f64) -> Result<f32> {
     let eps = c.f64("rms_norm_eps")?.unwrap_or(default);
     if !(eps.is_finite() && eps >= 0.0) {
-        return Err(bad(
-            "rms_norm_eps",
-            &format!("{eps} is not a finite non-negative number"),
-        ));
+        return Err(bad("rms_norm_eps", F::Epsilon { value: eps }));
     }
     Ok(eps as f32)
 }
@@ -236,4 +271,117 @@ pub mod limits {
     pub const MAX_EXPERTS: usize = 1 << 16;
     /// Vocabulary.
     pub const MAX_VOCAB: usize = 1 << 24;
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The key and fault of a refusal.
+    fn fault<T: std::fmt::Debug>(r: Result<T>) -> (String, F) {
+        match r {
+            Err(DecodeError::Config { key, fault }) => (key, fault),
+            other => panic!("expected a config fault, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn each_config_fault_is_its_own_variant() {
+        let k = |s: &str| s.to_string();
+        assert_eq!(
+            fault(ConfigReader::new(&json!([]))),
+            (k("(root)"), F::NotAnObject)
+        );
+        let v = json!({
+            "s": 1, "n": -1, "big": 9, "zero": 0, "f": "x", "b": 1, "l": 5, "le": [1, "a"],
+            "o": 3,
+        });
+        let c = ConfigReader::new(&v).expect("object");
+        assert_eq!(fault(c.str("s")), (k("s"), F::NotAString));
+        assert_eq!(
+            fault(c.usize("n", 10)),
+            (k("n"), F::NotUnsigned { value: k("-1") })
+        );
+        assert_eq!(
+            fault(c.usize("big", 8)),
+            (k("big"), F::OverLimit { value: 9, limit: 8 })
+        );
+        assert_eq!(fault(c.positive("zero", 8)), (k("zero"), F::Zero));
+        assert_eq!(fault(c.positive("absent", 8)), (k("absent"), F::Missing));
+        assert_eq!(
+            fault(c.f64("f")),
+            (k("f"), F::NotANumber { value: k("\"x\"") })
+        );
+        assert_eq!(fault(c.bool("b")), (k("b"), F::NotABool { value: k("1") }));
+        assert_eq!(
+            fault(c.usize_list("l")),
+            (k("l"), F::NotAList { value: k("5") })
+        );
+        assert_eq!(
+            fault(c.usize_list("le")),
+            (k("le"), F::ElementNotInteger { value: k("\"a\"") })
+        );
+        assert_eq!(
+            fault(c.object("o").map(|o| o.is_some())),
+            (k("o"), F::NotAnObjectValue { value: k("3") })
+        );
+    }
+
+    #[test]
+    fn each_rope_attention_and_norm_fault_is_its_own_variant() {
+        let rope = |v: serde_json::Value, head_dim| {
+            let c = ConfigReader::new(&v).expect("object");
+            RopeConfig::read(&c, head_dim, 10000.0, 1.0).map(|r| r.rotary_dim)
+        };
+        assert_eq!(
+            fault(rope(json!({"rope_parameters": {"rope_type": "yarn"}}), 8)),
+            (
+                "rope_parameters.rope_type".into(),
+                F::Unsupported {
+                    value: "yarn".into(),
+                    supported: "default"
+                }
+            )
+        );
+        assert_eq!(
+            fault(rope(json!({"rope_theta": 0.5}), 8)),
+            ("rope_theta".into(), F::RopeTheta { theta: 0.5 })
+        );
+        assert_eq!(
+            fault(rope(json!({"partial_rotary_factor": 1.5}), 8)),
+            (
+                "partial_rotary_factor".into(),
+                F::RotaryFactor { factor: 1.5 }
+            )
+        );
+        assert_eq!(
+            fault(rope(json!({"partial_rotary_factor": 0.5}), 6)),
+            (
+                "partial_rotary_factor".into(),
+                F::RotaryDims {
+                    rotary_dim: 3,
+                    head_dim: 6
+                }
+            )
+        );
+        let v = json!({"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 3});
+        assert_eq!(
+            fault(attention_dims(&ConfigReader::new(&v).expect("object"))),
+            (
+                "num_key_value_heads".into(),
+                F::NotADivisor {
+                    value: 3,
+                    of_key: "num_attention_heads",
+                    of: 4
+                }
+            )
+        );
+        let v = json!({"rms_norm_eps": -1.0});
+        assert_eq!(
+            fault(rms_eps(&ConfigReader::new(&v).expect("object"), 1e-6)),
+            ("rms_norm_eps".into(), F::Epsilon { value: -1.0 })
+        );
+    }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tarfa_format::{Dtype, Role};
 use tarfa_runtime::{ExpertSource, ModelExperts};
 
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, ExpertFault, Result};
 use crate::weights::{MatrixRef, WeightSlice};
 
 /// How experts are held.
@@ -76,49 +76,55 @@ pub struct ExpertView<'a> {
 
 impl<'a> ExpertView<'a> {
     fn new(layout: &'a ExpertLayout, bytes: &'a [u8]) -> Result<ExpertView<'a>> {
-        let bad = |detail: String| DecodeError::BadExpert {
+        let bad = |fault: ExpertFault| DecodeError::BadExpert {
             layer: layout.layer,
             expert: layout.expert,
-            detail,
+            fault,
         };
         let mut parts = Vec::with_capacity(layout.parts.len());
         for p in &layout.parts {
             let b = bytes
                 .get(p.start..p.start.saturating_add(p.len))
-                .ok_or_else(|| bad(format!("region {} lies outside its extent", p.name)))?;
+                .ok_or_else(|| {
+                    bad(ExpertFault::OutsideExtent {
+                        region: p.name.clone(),
+                    })
+                })?;
             // The index's shape is row-major (a GGUF tensor's `ne` reversed): `[rows, cols]` with
             // `cols` the row length (GGUF's ne[0]), a whole number of blocks for a quantised type.
             let (rows, cols) = match p.shape[..] {
                 [r, c] => (r, c),
                 [n] => (1, n),
-                _ => return Err(bad(format!("region {} has shape {:?}", p.name, p.shape))),
+                _ => {
+                    return Err(bad(ExpertFault::Rank {
+                        region: p.name.clone(),
+                        shape: p.shape.clone(),
+                    }))
+                }
             };
             let data = WeightSlice::from_bytes(p.dtype, b).ok_or_else(|| {
                 bad(if crate::quant::is_supported(p.dtype) {
-                    format!(
-                        "region {} ({}): {} bytes are not a whole number of blocks",
-                        p.name,
-                        p.dtype,
-                        b.len()
-                    )
+                    ExpertFault::PartialBlock {
+                        region: p.name.clone(),
+                        dtype: p.dtype,
+                        bytes: b.len(),
+                    }
                 } else {
-                    format!(
-                        "region {}: {}",
-                        p.name,
-                        crate::quant::QuantError::Unsupported { dtype: p.dtype }
-                    )
+                    ExpertFault::Unsupported {
+                        region: p.name.clone(),
+                        dtype: p.dtype,
+                    }
                 })
             })?;
             let (_, block_elems) = data.block_geometry();
             if rows.checked_mul(cols) != Some(data.len()) || cols % block_elems != 0 {
-                return Err(bad(format!(
-                    "region {} ({}): {} elements for shape {:?} (rows of whole {}-element blocks)",
-                    p.name,
-                    p.dtype,
-                    data.len(),
-                    p.shape,
-                    block_elems
-                )));
+                return Err(bad(ExpertFault::ElementCount {
+                    region: p.name.clone(),
+                    dtype: p.dtype,
+                    elems: data.len(),
+                    shape: p.shape.clone(),
+                    block_elems,
+                }));
             }
             parts.push((
                 p.role,
@@ -259,11 +265,12 @@ impl ExpertStore {
             let need = store.total_bytes();
             if let Some(avail) = mem_available() {
                 if need > avail {
-                    return Err(DecodeError::Options(format!(
-                        "--experts resident needs {:.1} GiB for the experts and {:.1} GiB of memory is available; stream them instead (--experts stream, with --cache-gib for a RAM cache)",
-                        need as f64 / (1u64 << 30) as f64,
-                        avail as f64 / (1u64 << 30) as f64
-                    )));
+                    return Err(DecodeError::Options(
+                        crate::error::OptionsFault::ResidentTooLarge {
+                            need,
+                            available: avail,
+                        },
+                    ));
                 }
             }
             let all = store.source.model().all();
@@ -342,7 +349,7 @@ impl ExpertStore {
                 return Err(DecodeError::BadExpert {
                     layer,
                     expert: e,
-                    detail: "not in the model's layer files".into(),
+                    fault: ExpertFault::NotInModel,
                 });
             }
             self.cache.tick += 1;
@@ -405,26 +412,25 @@ fn layouts(model: &ModelExperts) -> Result<HashMap<(u32, u32), Arc<ExpertLayout>
         let mut parts = Vec::with_capacity(ext.regions.len());
         for span in &ext.regions {
             let rec = &reader.regions()[span.region as usize];
-            let role = Role::from_code(span.role).ok_or_else(|| DecodeError::BadExpert {
+            let role = Role::from_code(span.role).ok_or(DecodeError::BadExpert {
                 layer,
                 expert,
-                detail: format!("unknown role code {}", span.role),
+                fault: ExpertFault::UnknownRole { code: span.role },
             })?;
-            let dtype = rec.dtype().ok_or_else(|| DecodeError::BadExpert {
+            let dtype = rec.dtype().ok_or(DecodeError::BadExpert {
                 layer,
                 expert,
-                detail: format!("unknown dtype code {}", rec.dtype),
+                fault: ExpertFault::UnknownDtype { code: rec.dtype },
             })?;
             // Refused here, when the store is built, not when the expert is first selected.
             if !crate::quant::is_supported(dtype) {
                 return Err(DecodeError::BadExpert {
                     layer,
                     expert,
-                    detail: format!(
-                        "region {}: {}",
-                        reader.name(span.region),
-                        crate::quant::QuantError::Unsupported { dtype }
-                    ),
+                    fault: ExpertFault::Unsupported {
+                        region: reader.name(span.region).to_string(),
+                        dtype,
+                    },
                 });
             }
             parts.push(ExpertPart {
@@ -473,6 +479,96 @@ mod tests {
         }
     }
 
+    /// An F32 expert of `parts` (role, shape), laid out back to back.
+    fn f32_layout(parts: &[(Role, Vec<usize>)]) -> ExpertLayout {
+        let mut start = 0;
+        let parts: Vec<ExpertPart> = parts
+            .iter()
+            .map(|(role, shape)| {
+                let len = shape.iter().product::<usize>() * 4;
+                let p = ExpertPart {
+                    role: *role,
+                    name: format!("e.{}", role.name()),
+                    dtype: Dtype::F32,
+                    shape: shape.clone(),
+                    start,
+                    len,
+                };
+                start += len;
+                p
+            })
+            .collect();
+        ExpertLayout {
+            layer: 1,
+            expert: 2,
+            parts,
+            extent_len: start,
+            data_len: start,
+        }
+    }
+
+    #[test]
+    fn each_expert_fault_is_its_own_variant() {
+        let fault = |parts: &[(Role, Vec<usize>)], bytes: usize, hidden: usize| {
+            let l = f32_layout(parts);
+            let bytes = vec![0u8; bytes];
+            let e = ExpertView::new(&l, &bytes)
+                .and_then(|v| crate::blocks::expert_projections(&v, hidden).map(drop))
+                .expect_err("refused");
+            match e {
+                DecodeError::BadExpert {
+                    layer: 1,
+                    expert: 2,
+                    fault,
+                } => fault,
+                e => panic!("expected BadExpert, got {e}"),
+            }
+        };
+        let (g, u, d) = (Role::Gate, Role::Up, Role::Down);
+        let gud = |gs: Vec<usize>, us: Vec<usize>, ds: Vec<usize>| vec![(g, gs), (u, us), (d, ds)];
+        assert_eq!(
+            fault(&[(g, vec![2, 4])], 16, 4),
+            ExpertFault::OutsideExtent {
+                region: "e.gate".into()
+            }
+        );
+        assert_eq!(
+            fault(&[(g, vec![1, 2, 4])], 32, 4),
+            ExpertFault::Rank {
+                region: "e.gate".into(),
+                shape: vec![1, 2, 4]
+            }
+        );
+        assert_eq!(
+            fault(&[(g, vec![2, 4]), (Role::GateBias, vec![2])], 40, 4),
+            ExpertFault::ForeignRole {
+                role: Role::GateBias
+            }
+        );
+        assert_eq!(
+            fault(&[(g, vec![2, 4]), (u, vec![2, 4])], 64, 4),
+            ExpertFault::NoDown
+        );
+        assert_eq!(
+            fault(&[(g, vec![2, 4]), (d, vec![4, 2])], 64, 4),
+            ExpertFault::NoGateUp
+        );
+        assert_eq!(
+            fault(&gud(vec![2, 4], vec![2, 4], vec![4, 2]), 96, 3),
+            ExpertFault::ShapesMisfit {
+                gate: [2, 4],
+                up: [2, 4],
+                down: [4, 2],
+                hidden: 3
+            }
+        );
+        // The same expert fits a hidden size of 4.
+        let l = f32_layout(&gud(vec![2, 4], vec![2, 4], vec![4, 2]));
+        let bytes = vec![0u8; 96];
+        let v = ExpertView::new(&l, &bytes).expect("view");
+        assert!(crate::blocks::expert_projections(&v, 4).is_ok());
+    }
+
     #[test]
     fn a_quantised_region_is_rows_of_whole_blocks_with_cols_the_gguf_row_length() {
         // The index's shape is GGUF's ne reversed: [rows, cols], cols = ne[0], the row length
@@ -507,17 +603,48 @@ mod tests {
         // The same bytes with the dims the other way round ([512, 3]: GGUF's order, not
         // reversed) have rows of 3 elements, not whole blocks: refused, not mis-sliced.
         let l = layout(q4k, vec![512, 3], bytes.len());
-        let e = ExpertView::new(&l, &bytes).expect_err("cols 3").to_string();
-        assert!(e.contains("whole 256-element blocks"), "{e}");
+        let e = ExpertView::new(&l, &bytes).expect_err("cols 3");
+        assert!(
+            matches!(
+                &e,
+                DecodeError::BadExpert {
+                    fault: ExpertFault::ElementCount {
+                        block_elems: 256,
+                        ..
+                    },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("whole 256-element blocks"), "{e}");
         // Bytes that are not whole blocks, and a type this build does not compute with.
         let l = layout(q4k, vec![3, 512], bytes.len() - 1);
-        let e = ExpertView::new(&l, &bytes).expect_err("short").to_string();
-        assert!(e.contains("not a whole number of blocks"), "{e}");
+        let e = ExpertView::new(&l, &bytes).expect_err("short");
+        assert!(
+            matches!(
+                &e,
+                DecodeError::BadExpert {
+                    fault: ExpertFault::PartialBlock { dtype, .. },
+                    ..
+                } if *dtype == q4k
+            ),
+            "{e}"
+        );
         let iq = Dtype::from_name("IQ2_XXS").expect("in the table");
         let l = layout(iq, vec![3, 256], 3 * 66);
-        let e = ExpertView::new(&l, &bytes)
-            .expect_err("IQ2_XXS")
-            .to_string();
+        let e = ExpertView::new(&l, &bytes).expect_err("IQ2_XXS");
+        assert!(
+            matches!(
+                &e,
+                DecodeError::BadExpert {
+                    fault: ExpertFault::Unsupported { dtype, .. },
+                    ..
+                } if *dtype == iq
+            ),
+            "{e}"
+        );
+        let e = e.to_string();
         assert!(e.contains("IQ2_XXS") && e.contains("[2]"), "{e}");
     }
 

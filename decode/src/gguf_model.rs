@@ -38,7 +38,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, GgufFault as G, Result, TensorFault};
 use crate::weights::TensorStore;
 
 /// GGUF architectures (`general.architecture`) this build runs, with the family each maps to.
@@ -74,10 +74,20 @@ impl Arch {
     }
 }
 
-fn err(key: &str, detail: impl Into<String>) -> DecodeError {
+fn wrong_type(key: &str, found: &str, expected: &'static str) -> DecodeError {
+    err(
+        key,
+        G::WrongType {
+            found: found.to_string(),
+            expected,
+        },
+    )
+}
+
+fn err(key: &str, fault: G) -> DecodeError {
     DecodeError::Gguf {
         key: key.into(),
-        detail: detail.into(),
+        fault,
     }
 }
 
@@ -90,12 +100,10 @@ pub struct Kv<'a> {
 impl<'a> Kv<'a> {
     /// Over the manifest's `architecture.config` of a GGUF source.
     pub fn new(config: &'a Value) -> Result<Kv<'a>> {
-        config.as_object().map(|map| Kv { map }).ok_or_else(|| {
-            err(
-                "(key/values)",
-                "the architecture config of a GGUF source is not an object",
-            )
-        })
+        config
+            .as_object()
+            .map(|map| Kv { map })
+            .ok_or_else(|| err("(key/values)", G::NotAnObject))
     }
 
     /// `(type, value)` of `key`, if present.
@@ -106,10 +114,8 @@ impl<'a> Kv<'a> {
         let t = v
             .get("type")
             .and_then(Value::as_str)
-            .ok_or_else(|| err(key, "not a typed GGUF value (no \"type\")"))?;
-        let value = v
-            .get("value")
-            .ok_or_else(|| err(key, "not a typed GGUF value (no \"value\")"))?;
+            .ok_or_else(|| err(key, G::NoType))?;
+        let value = v.get("value").ok_or_else(|| err(key, G::NoValue))?;
         Ok(Some((t, value)))
     }
 
@@ -117,22 +123,24 @@ impl<'a> Kv<'a> {
     pub fn uint(&self, key: &str) -> Result<Option<u64>> {
         match self.typed(key)? {
             None => Ok(None),
-            Some(("u8" | "u16" | "u32" | "u64" | "i8" | "i16" | "i32" | "i64", v)) => v
-                .as_u64()
-                .map(Some)
-                .ok_or_else(|| err(key, format!("{v} is not a non-negative integer"))),
-            Some(("array", _)) => Err(err(
-                key,
-                "a per-layer array; only one value for every layer is supported",
-            )),
-            Some((t, _)) => Err(err(key, format!("has type {t}, expected an integer"))),
+            Some(("u8" | "u16" | "u32" | "u64" | "i8" | "i16" | "i32" | "i64", v)) => {
+                v.as_u64().map(Some).ok_or_else(|| {
+                    err(
+                        key,
+                        G::NotUnsigned {
+                            value: v.to_string(),
+                        },
+                    )
+                })
+            }
+            Some(("array", _)) => Err(err(key, G::PerLayerArray)),
+            Some((t, _)) => Err(wrong_type(key, t, "an integer")),
         }
     }
 
     /// A required unsigned integer key.
     pub fn uint_req(&self, key: &str) -> Result<u64> {
-        self.uint(key)?
-            .ok_or_else(|| err(key, "missing (no default is safe)"))
+        self.uint(key)?.ok_or_else(|| err(key, G::MissingNoDefault))
     }
 
     /// A float key (`f32`/`f64`; an integer is accepted); non-finite values are refused.
@@ -146,8 +154,15 @@ impl<'a> Kv<'a> {
                 .as_f64()
                 .filter(|x| x.is_finite())
                 .map(Some)
-                .ok_or_else(|| err(key, format!("{v} is not a finite number"))),
-            Some((t, _)) => Err(err(key, format!("has type {t}, expected a float"))),
+                .ok_or_else(|| {
+                    err(
+                        key,
+                        G::NotFinite {
+                            value: v.to_string(),
+                        },
+                    )
+                }),
+            Some((t, _)) => Err(wrong_type(key, t, "a float")),
         }
     }
 
@@ -155,11 +170,15 @@ impl<'a> Kv<'a> {
     pub fn bool(&self, key: &str) -> Result<Option<bool>> {
         match self.typed(key)? {
             None => Ok(None),
-            Some(("bool", v)) => v
-                .as_bool()
-                .map(Some)
-                .ok_or_else(|| err(key, format!("{v} is not a boolean"))),
-            Some((t, _)) => Err(err(key, format!("has type {t}, expected bool"))),
+            Some(("bool", v)) => v.as_bool().map(Some).ok_or_else(|| {
+                err(
+                    key,
+                    G::NotABool {
+                        value: v.to_string(),
+                    },
+                )
+            }),
+            Some((t, _)) => Err(wrong_type(key, t, "bool")),
         }
     }
 
@@ -167,21 +186,25 @@ impl<'a> Kv<'a> {
     pub fn str(&self, key: &str) -> Result<Option<&'a str>> {
         match self.typed(key)? {
             None => Ok(None),
-            Some(("string", v)) => v
-                .as_str()
-                .map(Some)
-                .ok_or_else(|| err(key, format!("{v} is not a string"))),
-            Some((t, _)) => Err(err(key, format!("has type {t}, expected string"))),
+            Some(("string", v)) => v.as_str().map(Some).ok_or_else(|| {
+                err(
+                    key,
+                    G::NotAString {
+                        value: v.to_string(),
+                    },
+                )
+            }),
+            Some((t, _)) => Err(wrong_type(key, t, "string")),
         }
     }
 
     /// An array key whose elements are of GGUF type `elem` (one of `want`).
-    fn array(&self, key: &str, want: &[&str]) -> Result<Option<&'a Vec<Value>>> {
+    fn array(&self, key: &str, want: &[&'static str]) -> Result<Option<&'a Vec<Value>>> {
         let Some((t, v)) = self.typed(key)? else {
             return Ok(None);
         };
         if t != "array" {
-            return Err(err(key, format!("has type {t}, expected an array")));
+            return Err(wrong_type(key, t, "an array"));
         }
         let elem = self
             .map
@@ -192,36 +215,29 @@ impl<'a> Kv<'a> {
         if !want.contains(&elem) {
             return Err(err(
                 key,
-                format!("an array of {elem}, expected {}", want.join(" or ")),
+                G::WrongElement {
+                    elem: elem.to_string(),
+                    expected: want.to_vec(),
+                },
             ));
         }
-        v.as_array()
-            .map(Some)
-            .ok_or_else(|| err(key, "the array value is not a list"))
+        v.as_array().map(Some).ok_or_else(|| err(key, G::NotAList))
     }
 }
 
 /// The architecture of a GGUF source, or an error naming it and the supported list.
 pub fn arch(kv: &Kv<'_>) -> Result<Arch> {
-    let supported = || {
-        SUPPORTED
-            .iter()
-            .map(|(g, f)| format!("{g} (as {f})"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let a = kv
         .str("general.architecture")?
-        .ok_or_else(|| err("general.architecture", "missing"))?;
+        .ok_or_else(|| err("general.architecture", G::Missing))?;
     match a {
         "qwen3moe" => Ok(Arch::Qwen3Moe),
         "glm4moe" => Ok(Arch::Glm4Moe),
         other => Err(err(
             "general.architecture",
-            format!(
-                "{other:?} is not run by this build (GGUF architectures run: {})",
-                supported()
-            ),
+            G::UnsupportedArch {
+                arch: other.to_string(),
+            },
         )),
     }
 }
@@ -234,7 +250,7 @@ pub fn main_layers(kv: &Kv<'_>, arch: Arch) -> Result<u64> {
     if nextn >= blocks {
         return Err(err(
             &format!("{a}.nextn_predict_layers"),
-            format!("{nextn} leaves no decoder layer of block_count {blocks}"),
+            G::NoDecoderLayer { nextn, blocks },
         ));
     }
     Ok(blocks - nextn)
@@ -314,11 +330,10 @@ pub fn adapt(config: &Value, tensors: &mut TensorStore) -> Result<Value> {
             Some(hf) => Ok(Some(hf)),
             None => Err(DecodeError::BadTensor {
                 name: name.into(),
-                detail: format!(
-                    "a GGUF tensor with no meaning in tarfa's {} decoder (llama.cpp architecture {}); refusing rather than leaving it out of the computation",
-                    arch.model_type(),
-                    arch.gguf_name()
-                ),
+                fault: TensorFault::NoMeaning {
+                    model_type: arch.model_type(),
+                    gguf_arch: arch.gguf_name(),
+                },
             }),
         },
     })?;
@@ -333,7 +348,7 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
     let hidden = kv.uint_req(&key("embedding_length"))?;
     let heads = kv.uint_req(&key("attention.head_count"))?;
     if heads == 0 {
-        return Err(err(&key("attention.head_count"), "must be at least 1"));
+        return Err(err(&key("attention.head_count"), G::Zero));
     }
     let kv_heads = kv.uint(&key("attention.head_count_kv"))?.unwrap_or(heads);
     let head_dim = match kv.uint(&key("attention.key_length"))? {
@@ -344,19 +359,24 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
         if v != head_dim {
             return Err(err(
                 &key("attention.value_length"),
-                format!("{v} differs from the key length {head_dim}; the families need equal q/k and v head sizes"),
+                G::ValueLength {
+                    value_length: v,
+                    key_length: head_dim,
+                },
             ));
         }
     }
     let eps = kv
         .float(&key("attention.layer_norm_rms_epsilon"))?
-        .ok_or_else(|| err(&key("attention.layer_norm_rms_epsilon"), "missing"))?;
+        .ok_or_else(|| err(&key("attention.layer_norm_rms_epsilon"), G::Missing))?;
     let theta = kv.float(&key("rope.freq_base"))?.unwrap_or(10000.0);
     if let Some(t) = kv.str(&key("rope.scaling.type"))? {
         if t != "none" {
             return Err(err(
                 &key("rope.scaling.type"),
-                format!("{t:?}: RoPE scaling is not decoded by this build"),
+                G::RopeScaling {
+                    kind: t.to_string(),
+                },
             ));
         }
     }
@@ -364,7 +384,7 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
     if rot == 0 || rot > head_dim || head_dim == 0 {
         return Err(err(
             &key("rope.dimension_count"),
-            format!("{rot} rotary dimensions of a {head_dim}-wide head"),
+            G::RotaryDims { rot, head_dim },
         ));
     }
     let experts = kv.uint_req(&key("expert_count"))?;
@@ -376,7 +396,10 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
         s => {
             return Err(DecodeError::BadTensor {
                 name: "token_embd.weight".into(),
-                detail: format!("shape {s:?} (row-major), expected [vocab, {hidden}]"),
+                fault: TensorFault::EmbeddingShape {
+                    shape: s.to_vec(),
+                    hidden,
+                },
             })
         }
     };
@@ -392,7 +415,9 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
         ff.ok_or_else(|| {
             err(
                 &key("feed_forward_length"),
-                format!("missing, and layers {dense:?} are dense"),
+                G::DenseWithoutWidth {
+                    dense: dense.clone(),
+                },
             )
         })
     };
@@ -420,28 +445,22 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
             if rot != head_dim {
                 return Err(err(
                     &key("rope.dimension_count"),
-                    format!("{rot} of a {head_dim}-wide head: qwen3_moe rotates the whole head"),
+                    G::PartialRotation { rot, head_dim },
                 ));
             }
             if kv.bool(&key("expert_weights_norm"))? == Some(false) {
-                return Err(err(
-                    &key("expert_weights_norm"),
-                    "false, but llama.cpp's qwen3moe always renormalises the top-k weights; the file contradicts its architecture",
-                ));
+                return Err(err(&key("expert_weights_norm"), G::NoRenormalisation));
             }
             if let Some(g) = kv.uint(&key("expert_gating_func"))? {
                 if g != 1 {
-                    return Err(err(
-                        &key("expert_gating_func"),
-                        format!("{g}: qwen3moe routes by softmax (1)"),
-                    ));
+                    return Err(err(&key("expert_gating_func"), G::NotSoftmax { found: g }));
                 }
             }
             if let Some(n) = kv.uint(&key("expert_shared_count"))? {
                 if n != 0 {
                     return Err(err(
                         &key("expert_shared_count"),
-                        format!("{n}: qwen3_moe has no shared experts"),
+                        G::SharedExperts { count: n },
                     ));
                 }
             }
@@ -470,25 +489,17 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
             // llama.cpp: an absent (or 0, "none") gating function means sigmoid for glm4moe.
             match kv.uint(&key("expert_gating_func"))? {
                 None | Some(0) | Some(2) => {}
-                Some(g) => {
-                    return Err(err(
-                        &key("expert_gating_func"),
-                        format!("{g}: glm4moe routes by sigmoid (2); nothing else is decoded"),
-                    ))
-                }
+                Some(g) => return Err(err(&key("expert_gating_func"), G::NotSigmoid { found: g })),
             }
             if kv.map.contains_key(&key("rope.dimension_sections")) {
-                return Err(err(
-                    &key("rope.dimension_sections"),
-                    "M-RoPE (the vision model's sections) is not decoded by this build",
-                ));
+                return Err(err(&key("rope.dimension_sections"), G::MRope));
             }
             let partial = rot as f64 / head_dim as f64;
             // transformers: int(head_dim * partial_rotary_factor) must give back `rot`.
             if (head_dim as f64 * partial) as u64 != rot {
                 return Err(err(
                     &key("rope.dimension_count"),
-                    format!("{rot} of {head_dim} is not a factor transformers reproduces"),
+                    G::RotaryFactor { rot, head_dim },
                 ));
             }
             let moe_i = kv.uint_req(&key("expert_feed_forward_length"))?;
@@ -497,7 +508,11 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
                 if Some(s) != moe_i.checked_mul(shared) {
                     return Err(err(
                         &key("expert_shared_feed_forward_length"),
-                        format!("{s} is not expert_feed_forward_length {moe_i} × expert_shared_count {shared}, the only shared width glm4_moe has"),
+                        G::SharedWidth {
+                            found: s,
+                            width: moe_i,
+                            count: shared,
+                        },
                     ));
                 }
             }
@@ -506,7 +521,7 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
             // llama.cpp's default 0.0 would scale the routed output to nothing: no safe default.
             let scale = kv
                 .float(&key("expert_weights_scale"))?
-                .ok_or_else(|| err(&key("expert_weights_scale"), "missing (no default is safe)"))?;
+                .ok_or_else(|| err(&key("expert_weights_scale"), G::MissingNoDefault))?;
             let groups = kv.uint(&key("expert_group_count"))?.unwrap_or(1);
             let groups_used = kv.uint(&key("expert_group_used_count"))?.unwrap_or(1);
             let nextn = kv.uint(&key("nextn_predict_layers"))?.unwrap_or(0);
@@ -515,7 +530,10 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
             if dense != want {
                 return Err(err(
                     &key("leading_dense_block_count"),
-                    format!("{lead}, but the layers without a router (ffn_gate_inp) are {dense:?}"),
+                    G::DenseLayers {
+                        lead,
+                        dense: dense.clone(),
+                    },
                 ));
             }
             c.insert(
@@ -569,19 +587,18 @@ pub fn tokenizer_json(config: &Value) -> Result<Value> {
     let kv = Kv::new(config)?;
     let model = kv
         .str("tokenizer.ggml.model")?
-        .ok_or_else(|| err("tokenizer.ggml.model", "missing: the GGUF has no tokenizer"))?;
+        .ok_or_else(|| err("tokenizer.ggml.model", G::NoTokenizer))?;
     if model != "gpt2" {
         return Err(err(
             "tokenizer.ggml.model",
-            format!("{model:?}: only \"gpt2\" (byte-level BPE) is rebuilt from a GGUF"),
+            G::TokenizerModel {
+                model: model.to_string(),
+            },
         ));
     }
-    let pre = kv.str("tokenizer.ggml.pre")?.ok_or_else(|| {
-        err(
-            "tokenizer.ggml.pre",
-            "missing: the pre-tokenizer is unknown",
-        )
-    })?;
+    let pre = kv
+        .str("tokenizer.ggml.pre")?
+        .ok_or_else(|| err("tokenizer.ggml.pre", G::NoPreTokenizer))?;
     let (regex, nfc) = match pre {
         "qwen2" => (PRE_QWEN2, true),
         "glm4" | "chatglm-bpe" => (PRE_CHATGLM4, false),
@@ -589,29 +606,34 @@ pub fn tokenizer_json(config: &Value) -> Result<Value> {
         other => {
             return Err(err(
                 "tokenizer.ggml.pre",
-                format!(
-                    "{other:?} is not rebuilt (supported: {})",
-                    SUPPORTED_PRE.join(", ")
-                ),
+                G::PreTokenizer {
+                    pre: other.to_string(),
+                },
             ))
         }
     };
     let tokens = kv
         .array("tokenizer.ggml.tokens", &["string"])?
-        .ok_or_else(|| err("tokenizer.ggml.tokens", "missing"))?;
+        .ok_or_else(|| err("tokenizer.ggml.tokens", G::Missing))?;
     if tokens.is_empty() || tokens.len() > MAX_TOKENS {
         return Err(err(
             "tokenizer.ggml.tokens",
-            format!("{} tokens, expected 1..={MAX_TOKENS}", tokens.len()),
+            G::TokenCount {
+                count: tokens.len(),
+                max: MAX_TOKENS,
+            },
         ));
     }
     let merges = kv
         .array("tokenizer.ggml.merges", &["string"])?
-        .ok_or_else(|| err("tokenizer.ggml.merges", "missing: a BPE needs its merges"))?;
+        .ok_or_else(|| err("tokenizer.ggml.merges", G::NoMerges))?;
     if merges.len() > MAX_TOKENS {
         return Err(err(
             "tokenizer.ggml.merges",
-            format!("{} merges, over the limit {MAX_TOKENS}", merges.len()),
+            G::MergeCount {
+                count: merges.len(),
+                max: MAX_TOKENS,
+            },
         ));
     }
     let types = kv.array(
@@ -622,19 +644,19 @@ pub fn tokenizer_json(config: &Value) -> Result<Value> {
         if t.len() != tokens.len() {
             return Err(err(
                 "tokenizer.ggml.token_type",
-                format!("{} types for {} tokens", t.len(), tokens.len()),
+                G::TypeCount {
+                    types: t.len(),
+                    tokens: tokens.len(),
+                },
             ));
         }
     }
     let mut vocab = Map::new();
     let mut added = Vec::new();
     for (id, t) in tokens.iter().enumerate() {
-        let s = t.as_str().ok_or_else(|| {
-            err(
-                "tokenizer.ggml.tokens",
-                format!("element {id} is not a string"),
-            )
-        })?;
+        let s = t
+            .as_str()
+            .ok_or_else(|| err("tokenizer.ggml.tokens", G::ElementNotAString { index: id }))?;
         let ty = types.and_then(|v| v[id].as_i64()).unwrap_or(1);
         if ty == TOKEN_CONTROL || ty == TOKEN_USER_DEFINED {
             added.push(json!({
@@ -648,19 +670,19 @@ pub fn tokenizer_json(config: &Value) -> Result<Value> {
     }
     let mut pairs = Vec::with_capacity(merges.len());
     for (i, m) in merges.iter().enumerate() {
-        let s = m.as_str().ok_or_else(|| {
-            err(
-                "tokenizer.ggml.merges",
-                format!("element {i} is not a string"),
-            )
-        })?;
+        let s = m
+            .as_str()
+            .ok_or_else(|| err("tokenizer.ggml.merges", G::ElementNotAString { index: i }))?;
         let mut it = s.split(' ');
         match (it.next(), it.next(), it.next()) {
             (Some(a), Some(b), None) if !a.is_empty() && !b.is_empty() => pairs.push(json!([a, b])),
             _ => {
                 return Err(err(
                     "tokenizer.ggml.merges",
-                    format!("element {i} {s:?} is not two tokens separated by one space"),
+                    G::BadMerge {
+                        index: i,
+                        merge: s.to_string(),
+                    },
                 ))
             }
         }
@@ -747,6 +769,14 @@ mod tests {
         json!({"type": "u32", "value": v})
     }
 
+    /// The key and fault of a GGUF key/value refusal.
+    fn fault<T: std::fmt::Debug>(r: Result<T>) -> (String, G) {
+        match r {
+            Err(DecodeError::Gguf { key, fault }) => (key, fault),
+            other => panic!("expected a GGUF key fault, got {other:?}"),
+        }
+    }
+
     #[test]
     fn missing_and_unknown_keys_are_named() {
         let mut m = Map::new();
@@ -760,18 +790,24 @@ mod tests {
             s.contains("general.architecture") && s.contains("\"llama\"") && s.contains("qwen3moe"),
             "{s}"
         );
+        assert_eq!(
+            fault::<Arch>(Err(e)),
+            (
+                "general.architecture".into(),
+                G::UnsupportedArch {
+                    arch: "llama".into()
+                }
+            )
+        );
         m.insert(
             "general.architecture".into(),
             json!({"type": "string", "value": "glm4moe"}),
         );
         let v = Value::Object(m.clone());
         let kv = Kv::new(&v).expect("ok");
-        let s = main_layers(&kv, Arch::Glm4Moe)
-            .expect_err("refused")
-            .to_string();
-        assert!(
-            s.contains("glm4moe.block_count") && s.contains("missing"),
-            "{s}"
+        assert_eq!(
+            fault(main_layers(&kv, Arch::Glm4Moe)),
+            ("glm4moe.block_count".into(), G::MissingNoDefault)
         );
         m.insert("glm4moe.block_count".into(), u32v(4));
         m.insert("glm4moe.nextn_predict_layers".into(), u32v(1));
@@ -782,35 +818,116 @@ mod tests {
         );
         m.insert("glm4moe.nextn_predict_layers".into(), u32v(4));
         let v = Value::Object(m.clone());
-        assert!(main_layers(&Kv::new(&v).expect("ok"), Arch::Glm4Moe).is_err());
+        assert_eq!(
+            fault(main_layers(&Kv::new(&v).expect("ok"), Arch::Glm4Moe)),
+            (
+                "glm4moe.nextn_predict_layers".into(),
+                G::NoDecoderLayer {
+                    nextn: 4,
+                    blocks: 4
+                }
+            )
+        );
         m.insert(
             "glm4moe.attention.head_count".into(),
             json!({"type": "array", "elem": "u32", "value": [4, 4]}),
         );
         let v = Value::Object(m);
-        let s = Kv::new(&v)
-            .expect("ok")
-            .uint("glm4moe.attention.head_count")
-            .expect_err("refused")
-            .to_string();
-        assert!(s.contains("per-layer array"), "{s}");
+        assert_eq!(
+            fault(
+                Kv::new(&v)
+                    .expect("ok")
+                    .uint("glm4moe.attention.head_count")
+            ),
+            ("glm4moe.attention.head_count".into(), G::PerLayerArray)
+        );
+    }
+
+    #[test]
+    fn each_typed_value_fault_is_its_own_variant() {
+        let v = json!({
+            "notype": {"value": 1},
+            "novalue": {"type": "u32"},
+            "neg": {"type": "i32", "value": -1},
+            "s": {"type": "string", "value": "x"},
+            "inf": {"type": "f32", "value": "inf"},
+            "b": {"type": "bool", "value": 1},
+            "str": {"type": "string", "value": 1},
+            "arr": {"type": "array", "elem": "f32", "value": [1.0]},
+            "arrv": {"type": "array", "elem": "string", "value": 1},
+        });
+        let kv = Kv::new(&v).expect("object");
+        let k = |s: &str| s.to_string();
+        assert_eq!(
+            fault(Kv::new(&json!(1))),
+            (k("(key/values)"), G::NotAnObject)
+        );
+        assert_eq!(fault(kv.uint("notype")), (k("notype"), G::NoType));
+        assert_eq!(fault(kv.uint("novalue")), (k("novalue"), G::NoValue));
+        assert_eq!(
+            fault(kv.uint("neg")),
+            (k("neg"), G::NotUnsigned { value: k("-1") })
+        );
+        assert_eq!(
+            fault(kv.uint("s")),
+            (
+                k("s"),
+                G::WrongType {
+                    found: k("string"),
+                    expected: "an integer"
+                }
+            )
+        );
+        assert_eq!(
+            fault(kv.float("inf")),
+            (
+                k("inf"),
+                G::NotFinite {
+                    value: k("\"inf\"")
+                }
+            )
+        );
+        assert_eq!(fault(kv.bool("b")), (k("b"), G::NotABool { value: k("1") }));
+        assert_eq!(
+            fault(kv.str("str")),
+            (k("str"), G::NotAString { value: k("1") })
+        );
+        assert_eq!(
+            fault(kv.array("arr", &["string"])),
+            (
+                k("arr"),
+                G::WrongElement {
+                    elem: k("f32"),
+                    expected: vec!["string"]
+                }
+            )
+        );
+        assert_eq!(
+            fault(kv.array("arrv", &["string"])),
+            (k("arrv"), G::NotAList)
+        );
     }
 
     #[test]
     fn tokenizer_keys_missing_or_unsupported_are_named() {
         let mut m = Map::new();
-        let s = tokenizer_json(&Value::Object(m.clone()))
-            .expect_err("refused")
-            .to_string();
-        assert!(s.contains("tokenizer.ggml.model"), "{s}");
+        assert_eq!(
+            fault(tokenizer_json(&Value::Object(m.clone()))),
+            ("tokenizer.ggml.model".into(), G::NoTokenizer)
+        );
         m.insert(
             "tokenizer.ggml.model".into(),
             json!({"type": "string", "value": "llama"}),
         );
-        let s = tokenizer_json(&Value::Object(m.clone()))
-            .expect_err("refused")
-            .to_string();
-        assert!(s.contains("\"llama\"") && s.contains("gpt2"), "{s}");
+        assert_eq!(
+            fault(tokenizer_json(&Value::Object(m.clone()))),
+            (
+                "tokenizer.ggml.model".into(),
+                G::TokenizerModel {
+                    model: "llama".into()
+                }
+            )
+        );
         m.insert(
             "tokenizer.ggml.model".into(),
             json!({"type": "string", "value": "gpt2"}),
@@ -819,12 +936,14 @@ mod tests {
             "tokenizer.ggml.pre".into(),
             json!({"type": "string", "value": "tekken"}),
         );
-        let s = tokenizer_json(&Value::Object(m.clone()))
-            .expect_err("refused")
-            .to_string();
-        assert!(
-            s.contains("tokenizer.ggml.pre") && s.contains("\"tekken\""),
-            "{s}"
+        assert_eq!(
+            fault(tokenizer_json(&Value::Object(m.clone()))),
+            (
+                "tokenizer.ggml.pre".into(),
+                G::PreTokenizer {
+                    pre: "tekken".into()
+                }
+            )
         );
         m.insert(
             "tokenizer.ggml.pre".into(),
@@ -834,21 +953,26 @@ mod tests {
             "tokenizer.ggml.tokens".into(),
             json!({"type": "array", "elem": "string", "value": ["a", "b", "ab"]}),
         );
-        let s = tokenizer_json(&Value::Object(m.clone()))
-            .expect_err("refused")
-            .to_string();
-        assert!(
-            s.contains("tokenizer.ggml.merges") && s.contains("missing"),
-            "{s}"
+        assert_eq!(
+            fault(tokenizer_json(&Value::Object(m.clone()))),
+            ("tokenizer.ggml.merges".into(), G::NoMerges)
         );
         m.insert(
             "tokenizer.ggml.merges".into(),
             json!({"type": "array", "elem": "string", "value": ["a b c"]}),
         );
-        let s = tokenizer_json(&Value::Object(m.clone()))
-            .expect_err("refused")
-            .to_string();
-        assert!(s.contains("\"a b c\""), "{s}");
+        let e = tokenizer_json(&Value::Object(m.clone())).expect_err("refused");
+        assert!(e.to_string().contains("\"a b c\""), "{e}");
+        assert_eq!(
+            fault::<Value>(Err(e)),
+            (
+                "tokenizer.ggml.merges".into(),
+                G::BadMerge {
+                    index: 0,
+                    merge: "a b c".into()
+                }
+            )
+        );
         m.insert(
             "tokenizer.ggml.merges".into(),
             json!({"type": "array", "elem": "string", "value": ["a b"]}),

@@ -10,7 +10,7 @@ use tarfa_runtime::cuda_compute::{DeviceBytes, ExpertJob, GpuCompute, GpuDtype, 
 use tarfa_runtime::Gpu;
 
 use crate::blocks::{self, Batch};
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, ExpertFault, Result};
 use crate::experts::ExpertView;
 use crate::offload::{placed, ExpertOffload, GpuOptions, OffloadReport};
 use crate::weights::{MatrixRef, WeightSlice};
@@ -136,14 +136,14 @@ impl GpuExperts {
             return Err(DecodeError::BadExpert {
                 layer: e.layer,
                 expert: e.expert,
-                detail: "a quantised expert cannot run on the GPU (placement refuses it)".into(),
+                fault: ExpertFault::QuantisedOnGpu,
             });
         };
         if gd != ud {
             return Err(DecodeError::BadExpert {
                 layer: e.layer,
                 expert: e.expert,
-                detail: "gate and up of different element types cannot run on the GPU (placement refuses it)".into(),
+                fault: ExpertFault::MixedGateUpOnGpu,
             });
         }
         // gate | up | down, each at an offset aligned for its element type.

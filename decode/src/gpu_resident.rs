@@ -17,7 +17,7 @@ use tarfa_runtime::gpu_engine::{
 };
 
 use crate::blocks::{self, Batch};
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, OptionsFault, Result};
 use crate::experts::ExpertStore;
 use crate::family::qwen3_moe::Qwen3MoeConfig;
 use crate::family::{Ctx, Family};
@@ -160,10 +160,10 @@ pub fn build<D: EngineDevice>(
         }
         let want: Vec<u32> = (0..c.num_experts as u32).collect();
         if experts.experts_of(l as u32) != want {
-            return Err(DecodeError::Options(format!(
-                "layer {l} does not hold experts 0..{} (the config's num_experts)",
-                c.num_experts
-            )));
+            return Err(DecodeError::Options(OptionsFault::WholeModelExperts {
+                layer: l,
+                num_experts: c.num_experts,
+            }));
         }
         let mut types = None;
         experts.with_experts(l as u32, &want, |views| {

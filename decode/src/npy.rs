@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, NpyFault, Result};
 
 /// A 2-D array read from a `.npy` file, widened to `f64` (exact for `f32`).
 #[derive(Clone, Debug, PartialEq)]
@@ -58,9 +58,9 @@ pub fn write_f32(path: &Path, rows: &[Vec<f32>]) -> Result<()> {
 }
 
 /// Parse a 2-D (or 1-D, as one row) `<f4` or `<f8` C-order `.npy`.
-pub fn decode(bytes: &[u8]) -> std::result::Result<Array2, String> {
+pub fn decode(bytes: &[u8]) -> std::result::Result<Array2, NpyFault> {
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err("not a .npy file (magic)".into());
+        return Err(NpyFault::NotNpy);
     }
     let (hlen, hstart) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
@@ -68,46 +68,57 @@ pub fn decode(bytes: &[u8]) -> std::result::Result<Array2, String> {
             u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
             12,
         ),
-        v => return Err(format!("unsupported .npy version {v}")),
+        version => return Err(NpyFault::Version { version }),
     };
     let header = bytes
         .get(hstart..hstart + hlen)
-        .ok_or("header runs past the end")?;
-    let header = std::str::from_utf8(header).map_err(|_| "header is not UTF-8")?;
+        .ok_or(NpyFault::HeaderPastEnd)?;
+    let header = std::str::from_utf8(header).map_err(|_| NpyFault::HeaderNotUtf8)?;
     let is_f32 = if header.contains("'<f4'") {
         true
     } else if header.contains("'<f8'") {
         false
     } else {
-        return Err(format!("dtype is not <f4 or <f8: {header}"));
+        return Err(NpyFault::Dtype {
+            header: header.to_string(),
+        });
     };
     if header.contains("'fortran_order': True") {
-        return Err("Fortran order is not read".into());
+        return Err(NpyFault::FortranOrder);
     }
     let shape = header
         .split("'shape': (")
         .nth(1)
         .and_then(|s| s.split(')').next())
-        .ok_or("no shape")?;
+        .ok_or(NpyFault::NoShape)?;
     let dims: Vec<usize> = shape
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .map(|s| {
-            s.parse::<usize>()
-                .map_err(|e| format!("shape {shape:?}: {e}"))
+            s.parse::<usize>().map_err(|_| NpyFault::BadDimension {
+                shape: shape.to_string(),
+                entry: s.to_string(),
+            })
         })
         .collect::<std::result::Result<_, _>>()?;
     let (rows, cols) = match dims[..] {
         [n] => (1, n),
         [r, c] => (r, c),
-        _ => return Err(format!("shape ({shape}) is not 1-D or 2-D")),
+        _ => {
+            return Err(NpyFault::Rank {
+                shape: shape.to_string(),
+            })
+        }
     };
     let width = if is_f32 { 4 } else { 8 };
-    let n = rows.checked_mul(cols).ok_or("shape overflows")?;
+    let n = rows.checked_mul(cols).ok_or(NpyFault::ShapeOverflow)?;
     let body = &bytes[hstart + hlen..];
-    if body.len() != n.checked_mul(width).ok_or("shape overflows")? {
-        return Err(format!("{} data bytes for shape ({shape})", body.len()));
+    if body.len() != n.checked_mul(width).ok_or(NpyFault::ShapeOverflow)? {
+        return Err(NpyFault::DataLength {
+            bytes: body.len(),
+            shape: shape.to_string(),
+        });
     }
     let data = if is_f32 {
         body.chunks_exact(4)
@@ -133,12 +144,78 @@ pub const MAX_NPY_LEN: u64 = 1 << 30;
 pub fn read(path: &Path) -> Result<Array2> {
     let bytes = tarfa_format::fsio::read_regular(path, MAX_NPY_LEN)
         .map_err(|e| DecodeError::Format(tarfa_format::Error::from(e)))?;
-    decode(&bytes).map_err(|e| DecodeError::Options(format!("{}: {e}", path.display())))
+    decode(&bytes).map_err(|fault| DecodeError::Npy {
+        path: path.to_path_buf(),
+        fault,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_npy_fault_is_its_own_variant() {
+        let npy = |header: &str, body: &[u8]| {
+            let mut b = b"\x93NUMPY\x01\x00".to_vec();
+            b.extend_from_slice(&(header.len() as u16).to_le_bytes());
+            b.extend_from_slice(header.as_bytes());
+            b.extend_from_slice(body);
+            b
+        };
+        let h = |descr: &str, fortran: &str, shape: &str| {
+            format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': ({shape}), }}")
+        };
+        let fault = |b: Vec<u8>| decode(&b).expect_err("refused");
+        assert_eq!(fault(b"not a npy file".to_vec()), NpyFault::NotNpy);
+        let mut v9 = npy(&h("<f4", "False", "1,"), &[0; 4]);
+        v9[6] = 9;
+        assert_eq!(fault(v9), NpyFault::Version { version: 9 });
+        let mut past = npy(&h("<f4", "False", "1,"), &[]);
+        past[8] = 0xff;
+        assert_eq!(fault(past), NpyFault::HeaderPastEnd);
+        let mut utf = npy("{'shape': (1,)}", &[]);
+        utf[10] = 0xff;
+        assert_eq!(fault(utf), NpyFault::HeaderNotUtf8);
+        let i4 = h("<i4", "False", "1,");
+        assert_eq!(
+            fault(npy(&i4, &[0; 4])),
+            NpyFault::Dtype { header: i4.clone() }
+        );
+        assert_eq!(
+            fault(npy(&h("<f4", "True", "1,"), &[0; 4])),
+            NpyFault::FortranOrder
+        );
+        assert_eq!(
+            fault(npy("{'descr': '<f4', 'fortran_order': False}", &[])),
+            NpyFault::NoShape
+        );
+        assert_eq!(
+            fault(npy(&h("<f4", "False", "x,"), &[])),
+            NpyFault::BadDimension {
+                shape: "x,".into(),
+                entry: "x".into()
+            }
+        );
+        assert_eq!(
+            fault(npy(&h("<f4", "False", "1, 1, 1"), &[0; 4])),
+            NpyFault::Rank {
+                shape: "1, 1, 1".into()
+            }
+        );
+        let big = format!("{}, {}", usize::MAX, 2);
+        assert_eq!(
+            fault(npy(&h("<f4", "False", &big), &[])),
+            NpyFault::ShapeOverflow
+        );
+        assert_eq!(
+            fault(npy(&h("<f8", "False", "2,"), &[0; 8])),
+            NpyFault::DataLength {
+                bytes: 8,
+                shape: "2,".into()
+            }
+        );
+    }
 
     #[test]
     fn encoded_npy_reads_back_with_the_same_bits() {

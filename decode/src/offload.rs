@@ -133,9 +133,7 @@ fn open_gpu(o: &GpuOptions) -> Result<Box<dyn ExpertOffload>> {
 
 #[cfg(not(feature = "cuda"))]
 fn open_gpu(_: &GpuOptions) -> Result<Box<dyn ExpertOffload>> {
-    Err(DecodeError::Options(
-        "this build of tarfa has no CUDA support (rebuild with `cargo build --release --features cuda`)".into(),
-    ))
+    Err(DecodeError::Options(crate::error::OptionsFault::NoCuda))
 }
 
 /// Whether `(layer, expert)` falls in the placed `fraction` (a fixed hash: the same experts on
@@ -173,6 +171,10 @@ mod tests {
     #[test]
     fn without_the_feature_cuda_is_an_error_and_auto_is_the_cpu() {
         let e = open(&Device::Cuda(GpuOptions::default())).expect_err("no CUDA");
+        assert!(
+            matches!(e, DecodeError::Options(crate::error::OptionsFault::NoCuda)),
+            "{e}"
+        );
         assert!(e.to_string().contains("--features cuda"), "{e}");
         assert!(open(&Device::Auto(GpuOptions::default()))
             .expect("auto")

@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 use tarfa_format::manifest::{FileKind, Manifest};
 use tarfa_runtime::{ExpertSource, ModelExperts, SourceOptions, SourceReport};
 
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, ManifestMismatch, OptionsFault, Result};
 use crate::experts::{ExpertOptions, ExpertStats, ExpertStore};
 use crate::family::{self, Ctx, Family, Profile};
 use crate::kernels::Isa;
@@ -101,8 +101,10 @@ impl Decoder {
         let config = &manifest.architecture.config;
         check_layers_present(dir, &manifest)?;
         let isa = match opts.isa {
-            Some(i) => i.checked().map_err(DecodeError::Options)?,
-            None => Isa::from_env().map_err(DecodeError::Options)?,
+            Some(i) => i
+                .checked()
+                .map_err(|f| DecodeError::Options(OptionsFault::Isa(f)))?,
+            None => Isa::from_env().map_err(|f| DecodeError::Options(OptionsFault::Isa(f)))?,
         };
         let threads = if opts.threads == 0 {
             std::thread::available_parallelism().map_or(1, |n| n.get())
@@ -113,7 +115,7 @@ impl Decoder {
             .num_threads(threads)
             .thread_name(|i| format!("tarfa-decode-{i}"))
             .build()
-            .map_err(|e| DecodeError::Options(format!("cannot start {threads} threads: {e}")))?;
+            .map_err(|source| DecodeError::ThreadPool { threads, source })?;
         let model = ModelExperts::open(dir)?;
         let mut tensors = TensorStore::load(dir, &manifest, &model)?;
         // A GGUF source: llama.cpp's names and key/values, mapped onto the family's.
@@ -254,7 +256,10 @@ impl Decoder {
         if got != entry.sha256 {
             return Err(DecodeError::NotInManifest {
                 path,
-                detail: format!("SHA-256 {got} differs from the manifest's {}", entry.sha256),
+                fault: ManifestMismatch::Sha256 {
+                    found: got,
+                    recorded: entry.sha256.clone(),
+                },
             });
         }
         Ok(Some(path))
@@ -312,7 +317,7 @@ impl Decoder {
         mut on_step: impl FnMut(usize, u32, &[f32]) -> Result<()>,
     ) -> Result<(PhaseStats, PhaseStats)> {
         if prompt.is_empty() {
-            return Err(DecodeError::Options("the prompt has no tokens".into()));
+            return Err(DecodeError::Options(OptionsFault::EmptyPrompt));
         }
         let mut prompt_phase = PhaseStats::default();
         let mut decode_phase = PhaseStats::default();
@@ -411,11 +416,10 @@ fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
     }
     Err(DecodeError::NotInManifest {
         path: dir.join("manifest.json"),
-        detail: format!(
-            "the model is incomplete: {} of {n} layers missing ({}); convert the rest with `tarfa convert --layers`",
-            missing.len(),
-            tarfa_format::manifest::layer_ranges(&missing)
-        ),
+        fault: ManifestMismatch::LayersMissing {
+            missing,
+            layers: n as usize,
+        },
     })
 }
 
@@ -427,7 +431,7 @@ fn read_regular_bounded(path: &Path, expected: u64) -> Result<Vec<u8>> {
     if bytes.len() as u64 != expected {
         return Err(DecodeError::NotInManifest {
             path: path.to_path_buf(),
-            detail: format!("size differs from the manifest's {expected} bytes"),
+            fault: ManifestMismatch::Size { expected },
         });
     }
     Ok(bytes)

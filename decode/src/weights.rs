@@ -18,7 +18,7 @@ use tarfa_format::{Dtype, JnfReader, Role};
 use tarfa_runtime::ModelExperts;
 
 use crate::canon::bf16_to_f32;
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, ManifestMismatch, Result, TensorFault};
 use crate::quant::{QuantType, MAX_BLOCK_ELEMS};
 
 const _: () = assert!(
@@ -234,36 +234,40 @@ impl Tensor {
     /// [`crate::quant`]). Another type, or a byte length that is not exactly the shape's, is an
     /// error naming the tensor.
     pub fn from_bytes(name: &str, dtype: Dtype, shape: &[u64], bytes: &[u8]) -> Result<Tensor> {
-        let bad = |detail: String| DecodeError::BadTensor {
+        let bad = |fault: TensorFault| DecodeError::BadTensor {
             name: name.into(),
-            detail,
+            fault,
         };
-        let ty = QuantType::from_dtype(dtype).ok_or_else(|| {
-            bad(format!(
-                "element type {dtype} is not decoded by this build ({} are)",
-                crate::quant::supported_names()
-            ))
-        })?;
+        let ty =
+            QuantType::from_dtype(dtype).ok_or_else(|| bad(TensorFault::Unsupported { dtype }))?;
+        let overflow = || {
+            bad(TensorFault::ShapeOverflow {
+                shape: shape.to_vec(),
+            })
+        };
         let shape_us: Vec<usize> = shape
             .iter()
-            .map(|&d| usize::try_from(d).map_err(|_| bad(format!("shape {shape:?} overflows"))))
+            .map(|&d| usize::try_from(d).map_err(|_| overflow()))
             .collect::<Result<_>>()?;
-        let shape = shape_us;
-        let n = shape
+        let n = shape_us
             .iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
-            .ok_or_else(|| bad(format!("shape {shape:?} overflows")))?;
+            .ok_or_else(overflow)?;
+        let shape = shape_us;
         let want = dtype.byte_len(&shape.iter().map(|&d| d as u64).collect::<Vec<_>>());
         if want != Some(bytes.len() as u64) {
             return Err(bad(match want {
-                Some(w) => format!(
-                    "{} bytes for shape {shape:?} of {dtype}, which takes {w}",
-                    bytes.len()
-                ),
-                None => format!(
-                    "shape {shape:?} is not whole rows of {dtype} blocks of {}",
-                    ty.block_elems()
-                ),
+                Some(want) => TensorFault::ByteLength {
+                    bytes: bytes.len(),
+                    shape,
+                    dtype,
+                    want,
+                },
+                None => TensorFault::PartialBlock {
+                    shape,
+                    dtype,
+                    block_elems: ty.block_elems(),
+                },
             }));
         }
         let data = match ty {
@@ -288,7 +292,7 @@ impl Tensor {
             _ if shape.len() <= 1 => {
                 let mut v = vec![0.0f32; n];
                 ty.dequantize(bytes, &mut v)
-                    .map_err(|e| bad(e.to_string()))?;
+                    .map_err(|e| bad(TensorFault::Quant(e)))?;
                 TensorData::F32(v)
             }
             _ => TensorData::Quant(ty, bytes.to_vec()),
@@ -299,7 +303,10 @@ impl Tensor {
             data,
         };
         if t.len() != n {
-            return Err(bad(format!("{} elements for shape {:?}", t.len(), t.shape)));
+            return Err(bad(TensorFault::ElementCount {
+                elems: t.len(),
+                shape: t.shape,
+            }));
         }
         Ok(t)
     }
@@ -346,7 +353,10 @@ impl Tensor {
         if self.shape != [rows, cols] {
             return Err(DecodeError::BadTensor {
                 name: self.name.clone(),
-                detail: format!("shape {:?}, expected [{rows}, {cols}]", self.shape),
+                fault: TensorFault::Shape {
+                    shape: self.shape.clone(),
+                    expected: vec![rows, cols],
+                },
             });
         }
         Ok(MatrixRef {
@@ -362,7 +372,10 @@ impl Tensor {
         if self.shape != [n] {
             return Err(DecodeError::BadTensor {
                 name: self.name.clone(),
-                detail: format!("shape {:?}, expected [{n}]", self.shape),
+                fault: TensorFault::Shape {
+                    shape: self.shape.clone(),
+                    expected: vec![n],
+                },
             });
         }
         Ok(self.slice())
@@ -408,11 +421,10 @@ impl TensorStore {
             {
                 return Err(DecodeError::NotInManifest {
                     path,
-                    detail: format!(
-                        "root digest {} differs from the manifest's {}",
-                        hex::encode(root.sha256),
-                        entry.sha256
-                    ),
+                    fault: ManifestMismatch::RootDigest {
+                        found: hex::encode(root.sha256),
+                        recorded: entry.sha256.clone(),
+                    },
                 });
             }
             store.take_tensors(&reader)?;
@@ -432,7 +444,7 @@ impl TensorStore {
             if let Some(dtype) = r.dtype().filter(|d| !crate::quant::is_supported(*d)) {
                 return Err(DecodeError::BadTensor {
                     name: reader.name(i as u32).into(),
-                    detail: crate::quant::QuantError::Unsupported { dtype }.to_string(),
+                    fault: TensorFault::Unsupported { dtype },
                 });
             }
         }
@@ -443,7 +455,7 @@ impl TensorStore {
             let name = reader.name(i as u32);
             let dtype = r.dtype().ok_or_else(|| DecodeError::BadTensor {
                 name: name.into(),
-                detail: format!("unknown dtype code {}", r.dtype),
+                fault: TensorFault::UnknownDtype { code: r.dtype },
             })?;
             let bytes = reader.read_region_verified(i as u32)?;
             self.bytes += bytes.len() as u64;
@@ -503,7 +515,10 @@ impl TensorStore {
             if let Some(first) = seen.insert(new, old) {
                 return Err(DecodeError::BadTensor {
                     name: old.clone(),
-                    detail: format!("renamed to {new}, which {first} is renamed to as well"),
+                    fault: TensorFault::RenameClash {
+                        new: new.clone(),
+                        first: first.to_string(),
+                    },
                 });
             }
         }
@@ -528,6 +543,80 @@ impl TensorStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::TensorFault;
+
+    fn tensor_fault(r: Result<Tensor>) -> TensorFault {
+        match r {
+            Err(DecodeError::BadTensor { name, fault }) if name == "t" => fault,
+            Err(e) => panic!("expected BadTensor of t, got {e}"),
+            Ok(_) => panic!("accepted"),
+        }
+    }
+
+    #[test]
+    fn each_tensor_fault_is_its_own_variant() {
+        assert_eq!(
+            tensor_fault(Tensor::from_bytes("t", Dtype::F32, &[3], &[0; 8])),
+            TensorFault::ByteLength {
+                bytes: 8,
+                shape: vec![3],
+                dtype: Dtype::F32,
+                want: 12
+            }
+        );
+        assert_eq!(
+            tensor_fault(Tensor::from_bytes("t", Dtype::Q8_0, &[2, 31], &[0; 68])),
+            TensorFault::PartialBlock {
+                shape: vec![2, 31],
+                dtype: Dtype::Q8_0,
+                block_elems: 32
+            }
+        );
+        assert_eq!(
+            tensor_fault(Tensor::from_bytes("t", Dtype::F32, &[u64::MAX, 4], &[])),
+            TensorFault::ShapeOverflow {
+                shape: vec![u64::MAX, 4]
+            }
+        );
+        let t = Tensor::from_bytes("t", Dtype::F32, &[2, 3], &[0; 24]).expect("2x3");
+        assert_eq!(
+            tensor_fault(t.matrix(3, 2).map(|_| t.clone())),
+            TensorFault::Shape {
+                shape: vec![2, 3],
+                expected: vec![3, 2]
+            }
+        );
+        assert_eq!(
+            tensor_fault(t.vector(6).map(|_| t.clone())),
+            TensorFault::Shape {
+                shape: vec![2, 3],
+                expected: vec![6]
+            }
+        );
+    }
+
+    #[test]
+    fn two_tensors_renamed_to_one_name_are_refused() {
+        let t = |n: &str| Tensor::from_bytes(n, Dtype::F32, &[1], &[0; 4]).expect("tensor");
+        let mut store = TensorStore {
+            tensors: HashMap::from([("a".to_string(), t("a")), ("b".to_string(), t("b"))]),
+            stored: HashMap::new(),
+            bytes: 0,
+        };
+        let e = store
+            .rename_with(|_| Ok(Some("c".into())))
+            .expect_err("clash");
+        assert!(
+            matches!(
+                &e,
+                DecodeError::BadTensor {
+                    name,
+                    fault: TensorFault::RenameClash { new, first }
+                } if name == "b" && new == "c" && first == "a"
+            ),
+            "{e}"
+        );
+    }
 
     #[test]
     fn f16_widening_is_exact_for_every_half() {

@@ -3,10 +3,12 @@
 //! as the `decode_inputs` fuzz target, on generated inputs, in every test run.)
 
 use serde_json::{json, Value};
+use tarfa_decode::error::{ConfigFault as F, NpyFault};
 use tarfa_decode::family::glm4_moe::Glm4MoeConfig;
 use tarfa_decode::family::mixtral::MixtralConfig;
 use tarfa_decode::family::qwen3_5_moe::Qwen3_5MoeConfig;
 use tarfa_decode::family::qwen3_moe::Qwen3MoeConfig;
+use tarfa_decode::DecodeError;
 
 fn base() -> Value {
     fixture_config("qwen3_moe_b")
@@ -74,9 +76,14 @@ fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_erro
 
 #[test]
 fn inconsistent_family_configs_are_refused_naming_the_key() {
-    let refused = |r: Result<(), tarfa_decode::DecodeError>, key: &str| {
-        let e = r.expect_err(key).to_string();
-        assert!(e.contains(key), "{e}");
+    // The fault of key `key`, its text naming the key.
+    let refused = |r: Result<(), DecodeError>, key: &str| -> F {
+        let e = r.expect_err(key);
+        assert!(e.to_string().contains(key), "{e}");
+        match e {
+            DecodeError::Config { key: k, fault } if k == key => fault,
+            e => panic!("expected a config fault of {key}, got {e}"),
+        }
     };
     let with = |name: &str, k: &str, v: Value| {
         let mut c = fixture_config(name);
@@ -84,31 +91,77 @@ fn inconsistent_family_configs_are_refused_naming_the_key() {
         c
     };
     let glm = |k: &str, v: Value| Glm4MoeConfig::parse(&with("glm4_moe_b", k, v)).map(|_| ());
-    refused(glm("n_group", json!(3)), "n_group"); // 8 experts in 3 groups
-    refused(glm("n_group", json!(8)), "n_group"); // groups of one expert
-    refused(glm("topk_group", json!(5)), "topk_group"); // more than the 4 groups
-    refused(
-        glm("routed_scaling_factor", json!(1e300)),
-        "routed_scaling_factor",
+    // 8 experts in 3 groups
+    assert_eq!(
+        refused(glm("n_group", json!(3)), "n_group"),
+        F::NotADivisor {
+            value: 3,
+            of_key: "n_routed_experts",
+            of: 8
+        }
+    );
+    // groups of one expert
+    assert_eq!(
+        refused(glm("n_group", json!(8)), "n_group"),
+        F::GroupTooSmall { size: 1 }
+    );
+    // more than the 4 groups
+    assert_eq!(
+        refused(glm("topk_group", json!(5)), "topk_group"),
+        F::OutOfRange { value: 5, max: 4 }
+    );
+    assert_eq!(
+        refused(
+            glm("routed_scaling_factor", json!(1e300)),
+            "routed_scaling_factor",
+        ),
+        F::NotFinite { value: 1e300 }
     );
     let q =
         |k: &str, v: Value| Qwen3_5MoeConfig::parse(&with("qwen3_5_moe_text", k, v)).map(|_| ());
-    refused(q("layer_types", json!(["full_attention"])), "layer_types");
-    refused(
-        q(
+    assert!(matches!(
+        refused(q("layer_types", json!(["full_attention"])), "layer_types"),
+        F::LayerTypesCount { entries: 1, .. }
+    ));
+    assert_eq!(
+        refused(
+            q(
+                "layer_types",
+                json!(["linear_attention", "mamba", "x", "y"]),
+            ),
             "layer_types",
-            json!(["linear_attention", "mamba", "x", "y"]),
         ),
-        "layer_types",
+        F::LayerType {
+            value: "\"mamba\"".into()
+        }
     );
-    refused(
-        q("linear_num_value_heads", json!(3)),
-        "linear_num_value_heads",
+    assert!(matches!(
+        refused(
+            q("linear_num_value_heads", json!(3)),
+            "linear_num_value_heads",
+        ),
+        F::NotAMultiple {
+            value: 3,
+            of_key: "linear_num_key_heads",
+            ..
+        }
+    ));
+    assert_eq!(
+        refused(q("hidden_act", json!("gelu")), "hidden_act"),
+        F::Unsupported {
+            value: "gelu".into(),
+            supported: "silu"
+        }
     );
-    refused(q("hidden_act", json!("gelu")), "hidden_act");
     let m = |k: &str, v: Value| MixtralConfig::parse(&with("mixtral", k, v)).map(|_| ());
-    refused(m("sliding_window", json!(0)), "sliding_window");
-    refused(m("num_experts_per_tok", json!(5)), "num_experts_per_tok");
+    assert_eq!(
+        refused(m("sliding_window", json!(0)), "sliding_window"),
+        F::Zero
+    );
+    assert!(matches!(
+        refused(m("num_experts_per_tok", json!(5)), "num_experts_per_tok"),
+        F::OutOfRange { value: 5, .. }
+    ));
 }
 
 fn nasty(rng: &mut fastrand::Rng) -> Value {
@@ -156,9 +209,14 @@ fn damaged_npy_bytes_are_refused_without_a_panic() {
     assert!(tarfa_decode::npy::decode(&good).is_ok());
     let mut rng = fastrand::Rng::with_seed(5);
     for n in 0..good.len() {
+        let e = tarfa_decode::npy::decode(&good[..n]).expect_err("truncated");
+        // Too short for the magic, the header cut, or the data cut.
         assert!(
-            tarfa_decode::npy::decode(&good[..n]).is_err(),
-            "truncated to {n}"
+            matches!(
+                e,
+                NpyFault::NotNpy | NpyFault::HeaderPastEnd | NpyFault::DataLength { .. }
+            ),
+            "truncated to {n}: {e}"
         );
     }
     for _ in 0..10_000 {
@@ -198,7 +256,10 @@ fn sliding_window_and_rope_base_follow_transformers_or_are_refused() {
             .window,
         Some(128)
     );
-    assert!(Qwen3MoeConfig::parse(&with("sliding_window", json!(0))).is_err());
+    assert!(matches!(
+        Qwen3MoeConfig::parse(&with("sliding_window", json!(0))),
+        Err(DecodeError::Config { fault: F::Zero, .. })
+    ));
     // Without use_sliding_window no window applies, whatever sliding_window says.
     let mut off = base();
     off["sliding_window"] = json!(128);
@@ -206,5 +267,8 @@ fn sliding_window_and_rope_base_follow_transformers_or_are_refused() {
     // A base finite in f64 but not in f32 (torch's view of it) is refused.
     let mut huge = base();
     huge["rope_parameters"] = json!({"rope_type": "default", "rope_theta": 1e39});
-    assert!(Qwen3MoeConfig::parse(&huge).is_err());
+    assert!(matches!(
+        Qwen3MoeConfig::parse(&huge),
+        Err(DecodeError::Config { fault: F::RopeTheta { theta }, .. }) if theta == 1e39
+    ));
 }

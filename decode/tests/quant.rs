@@ -15,9 +15,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::Value as Json;
+use tarfa_decode::error::{ExpertFault, TensorFault};
 use tarfa_decode::quant::{self, QuantType};
 use tarfa_decode::weights::{MatrixRef, Tensor, WeightSlice};
-use tarfa_decode::Isa;
+use tarfa_decode::{DecodeError, Isa};
 use tarfa_format::Dtype;
 
 /// Whether python3 with gguf can run; under CI its absence fails the test.
@@ -331,9 +332,16 @@ fn unsupported_types_are_refused_by_name() {
         assert!(WeightSlice::from_bytes(dtype, &bytes).is_none(), "{name}");
         // A trunk tensor of that type is refused at load, naming tensor and type.
         let shape = [4u64, g.block_elems];
-        let e = Tensor::from_bytes("blk.0.attn_q.weight", dtype, &shape, &bytes)
-            .expect_err(name)
-            .to_string();
+        let e = Tensor::from_bytes("blk.0.attn_q.weight", dtype, &shape, &bytes).expect_err(name);
+        assert!(
+            matches!(
+                &e,
+                DecodeError::BadTensor { name: t, fault: TensorFault::Unsupported { dtype: d } }
+                    if t == "blk.0.attn_q.weight" && *d == dtype
+            ),
+            "{name}: {e}"
+        );
+        let e = e.to_string();
         assert!(
             e.contains(name) && e.contains("blk.0.attn_q.weight"),
             "{name}: {e}"
@@ -363,9 +371,14 @@ fn quantised_trunk_tensors_load_and_read_as_gguf_py_dequantises_them() {
         }
         // A wrong byte length (one block short) is refused, not read past.
         let short = &c.bytes[..c.bytes.len() - c.ty.block_bytes()];
+        let e = Tensor::from_bytes(&c.name, c.ty.dtype(), &shape, short).expect_err(&c.name);
         assert!(
-            Tensor::from_bytes(&c.name, c.ty.dtype(), &shape, short).is_err(),
-            "{}",
+            matches!(
+                &e,
+                DecodeError::BadTensor { fault: TensorFault::ByteLength { bytes, want, .. }, .. }
+                    if *bytes == short.len() && *want == c.bytes.len() as u64
+            ),
+            "{}: {e}",
             c.name
         );
         // A vector (one row) too.
@@ -586,11 +599,23 @@ fn unsupported_types_in_a_model_are_refused_by_name_before_the_first_token() {
     let (_tmp, dir) = convert_gguf(&src);
     let model = tarfa_runtime::ModelExperts::open(&dir).expect("open layer files");
     let manifest = tarfa_format::manifest::Manifest::load(&dir).expect("manifest");
-    let e = tarfa_decode::TensorStore::load(&dir, &manifest, &model)
-        .expect_err("IQ3_S refused")
-        .to_string();
-    assert!(e.contains("IQ3_S") && e.contains("output.weight"), "{e}");
-    let e = expert_store(&dir).expect_err("IQ2_XXS refused").to_string();
-    assert!(e.contains("IQ2_XXS") && e.contains("ffn_"), "{e}");
+    let e = tarfa_decode::TensorStore::load(&dir, &manifest, &model).expect_err("IQ3_S refused");
+    assert!(
+        matches!(
+            &e,
+            DecodeError::BadTensor { name, fault: TensorFault::Unsupported { dtype } }
+                if name == "output.weight" && dtype.name() == "IQ3_S"
+        ),
+        "{e}"
+    );
+    let e = expert_store(&dir).expect_err("IQ2_XXS refused");
+    assert!(
+        matches!(
+            &e,
+            DecodeError::BadExpert { fault: ExpertFault::Unsupported { region, dtype }, .. }
+                if region.contains("ffn_") && dtype.name() == "IQ2_XXS"
+        ),
+        "{e}"
+    );
     eprintln!("refused: {e}");
 }

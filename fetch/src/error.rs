@@ -43,27 +43,25 @@ pub enum FetchError {
         fault: SourceArgFault,
     },
     /// A connection, timeout or transport failure (retried before it is reported).
-    #[error("{url}: {detail}")]
+    #[error("{url}: {source}")]
     Transport {
         /// The URL asked.
         url: String,
-        /// The transport's own message.
-        detail: String,
+        /// The transport's error (a `ureq::Error` or an `io::Error`).
+        source: Box<dyn std::error::Error + Send + Sync>,
     },
     /// A status that is not the one asked for: 5xx and 429 are retried, 4xx are not.
-    #[error("{url}: HTTP {status} to {what}{hint}")]
+    #[error("{url}: HTTP {status} to {request}{}", status_hint(*status))]
     Status {
         /// The URL asked.
         url: String,
         /// The status code.
         status: u16,
-        /// What was asked (e.g. `bytes=0-65535`).
-        what: String,
-        /// A `hint:` for 401/403/404.
-        hint: String,
+        /// What was asked.
+        request: Request,
     },
     /// The server answered a range request with the whole file (200): it ignores `Range`.
-    #[error("{url}: asked for bytes {start}-{end} and got HTTP 200 (the whole file): the server ignores range requests; refusing to download {len_note} to take a slice")]
+    #[error("{url}: asked for bytes {start}-{end} and got HTTP 200 (the whole file): the server ignores range requests; refusing to download {} to take a slice", match len { Some(l) => format!("all {l} bytes"), None => "the whole file".into() })]
     RangeIgnored {
         /// The URL.
         url: String,
@@ -71,21 +69,21 @@ pub enum FetchError {
         start: u64,
         /// Last byte asked (inclusive).
         end: u64,
-        /// The advertised length, in words.
-        len_note: String,
+        /// The advertised length (`Content-Length`), if any.
+        len: Option<String>,
     },
     /// The remote file is no longer the one whose header was read (ETag / Last-Modified / length
     /// changed): its bytes are never spliced with the earlier ones.
-    #[error("{url}: the remote file changed during the fetch ({detail}); nothing was spliced")]
+    #[error("{url}: the remote file changed during the fetch ({change}); nothing was spliced")]
     RemoteChanged {
         /// The URL.
         url: String,
         /// Which validator changed, old and new.
-        detail: String,
+        change: RemoteChange,
     },
     /// A 206 whose framing is not exactly what was asked: a different `Content-Range`, a missing
     /// one, a body of another length, a `Content-Encoding`, an HTML page.
-    #[error("{url}: bad response to bytes {start}-{end}: {detail}")]
+    #[error("{url}: bad response to bytes {start}-{end}: {fault}")]
     BadResponse {
         /// The URL.
         url: String,
@@ -94,7 +92,7 @@ pub enum FetchError {
         /// Last byte asked (inclusive).
         end: u64,
         /// What was wrong.
-        detail: String,
+        fault: ResponseFault,
     },
     /// The body ended before the length the response announced (connection dropped).
     #[error("{url}: body of bytes {start}-{end} ended after {got} of {want} bytes")]
@@ -127,22 +125,22 @@ pub enum FetchError {
         secs: f64,
     },
     /// What sits at the URL is a Git LFS pointer or an HTML page, not the model file.
-    #[error("{url}: {what}, not a model file{hint}")]
+    #[error("{url}: {what}, not a model file{}", hint.map_or(String::new(), |h| format!("\nhint: {h}")))]
     NotAModel {
         /// The URL or path.
         url: String,
-        /// `a Git LFS pointer` or `an HTML page`.
-        what: &'static str,
-        /// A `hint:` line.
-        hint: String,
+        /// A Git LFS pointer or an HTML page.
+        what: NotModelKind,
+        /// Why it is there and what to do, where that is known.
+        hint: Option<NotModelHint>,
     },
     /// Too many redirects, or a redirect without a usable `Location`.
-    #[error("{url}: {detail}")]
+    #[error("{url}: {fault}")]
     Redirect {
         /// The URL.
         url: String,
         /// What went wrong.
-        detail: String,
+        fault: RedirectFault,
     },
     /// The GGUF header broke a rule (or could not be read).
     #[error(transparent)]
@@ -164,12 +162,12 @@ pub enum FetchError {
         fault: IndexFault,
     },
     /// Nothing to fetch: no MTP tensors, or no tensor matched the globs.
-    #[error("{source_arg}: {detail}")]
+    #[error("{source_arg}: {why}")]
     NothingSelected {
         /// The SOURCE.
         source_arg: String,
         /// Why, with what the model declares.
-        detail: String,
+        why: SelectFault,
     },
     /// A local file operation failed.
     #[error("{}: {op}: {source}", path.display())]
@@ -223,12 +221,10 @@ pub enum FetchError {
         available: u64,
     },
     /// The written file's header does not place the tensors where the plan put them.
-    #[error("{}: {detail}", path.display())]
+    #[error("{}: the written header does not place the tensors where the plan did", path.display())]
     BadOutput {
         /// The partial file.
         path: PathBuf,
-        /// What disagrees.
-        detail: String,
     },
     /// A finished chunk's bytes on disk no longer hash to what the journal recorded when it landed.
     #[error("{}: bytes {start}..{end} no longer match the BLAKE3 recorded when they were fetched", path.display())]
@@ -282,27 +278,30 @@ impl FetchError {
     /// Recover a [`FetchError`] carried through an `io::Error` or a GGUF I/O error.
     pub(crate) fn from_gguf(e: tarfa_gguf::Error) -> FetchError {
         match e {
-            tarfa_gguf::Error::Io { source, file, offset, len } => {
-                match source.downcast::<FetchError>() {
-                    Ok(f) => f,
-                    Err(source) => FetchError::Gguf(tarfa_gguf::Error::Io {
-                        file,
-                        offset,
-                        len,
-                        source,
-                    }),
-                }
-            }
+            tarfa_gguf::Error::Io {
+                source,
+                file,
+                offset,
+                len,
+            } => match source.downcast::<FetchError>() {
+                Ok(f) => f,
+                Err(source) => FetchError::Gguf(tarfa_gguf::Error::Io {
+                    file,
+                    offset,
+                    len,
+                    source,
+                }),
+            },
             tarfa_gguf::Error::Invalid { file, violation } => match violation {
                 tarfa_gguf::Violation::LfsPointer => FetchError::NotAModel {
                     url: file,
-                    what: "a Git LFS pointer",
-                    hint: "\nhint: the repository was cloned without `git lfs pull`; use the hub's resolve URL or hf://".into(),
+                    what: NotModelKind::LfsPointer,
+                    hint: Some(NotModelHint::ClonedWithoutLfs),
                 },
                 tarfa_gguf::Violation::HtmlPage => FetchError::NotAModel {
                     url: file,
-                    what: "an HTML page",
-                    hint: "\nhint: a /blob/ page URL was given; use /resolve/ (or hf://owner/repo/path)".into(),
+                    what: NotModelKind::HtmlPage,
+                    hint: Some(NotModelHint::BlobPage),
                 },
                 violation => FetchError::Gguf(tarfa_gguf::Error::Invalid { file, violation }),
             },
@@ -349,4 +348,208 @@ pub enum IndexFault {
         /// The tensor.
         tensor: String,
     },
+}
+
+/// The `hint:` for a status, or nothing.
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 | 403 => {
+            "\nhint: the file may be gated or private: accept its terms on the hub and set HF_TOKEN (sent only to the hub, https://huggingface.co or HF_ENDPOINT, and over plain http only with TARFA_TOKEN_OVER_HTTP=1)"
+        }
+        404 => "\nhint: check the repository, revision and path (hf://owner/repo[@revision]/path)",
+        416 => "\nhint: the server says the range lies outside the file",
+        _ => "",
+    }
+}
+
+/// What a request asked, as a [`FetchError::Status`] names it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Request {
+    /// A GET of a whole small file.
+    #[error("GET")]
+    Get,
+    /// A range request.
+    #[error("bytes {start}-{end}")]
+    Range {
+        /// First byte.
+        start: u64,
+        /// Last byte (inclusive).
+        end: u64,
+    },
+}
+
+/// How a remote file showed it is no longer the one whose header was read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RemoteChange {
+    /// Another `ETag`.
+    #[error("ETag was {was}, now {now}")]
+    ETag {
+        /// The first one.
+        was: String,
+        /// The one now.
+        now: String,
+    },
+    /// Another `Last-Modified`.
+    #[error("Last-Modified was {was}, now {now}")]
+    LastModified {
+        /// The first one.
+        was: String,
+        /// The one now.
+        now: String,
+    },
+    /// Another length, in a 200's `Content-Length`.
+    #[error("length was {was}, now {now}")]
+    Length {
+        /// The first one.
+        was: u64,
+        /// The one now.
+        now: u64,
+    },
+    /// Another length, in a 206's `Content-Range`.
+    #[error("length was {was}, Content-Range now says {now}")]
+    RangeTotal {
+        /// The first one.
+        was: u64,
+        /// The one now.
+        now: u64,
+    },
+}
+
+/// How a response's framing is not what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResponseFault {
+    /// A small file over its limit.
+    #[error("more than {limit} bytes; refusing a file this large here")]
+    TooLarge {
+        /// The limit.
+        limit: u64,
+    },
+    /// A 206 without `Content-Range`.
+    #[error("no Content-Range")]
+    NoContentRange,
+    /// A `Content-Range` that does not parse.
+    #[error("Content-Range {value:?}")]
+    BadContentRange {
+        /// The header's value.
+        value: String,
+    },
+    /// A `Content-Range` of another range than asked.
+    #[error("Content-Range {value:?} is not the range asked")]
+    OtherRange {
+        /// The header's value.
+        value: String,
+    },
+    /// A `Content-Length` other than the range's length.
+    #[error("Content-Length {value} for a {want}-byte range")]
+    ContentLength {
+        /// The header's value.
+        value: String,
+        /// The range's length.
+        want: u64,
+    },
+    /// A content coding other than identity.
+    #[error("Content-Encoding {value} (asked for identity)")]
+    ContentEncoding {
+        /// The header's value.
+        value: String,
+    },
+    /// An HTML page.
+    #[error("an HTML page (text/html), not file bytes")]
+    Html,
+    /// More body than the range.
+    #[error("the body is longer than the range asked")]
+    BodyTooLong,
+}
+
+/// Why a redirect could not be followed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RedirectFault {
+    /// A redirect status without `Location`.
+    #[error("HTTP {status} without a Location")]
+    NoLocation {
+        /// The status.
+        status: u16,
+    },
+    /// A `Location` that is not a usable URL.
+    #[error("unusable Location {location:?}")]
+    BadLocation {
+        /// The header's value.
+        location: String,
+    },
+    /// More redirects than followed.
+    #[error("more than {max} redirects")]
+    TooMany {
+        /// Redirects followed.
+        max: usize,
+    },
+}
+
+/// What sits where a model file was expected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotModelKind {
+    /// A Git LFS pointer.
+    #[error("a Git LFS pointer")]
+    LfsPointer,
+    /// An HTML page.
+    #[error("an HTML page")]
+    HtmlPage,
+}
+
+/// Why a [`NotModelKind`] is there, and what to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NotModelHint {
+    /// A repository cloned without its LFS objects, read over the network.
+    #[error(
+        "the repository was cloned without `git lfs pull`; use the hub's resolve URL or hf://"
+    )]
+    ClonedWithoutLfs,
+    /// A local clone without its LFS objects.
+    #[error("run `git lfs pull` in the clone")]
+    LocalLfsPull,
+    /// A hub page URL instead of the file's.
+    #[error("a /blob/ page URL was given; use /resolve/ (or hf://owner/repo/path)")]
+    BlobPage,
+}
+
+/// Why nothing was selected to fetch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectFault {
+    /// Neither `--mtp` nor `--tensors`.
+    #[error("nothing asked: give --mtp and/or --tensors GLOB")]
+    NothingAsked,
+    /// A `--tensors` glob that matches no tensor.
+    #[error("--tensors {glob:?} matches no tensor")]
+    GlobMatchesNone {
+        /// The glob.
+        glob: String,
+    },
+    /// A GGUF that declares MTP blocks, one of which has no tensors.
+    #[error("{key} declares MTP blocks {first}..{last} but block {block} has no tensors: the converter dropped the MTP head (llama.cpp's DeepSeek converters do)")]
+    MtpBlockEmpty {
+        /// The `nextn_predict_layers` key.
+        key: String,
+        /// First MTP block.
+        first: u64,
+        /// Last MTP block.
+        last: u64,
+        /// The block without tensors.
+        block: u64,
+    },
+    /// A GGUF with no MTP head.
+    #[error("no MTP head: {key} is absent or 0 (or not below {arch}.block_count) and there are no mtp.* tensors")]
+    NoGgufMtp {
+        /// The `nextn_predict_layers` key.
+        key: String,
+        /// The architecture.
+        arch: String,
+    },
+    /// A safetensors checkpoint with no MTP layers past `num_hidden_layers` and no `mtp.*`.
+    #[error("no model.layers.{layers}.* (num_hidden_layers = {layers}) and no mtp.* tensors: this checkpoint has no MTP head")]
+    NoMtpLayers {
+        /// `num_hidden_layers`.
+        layers: u64,
+    },
+    /// A safetensors checkpoint with no `mtp.*` and no config to tell the MTP layers.
+    #[error("no mtp.* tensors, and no config.json with num_hidden_layers beside it to tell the MTP layers")]
+    NoMtpNoConfig,
 }

@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 use ureq::http::{HeaderMap, Response};
 use ureq::Body;
 
-use crate::error::{FetchError, Result};
+use crate::error::{
+    FetchError, NotModelKind, RedirectFault, RemoteChange, Request, ResponseFault, Result,
+};
 
 /// Most redirects followed for one request.
 pub const MAX_REDIRECTS: usize = 10;
@@ -299,15 +301,21 @@ impl Validator {
         }
     }
 
-    /// `Some(detail)` when a response's validator shows that the file is not this one.
-    fn changed_in(&self, h: &HeaderMap) -> Option<String> {
+    /// `Some(change)` when a response's validator shows that the file is not this one.
+    fn changed_in(&self, h: &HeaderMap) -> Option<RemoteChange> {
         match self {
             Validator::ETag(old) => match header(h, "etag") {
-                Some(new) if new != old => Some(format!("ETag was {old}, now {new}")),
+                Some(new) if new != old => Some(RemoteChange::ETag {
+                    was: old.clone(),
+                    now: new.to_string(),
+                }),
                 _ => None,
             },
             Validator::LastModified(old) => match header(h, "last-modified") {
-                Some(new) if new != old => Some(format!("Last-Modified was {old}, now {new}")),
+                Some(new) if new != old => Some(RemoteChange::LastModified {
+                    was: old.clone(),
+                    now: new.to_string(),
+                }),
                 _ => None,
             },
             Validator::None => None,
@@ -318,17 +326,6 @@ impl Validator {
 fn looks_html(h: &HeaderMap) -> bool {
     header(h, "content-type")
         .is_some_and(|t| t.trim_start().to_ascii_lowercase().starts_with("text/html"))
-}
-
-fn status_hint(status: u16) -> &'static str {
-    match status {
-        401 | 403 => {
-            "\nhint: the file may be gated or private: accept its terms on the hub and set HF_TOKEN (sent only to the hub, https://huggingface.co or HF_ENDPOINT, and over plain http only with TARFA_TOKEN_OVER_HTTP=1)"
-        }
-        404 => "\nhint: check the repository, revision and path (hf://owner/repo[@revision]/path)",
-        416 => "\nhint: the server says the range lies outside the file",
-        _ => "",
-    }
 }
 
 impl HttpClient {
@@ -412,11 +409,13 @@ impl HttpClient {
                 let loc =
                     header(resp.headers(), "location").ok_or_else(|| FetchError::Redirect {
                         url: at.clone(),
-                        detail: format!("HTTP {status} without a Location"),
+                        fault: RedirectFault::NoLocation { status },
                     })?;
                 at = join(&at, loc).ok_or_else(|| FetchError::Redirect {
                     url: at.clone(),
-                    detail: format!("unusable Location {loc:?}"),
+                    fault: RedirectFault::BadLocation {
+                        location: loc.to_string(),
+                    },
                 })?;
                 continue;
             }
@@ -424,7 +423,7 @@ impl HttpClient {
         }
         Err(FetchError::Redirect {
             url: url.to_string(),
-            detail: format!("more than {MAX_REDIRECTS} redirects"),
+            fault: RedirectFault::TooMany { max: MAX_REDIRECTS },
         })
     }
 
@@ -442,12 +441,11 @@ impl HttpClient {
                 return Err(FetchError::Status {
                     url: at,
                     status,
-                    what: "GET".into(),
-                    hint: status_hint(status).into(),
+                    request: Request::Get,
                 });
             }
             if looks_html(resp.headers()) {
-                return Err(not_a_model(&at, "an HTML page"));
+                return Err(not_a_model(&at, NotModelKind::HtmlPage));
             }
             let mut body = Vec::new();
             let mut r = resp.body_mut().as_reader().take(limit + 1);
@@ -474,29 +472,29 @@ impl HttpClient {
                     url: at,
                     start: 0,
                     end: limit,
-                    detail: format!("more than {limit} bytes; refusing a file this large here"),
+                    fault: ResponseFault::TooLarge { limit },
                 });
             }
             if body.starts_with(crate::LFS_PREFIX) {
-                return Err(not_a_model(&at, "a Git LFS pointer"));
+                return Err(not_a_model(&at, NotModelKind::LfsPointer));
             }
             Ok(Some(body))
         })
     }
 }
 
-fn not_a_model(url: &str, what: &'static str) -> FetchError {
+fn not_a_model(url: &str, what: NotModelKind) -> FetchError {
     FetchError::NotAModel {
         url: url.to_string(),
         what,
-        hint: String::new(),
+        hint: None,
     }
 }
 
-fn transport(url: &str, e: impl std::fmt::Display) -> FetchError {
+fn transport(url: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) -> FetchError {
     FetchError::Transport {
         url: url.to_string(),
-        detail: e.to_string(),
+        source: e.into(),
     }
 }
 
@@ -529,38 +527,45 @@ impl RemoteFile {
             let status = resp.status().as_u16();
             let h = resp.headers().clone();
             if status == 200 {
-                let len_note = header(&h, "content-length")
-                    .map_or("the whole file".into(), |l| format!("all {l} bytes"));
+                let len = header(&h, "content-length").map(str::to_string);
                 if looks_html(&h) {
-                    return Err(not_a_model(&at, "an HTML page"));
+                    return Err(not_a_model(&at, NotModelKind::HtmlPage));
                 }
                 return Err(FetchError::RangeIgnored {
                     url: at,
                     start: 0,
                     end: probe - 1,
-                    len_note,
+                    len,
                 });
             }
             if status != 206 {
                 return Err(FetchError::Status {
                     url: at,
                     status,
-                    what: format!("bytes 0-{}", probe - 1),
-                    hint: status_hint(status).into(),
+                    request: Request::Range {
+                        start: 0,
+                        end: probe - 1,
+                    },
                 });
             }
-            let bad = |detail: String| FetchError::BadResponse {
+            let bad = |fault: ResponseFault| FetchError::BadResponse {
                 url: at.clone(),
                 start: 0,
                 end: probe - 1,
-                detail,
+                fault,
             };
-            let cr = header(&h, "content-range").ok_or_else(|| bad("no Content-Range".into()))?;
-            let (a, b, total) =
-                parse_content_range(cr).ok_or_else(|| bad(format!("Content-Range {cr:?}")))?;
+            let cr =
+                header(&h, "content-range").ok_or_else(|| bad(ResponseFault::NoContentRange))?;
+            let (a, b, total) = parse_content_range(cr).ok_or_else(|| {
+                bad(ResponseFault::BadContentRange {
+                    value: cr.to_string(),
+                })
+            })?;
             // A file shorter than the probe comes back whole: the one answer that may differ.
             if a != 0 || b != probe.min(total) - 1 {
-                return Err(bad(format!("Content-Range {cr:?} is not the range asked")));
+                return Err(bad(ResponseFault::OtherRange {
+                    value: cr.to_string(),
+                }));
             }
             check_framing(&h, b + 1, &bad)?;
             let mut body = vec![0u8; (b + 1) as usize];
@@ -639,8 +644,8 @@ impl RemoteFile {
         }
         let status = resp.status().as_u16();
         let h = resp.headers().clone();
-        if let Some(detail) = self.validator.changed_in(&h) {
-            return Err(FetchError::RemoteChanged { url: at, detail });
+        if let Some(change) = self.validator.changed_in(&h) {
+            return Err(FetchError::RemoteChanged { url: at, change });
         }
         if status == 200 {
             // With If-Range, a 200 is the server's way of saying the validator no longer holds.
@@ -649,7 +654,10 @@ impl RemoteFile {
                     if l != self.len {
                         return Err(FetchError::RemoteChanged {
                             url: at,
-                            detail: format!("length was {}, now {l}", self.len),
+                            change: RemoteChange::Length {
+                                was: self.len,
+                                now: l,
+                            },
                         });
                     }
                 }
@@ -658,35 +666,41 @@ impl RemoteFile {
                 url: at,
                 start,
                 end,
-                len_note: header(&h, "content-length")
-                    .map_or("the whole file".into(), |l| format!("all {l} bytes")),
+                len: header(&h, "content-length").map(str::to_string),
             });
         }
         if status != 206 {
             return Err(FetchError::Status {
                 url: at,
                 status,
-                what: format!("bytes {start}-{end}"),
-                hint: status_hint(status).into(),
+                request: Request::Range { start, end },
             });
         }
-        let bad = |detail: String| FetchError::BadResponse {
+        let bad = |fault: ResponseFault| FetchError::BadResponse {
             url: at.clone(),
             start,
             end,
-            detail,
+            fault,
         };
-        let cr = header(&h, "content-range").ok_or_else(|| bad("no Content-Range".into()))?;
-        let (a, b, total) =
-            parse_content_range(cr).ok_or_else(|| bad(format!("Content-Range {cr:?}")))?;
+        let cr = header(&h, "content-range").ok_or_else(|| bad(ResponseFault::NoContentRange))?;
+        let (a, b, total) = parse_content_range(cr).ok_or_else(|| {
+            bad(ResponseFault::BadContentRange {
+                value: cr.to_string(),
+            })
+        })?;
         if total != self.len {
             return Err(FetchError::RemoteChanged {
                 url: at,
-                detail: format!("length was {}, Content-Range now says {total}", self.len),
+                change: RemoteChange::RangeTotal {
+                    was: self.len,
+                    now: total,
+                },
             });
         }
         if (a, b) != (start, end) {
-            return Err(bad(format!("Content-Range {cr:?} is not the range asked")));
+            return Err(bad(ResponseFault::OtherRange {
+                value: cr.to_string(),
+            }));
         }
         check_framing(&h, end - start + 1, &bad)?;
         read_body(&self.client, &mut resp, buf, &at, start, end)
@@ -694,18 +708,27 @@ impl RemoteFile {
 }
 
 /// `Content-Length` (when present) must equal the range's length; no content coding; not HTML.
-fn check_framing(h: &HeaderMap, want: u64, bad: &dyn Fn(String) -> FetchError) -> Result<()> {
+fn check_framing(
+    h: &HeaderMap,
+    want: u64,
+    bad: &dyn Fn(ResponseFault) -> FetchError,
+) -> Result<()> {
     if let Some(l) = header(h, "content-length") {
         if l.trim().parse::<u64>().ok() != Some(want) {
-            return Err(bad(format!("Content-Length {l} for a {want}-byte range")));
+            return Err(bad(ResponseFault::ContentLength {
+                value: l.to_string(),
+                want,
+            }));
         }
     }
     if let Some(enc) = header(h, "content-encoding").filter(|e| !e.eq_ignore_ascii_case("identity"))
     {
-        return Err(bad(format!("Content-Encoding {enc} (asked for identity)")));
+        return Err(bad(ResponseFault::ContentEncoding {
+            value: enc.to_string(),
+        }));
     }
     if looks_html(h) {
-        return Err(bad("an HTML page (text/html), not file bytes".into()));
+        return Err(bad(ResponseFault::Html));
     }
     Ok(())
 }
@@ -767,7 +790,7 @@ fn read_body(
             url: url.to_string(),
             start,
             end,
-            detail: "the body is longer than the range asked".into(),
+            fault: ResponseFault::BodyTooLong,
         }),
         Err(e) => Err(transport(url, e)),
     }

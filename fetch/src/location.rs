@@ -168,8 +168,8 @@ fn read_local_small(p: &Path, limit: u64) -> Result<Option<Vec<u8>>> {
     if bytes.starts_with(crate::LFS_PREFIX) {
         return Err(FetchError::NotAModel {
             url: p.display().to_string(),
-            what: "a Git LFS pointer",
-            hint: "\nhint: run `git lfs pull` in the clone".into(),
+            what: crate::error::NotModelKind::LfsPointer,
+            hint: Some(crate::error::NotModelHint::LocalLfsPull),
         });
     }
     Ok(Some(bytes))

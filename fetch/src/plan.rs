@@ -10,7 +10,7 @@ use tarfa_gguf::header::read_header_from;
 use tarfa_gguf::reader::{parse_split_name, split_keys, split_name};
 use tarfa_gguf::{GgufWriter, Header, Value, Violation};
 
-use crate::error::{FetchError, IndexFault, Result, SourceArgFault};
+use crate::error::{FetchError, IndexFault, Result, SelectFault, SourceArgFault};
 use crate::http::HttpClient;
 use crate::location::{Location, Opened};
 use crate::safetensors::{self, StHeader};
@@ -84,7 +84,7 @@ impl Plan {
         if sel.is_empty() {
             return Err(FetchError::NothingSelected {
                 source_arg: source.display(),
-                detail: "nothing asked: give --mtp and/or --tensors GLOB".into(),
+                why: SelectFault::NothingAsked,
             });
         }
         let name = source.file_name();
@@ -255,11 +255,12 @@ fn plan_gguf(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -> Resul
                     if !all().any(|t| gguf_block(&t.name) == Some(blk)) {
                         return Err(FetchError::NothingSelected {
                             source_arg: loc.display(),
-                            detail: format!(
-                                "{nextn_key} declares MTP blocks {}..{} but block {blk} has no tensors: the converter dropped the MTP head (llama.cpp's DeepSeek converters do)",
-                                b.start,
-                                b.end - 1
-                            ),
+                            why: SelectFault::MtpBlockEmpty {
+                                key: nextn_key.clone(),
+                                first: b.start,
+                                last: b.end - 1,
+                                block: blk,
+                            },
                         });
                     }
                 }
@@ -274,9 +275,10 @@ fn plan_gguf(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -> Resul
             None => {
                 return Err(FetchError::NothingSelected {
                     source_arg: loc.display(),
-                    detail: format!(
-                        "no MTP head: {nextn_key} is absent or 0 (or not below {arch}.block_count) and there are no mtp.* tensors"
-                    ),
+                    why: SelectFault::NoGgufMtp {
+                        key: nextn_key.clone(),
+                        arch: arch.to_string(),
+                    },
                 })
             }
         }
@@ -285,7 +287,7 @@ fn plan_gguf(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -> Resul
         if !all().any(|t| crate::select::glob_match(g, &t.name)) {
             return Err(FetchError::NothingSelected {
                 source_arg: loc.display(),
-                detail: format!("--tensors {g:?} matches no tensor"),
+                why: SelectFault::GlobMatchesNone { glob: g.clone() },
             });
         }
     }
@@ -445,12 +447,12 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
         })
     {
         let why = match n_layers {
-            Some(n) => format!("no model.layers.{n}.* (num_hidden_layers = {n}) and no mtp.* tensors: this checkpoint has no MTP head"),
-            None => "no mtp.* tensors, and no config.json with num_hidden_layers beside it to tell the MTP layers".into(),
+            Some(layers) => SelectFault::NoMtpLayers { layers },
+            None => SelectFault::NoMtpNoConfig,
         };
         return Err(FetchError::NothingSelected {
             source_arg: shown,
-            detail: why,
+            why,
         });
     }
     if let Some(n) = n_layers.filter(|_| sel.mtp) {
@@ -462,7 +464,7 @@ fn plan_safetensors(loc: &Location, sel: &Selection, client: &Arc<HttpClient>) -
         if !shard_of.iter().any(|e| crate::select::glob_match(g, &e.0)) {
             return Err(FetchError::NothingSelected {
                 source_arg: shown,
-                detail: format!("--tensors {g:?} matches no tensor"),
+                why: SelectFault::GlobMatchesNone { glob: g.clone() },
             });
         }
     }

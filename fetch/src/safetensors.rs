@@ -26,15 +26,15 @@ pub fn read_header(src: &dyn ByteSource) -> Result<StHeader> {
     if head.starts_with(crate::LFS_PREFIX) {
         return Err(FetchError::NotAModel {
             url: file,
-            what: "a Git LFS pointer",
-            hint: String::new(),
+            what: crate::error::NotModelKind::LfsPointer,
+            hint: None,
         });
     }
     if head.trim_ascii_start().starts_with(b"<") {
         return Err(FetchError::NotAModel {
             url: file,
-            what: "an HTML page",
-            hint: String::new(),
+            what: crate::error::NotModelKind::HtmlPage,
+            hint: None,
         });
     }
     let n = safetensors_header_len(&head, len).map_err(|fault| FetchError::BadHeader {

@@ -500,7 +500,6 @@ fn check_output(plan: &Plan, path: &Path) -> Result<()> {
     if placed != want {
         return Err(FetchError::BadOutput {
             path: path.to_path_buf(),
-            detail: "the written header does not place the tensors where the plan did".into(),
         });
     }
     Ok(())

@@ -9,6 +9,9 @@ use std::time::Duration;
 
 use common::server::{Fault, FaultServer};
 use common::write_glm;
+use tarfa_fetch::error::{
+    NotModelHint, NotModelKind, RedirectFault, RemoteChange, Request, ResponseFault,
+};
 use tarfa_fetch::{
     FetchError, FetchOptions, Fetcher, HttpConfig, LowSpeed, RetryPolicy, Selection, Silent,
     TransferOptions,
@@ -178,7 +181,10 @@ fn must_fail(s: &Setup, fault: Fault) -> FetchError {
 fn a_200_to_a_range_request_is_refused_not_used() {
     let s = setup();
     let e = must_fail(&s, Fault::Full200);
-    assert!(matches!(e, FetchError::RangeIgnored { .. }), "{e}");
+    assert!(
+        matches!(&e, FetchError::RangeIgnored { start, len: Some(_), .. } if *start > 0),
+        "{e}"
+    );
     assert!(e.to_string().contains("ignores range requests"), "{e}");
 }
 
@@ -186,7 +192,16 @@ fn a_200_to_a_range_request_is_refused_not_used() {
 fn a_wrong_content_range_is_refused() {
     let s = setup();
     let e = must_fail(&s, Fault::WrongContentRange);
-    assert!(matches!(e, FetchError::BadResponse { .. }), "{e}");
+    assert!(
+        matches!(
+            &e,
+            FetchError::BadResponse {
+                fault: ResponseFault::OtherRange { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("is not the range asked"), "{e}");
 }
 
@@ -194,7 +209,16 @@ fn a_wrong_content_range_is_refused() {
 fn an_html_page_is_named_as_such() {
     let s = setup();
     let e = must_fail(&s, Fault::HtmlPage);
-    assert!(matches!(e, FetchError::NotAModel { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            FetchError::NotAModel {
+                what: NotModelKind::HtmlPage,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("HTML"), "{e}");
 }
 
@@ -203,7 +227,16 @@ fn an_etag_that_changes_mid_run_stops_the_fetch_and_nothing_is_spliced() {
     let s = setup();
     // The three headers take a handful of requests; the change lands among the data chunks.
     let e = must_fail(&s, Fault::EtagChangesAfter { requests: 12 });
-    assert!(matches!(e, FetchError::RemoteChanged { .. }), "{e}");
+    assert!(
+        matches!(
+            &e,
+            FetchError::RemoteChanged {
+                change: RemoteChange::ETag { was, now },
+                ..
+            } if was == "\"v1\"" && now == "\"v2\""
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("changed"), "{e}");
 }
 
@@ -221,6 +254,17 @@ fn an_lfs_pointer_is_named_as_such() {
         &out,
     )
     .expect_err("must fail");
+    assert!(
+        matches!(
+            e,
+            FetchError::NotAModel {
+                what: NotModelKind::LfsPointer,
+                hint: Some(NotModelHint::ClonedWithoutLfs),
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("Git LFS pointer"), "{e}");
     assert!(!out.exists());
 }
@@ -366,7 +410,17 @@ fn an_interrupted_fetch_resumes_from_its_journal_without_refetching() {
     let mut opts = options(None, chunk, 2);
     opts.transfer.jobs = 1;
     let e = fetch(opts.clone(), &url(&server), &out).expect_err("must fail");
-    assert!(matches!(e, FetchError::Status { status: 404, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            FetchError::Status {
+                status: 404,
+                request: Request::Range { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(!out.exists());
     let journal = s.out.path().join("draft.gguf.tarfa-journal");
     let done = std::fs::read_to_string(&journal)
@@ -430,7 +484,8 @@ fn without_a_validator_a_rerun_starts_over_and_never_splices_a_replaced_remote()
     let out = s.out.path().join("draft.gguf");
     let mut opts = options(None, 64 << 10, 2);
     opts.transfer.jobs = 1;
-    fetch(opts.clone(), &url(&server), &out).expect_err("must fail");
+    let e = fetch(opts.clone(), &url(&server), &out).expect_err("must fail");
+    assert!(matches!(e, FetchError::Status { status: 404, .. }), "{e}");
     let journal = s.out.path().join("draft.gguf.tarfa-journal");
     let journalled = std::fs::read_to_string(&journal)
         .expect("journal kept")
@@ -491,4 +546,60 @@ fn a_local_source_gives_the_same_file_as_any_of_its_parts() {
         f.fetch(&plan, &out, &Silent).expect("fetch");
         assert!(std::fs::read(&out).expect("read") == s.reference);
     }
+}
+
+#[test]
+fn each_bad_framing_of_a_range_response_is_its_own_fault() {
+    let s = setup();
+    let fault_of = |fault: Fault| match must_fail(&s, fault.clone()) {
+        FetchError::BadResponse { fault, .. } => fault,
+        e => panic!("{fault:?}: expected BadResponse, got {e}"),
+    };
+    assert_eq!(
+        fault_of(Fault::NoContentRange),
+        ResponseFault::NoContentRange
+    );
+    assert_eq!(
+        fault_of(Fault::Gzip),
+        ResponseFault::ContentEncoding {
+            value: "gzip".into()
+        }
+    );
+    assert_eq!(fault_of(Fault::LongBody), ResponseFault::BodyTooLong);
+}
+
+#[test]
+fn each_unfollowable_redirect_is_its_own_fault() {
+    let s = setup();
+    let e = must_fail(&s, Fault::RedirectWithoutLocation);
+    assert!(
+        matches!(
+            e,
+            FetchError::Redirect {
+                fault: RedirectFault::NoLocation { status: 302 },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // A server that redirects every request to itself.
+    let server = FaultServer::start("127.0.0.1", s.files.clone(), Fault::None);
+    server.set_fault(Fault::RedirectTo {
+        base: server.base.clone(),
+    });
+    let out = s.out.path().join("loop.gguf");
+    let e = fetch(options(None, 128 << 10, 1), &url(&server), &out).expect_err("a loop");
+    assert!(
+        matches!(
+            e,
+            FetchError::Redirect {
+                fault: RedirectFault::TooMany {
+                    max: tarfa_fetch::http::MAX_REDIRECTS
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(!out.exists());
 }

@@ -244,7 +244,29 @@ fn a_checkpoint_without_an_mtp_head_is_a_clear_error() {
     .expect("config");
     let f = Fetcher::new(options(mtp()));
     let e = f.plan(&p.display().to_string()).expect_err("must fail");
-    assert!(e.to_string().contains("no MTP head"), "{e}");
+    assert!(
+        matches!(
+            e,
+            tarfa_fetch::FetchError::NothingSelected {
+                why: tarfa_fetch::error::SelectFault::NoMtpLayers { layers: 1 },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    // Without config.json nothing tells the MTP layers.
+    std::fs::remove_file(root.path().join("config.json")).expect("rm config");
+    let e = f.plan(&p.display().to_string()).expect_err("must fail");
+    assert!(
+        matches!(
+            e,
+            tarfa_fetch::FetchError::NothingSelected {
+                why: tarfa_fetch::error::SelectFault::NoMtpNoConfig,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]

@@ -6,6 +6,7 @@ mod common;
 use std::io::Read;
 
 use common::{write_glm, BLOCKS, NEXTN};
+use tarfa_fetch::error::SelectFault;
 use tarfa_fetch::{FetchError, FetchOptions, Fetcher, Selection, Silent};
 use tarfa_gguf::{Dtype, GgufWriter, Value};
 
@@ -53,7 +54,16 @@ fn a_glob_that_matches_nothing_is_an_error_naming_it() {
     let e = fetcher(true, &["blk.*.no_such"])
         .plan(&model.parts[1].display().to_string())
         .expect_err("must fail");
-    assert!(matches!(e, FetchError::NothingSelected { .. }), "{e}");
+    assert!(
+        matches!(
+            &e,
+            FetchError::NothingSelected {
+                why: SelectFault::GlobMatchesNone { glob },
+                ..
+            } if glob == "blk.*.no_such"
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("blk.*.no_such"), "{e}");
 }
 
@@ -72,6 +82,16 @@ fn a_gguf_without_an_mtp_head_says_so() {
     let e = fetcher(true, &[])
         .plan(&p.display().to_string())
         .expect_err("must fail");
+    assert!(
+        matches!(
+            &e,
+            FetchError::NothingSelected {
+                why: SelectFault::NoGgufMtp { key, arch },
+                ..
+            } if key == "qwen3moe.nextn_predict_layers" && arch == "qwen3moe"
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("no MTP head"), "{e}");
 
     // The key says one MTP block, but the converter dropped its tensors.
@@ -86,5 +106,39 @@ fn a_gguf_without_an_mtp_head_says_so() {
     let e = fetcher(true, &[])
         .plan(&p.display().to_string())
         .expect_err("must fail");
+    assert!(
+        matches!(
+            &e,
+            FetchError::NothingSelected {
+                why: SelectFault::MtpBlockEmpty {
+                    first: 1,
+                    last: 1,
+                    block: 1,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(e.to_string().contains("block 1 has no tensors"), "{e}");
+}
+
+#[test]
+fn nothing_asked_is_its_own_fault() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let model = write_glm(root.path());
+    let e = fetcher(false, &[])
+        .plan(&model.parts[1].display().to_string())
+        .expect_err("must fail");
+    assert!(
+        matches!(
+            e,
+            FetchError::NothingSelected {
+                why: SelectFault::NothingAsked,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }

@@ -8,7 +8,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, PaddingAfter, Result, Violation};
 use crate::hash::{DualHash, DualHasher};
 use crate::layout::{
     align_up, ExpertRecord, Footer, Header, RegionRecord, Role, ALIGN, FOOTER_LEN,
@@ -182,15 +182,16 @@ impl JnfReader {
             let pad_end = align_up(r.end()).unwrap_or(r.end());
             let pad = (pad_end - r.end()) as usize;
             self.pread(&mut buf[..pad], r.end())?;
-            validate::check_zero(&buf[..pad], r.end(), || {
-                format!("region {i} '{}'", idx.name(i as u32))
+            validate::check_zero(&buf[..pad], r.end(), || PaddingAfter::Region {
+                region: i as u32,
+                name: idx.name(i as u32).to_string(),
             })
             .map_err(|v| self.fail(v))?;
         }
         let index_end = idx.footer.index_offset + idx.footer.index_len;
         let pad = (idx.footer.file_len - FOOTER_LEN as u64 - index_end) as usize;
         self.pread(&mut buf[..pad], index_end)?;
-        validate::check_zero(&buf[..pad], index_end, || "the index".to_string())
+        validate::check_zero(&buf[..pad], index_end, || PaddingAfter::Index)
             .map_err(|v| self.fail(v))
     }
 

@@ -14,7 +14,7 @@ use sha2::Digest;
 
 use crate::aligned::AlignedBuf;
 use crate::dtype::Dtype;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, UsageFault};
 use crate::hash::{expert_digest, DualHash, DualHasher};
 use crate::layout::{
     align_up, ExpertRecord, Footer, Header, RegionRecord, Role, StrRef, ALIGN, FOOTER_LEN, MAJOR,
@@ -234,11 +234,16 @@ impl JnfWriter<Open> {
             )
         });
         if want != Some((layer, expert)) {
-            let msg = match want {
-                Some((l, e)) => format!("expert (layer {layer}, expert {expert}) out of order: next is (layer {l}, expert {e})"),
-                None => format!("expert (layer {layer}, expert {expert}) is outside this file's grid or already written"),
+            let fault = match want {
+                Some((next_layer, next_expert)) => UsageFault::ExpertOutOfOrder {
+                    layer,
+                    expert,
+                    next_layer,
+                    next_expert,
+                },
+                None => UsageFault::ExpertOutsideGrid { layer, expert },
             };
-            return Err(c.usage(msg));
+            return Err(c.usage(fault));
         }
         c.open = Some(OpenExpert {
             layer,
@@ -258,8 +263,11 @@ impl JnfWriter<Open> {
         let c = &mut self.core;
         let total = u64::from(c.header.experts_per_layer) * u64::from(c.header.layer_count);
         if c.next_expert != total {
-            let msg = format!("finish with {} of {total} experts written", c.next_expert);
-            return Err(c.usage(msg));
+            let fault = UsageFault::IncompleteGrid {
+                written: c.next_expert,
+                total,
+            };
+            return Err(c.usage(fault));
         }
         let index_offset = c.pos;
         let mut index = Vec::with_capacity(
@@ -272,7 +280,7 @@ impl JnfWriter<Open> {
         index.extend_from_slice(&c.strings);
         let index_len = index.len() as u64;
         let file_len = align_up(index_offset + index_len + FOOTER_LEN as u64)
-            .ok_or_else(|| c.usage("file length overflows".into()))?;
+            .ok_or_else(|| c.usage(UsageFault::FileLenOverflow))?;
         let footer = Footer {
             file_len,
             index_offset,
@@ -285,9 +293,9 @@ impl JnfWriter<Open> {
         };
         let footer_bytes = footer.encode(&c.header_page);
         let footer = validate::check_footer(&c.header, &c.header_page, &footer_bytes, file_len)
-            .map_err(|v| c.usage(format!("internal: footer fails validation: {v}")))?;
+            .map_err(|violation| c.usage(UsageFault::FooterInvalid { violation }))?;
         validate::check_index(c.header.clone(), footer, &index)
-            .map_err(|v| c.usage(format!("index fails validation: {v}")))?;
+            .map_err(|violation| c.usage(UsageFault::IndexInvalid { violation }))?;
         let mut tail = index;
         tail.resize((file_len - FOOTER_LEN as u64 - c.pos) as usize, 0);
         tail.extend_from_slice(&footer_bytes);
@@ -319,29 +327,25 @@ impl JnfWriter<InExpert> {
     ) -> Result<DualHash> {
         let c = &mut self.core;
         let Some(open) = c.open.as_ref() else {
-            return Err(c.usage("no open expert".into()));
+            return Err(c.usage(UsageFault::NoOpenExpert));
         };
         let (layer, expert, last_role) = (open.layer, open.expert, open.last_role);
         if role == Role::Tensor {
-            return Err(c.usage("an expert projection needs a projection role".into()));
+            return Err(c.usage(UsageFault::TensorRoleInExpert));
         }
-        if spec.layer.is_some_and(|l| l != layer) {
-            return Err(c.usage(format!(
-                "projection '{}' names layer {:?} inside an expert of layer {layer}",
-                spec.name, spec.layer
-            )));
+        if let Some(spec_layer) = spec.layer.filter(|&l| l != layer) {
+            return Err(c.usage(UsageFault::ProjectionLayer {
+                name: spec.name.clone(),
+                spec_layer,
+                layer,
+            }));
         }
         if role.code() <= last_role {
-            return Err(c.usage(format!(
-                "role {} after role code {last_role}: roles must strictly increase within an expert",
-                role.name()
-            )));
+            return Err(c.usage(UsageFault::RoleOrder { role, last_role }));
         }
         let n = c.regions.len() as u32 - open.first_region;
         if n >= MAX_EXPERT_REGIONS {
-            return Err(c.usage(format!(
-                "more than {MAX_EXPERT_REGIONS} regions in one expert"
-            )));
+            return Err(c.usage(UsageFault::TooManyExpertRegions));
         }
         let fused_clash = {
             let roles: Vec<u32> = c.regions[open.first_region as usize..]
@@ -352,7 +356,7 @@ impl JnfWriter<InExpert> {
             has(Role::GateUp) && (has(Role::Gate) || has(Role::Up))
         };
         if fused_clash {
-            return Err(c.usage("a fused gate_up projection beside a separate gate or up".into()));
+            return Err(c.usage(UsageFault::FusedBesideSplit));
         }
         let h = c.region(spec, role, layer, expert, data)?;
         if let Some(o) = c.open.as_mut() {
@@ -365,14 +369,14 @@ impl JnfWriter<InExpert> {
     pub fn end_expert(mut self) -> Result<JnfWriter<Open>> {
         let c = &mut self.core;
         let Some(open) = c.open.take() else {
-            return Err(c.usage("no open expert".into()));
+            return Err(c.usage(UsageFault::NoOpenExpert));
         };
         let regs = &c.regions[open.first_region as usize..];
         if regs.is_empty() {
-            return Err(c.usage(format!(
-                "layer {} expert {} has no projections",
-                open.layer, open.expert
-            )));
+            return Err(c.usage(UsageFault::NoProjections {
+                layer: open.layer,
+                expert: open.expert,
+            }));
         }
         let hashes: Vec<DualHash> = regs
             .iter()
@@ -406,8 +410,8 @@ impl Core {
         self.pending.dest().to_path_buf()
     }
 
-    fn usage(&self, msg: String) -> Error {
-        Error::usage(msg, &self.path())
+    fn usage(&self, fault: UsageFault) -> Error {
+        Error::usage(fault, &self.path())
     }
 
     /// Write `buf[..n]` of `which` buffer (a whole number of pages) at the current offset.
@@ -436,14 +440,11 @@ impl Core {
             return Ok(*r);
         }
         if s.len() > MAX_STRING_LEN as usize {
-            return Err(self.usage(format!(
-                "string of {} bytes is over the {MAX_STRING_LEN}-byte limit",
-                s.len()
-            )));
+            return Err(self.usage(UsageFault::StringTooLong { len: s.len() }));
         }
         let r = StrRef {
             offset: u32::try_from(self.strings.len())
-                .map_err(|_| self.usage("string table over 4 GiB".into()))?,
+                .map_err(|_| self.usage(UsageFault::StringTableFull))?,
             len: s.len() as u32,
         };
         self.strings.extend_from_slice(s.as_bytes());
@@ -460,22 +461,25 @@ impl Core {
         data: &mut dyn Read,
     ) -> Result<DualHash> {
         if spec.shape.len() > MAX_RANK {
-            return Err(self.usage(format!("'{}': rank {} over 8", spec.name, spec.shape.len())));
+            return Err(self.usage(UsageFault::RankOverLimit {
+                name: spec.name.clone(),
+                rank: spec.shape.len(),
+            }));
         }
         if self.regions.len() as u64 >= validate::MAX_REGIONS {
-            return Err(self.usage(format!(
-                "more than {} regions in one file",
-                validate::MAX_REGIONS
-            )));
+            return Err(self.usage(UsageFault::TooManyRegions));
         }
         if self.names.contains(&spec.name) {
-            return Err(self.usage(format!("duplicate region name '{}'", spec.name)));
+            return Err(self.usage(UsageFault::DuplicateName {
+                name: spec.name.clone(),
+            }));
         }
         let length = spec.byte_len().ok_or_else(|| {
-            self.usage(format!(
-                "'{}': {} {:?} is not a whole number of blocks",
-                spec.name, spec.dtype, spec.shape
-            ))
+            self.usage(UsageFault::NoByteLength {
+                name: spec.name.clone(),
+                dtype: spec.dtype,
+                shape: spec.shape.clone(),
+            })
         })?;
         let mut shape = [0u64; MAX_RANK];
         shape[..spec.shape.len()].copy_from_slice(&spec.shape);
@@ -502,7 +506,10 @@ impl Core {
         let (mut src_file, mut src_tensor) = ("", "");
         if let Some(p) = &spec.source {
             if p.shape.len() > MAX_RANK {
-                return Err(self.usage(format!("'{}': source rank over 8", spec.name)));
+                return Err(self.usage(UsageFault::SourceRankOverLimit {
+                    name: spec.name.clone(),
+                    rank: p.shape.len(),
+                }));
             }
             rec.src_file = self.intern(&p.file)?;
             rec.src_tensor = self.intern(&p.tensor)?;
@@ -522,8 +529,13 @@ impl Core {
             .and_then(|()| validate::check_region_role(&rec, ri, &spec.name, &self.header))
             .and_then(|()| validate::check_provenance(&rec, ri, &spec.name, src_file, src_tensor));
         checks.map_err(bad)?;
-        if spec.name.is_empty() || spec.name.contains('\0') {
-            return Err(self.usage(format!("bad region name {:?}", spec.name)));
+        if spec.name.is_empty() {
+            return Err(self.usage(UsageFault::EmptyName));
+        }
+        if spec.name.contains('\0') {
+            return Err(self.usage(UsageFault::NameWithNul {
+                name: spec.name.clone(),
+            }));
         }
 
         // Each chunk is read into an aligned buffer, zero-padded to a page if it is the region's
@@ -537,11 +549,11 @@ impl Core {
             let got = read_full(data, &mut self.buf[..want])
                 .map_err(|e| Error::io(&self.path(), "read region source", e))?;
             if got < want {
-                return Err(self.usage(format!(
-                    "'{}': source ended after {} of {length} bytes",
-                    spec.name,
-                    length - left + got as u64
-                )));
+                return Err(self.usage(UsageFault::SourceShort {
+                    name: spec.name.clone(),
+                    got: length - left + got as u64,
+                    length,
+                }));
             }
             let padded = want.div_ceil(ALIGN as usize) * ALIGN as usize;
             self.buf[want..padded].fill(0);

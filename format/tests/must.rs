@@ -6,6 +6,10 @@
 use std::path::Path;
 
 use sha2::Digest;
+use tarfa_format::error::{
+    Aligned, ExpertRecordFault as EF, NameFault, PaddingAfter, ProvenanceFault as PF, RoleFault,
+    ShapeFault, StringFault, UsageFault,
+};
 use tarfa_format::layout::{Footer, FOOTER_LEN, REGION_RECORD_LEN};
 use tarfa_format::{
     Dtype, Error, FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec, Role, Violation,
@@ -276,7 +280,13 @@ fn misaligned_index_offset_is_refused() {
     let p = parts(&b);
     put_u64(&mut b, p.footer_at + 16, p.index_offset as u64 + 8);
     reseal(&mut b);
-    assert!(matches!(violation_of(&b), Violation::Misaligned { .. }));
+    assert_eq!(
+        violation_of(&b),
+        Violation::Misaligned {
+            what: Aligned::IndexOffset,
+            value: p.index_offset as u64 + 8
+        }
+    );
 }
 
 #[test]
@@ -319,7 +329,19 @@ fn expert_count_must_equal_the_grid() {
     let p = parts(&b);
     put_u32(&mut b, p.footer_at + 36, 1);
     reseal(&mut b);
-    assert!(matches!(violation_of(&b), Violation::BadExpert { .. }));
+    assert_eq!(
+        violation_of(&b),
+        Violation::BadExpert {
+            record: u32::MAX,
+            layer: 3,
+            expert: u32::MAX,
+            fault: EF::CountNotGrid {
+                expert_count: 1,
+                layer_count: 1,
+                experts_per_layer: 2
+            }
+        }
+    );
 }
 
 #[test]
@@ -343,7 +365,10 @@ fn misaligned_region_offset_is_refused() {
     assert_eq!(
         violation_of(&b),
         Violation::Misaligned {
-            what: "region 1 'router' offset".into(),
+            what: Aligned::RegionOffset {
+                region: 1,
+                name: "router".into()
+            },
             value: off + 512
         }
     );
@@ -412,7 +437,16 @@ fn length_disagreeing_with_dtype_and_shape_is_refused() {
     reseal(&mut b);
     assert!(matches!(
         violation_of(&b),
-        Violation::BadShape { region: 0, .. }
+        Violation::BadShape {
+            region: 0,
+            fault: ShapeFault::LengthMismatch {
+                dtype: Dtype::BF16,
+                bytes: 198,
+                length: 200,
+                ..
+            },
+            ..
+        }
     ));
 }
 
@@ -424,7 +458,11 @@ fn rank_over_eight_is_refused() {
     reseal(&mut b);
     assert!(matches!(
         violation_of(&b),
-        Violation::BadShape { region: 0, .. }
+        Violation::BadShape {
+            region: 0,
+            fault: ShapeFault::RankOverLimit { rank: 9 },
+            ..
+        }
     ));
 }
 
@@ -482,10 +520,13 @@ fn empty_region_name_is_refused() {
     let r0 = region_at(&b, 0);
     put_u32(&mut b, r0 + 104, 0);
     reseal(&mut b);
-    assert!(matches!(
+    assert_eq!(
         violation_of(&b),
-        Violation::BadName { region: 0, .. }
-    ));
+        Violation::BadName {
+            region: 0,
+            fault: NameFault::Empty
+        }
+    );
 }
 
 #[test]
@@ -511,7 +552,11 @@ fn plain_tensor_naming_an_expert_is_refused() {
     reseal(&mut b);
     assert!(matches!(
         violation_of(&b),
-        Violation::BadRegionRole { region: 0, .. }
+        Violation::BadRegionRole {
+            region: 0,
+            fault: RoleFault::TensorNamesExpert { expert: 0 },
+            ..
+        }
     ));
 }
 
@@ -523,7 +568,15 @@ fn layer_outside_the_file_is_refused() {
     reseal(&mut b);
     assert!(matches!(
         violation_of(&b),
-        Violation::BadRegionRole { region: 0, .. }
+        Violation::BadRegionRole {
+            region: 0,
+            fault: RoleFault::LayerOutsideFile {
+                layer: 7,
+                first: 3,
+                end: 4
+            },
+            ..
+        }
     ));
 }
 
@@ -535,7 +588,15 @@ fn source_range_of_the_wrong_length_is_refused() {
     reseal(&mut b);
     assert!(matches!(
         violation_of(&b),
-        Violation::BadProvenance { region: 0, .. }
+        Violation::BadProvenance {
+            region: 0,
+            fault: PF::RangeLength {
+                begin: 100,
+                end: 299,
+                length: 200
+            },
+            ..
+        }
     ));
 }
 
@@ -547,7 +608,11 @@ fn source_dtype_differing_from_the_stored_dtype_is_refused() {
     reseal(&mut b);
     assert!(matches!(
         violation_of(&b),
-        Violation::BadProvenance { region: 0, .. }
+        Violation::BadProvenance {
+            region: 0,
+            fault: PF::DtypeDiffers { src_dtype, dtype },
+            ..
+        } if src_dtype == Dtype::F16.code() && dtype == Dtype::BF16.code()
     ));
 }
 
@@ -564,6 +629,7 @@ fn string_table_bytes_that_no_record_references_are_refused() {
         Violation::NonCanonicalStrings {
             field: "string table",
             len: 1,
+            fault: StringFault::Unreferenced,
             ..
         }
     ));
@@ -588,6 +654,7 @@ fn a_repeated_string_stored_twice_is_refused() {
         Violation::NonCanonicalStrings {
             region: 0,
             field: "source tensor",
+            fault: StringFault::OutOfOrder { .. },
             ..
         }
     ));
@@ -604,7 +671,13 @@ fn a_file_of_no_layers_must_not_name_a_first_layer() {
     let mut b = std::fs::read(&path).expect("read");
     put_u32(&mut b, 32, 9);
     reseal(&mut b);
-    assert!(matches!(violation_of(&b), Violation::BadHeaderField { .. }));
+    assert_eq!(
+        violation_of(&b),
+        Violation::EmptyFileLayerFields {
+            layer_first: 9,
+            experts_per_layer: 0
+        }
+    );
 }
 
 #[test]
@@ -618,7 +691,11 @@ fn an_expert_of_biases_only_is_refused() {
     reseal(&mut b);
     assert!(matches!(
         violation_of(&b),
-        Violation::BadExpert { record: 1, .. }
+        Violation::BadExpert {
+            record: 1,
+            fault: EF::NoWeight,
+            ..
+        }
     ));
 }
 
@@ -642,7 +719,10 @@ fn expert_records_out_of_grid_order_are_refused() {
             record: 0,
             layer: 3,
             expert: 1,
-            ..
+            fault: EF::GridOrder {
+                layer: 3,
+                expert: 0
+            }
         }
     ));
 }
@@ -656,7 +736,11 @@ fn expert_extent_not_matching_its_regions_is_refused() {
     reseal(&mut b);
     assert!(matches!(
         violation_of(&b),
-        Violation::BadExpert { record: 0, .. }
+        Violation::BadExpert {
+            record: 0,
+            fault: EF::ExtentMismatch { len: l, expected_len, .. },
+            ..
+        } if l == len + 4096 && expected_len == len
     ));
 }
 
@@ -670,7 +754,15 @@ fn expert_regions_in_the_wrong_role_order_are_refused() {
     reseal(&mut b);
     assert!(matches!(
         violation_of(&b),
-        Violation::BadExpert { record: 0, .. }
+        Violation::BadExpert {
+            record: 0,
+            fault: EF::RolesNotIncreasing {
+                region: 3,
+                role: 2,
+                previous: 3
+            },
+            ..
+        }
     ));
 }
 
@@ -717,7 +809,10 @@ fn non_zero_padding_after_a_region_is_refused() {
         Violation::NonZeroPadding {
             offset: end + 10,
             value: 0xAB,
-            after: "region 0 'norm'".into()
+            after: PaddingAfter::Region {
+                region: 0,
+                name: "norm".into()
+            }
         }
     );
 }
@@ -730,20 +825,338 @@ fn non_zero_padding_after_the_index_is_refused() {
     b[at] = 1;
     assert!(matches!(
         data_violation_of(&b),
-        Violation::NonZeroPadding { offset, .. } if offset == at as u64
+        Violation::NonZeroPadding { offset, after: PaddingAfter::Index, .. } if offset == at as u64
     ));
+}
+
+/// The violation a valid file damaged by `f` (then resealed) gets.
+fn damaged(f: impl FnOnce(&mut Vec<u8>)) -> Violation {
+    let mut b = valid_file();
+    f(&mut b);
+    reseal(&mut b);
+    violation_of(&b)
+}
+
+fn table_at(b: &[u8]) -> usize {
+    let p = parts(b);
+    p.index_offset + p.region_count * REGION_RECORD_LEN + 2 * 96
+}
+
+fn get_u32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+#[test]
+fn each_shape_rule_has_its_own_fault() {
+    let v = damaged(|b| {
+        let r0 = region_at(b, 0);
+        put_u64(b, r0 + 32, 5); // shape[1] of a rank-1 region
+    });
+    assert!(
+        matches!(
+            &v,
+            Violation::BadShape {
+                region: 0,
+                fault: ShapeFault::DimsPastRank,
+                ..
+            }
+        ),
+        "{v}"
+    );
+    let v = damaged(|b| {
+        let r0 = region_at(b, 0);
+        put_u32(b, r0 + 16, Dtype::Q8_0.code()); // [100]: not whole blocks of 32
+    });
+    assert!(
+        matches!(
+            &v,
+            Violation::BadShape {
+                region: 0,
+                fault: ShapeFault::PartialBlock {
+                    block_elems: 32,
+                    ..
+                },
+                ..
+            }
+        ),
+        "{v}"
+    );
+    let v = damaged(|b| {
+        let r0 = region_at(b, 0);
+        put_u32(b, r0 + 20, 2);
+        put_u64(b, r0 + 24, 1 << 63);
+        put_u64(b, r0 + 32, 4);
+    });
+    assert!(
+        matches!(
+            &v,
+            Violation::BadShape {
+                region: 0,
+                fault: ShapeFault::LengthOverflow { .. },
+                ..
+            }
+        ),
+        "{v}"
+    );
+}
+
+#[test]
+fn each_role_rule_has_its_own_fault() {
+    let v = damaged(|b| {
+        let r0 = region_at(b, 0);
+        put_u32(b, r0 + 96, 99);
+    });
+    assert!(
+        matches!(
+            &v,
+            Violation::BadRegionRole {
+                region: 0,
+                fault: RoleFault::UnknownRole { code: 99 },
+                ..
+            }
+        ),
+        "{v}"
+    );
+    let v = damaged(|b| {
+        let r2 = region_at(b, 2);
+        put_u32(b, r2 + 92, 5);
+    });
+    assert!(
+        matches!(
+            &v,
+            Violation::BadRegionRole {
+                region: 2,
+                fault: RoleFault::ProjectionOutsideGrid {
+                    layer: 3,
+                    expert: 5,
+                    experts_per_layer: 2
+                },
+                ..
+            }
+        ),
+        "{v}"
+    );
+    // A gate projection of layer 3 expert 0 that expert 0's record does not list.
+    let v = damaged(|b| {
+        let r0 = region_at(b, 0);
+        put_u32(b, r0 + 92, 0);
+        put_u32(b, r0 + 96, Role::Gate.code());
+    });
+    assert!(
+        matches!(
+            &v,
+            Violation::BadRegionRole {
+                region: 0,
+                fault: RoleFault::Unlisted,
+                ..
+            }
+        ),
+        "{v}"
+    );
+}
+
+#[test]
+fn each_provenance_rule_has_its_own_fault() {
+    let prov = |f: fn(&mut Vec<u8>)| match damaged(f) {
+        Violation::BadProvenance { fault, .. } => fault,
+        v => panic!("expected BadProvenance, got {v}"),
+    };
+    assert_eq!(
+        prov(|b| {
+            let r0 = region_at(b, 0);
+            put_u32(b, r0 + 128, 9);
+        }),
+        PF::SourceRankOverLimit { src_ndim: 9 }
+    );
+    assert_eq!(
+        prov(|b| {
+            let r0 = region_at(b, 0);
+            put_u64(b, r0 + 160, 1); // src_shape[1] of a rank-1 source
+        }),
+        PF::SourceDimsPastRank { src_ndim: 1 }
+    );
+    assert_eq!(
+        prov(|b| {
+            let r1 = region_at(b, 1); // router: no source
+            put_u64(b, r1 + 136, 5);
+        }),
+        PF::FieldsWithoutFile
+    );
+    assert_eq!(
+        prov(|b| {
+            let r0 = region_at(b, 0);
+            let at = table_at(b) + get_u32(b, r0 + 108) as usize;
+            b[at] = b'/';
+        }),
+        PF::NotRelativePath {
+            src_file: "/odel-00001-of-00002.safetensors".into()
+        }
+    );
+    assert_eq!(
+        prov(|b| {
+            let r0 = region_at(b, 0);
+            put_u32(b, r0 + 116, 0);
+            put_u32(b, r0 + 120, 0);
+        }),
+        PF::EmptyTensorName
+    );
+    assert_eq!(
+        prov(|b| {
+            let r0 = region_at(b, 0);
+            put_u64(b, r0 + 152, 10); // [10] BF16 holds 20 of the 200 bytes
+        }),
+        PF::ShapeTooSmall {
+            shape: vec![10],
+            length: 200
+        }
+    );
+}
+
+#[test]
+fn each_string_table_rule_has_its_own_fault() {
+    let v = damaged(|b| {
+        let r0 = region_at(b, 0);
+        put_u32(b, r0 + 116, 5);
+        put_u32(b, r0 + 120, 0);
+    });
+    assert!(
+        matches!(
+            &v,
+            Violation::NonCanonicalStrings {
+                region: 0,
+                fault: StringFault::EmptyNotAtZero,
+                ..
+            }
+        ),
+        "{v}"
+    );
+    // Region 1's name becomes a second copy of "norm", stored where a new string starts.
+    let v = damaged(|b| {
+        let r1 = region_at(b, 1);
+        let at = table_at(b) + get_u32(b, r1 + 100) as usize;
+        b[at..at + 4].copy_from_slice(b"norm");
+        put_u32(b, r1 + 104, 4);
+    });
+    assert!(
+        matches!(
+            &v,
+            Violation::NonCanonicalStrings {
+                region: 1,
+                field: "name",
+                fault: StringFault::RepeatNotShared { first: 0 },
+                ..
+            }
+        ),
+        "{v}"
+    );
+    let v = damaged(|b| {
+        let r0 = region_at(b, 0);
+        let at = table_at(b) + get_u32(b, r0 + 100) as usize;
+        b[at + 1] = 0;
+    });
+    assert_eq!(
+        v,
+        Violation::BadName {
+            region: 0,
+            fault: NameFault::ContainsNul
+        }
+    );
+}
+
+#[test]
+fn each_expert_record_rule_has_its_own_fault() {
+    let fault = |f: fn(&mut Vec<u8>)| match damaged(f) {
+        Violation::BadExpert { fault, .. } => fault,
+        v => panic!("expected BadExpert, got {v}"),
+    };
+    assert_eq!(
+        fault(|b| {
+            let e0 = expert_at(b, 0);
+            put_u32(b, e0 + 12, 0);
+        }),
+        EF::RegionCount { count: 0 }
+    );
+    assert_eq!(
+        fault(|b| {
+            let e1 = expert_at(b, 1);
+            put_u32(b, e1 + 12, 8);
+        }),
+        EF::RegionsPastEnd {
+            first: 5,
+            end: 13,
+            regions: 8
+        }
+    );
+    assert_eq!(
+        fault(|b| {
+            let e1 = expert_at(b, 1);
+            put_u32(b, e1 + 8, 4);
+        }),
+        EF::RegionShared { region: 4 }
+    );
+    assert_eq!(
+        fault(|b| {
+            let r5 = region_at(b, 5);
+            put_u32(b, r5 + 92, 0);
+        }),
+        EF::NotItsProjection {
+            region: 5,
+            layer: 3,
+            expert: 0,
+            role: Role::Gate.code()
+        }
+    );
+    assert_eq!(
+        fault(|b| {
+            let r2 = region_at(b, 2);
+            put_u32(b, r2 + 96, Role::GateUp.code());
+        }),
+        EF::FusedBesideSplit
+    );
+    assert_eq!(
+        fault(|b| {
+            let (r3, r4) = (region_at(b, 3), region_at(b, 4));
+            put_u32(b, r3 + 96, Role::GateUpBias.code());
+            put_u32(b, r4 + 96, Role::GateBias.code());
+        }),
+        EF::FusedBiasBesideSplit
+    );
+    // Expert 0's projections are stored after expert 1's: each record checks out, their order
+    // in the file does not.
+    assert_eq!(
+        fault(|b| {
+            let (e0, e1) = (expert_at(b, 0), expert_at(b, 1));
+            let rec0 = b[e0 + 8..e0 + 96].to_vec();
+            let rec1 = b[e1 + 8..e1 + 96].to_vec();
+            b[e0 + 8..e0 + 96].copy_from_slice(&rec1);
+            b[e1 + 8..e1 + 96].copy_from_slice(&rec0);
+            for i in 2..8 {
+                let r = region_at(b, i);
+                put_u32(b, r + 92, u32::from(i < 5));
+            }
+        }),
+        EF::ExtentsOutOfOrder
+    );
 }
 
 // The writer refuses what the reader would refuse, before writing a byte.
 
-fn writer_error(f: impl FnOnce(&Path) -> Result<(), Error>) -> String {
+fn writer_error(f: impl FnOnce(&Path) -> Result<(), Error>) -> Error {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("w.jnf");
     let e = f(&path).expect_err("writer must refuse");
     assert!(!path.exists(), "nothing published");
     let left: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").collect();
     assert!(left.is_empty(), "no temporary file left behind");
-    e.to_string()
+    e
+}
+
+/// The contract a writer error says was broken.
+fn usage_fault(e: Error) -> UsageFault {
+    match e {
+        Error::Usage { fault, .. } => fault,
+        e => panic!("expected a writer usage error, got {e}"),
+    }
 }
 
 fn bf16(name: &str, shape: Vec<u64>) -> RegionSpec {
@@ -764,7 +1177,10 @@ fn writer_refuses_duplicate_names() {
         w.tensor(&bf16("a", vec![1]), &mut &[0u8; 2][..])?;
         w.finish().map(drop)
     });
-    assert!(msg.contains("duplicate region name 'a'"), "{msg}");
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::DuplicateName { name: "a".into() }
+    );
 }
 
 #[test]
@@ -774,7 +1190,19 @@ fn writer_refuses_a_short_source() {
         w.tensor(&bf16("a", vec![10]), &mut &[0u8; 19][..])?;
         w.finish().map(drop)
     });
-    assert!(msg.contains("source ended after 19 of 20 bytes"), "{msg}");
+    assert!(
+        msg.to_string()
+            .contains("source ended after 19 of 20 bytes"),
+        "{msg}"
+    );
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::SourceShort {
+            name: "a".into(),
+            got: 19,
+            length: 20
+        }
+    );
 }
 
 #[test]
@@ -783,14 +1211,28 @@ fn writer_refuses_experts_out_of_grid_order_and_an_incomplete_grid() {
         let w = JnfWriter::create(p, FileLayout::layer(0, 2))?;
         w.begin_expert(0, 1).map(drop)
     });
-    assert!(msg.contains("out of order"), "{msg}");
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::ExpertOutOfOrder {
+            layer: 0,
+            expert: 1,
+            next_layer: 0,
+            next_expert: 0
+        }
+    );
     let msg = writer_error(|p| {
         let w = JnfWriter::create(p, FileLayout::layer(0, 2))?;
         let mut x = w.begin_expert(0, 0)?;
         x.projection(Role::Down, &bf16("d", vec![2]), &mut &[0u8; 4][..])?;
         x.end_expert()?.finish().map(drop)
     });
-    assert!(msg.contains("1 of 2 experts"), "{msg}");
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::IncompleteGrid {
+            written: 1,
+            total: 2
+        }
+    );
 }
 
 #[test]
@@ -802,7 +1244,13 @@ fn writer_refuses_roles_out_of_order_and_fused_beside_split() {
         x.projection(Role::Gate, &bf16("g", vec![2]), &mut &[0u8; 4][..])?;
         x.end_expert()?.finish().map(drop)
     });
-    assert!(msg.contains("strictly increase"), "{msg}");
+    assert_eq!(
+        usage_fault(msg),
+        UsageFault::RoleOrder {
+            role: Role::Gate,
+            last_role: Role::Down.code()
+        }
+    );
     let msg = writer_error(|p| {
         let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
         let mut x = w.begin_expert(0, 0)?;
@@ -810,7 +1258,7 @@ fn writer_refuses_roles_out_of_order_and_fused_beside_split() {
         x.projection(Role::Up, &bf16("u", vec![2]), &mut &[0u8; 4][..])?;
         x.end_expert()?.finish().map(drop)
     });
-    assert!(msg.contains("fused"), "{msg}");
+    assert_eq!(usage_fault(msg), UsageFault::FusedBesideSplit);
 }
 
 #[test]
@@ -824,7 +1272,9 @@ fn writer_refuses_a_shape_that_is_not_whole_blocks() {
         w.tensor(&s, &mut &[0u8; 100][..])?;
         w.finish().map(drop)
     });
-    assert!(msg.contains("whole number of blocks"), "{msg}");
+    assert!(
+        matches!(usage_fault(msg), UsageFault::NoByteLength { name, dtype: Dtype::Q8_0, .. } if name == "q")
+    );
 }
 
 #[test]
@@ -843,5 +1293,123 @@ fn writer_refuses_a_provenance_path_that_escapes_the_source_directory() {
         w.tensor(&s, &mut &[0u8; 2][..])?;
         w.finish().map(drop)
     });
-    assert!(msg.contains("not a plain relative path"), "{msg}");
+    assert!(matches!(
+        msg.violation(),
+        Some(Violation::BadProvenance {
+            fault: PF::NotRelativePath { src_file },
+            ..
+        }) if src_file == "../etc/passwd"
+    ));
+}
+
+#[test]
+fn writer_refuses_each_misuse_with_its_own_fault() {
+    let fault = |f: fn(&Path) -> Result<(), Error>| usage_fault(writer_error(f));
+    assert_eq!(
+        fault(|p| {
+            let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
+            let x = w.begin_expert(0, 0)?;
+            x.end_expert()?.finish().map(drop)
+        }),
+        UsageFault::NoProjections {
+            layer: 0,
+            expert: 0
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
+            let mut x = w.begin_expert(0, 0)?;
+            x.projection(Role::Tensor, &bf16("t", vec![2]), &mut &[0u8; 4][..])?;
+            x.end_expert()?.finish().map(drop)
+        }),
+        UsageFault::TensorRoleInExpert
+    );
+    assert_eq!(
+        fault(|p| {
+            let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
+            let mut x = w.begin_expert(0, 0)?;
+            let s = RegionSpec {
+                layer: Some(5),
+                ..bf16("g", vec![2])
+            };
+            x.projection(Role::Gate, &s, &mut &[0u8; 4][..])?;
+            x.end_expert()?.finish().map(drop)
+        }),
+        UsageFault::ProjectionLayer {
+            name: "g".into(),
+            spec_layer: 5,
+            layer: 0
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let w = JnfWriter::create(p, FileLayout::layer(0, 1))?;
+            let x = w.begin_expert(0, 0)?;
+            let mut x = x;
+            x.projection(Role::Down, &bf16("d", vec![2]), &mut &[0u8; 4][..])?;
+            x.end_expert()?.begin_expert(0, 1).map(drop)
+        }),
+        UsageFault::ExpertOutsideGrid {
+            layer: 0,
+            expert: 1
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            w.tensor(&bf16("r", vec![1; 9]), &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::RankOverLimit {
+            name: "r".into(),
+            rank: 9
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            let s = RegionSpec {
+                source: Some(Provenance {
+                    file: "m.safetensors".into(),
+                    tensor: "t".into(),
+                    begin: 0,
+                    shape: vec![1; 9],
+                }),
+                ..bf16("s", vec![1])
+            };
+            w.tensor(&s, &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::SourceRankOverLimit {
+            name: "s".into(),
+            rank: 9
+        }
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            w.tensor(&bf16(&"n".repeat(4097), vec![1]), &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::StringTooLong { len: 4097 }
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            w.tensor(&bf16("", vec![1]), &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::EmptyName
+    );
+    assert_eq!(
+        fault(|p| {
+            let mut w = JnfWriter::create(p, FileLayout::trunk())?;
+            w.tensor(&bf16("a\0b", vec![1]), &mut &[0u8; 2][..])?;
+            w.finish().map(drop)
+        }),
+        UsageFault::NameWithNul {
+            name: "a\0b".into()
+        }
+    );
 }

@@ -8,7 +8,7 @@
 
 use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::Result;
+use crate::error::{ConfigFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::rope::Rope;
@@ -69,44 +69,53 @@ impl Glm4MoeConfig {
         let (hidden_size, heads, kv_heads, head_dim) = attention_dims(&c)?;
         let num_experts = c.usize("n_routed_experts", MAX_EXPERTS)?.unwrap_or(128);
         if num_experts == 0 {
-            return Err(bad("n_routed_experts", "must be at least 1"));
+            return Err(bad("n_routed_experts", ConfigFault::Zero));
         }
         let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(8);
         if top_k == 0 || top_k > num_experts {
             return Err(bad(
                 "num_experts_per_tok",
-                &format!("{top_k} is not in 1..={num_experts}"),
+                ConfigFault::OutOfRange {
+                    value: top_k,
+                    max: num_experts,
+                },
             ));
         }
         let n_group = c.usize("n_group", MAX_EXPERTS)?.unwrap_or(1);
         if n_group == 0 || !num_experts.is_multiple_of(n_group) {
             return Err(bad(
                 "n_group",
-                &format!("{n_group} does not divide n_routed_experts {num_experts}"),
+                ConfigFault::NotADivisor {
+                    value: n_group,
+                    of_key: "n_routed_experts",
+                    of: num_experts,
+                },
             ));
         }
         // Each group is scored by its two best experts (transformers' `.topk(2)`).
         if n_group > 1 && num_experts / n_group < 2 {
             return Err(bad(
                 "n_group",
-                &format!(
-                    "groups of {} expert; a group needs two",
-                    num_experts / n_group
-                ),
+                ConfigFault::GroupTooSmall {
+                    size: num_experts / n_group,
+                },
             ));
         }
         let topk_group = c.usize("topk_group", MAX_EXPERTS)?.unwrap_or(1);
         if topk_group == 0 || topk_group > n_group {
             return Err(bad(
                 "topk_group",
-                &format!("{topk_group} is not in 1..={n_group}"),
+                ConfigFault::OutOfRange {
+                    value: topk_group,
+                    max: n_group,
+                },
             ));
         }
         let scale = c.f64("routed_scaling_factor")?.unwrap_or(1.0);
         if !(scale.is_finite() && (scale as f32).is_finite()) {
             return Err(bad(
                 "routed_scaling_factor",
-                &format!("{scale} is not a finite number"),
+                ConfigFault::NotFinite { value: scale },
             ));
         }
         Ok(Glm4MoeConfig {

@@ -5,7 +5,7 @@
 
 use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::Result;
+use crate::error::{ConfigFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::rope::Rope;
@@ -48,17 +48,20 @@ impl MixtralConfig {
         let (hidden_size, heads, kv_heads, head_dim) = attention_dims(&c)?;
         let num_experts = c.usize("num_local_experts", MAX_EXPERTS)?.unwrap_or(8);
         if num_experts == 0 {
-            return Err(bad("num_local_experts", "must be at least 1"));
+            return Err(bad("num_local_experts", ConfigFault::Zero));
         }
         let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(2);
         if top_k == 0 || top_k > num_experts {
             return Err(bad(
                 "num_experts_per_tok",
-                &format!("{top_k} is not in 1..={num_experts}"),
+                ConfigFault::OutOfRange {
+                    value: top_k,
+                    max: num_experts,
+                },
             ));
         }
         let window = match c.usize("sliding_window", usize::MAX)? {
-            Some(0) => return Err(bad("sliding_window", "must be at least 1")),
+            Some(0) => return Err(bad("sliding_window", ConfigFault::Zero)),
             w => w,
         };
         Ok(MixtralConfig {

@@ -26,7 +26,7 @@ use rayon::prelude::*;
 use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::canon;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::{DecodeError, Result};
+use crate::error::{ConfigFault, DecodeError, OptionsFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::kernels::Isa;
@@ -96,7 +96,7 @@ impl Qwen3_5MoeConfig {
         let (c, prefix) = if top.str("model_type")? == Some("qwen3_5_moe") {
             match top.object("text_config")? {
                 Some(t) => (t, "model.language_model."),
-                None => return Err(bad("text_config", "missing")),
+                None => return Err(bad("text_config", ConfigFault::Missing)),
             }
         } else {
             (top, "model.")
@@ -105,14 +105,17 @@ impl Qwen3_5MoeConfig {
             if act != "silu" {
                 return Err(bad(
                     "hidden_act",
-                    &format!("{act:?} is not decoded by this build (only \"silu\")"),
+                    ConfigFault::Unsupported {
+                        value: act.to_string(),
+                        supported: "silu",
+                    },
                 ));
             }
         }
         let (hidden_size, heads, kv_heads, _) = attention_dims(&c)?;
         let head_dim = c.usize("head_dim", MAX_DIM)?.unwrap_or(256);
         if head_dim == 0 {
-            return Err(bad("head_dim", "must be at least 1"));
+            return Err(bad("head_dim", ConfigFault::Zero));
         }
         let num_layers = c.positive("num_hidden_layers", MAX_LAYERS)?;
         let layer_types = match c.raw("layer_types") {
@@ -120,7 +123,10 @@ impl Qwen3_5MoeConfig {
                 if a.len() != num_layers {
                     return Err(bad(
                         "layer_types",
-                        &format!("{} entries for {num_layers} layers", a.len()),
+                        ConfigFault::LayerTypesCount {
+                            entries: a.len(),
+                            layers: num_layers,
+                        },
                     ));
                 }
                 a.iter()
@@ -129,16 +135,25 @@ impl Qwen3_5MoeConfig {
                         Some("linear_attention") => Ok(LayerType::Linear),
                         _ => Err(bad(
                             "layer_types",
-                            &format!("{t} is not \"full_attention\" or \"linear_attention\""),
+                            ConfigFault::LayerType {
+                                value: t.to_string(),
+                            },
                         )),
                     })
                     .collect::<Result<Vec<_>>>()?
             }
-            Some(other) => return Err(bad("layer_types", &format!("{other} is not a list"))),
+            Some(other) => {
+                return Err(bad(
+                    "layer_types",
+                    ConfigFault::NotAList {
+                        value: other.to_string(),
+                    },
+                ))
+            }
             None => {
                 let every = c.usize("full_attention_interval", MAX_LAYERS)?.unwrap_or(4);
                 if every == 0 {
-                    return Err(bad("full_attention_interval", "must be at least 1"));
+                    return Err(bad("full_attention_interval", ConfigFault::Zero));
                 }
                 (0..num_layers)
                     .map(|i| {
@@ -156,12 +171,16 @@ impl Qwen3_5MoeConfig {
         if lin_k_heads == 0 || lin_v_heads == 0 || lin_v_heads % lin_k_heads != 0 {
             return Err(bad(
                 "linear_num_value_heads",
-                &format!("{lin_v_heads} is not a multiple of linear_num_key_heads {lin_k_heads}"),
+                ConfigFault::NotAMultiple {
+                    value: lin_v_heads,
+                    of_key: "linear_num_key_heads",
+                    of: lin_k_heads,
+                },
             ));
         }
         let positive_or = |key: &str, default: usize| -> Result<usize> {
             match c.usize(key, MAX_DIM)? {
-                Some(0) => Err(bad(key, "must be at least 1")),
+                Some(0) => Err(bad(key, ConfigFault::Zero)),
                 Some(n) => Ok(n),
                 None => Ok(default),
             }
@@ -171,7 +190,10 @@ impl Qwen3_5MoeConfig {
         if num_experts == 0 || top_k == 0 || top_k > num_experts {
             return Err(bad(
                 "num_experts_per_tok",
-                &format!("{top_k} is not in 1..={num_experts}"),
+                ConfigFault::OutOfRange {
+                    value: top_k,
+                    max: num_experts,
+                },
             ));
         }
         let tie = match c.bool("tie_word_embeddings")? {
@@ -414,7 +436,10 @@ fn conv_weight<'s>(
     if t.shape() != [channels, 1, kernel] {
         return Err(DecodeError::BadTensor {
             name: name.into(),
-            detail: format!("shape {:?}, expected [{channels}, 1, {kernel}]", t.shape()),
+            fault: crate::error::TensorFault::Shape {
+                shape: t.shape().to_vec(),
+                expected: vec![channels, 1, kernel],
+            },
         });
     }
     Ok(MatrixRef {
@@ -578,18 +603,16 @@ impl Family for Qwen3_5Moe {
             self.reset();
         }
         if self.len == usize::MAX {
-            return Err(DecodeError::Options(
-                "qwen3_5_moe: an earlier pass failed part-way, so its recurrent state is unknown; \
-                 start a new sequence (position 0)"
-                    .into(),
-            ));
+            return Err(DecodeError::Options(OptionsFault::StateUnknown {
+                family: "qwen3_5_moe",
+            }));
         }
         if start != self.len {
-            return Err(DecodeError::Options(format!(
-                "qwen3_5_moe continues from position {} (its recurrent state cannot be rewound \
-                 to {start})",
-                self.len
-            )));
+            return Err(DecodeError::Options(OptionsFault::CannotRewind {
+                family: "qwen3_5_moe",
+                at: self.len,
+                asked: start,
+            }));
         }
         // Until this pass completes, the state is neither before nor after it: a failed pass
         // leaves it marked so that only a fresh start (position 0) continues.

@@ -6,7 +6,7 @@
 
 use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::Result;
+use crate::error::{ConfigFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::rope::Rope;
@@ -65,7 +65,10 @@ impl Qwen3MoeConfig {
         if num_experts > 0 && (top_k == 0 || top_k > num_experts) {
             return Err(bad(
                 "num_experts_per_tok",
-                &format!("{top_k} is not in 1..={num_experts}"),
+                ConfigFault::OutOfRange {
+                    value: top_k,
+                    max: num_experts,
+                },
             ));
         }
         // transformers: the window applies only with use_sliding_window; an absent key means the
@@ -75,7 +78,7 @@ impl Qwen3MoeConfig {
                 None => Some(4096),
                 Some(serde_json::Value::Null) => None,
                 Some(_) => match c.usize("sliding_window", usize::MAX)? {
-                    Some(0) => return Err(bad("sliding_window", "must be at least 1")),
+                    Some(0) => return Err(bad("sliding_window", ConfigFault::Zero)),
                     w => w,
                 },
             }
@@ -84,7 +87,7 @@ impl Qwen3MoeConfig {
         };
         let decoder_sparse_step = c.usize("decoder_sparse_step", MAX_LAYERS)?.unwrap_or(1);
         if decoder_sparse_step == 0 {
-            return Err(bad("decoder_sparse_step", "must be at least 1"));
+            return Err(bad("decoder_sparse_step", ConfigFault::Zero));
         }
         Ok(Qwen3MoeConfig {
             vocab_size: c.positive("vocab_size", MAX_VOCAB)?,

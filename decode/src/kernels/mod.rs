@@ -16,6 +16,23 @@ mod x86;
 /// Environment variable that forces an instruction-set path: `scalar`, `avx2`, `avx512`.
 pub const ENV_ISA: &str = "TARFA_ISA";
 
+/// Why an instruction-set path was refused.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum IsaFault {
+    /// A name that is no path.
+    #[error("unknown instruction set {name:?} (scalar, avx2, avx512)")]
+    Unknown {
+        /// The name given.
+        name: String,
+    },
+    /// A path this CPU cannot run.
+    #[error("this CPU cannot run the {isa} kernels")]
+    Unavailable {
+        /// The path.
+        isa: Isa,
+    },
+}
+
 /// An instruction-set path of the canonical kernels.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Isa {
@@ -58,7 +75,7 @@ impl Isa {
     }
 
     /// The path named by `TARFA_ISA`, else [`Isa::best`]. A named path this CPU lacks is an error.
-    pub fn from_env() -> Result<Isa, String> {
+    pub fn from_env() -> Result<Isa, IsaFault> {
         match std::env::var(ENV_ISA) {
             Ok(v) if !v.is_empty() && v != "auto" => v.parse::<Isa>().and_then(Isa::checked),
             _ => Ok(Isa::best()),
@@ -66,11 +83,11 @@ impl Isa {
     }
 
     /// `Ok(self)` if this CPU runs it.
-    pub fn checked(self) -> Result<Isa, String> {
+    pub fn checked(self) -> Result<Isa, IsaFault> {
         if self.available() {
             Ok(self)
         } else {
-            Err(format!("this CPU cannot run the {self} kernels"))
+            Err(IsaFault::Unavailable { isa: self })
         }
     }
 
@@ -382,15 +399,36 @@ impl fmt::Display for Isa {
 }
 
 impl std::str::FromStr for Isa {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Isa, String> {
+    type Err = IsaFault;
+    fn from_str(s: &str) -> Result<Isa, IsaFault> {
         match s {
             "scalar" => Ok(Isa::Scalar),
             "avx2" => Ok(Isa::Avx2),
             "avx512" => Ok(Isa::Avx512),
-            _ => Err(format!(
-                "unknown instruction set {s:?} (scalar, avx2, avx512)"
-            )),
+            _ => Err(IsaFault::Unknown { name: s.into() }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod isa_tests {
+    use super::{Isa, IsaFault};
+
+    #[test]
+    fn an_unknown_or_unavailable_path_is_its_own_fault() {
+        assert_eq!(
+            "neon".parse::<Isa>(),
+            Err(IsaFault::Unknown {
+                name: "neon".into()
+            })
+        );
+        for isa in Isa::ALL {
+            let want = if isa.available() {
+                Ok(isa)
+            } else {
+                Err(IsaFault::Unavailable { isa })
+            };
+            assert_eq!(isa.checked(), want);
         }
     }
 }

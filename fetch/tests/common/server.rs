@@ -39,6 +39,15 @@ pub enum Fault {
     /// Every `every`-th range request past byte 0: the headers, then the body one byte every
     /// 50 ms (never silent long enough for a read timeout).
     Trickle { every: u64 },
+    /// Every range request past byte 0: a 206 without `Content-Range`.
+    NoContentRange,
+    /// Every range request past byte 0: a 206 with `Content-Encoding: gzip`.
+    Gzip,
+    /// Every range request past byte 0: a 206 without `Content-Length` whose body runs one byte
+    /// past the range.
+    LongBody,
+    /// Every request: a 302 without `Location`.
+    RedirectWithoutLocation,
 }
 
 /// One request as received.
@@ -238,6 +247,9 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
             b"",
         );
     }
+    if fault == Fault::RedirectWithoutLocation {
+        return send(&mut out, "302 Found", &["Content-Length: 0".into()], b"");
+    }
     if fault == Fault::HtmlPage {
         let page = b"<!DOCTYPE html><html><body>Sign in</body></html>";
         return send(
@@ -310,6 +322,25 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
                     &["Content-Length: 0".into()],
                     b"",
                 )
+            }
+            Fault::NoContentRange | Fault::Gzip | Fault::LongBody => {
+                let part = &file[a as usize..=(b + 1).min(len - 1) as usize];
+                let part = if fault == Fault::LongBody {
+                    part
+                } else {
+                    &part[..(b - a + 1) as usize]
+                };
+                let mut h = Vec::new();
+                if fault != Fault::NoContentRange {
+                    h.push(format!("Content-Range: bytes {a}-{b}/{len}"));
+                }
+                if fault != Fault::LongBody {
+                    h.push(format!("Content-Length: {}", part.len()));
+                }
+                if fault == Fault::Gzip {
+                    h.push("Content-Encoding: gzip".into());
+                }
+                return send(&mut out, "206 Partial Content", &etag_line(h), part);
             }
             Fault::WrongContentRange => {
                 let (a2, b2) = (a + 1, (b + 1).min(len - 1));

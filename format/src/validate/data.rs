@@ -51,7 +51,7 @@ pub(crate) fn check_region_hash(index: &Index, region: u32, h: &DualHash) -> Res
 pub(crate) fn check_zero(
     bytes: &[u8],
     file_offset: u64,
-    after: impl FnOnce() -> String,
+    after: impl FnOnce() -> crate::error::PaddingAfter,
 ) -> Result<(), Violation> {
     match bytes.iter().position(|&b| b != 0) {
         None => Ok(()),

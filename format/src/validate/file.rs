@@ -1,7 +1,7 @@
 //! The header page (§2.1) and the footer (§2.2).
 
 use super::{MAX_INDEX_LEN, MAX_REGIONS};
-use crate::error::Violation;
+use crate::error::{Aligned, ExpertRecordFault, Violation};
 use crate::layout::{
     align_up, Footer, Header, ALIGN, EXPERT_RECORD_LEN, FOOTER_HASHED_LEN, FOOTER_LEN,
     FOOTER_MAGIC, HEADER_HASHED_LEN, HEADER_LEN, KNOWN_REQUIRED_FLAGS, MAGIC, MAJOR, NONE,
@@ -35,12 +35,9 @@ pub(crate) fn check_header(page: &[u8], actual_len: u64) -> Result<Header, Viola
     let reserved = (12..16).chain(44..48).chain(HEADER_LEN..tail_end);
     first_nonzero(page, reserved, 0)?;
     if h.layer_count == 0 && (h.layer_first != 0 || h.experts_per_layer != 0) {
-        return Err(Violation::BadHeaderField {
-            field: "layer_first/experts_per_layer",
-            detail: format!(
-                "a file of no layers has layer_first 0 and experts_per_layer 0 (found {} and {})",
-                h.layer_first, h.experts_per_layer
-            ),
+        return Err(Violation::EmptyFileLayerFields {
+            layer_first: h.layer_first,
+            experts_per_layer: h.experts_per_layer,
         });
     }
     let grid = u64::from(h.layer_count) * u64::from(h.experts_per_layer);
@@ -104,7 +101,7 @@ pub(crate) fn check_footer(
     }
     if f.index_offset % ALIGN != 0 {
         return Err(Violation::Misaligned {
-            what: "index offset".into(),
+            what: Aligned::IndexOffset,
             value: f.index_offset,
         });
     }
@@ -152,10 +149,11 @@ pub(crate) fn check_footer(
             record: NONE,
             layer: header.layer_first,
             expert: NONE,
-            detail: format!(
-                "footer expert_count {} != layer_count {} x experts_per_layer {}",
-                f.expert_count, header.layer_count, header.experts_per_layer
-            ),
+            fault: ExpertRecordFault::CountNotGrid {
+                expert_count: f.expert_count,
+                layer_count: header.layer_count,
+                experts_per_layer: header.experts_per_layer,
+            },
         });
     }
     Ok(f)

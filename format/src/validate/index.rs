@@ -6,7 +6,10 @@ use sha2::Digest;
 
 use super::{Index, MAX_EXPERT_REGIONS, MAX_STRING_LEN};
 use crate::dtype::Dtype;
-use crate::error::Violation;
+use crate::error::{
+    Aligned, ExpertRecordFault as EF, NameFault, ProvenanceFault as PF, RoleFault, ShapeFault,
+    StringFault, Violation,
+};
 use crate::hash::{expert_digest, DualHash};
 use crate::layout::{
     align_up, ExpertRecord, Footer, Header, RegionRecord, Role, StrRef, ALIGN, EXPERT_RECORD_LEN,
@@ -50,35 +53,33 @@ struct StringTable<'a> {
 impl<'a> StringTable<'a> {
     fn take(&mut self, r: StrRef, region: u32, field: &'static str) -> Result<&'a str, Violation> {
         let s = get_str(self.table, r, region, field)?;
-        let bad = |detail: String| Violation::NonCanonicalStrings {
+        let bad = |fault: StringFault| Violation::NonCanonicalStrings {
             region,
             field,
             offset: r.offset,
             len: r.len,
-            detail,
+            fault,
         };
         if r.len == 0 {
             return if r.offset == 0 {
                 Ok(s)
             } else {
-                Err(bad("an empty string is stored as offset 0, length 0".into()))
+                Err(bad(StringFault::EmptyNotAtZero))
             };
         }
         if let Some(first) = self.seen.get(s) {
             return if *first == r {
                 Ok(s)
             } else {
-                Err(bad(format!(
-                    "repeats the string stored at {}; a repeat must reference it",
-                    first.offset
-                )))
+                Err(bad(StringFault::RepeatNotShared {
+                    first: first.offset,
+                }))
             };
         }
         if u64::from(r.offset) != self.cursor {
-            return Err(bad(format!(
-                "a new string must start at {}, right after the previous new string",
-                self.cursor
-            )));
+            return Err(bad(StringFault::OutOfOrder {
+                expected: self.cursor,
+            }));
         }
         self.cursor += u64::from(r.len);
         self.seen.insert(s, r);
@@ -93,7 +94,7 @@ impl<'a> StringTable<'a> {
                 field: "string table",
                 offset: self.cursor as u32,
                 len: (len - self.cursor) as u32,
-                detail: "bytes that no record references".into(),
+                fault: StringFault::Unreferenced,
             });
         }
         Ok(())
@@ -162,13 +163,13 @@ pub(crate) fn check_index(
         if name.is_empty() {
             return Err(Violation::BadName {
                 region: ri,
-                detail: "empty",
+                fault: NameFault::Empty,
             });
         }
         if name.contains('\0') {
             return Err(Violation::BadName {
                 region: ri,
-                detail: "contains NUL",
+                fault: NameFault::ContainsNul,
             });
         }
         if let Some(first) = names.insert(name, ri) {
@@ -213,7 +214,7 @@ pub(crate) fn check_index(
                 record: k as u32,
                 layer: e.layer,
                 expert: e.expert,
-                detail: "extents must lie in the file in grid order".into(),
+                fault: EF::ExtentsOutOfOrder,
             });
         }
         experts.push(e);
@@ -226,7 +227,7 @@ pub(crate) fn check_index(
         return Err(Violation::BadRegionRole {
             region: i as u32,
             name: name.to_string(),
-            detail: "an expert projection that no expert record lists".into(),
+            fault: RoleFault::Unlisted,
         });
     }
     Ok(Index {
@@ -247,7 +248,10 @@ fn check_region_placement(
 ) -> Result<(), Violation> {
     if r.offset % ALIGN != 0 {
         return Err(Violation::Misaligned {
-            what: format!("region {ri} '{name}' offset"),
+            what: Aligned::RegionOffset {
+                region: ri,
+                name: name.to_string(),
+            },
             value: r.offset,
         });
     }
@@ -279,32 +283,38 @@ pub(crate) fn check_region_type(r: &RegionRecord, ri: u32, name: &str) -> Result
             code: r.dtype,
         });
     };
-    let bad = |detail: String| Violation::BadShape {
+    let bad = |fault: ShapeFault| Violation::BadShape {
         region: ri,
         name: name.to_string(),
-        detail,
+        fault,
     };
     if r.ndim as usize > MAX_RANK {
-        return Err(bad(format!(
-            "rank {} is over the limit of {MAX_RANK}",
-            r.ndim
-        )));
+        return Err(bad(ShapeFault::RankOverLimit { rank: r.ndim }));
     }
     if r.shape[r.ndim as usize..].iter().any(|&d| d != 0) {
-        return Err(bad("shape entries past the rank are not zero".into()));
+        return Err(bad(ShapeFault::DimsPastRank));
     }
+    let shape = r.shape().to_vec();
     match dtype.byte_len(r.shape()) {
         Some(n) if n == r.length => Ok(()),
-        Some(n) => Err(bad(format!(
-            "{dtype} {:?} is {n} bytes but the region is {}",
-            r.shape(),
-            r.length
-        ))),
-        None => Err(bad(format!(
-            "{dtype} {:?}: row is not a whole number of {}-element blocks, or the size overflows",
-            r.shape(),
-            dtype.geometry().block_elems
-        ))),
+        Some(bytes) => Err(bad(ShapeFault::LengthMismatch {
+            dtype,
+            shape,
+            bytes,
+            length: r.length,
+        })),
+        None => {
+            let block_elems = dtype.geometry().block_elems;
+            if shape.last().copied().unwrap_or(1) % block_elems != 0 {
+                Err(bad(ShapeFault::PartialBlock {
+                    dtype,
+                    shape,
+                    block_elems,
+                }))
+            } else {
+                Err(bad(ShapeFault::LengthOverflow { dtype, shape }))
+            }
+        }
     }
 }
 
@@ -314,32 +324,32 @@ pub(crate) fn check_region_role(
     name: &str,
     h: &Header,
 ) -> Result<(), Violation> {
-    let bad = |detail: String| Violation::BadRegionRole {
+    let bad = |fault: RoleFault| Violation::BadRegionRole {
         region: ri,
         name: name.to_string(),
-        detail,
+        fault,
     };
     let Some(role) = Role::from_code(r.role) else {
-        return Err(bad(format!("unknown role code {}", r.role)));
+        return Err(bad(RoleFault::UnknownRole { code: r.role }));
     };
     let in_file = |l: u32| l >= h.layer_first && l - h.layer_first < h.layer_count;
     if r.layer != NONE && !in_file(r.layer) {
-        return Err(bad(format!(
-            "layer {} is outside this file's layers {}..{}",
-            r.layer,
-            h.layer_first,
-            u64::from(h.layer_first) + u64::from(h.layer_count)
-        )));
+        return Err(bad(RoleFault::LayerOutsideFile {
+            layer: r.layer,
+            first: h.layer_first,
+            end: u64::from(h.layer_first) + u64::from(h.layer_count),
+        }));
     }
     if role == Role::Tensor {
         if r.expert != NONE {
-            return Err(bad("a plain tensor must not name an expert".into()));
+            return Err(bad(RoleFault::TensorNamesExpert { expert: r.expert }));
         }
     } else if r.layer == NONE || r.expert >= h.experts_per_layer {
-        return Err(bad(format!(
-            "expert projection needs a layer and an expert below {} (has layer {}, expert {})",
-            h.experts_per_layer, r.layer, r.expert
-        )));
+        return Err(bad(RoleFault::ProjectionOutsideGrid {
+            layer: r.layer,
+            expert: r.expert,
+            experts_per_layer: h.experts_per_layer,
+        }));
     }
     Ok(())
 }
@@ -351,27 +361,30 @@ pub(crate) fn check_provenance(
     src_file: &str,
     src_tensor: &str,
 ) -> Result<(), Violation> {
-    let bad = |detail: String| Violation::BadProvenance {
+    let bad = |fault: PF| Violation::BadProvenance {
         region: ri,
         name: name.to_string(),
-        detail,
+        fault,
     };
     if r.src_dtype != r.dtype {
-        return Err(bad(format!(
-            "source dtype {:#x} differs from the stored dtype {:#x}; v1 stores bytes unconverted",
-            r.src_dtype, r.dtype
-        )));
+        return Err(bad(PF::DtypeDiffers {
+            src_dtype: r.src_dtype,
+            dtype: r.dtype,
+        }));
     }
-    if r.src_ndim as usize > MAX_RANK || r.src_shape[r.src_ndim as usize..].iter().any(|&d| d != 0)
-    {
-        return Err(bad(format!(
-            "source rank {} or its unused dims are bad",
-            r.src_ndim
-        )));
+    if r.src_ndim as usize > MAX_RANK {
+        return Err(bad(PF::SourceRankOverLimit {
+            src_ndim: r.src_ndim,
+        }));
+    }
+    if r.src_shape[r.src_ndim as usize..].iter().any(|&d| d != 0) {
+        return Err(bad(PF::SourceDimsPastRank {
+            src_ndim: r.src_ndim,
+        }));
     }
     if src_file.is_empty() {
         if !src_tensor.is_empty() || r.src_begin != 0 || r.src_end != 0 || r.src_ndim != 0 {
-            return Err(bad("no source file, yet other source fields are set".into()));
+            return Err(bad(PF::FieldsWithoutFile));
         }
         return Ok(());
     }
@@ -381,27 +394,27 @@ pub(crate) fn check_provenance(
             .any(|c| c.is_empty() || c == "." || c == ".." || c.contains(':'))
         || src_file.contains('\0')
     {
-        return Err(bad(format!(
-            "source file '{src_file}' is not a plain relative path"
-        )));
+        return Err(bad(PF::NotRelativePath {
+            src_file: src_file.to_string(),
+        }));
     }
     if src_tensor.is_empty() {
-        return Err(bad("source tensor name is empty".into()));
+        return Err(bad(PF::EmptyTensorName));
     }
     if r.src_end.checked_sub(r.src_begin) != Some(r.length) {
-        return Err(bad(format!(
-            "source range {}..{} is not {} bytes long",
-            r.src_begin, r.src_end, r.length
-        )));
+        return Err(bad(PF::RangeLength {
+            begin: r.src_begin,
+            end: r.src_end,
+            length: r.length,
+        }));
     }
     let dtype = Dtype::from_code(r.dtype).unwrap_or(Dtype::F32);
     match dtype.byte_len(r.src_shape()) {
         Some(n) if n >= r.length => Ok(()),
-        _ => Err(bad(format!(
-            "source tensor shape {:?} cannot hold {} bytes",
-            r.src_shape(),
-            r.length
-        ))),
+        _ => Err(bad(PF::ShapeTooSmall {
+            shape: r.src_shape().to_vec(),
+            length: r.length,
+        })),
     }
 }
 
@@ -413,53 +426,55 @@ fn check_expert(
     regions: &[RegionRecord],
     owned: &mut [bool],
 ) -> Result<(), Violation> {
-    let bad = |detail: String| Violation::BadExpert {
+    let bad = |fault: EF| Violation::BadExpert {
         record: k,
         layer: e.layer,
         expert: e.expert,
-        detail,
+        fault,
     };
     let (want_layer, want_expert) = (h.layer_first + k / epl, k % epl);
     if (e.layer, e.expert) != (want_layer, want_expert) {
-        return Err(bad(format!(
-            "records must be in grid order: expected layer {want_layer}, expert {want_expert}"
-        )));
+        return Err(bad(EF::GridOrder {
+            layer: want_layer,
+            expert: want_expert,
+        }));
     }
     if e.region_count == 0 || e.region_count > MAX_EXPERT_REGIONS {
-        return Err(bad(format!(
-            "{} regions; an expert has 1..={MAX_EXPERT_REGIONS}",
-            e.region_count
-        )));
+        return Err(bad(EF::RegionCount {
+            count: e.region_count,
+        }));
     }
     let first = e.first_region as usize;
     let end = first + e.region_count as usize;
     if end > regions.len() {
-        return Err(bad(format!(
-            "regions {first}..{end} lie past the {} region records",
-            regions.len()
-        )));
+        return Err(bad(EF::RegionsPastEnd {
+            first: first as u64,
+            end: end as u64,
+            regions: regions.len() as u64,
+        }));
     }
     let mut prev_role = 0u32;
     let mut has = [false; 9];
     for (i, r) in regions[first..end].iter().enumerate() {
         let ri = first + i;
         if owned[ri] {
-            return Err(bad(format!(
-                "region {ri} already belongs to another expert"
-            )));
+            return Err(bad(EF::RegionShared { region: ri as u64 }));
         }
         owned[ri] = true;
         if (r.layer, r.expert) != (e.layer, e.expert) || r.role == Role::Tensor.code() {
-            return Err(bad(format!(
-                "region {ri} is layer {} expert {} role {}, not a projection of this expert",
-                r.layer, r.expert, r.role
-            )));
+            return Err(bad(EF::NotItsProjection {
+                region: ri as u64,
+                layer: r.layer,
+                expert: r.expert,
+                role: r.role,
+            }));
         }
         if r.role <= prev_role {
-            return Err(bad(format!(
-                "region {ri}: roles must strictly increase within an expert (role {} after {})",
-                r.role, prev_role
-            )));
+            return Err(bad(EF::RolesNotIncreasing {
+                region: ri as u64,
+                role: r.role,
+                previous: prev_role,
+            }));
         }
         prev_role = r.role;
         has[r.role as usize] = true;
@@ -470,9 +485,7 @@ fn check_expert(
         Role::Up.code() as usize,
     );
     if has[gu] && (has[g] || has[u]) {
-        return Err(bad(
-            "a fused gate_up projection beside a separate gate or up".into(),
-        ));
+        return Err(bad(EF::FusedBesideSplit));
     }
     let (gub, gb, ub) = (
         Role::GateUpBias.code() as usize,
@@ -480,25 +493,20 @@ fn check_expert(
         Role::UpBias.code() as usize,
     );
     if has[gub] && (has[gb] || has[ub]) {
-        return Err(bad(
-            "a fused gate_up bias beside a separate gate or up bias".into(),
-        ));
+        return Err(bad(EF::FusedBiasBesideSplit));
     }
     if !(1..=Role::Down.code() as usize).any(|r| has[r]) {
-        return Err(bad(
-            "an expert needs at least one weight projection, not only biases".into(),
-        ));
+        return Err(bad(EF::NoWeight));
     }
     let extent_end = align_up(regions[end - 1].end()).unwrap_or(u64::MAX);
     let want_off = regions[first].offset;
     if e.extent_offset != want_off || e.extent_len != extent_end - want_off {
-        return Err(bad(format!(
-            "extent {}+{} does not match its regions, {}+{}",
-            e.extent_offset,
-            e.extent_len,
-            want_off,
-            extent_end - want_off
-        )));
+        return Err(bad(EF::ExtentMismatch {
+            offset: e.extent_offset,
+            len: e.extent_len,
+            expected_offset: want_off,
+            expected_len: extent_end - want_off,
+        }));
     }
     let hashes: Vec<DualHash> = regions[first..end]
         .iter()
