@@ -371,8 +371,6 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
-/// Every layer `0..num_hidden_layers` of the config has its file in the manifest: a model converted
-/// with `--layers` for part of its depth does not run (it would compute a different function).
 /// The whole-model GPU decoder when `device` asks for the GPU and the model takes it
 /// ([`crate::gpu_resident::open`]); with `Auto`, a GPU that cannot be used means `None`.
 #[cfg(feature = "cuda")]
@@ -405,6 +403,8 @@ fn whole_model_gpu(
     Ok(None)
 }
 
+/// Every layer `0..num_hidden_layers` of the config has its file in the manifest: a model converted
+/// with `--layers` for part of its depth does not run (it would compute a different function).
 fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
     let n = m.architecture.num_layers;
     let listed = m.missing_layers();
