@@ -244,7 +244,10 @@ __device__ __forceinline__ void tarfa_x8(const float* x, int k, int vec, float* 
 // logical lane k mod 32, and each lane takes its elements in increasing k, one fused multiply-add
 // each, from +0). `vec`: every row and x are 16-byte aligned at each chunk (checked on the host),
 // so a bf16 chunk is one 16-byte load and an f32 chunk two.
-template <int R>
+//
+// B: chunks per batch. XB: x of a batch loaded with its weights (x in global memory); else x is
+// read chunk by chunk (x staged in shared memory, so a deeper batch of weights fits in registers).
+template <int R, int B, bool XB>
 __device__ __forceinline__ void tarfa_quad_acc(const unsigned char* const* rows, int dtype,
                                                const float* x, int cols, int sub, int vec,
                                                float (*acc)[8]) {
@@ -255,47 +258,53 @@ __device__ __forceinline__ void tarfa_quad_acc(const unsigned char* const* rows,
     int full = cols / 32;
     int c = 0;
     if (vec && dtype == TARFA_BF16) {
-        for (; c + TARFA_BATCH <= full; c += TARFA_BATCH) {
-            uint4 wv[R][TARFA_BATCH];
-            float xv[TARFA_BATCH][8];
+        for (; c + B <= full; c += B) {
+            uint4 wv[R][B];
+            float xv[XB ? B : 1][8];
 #pragma unroll
-            for (int b = 0; b < TARFA_BATCH; ++b)
+            for (int b = 0; b < B; ++b)
 #pragma unroll
                 for (int r = 0; r < R; ++r)
                     wv[r][b] = *(const uint4*)(rows[r] + (long long)((c + b) * 32 + sub * 8) * 2);
+            if (XB) {
 #pragma unroll
-            for (int b = 0; b < TARFA_BATCH; ++b) tarfa_x8(x, (c + b) * 32 + sub * 8, 1, xv[b]);
+                for (int b = 0; b < B; ++b) tarfa_x8(x, (c + b) * 32 + sub * 8, 1, xv[XB ? b : 0]);
+            }
 #pragma unroll
-            for (int b = 0; b < TARFA_BATCH; ++b) {
+            for (int b = 0; b < B; ++b) {
+                if (!XB) tarfa_x8(x, (c + b) * 32 + sub * 8, 1, xv[0]);
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     float w[8];
                     tarfa_unpack_bf16x8(wv[r][b], w);
-                    tarfa_fma8(w, xv[b], acc[r]);
+                    tarfa_fma8(w, xv[XB ? b : 0], acc[r]);
                 }
             }
         }
     } else if (vec) {
-        for (; c + TARFA_BATCH / 2 <= full; c += TARFA_BATCH / 2) {
-            float4 wv[R][TARFA_BATCH / 2][2];
-            float xv[TARFA_BATCH / 2][8];
+        for (; c + B / 2 <= full; c += B / 2) {
+            float4 wv[R][B / 2][2];
+            float xv[XB ? B / 2 : 1][8];
 #pragma unroll
-            for (int b = 0; b < TARFA_BATCH / 2; ++b)
+            for (int b = 0; b < B / 2; ++b)
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     const float4* p = (const float4*)(rows[r] + (long long)((c + b) * 32 + sub * 8) * 4);
                     wv[r][b][0] = p[0];
                     wv[r][b][1] = p[1];
                 }
+            if (XB) {
 #pragma unroll
-            for (int b = 0; b < TARFA_BATCH / 2; ++b) tarfa_x8(x, (c + b) * 32 + sub * 8, 1, xv[b]);
+                for (int b = 0; b < B / 2; ++b) tarfa_x8(x, (c + b) * 32 + sub * 8, 1, xv[XB ? b : 0]);
+            }
 #pragma unroll
-            for (int b = 0; b < TARFA_BATCH / 2; ++b) {
+            for (int b = 0; b < B / 2; ++b) {
+                if (!XB) tarfa_x8(x, (c + b) * 32 + sub * 8, 1, xv[0]);
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
                     float4 lo = wv[r][b][0], hi = wv[r][b][1];
                     float w[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-                    tarfa_fma8(w, xv[b], acc[r]);
+                    tarfa_fma8(w, xv[XB ? b : 0], acc[r]);
                 }
             }
         }
@@ -347,7 +356,7 @@ __device__ __forceinline__ float tarfa_quad_fold(float* acc) {
 __device__ float tarfa_quad_dot(const unsigned char* row, int dtype, const float* x, int cols,
                                 int sub, int vec) {
     float acc[1][8];
-    tarfa_quad_acc<1>(&row, dtype, x, cols, sub, vec, acc);
+    tarfa_quad_acc<1, TARFA_BATCH, true>(&row, dtype, x, cols, sub, vec, acc);
     return tarfa_quad_fold(acc[0]);
 }
 
@@ -371,11 +380,23 @@ struct TarfaMatJobs {
     TarfaMatJob job[TARFA_MAX_JOBS];
     int row_start[TARFA_MAX_JOBS + 1];  // job i's rows are quads row_start[i] .. row_start[i+1]
     int n;
+    // > 0: every job's x is job[0].x, `vec`, and its first `stage` floats (every job's cols) are
+    // copied to dynamic shared memory first, then read from there (deeper batches of weights).
+    int stage;
 };
+
+// Chunks per batch when x is in shared memory (its registers free for weights).
+#define TARFA_BATCH_STAGED 16
 
 // Up to four products of one input in one launch (q, k and v; o; the router; lm_head): one quad
 // per output row. A row's value: the canonical dot, then + bias, then + the old y (accumulate).
 extern "C" __global__ void tarfa_e_matvec(TarfaMatJobs jobs) {
+    TARFA_DYNAMIC_SHARED(float, xs);
+    if (jobs.stage > 0) {
+        const float* x = jobs.job[0].x;
+        for (int i = threadIdx.x; i < jobs.stage; i += blockDim.x) xs[i] = x[i];
+        __syncthreads();
+    }
     long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
     int sub = threadIdx.x & 3;
     int total = jobs.row_start[jobs.n];
@@ -388,7 +409,15 @@ extern "C" __global__ void tarfa_e_matvec(TarfaMatJobs jobs) {
     if (jobs.n > 2 && q >= jobs.row_start[2]) { j = jobs.job[2]; r = q - jobs.row_start[2]; }
     if (jobs.n > 3 && q >= jobs.row_start[3]) { j = jobs.job[3]; r = q - jobs.row_start[3]; }
     long long esz = j.dtype == TARFA_BF16 ? 2 : 4;
-    float v = tarfa_quad_dot(j.w + (long long)r * j.cols * esz, j.dtype, j.x, j.cols, sub, j.vec);
+    const unsigned char* row = j.w + (long long)r * j.cols * esz;
+    float v;
+    if (jobs.stage > 0) {
+        float acc[1][8];
+        tarfa_quad_acc<1, TARFA_BATCH_STAGED, false>(&row, j.dtype, xs, j.cols, sub, 1, acc);
+        v = tarfa_quad_fold(acc[0]);
+    } else {
+        v = tarfa_quad_dot(row, j.dtype, j.x, j.cols, sub, j.vec);
+    }
     if (live && sub == 0) {
         if (j.bias) v = __fadd_rn(v, tarfa_weight(j.bias, j.bias_dtype, r));
         j.y[r] = j.accumulate ? __fadd_rn(j.y[r], v) : v;
@@ -656,7 +685,7 @@ extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k
     // gate and up together: both rows' loads in flight at once, each row its own canonical dot.
     const unsigned char* rows[2] = {(const unsigned char*)m.gate[e] + off, (const unsigned char*)m.up[e] + off};
     float acc[2][8];
-    tarfa_quad_acc<2>(rows, m.dtype_gu, x, m.hidden, sub, m.vec_gu, acc);
+    tarfa_quad_acc<2, TARFA_BATCH, true>(rows, m.dtype_gu, x, m.hidden, sub, m.vec_gu, acc);
     float g = tarfa_quad_fold(acc[0]);
     float u = tarfa_quad_fold(acc[1]);
     if (live && sub == 0) h[(long long)slot * m.inter + r] = tarfa_silu_mul(g, u);

@@ -367,6 +367,9 @@ pub struct MatJobs {
     pub row_start: [i32; MAX_JOBS + 1],
     /// Products used.
     pub n: i32,
+    /// When > 0: every product's `x` is `job[0].x` and `vec`, and its first `stage` floats (the
+    /// widest product's columns) are staged in shared memory by each block.
+    pub stage: i32,
 }
 
 /// The C layout of `TarfaMoe`.
@@ -458,6 +461,9 @@ const BLOCK: u32 = 256;
 /// a product of few rows (the router's, `o_proj`'s) over more multiprocessors. Geometry only:
 /// which thread computes a row changes no bit of it.
 const MATVEC_BLOCK: u32 = 128;
+
+/// The most floats of x a matrix-vector launch stages in shared memory (48 KiB).
+const MAX_STAGE: i32 = 12 * 1024;
 const FIRST_CAP: usize = 256;
 
 fn geo(blocks: usize, block: u32, shared: u32) -> Result<Geometry, EngineError> {
@@ -844,16 +850,29 @@ impl<D: EngineDevice> Engine<D> {
         }
         m.row_start[jobs.len()] = rows;
         m.n = jobs.len() as i32;
+        // x staged in shared memory when every product reads the same x with wide loads and it
+        // fits the 48 KiB a block may take without opting in.
+        let widest = jobs.iter().map(|j| j.cols).max().unwrap_or(0);
+        if jobs.iter().all(|j| j.x == jobs[0].x && j.vec == 1) && widest > 0 && widest <= MAX_STAGE
+        {
+            m.stage = widest;
+        }
         let threads = rows as usize * 4;
         // SAFETY: each job's `w` is a resident matrix of `rows × cols` elements of `dtype`
         // (checked at upload), `x` a buffer of at least `cols` floats, `y` of at least `rows`,
         // `bias` (when set) of `rows` elements; `vec` only when `cols` is a multiple of 8 (every
         // row and x 16-byte aligned: buffers are 256-byte aligned). Quads past the last row
-        // compute the last row again and write nothing.
+        // compute the last row again and write nothing. With `stage`, each block copies the first
+        // `stage` floats of the shared x (the widest product's columns, which that buffer holds)
+        // into `stage × 4` bytes of shared memory.
         unsafe {
             self.dev.launch(
                 Kernel::Matvec,
-                geo(threads.div_ceil(MATVEC_BLOCK as usize), MATVEC_BLOCK, 0)?,
+                geo(
+                    threads.div_ceil(MATVEC_BLOCK as usize),
+                    MATVEC_BLOCK,
+                    m.stage as u32 * 4,
+                )?,
                 &[Arg::Jobs(m)],
             )
         }
