@@ -1,8 +1,8 @@
 //! # tarfa-runtime
 //!
 //! Streams expert extents of a JNF model directory from disk into a pinned ring of slots,
-//! checks each one's BLAKE3 as it lands, and hands them out in completion order. (Decoding is
-//! built on top of this in later issues.)
+//! checks each one's BLAKE3 as it lands, and hands them out in completion order; and runs the GPU
+//! side of decoding (`tarfa-decode` drives it).
 //!
 //! - [`ModelExperts`]: where each `(layer, expert)` lies — its layer file and its extent, one
 //!   4096-aligned contiguous range read in one `O_DIRECT` request — and its recorded hashes.
@@ -30,9 +30,16 @@
 //! - [`cuda_compute`] (feature `cuda`): expert SwiGLU on the GPU with the CPU's bits (the
 //!   canonical reduction order on a warp; kernels compiled at run time by NVRTC from
 //!   `cuda_kernels.cu` with `--fmad=false`).
+//! - [`gpu_engine`]: the whole forward pass of a decoder on a device — `Engine<D>` keeps every
+//!   weight, the activations and the KV caches in device buffers and launches the `tarfa_e_*`
+//!   kernels of a token in a fixed order (or replays them from a captured graph); generic over
+//!   [`gpu_engine::EngineDevice`], whose implementations are `cuda_engine::CudaDevice` (feature
+//!   `cuda`) and the CPU emulation in the `tarfa-cuda-emu` test crate.
 //!
-//! All unsafe code is in the `pinned`, `cuda` and `cuda_compute` modules, with `# Safety` contracts, and in
-//! `mapped` (the one `mmap` call of the comparison backend); the crate denies it elsewhere.
+//! All unsafe code is in the `pinned`, `cuda`, `cuda_compute`, `cuda_engine` and `gpu_engine`
+//! (kernel launches: `EngineDevice::launch` is an `unsafe fn` whose contract is the kernel's
+//! buffer sizes) modules, with `# Safety` contracts, and in `mapped` (the one `mmap` call of the
+//! comparison backend); the crate denies it elsewhere.
 
 #![deny(unsafe_code)]
 
