@@ -250,7 +250,7 @@ pub enum HostMlp<'a> {
     /// A dense SwiGLU: gate, up `[inter, hidden]`, down `[hidden, inter]`.
     Dense([HostTensor<'a>; 3]),
     /// Routed experts: the router `[experts, hidden]`; the experts themselves (all of one
-    /// shape) come one by one through [`MoeEngine::put_expert`].
+    /// shape) come one by one through [`Engine::put_expert`].
     Moe {
         /// Router weights.
         router: HostTensor<'a>,
