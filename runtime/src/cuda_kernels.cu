@@ -36,17 +36,24 @@ __device__ __forceinline__ float tarfa_weight(const unsigned char* w, int dtype,
     return ((const float*)w)[k];
 }
 
+// The fold of a warp's 32 lane partials by the fixed tree (canon::fold_lanes): lane i adds lane
+// i+16, then +8, +4, +2, +1. The result is in lane 0. Every lane of the warp must call it.
+__device__ __forceinline__ float tarfa_warp_fold(float acc) {
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 16));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 8));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2));
+    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1));
+    return acc;
+}
+
 // The canonical dot of row `w` (n elements of `dtype`) and `x`; the result in lane 0.
 __device__ float tarfa_warp_dot(const unsigned char* w, int dtype, const float* x, int n, int lane) {
     float acc = 0.0f;
     for (int k = lane; k < n; k += 32) {
         acc = __fmaf_rn(tarfa_weight(w, dtype, k), x[k], acc);
     }
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 16));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 8));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 4));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 2));
-    acc = __fadd_rn(acc, __shfl_down_sync(0xffffffffu, acc, 1));
+    acc = tarfa_warp_fold(acc);
     return acc;
 }
 
@@ -196,6 +203,22 @@ extern "C" __global__ void tarfa_matvec_many(const unsigned long long* w_ptrs, c
 #ifndef TARFA_DYNAMIC_SHARED
 #define TARFA_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
+
+// p = softmax(z) over n values on one warp (canon's softmax): the max, e_i = tarfa exp(z_i − max),
+// their canonical sum (lane partials folded by the tree), each e_i divided by it. p may be z.
+__device__ void tarfa_warp_softmax(const float* z, float* p, int n, int lane) {
+    float m = __int_as_float(0xff800000);  // -inf
+    for (int i = lane; i < n; i += 32) m = fmaxf(m, z[i]);
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(TARFA_FULL, m, o));
+    float acc = 0.0f;
+    for (int i = lane; i < n; i += 32) {
+        float e = tarfa_exp(__fsub_rn(z[i], m));
+        p[i] = e;
+        acc = __fadd_rn(acc, e);
+    }
+    float s = __shfl_sync(TARFA_FULL, tarfa_warp_fold(acc), 0);
+    for (int i = lane; i < n; i += 32) p[i] = __fdiv_rn(p[i], s);
+}
 
 // Eight consecutive weights k..k+7 of a row, one at a time (any alignment, any type).
 __device__ __forceinline__ void tarfa_weights8(const unsigned char* row, int dtype, int k, float* w) {
@@ -437,11 +460,7 @@ extern "C" __global__ void tarfa_e_embed(const unsigned char* table, int dtype, 
 __device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
     float acc = 0.0f;
     for (int k = lane; k < n; k += 32) acc = __fmaf_rn(x[k], x[k], acc);
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 2));
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 1));
+    acc = tarfa_warp_fold(acc);
     float dot = __shfl_sync(TARFA_FULL, acc, 0);
     float ms = __fdiv_rn(dot, (float)n);
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, eps)));
@@ -536,31 +555,12 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache
         const float* kk = kcache + (long long)(first + i) * width + (long long)kvh * d;
         float acc = 0.0f;
         for (int e = lane; e < d; e += 32) acc = __fmaf_rn(kk[e], qh[e], acc);
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 2));
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 1));
+        acc = tarfa_warp_fold(acc);
         if (lane == 0) sc[i] = __fmul_rn(acc, scaling);
     }
     __syncthreads();
     if (warp == 0) {
-        float m = __int_as_float(0xff800000);  // -inf
-        for (int i = lane; i < n; i += 32) m = fmaxf(m, sc[i]);
-        for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(TARFA_FULL, m, o));
-        float acc = 0.0f;
-        for (int i = lane; i < n; i += 32) {
-            float e = tarfa_exp(__fsub_rn(sc[i], m));
-            sc[i] = e;
-            acc = __fadd_rn(acc, e);
-        }
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 2));
-        acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 1));
-        float s = __shfl_sync(TARFA_FULL, acc, 0);
-        for (int i = lane; i < n; i += 32) sc[i] = __fdiv_rn(sc[i], s);
+        tarfa_warp_softmax(sc, sc, n, lane);
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < 32 * d; idx += blockDim.x) {
@@ -592,22 +592,7 @@ __device__ __forceinline__ int tarfa_total_key(float v) {
 extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm, float* probs,
                                         int* ids, float* wts) {
     int lane = threadIdx.x;
-    float m = __int_as_float(0xff800000);  // -inf
-    for (int i = lane; i < n; i += 32) m = fmaxf(m, z[i]);
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(TARFA_FULL, m, o));
-    float acc = 0.0f;
-    for (int i = lane; i < n; i += 32) {
-        float e = tarfa_exp(__fsub_rn(z[i], m));
-        probs[i] = e;
-        acc = __fadd_rn(acc, e);
-    }
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 16));
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 8));
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 4));
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 2));
-    acc = __fadd_rn(acc, __shfl_down_sync(TARFA_FULL, acc, 1));
-    float s = __shfl_sync(TARFA_FULL, acc, 0);
-    for (int i = lane; i < n; i += 32) probs[i] = __fdiv_rn(probs[i], s);
+    tarfa_warp_softmax(z, probs, n, lane);
     __syncwarp();
     // Selection: each round takes the best (key, id) strictly after the previous one in the
     // order (key descending, id ascending).
@@ -643,11 +628,7 @@ extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm
     if (renorm) {
         float a = 0.0f;
         for (int i = lane; i < k; i += 32) a = __fadd_rn(a, wts[i]);
-        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 16));
-        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 8));
-        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 4));
-        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 2));
-        a = __fadd_rn(a, __shfl_down_sync(TARFA_FULL, a, 1));
+        a = tarfa_warp_fold(a);
         float t = __shfl_sync(TARFA_FULL, a, 0);
         __syncwarp();
         for (int i = lane; i < k; i += 32) wts[i] = __fdiv_rn(wts[i], t);
