@@ -95,6 +95,36 @@ inline T __shfl_sync(unsigned int, T v, int src) {
     return tarfa_emu_shfl(v, src);
 }
 
+// cp.async: each copy is queued in its thread's current group and made when a wait leaves fewer
+// groups in flight, so a kernel that reads a stage before waiting for it reads stale bytes here
+// too (as it may on the GPU) and its test fails.
+#define TARFA_CP_ASYNC 1
+struct TarfaEmuCopy {
+    void* dst;
+    const void* src;
+    unsigned long long group;
+};
+inline thread_local std::vector<TarfaEmuCopy> tarfa_emu_copies;
+inline thread_local unsigned long long tarfa_emu_group = 0;
+inline void tarfa_cp_async16(void* dst, const void* src) {
+    tarfa_emu_copies.push_back({dst, src, tarfa_emu_group});
+}
+inline void tarfa_cp_commit() { ++tarfa_emu_group; }
+// Wait until at most N of this thread's newest committed groups are in flight (the copies not yet
+// committed are not waited for, as on the GPU).
+template <int N>
+inline void tarfa_cp_wait() {
+    std::vector<TarfaEmuCopy> left;
+    for (const TarfaEmuCopy& c : tarfa_emu_copies) {
+        if (c.group + N < tarfa_emu_group) {
+            std::memcpy(c.dst, c.src, 16);
+        } else {
+            left.push_back(c);
+        }
+    }
+    tarfa_emu_copies.swap(left);
+}
+
 // A pool of worker threads, one per thread of the largest block yet (created once, reused):
 // starting an OS thread per emulated thread per launch made the emulation slow.
 struct TarfaEmuPool {
@@ -129,6 +159,8 @@ struct TarfaEmuPool {
             blockIdx = {gb, 0, 0};
             blockDim = {bs, 1, 1};
             tarfa_emu_block = b;
+            tarfa_emu_copies.clear();  // a thread starts a block with no copy in flight
+            tarfa_emu_group = 0;
             (*f)();
             // A thread that returned leaves its barriers: their later phases stop waiting for it.
             b->warps[t / 32]->arrive_and_drop();

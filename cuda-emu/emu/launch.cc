@@ -39,6 +39,18 @@ void emu_down(G, const TarfaMoe* m, const int* ids, int k, const float* h, float
     TarfaMoe mm = *m;
     RUN(tarfa_e_moe_down(mm, ids, k, h, y));
 }
+void emu_tmatvec(G, const TarfaMatJobs* jobs, int nr) {
+    TarfaMatJobs j = *jobs;
+    RUN(tarfa_e_tmatvec(j, nr));
+}
+void emu_tgate_up(G, const TarfaMoe* m, const int* ids, int k, const float* x, float* h, int np) {
+    TarfaMoe mm = *m;
+    RUN(tarfa_e_tmoe_gate_up(mm, ids, k, x, h, np));
+}
+void emu_tdown(G, const TarfaMoe* m, const int* ids, int k, const float* h, float* y, int nr) {
+    TarfaMoe mm = *m;
+    RUN(tarfa_e_tmoe_down(mm, ids, k, h, y, nr));
+}
 void emu_combine(G, const float* y, const float* wts, int k, int hidden, float* x) {
     RUN(tarfa_e_moe_combine(y, wts, k, hidden, x));
 }

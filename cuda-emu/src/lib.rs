@@ -185,6 +185,29 @@ extern "C" {
         h: *const f32,
         y: *mut f32,
     );
+    fn emu_tmatvec(g: u32, b: u32, s: u32, jobs: *const MatJobs, nr: i32);
+    fn emu_tgate_up(
+        g: u32,
+        b: u32,
+        s: u32,
+        m: *const Moe,
+        ids: *const i32,
+        k: i32,
+        x: *const f32,
+        h: *mut f32,
+        np: i32,
+    );
+    fn emu_tdown(
+        g: u32,
+        b: u32,
+        s: u32,
+        m: *const Moe,
+        ids: *const i32,
+        k: i32,
+        h: *const f32,
+        y: *mut f32,
+        nr: i32,
+    );
     fn emu_combine(
         g: u32,
         b: u32,
@@ -198,6 +221,9 @@ extern "C" {
 }
 
 const BLOCK: u32 = 256;
+/// Threads and dynamic shared bytes of a tiled launch (`TARFA_TILE_THREADS`, `TARFA_TILE_SHARED`).
+const TILE_THREADS: u32 = 128;
+const TILE_SHARED: u32 = tarfa_runtime::gpu_engine::TILE_SHARED;
 
 fn blocks(threads: usize) -> u32 {
     threads.div_ceil(BLOCK as usize).max(1) as u32
@@ -224,6 +250,25 @@ pub struct Product {
 
 /// `tarfa_e_matvec` with up to four products in one launch; each product's `y`.
 pub fn matvec(products: &[Product]) -> Vec<Vec<f32>> {
+    matvec_launch(products, None)
+}
+
+/// `tarfa_e_tmatvec` (the tiled kernel) with `nr` rows per block: the products share their
+/// columns (a multiple of 32), element type and x, as the engine launches it.
+pub fn matvec_tiled(products: &[Product], nr: usize) -> Vec<Vec<f32>> {
+    assert!((1..=TILE_MAX_ROWS).contains(&nr));
+    assert!(products.iter().all(|p| p.vec
+        && p.cols.is_multiple_of(32)
+        && p.cols == products[0].cols
+        && p.w.dt == products[0].w.dt
+        && p.x == products[0].x));
+    matvec_launch(products, Some(nr))
+}
+
+/// Rows of a tiled launch's block at most (`TARFA_TILE_MAX_ROWS`).
+pub const TILE_MAX_ROWS: usize = 32;
+
+fn matvec_launch(products: &[Product], tile: Option<usize>) -> Vec<Vec<f32>> {
     assert!((1..=4).contains(&products.len()));
     let mut keep = Vec::new();
     let mut outs = Vec::new();
@@ -261,8 +306,20 @@ pub fn matvec(products: &[Product]) -> Vec<Vec<f32>> {
     m.row_start[products.len()] = rows;
     m.n = products.len() as i32;
     // SAFETY: every job's buffers are alive (`keep`, `outs`) and hold rows × cols weights,
-    // cols inputs, rows outputs and rows bias elements (asserted above).
-    unsafe { emu_matvec(blocks(rows as usize * 4), BLOCK, 0, &m) };
+    // cols inputs, rows outputs and rows bias elements (asserted above). Tiled: job 0's x is every
+    // job's (asserted by `matvec_tiled`), and the block has the tile's shared memory.
+    unsafe {
+        match tile {
+            None => emu_matvec(blocks(rows as usize * 4), BLOCK, 0, &m),
+            Some(nr) => emu_tmatvec(
+                (rows as usize).div_ceil(nr) as u32,
+                TILE_THREADS,
+                TILE_SHARED,
+                &m,
+                nr as i32,
+            ),
+        }
+    };
     drop(keep);
     outs.iter().map(|y| y.floats()).collect()
 }
@@ -467,6 +524,45 @@ pub fn moe(
     x: &[f32],
     residual: &[f32],
 ) -> Vec<f32> {
+    moe_launch(experts, inter, hidden, ids, wts, x, residual, None)
+}
+
+/// [`moe`] with the tiled kernels (`tarfa_e_tmoe_gate_up` with `pairs` (slot, row) pairs per
+/// block, `tarfa_e_tmoe_down` with `rows` rows per block); inter and hidden multiples of 32.
+pub fn moe_tiled(
+    experts: &[Expert],
+    inter: usize,
+    hidden: usize,
+    ids: &[u32],
+    wts: &[f32],
+    x: &[f32],
+    residual: &[f32],
+    (pairs, rows): (usize, usize),
+) -> Vec<f32> {
+    assert!(inter.is_multiple_of(32) && hidden.is_multiple_of(32));
+    assert!((1..=TILE_MAX_ROWS / 2).contains(&pairs) && (1..=TILE_MAX_ROWS).contains(&rows));
+    moe_launch(
+        experts,
+        inter,
+        hidden,
+        ids,
+        wts,
+        x,
+        residual,
+        Some((pairs, rows)),
+    )
+}
+
+fn moe_launch(
+    experts: &[Expert],
+    inter: usize,
+    hidden: usize,
+    ids: &[u32],
+    wts: &[f32],
+    x: &[f32],
+    residual: &[f32],
+    tile: Option<(usize, usize)>,
+) -> Vec<f32> {
     let k = ids.len();
     assert_eq!(wts.len(), k);
     assert_eq!((x.len(), residual.len()), (hidden, hidden));
@@ -507,26 +603,22 @@ pub fn moe(
     // SAFETY: every expert buffer is alive (`held`) with the sizes asserted; the address tables
     // (`g`, `u`, `dn`) too; ids < n_experts; h holds k × inter floats, y k × hidden, x hidden.
     unsafe {
-        emu_gate_up(
-            blocks(k * inter * 4),
-            BLOCK,
-            0,
-            &m,
-            ids_i.as_ptr(),
-            k as i32,
-            xa.ptr() as _,
-            h.ptr() as *mut f32,
-        );
-        emu_down(
-            blocks(k * hidden * 4),
-            BLOCK,
-            0,
-            &m,
-            ids_i.as_ptr(),
-            k as i32,
-            h.ptr() as _,
-            y.ptr() as *mut f32,
-        );
+        let (ids_p, ki, hp, yp) = (ids_i.as_ptr(), k as i32, h.ptr(), y.ptr());
+        match tile {
+            None => {
+                let (gb, db) = (blocks(k * inter * 4), blocks(k * hidden * 4));
+                emu_gate_up(gb, BLOCK, 0, &m, ids_p, ki, xa.ptr() as _, hp as *mut f32);
+                emu_down(db, BLOCK, 0, &m, ids_p, ki, hp as _, yp as *mut f32);
+            }
+            Some((np, nr)) => {
+                let gb = (k * inter).div_ceil(np) as u32;
+                let db = (k * hidden).div_ceil(nr) as u32;
+                let (t, sh) = (TILE_THREADS, TILE_SHARED);
+                let xp = xa.ptr() as _;
+                emu_tgate_up(gb, t, sh, &m, ids_p, ki, xp, hp as *mut f32, np as i32);
+                emu_tdown(db, t, sh, &m, ids_p, ki, hp as _, yp as *mut f32, nr as i32);
+            }
+        }
         emu_combine(
             blocks(hidden),
             BLOCK,
@@ -777,6 +869,28 @@ impl EngineDevice for EmuDevice {
                         emu_gate_up(g, b, s, m, p(1)? as _, n(2)?, p(3)? as _, p(4)? as _);
                     } else {
                         emu_down(g, b, s, m, p(1)? as _, n(2)?, p(3)? as _, p(4)? as _);
+                    }
+                }
+                Kernel::TiledMatvec => {
+                    count(2)?;
+                    let Some(Arg::Jobs(j)) = args.first() else {
+                        return Err(EngineError::Usage("matvec takes its jobs".into()));
+                    };
+                    emu_tmatvec(g, b, s, j, n(1)?);
+                }
+                Kernel::TiledGateUp | Kernel::TiledDown => {
+                    count(6)?;
+                    let Some(Arg::Moe(m)) = args.first() else {
+                        return Err(EngineError::Usage(
+                            "the experts' kernels take their table".into(),
+                        ));
+                    };
+                    let (ids, slots, t) = (p(1)? as _, n(2)?, n(5)?);
+                    let (i, o) = (p(3)? as _, p(4)? as _);
+                    if k == Kernel::TiledGateUp {
+                        emu_tgate_up(g, b, s, m, ids, slots, i, o, t);
+                    } else {
+                        emu_tdown(g, b, s, m, ids, slots, i, o, t);
                     }
                 }
                 Kernel::Combine => {

@@ -297,61 +297,166 @@ fn m(v: &[f32], rows: usize, cols: usize) -> MatrixRef<'_> {
     }
 }
 
+/// A routed-experts case: the experts, x, the residual, the slots' ids and weights, and the
+/// CPU's result (blocks::swiglu per expert on f32 views of the same values, the slot-order
+/// combine of MoeOutputs, then the residual add).
+struct MoeCase {
+    experts: Vec<emu::Expert>,
+    x: Vec<f32>,
+    residual: Vec<f32>,
+    ids: Vec<u32>,
+    wts: Vec<f32>,
+    want: Vec<u32>,
+}
+
+fn moe_case(
+    r: &mut Rng,
+    (hidden, inter, n_exp, k): (usize, usize, usize, usize),
+    (dgu, dd): (emu::Dt, emu::Dt),
+) -> MoeCase {
+    let mut experts = Vec::new();
+    let mut raw = Vec::new();
+    for _ in 0..n_exp {
+        let (g, gv) = weights(r, inter * hidden, dgu, 0.5);
+        let (u, uv) = weights(r, inter * hidden, dgu, 0.5);
+        let (dn, dv) = weights(r, hidden * inter, dd, 0.5);
+        experts.push(emu::Expert {
+            gate: g,
+            up: u,
+            down: dn,
+        });
+        raw.push((gv, uv, dv));
+    }
+    let x = r.vec(hidden, 2.0);
+    let residual = r.vec(hidden, 2.0);
+    let ids: Vec<u32> = (0..k as u32).map(|s| (s * 3 + 1) % n_exp as u32).collect();
+    let wts = r.vec(k, 1.0);
+    let route: Vec<(u32, f32)> = ids.iter().copied().zip(wts.iter().copied()).collect();
+    let mut outs = MoeOutputs::new(std::slice::from_ref(&route));
+    for (s, &e) in ids.iter().enumerate() {
+        let (gv, uv, dv) = &raw[e as usize];
+        let y = blocks::swiglu(
+            Isa::Scalar,
+            m(gv, inter, hidden),
+            m(uv, inter, hidden),
+            m(dv, hidden, inter),
+            std::slice::from_ref(&x),
+        );
+        outs.put(0, s, &y[0], wts[s]);
+    }
+    let mut want = vec![residual.clone()];
+    blocks::add_into(&mut want, &outs.combine());
+    MoeCase {
+        experts,
+        x,
+        residual,
+        ids,
+        wts,
+        want: bits(&want[0]),
+    }
+}
+
+const MOE_TYPES: [(emu::Dt, emu::Dt); 3] = [
+    (emu::Dt::Bf16, emu::Dt::Bf16),
+    (emu::Dt::F32, emu::Dt::Bf16),
+    (emu::Dt::Bf16, emu::Dt::F32),
+];
+
 #[test]
 fn routed_experts_and_their_combine_are_the_cpus() {
     let mut r = Rng(19);
-    for &(hidden, inter, n_exp, k) in &[
+    for &shape in &[
         (32usize, 16usize, 8usize, 2usize),
         (32, 16, 8, 3),
         (40, 20, 4, 4),
         (256, 96, 16, 8),
         (100, 33, 5, 2),
     ] {
-        for (dgu, dd) in [
-            (emu::Dt::Bf16, emu::Dt::Bf16),
-            (emu::Dt::F32, emu::Dt::Bf16),
-            (emu::Dt::Bf16, emu::Dt::F32),
-        ] {
-            let mut experts = Vec::new();
-            let mut raw = Vec::new();
-            for _ in 0..n_exp {
-                let (g, gv) = weights(&mut r, inter * hidden, dgu, 0.5);
-                let (u, uv) = weights(&mut r, inter * hidden, dgu, 0.5);
-                let (dn, dv) = weights(&mut r, hidden * inter, dd, 0.5);
-                experts.push(emu::Expert {
-                    gate: g,
-                    up: u,
-                    down: dn,
-                });
-                raw.push((gv, uv, dv));
-            }
-            let x = r.vec(hidden, 2.0);
-            let residual = r.vec(hidden, 2.0);
-            let ids: Vec<u32> = (0..k as u32).map(|s| (s * 3 + 1) % n_exp as u32).collect();
-            let wts = r.vec(k, 1.0);
-            let got = emu::moe(&experts, inter, hidden, &ids, &wts, &x, &residual);
-            // The CPU: blocks::swiglu per expert (f32 views of the same values), the slot-order
-            // combine of MoeOutputs, then the residual add.
-            let route: Vec<(u32, f32)> = ids.iter().copied().zip(wts.iter().copied()).collect();
-            let mut outs = MoeOutputs::new(std::slice::from_ref(&route));
-            for (s, &e) in ids.iter().enumerate() {
-                let (gv, uv, dv) = &raw[e as usize];
-                let y = blocks::swiglu(
-                    Isa::Scalar,
-                    m(gv, inter, hidden),
-                    m(uv, inter, hidden),
-                    m(dv, hidden, inter),
-                    std::slice::from_ref(&x),
+        for types in MOE_TYPES {
+            let c = moe_case(&mut r, shape, types);
+            let (hidden, inter, ..) = shape;
+            let got = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, &c.x, &c.residual);
+            assert_eq!(bits(&got), c.want, "{shape:?} {types:?}");
+        }
+    }
+}
+
+/// The tiled experts' kernels (rows streamed through shared memory by the whole block) give the
+/// CPU's bits for every number of rows per block, including blocks whose rows span two slots and
+/// rows longer than the ring (stages reused).
+#[test]
+fn tiled_routed_experts_are_the_cpus_for_any_rows_per_block() {
+    let mut r = Rng(23);
+    for &shape in &[
+        (32usize, 32usize, 8usize, 2usize),
+        (256, 96, 16, 8),
+        (64, 160, 4, 3),
+    ] {
+        for types in MOE_TYPES {
+            let c = moe_case(&mut r, shape, types);
+            let (hidden, inter, ..) = shape;
+            // One row per block only on the small shape: the emulation runs a block's 128
+            // threads as OS threads, so thousands of blocks cost minutes.
+            let one = (shape.0 == 32).then_some((1, 1));
+            for tile in one.into_iter().chain([(3, 5), (16, 32), (7, 32)]) {
+                let got = emu::moe_tiled(
+                    &c.experts,
+                    inter,
+                    hidden,
+                    &c.ids,
+                    &c.wts,
+                    &c.x,
+                    &c.residual,
+                    tile,
                 );
-                outs.put(0, s, &y[0], wts[s]);
+                assert_eq!(bits(&got), c.want, "{shape:?} {types:?} tile {tile:?}");
             }
-            let mut want = vec![residual.clone()];
-            blocks::add_into(&mut want, &outs.combine());
-            assert_eq!(
-                bits(&got),
-                bits(&want[0]),
-                "hidden {hidden} inter {inter} k {k} {dgu:?}/{dd:?}"
-            );
+        }
+    }
+}
+
+/// The tiled matrix-vector kernel gives the canonical dots (with bias and residual) of up to four
+/// products sharing x, for any rows per block: blocks spanning two products, rows of one stage
+/// and of many (the ring of four stages reused), BF16 and F32.
+#[test]
+fn tiled_matvec_products_are_canonical_dots_for_any_rows_per_block() {
+    let mut r = Rng(0x5151_2026);
+    for &cols in &[32usize, 96, 320, 2048] {
+        for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+            let x = r.vec(cols, 2.0);
+            let mut products = Vec::new();
+            let mut want = Vec::new();
+            for (j, rows) in [3usize, 1, 17, 40].into_iter().enumerate() {
+                let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
+                let bias = (j % 2 == 1).then(|| weights(&mut r, rows, dt, 0.5));
+                let acc = (j >= 2).then(|| r.vec(rows, 4.0));
+                let y: Vec<f32> = (0..rows)
+                    .map(|i| {
+                        let mut v = canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x);
+                        if let Some((_, b)) = &bias {
+                            v += b[i];
+                        }
+                        acc.as_ref().map_or(v, |a| a[i] + v)
+                    })
+                    .collect();
+                want.push(bits(&y));
+                products.push(emu::Product {
+                    w,
+                    rows,
+                    cols,
+                    x: x.clone(),
+                    bias: bias.map(|b| b.0),
+                    accumulate: acc,
+                    vec: true,
+                });
+            }
+            for nr in [1, 2, 5, 8, 32] {
+                let got: Vec<Vec<u32>> = emu::matvec_tiled(&products, nr)
+                    .iter()
+                    .map(|y| bits(y))
+                    .collect();
+                assert_eq!(got, want, "cols {cols}, {dt:?}, {nr} rows per block");
+            }
         }
     }
 }

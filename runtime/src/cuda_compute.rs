@@ -101,9 +101,22 @@ fn view<'a>(w: &'a DeviceBytes, m: &GpuMatrix) -> cudarc::driver::CudaView<'a, u
     w.buf.slice(m.offset..m.offset + m.bytes().unwrap_or(0))
 }
 
+/// The virtual architecture to compile for on a device of compute capability `major.minor`:
+/// compute_90 from Hopper on, compute_80 from Ampere (both have the asynchronous copies the
+/// tiled kernels use; PTX runs on later devices too), else NVRTC's default, where the kernels
+/// copy synchronously instead. The arithmetic, hence every bit, is the same for each.
+pub fn arch_for(major: i32, minor: i32) -> Option<&'static str> {
+    match major * 10 + minor {
+        90.. => Some("compute_90"),
+        80.. => Some("compute_80"),
+        _ => None,
+    }
+}
+
 /// Compile [`KERNELS_CU`] with NVRTC (`--fmad=false`, no flush-to-zero, correctly rounded
-/// division and square root). Needs only the NVRTC library, no GPU.
-pub fn compile_kernels() -> Result<cudarc::nvrtc::Ptx, CudaError> {
+/// division and square root) for `arch` (see [`arch_for`]; `None`: NVRTC's default). Needs only
+/// the NVRTC library, no GPU.
+pub fn compile_kernels(arch: Option<&'static str>) -> Result<cudarc::nvrtc::Ptx, CudaError> {
     // SAFETY: only tries to dlopen libnvrtc under its usual names.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(CudaError::Absent(
@@ -119,6 +132,7 @@ pub fn compile_kernels() -> Result<cudarc::nvrtc::Ptx, CudaError> {
             prec_sqrt: Some(true),
             use_fast_math: Some(false),
             name: Some("tarfa_kernels.cu".into()),
+            arch,
             ..CompileOptions::default()
         },
     )
@@ -127,7 +141,12 @@ pub fn compile_kernels() -> Result<cudarc::nvrtc::Ptx, CudaError> {
 
 /// [`compile_kernels`], loaded on `gpu`.
 pub(crate) fn load_kernels(gpu: &Gpu) -> Result<Arc<cudarc::driver::CudaModule>, CudaError> {
-    let ptx = compile_kernels()?;
+    let cc = |a| gpu.ctx().attribute(a).map_err(drv("device attribute"));
+    let major =
+        cc(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+    let minor =
+        cc(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+    let ptx = compile_kernels(arch_for(major, minor))?;
     gpu.ctx().load_module(ptx).map_err(drv("module load"))
 }
 
@@ -509,9 +528,34 @@ mod tests {
     /// installs PyPI's `nvidia-cuda-nvrtc` and sets `TARFA_REQUIRE_NVRTC=1`), and the PTX has
     /// every kernel the host code looks up, with no contracted multiply-add the source did not
     /// write (every `fma.rn` comes from an explicit `__fmaf_rn`).
+    /// For a Hopper device the tiled kernels copy with cp.async; for NVRTC's default
+    /// architecture (older devices) the same source copies synchronously and still compiles.
+    #[test]
+    fn hopper_gets_asynchronous_copies_and_older_devices_plain_ones() {
+        assert_eq!(arch_for(9, 0), Some("compute_90"));
+        assert_eq!(arch_for(10, 0), Some("compute_90"));
+        assert_eq!(arch_for(8, 6), Some("compute_80"));
+        assert_eq!(arch_for(7, 5), None);
+        let (hopper, old) = match (compile_kernels(Some("compute_90")), compile_kernels(None)) {
+            (Ok(h), Ok(o)) => (h.to_src(), o.to_src()),
+            (Err(CudaError::Absent(why)), _) | (_, Err(CudaError::Absent(why))) => {
+                assert!(
+                    std::env::var_os("TARFA_REQUIRE_NVRTC").is_none(),
+                    "TARFA_REQUIRE_NVRTC is set but {why}"
+                );
+                eprintln!("SKIPPED: {why}");
+                return;
+            }
+            (Err(e), _) | (_, Err(e)) => panic!("{e}"),
+        };
+        assert!(hopper.contains("cp.async.cg.shared.global"));
+        assert!(hopper.contains(".target sm_90"));
+        assert!(!old.contains("cp.async"));
+    }
+
     #[test]
     fn the_kernels_compile_with_nvrtc_and_every_looked_up_kernel_is_there() {
-        let ptx = match compile_kernels() {
+        let ptx = match compile_kernels(Some("compute_90")) {
             Ok(p) => p,
             Err(CudaError::Absent(why)) => {
                 assert!(

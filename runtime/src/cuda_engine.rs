@@ -39,6 +39,7 @@ pub struct CudaDevice {
     stream: Arc<CudaStream>,
     funcs: Vec<(Kernel, CudaFunction)>,
     name: String,
+    sms: usize,
 }
 
 /// A captured CUDA graph.
@@ -73,9 +74,13 @@ impl CudaDevice {
                     .map_err(drv("kernel lookup"))?,
             ));
         }
+        let sms = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(drv("device attribute"))?;
         Ok(CudaDevice {
             stream,
             funcs,
+            sms: usize::try_from(sms).unwrap_or(1).max(1),
             name: format!("{} (CUDA device {})", gpu.name(), gpu.ordinal()),
         })
     }
@@ -110,6 +115,10 @@ impl EngineDevice for CudaDevice {
 
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn multiprocessors(&self) -> usize {
+        self.sms
     }
 
     fn alloc(&self, len: usize) -> Result<CudaSlice<u8>, CudaError> {

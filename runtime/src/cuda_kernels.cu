@@ -408,6 +408,17 @@ struct TarfaMatJobs {
     int stage;
 };
 
+// The job owning row q of a launch and the row's number in it (*r), chosen by value (no dynamic
+// index into the parameter block).
+__device__ __forceinline__ TarfaMatJob tarfa_job_of(const TarfaMatJobs& jobs, int q, int* r) {
+    TarfaMatJob j = jobs.job[0];
+    *r = q;
+    if (jobs.n > 1 && q >= jobs.row_start[1]) { j = jobs.job[1]; *r = q - jobs.row_start[1]; }
+    if (jobs.n > 2 && q >= jobs.row_start[2]) { j = jobs.job[2]; *r = q - jobs.row_start[2]; }
+    if (jobs.n > 3 && q >= jobs.row_start[3]) { j = jobs.job[3]; *r = q - jobs.row_start[3]; }
+    return j;
+}
+
 // Chunks per batch when x is in shared memory (its registers free for weights).
 #define TARFA_BATCH_STAGED 16
 
@@ -425,12 +436,8 @@ extern "C" __global__ void tarfa_e_matvec(TarfaMatJobs jobs) {
     int total = jobs.row_start[jobs.n];
     bool live = quad < total;
     int q = live ? (int)quad : total - 1;  // dead quads compute a real row for the shuffles
-    // The job owning row q, chosen by value (no dynamic index into the parameter block).
-    TarfaMatJob j = jobs.job[0];
-    int r = q;
-    if (jobs.n > 1 && q >= jobs.row_start[1]) { j = jobs.job[1]; r = q - jobs.row_start[1]; }
-    if (jobs.n > 2 && q >= jobs.row_start[2]) { j = jobs.job[2]; r = q - jobs.row_start[2]; }
-    if (jobs.n > 3 && q >= jobs.row_start[3]) { j = jobs.job[3]; r = q - jobs.row_start[3]; }
+    int r;
+    TarfaMatJob j = tarfa_job_of(jobs, q, &r);
     long long esz = j.dtype == TARFA_BF16 ? 2 : 4;
     const unsigned char* row = j.w + (long long)r * j.cols * esz;
     float v;
@@ -699,4 +706,209 @@ extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts,
     float acc = __fmul_rn(y[i], wts[0]);
     for (int s = 1; s < k; ++s) acc = __fadd_rn(acc, __fmul_rn(y[(long long)s * hidden + i], wts[s]));
     x[i] = __fadd_rn(x[i], acc);
+}
+
+// ================================================================================================
+// Tiled products: a block's rows streamed through shared memory.
+//
+// A quad's own loads (above) keep too few bytes in flight when a product has few rows (o_proj:
+// 2,048 rows of 8 KiB; the router: 128), and a thread waits for each batch before it multiplies.
+// Here every thread of a block copies a block's rows (up to TARFA_TILE_MAX_ROWS) into a ring of
+// shared-memory stages with asynchronous copies (cp.async, sm_80 and later), several stages in
+// flight, while the rows' quads run their canonical accumulation on the stages already landed.
+// Which thread loads a weight changes no bit: each quad still takes its row's elements in
+// increasing k, eight logical lanes per thread, one fused multiply-add each, exactly as
+// tarfa_quad_acc does (for rows of whole 32-element chunks, which the host checks).
+// ================================================================================================
+
+#define TARFA_TILE_THREADS 128
+#define TARFA_TILE_MAX_ROWS 32
+#define TARFA_TILE_STAGES 4
+// Weight bytes per stage; a slot also holds each row's 16 bytes of padding.
+#define TARFA_TILE_STAGE_BYTES 8192
+#define TARFA_TILE_SLOT (TARFA_TILE_STAGE_BYTES + TARFA_TILE_MAX_ROWS * 16)
+// Dynamic shared memory of a tiled launch: the rows' addresses, then the ring.
+#define TARFA_TILE_HEAD (TARFA_TILE_MAX_ROWS * 8)
+#define TARFA_TILE_SHARED (TARFA_TILE_HEAD + TARFA_TILE_STAGES * TARFA_TILE_SLOT)
+
+// Asynchronous 16-byte copies from global to shared memory, in groups (the emulation, cuda-emu/,
+// defines them its own way: each copy is made when its group is waited for).
+// Before sm_80 (no cp.async) each copy is a plain load and store, made at once.
+#if !defined(TARFA_CP_ASYNC) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+__device__ __forceinline__ void tarfa_cp_async16(void* dst, const void* src) {
+    unsigned int d = (unsigned int)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src) : "memory");
+}
+__device__ __forceinline__ void tarfa_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Wait until at most N of this thread's newest groups are still in flight.
+template <int N>
+__device__ __forceinline__ void tarfa_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+#elif !defined(TARFA_CP_ASYNC)
+__device__ __forceinline__ void tarfa_cp_async16(void* dst, const void* src) {
+    *(uint4*)dst = *(const uint4*)src;
+}
+__device__ __forceinline__ void tarfa_cp_commit() {}
+template <int N>
+__device__ __forceinline__ void tarfa_cp_wait() {}
+#endif
+
+// Stage `s` of the tile: columns [s·w, min(s·w + w, cols)) of each of the n rows into `slot`,
+// row i at i·pitch, the copies spread over the block's threads (consecutive threads, consecutive
+// 16 bytes of a row).
+__device__ __forceinline__ void tarfa_tile_issue(const unsigned char* const* rowp, int n, int cols,
+                                                 int esz, int w, int pitch, int s,
+                                                 unsigned char* slot) {
+    int c0 = s * w;
+    int ws = cols - c0 < w ? cols - c0 : w;
+    int per_row = ws * esz / 16;
+    int total = n * per_row;
+    for (int p = threadIdx.x; p < total; p += blockDim.x) {
+        int i = p / per_row;
+        int o = p - i * per_row;
+        tarfa_cp_async16(slot + i * pitch + o * 16, rowp[i] + (long long)c0 * esz + o * 16);
+    }
+}
+
+// The canonical accumulation (tarfa_quad_acc's, for cols a multiple of 32) of the rows
+// quad·R .. quad·R + R − 1 of the tile with x (16-byte aligned), for quads < `quads`; other
+// threads get zeros. Every thread of the block must call it (it copies and waits with them).
+// rowp: the tile's n row addresses (16-byte aligned), in shared memory; ring: the stages.
+template <int R>
+__device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols, int dtype,
+                               const float* x, unsigned char* ring, int quad, int quads, int sub,
+                               float (*acc)[8]) {
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r][j] = 0.0f;
+    int esz = dtype == TARFA_BF16 ? 2 : 4;
+    // Columns per stage: whole chunks, each row padded by 16 bytes (so that the quads of a warp,
+    // reading the same columns of different rows, meet different banks).
+    int w = TARFA_TILE_STAGE_BYTES / n / esz / 32 * 32;
+    if (w > cols) w = cols;
+    int pitch = w * esz + 16;
+    int stages = (cols + w - 1) / w;
+    bool mine = quad < quads;
+#pragma unroll
+    for (int s = 0; s < TARFA_TILE_STAGES - 1; ++s) {
+        if (s < stages) tarfa_tile_issue(rowp, n, cols, esz, w, pitch, s, ring + s * TARFA_TILE_SLOT);
+        tarfa_cp_commit();
+    }
+    for (int s = 0; s < stages; ++s) {
+        // Stage s has landed (this thread's copies, then everyone's).
+        tarfa_cp_wait<TARFA_TILE_STAGES - 2>();
+        __syncthreads();
+        // Everyone is past stage s − 1's compute: its slot takes stage s + STAGES − 1.
+        int t = s + TARFA_TILE_STAGES - 1;
+        if (t < stages)
+            tarfa_tile_issue(rowp, n, cols, esz, w, pitch, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT);
+        tarfa_cp_commit();
+        if (mine) {
+            const unsigned char* slot = ring + (s % TARFA_TILE_STAGES) * TARFA_TILE_SLOT;
+            int c0 = s * w;
+            int ws = cols - c0 < w ? cols - c0 : w;
+            for (int c = 0; c < ws; c += 32) {
+                float xv[8];
+                tarfa_x8(x, c0 + c + sub * 8, 1, xv);
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    const unsigned char* p = slot + (quad * R + r) * pitch + (c + sub * 8) * esz;
+                    float wv[8];
+                    if (dtype == TARFA_BF16) {
+                        tarfa_unpack_bf16x8(*(const uint4*)p, wv);
+                    } else {
+                        float4 lo = ((const float4*)p)[0], hi = ((const float4*)p)[1];
+                        wv[0] = lo.x; wv[1] = lo.y; wv[2] = lo.z; wv[3] = lo.w;
+                        wv[4] = hi.x; wv[5] = hi.y; wv[6] = hi.z; wv[7] = hi.w;
+                    }
+                    tarfa_fma8(wv, xv, acc[r]);
+                }
+            }
+        }
+    }
+}
+
+// tarfa_e_matvec's products, tiled: `nr` rows per block (≤ TARFA_TILE_MAX_ROWS), a quad each.
+// Every job has the same cols (a multiple of 32), dtype and x (job 0's), and is `vec`.
+extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr) {
+    TARFA_DYNAMIC_SHARED(float, tile);
+    const unsigned char** rowp = (const unsigned char**)tile;
+    unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
+    int total = jobs.row_start[jobs.n];
+    int first = blockIdx.x * nr;
+    int n = total - first < nr ? total - first : nr;
+    int cols = jobs.job[0].cols, dtype = jobs.job[0].dtype;
+    long long esz = dtype == TARFA_BF16 ? 2 : 4;
+    if ((int)threadIdx.x < n) {
+        int r;
+        TarfaMatJob j = tarfa_job_of(jobs, first + threadIdx.x, &r);
+        rowp[threadIdx.x] = j.w + (long long)r * cols * esz;
+    }
+    __syncthreads();
+    int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
+    float acc[1][8];
+    tarfa_tile_acc<1>(rowp, n, cols, dtype, jobs.job[0].x, ring, quad, n, sub, acc);
+    float v = tarfa_quad_fold(acc[0]);
+    if (quad < n && sub == 0) {
+        int r;
+        TarfaMatJob j = tarfa_job_of(jobs, first + quad, &r);
+        if (j.bias) v = __fadd_rn(v, tarfa_weight(j.bias, j.bias_dtype, r));
+        j.y[r] = j.accumulate ? __fadd_rn(j.y[r], v) : v;
+    }
+}
+
+// tarfa_e_moe_gate_up, tiled: `np` (slot, row) pairs per block (2·np ≤ TARFA_TILE_MAX_ROWS), the
+// gate row and the up row of each in the tile, one quad per pair. hidden a multiple of 32.
+extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
+                                                float* h, int np) {
+    TARFA_DYNAMIC_SHARED(float, tile);
+    const unsigned char** rowp = (const unsigned char**)tile;
+    unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
+    int total = k * m.inter;
+    int first = blockIdx.x * np;
+    int n = total - first < np ? total - first : np;
+    long long esz = m.dtype_gu == TARFA_BF16 ? 2 : 4;
+    if ((int)threadIdx.x < 2 * n) {
+        int q = first + threadIdx.x / 2;
+        int e = ids[q / m.inter];
+        if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
+        const unsigned long long* table = (threadIdx.x & 1) ? m.up : m.gate;
+        rowp[threadIdx.x] = (const unsigned char*)table[e] + (long long)(q % m.inter) * m.hidden * esz;
+    }
+    __syncthreads();
+    int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
+    float acc[2][8];
+    tarfa_tile_acc<2>(rowp, 2 * n, m.hidden, m.dtype_gu, x, ring, quad, n, sub, acc);
+    float g = tarfa_quad_fold(acc[0]);
+    float u = tarfa_quad_fold(acc[1]);
+    if (quad < n && sub == 0) h[first + quad] = tarfa_silu_mul(g, u);
+}
+
+// tarfa_e_moe_down, tiled: `nr` of the k·hidden rows per block, a quad each, each row with its
+// slot's h. inter a multiple of 32.
+extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, const float* h,
+                                             float* y, int nr) {
+    TARFA_DYNAMIC_SHARED(float, tile);
+    const unsigned char** rowp = (const unsigned char**)tile;
+    unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
+    int total = k * m.hidden;
+    int first = blockIdx.x * nr;
+    int n = total - first < nr ? total - first : nr;
+    long long esz = m.dtype_d == TARFA_BF16 ? 2 : 4;
+    if ((int)threadIdx.x < n) {
+        int q = first + threadIdx.x;
+        int e = ids[q / m.hidden];
+        if (e < 0 || e >= m.n_experts) e = 0;
+        rowp[threadIdx.x] = (const unsigned char*)m.down[e] + (long long)(q % m.hidden) * m.inter * esz;
+    }
+    __syncthreads();
+    int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
+    int q = first + (quad < n ? quad : 0);
+    float acc[1][8];
+    tarfa_tile_acc<1>(rowp, n, m.inter, m.dtype_d, h + (long long)(q / m.hidden) * m.inter, ring, quad, n,
+                      sub, acc);
+    float v = tarfa_quad_fold(acc[0]);
+    if (quad < n && sub == 0) y[q] = v;
 }

@@ -74,11 +74,17 @@ pub enum Kernel {
     Down,
     /// `tarfa_e_moe_combine`.
     Combine,
+    /// `tarfa_e_tmatvec`.
+    TiledMatvec,
+    /// `tarfa_e_tmoe_gate_up`.
+    TiledGateUp,
+    /// `tarfa_e_tmoe_down`.
+    TiledDown,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 9] = [
+    pub const ALL: [Kernel; 12] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -88,6 +94,9 @@ impl Kernel {
         Kernel::GateUp,
         Kernel::Down,
         Kernel::Combine,
+        Kernel::TiledMatvec,
+        Kernel::TiledGateUp,
+        Kernel::TiledDown,
     ];
 
     /// Its name in `cuda_kernels.cu`.
@@ -102,6 +111,9 @@ impl Kernel {
             Kernel::GateUp => "tarfa_e_moe_gate_up",
             Kernel::Down => "tarfa_e_moe_down",
             Kernel::Combine => "tarfa_e_moe_combine",
+            Kernel::TiledMatvec => "tarfa_e_tmatvec",
+            Kernel::TiledGateUp => "tarfa_e_tmoe_gate_up",
+            Kernel::TiledDown => "tarfa_e_tmoe_down",
         }
     }
 }
@@ -140,6 +152,10 @@ pub trait EngineDevice: Send + std::fmt::Debug {
     type Graph: Send;
     /// The device, in words.
     fn name(&self) -> String;
+    /// Its multiprocessors (sizes the tiled launches; geometry only, never a bit of a result).
+    fn multiprocessors(&self) -> usize {
+        1
+    }
     /// `len` zero bytes (at least 256-byte aligned).
     fn alloc(&self, len: usize) -> Result<Self::Buf, EngineError>;
     /// A buffer holding `bytes` (at least 256-byte aligned).
@@ -439,6 +455,9 @@ pub struct Engine<D: EngineDevice> {
     /// Captured steps (without, with the logits) and the cache size they were captured at.
     graphs: Option<(D::Graph, D::Graph, usize)>,
     use_graphs: bool,
+    /// Products of whole 32-element chunks by the tiled kernels (rows streamed through shared
+    /// memory); else every product by the quad kernels.
+    tiled: bool,
     finished: bool,
     report: EngineReport,
 }
@@ -461,6 +480,28 @@ const BLOCK: u32 = 256;
 /// a product of few rows (the router's, `o_proj`'s) over more multiprocessors. Geometry only:
 /// which thread computes a row changes no bit of it.
 const MATVEC_BLOCK: u32 = 128;
+
+/// Threads of a tiled launch (`TARFA_TILE_THREADS` in `cuda_kernels.cu`).
+const TILE_THREADS: u32 = 128;
+/// Rows of a tiled launch's block at most (`TARFA_TILE_MAX_ROWS`).
+const TILE_MAX_ROWS: usize = 32;
+/// Dynamic shared bytes of a tiled launch (`TARFA_TILE_SHARED`): the rows' addresses, then four
+/// stages of 8 KiB of weights and 16 bytes of padding per row.
+pub const TILE_SHARED: u32 = (TILE_MAX_ROWS * 8 + 4 * (8192 + TILE_MAX_ROWS * 16)) as u32;
+/// Blocks per multiprocessor a tiled launch aims at (each keeps up to three 8 KiB stages in
+/// flight).
+const TILE_BLOCKS_PER_SM: usize = 2;
+
+/// Rows (at most `max`, a power of two) per block of a tiled launch over `count` rows: the most
+/// that still gives every multiprocessor its share of blocks.
+fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
+    let target = sms.max(1) * TILE_BLOCKS_PER_SM;
+    let mut nr = max;
+    while nr > 1 && count.div_ceil(nr) < target {
+        nr /= 2;
+    }
+    nr
+}
 
 /// The most floats of x a matrix-vector launch stages in shared memory (48 KiB).
 const MAX_STAGE: i32 = 12 * 1024;
@@ -643,6 +684,7 @@ impl<D: EngineDevice> Engine<D> {
             a,
             graphs: None,
             use_graphs: true,
+            tiled: true,
             finished: false,
             report,
             dev,
@@ -698,6 +740,14 @@ impl<D: EngineDevice> Engine<D> {
     /// launch its kernels one by one. The same kernels with the same arguments either way.
     pub fn set_graphs(&mut self, on: bool) {
         self.use_graphs = on;
+        self.graphs = None;
+    }
+
+    /// Compute the products whose rows are whole 32-element chunks with the tiled kernels (the
+    /// default) or all with the quad kernels. Which thread loads a weight is all that differs: the
+    /// same operations in the same order, so the same bits.
+    pub fn set_tiled(&mut self, on: bool) {
+        self.tiled = on;
         self.graphs = None;
     }
 
@@ -850,6 +900,27 @@ impl<D: EngineDevice> Engine<D> {
         }
         m.row_start[jobs.len()] = rows;
         m.n = jobs.len() as i32;
+        let first = jobs[0];
+        if self.tiled
+            && jobs.iter().all(|j| {
+                j.vec == 1
+                    && j.cols % 32 == 0
+                    && j.cols == first.cols
+                    && j.dtype == first.dtype
+                    && j.x == first.x
+            })
+        {
+            let nr = tile_rows(rows as usize, TILE_MAX_ROWS, self.dev.multiprocessors());
+            // SAFETY: as below, and every job has job 0's cols (a multiple of 32), dtype and x,
+            // with 16-byte aligned rows (`vec`); the block has the tile's shared memory.
+            return unsafe {
+                self.dev.launch(
+                    Kernel::TiledMatvec,
+                    geo((rows as usize).div_ceil(nr), TILE_THREADS, TILE_SHARED)?,
+                    &[Arg::Jobs(m), Arg::I32(nr as i32)],
+                )
+            };
+        }
         // x staged in shared memory when every product reads the same x with wide loads and it
         // fits the 48 KiB a block may take without opting in.
         let widest = jobs.iter().map(|j| j.cols).max().unwrap_or(0);
@@ -1071,6 +1142,41 @@ impl<D: EngineDevice> Engine<D> {
         // an expert buffer of gate/up `inter × hidden` and down `hidden × inter` elements; xn
         // holds hidden floats, h `k × inter` (k ≤ top_k, inter ≤ the largest width, allocated in
         // `finish`) and y `k × hidden`; `vec` only for widths that are multiples of 8.
+        if self.tiled && t.inter % 32 == 0 && s.hidden % 32 == 0 {
+            let sms = self.dev.multiprocessors();
+            let np = tile_rows(k * t.inter, TILE_MAX_ROWS / 2, sms);
+            let nr = tile_rows(k * s.hidden, TILE_MAX_ROWS, sms);
+            let tile = |n: usize, per: usize| geo(n.div_ceil(per), TILE_THREADS, TILE_SHARED);
+            // SAFETY: as below; inter and hidden are whole chunks (every row 16-byte aligned),
+            // and each block has the tile's shared memory.
+            unsafe {
+                self.dev.launch(
+                    Kernel::TiledGateUp,
+                    tile(k * t.inter, np)?,
+                    &[
+                        Arg::Moe(m),
+                        Arg::Ptr(ids),
+                        Arg::I32(ki),
+                        Arg::Ptr(xn),
+                        Arg::Ptr(hb),
+                        Arg::I32(np as i32),
+                    ],
+                )?;
+                self.dev.launch(
+                    Kernel::TiledDown,
+                    tile(k * s.hidden, nr)?,
+                    &[
+                        Arg::Moe(m),
+                        Arg::Ptr(ids),
+                        Arg::I32(ki),
+                        Arg::Ptr(hb),
+                        Arg::Ptr(yb),
+                        Arg::I32(nr as i32),
+                    ],
+                )?;
+            }
+            return self.combine(yb, wts, ki, hi, x);
+        }
         unsafe {
             self.dev.launch(
                 Kernel::GateUp,
@@ -1102,19 +1208,26 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::Ptr(yb),
                 ],
             )?;
+        }
+        self.combine(yb, wts, ki, hi, x)
+    }
+
+    /// x += the k slots' outputs `y` weighted by `wts`, in slot order.
+    fn combine(&self, yb: u64, wts: u64, k: i32, hidden: i32, x: u64) -> Result<(), EngineError> {
+        // SAFETY: y holds k × hidden floats, wts k, x hidden (allocated in `new`/`finish`).
+        unsafe {
             self.dev.launch(
                 Kernel::Combine,
-                geo(s.hidden.div_ceil(BLOCK as usize), BLOCK, 0)?,
+                geo((hidden as usize).div_ceil(BLOCK as usize), BLOCK, 0)?,
                 &[
                     Arg::Ptr(yb),
                     Arg::Ptr(wts),
-                    Arg::I32(ki),
-                    Arg::I32(hi),
+                    Arg::I32(k),
+                    Arg::I32(hidden),
                     Arg::Ptr(x),
                 ],
-            )?;
+            )
         }
-        Ok(())
     }
 
     /// Final norm and `lm_head` into the logits buffer.
