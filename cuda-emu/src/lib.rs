@@ -528,7 +528,8 @@ pub fn moe(
 }
 
 /// [`moe`] with the tiled kernels (`tarfa_e_tmoe_gate_up` with `pairs` (slot, row) pairs per
-/// block, `tarfa_e_tmoe_down` with `rows` rows per block); inter and hidden multiples of 32.
+/// block, `tarfa_e_tmoe_down` with `rows` rows per block, a divisor of hidden); inter and hidden
+/// multiples of 32.
 pub fn moe_tiled(
     experts: &[Expert],
     inter: usize,
@@ -541,6 +542,10 @@ pub fn moe_tiled(
 ) -> Vec<f32> {
     assert!(inter.is_multiple_of(32) && hidden.is_multiple_of(32));
     assert!((1..=TILE_MAX_ROWS / 2).contains(&pairs) && (1..=TILE_MAX_ROWS).contains(&rows));
+    assert!(
+        hidden.is_multiple_of(rows),
+        "a down block's rows are of one slot"
+    );
     moe_launch(
         experts,
         inter,

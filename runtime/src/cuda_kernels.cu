@@ -473,17 +473,46 @@ __device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
     return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(ms, eps)));
 }
 
+// Elements of x an RMSNorm block copies to shared memory for its scale (larger n: read in place).
+#define TARFA_RMS_STAGE 4096
+// Elements per thread loaded before the scale is known.
+#define TARFA_RMS_AHEAD 4
+
 // out = w · (x · rsqrt(mean(x²) + eps)) (canon::rms_norm), one block: warp 0 finds the scale.
+// Every thread first loads its first TARFA_RMS_AHEAD weights and x values and copies x to shared
+// memory, so that the weights' loads (from HBM) overlap the scale's sum and the sum reads shared
+// memory (the loads were each a round trip in turn).
 extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char* w, int wdtype,
                                             int n, float eps, float* out) {
     __shared__ float scale;
+    __shared__ float xs[TARFA_RMS_STAGE];
+    bool staged = n <= TARFA_RMS_STAGE;
+    float wv[TARFA_RMS_AHEAD], xv[TARFA_RMS_AHEAD];
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) {
+            wv[j] = tarfa_weight(w, wdtype, i);
+            xv[j] = x[i];
+            if (staged) xs[i] = xv[j];
+        }
+    }
+    int rest = TARFA_RMS_AHEAD * blockDim.x;
+    if (staged)
+        for (int i = threadIdx.x + rest; i < n; i += blockDim.x) xs[i] = x[i];
+    __syncthreads();
     if (threadIdx.x < 32) {
-        float r = tarfa_rms_scale(x, n, eps, threadIdx.x);
+        float r = tarfa_rms_scale(staged ? xs : x, n, eps, threadIdx.x);
         if (threadIdx.x == 0) scale = r;
     }
     __syncthreads();
     float r = scale;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) out[i] = __fmul_rn(wv[j], __fmul_rn(xv[j], r));
+    }
+    for (int i = threadIdx.x + rest; i < n; i += blockDim.x) {
         out[i] = __fmul_rn(tarfa_weight(w, wdtype, i), __fmul_rn(x[i], r));
     }
 }
@@ -703,8 +732,18 @@ extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts,
                                                float* x) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= hidden) return;
-    float acc = __fmul_rn(y[i], wts[0]);
-    for (int s = 1; s < k; ++s) acc = __fadd_rn(acc, __fmul_rn(y[(long long)s * hidden + i], wts[s]));
+    // Eight slots' products loaded together, then added in slot order (the loads were each a
+    // round trip in turn).
+    float acc = 0.0f;
+    for (int s0 = 0; s0 < k; s0 += 8) {
+        float p[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            p[j] = s0 + j < k ? __fmul_rn(y[(long long)(s0 + j) * hidden + i], wts[s0 + j]) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            if (s0 + j < k) acc = s0 + j == 0 ? p[j] : __fadd_rn(acc, p[j]);
+    }
     x[i] = __fadd_rn(x[i], acc);
 }
 
@@ -754,27 +793,36 @@ template <int N>
 __device__ __forceinline__ void tarfa_cp_wait() {}
 #endif
 
-// Stage `s` of the tile: columns [s·w, min(s·w + w, cols)) of each of the n rows into `slot`,
-// row i at i·pitch, the copies spread over the block's threads (consecutive threads, consecutive
-// 16 bytes of a row).
-__device__ __forceinline__ void tarfa_tile_issue(const unsigned char* const* rowp, int n, int cols,
-                                                 int esz, int w, int pitch, int s,
-                                                 unsigned char* slot) {
+// Stage `s` of the tile: x[c0 .. c0 + ws) and columns [c0, c0 + ws) of each of the n rows
+// (c0 = s·w, ws = min(w, cols − c0)) into `slot`: x first, then row i at ws·4 + i·pitch. The
+// 16-byte copies are spread over the block's threads (consecutive threads, consecutive bytes).
+__device__ __forceinline__ void tarfa_tile_issue(const unsigned char* const* rowp, int n,
+                                                 const float* x, int cols, int esz, int w,
+                                                 int pitch, int s, unsigned char* slot) {
     int c0 = s * w;
     int ws = cols - c0 < w ? cols - c0 : w;
+    int xp = ws / 4;
     int per_row = ws * esz / 16;
-    int total = n * per_row;
+    int total = xp + n * per_row;
+    unsigned char* rows = slot + w * 4;
     for (int p = threadIdx.x; p < total; p += blockDim.x) {
-        int i = p / per_row;
-        int o = p - i * per_row;
-        tarfa_cp_async16(slot + i * pitch + o * 16, rowp[i] + (long long)c0 * esz + o * 16);
+        if (p < xp) {
+            tarfa_cp_async16(slot + p * 16, x + c0 + p * 4);
+        } else {
+            int i = (p - xp) / per_row;
+            int o = (p - xp) - i * per_row;
+            tarfa_cp_async16(rows + i * pitch + o * 16, rowp[i] + (long long)c0 * esz + o * 16);
+        }
     }
 }
 
 // The canonical accumulation (tarfa_quad_acc's, for cols a multiple of 32) of the rows
-// quad·R .. quad·R + R − 1 of the tile with x (16-byte aligned), for quads < `quads`; other
-// threads get zeros. Every thread of the block must call it (it copies and waits with them).
-// rowp: the tile's n row addresses (16-byte aligned), in shared memory; ring: the stages.
+// quad·R .. quad·R + R − 1 of the tile with x (cols floats, 16-byte aligned, the same for the
+// whole block), for quads < `quads`; other threads get zeros. Every thread of the block must call
+// it (it copies and waits with them). rowp: the tile's n row addresses (16-byte aligned), in
+// shared memory; ring: the stages. A stage holds x's columns as well as the weights': a quad's
+// reads are all from shared memory (x read from global memory at each chunk left every chunk
+// waiting for an L2 round trip).
 template <int R>
 __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols, int dtype,
                                const float* x, unsigned char* ring, int quad, int quads, int sub,
@@ -784,16 +832,16 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[r][j] = 0.0f;
     int esz = dtype == TARFA_BF16 ? 2 : 4;
-    // Columns per stage: whole chunks, each row padded by 16 bytes (so that the quads of a warp,
-    // reading the same columns of different rows, meet different banks).
-    int w = TARFA_TILE_STAGE_BYTES / n / esz / 32 * 32;
+    // Columns per stage: whole chunks of x and of each row, each row padded by 16 bytes (so that
+    // the quads of a warp, reading the same columns of different rows, meet different banks).
+    int w = TARFA_TILE_STAGE_BYTES / (4 + n * esz) / 32 * 32;
     if (w > cols) w = cols;
     int pitch = w * esz + 16;
     int stages = (cols + w - 1) / w;
     bool mine = quad < quads;
 #pragma unroll
     for (int s = 0; s < TARFA_TILE_STAGES - 1; ++s) {
-        if (s < stages) tarfa_tile_issue(rowp, n, cols, esz, w, pitch, s, ring + s * TARFA_TILE_SLOT);
+        if (s < stages) tarfa_tile_issue(rowp, n, x, cols, esz, w, pitch, s, ring + s * TARFA_TILE_SLOT);
         tarfa_cp_commit();
     }
     for (int s = 0; s < stages; ++s) {
@@ -803,18 +851,20 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
         // Everyone is past stage s − 1's compute: its slot takes stage s + STAGES − 1.
         int t = s + TARFA_TILE_STAGES - 1;
         if (t < stages)
-            tarfa_tile_issue(rowp, n, cols, esz, w, pitch, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT);
+            tarfa_tile_issue(rowp, n, x, cols, esz, w, pitch, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT);
         tarfa_cp_commit();
         if (mine) {
             const unsigned char* slot = ring + (s % TARFA_TILE_STAGES) * TARFA_TILE_SLOT;
-            int c0 = s * w;
-            int ws = cols - c0 < w ? cols - c0 : w;
+            const float* xs = (const float*)slot;
+            const unsigned char* rows = slot + w * 4 + quad * R * pitch;
+            int ws = cols - s * w < w ? cols - s * w : w;
+#pragma unroll 2
             for (int c = 0; c < ws; c += 32) {
                 float xv[8];
-                tarfa_x8(x, c0 + c + sub * 8, 1, xv);
+                tarfa_x8(xs, c + sub * 8, 1, xv);
 #pragma unroll
                 for (int r = 0; r < R; ++r) {
-                    const unsigned char* p = slot + (quad * R + r) * pitch + (c + sub * 8) * esz;
+                    const unsigned char* p = rows + r * pitch + (c + sub * 8) * esz;
                     float wv[8];
                     if (dtype == TARFA_BF16) {
                         tarfa_unpack_bf16x8(*(const uint4*)p, wv);
@@ -887,7 +937,7 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int 
 }
 
 // tarfa_e_moe_down, tiled: `nr` of the k·hidden rows per block, a quad each, each row with its
-// slot's h. inter a multiple of 32.
+// slot's h. inter a multiple of 32, and nr divides hidden (a block's rows are of one slot).
 extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, const float* h,
                                              float* y, int nr) {
     TARFA_DYNAMIC_SHARED(float, tile);
@@ -905,10 +955,9 @@ extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, 
     }
     __syncthreads();
     int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
-    int q = first + (quad < n ? quad : 0);
     float acc[1][8];
-    tarfa_tile_acc<1>(rowp, n, m.inter, m.dtype_d, h + (long long)(q / m.hidden) * m.inter, ring, quad, n,
-                      sub, acc);
+    tarfa_tile_acc<1>(rowp, n, m.inter, m.dtype_d, h + (long long)(first / m.hidden) * m.inter, ring,
+                      quad, n, sub, acc);
     float v = tarfa_quad_fold(acc[0]);
-    if (quad < n && sub == 0) y[q] = v;
+    if (quad < n && sub == 0) y[first + quad] = v;
 }

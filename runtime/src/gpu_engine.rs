@@ -476,6 +476,10 @@ impl<D: EngineDevice> std::fmt::Debug for Engine<D> {
 
 const BLOCK: u32 = 256;
 
+/// Threads of the RMSNorm block: with its four elements loaded ahead per thread, a hidden size
+/// up to 2,048 is loaded in one round.
+const RMS_BLOCK: u32 = 512;
+
 /// Threads per block of the matrix-vector kernels (a quad per output row): smaller blocks spread
 /// a product of few rows (the router's, `o_proj`'s) over more multiprocessors. Geometry only:
 /// which thread computes a row changes no bit of it.
@@ -976,7 +980,7 @@ impl<D: EngineDevice> Engine<D> {
         unsafe {
             self.dev.launch(
                 Kernel::RmsNorm,
-                geo(1, BLOCK, 0)?,
+                geo(1, RMS_BLOCK, 0)?,
                 &[
                     Arg::Ptr(x),
                     Arg::Ptr(w.ptr),
@@ -1145,6 +1149,7 @@ impl<D: EngineDevice> Engine<D> {
         if self.tiled && t.inter % 32 == 0 && s.hidden % 32 == 0 {
             let sms = self.dev.multiprocessors();
             let np = tile_rows(k * t.inter, TILE_MAX_ROWS / 2, sms);
+            // A power of two ≤ 32 dividing hidden: a down block's rows are of one slot.
             let nr = tile_rows(k * s.hidden, TILE_MAX_ROWS, sms);
             let tile = |n: usize, per: usize| geo(n.div_ceil(per), TILE_THREADS, TILE_SHARED);
             // SAFETY: as below; inter and hidden are whole chunks (every row 16-byte aligned),
