@@ -793,26 +793,56 @@ template <int N>
 __device__ __forceinline__ void tarfa_cp_wait() {}
 #endif
 
-// Stage `s` of the tile: x[c0 .. c0 + ws) and columns [c0, c0 + ws) of each of the n rows
-// (c0 = s·w, ws = min(w, cols − c0)) into `slot`: x first, then row i at ws·4 + i·pitch. The
-// 16-byte copies are spread over the block's threads (consecutive threads, consecutive bytes).
-__device__ __forceinline__ void tarfa_tile_issue(const unsigned char* const* rowp, int n,
-                                                 const float* x, int cols, int esz, int w,
-                                                 int pitch, int s, unsigned char* slot) {
-    int c0 = s * w;
-    int ws = cols - c0 < w ? cols - c0 : w;
-    int xp = ws / 4;
-    int per_row = ws * esz / 16;
+// A thread's share of each stage's copies: the same pieces of every stage (the stage's columns
+// move by w), so their addresses are worked out once (a division per piece per stage cost more
+// than the copies). Piece j of thread t is the (t + j·threads)-th 16 bytes of a stage: x's
+// columns first, then each row's.
+#define TARFA_TILE_PIECES (TARFA_TILE_STAGE_BYTES / 16 / TARFA_TILE_THREADS)
+struct TarfaTilePieces {
+    const unsigned char* src[TARFA_TILE_PIECES];  // at stage 0
+    int dst[TARFA_TILE_PIECES];                   // offset in a slot
+    int step[TARFA_TILE_PIECES];                  // bytes src moves per stage
+    int col[TARFA_TILE_PIECES];                   // first column within the stage
+    int n;
+};
+
+__device__ __forceinline__ void tarfa_tile_pieces(const unsigned char* const* rowp, int n,
+                                                  const float* x, int esz, int w, int pitch,
+                                                  TarfaTilePieces* t) {
+    int xp = w / 4;
+    int per_row = w * esz / 16;
     int total = xp + n * per_row;
-    unsigned char* rows = slot + w * 4;
-    for (int p = threadIdx.x; p < total; p += blockDim.x) {
-        if (p < xp) {
-            tarfa_cp_async16(slot + p * 16, x + c0 + p * 4);
-        } else {
-            int i = (p - xp) / per_row;
-            int o = (p - xp) - i * per_row;
-            tarfa_cp_async16(rows + i * pitch + o * 16, rowp[i] + (long long)c0 * esz + o * 16);
+    t->n = 0;
+#pragma unroll
+    for (int j = 0; j < TARFA_TILE_PIECES; ++j) {
+        int p = threadIdx.x + j * blockDim.x;
+        if (p < total) {
+            if (p < xp) {
+                t->src[j] = (const unsigned char*)(x + p * 4);
+                t->dst[j] = p * 16;
+                t->step[j] = w * 4;
+                t->col[j] = p * 4;
+            } else {
+                int i = (p - xp) / per_row;
+                int o = (p - xp) - i * per_row;
+                t->src[j] = rowp[i] + o * 16;
+                t->dst[j] = w * 4 + i * pitch + o * 16;
+                t->step[j] = w * esz;
+                t->col[j] = o * 16 / esz;
+            }
+            t->n = j + 1;
         }
+    }
+}
+
+// Stage `s` of the tile into `slot`: x[c0 .. c0 + ws) first, then columns [c0, c0 + ws) of each
+// row i at w·4 + i·pitch (c0 = s·w, ws = min(w, cols − c0): a last, narrower stage copies only
+// its columns, at the same places).
+__device__ __forceinline__ void tarfa_tile_issue(const TarfaTilePieces& t, int ws, int s,
+                                                 unsigned char* slot) {
+#pragma unroll
+    for (int j = 0; j < TARFA_TILE_PIECES; ++j) {
+        if (j < t.n && t.col[j] < ws) tarfa_cp_async16(slot + t.dst[j], t.src[j] + (long long)s * t.step[j]);
     }
 }
 
@@ -839,9 +869,14 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
     int pitch = w * esz + 16;
     int stages = (cols + w - 1) / w;
     bool mine = quad < quads;
+    TarfaTilePieces pieces;
+    tarfa_tile_pieces(rowp, n, x, esz, w, pitch, &pieces);
 #pragma unroll
     for (int s = 0; s < TARFA_TILE_STAGES - 1; ++s) {
-        if (s < stages) tarfa_tile_issue(rowp, n, x, cols, esz, w, pitch, s, ring + s * TARFA_TILE_SLOT);
+        if (s < stages) {
+            int ws = cols - s * w < w ? cols - s * w : w;
+            tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT);
+        }
         tarfa_cp_commit();
     }
     for (int s = 0; s < stages; ++s) {
@@ -850,8 +885,10 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
         __syncthreads();
         // Everyone is past stage s − 1's compute: its slot takes stage s + STAGES − 1.
         int t = s + TARFA_TILE_STAGES - 1;
-        if (t < stages)
-            tarfa_tile_issue(rowp, n, x, cols, esz, w, pitch, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT);
+        if (t < stages) {
+            int ws = cols - t * w < w ? cols - t * w : w;
+            tarfa_tile_issue(pieces, ws, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT);
+        }
         tarfa_cp_commit();
         if (mine) {
             const unsigned char* slot = ring + (s % TARFA_TILE_STAGES) * TARFA_TILE_SLOT;
