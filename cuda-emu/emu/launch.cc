@@ -24,9 +24,9 @@ void emu_qk_rope(G, float* q, const float* k, const float* v, const unsigned cha
 }
 void emu_attention(G, const float* q, const float* kcache, const float* vcache, const int* params,
                    int heads, int kv_heads, int d, int window, float scaling, float* scores, int cap,
-                   float* out) {
+                   float* out, int sh_scores) {
     RUN(tarfa_e_attention(q, kcache, vcache, params, heads, kv_heads, d, window, scaling, scores,
-                          cap, out));
+                          cap, out, sh_scores));
 }
 void emu_topk(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts) {
     RUN(tarfa_e_topk(z, n, k, renorm, probs, ids, wts));

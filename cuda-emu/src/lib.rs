@@ -152,6 +152,7 @@ extern "C" {
         scores: *mut f32,
         cap: i32,
         out: *mut f32,
+        sh_scores: i32,
     );
     fn emu_topk(
         g: u32,
@@ -434,7 +435,8 @@ pub fn qk_rope(
     (qa.floats(), kc.floats(), vc.floats())
 }
 
-/// `tarfa_e_attention` of `q` at `pos` over cache rows `0..=pos` (or the window).
+/// `tarfa_e_attention` of `q` at `pos` over cache rows `0..=pos` (or the window), its scores
+/// in shared memory (`shared_scores`) or in global memory.
 pub fn attention(
     sh: Heads,
     q: &[f32],
@@ -443,6 +445,7 @@ pub fn attention(
     pos: usize,
     window: Option<usize>,
     scaling: f32,
+    shared_scores: bool,
 ) -> Vec<f32> {
     let (d, width) = (sh.d, sh.kv_heads * sh.d);
     assert_eq!(q.len(), sh.heads * d);
@@ -452,12 +455,14 @@ pub fn attention(
     let scores = fl(&vec![0.0; sh.heads * cap]);
     let out = fl(&vec![0.0; sh.heads * d]);
     let params = [0i32, pos as i32];
-    // SAFETY: sizes asserted above; scores hold heads × cap floats; shared memory 32 × d floats.
+    let sh_scores = if shared_scores { cap } else { 0 };
+    // SAFETY: sizes asserted above; scores hold heads × cap floats; shared memory 32 × d floats
+    // and sh_scores more.
     unsafe {
         emu_attention(
             sh.heads as u32,
             BLOCK,
-            (32 * d * 4) as u32,
+            ((32 * d + sh_scores) * 4) as u32,
             qa.ptr() as _,
             kc.ptr() as _,
             vc.ptr() as _,
@@ -470,6 +475,7 @@ pub fn attention(
             scores.ptr() as *mut f32,
             cap as i32,
             out.ptr() as *mut f32,
+            sh_scores as i32,
         )
     };
     out.floats()
@@ -829,7 +835,7 @@ impl EngineDevice for EmuDevice {
                     );
                 }
                 Kernel::Attention => {
-                    count(12)?;
+                    count(13)?;
                     emu_attention(
                         g,
                         b,
@@ -846,6 +852,7 @@ impl EngineDevice for EmuDevice {
                         p(9)? as _,
                         n(10)?,
                         p(11)? as _,
+                        n(12)?,
                     );
                 }
                 Kernel::Topk => {

@@ -151,6 +151,7 @@ fn qk_norm_rope_and_cache_store_are_the_cpus() {
         (8, 2, 128, 128),
         (3, 1, 64, 32),
         (2, 2, 40, 20),
+        (2, 1, 288, 256),
     ] {
         let sh = emu::Heads {
             heads,
@@ -217,6 +218,7 @@ fn attention_of_the_last_position_is_blocks_attend() {
         (4, 2, 16),
         (8, 2, 128),
         (6, 3, 40),
+        (2, 1, 288),
     ] {
         for &n in &[1usize, 2, 31, 32, 33, 70] {
             for window in [None, Some(5), Some(64)] {
@@ -233,25 +235,28 @@ fn attention_of_the_last_position_is_blocks_attend() {
                 let mut cache = KvCache::default();
                 let cpu = blocks::attend(Isa::Scalar, shape, &mut cache, 0, &q, &k, &v);
                 let scaling = (1.0 / (d as f64).sqrt()) as f32;
-                let got = emu::attention(
-                    emu::Heads {
-                        heads,
-                        kv_heads,
-                        d,
-                        half: 0,
-                    },
-                    &q[n - 1],
-                    &k.concat(),
-                    &v.concat(),
-                    n - 1,
-                    window,
-                    scaling,
-                );
-                assert_eq!(
-                    bits(&got),
-                    bits(&cpu[n - 1]),
-                    "heads {heads}/{kv_heads} d {d} n {n} window {window:?}"
-                );
+                for shared in [true, false] {
+                    let got = emu::attention(
+                        emu::Heads {
+                            heads,
+                            kv_heads,
+                            d,
+                            half: 0,
+                        },
+                        &q[n - 1],
+                        &k.concat(),
+                        &v.concat(),
+                        n - 1,
+                        window,
+                        scaling,
+                        shared,
+                    );
+                    assert_eq!(
+                        bits(&got),
+                        bits(&cpu[n - 1]),
+                        "heads {heads}/{kv_heads} d {d} n {n} window {window:?} shared {shared}"
+                    );
+                }
             }
         }
     }
@@ -268,6 +273,7 @@ fn the_router_top_k_is_softmax_topk_ties_included() {
         (100, 1),
         (160, 32),
         (256, 33),
+        (300, 8),
     ] {
         for renorm in [false, true] {
             let mut z = r.vec(n, 4.0);

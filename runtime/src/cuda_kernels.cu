@@ -517,6 +517,9 @@ extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char*
     }
 }
 
+// Elements per lane a head's warp loads ahead (heads up to 256 wide).
+#define TARFA_HEAD_AHEAD 8
+
 // Per-head q/k RMSNorm (when `norm`), then NeoX RoPE on the first 2·half dims at position
 // params[1] (blocks::rope_heads: y_j = x_j·c + (−x_{j+h})·s, y_{j+h} = x_{j+h}·c + x_j·s, no
 // fused multiply-add), q in place, k and v stored in the caches at the position. One warp per
@@ -537,28 +540,81 @@ extern "C" __global__ void tarfa_e_qk_rope(float* q, const float* k, const float
     int h = is_q ? warp : warp - heads;
     const float* x = is_q ? q + (long long)h * d : k + (long long)h * d;
     const unsigned char* nw = is_q ? qn : kn;
-    if (norm) {
-        float r = tarfa_rms_scale(x, d, eps, lane);
-        for (int i = lane; i < d; i += 32) buf[i] = __fmul_rn(tarfa_weight(nw, ndtype, i), __fmul_rn(x[i], r));
-    } else {
-        for (int i = lane; i < d; i += 32) buf[i] = x[i];
-    }
-    __syncwarp();
     long long width = (long long)kv_heads * d;
     float* dst = is_q ? q + (long long)h * d : kcache + (long long)pos * width + (long long)h * d;
     const float* c = cos_tab + (long long)pos * half;
     const float* s = sin_tab + (long long)pos * half;
-    for (int i = lane; i < d; i += 32) {
-        float y;
-        if (i < half) {
-            y = __fadd_rn(__fmul_rn(buf[i], c[i]), __fmul_rn(-buf[i + half], s[i]));
-        } else if (i < 2 * half) {
-            int j = i - half;
-            y = __fadd_rn(__fmul_rn(buf[i], c[j]), __fmul_rn(buf[j], s[j]));
-        } else {
-            y = buf[i];
+    // A lane's elements i = lane + 32·j: x, the norm's weight and the rotation's cos and sin, all
+    // loaded at once (one round trip; they were four in turn) when d ≤ 32·TARFA_HEAD_AHEAD.
+    if (d <= 32 * TARFA_HEAD_AHEAD) {
+        float xv[TARFA_HEAD_AHEAD], wv[TARFA_HEAD_AHEAD], cv[TARFA_HEAD_AHEAD], sv[TARFA_HEAD_AHEAD];
+#pragma unroll
+        for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) {
+            int i = lane + 32 * j;
+            if (i < d) {
+                xv[j] = x[i];
+                wv[j] = norm ? tarfa_weight(nw, ndtype, i) : 1.0f;
+                int t = i < half ? i : i - half;
+                cv[j] = i < 2 * half ? c[t] : 0.0f;
+                sv[j] = i < 2 * half ? s[t] : 0.0f;
+            }
         }
-        dst[i] = y;
+        float r = 0.0f;
+        if (norm) {
+            // tarfa_rms_scale on the registers: lane l's elements in increasing order, one fused
+            // multiply-add each from +0, then the fold.
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < TARFA_HEAD_AHEAD; ++j)
+                if (lane + 32 * j < d) acc = __fmaf_rn(xv[j], xv[j], acc);
+            acc = tarfa_warp_fold(acc);
+            float dot = __shfl_sync(TARFA_FULL, acc, 0);
+            r = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(dot, (float)d), eps)));
+        }
+#pragma unroll
+        for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) {
+            int i = lane + 32 * j;
+            if (i < d) {
+                if (norm) xv[j] = __fmul_rn(wv[j], __fmul_rn(xv[j], r));
+                buf[i] = xv[j];
+            }
+        }
+        __syncwarp();
+#pragma unroll
+        for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) {
+            int i = lane + 32 * j;
+            if (i < d) {
+                float y;
+                if (i < half) {
+                    y = __fadd_rn(__fmul_rn(xv[j], cv[j]), __fmul_rn(-buf[i + half], sv[j]));
+                } else if (i < 2 * half) {
+                    y = __fadd_rn(__fmul_rn(xv[j], cv[j]), __fmul_rn(buf[i - half], sv[j]));
+                } else {
+                    y = xv[j];
+                }
+                dst[i] = y;
+            }
+        }
+    } else {
+        if (norm) {
+            float r = tarfa_rms_scale(x, d, eps, lane);
+            for (int i = lane; i < d; i += 32) buf[i] = __fmul_rn(tarfa_weight(nw, ndtype, i), __fmul_rn(x[i], r));
+        } else {
+            for (int i = lane; i < d; i += 32) buf[i] = x[i];
+        }
+        __syncwarp();
+        for (int i = lane; i < d; i += 32) {
+            float y;
+            if (i < half) {
+                y = __fadd_rn(__fmul_rn(buf[i], c[i]), __fmul_rn(-buf[i + half], s[i]));
+            } else if (i < 2 * half) {
+                int j = i - half;
+                y = __fadd_rn(__fmul_rn(buf[i], c[j]), __fmul_rn(buf[j], s[j]));
+            } else {
+                y = buf[i];
+            }
+            dst[i] = y;
+        }
     }
     if (!is_q) {
         float* vd = vcache + (long long)pos * width + (long long)h * d;
@@ -570,12 +626,14 @@ extern "C" __global__ void tarfa_e_qk_rope(float* q, const float* k, const float
 // one block per query head. Scores (a warp each: the canonical dot of k and q, times scaling),
 // softmax on warp 0 (max, tarfa exp, the canonical sum, divide), then Σ_t a_t v_t for each of the
 // d outputs in the canonical order: 32 lane partials (position index t mod 32, fused multiply-add
-// in increasing t) in shared memory, folded by the fixed tree.
+// in increasing t) in shared memory, folded by the fixed tree. The scores are kept in shared
+// memory after the partials when there are at most `sh_scores` of them (else in `scores`), and
+// each warp's q elements in registers when d ≤ 32·TARFA_HEAD_AHEAD.
 extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache,
                                              const float* vcache, const int* params, int heads,
                                              int kv_heads, int d, int window, float scaling,
-                                             float* scores, int cap, float* out) {
-    TARFA_DYNAMIC_SHARED(float, part);  // [32][d]
+                                             float* scores, int cap, float* out, int sh_scores) {
+    TARFA_DYNAMIC_SHARED(float, part);  // [32][d], then sh_scores floats
     int h = blockIdx.x;
     int lane = threadIdx.x % 32;
     int warp = threadIdx.x / 32;
@@ -586,13 +644,31 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache
     int kvh = h / (heads / kv_heads);
     long long width = (long long)kv_heads * d;
     const float* qh = q + (long long)h * d;
-    float* sc = scores + (long long)h * cap;
-    for (int i = warp; i < n; i += warps) {
-        const float* kk = kcache + (long long)(first + i) * width + (long long)kvh * d;
-        float acc = 0.0f;
-        for (int e = lane; e < d; e += 32) acc = __fmaf_rn(kk[e], qh[e], acc);
-        acc = tarfa_warp_fold(acc);
-        if (lane == 0) sc[i] = __fmul_rn(acc, scaling);
+    float* sc = n <= sh_scores ? part + 32 * d : scores + (long long)h * cap;
+    if (d <= 32 * TARFA_HEAD_AHEAD) {
+        float qv[TARFA_HEAD_AHEAD];
+#pragma unroll
+        for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) qv[j] = lane + 32 * j < d ? qh[lane + 32 * j] : 0.0f;
+        for (int i = warp; i < n; i += warps) {
+            const float* kk = kcache + (long long)(first + i) * width + (long long)kvh * d;
+            float kv[TARFA_HEAD_AHEAD];
+#pragma unroll
+            for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) kv[j] = lane + 32 * j < d ? kk[lane + 32 * j] : 0.0f;
+            float acc = 0.0f;
+#pragma unroll
+            for (int j = 0; j < TARFA_HEAD_AHEAD; ++j)
+                if (lane + 32 * j < d) acc = __fmaf_rn(kv[j], qv[j], acc);
+            acc = tarfa_warp_fold(acc);
+            if (lane == 0) sc[i] = __fmul_rn(acc, scaling);
+        }
+    } else {
+        for (int i = warp; i < n; i += warps) {
+            const float* kk = kcache + (long long)(first + i) * width + (long long)kvh * d;
+            float acc = 0.0f;
+            for (int e = lane; e < d; e += 32) acc = __fmaf_rn(kk[e], qh[e], acc);
+            acc = tarfa_warp_fold(acc);
+            if (lane == 0) sc[i] = __fmul_rn(acc, scaling);
+        }
     }
     __syncthreads();
     if (warp == 0) {
@@ -603,6 +679,7 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache
         int l = idx / d, dd = idx % d;
         const float* vc = vcache + (long long)kvh * d + dd;
         float acc = 0.0f;
+#pragma unroll 4
         for (int i = l; i < n; i += 32) acc = __fmaf_rn(sc[i], vc[(long long)(first + i) * width], acc);
         part[idx] = acc;
     }
@@ -622,6 +699,9 @@ __device__ __forceinline__ int tarfa_total_key(float v) {
     return b ^ (int)(((unsigned int)(b >> 31)) >> 1);
 }
 
+// Router probabilities per lane the top-k holds in registers (up to 256 experts).
+#define TARFA_TOPK_AHEAD 8
+
 // The softmax router's native top-k (blocks::softmax_topk) on one warp: p = softmax(z), the k
 // largest p (total order, descending; ties: the lower id) in selection order, renormalised by
 // their canonical sum when `renorm`. p is kept in `probs` (n floats).
@@ -632,16 +712,38 @@ extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm
     __syncwarp();
     // Selection: each round takes the best (key, id) strictly after the previous one in the
     // order (key descending, id ascending).
+    // The lane's keys in registers when n ≤ 32·TARFA_TOPK_AHEAD (each round read them from
+    // memory again, a round trip per slot).
+    int keys[TARFA_TOPK_AHEAD];
+    bool held = n <= 32 * TARFA_TOPK_AHEAD;
+    if (held) {
+#pragma unroll
+        for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) keys[j] = lane + 32 * j < n ? tarfa_total_key(probs[lane + 32 * j]) : 0;
+    }
     int prev_key = 0, prev_id = -1;
     for (int slot = 0; slot < k; ++slot) {
         int best_key = 0, best_id = -1;
-        for (int i = lane; i < n; i += 32) {
-            int key = tarfa_total_key(probs[i]);
-            bool after = slot == 0 || key < prev_key || (key == prev_key && i > prev_id);
-            bool better = best_id < 0 || key > best_key || (key == best_key && i < best_id);
-            if (after && better) {
-                best_key = key;
-                best_id = i;
+        if (held) {
+#pragma unroll
+            for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) {
+                int i = lane + 32 * j;
+                int key = keys[j];
+                bool after = slot == 0 || key < prev_key || (key == prev_key && i > prev_id);
+                bool better = best_id < 0 || key > best_key || (key == best_key && i < best_id);
+                if (i < n && after && better) {
+                    best_key = key;
+                    best_id = i;
+                }
+            }
+        } else {
+            for (int i = lane; i < n; i += 32) {
+                int key = tarfa_total_key(probs[i]);
+                bool after = slot == 0 || key < prev_key || (key == prev_key && i > prev_id);
+                bool better = best_id < 0 || key > best_key || (key == best_key && i < best_id);
+                if (after && better) {
+                    best_key = key;
+                    best_id = i;
+                }
             }
         }
         for (int o = 16; o > 0; o /= 2) {

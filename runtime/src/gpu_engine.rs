@@ -476,6 +476,12 @@ impl<D: EngineDevice> std::fmt::Debug for Engine<D> {
 
 const BLOCK: u32 = 256;
 
+/// Dynamic shared memory a block may take without opting in.
+const SHARED_MAX: usize = 48 * 1024;
+
+/// Threads of an attention block (one per query head): sixteen warps share its positions' scores.
+const ATTN_BLOCK: u32 = 512;
+
 /// Threads of the RMSNorm block: with its four elements loaded ahead per thread, a hidden size
 /// up to 2,048 is loaded in one round.
 const RMS_BLOCK: u32 = 512;
@@ -1065,12 +1071,16 @@ impl<D: EngineDevice> Engine<D> {
                     ],
                 )?;
             }
+            // The scores in shared memory after the 32 × d partials, as many as 48 KiB leaves
+            // room for (8,192 at d = 128); a longer context keeps them in `scores`.
+            let sh_scores = (SHARED_MAX / 4).saturating_sub(32 * d).min(self.cap);
             // SAFETY: one block per head; scores hold heads × cap floats and the caches rows
-            // 0..=params[1] < cap; shared memory 32 × d floats (d ≤ 256: 32 KiB).
+            // 0..=params[1] < cap; shared memory 32 × d floats (d ≤ 256: 32 KiB) and sh_scores
+            // more (within 48 KiB).
             unsafe {
                 self.dev.launch(
                     Kernel::Attention,
-                    geo(s.heads, BLOCK, (32 * d * 4) as u32)?,
+                    geo(s.heads, ATTN_BLOCK, ((32 * d + sh_scores) * 4) as u32)?,
                     &[
                         Arg::Ptr(q),
                         Arg::Ptr(kc),
@@ -1084,6 +1094,7 @@ impl<D: EngineDevice> Engine<D> {
                         Arg::Ptr(scores),
                         Arg::I32(self.cap as i32),
                         Arg::Ptr(attn),
+                        Arg::I32(sh_scores as i32),
                     ],
                 )?;
             }
