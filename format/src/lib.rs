@@ -56,6 +56,7 @@ pub mod manifest;
 pub mod publish;
 pub mod reader;
 pub mod safetensors;
+mod strindex;
 pub mod summary;
 pub mod validate;
 pub mod writer;

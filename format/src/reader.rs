@@ -21,7 +21,8 @@ pub struct JnfReader {
     path: PathBuf,
     file: File,
     index: Index,
-    by_name: HashMap<String, u32>,
+    /// Built on the first lookup by name (the converter and the verifier never look up).
+    by_name: std::sync::OnceLock<HashMap<String, u32>>,
     root: DualHash,
 }
 
@@ -49,20 +50,22 @@ impl JnfReader {
         file.read_exact_at(&mut footer_bytes, len - FOOTER_LEN as u64)
             .map_err(|e| Error::io(&path, "read footer", e))?;
         let footer = validate::check_footer(&header, &page, &footer_bytes, len).map_err(fail)?;
-        // check_footer bounded index_len by the file length and MAX_INDEX_LEN.
-        let mut index_bytes = vec![0u8; footer.index_len as usize];
-        file.read_exact_at(&mut index_bytes, footer.index_offset)
-            .map_err(|e| Error::io(&path, "read index", e))?;
-        let index = validate::check_index(header, footer, &index_bytes).map_err(fail)?;
-        let by_name = (0..index.regions.len() as u32)
-            .map(|i| (index.name(i).to_string(), i))
-            .collect();
+        // check_footer bounded index_len by the file length and MAX_INDEX_LEN. The index is read
+        // a chunk at a time: its bytes are never held whole beside the records decoded from them.
+        let base = footer.index_offset;
+        let mut src = validate::FileSource { file: &file, base };
+        let index = validate::check_index_from(header, footer, &mut src, true, true).map_err(
+            |f| match f {
+                validate::CheckFault::Bad(v) => fail(v),
+                validate::CheckFault::Io(e) => Error::io(&path, "read index", e),
+            },
+        )?;
         let root = crate::hash::root_digest(&page, &footer_bytes);
         Ok(JnfReader {
             path,
             file,
             index,
-            by_name,
+            by_name: std::sync::OnceLock::new(),
             root,
         })
     }
@@ -109,7 +112,14 @@ impl JnfReader {
 
     /// The region with this name.
     pub fn region_by_name(&self, name: &str) -> Option<u32> {
-        self.by_name.get(name).copied()
+        self.by_name
+            .get_or_init(|| {
+                (0..self.index.regions.len() as u32)
+                    .map(|i| (self.index.name(i).to_string(), i))
+                    .collect()
+            })
+            .get(name)
+            .copied()
     }
 
     /// The record of `(layer, expert)`, found in O(1) from the grid position.

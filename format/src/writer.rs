@@ -5,8 +5,7 @@
 //! [`JnfWriter::finish`] — and `finish` checks the index it built with the reader's own
 //! validation before publishing it atomically.
 
-use std::collections::{HashMap, HashSet};
-use std::io::Read;
+use std::io::{Read, Write};
 use std::marker::PhantomData;
 use std::path::{Path, PathBuf};
 
@@ -21,6 +20,8 @@ use crate::layout::{
     MAX_RANK, MINOR, NONE,
 };
 use crate::publish::PendingFile;
+use crate::strindex::StrIndex;
+use crate::validate::IndexSource as _;
 use crate::validate::{self, MAX_EXPERT_REGIONS, MAX_STRING_LEN};
 
 /// Which layers and experts a file holds (§5.2: the expert table is this grid, complete).
@@ -145,11 +146,18 @@ struct Core {
     header: Header,
     header_page: Vec<u8>,
     pos: u64,
-    regions: Vec<RegionRecord>,
-    experts: Vec<ExpertRecord>,
+    /// Region records written so far, encoded, in an unnamed file beside the output: the index of
+    /// a file of millions of regions is never held in memory.
+    regions: Spill,
+    /// Records of the open expert's regions.
+    open_regions: Vec<RegionRecord>,
+    /// Expert records, encoded, likewise.
+    experts: Spill,
     strings: Vec<u8>,
-    string_ids: HashMap<String, StrRef>,
-    names: HashSet<String>,
+    string_ids: StrIndex,
+    /// A bit per table offset: set where a region's name starts (the table is canonical: one
+    /// offset a string).
+    names: Vec<u64>,
     buf: AlignedBuf,
     spare: AlignedBuf,
     next_expert: u64,
@@ -196,11 +204,12 @@ impl JnfWriter<Open> {
             header,
             header_page,
             pos: 0,
-            regions: Vec::new(),
-            experts: Vec::new(),
+            regions: Spill::new(path, true)?,
+            open_regions: Vec::new(),
+            experts: Spill::new(path, false)?,
             strings: Vec::new(),
-            string_ids: HashMap::new(),
-            names: HashSet::new(),
+            string_ids: StrIndex::default(),
+            names: Vec::new(),
             buf: AlignedBuf::new(CHUNK),
             spare: AlignedBuf::new(CHUNK),
             next_expert: 0,
@@ -248,9 +257,10 @@ impl JnfWriter<Open> {
         c.open = Some(OpenExpert {
             layer,
             expert,
-            first_region: c.regions.len() as u32,
+            first_region: c.regions.count as u32,
             last_role: 0,
         });
+        c.open_regions.clear();
         Ok(JnfWriter {
             core: self.core,
             _state: PhantomData,
@@ -270,43 +280,75 @@ impl JnfWriter<Open> {
             return Err(c.usage(fault));
         }
         let index_offset = c.pos;
-        let mut index = Vec::with_capacity(
-            c.regions.len() * crate::layout::REGION_RECORD_LEN
-                + c.experts.len() * crate::layout::EXPERT_RECORD_LEN
-                + c.strings.len(),
+        // Only the string table is in memory; the records are read back from their spill files.
+        c.string_ids = StrIndex::default();
+        c.names = Vec::new();
+        let (nr, ne) = (c.regions.count, c.experts.count);
+        let strings = std::mem::take(&mut c.strings);
+        let path = c.path();
+        let spill_err = |e: std::io::Error| Error::io(&path, "read back the index", e);
+        let (regions, experts) = (
+            c.regions.file().map_err(spill_err)?,
+            c.experts.file().map_err(spill_err)?,
         );
-        c.regions.iter().for_each(|r| r.encode(&mut index));
-        c.experts.iter().for_each(|e| e.encode(&mut index));
-        index.extend_from_slice(&c.strings);
-        let index_len = index.len() as u64;
+        let mut src = SpilledIndex {
+            regions: &regions,
+            experts: &experts,
+            regions_len: nr * crate::layout::REGION_RECORD_LEN as u64,
+            experts_len: ne * crate::layout::EXPERT_RECORD_LEN as u64,
+            strings: &strings,
+        };
+        let index_len = src.len();
+        let (index_blake3, index_sha256) = src.hashes(c.regions.hash.take()).map_err(spill_err)?;
         let file_len = align_up(index_offset + index_len + FOOTER_LEN as u64)
             .ok_or_else(|| c.usage(UsageFault::FileLenOverflow))?;
         let footer = Footer {
             file_len,
             index_offset,
             index_len,
-            region_count: c.regions.len() as u32,
-            expert_count: c.experts.len() as u32,
-            index_blake3: *blake3::hash(&index).as_bytes(),
-            index_sha256: sha2::Sha256::digest(&index).into(),
+            region_count: nr as u32,
+            expert_count: ne as u32,
+            index_blake3,
+            index_sha256,
             footer_blake3: [0; 32],
         };
         let footer_bytes = footer.encode(&c.header_page);
         let footer = validate::check_footer(&c.header, &c.header_page, &footer_bytes, file_len)
             .map_err(|violation| c.usage(UsageFault::FooterInvalid { violation }))?;
-        validate::check_index(c.header.clone(), footer, &index)
-            .map_err(|violation| c.usage(UsageFault::IndexInvalid { violation }))?;
-        let mut tail = index;
-        tail.resize((file_len - FOOTER_LEN as u64 - c.pos) as usize, 0);
-        tail.extend_from_slice(&footer_bytes);
-        c.write_through_buf(&tail)?;
+        validate::check_index_from(c.header.clone(), footer, &mut src, false, false).map_err(
+            |f| match f {
+                validate::CheckFault::Bad(violation) => {
+                    c.usage(UsageFault::IndexInvalid { violation })
+                }
+                validate::CheckFault::Io(e) => spill_err(e),
+            },
+        )?;
+        // The index, zeros to the footer's page, the footer: whole pages, a chunk at a time.
+        let tail_len = file_len - c.pos;
+        let mut at = 0u64;
+        while at < tail_len {
+            let n = (CHUNK as u64).min(tail_len - at) as usize;
+            let buf = &mut c.buf[..n];
+            buf.fill(0);
+            if at < index_len {
+                let k = (index_len - at).min(n as u64) as usize;
+                src.read_at(at, &mut buf[..k]).map_err(spill_err)?;
+            }
+            let footer_at = tail_len - FOOTER_LEN as u64;
+            if at + n as u64 > footer_at {
+                let from = (footer_at - at) as usize;
+                buf[from..].copy_from_slice(&footer_bytes);
+            }
+            c.write_buf(Buf::Main, n)?;
+            at += n as u64;
+        }
         let root = crate::hash::root_digest(&c.header_page, &footer_bytes);
         let written = WrittenFile {
             path: c.pending.dest().to_path_buf(),
             file_len,
             root,
-            regions: c.regions.len() as u32,
-            experts: c.experts.len() as u32,
+            regions: nr as u32,
+            experts: ne as u32,
             data_bytes: c.data_bytes,
             direct_io: c.pending.is_direct(),
         };
@@ -343,15 +385,12 @@ impl JnfWriter<InExpert> {
         if role.code() <= last_role {
             return Err(c.usage(UsageFault::RoleOrder { role, last_role }));
         }
-        let n = c.regions.len() as u32 - open.first_region;
+        let n = c.open_regions.len() as u32;
         if n >= MAX_EXPERT_REGIONS {
             return Err(c.usage(UsageFault::TooManyExpertRegions));
         }
         let fused_clash = {
-            let roles: Vec<u32> = c.regions[open.first_region as usize..]
-                .iter()
-                .map(|r| r.role)
-                .collect();
+            let roles: Vec<u32> = c.open_regions.iter().map(|r| r.role).collect();
             let has = |r: Role| roles.contains(&r.code()) || role == r;
             has(Role::GateUp) && (has(Role::Gate) || has(Role::Up))
         };
@@ -371,7 +410,7 @@ impl JnfWriter<InExpert> {
         let Some(open) = c.open.take() else {
             return Err(c.usage(UsageFault::NoOpenExpert));
         };
-        let regs = &c.regions[open.first_region as usize..];
+        let regs = &c.open_regions;
         if regs.is_empty() {
             return Err(c.usage(UsageFault::NoProjections {
                 layer: open.layer,
@@ -387,7 +426,7 @@ impl JnfWriter<InExpert> {
             .collect();
         let d = expert_digest(regs.iter().zip(&hashes).map(|(r, h)| (r.role, r.length, h)));
         let extent_offset = regs[0].offset;
-        c.experts.push(ExpertRecord {
+        let rec = ExpertRecord {
             layer: open.layer,
             expert: open.expert,
             first_region: open.first_region,
@@ -396,7 +435,13 @@ impl JnfWriter<InExpert> {
             extent_len: c.pos - extent_offset,
             sha256: d.sha256,
             blake3: d.blake3,
-        });
+        };
+        let mut bytes = Vec::with_capacity(crate::layout::EXPERT_RECORD_LEN);
+        rec.encode(&mut bytes);
+        c.experts
+            .push(&bytes)
+            .map_err(|e| Error::io(&c.path(), "spill the index", e))?;
+        c.open_regions.clear();
         c.next_expert += 1;
         Ok(JnfWriter {
             core: self.core,
@@ -435,9 +480,15 @@ impl Core {
         Ok(())
     }
 
+    /// Whether a region is named by the string at `r`.
+    fn is_name(&self, r: StrRef) -> bool {
+        let (word, bit) = (r.offset as usize / 64, r.offset % 64);
+        self.names.get(word).is_some_and(|w| w >> bit & 1 == 1)
+    }
+
     fn intern(&mut self, s: &str) -> Result<StrRef> {
-        if let Some(r) = self.string_ids.get(s) {
-            return Ok(*r);
+        if let Some(r) = self.string_ids.get(&self.strings, s) {
+            return Ok(r);
         }
         if s.len() > MAX_STRING_LEN as usize {
             return Err(self.usage(UsageFault::StringTooLong { len: s.len() }));
@@ -448,7 +499,7 @@ impl Core {
             len: s.len() as u32,
         };
         self.strings.extend_from_slice(s.as_bytes());
-        self.string_ids.insert(s.to_string(), r);
+        self.string_ids.insert(s, r);
         Ok(r)
     }
 
@@ -466,10 +517,11 @@ impl Core {
                 rank: spec.shape.len(),
             }));
         }
-        if self.regions.len() as u64 >= validate::MAX_REGIONS {
+        if self.regions.count >= validate::MAX_REGIONS {
             return Err(self.usage(UsageFault::TooManyRegions));
         }
-        if self.names.contains(&spec.name) {
+        let named = self.string_ids.get(&self.strings, &spec.name);
+        if named.is_some_and(|r| self.is_name(r)) {
             return Err(self.usage(UsageFault::DuplicateName {
                 name: spec.name.clone(),
             }));
@@ -519,7 +571,7 @@ impl Core {
             rec.src_end = p.begin.saturating_add(length);
             (src_file, src_tensor) = (p.file.as_str(), p.tensor.as_str());
         }
-        let ri = self.regions.len() as u32;
+        let ri = self.regions.count as u32;
         // The reader's own per-region rules, before a byte is written.
         let bad = |violation: crate::error::Violation| Error::Format {
             path: self.path(),
@@ -577,8 +629,19 @@ impl Core {
         let h = hasher.finish();
         rec.sha256 = h.sha256;
         rec.blake3 = h.blake3;
-        self.names.insert(spec.name.clone());
-        self.regions.push(rec);
+        let (word, bit) = (rec.name.offset as usize / 64, rec.name.offset % 64);
+        if self.names.len() <= word {
+            self.names.resize(word + 1, 0);
+        }
+        self.names[word] |= 1 << bit;
+        let mut bytes = Vec::with_capacity(crate::layout::REGION_RECORD_LEN);
+        rec.encode(&mut bytes);
+        self.regions
+            .push(&bytes)
+            .map_err(|e| Error::io(&self.path(), "spill the index", e))?;
+        if self.open.is_some() {
+            self.open_regions.push(rec);
+        }
         self.data_bytes += length;
         Ok(h)
     }
@@ -619,4 +682,118 @@ fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(n)
+}
+
+/// Records appended to an unnamed temporary file in the output's directory (nothing is left
+/// behind by a crash), through a buffer.
+#[derive(Debug)]
+struct Spill {
+    out: std::io::BufWriter<std::fs::File>,
+    /// Records pushed.
+    count: u64,
+    /// The index's hashes of the records pushed, for the spill that starts the index.
+    hash: Option<Box<(blake3::Hasher, sha2::Sha256)>>,
+}
+
+impl Spill {
+    fn new(dest: &Path, hashed: bool) -> Result<Spill> {
+        let dir = dest
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let file = tempfile::tempfile_in(dir)
+            .map_err(|e| Error::io(dest, "create the index spill file", e))?;
+        Ok(Spill {
+            out: std::io::BufWriter::with_capacity(1 << 20, file),
+            count: 0,
+            hash: hashed.then(|| Box::new((blake3::Hasher::new(), sha2::Sha256::new()))),
+        })
+    }
+
+    fn push(&mut self, record: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(record)?;
+        if let Some(h) = self.hash.as_mut() {
+            h.0.update(record);
+            h.1.update(record);
+        }
+        self.count += 1;
+        Ok(())
+    }
+
+    /// The file, every record pushed written to it.
+    fn file(&mut self) -> std::io::Result<std::fs::File> {
+        self.out.flush()?;
+        self.out.get_ref().try_clone()
+    }
+}
+
+/// The index being finished: region records, expert records (both spilled), string table.
+struct SpilledIndex<'a> {
+    regions: &'a std::fs::File,
+    experts: &'a std::fs::File,
+    regions_len: u64,
+    experts_len: u64,
+    strings: &'a [u8],
+}
+
+impl SpilledIndex<'_> {
+    fn len(&self) -> u64 {
+        self.regions_len + self.experts_len + self.strings.len() as u64
+    }
+
+    /// BLAKE3 and SHA-256 of the whole index; `regions`, the hashes of the region records as they
+    /// were spilled, if kept.
+    fn hashes(
+        &mut self,
+        regions: Option<Box<(blake3::Hasher, sha2::Sha256)>>,
+    ) -> std::io::Result<([u8; 32], [u8; 32])> {
+        let (mut b3, mut sha, mut at) = match regions {
+            Some(h) => (h.0, h.1, self.regions_len),
+            None => (blake3::Hasher::new(), sha2::Sha256::new(), 0),
+        };
+        let len = self.len();
+        let mut buf = vec![0u8; CHUNK.min(len as usize)];
+        while at < len {
+            let n = (CHUNK as u64).min(len - at) as usize;
+            self.read_at(at, &mut buf[..n])?;
+            b3.update(&buf[..n]);
+            sha.update(&buf[..n]);
+            at += n as u64;
+        }
+        Ok((*b3.finalize().as_bytes(), sha.finalize().into()))
+    }
+}
+
+impl validate::IndexSource for SpilledIndex<'_> {
+    fn read_at(&mut self, mut at: u64, mut buf: &mut [u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        for part in 0..3 {
+            let len = match part {
+                0 => self.regions_len,
+                1 => self.experts_len,
+                _ => self.strings.len() as u64,
+            };
+            if buf.is_empty() {
+                break;
+            }
+            if at >= len {
+                at -= len;
+                continue;
+            }
+            let n = ((len - at) as usize).min(buf.len());
+            let (now, rest) = buf.split_at_mut(n);
+            match part {
+                0 => self.regions.read_exact_at(now, at)?,
+                1 => self.experts.read_exact_at(now, at)?,
+                _ => now.copy_from_slice(&self.strings[at as usize..at as usize + n]),
+            }
+            buf = rest;
+            at = 0;
+        }
+        if buf.is_empty() {
+            Ok(())
+        } else {
+            Err(std::io::ErrorKind::UnexpectedEof.into())
+        }
+    }
 }

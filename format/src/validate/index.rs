@@ -1,7 +1,5 @@
 //! The index (§3–§5): region records, expert records, the string table.
 
-use std::collections::HashMap;
-
 use sha2::Digest;
 
 use super::{Index, MAX_EXPERT_REGIONS, MAX_STRING_LEN};
@@ -15,6 +13,7 @@ use crate::layout::{
     align_up, ExpertRecord, Footer, Header, RegionRecord, Role, StrRef, ALIGN, EXPERT_RECORD_LEN,
     MAX_RANK, NONE, REGION_RECORD_LEN,
 };
+use crate::strindex::StrIndex;
 
 /// The string a reference names, checked (§5.3).
 fn get_str<'a>(
@@ -47,7 +46,7 @@ fn get_str<'a>(
 struct StringTable<'a> {
     table: &'a [u8],
     cursor: u64,
-    seen: HashMap<&'a str, StrRef>,
+    seen: StrIndex,
 }
 
 impl<'a> StringTable<'a> {
@@ -67,8 +66,8 @@ impl<'a> StringTable<'a> {
                 Err(bad(StringFault::EmptyNotAtZero))
             };
         }
-        if let Some(first) = self.seen.get(s) {
-            return if *first == r {
+        if let Some(first) = self.seen.get(self.table, s) {
+            return if first == r {
                 Ok(s)
             } else {
                 Err(bad(StringFault::RepeatNotShared {
@@ -101,141 +100,273 @@ impl<'a> StringTable<'a> {
     }
 }
 
-/// Decode and check the index (§3, §4, §5) given its bytes and the checked header.
-pub(crate) fn check_index(
+/// Where the index check reads the index's bytes: the whole index in memory, or a file (the
+/// reader's, the writer's spill file) read a chunk at a time, so that an index of a million
+/// records is never held whole beside its decoded records.
+pub(crate) trait IndexSource {
+    /// Fill `buf` with the index's bytes from index offset `at` (within the footer's `index_len`).
+    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> std::io::Result<()>;
+}
+
+/// An index read from a file at a base offset.
+pub(crate) struct FileSource<'f> {
+    /// The file.
+    pub(crate) file: &'f std::fs::File,
+    /// File offset of the index's first byte.
+    pub(crate) base: u64,
+}
+
+impl IndexSource for FileSource<'_> {
+    fn read_at(&mut self, at: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(buf, self.base + at)
+    }
+}
+
+/// Why an index check stopped: a rule broken, or the index could not be read.
+#[derive(Debug)]
+pub(crate) enum CheckFault {
+    /// A rule of the spec is broken.
+    Bad(Violation),
+    /// Reading the index failed.
+    Io(std::io::Error),
+}
+
+impl From<Violation> for CheckFault {
+    fn from(v: Violation) -> CheckFault {
+        CheckFault::Bad(v)
+    }
+}
+
+impl From<std::io::Error> for CheckFault {
+    fn from(e: std::io::Error) -> CheckFault {
+        CheckFault::Io(e)
+    }
+}
+
+/// `marks` bit: the region is an expert projection.
+const PROJECTION: u8 = 1;
+/// `marks` bit: an expert record has claimed the region.
+const OWNED: u8 = 2;
+
+/// Bytes of index read at a time.
+const CHUNK: usize = 4 << 20;
+
+/// Decode and check the index (§3, §4, §5), read from `src` a chunk at a time, given the checked
+/// header and footer: its hashes, then each region record, the
+/// string table, each expert record. With `keep`, the decoded region records are returned in the
+/// [`Index`]; without (the writer's check before publishing), `regions` is empty and nothing is
+/// held per region but a name reference and two bits. Every rule and its order are the same either
+/// way. Without `hash`, the footer's index hashes are taken as the caller's own hashes of these
+/// very bytes (the writer's, computed as it spilled them) and not computed again.
+pub(crate) fn check_index_from(
     header: Header,
     footer: Footer,
-    bytes: &[u8],
-) -> Result<Index, Violation> {
-    let b3 = *blake3::hash(bytes).as_bytes();
+    src: &mut dyn IndexSource,
+    keep: bool,
+    hash: bool,
+) -> Result<Index, CheckFault> {
+    let len = footer.index_len;
+    let mut chunk = vec![0u8; CHUNK.min(len as usize)];
+    let mut b3 = blake3::Hasher::new();
+    let mut sha = sha2::Sha256::new();
+    let mut at = 0u64;
+    while hash && at < len {
+        let n = CHUNK.min((len - at) as usize);
+        src.read_at(at, &mut chunk[..n])?;
+        b3.update(&chunk[..n]);
+        sha.update(&chunk[..n]);
+        at += n as u64;
+    }
+    let (b3, sha): ([u8; 32], [u8; 32]) = if hash {
+        (*b3.finalize().as_bytes(), sha.finalize().into())
+    } else {
+        (footer.index_blake3, footer.index_sha256)
+    };
     if b3 != footer.index_blake3 {
         return Err(Violation::IndexHashMismatch {
             algo: "blake3",
             expected: hex::encode(footer.index_blake3),
             actual: hex::encode(b3),
-        });
+        }
+        .into());
     }
-    let sha: [u8; 32] = sha2::Sha256::digest(bytes).into();
     if sha != footer.index_sha256 {
         return Err(Violation::IndexHashMismatch {
             algo: "sha256",
             expected: hex::encode(footer.index_sha256),
             actual: hex::encode(sha),
-        });
+        }
+        .into());
     }
     let nr = footer.region_count as usize;
     let ne = footer.expert_count as usize;
     let experts_at = nr * REGION_RECORD_LEN;
     let strings_at = experts_at + ne * EXPERT_RECORD_LEN;
-    let table = &bytes[strings_at..];
+    let mut table = vec![0u8; (len - strings_at as u64) as usize];
+    src.read_at(strings_at as u64, &mut table)?;
 
-    let mut regions = Vec::with_capacity(nr);
-    let mut names: HashMap<&str, u32> = HashMap::with_capacity(nr);
-    let mut strings = StringTable {
-        table,
-        cursor: 0,
-        seen: HashMap::new(),
-    };
-    let mut expected_offset = ALIGN;
-    for i in 0..nr {
-        let rec_at = i * REGION_RECORD_LEN;
-        let (r, reserved, tail) = RegionRecord::decode(&bytes[rec_at..rec_at + REGION_RECORD_LEN]);
-        let ri = i as u32;
-        let abs = |o: usize| footer.index_offset + (rec_at + o) as u64;
-        if reserved != 0 {
-            let k = reserved
-                .to_le_bytes()
-                .iter()
-                .position(|&x| x != 0)
-                .unwrap_or(0);
-            return Err(Violation::NonZeroReserved {
-                offset: abs(132 + k),
-                value: reserved.to_le_bytes()[k],
-            });
+    let mut regions = Vec::with_capacity(if keep { nr } else { 0 });
+    // Per region: whether it is a projection, whether an expert record has claimed it.
+    let mut marks = vec![0u8; nr];
+    {
+        // The table is canonical (checked as each reference is taken), so two regions of one
+        // name share its reference: a bit per table offset marks the names taken.
+        let mut names = vec![0u64; table.len().div_ceil(64)];
+        let mut strings = StringTable {
+            table: &table,
+            cursor: 0,
+            seen: StrIndex::default(),
+        };
+        let mut expected_offset = ALIGN;
+        let per_chunk = CHUNK / REGION_RECORD_LEN;
+        for c in (0..nr).step_by(per_chunk.max(1)) {
+            let count = per_chunk.min(nr - c);
+            let buf = &mut chunk[..count * REGION_RECORD_LEN];
+            src.read_at((c * REGION_RECORD_LEN) as u64, buf)?;
+            for (j, rec) in buf.chunks_exact(REGION_RECORD_LEN).enumerate() {
+                let i = c + j;
+                let (r, reserved, tail) = RegionRecord::decode(rec);
+                let ri = i as u32;
+                let rec_at = i * REGION_RECORD_LEN;
+                let abs = |o: usize| footer.index_offset + (rec_at + o) as u64;
+                if reserved != 0 {
+                    let k = reserved
+                        .to_le_bytes()
+                        .iter()
+                        .position(|&x| x != 0)
+                        .unwrap_or(0);
+                    return Err(Violation::NonZeroReserved {
+                        offset: abs(132 + k),
+                        value: reserved.to_le_bytes()[k],
+                    }
+                    .into());
+                }
+                if let Some(k) = tail.iter().position(|&x| x != 0) {
+                    return Err(Violation::NonZeroReserved {
+                        offset: abs(280 + k),
+                        value: tail[k],
+                    }
+                    .into());
+                }
+                let name = strings.take(r.name, ri, "name")?;
+                if name.is_empty() {
+                    return Err(Violation::BadName {
+                        region: ri,
+                        fault: NameFault::Empty,
+                    }
+                    .into());
+                }
+                if name.contains('\0') {
+                    return Err(Violation::BadName {
+                        region: ri,
+                        fault: NameFault::ContainsNul,
+                    }
+                    .into());
+                }
+                let (word, bit) = (r.name.offset as usize / 64, r.name.offset % 64);
+                if names[word] >> bit & 1 == 1 {
+                    let first = if keep {
+                        regions.iter().position(|x: &RegionRecord| x.name == r.name)
+                    } else {
+                        first_named(src, r.name, i)?
+                    };
+                    return Err(Violation::DuplicateName {
+                        name: name.to_string(),
+                        first: first.unwrap_or(0) as u32,
+                        second: ri,
+                    }
+                    .into());
+                }
+                names[word] |= 1 << bit;
+                check_region_placement(&r, ri, name, expected_offset, footer.index_offset)?;
+                expected_offset = align_up(r.end()).unwrap_or(u64::MAX);
+                check_region_type(&r, ri, name)?;
+                check_region_role(&r, ri, name, &header)?;
+                let src_file = strings.take(r.src_file, ri, "source file")?;
+                let src_tensor = strings.take(r.src_tensor, ri, "source tensor")?;
+                check_provenance(&r, ri, name, src_file, src_tensor)?;
+                if r.role != Role::Tensor.code() {
+                    marks[i] = PROJECTION;
+                }
+                if keep {
+                    regions.push(r);
+                }
+            }
         }
-        if let Some(k) = tail.iter().position(|&x| x != 0) {
-            return Err(Violation::NonZeroReserved {
-                offset: abs(280 + k),
-                value: tail[k],
-            });
+        if expected_offset != footer.index_offset {
+            return Err(Violation::IndexPlacement {
+                offset: footer.index_offset,
+                len: footer.index_len,
+                expected: expected_offset,
+                file_len: footer.file_len,
+            }
+            .into());
         }
-        let name = strings.take(r.name, ri, "name")?;
-        if name.is_empty() {
-            return Err(Violation::BadName {
-                region: ri,
-                fault: NameFault::Empty,
-            });
-        }
-        if name.contains('\0') {
-            return Err(Violation::BadName {
-                region: ri,
-                fault: NameFault::ContainsNul,
-            });
-        }
-        if let Some(first) = names.insert(name, ri) {
-            return Err(Violation::DuplicateName {
-                name: name.to_string(),
-                first,
-                second: ri,
-            });
-        }
-        check_region_placement(&r, ri, name, expected_offset, footer.index_offset)?;
-        expected_offset = align_up(r.end()).unwrap_or(u64::MAX);
-        check_region_type(&r, ri, name)?;
-        check_region_role(&r, ri, name, &header)?;
-        let src_file = strings.take(r.src_file, ri, "source file")?;
-        let src_tensor = strings.take(r.src_tensor, ri, "source tensor")?;
-        check_provenance(&r, ri, name, src_file, src_tensor)?;
-        regions.push(r);
+        strings.finish(nr as u32)?;
     }
-    if expected_offset != footer.index_offset {
-        return Err(Violation::IndexPlacement {
-            offset: footer.index_offset,
-            len: footer.index_len,
-            expected: expected_offset,
-            file_len: footer.file_len,
-        });
-    }
-    drop(names);
-    strings.finish(nr as u32)?;
 
+    // The regions of each expert, from `regions` or read again from `src` (experts come in
+    // order of their first region, so the window only moves forward).
+    let mut window: Vec<RegionRecord> = Vec::new();
+    let mut window_at = 0usize;
     let mut experts: Vec<ExpertRecord> = Vec::with_capacity(ne);
-    let mut owned = vec![false; nr];
+    let mut ebuf = vec![0u8; EXPERT_RECORD_LEN];
+    let mut last_first: Option<u32> = None;
     let epl = header.experts_per_layer.max(1);
     for k in 0..ne {
         let at = experts_at + k * EXPERT_RECORD_LEN;
-        let e = ExpertRecord::decode(&bytes[at..at + EXPERT_RECORD_LEN]);
-        check_expert(&e, k as u32, epl, &header, &regions, &mut owned)?;
-        if experts
-            .last()
-            .is_some_and(|p| e.first_region <= p.first_region)
-        {
+        src.read_at(at as u64, &mut ebuf)?;
+        let e = ExpertRecord::decode(&ebuf);
+        let (first, end) = check_expert_place(&e, k as u32, epl, &header, nr)?;
+        let regs: &[RegionRecord] = if keep {
+            &regions[first..end]
+        } else {
+            if first < window_at || end > window_at + window.len() {
+                let count = (CHUNK / REGION_RECORD_LEN).max(end - first).min(nr - first);
+                let buf = &mut chunk[..count * REGION_RECORD_LEN];
+                src.read_at((first * REGION_RECORD_LEN) as u64, buf)?;
+                window.clear();
+                window.extend(
+                    buf.chunks_exact(REGION_RECORD_LEN)
+                        .map(|b| RegionRecord::decode(b).0),
+                );
+                window_at = first;
+            }
+            &window[first - window_at..end - window_at]
+        };
+        check_expert(&e, k as u32, first, regs, &mut marks)?;
+        if last_first.is_some_and(|p| e.first_region <= p) {
             return Err(Violation::BadExpert {
                 record: k as u32,
                 layer: e.layer,
                 expert: e.expert,
                 fault: EF::ExtentsOutOfOrder,
-            });
+            }
+            .into());
         }
+        last_first = Some(e.first_region);
         experts.push(e);
     }
-    if let Some(i) = (0..nr).find(|&i| !owned[i] && regions[i].role != Role::Tensor.code()) {
-        let name = std::str::from_utf8(
-            &table[regions[i].name.offset as usize..][..regions[i].name.len as usize],
-        )
-        .unwrap_or("");
+    if let Some(i) = (0..nr).find(|&i| marks[i] == PROJECTION) {
+        let mut rec = vec![0u8; REGION_RECORD_LEN];
+        src.read_at((i * REGION_RECORD_LEN) as u64, &mut rec)?;
+        let name = RegionRecord::decode(&rec).0.name;
+        let name =
+            std::str::from_utf8(&table[name.offset as usize..][..name.len as usize]).unwrap_or("");
         return Err(Violation::BadRegionRole {
             region: i as u32,
             name: name.to_string(),
             fault: RoleFault::Unlisted,
-        });
+        }
+        .into());
     }
     Ok(Index {
         header,
         footer,
         regions,
         experts,
-        strings: table.to_vec(),
+        strings: table,
     })
 }
 
@@ -418,14 +549,30 @@ pub(crate) fn check_provenance(
     }
 }
 
-fn check_expert(
+/// The first of the region records `0..before` (read again from `src`) named by `name`.
+fn first_named(
+    src: &mut dyn IndexSource,
+    name: StrRef,
+    before: usize,
+) -> Result<Option<usize>, CheckFault> {
+    let mut rec = vec![0u8; REGION_RECORD_LEN];
+    for i in 0..before {
+        src.read_at((i * REGION_RECORD_LEN) as u64, &mut rec)?;
+        if RegionRecord::decode(&rec).0.name == name {
+            return Ok(Some(i));
+        }
+    }
+    Ok(None)
+}
+
+/// An expert record's grid position, region count and region range (`first..end`), checked.
+fn check_expert_place(
     e: &ExpertRecord,
     k: u32,
     epl: u32,
     h: &Header,
-    regions: &[RegionRecord],
-    owned: &mut [bool],
-) -> Result<(), Violation> {
+    nr: usize,
+) -> Result<(usize, usize), Violation> {
     let bad = |fault: EF| Violation::BadExpert {
         record: k,
         layer: e.layer,
@@ -446,21 +593,39 @@ fn check_expert(
     }
     let first = e.first_region as usize;
     let end = first + e.region_count as usize;
-    if end > regions.len() {
+    if end > nr {
         return Err(bad(EF::RegionsPastEnd {
             first: first as u64,
             end: end as u64,
-            regions: regions.len() as u64,
+            regions: nr as u64,
         }));
     }
+    Ok((first, end))
+}
+
+/// An expert record against its regions `regs` (`first..`): each claimed once (`OWNED`),
+/// its own projections in role order, its extent and its digests.
+fn check_expert(
+    e: &ExpertRecord,
+    k: u32,
+    first: usize,
+    regs: &[RegionRecord],
+    marks: &mut [u8],
+) -> Result<(), Violation> {
+    let bad = |fault: EF| Violation::BadExpert {
+        record: k,
+        layer: e.layer,
+        expert: e.expert,
+        fault,
+    };
     let mut prev_role = 0u32;
     let mut has = [false; 9];
-    for (i, r) in regions[first..end].iter().enumerate() {
+    for (i, r) in regs.iter().enumerate() {
         let ri = first + i;
-        if owned[ri] {
+        if marks[ri] & OWNED != 0 {
             return Err(bad(EF::RegionShared { region: ri as u64 }));
         }
-        owned[ri] = true;
+        marks[ri] |= OWNED;
         if (r.layer, r.expert) != (e.layer, e.expert) || r.role == Role::Tensor.code() {
             return Err(bad(EF::NotItsProjection {
                 region: ri as u64,
@@ -498,8 +663,8 @@ fn check_expert(
     if !(1..=Role::Down.code() as usize).any(|r| has[r]) {
         return Err(bad(EF::NoWeight));
     }
-    let extent_end = align_up(regions[end - 1].end()).unwrap_or(u64::MAX);
-    let want_off = regions[first].offset;
+    let extent_end = align_up(regs[regs.len() - 1].end()).unwrap_or(u64::MAX);
+    let want_off = regs[0].offset;
     if e.extent_offset != want_off || e.extent_len != extent_end - want_off {
         return Err(bad(EF::ExtentMismatch {
             offset: e.extent_offset,
@@ -508,19 +673,14 @@ fn check_expert(
             expected_len: extent_end - want_off,
         }));
     }
-    let hashes: Vec<DualHash> = regions[first..end]
+    let hashes: Vec<DualHash> = regs
         .iter()
         .map(|r| DualHash {
             sha256: r.sha256,
             blake3: r.blake3,
         })
         .collect();
-    let d = expert_digest(
-        regions[first..end]
-            .iter()
-            .zip(&hashes)
-            .map(|(r, h)| (r.role, r.length, h)),
-    );
+    let d = expert_digest(regs.iter().zip(&hashes).map(|(r, h)| (r.role, r.length, h)));
     if d.blake3 != e.blake3 {
         return Err(Violation::ExpertDigestMismatch {
             layer: e.layer,

@@ -17,7 +17,7 @@ use crate::layout::{ExpertRecord, Footer, Header, RegionRecord, StrRef};
 pub use data::describe_location;
 pub(crate) use data::{check_region_bytes, check_region_hash, check_zero};
 pub(crate) use file::{check_footer, check_header};
-pub(crate) use index::check_index;
+pub(crate) use index::{check_index_from, CheckFault, FileSource, IndexSource};
 pub(crate) use index::{check_provenance, check_region_role, check_region_type};
 
 /// Largest index a reader accepts (§6).
