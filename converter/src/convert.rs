@@ -3,6 +3,7 @@
 //! Files are published atomically and independently, so a run killed at any moment resumes where
 //! it stopped, and `--layers 0-11` then `--layers 12-47` gives the same bytes as `--layers 0-47`.
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::Path;
@@ -18,7 +19,7 @@ use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
 use crate::error::{ConvertError, OutputFault, SourceFault};
 use crate::gguf_source;
 use crate::output_dir;
-use crate::plan::{plan, Item, Plan};
+use crate::plan::{plan, Item, LayerPlan, Plan};
 use crate::source::Checkpoint;
 
 /// The aux files that make up the tokenizer, in the order the manifest lists them.
@@ -156,17 +157,34 @@ fn free_space(dir: &Path) -> Option<u64> {
     Some(st.f_bavail.saturating_mul(st.f_frsize))
 }
 
-fn file_size_estimate(items: &[&Item], experts: usize) -> u64 {
-    let data: u64 = items
-        .iter()
-        .map(|i| i.slice.len().div_ceil(4096) * 4096)
-        .sum();
-    let strings: u64 = items
-        .iter()
-        .map(|i| (i.name.len() + i.slice.tensor.len() + 64) as u64)
-        .sum();
-    let index = 288 * items.len() as u64 + 96 * experts as u64 + strings;
+fn file_size_estimate(unit: Unit<'_>, experts: usize) -> u64 {
+    let (mut data, mut strings, mut count) = (0u64, 0u64, 0u64);
+    for i in unit.items() {
+        data += i.slice.len().div_ceil(4096) * 4096;
+        strings += (i.name.len() + i.slice.tensor.len() + 64) as u64;
+        count += 1;
+    }
+    let index = 288 * count + 96 * experts as u64 + strings;
     4096 + data + index.div_ceil(4096) * 4096 + 4096
+}
+
+/// The items of one file, in write order, made afresh on each pass: an expert of a fused stack
+/// is made when its turn comes, so no pass holds a layer's million items.
+#[derive(Clone, Copy)]
+enum Unit<'p> {
+    /// The trunk's tensors.
+    Trunk(&'p [Item]),
+    /// One layer's.
+    Layer(&'p LayerPlan),
+}
+
+impl<'p> Unit<'p> {
+    fn items(self) -> Box<dyn Iterator<Item = Cow<'p, Item>> + 'p> {
+        match self {
+            Unit::Trunk(items) => Box::new(items.iter().map(Cow::Borrowed)),
+            Unit::Layer(lp) => Box::new(lp.items()),
+        }
+    }
 }
 
 /// Space promised to files being written at once, so that two of them cannot both count on the
@@ -264,7 +282,7 @@ impl Ctx<'_> {
         &self,
         r: &JnfReader,
         layout: FileLayout,
-        items: &[&Item],
+        unit: Unit<'_>,
         layer: Option<u32>,
     ) -> bool {
         let h = r.header();
@@ -274,13 +292,16 @@ impl Ctx<'_> {
                 layout.layer_count,
                 layout.experts_per_layer,
             )
-            || r.regions().len() != items.len()
         {
             return false;
         }
         let idx = r.index();
-        items.iter().zip(r.regions()).all(|(item, rec)| {
-            let spec = self.spec(item, layer);
+        let mut recs = r.regions().iter();
+        let all = unit.items().all(|item| {
+            let Some(rec) = recs.next() else {
+                return false;
+            };
+            let spec = self.spec(&item, layer);
             let src = spec.source.as_ref();
             idx.str(rec.name) == item.name
                 && rec.role == item.role.code()
@@ -292,7 +313,8 @@ impl Ctx<'_> {
                 && src.is_some_and(|s| {
                     idx.str(rec.src_file) == s.file && idx.str(rec.src_tensor) == s.tensor
                 })
-        })
+        });
+        all && recs.next().is_none()
     }
 
     /// Is `path` already this file, with every byte checked?
@@ -300,14 +322,14 @@ impl Ctx<'_> {
         &self,
         path: &Path,
         layout: FileLayout,
-        items: &[&Item],
+        unit: Unit<'_>,
         layer: Option<u32>,
     ) -> bool {
         match JnfReader::open(path) {
             Ok(r) => {
-                self.matches(&r, layout, items, layer)
+                self.matches(&r, layout, unit, layer)
                     && r.verify_data().is_ok()
-                    && self.source_matches(&r, items)
+                    && self.source_matches(&r, unit)
             }
             Err(_) => false,
         }
@@ -317,22 +339,21 @@ impl Ctx<'_> {
     /// file's own check (`verify_data`) this proves the file holds the source's bytes as they are
     /// now: a source changed since (a fine-tune or re-download with the same headers) is caught
     /// and its layers rewritten. It reads the source but writes nothing.
-    fn source_matches(&self, r: &JnfReader, items: &[&Item]) -> bool {
-        self.first_source_mismatch(r, items, None).is_none()
+    fn source_matches(&self, r: &JnfReader, unit: Unit<'_>) -> bool {
+        self.first_source_mismatch(r, unit, None).is_none()
     }
 
     /// The first item (of shard `shard`, or of any) whose source range no longer hashes to its
     /// region's recorded BLAKE3 (a read error counts as a mismatch).
-    fn first_source_mismatch<'i>(
+    fn first_source_mismatch(
         &self,
         r: &JnfReader,
-        items: &[&'i Item],
+        unit: Unit<'_>,
         shard: Option<usize>,
-    ) -> Option<&'i Item> {
+    ) -> Option<Item> {
         use std::io::Read;
         let mut buf = vec![0u8; 4 << 20];
-        items
-            .iter()
+        unit.items()
             .zip(r.regions())
             .filter(|(item, _)| shard.is_none_or(|s| item.slice.shard == s))
             .find(|(item, rec)| {
@@ -350,7 +371,7 @@ impl Ctx<'_> {
                     }
                 }
             })
-            .map(|(item, _)| *item)
+            .map(|(item, _)| item.into_owned())
     }
 
     /// Hold the layer files of earlier runs that this run keeps (present, not `selected`) to the
@@ -376,16 +397,16 @@ impl Ctx<'_> {
                 continue;
             }
             let r = JnfReader::open(&path)?;
-            let items = self.layer_items(lp);
+            let unit = Unit::Layer(lp);
             let layout = FileLayout::layer(layer, lp.experts.len() as u32);
-            if !self.matches(&r, layout, &items, Some(layer)) {
+            if !self.matches(&r, layout, unit, Some(layer)) {
                 return Err(not_ours(&path));
             }
             let root = r.root();
             let entry = old.and_then(|m| m.layer_file(layer)).filter(|e| {
                 e.sha256 == hex::encode(root.sha256) && e.blake3 == hex::encode(root.blake3)
             });
-            let shards: BTreeSet<usize> = items.iter().map(|i| i.slice.shard).collect();
+            let shards: BTreeSet<usize> = unit.items().map(|i| i.slice.shard).collect();
             for s in shards {
                 let recorded = entry
                     .and_then(|e| e.sources.as_ref())
@@ -394,8 +415,8 @@ impl Ctx<'_> {
                 if recorded == Some(ids[s]) {
                     continue;
                 }
-                if let Some(item) = self.first_source_mismatch(&r, &items, Some(s)) {
-                    stale.push((layer, s, item.slice.tensor.clone()));
+                if let Some(item) = self.first_source_mismatch(&r, unit, Some(s)) {
+                    stale.push((layer, s, item.slice.tensor));
                     break;
                 }
             }
@@ -417,19 +438,19 @@ impl Ctx<'_> {
 
     fn write_trunk(&self, plan: &Plan) -> Result<Outcome, ConvertError> {
         let path = self.out.join(TRUNK_NAME);
-        let items: Vec<&Item> = plan.trunk.iter().collect();
-        let bytes: u64 = items.iter().map(|i| i.slice.len()).sum();
+        let unit = Unit::Trunk(&plan.trunk);
+        let bytes: u64 = plan.trunk.iter().map(|i| i.slice.len()).sum();
         self.progress.file_start(TRUNK_NAME, bytes);
         let replaced = path.symlink_metadata().is_ok();
-        if self.present_and_verified(&path, FileLayout::trunk(), &items, None) {
+        if self.present_and_verified(&path, FileLayout::trunk(), unit, None) {
             self.progress.file_done(TRUNK_NAME, &Outcome::Skipped);
             return Ok(Outcome::Skipped);
         }
         let _space = self
             .space
-            .reserve(self.out, TRUNK_NAME, file_size_estimate(&items, 0))?;
+            .reserve(self.out, TRUNK_NAME, file_size_estimate(unit, 0))?;
         let mut w = JnfWriter::create_with(&path, FileLayout::trunk(), self.writer_options)?;
-        for item in &items {
+        for item in &plan.trunk {
             w.tensor(&self.spec(item, None), &mut self.reader(item))?;
         }
         w.finish()?;
@@ -438,42 +459,32 @@ impl Ctx<'_> {
         Ok(outcome)
     }
 
-    fn layer_items<'p>(&self, lp: &'p crate::plan::LayerPlan) -> Vec<&'p Item> {
-        lp.items().collect()
-    }
-
-    fn write_layer(
-        &self,
-        layer: u32,
-        lp: &crate::plan::LayerPlan,
-    ) -> Result<Outcome, ConvertError> {
+    fn write_layer(&self, layer: u32, lp: &LayerPlan) -> Result<Outcome, ConvertError> {
         let name = layer_file_name(layer);
         let path = self.out.join(&name);
         let layout = FileLayout::layer(layer, lp.experts.len() as u32);
-        let items = self.layer_items(lp);
+        let unit = Unit::Layer(lp);
         let bytes = lp.data_bytes();
         self.progress.file_start(&name, bytes);
         let replaced = path.symlink_metadata().is_ok();
-        if self.present_and_verified(&path, layout, &items, Some(layer)) {
+        if self.present_and_verified(&path, layout, unit, Some(layer)) {
             self.progress.file_done(&name, &Outcome::Skipped);
             return Ok(Outcome::Skipped);
         }
-        let _space = self.space.reserve(
-            self.out,
-            &name,
-            file_size_estimate(&items, lp.experts.len()),
-        )?;
+        let _space =
+            self.space
+                .reserve(self.out, &name, file_size_estimate(unit, lp.experts.len()))?;
         let mut w = JnfWriter::create_with(&path, layout, self.writer_options)?;
         for item in &lp.plain {
             w.tensor(&self.spec(item, Some(layer)), &mut self.reader(item))?;
         }
-        for (e, projections) in lp.experts.iter().enumerate() {
+        for e in 0..lp.experts.len() {
             let mut x = w.begin_expert(layer, e as u32)?;
-            for item in projections {
+            for item in lp.experts.expert(e) {
                 x.projection(
                     item.role,
-                    &self.spec(item, Some(layer)),
-                    &mut self.reader(item),
+                    &self.spec(&item, Some(layer)),
+                    &mut self.reader(&item),
                 )?;
             }
             w = x.end_expert()?;
@@ -571,15 +582,15 @@ fn sources(ck: &Checkpoint, ids: &[SourceIdentity]) -> Vec<SourceFile> {
 /// The manifest entry of a JNF file every byte of which was checked against the sources as they
 /// are now (`ids`, this run's identities): its `sources` record this run's identity of each.
 fn jnf_entry(
-    path: &Path,
+    r: &JnfReader,
     kind: FileKind,
     layer: Option<u32>,
     ck: &Checkpoint,
     ids: &[SourceIdentity],
 ) -> Result<FileEntry, ConvertError> {
-    let r = JnfReader::open(path)?;
+    let path = r.path();
     let mut reads = Vec::new();
-    for (file, digest) in manifest::tensors_blake3(&r) {
+    for (file, digest) in manifest::tensors_blake3(r) {
         let Some(i) = ck.shards.iter().position(|s| s.rel == file) else {
             return Err(ConvertError::BadOutput {
                 path: path.to_path_buf(),
@@ -801,7 +812,7 @@ pub fn convert(
         });
     }
     files.push(jnf_entry(
-        &out.join(TRUNK_NAME),
+        &JnfReader::open(out.join(TRUNK_NAME))?,
         FileKind::Trunk,
         None,
         &ck,
@@ -815,10 +826,13 @@ pub fn convert(
         }
         let r = JnfReader::open(&path)?;
         let layout = FileLayout::layer(layer, lp.experts.len() as u32);
-        if !ctx.matches(&r, layout, &ctx.layer_items(lp), Some(layer)) {
+        if !ctx.matches(&r, layout, Unit::Layer(lp), Some(layer)) {
             return Err(not_ours(&path));
         }
-        files.push(jnf_entry(&path, FileKind::Layer, Some(layer), &ck, &ids)?);
+        // One reader for both checks: a second beside it doubled the peak memory of a layer of a
+        // million regions.
+        files.push(jnf_entry(&r, FileKind::Layer, Some(layer), &ck, &ids)?);
+        drop(r);
         present.insert(layer);
     }
     let tokenizer = TOKENIZER_FILES

@@ -12,7 +12,7 @@ use tarfa_format::Role;
 use tarfa_gguf::{expert_range, TensorInfo};
 
 use crate::error::{ConvertError, ExpertFault};
-use crate::plan::{Item, Plan, Slice};
+use crate::plan::{Item, Plan, Slice, Stack};
 use crate::source::{Checkpoint, SourceTensor};
 
 fn parse_u32(s: &str) -> Option<u32> {
@@ -86,7 +86,7 @@ fn tensor_info(t: &SourceTensor) -> TensorInfo {
 }
 
 /// The per-expert byte ranges of an expert stack.
-fn expert_slices(layer: u32, role: Role, t: &SourceTensor) -> Result<Vec<Slice>, ConvertError> {
+fn expert_stack(layer: u32, role: Role, t: &SourceTensor) -> Result<Stack, ConvertError> {
     let want_rank = if is_bias(role) { 2 } else { 3 };
     if t.shape.len() != want_rank {
         return Err(ConvertError::BadExperts {
@@ -101,32 +101,46 @@ fn expert_slices(layer: u32, role: Role, t: &SourceTensor) -> Result<Vec<Slice>,
     let n = t.shape[0];
     crate::plan::check_expert_count(layer, n)?;
     let info = tensor_info(t);
-    (0..n)
-        .map(|e| {
-            let range = if is_bias(role) {
-                // One row per expert: expert_range wants 3 dimensions, so view [n, rows] as
-                // [n, 1, rows] (same bytes: rows never share a block).
-                let mut as3 = info.clone();
-                as3.ne = vec![t.shape[1], 1, n];
-                expert_range(&as3, e)
-            } else {
-                expert_range(&info, e)
-            }
-            .map_err(|v| ConvertError::BadExperts {
-                layer,
-                fault: ExpertFault::GgufSlice(v),
-            })?;
-            Ok(Slice {
-                tensor: t.name.clone(),
-                shard: t.shard,
-                begin: range.start,
-                end: range.end,
-                dtype: t.dtype,
-                shape: t.shape[1..].to_vec(),
-                src_shape: t.shape.clone(),
-            })
+    // A bias has one row per expert: expert_range wants 3 dimensions, so view [n, rows] as
+    // [n, 1, rows] (same bytes: rows never share a block).
+    let as3 = is_bias(role).then(|| {
+        let mut as3 = info.clone();
+        as3.ne = vec![t.shape[1], 1, n];
+        as3
+    });
+    let range = |e: u64| {
+        expert_range(as3.as_ref().unwrap_or(&info), e).map_err(|v| ConvertError::BadExperts {
+            layer,
+            fault: ExpertFault::GgufSlice(v),
         })
-        .collect()
+    };
+    // Every expert's range is checked (the first fault is the one reported) and must be expert
+    // 0's moved by a whole number of strides, as `expert_range` makes it.
+    let first = if n == 0 { 0..0 } else { range(0)? };
+    let (len, begin) = (first.end - first.start, first.start);
+    for e in 0..n {
+        let r = range(e)?;
+        if r.start != begin + e * len || r.end - r.start != len {
+            return Err(ConvertError::BadExperts {
+                layer,
+                fault: ExpertFault::GgufSlice(tarfa_gguf::Violation::ExpertSlice {
+                    tensor: t.name.clone(),
+                    detail: format!("expert {e}'s bytes are not expert 0's moved by {e} strides"),
+                }),
+            });
+        }
+    }
+    Ok(Stack {
+        role,
+        tensor: t.name.clone(),
+        shard: t.shard,
+        begin,
+        stride: len,
+        len,
+        dtype: t.dtype,
+        shape: t.shape[1..].to_vec(),
+        src_shape: t.shape.clone(),
+    })
 }
 
 /// `{general.architecture}.{key}` of a GGUF config (typed values, see `gguf_source`).
@@ -188,7 +202,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
             .saturating_mul(stacks.len() as u64)
             .saturating_add(plain as u64);
         crate::plan::check_index_bound(layer, &stacks[0].1.name, n, regions)?;
-        let mut grid: Vec<Vec<Item>> = (0..n).map(|_| Vec::new()).collect();
+        let mut cut = Vec::with_capacity(stacks.len());
         for (role, t) in &stacks {
             if t.shape.first() != Some(&n) {
                 return Err(ConvertError::BadExperts {
@@ -201,15 +215,9 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
                     },
                 });
             }
-            for (e, slice) in expert_slices(layer, *role, t)?.into_iter().enumerate() {
-                grid[e].push(Item {
-                    name: format!("{}[{e}]", t.name),
-                    role: *role,
-                    slice,
-                });
-            }
+            cut.push(expert_stack(layer, *role, t)?);
         }
-        plan.set_experts(layer, grid, "fused")?;
+        plan.set_stacks(layer, n as u32, cut)?;
     }
     plan.check_plain_bounds(ck)?;
     plan.sort_by_source();

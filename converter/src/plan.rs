@@ -6,6 +6,7 @@
 //! that layer; MTP layers (`model.layers.{num_hidden_layers}.*`, `mtp.*`) are layers too; the rest
 //! is the trunk. Nothing is dropped.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use tarfa_format::{Dtype, Role};
@@ -68,13 +69,114 @@ pub struct Item {
     pub slice: Slice,
 }
 
+/// A fused stack sliced along its first (expert) dimension: expert `e`'s region is the
+/// `len` bytes at `begin + e·stride` of the stack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stack {
+    /// Projection role.
+    pub role: Role,
+    /// Source tensor name.
+    pub tensor: String,
+    /// Shard index.
+    pub shard: usize,
+    /// Absolute offset of expert 0's region in the shard.
+    pub begin: u64,
+    /// Bytes from one expert's region to the next.
+    pub stride: u64,
+    /// Bytes of one expert's region.
+    pub len: u64,
+    /// Element type.
+    pub dtype: Dtype,
+    /// Shape of one expert's region.
+    pub shape: Vec<u64>,
+    /// Shape of the whole stack.
+    pub src_shape: Vec<u64>,
+}
+
+impl Stack {
+    /// Expert `e`'s region.
+    pub fn item(&self, e: u32) -> Item {
+        let begin = self.begin + u64::from(e) * self.stride;
+        Item {
+            name: format!("{}[{e}]", self.tensor),
+            role: self.role,
+            slice: Slice {
+                tensor: self.tensor.clone(),
+                shard: self.shard,
+                begin,
+                end: begin + self.len,
+                dtype: self.dtype,
+                shape: self.shape.clone(),
+                src_shape: self.src_shape.clone(),
+            },
+        }
+    }
+}
+
+/// The experts of a layer.
+#[derive(Clone, Debug)]
+pub enum Experts {
+    /// Per-expert tensors: each expert's projections in role order.
+    Listed(Vec<Vec<Item>>),
+    /// Fused stacks, in role order: `count` experts whose items are made when asked for, so a
+    /// layer of a million experts costs a few stacks, not a million item lists.
+    Stacked {
+        /// Number of experts.
+        count: u32,
+        /// The stacks.
+        stacks: Vec<Stack>,
+    },
+}
+
+impl Default for Experts {
+    fn default() -> Experts {
+        Experts::Listed(Vec::new())
+    }
+}
+
+impl Experts {
+    /// Number of experts.
+    pub fn len(&self) -> usize {
+        match self {
+            Experts::Listed(grid) => grid.len(),
+            Experts::Stacked { count, .. } => *count as usize,
+        }
+    }
+
+    /// Whether the layer has no experts.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Expert `e`'s projections in role order.
+    pub fn expert(&self, e: usize) -> Vec<Cow<'_, Item>> {
+        match self {
+            Experts::Listed(grid) => grid[e].iter().map(Cow::Borrowed).collect(),
+            Experts::Stacked { stacks, .. } => stacks
+                .iter()
+                .map(|s| Cow::Owned(s.item(e as u32)))
+                .collect(),
+        }
+    }
+
+    /// Bytes of region data.
+    fn data_bytes(&self) -> u64 {
+        match self {
+            Experts::Listed(grid) => grid.iter().flatten().map(|i| i.slice.len()).sum(),
+            Experts::Stacked { count, stacks } => {
+                stacks.iter().map(|s| s.len * u64::from(*count)).sum()
+            }
+        }
+    }
+}
+
 /// Everything of one layer.
 #[derive(Clone, Debug, Default)]
 pub struct LayerPlan {
     /// Plain tensors, in source order.
     pub plain: Vec<Item>,
-    /// Experts `0..n`, each its projections in role order.
-    pub experts: Vec<Vec<Item>>,
+    /// Experts `0..n`.
+    pub experts: Experts,
     /// `"fused"` or `"per-expert"` (empty for a dense layer).
     pub expert_layout: &'static str,
 }
@@ -82,12 +184,15 @@ pub struct LayerPlan {
 impl LayerPlan {
     /// Bytes of region data.
     pub fn data_bytes(&self) -> u64 {
-        self.items().map(|i| i.slice.len()).sum()
+        self.plain.iter().map(|i| i.slice.len()).sum::<u64>() + self.experts.data_bytes()
     }
 
-    /// Every item in write order.
-    pub fn items(&self) -> impl Iterator<Item = &Item> {
-        self.plain.iter().chain(self.experts.iter().flatten())
+    /// Every item in write order (an expert of a fused stack is made as it comes).
+    pub fn items(&self) -> impl Iterator<Item = Cow<'_, Item>> {
+        self.plain
+            .iter()
+            .map(Cow::Borrowed)
+            .chain((0..self.experts.len()).flat_map(|e| self.experts.expert(e)))
     }
 }
 
@@ -121,8 +226,26 @@ impl Plan {
         }
         check_uniform(layer, &grid)?;
         let lp = self.layers.entry(layer).or_default();
-        lp.experts = grid;
+        lp.experts = Experts::Listed(grid);
         lp.expert_layout = layout;
+        Ok(())
+    }
+
+    /// Give `layer` `count` experts cut from fused `stacks` (put in role order here); every
+    /// expert has the same projections, so expert 0 is checked for all.
+    pub(crate) fn set_stacks(
+        &mut self,
+        layer: u32,
+        count: u32,
+        mut stacks: Vec<Stack>,
+    ) -> Result<(), ConvertError> {
+        stacks.sort_by_key(|s| s.role.code());
+        if count > 0 {
+            check_uniform(layer, &[stacks.iter().map(|s| s.item(0)).collect()])?;
+        }
+        let lp = self.layers.entry(layer).or_default();
+        lp.experts = Experts::Stacked { count, stacks };
+        lp.expert_layout = "fused";
         Ok(())
     }
 
@@ -351,7 +474,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
             .saturating_mul(stacks.len() as u64)
             .saturating_add(plain as u64);
         check_index_bound(layer, &stacks[0].1.name, n, regions)?;
-        let mut grid: Vec<Vec<Item>> = (0..n).map(|_| Vec::new()).collect();
+        let mut cut = Vec::with_capacity(stacks.len());
         for (role, t) in &stacks {
             let want_rank = if matches!(
                 role,
@@ -373,24 +496,19 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
                 });
             }
             let per = t.dtype.byte_len(&t.shape[1..]).unwrap_or(0);
-            for (e, slot) in grid.iter_mut().enumerate() {
-                let begin = t.begin + e as u64 * per;
-                slot.push(Item {
-                    name: format!("{}[{e}]", t.name),
-                    role: *role,
-                    slice: Slice {
-                        tensor: t.name.clone(),
-                        shard: t.shard,
-                        begin,
-                        end: begin + per,
-                        dtype: t.dtype,
-                        shape: t.shape[1..].to_vec(),
-                        src_shape: t.shape.clone(),
-                    },
-                });
-            }
+            cut.push(Stack {
+                role: *role,
+                tensor: t.name.clone(),
+                shard: t.shard,
+                begin: t.begin,
+                stride: per,
+                len: per,
+                dtype: t.dtype,
+                shape: t.shape[1..].to_vec(),
+                src_shape: t.shape.clone(),
+            });
         }
-        plan.set_experts(layer, grid, "fused")?;
+        plan.set_stacks(layer, n as u32, cut)?;
     }
     plan.check_plain_bounds(ck)?;
     plan.sort_by_source();
@@ -496,6 +614,7 @@ impl Plan {
         let all = self
             .trunk
             .iter()
+            .map(Cow::Borrowed)
             .chain(self.layers.values().flat_map(LayerPlan::items));
         for item in all {
             let shard = ck.shards.get(item.slice.shard);
