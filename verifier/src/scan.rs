@@ -94,6 +94,178 @@ struct RegionState {
     source_error: Option<String>,
 }
 
+impl RegionState {
+    fn new() -> RegionState {
+        RegionState {
+            hasher: DualHasher::new(),
+            source_diff: None,
+            source_error: None,
+        }
+    }
+}
+
+/// Regions finished in file order (a region of no bytes has no span: it is finished when a later
+/// one starts): each one's hashes and source comparison checked, and each expert's digest
+/// recomputed when its last region is done. Faults are kept apart, regions' then experts', to be
+/// reported in that order after the padding faults the scan found.
+struct Finished<'a> {
+    r: &'a JnfReader,
+    label: &'a str,
+    /// The region being read, and its state.
+    cur: Option<(usize, RegionState)>,
+    /// Regions below this are finished.
+    next: usize,
+    /// The next expert record whose digest is due.
+    expert: usize,
+    /// Hashes of regions `pending_from..` that an unfinished expert needs.
+    pending: Vec<DualHash>,
+    pending_from: usize,
+    region_faults: Vec<Fault>,
+    expert_faults: Vec<Fault>,
+    regions: u64,
+    experts: u64,
+}
+
+impl<'a> Finished<'a> {
+    fn new(r: &'a JnfReader, label: &'a str) -> Finished<'a> {
+        Finished {
+            r,
+            label,
+            cur: None,
+            next: 0,
+            expert: 0,
+            pending: Vec::new(),
+            pending_from: 0,
+            region_faults: Vec::new(),
+            expert_faults: Vec::new(),
+            regions: 0,
+            experts: 0,
+        }
+    }
+
+    /// The state of region `i`, whose bytes are being read; the regions before it are finished.
+    fn state(&mut self, i: usize) -> &mut RegionState {
+        if self.cur.as_ref().is_none_or(|(c, _)| *c != i) {
+            self.finish_through(i);
+            self.cur = Some((i, RegionState::new()));
+        }
+        &mut self.cur.as_mut().expect("just set").1
+    }
+
+    /// Finish every region below `end`.
+    fn finish_through(&mut self, end: usize) {
+        while self.next < end {
+            let i = self.next;
+            let st = match self.cur.take() {
+                Some((c, st)) if c == i => st,
+                other => {
+                    self.cur = other;
+                    RegionState::new()
+                }
+            };
+            self.finish(i, st);
+            self.next += 1;
+        }
+    }
+
+    fn finish(&mut self, i: usize, st: RegionState) {
+        let (idx, label) = (self.r.index(), self.label);
+        let rec = &idx.regions[i];
+        let h = st.hasher.finish();
+        self.regions += 1;
+        let locate = |kind: FaultKind, detail: String| {
+            let mut x = Fault::new(kind, label, detail);
+            x.tensor = Some(idx.name(i as u32).to_string());
+            x.layer = (rec.layer != NONE).then_some(rec.layer);
+            x.expert = (rec.expert != NONE).then_some(rec.expert);
+            x.projection = (rec.expert != NONE).then(|| {
+                Role::from_code(rec.role)
+                    .map_or("?", Role::name)
+                    .to_string()
+            });
+            x.offset = Some(rec.offset);
+            x
+        };
+        for (algo, want, got) in [
+            ("blake3", rec.blake3, h.blake3),
+            ("sha256", rec.sha256, h.sha256),
+        ] {
+            if want != got {
+                let mut x = locate(
+                    FaultKind::RegionHash,
+                    format!(
+                        "{algo} of the region's bytes differs from the index ({})",
+                        describe_location(rec)
+                    ),
+                );
+                x.expected = Some(hex::encode(want));
+                x.actual = Some(hex::encode(got));
+                self.region_faults.push(x);
+                break;
+            }
+        }
+        if let Some(k) = st.source_diff {
+            let mut x = locate(
+                FaultKind::SourceMismatch,
+                format!(
+                    "differs from {} '{}' ({})",
+                    idx.str(rec.src_file),
+                    idx.str(rec.src_tensor),
+                    describe_location(rec)
+                ),
+            );
+            x.offset = Some(rec.offset + k);
+            x.source_offset = Some(rec.src_begin + k);
+            self.region_faults.push(x);
+        }
+        if let Some(e) = st.source_error {
+            let mut x = locate(FaultKind::Source, format!("source bytes unreadable: {e}"));
+            x.file = idx.str(rec.src_file).to_string();
+            self.region_faults.push(x);
+        }
+        if i >= self.pending_from {
+            self.pending.push(h);
+        }
+        // Experts: digests from the hashes just computed.
+        while let Some(e) = idx.experts.get(self.expert) {
+            let range = e.first_region as usize..(e.first_region + e.region_count) as usize;
+            if range.end > i + 1 {
+                break;
+            }
+            self.experts += 1;
+            let d = expert_digest(
+                idx.regions[range.clone()]
+                    .iter()
+                    .zip(&self.pending[range.start - self.pending_from..])
+                    .map(|(r, h)| (r.role, r.length, h)),
+            );
+            if d.blake3 != e.blake3 || d.sha256 != e.sha256 {
+                let mut x = Fault::new(
+                    FaultKind::ExpertDigest,
+                    label,
+                    "expert digest of the bytes read differs from the index",
+                );
+                x.layer = Some(e.layer);
+                x.expert = Some(e.expert);
+                x.offset = Some(e.extent_offset);
+                x.expected = Some(hex::encode(e.blake3));
+                x.actual = Some(hex::encode(d.blake3));
+                self.expert_faults.push(x);
+            }
+            self.expert += 1;
+        }
+        // Keep only the hashes the next expert needs.
+        let keep_from = idx
+            .experts
+            .get(self.expert)
+            .map_or(i + 1, |e| e.first_region as usize)
+            .max(self.pending_from);
+        let drop = (keep_from - self.pending_from).min(self.pending.len());
+        self.pending.drain(..drop);
+        self.pending_from = keep_from;
+    }
+}
+
 /// Scan `r`'s file. `label` names it in faults.
 pub fn scan_file(
     r: &JnfReader,
@@ -115,32 +287,32 @@ pub fn scan_file(
     };
     out.direct = used_direct;
 
-    // The file's spans in order; each byte belongs to exactly one.
-    let mut spans: Vec<(u64, u64, Span)> = vec![(0, 4096, Span::Header)];
-    for (i, rec) in idx.regions.iter().enumerate() {
-        spans.push((rec.offset, rec.end(), Span::Region(i)));
-        let pad_end = align_up(rec.end()).unwrap_or(rec.end());
-        spans.push((rec.end(), pad_end, Span::Padding(i)));
-    }
+    // The file's spans in order; each byte belongs to exactly one. Made as the scan reaches
+    // them, not listed up front (a file may have millions of regions).
     let index_end = f.index_offset + f.index_len;
-    spans.push((f.index_offset, index_end, Span::Index));
-    spans.push((
-        index_end,
-        f.file_len - FOOTER_LEN as u64,
-        Span::IndexPadding,
-    ));
-    spans.push((f.file_len - FOOTER_LEN as u64, f.file_len, Span::Footer));
-    spans.retain(|s| s.0 < s.1);
+    let mut spans = std::iter::once((0, 4096, Span::Header))
+        .chain(idx.regions.iter().enumerate().flat_map(|(i, rec)| {
+            let pad_end = align_up(rec.end()).unwrap_or(rec.end());
+            [
+                (rec.offset, rec.end(), Span::Region(i)),
+                (rec.end(), pad_end, Span::Padding(i)),
+            ]
+        }))
+        .chain([
+            (f.index_offset, index_end, Span::Index),
+            (
+                index_end,
+                f.file_len - FOOTER_LEN as u64,
+                Span::IndexPadding,
+            ),
+            (f.file_len - FOOTER_LEN as u64, f.file_len, Span::Footer),
+        ])
+        .filter(|s| s.0 < s.1)
+        .peekable();
 
-    let mut states: Vec<RegionState> = idx
-        .regions
-        .iter()
-        .map(|_| RegionState {
-            hasher: DualHasher::new(),
-            source_diff: None,
-            source_error: None,
-        })
-        .collect();
+    // One region is hashed at a time; each is finished (checked, its expert's digest computed
+    // once the expert's last region is done) as the scan passes it.
+    let mut done = Finished::new(r, label);
     let mut header = Vec::with_capacity(4096);
     let mut footer = Vec::with_capacity(FOOTER_LEN);
     let mut index_hasher = DualHasher::new();
@@ -163,7 +335,6 @@ pub fn scan_file(
             return out;
         }
     };
-    let mut span_i = 0;
     loop {
         let next_at = at + n as u64;
         let more = next_at < f.file_len;
@@ -173,8 +344,7 @@ pub fn scan_file(
             || {
                 let chunk = &cur[..n];
                 // Dispatch the chunk's bytes to the spans they belong to.
-                while span_i < spans.len() && spans[span_i].0 < next_at {
-                    let (s0, s1, kind) = spans[span_i];
+                while let Some(&(s0, s1, kind)) = spans.peek().filter(|s| s.0 < next_at) {
                     let lo = s0.max(at);
                     let hi = s1.min(next_at);
                     let bytes = &chunk[(lo - at) as usize..(hi - at) as usize];
@@ -212,7 +382,7 @@ pub fn scan_file(
                         }
                         Span::Region(i) => {
                             let rec = &idx.regions[i];
-                            let st = &mut states[i];
+                            let st = done.state(i);
                             st.hasher.update(bytes);
                             let within = lo - rec.offset;
                             let src_file = idx.str(rec.src_file);
@@ -241,7 +411,7 @@ pub fn scan_file(
                         }
                     }
                     if s1 <= next_at {
-                        span_i += 1;
+                        spans.next();
                     } else {
                         break;
                     }
@@ -269,88 +439,11 @@ pub fn scan_file(
         }
     }
 
-    // Regions: hashes and source comparison.
-    let mut actual: Vec<DualHash> = Vec::with_capacity(states.len());
-    for (i, st) in states.into_iter().enumerate() {
-        let rec = &idx.regions[i];
-        let h = st.hasher.finish();
-        out.regions += 1;
-        let locate = |kind: FaultKind, detail: String| {
-            let mut x = Fault::new(kind, label, detail);
-            x.tensor = Some(idx.name(i as u32).to_string());
-            x.layer = (rec.layer != NONE).then_some(rec.layer);
-            x.expert = (rec.expert != NONE).then_some(rec.expert);
-            x.projection = (rec.expert != NONE).then(|| {
-                Role::from_code(rec.role)
-                    .map_or("?", Role::name)
-                    .to_string()
-            });
-            x.offset = Some(rec.offset);
-            x
-        };
-        for (algo, want, got) in [
-            ("blake3", rec.blake3, h.blake3),
-            ("sha256", rec.sha256, h.sha256),
-        ] {
-            if want != got {
-                let mut x = locate(
-                    FaultKind::RegionHash,
-                    format!(
-                        "{algo} of the region's bytes differs from the index ({})",
-                        describe_location(rec)
-                    ),
-                );
-                x.expected = Some(hex::encode(want));
-                x.actual = Some(hex::encode(got));
-                out.faults.push(x);
-                break;
-            }
-        }
-        if let Some(k) = st.source_diff {
-            let mut x = locate(
-                FaultKind::SourceMismatch,
-                format!(
-                    "differs from {} '{}' ({})",
-                    idx.str(rec.src_file),
-                    idx.str(rec.src_tensor),
-                    describe_location(rec)
-                ),
-            );
-            x.offset = Some(rec.offset + k);
-            x.source_offset = Some(rec.src_begin + k);
-            out.faults.push(x);
-        }
-        if let Some(e) = st.source_error {
-            let mut x = locate(FaultKind::Source, format!("source bytes unreadable: {e}"));
-            x.file = idx.str(rec.src_file).to_string();
-            out.faults.push(x);
-        }
-        actual.push(h);
-    }
-    // Experts: digests from the hashes just computed.
-    for e in &idx.experts {
-        out.experts += 1;
-        let range = e.first_region as usize..(e.first_region + e.region_count) as usize;
-        let d = expert_digest(
-            idx.regions[range.clone()]
-                .iter()
-                .zip(&actual[range])
-                .map(|(r, h)| (r.role, r.length, h)),
-        );
-        if d.blake3 != e.blake3 || d.sha256 != e.sha256 {
-            let mut x = Fault::new(
-                FaultKind::ExpertDigest,
-                label,
-                "expert digest of the bytes read differs from the index",
-            );
-            x.layer = Some(e.layer);
-            x.expert = Some(e.expert);
-            x.offset = Some(e.extent_offset);
-            x.expected = Some(hex::encode(e.blake3));
-            x.actual = Some(hex::encode(d.blake3));
-            out.faults.push(x);
-        }
-    }
+    done.finish_through(idx.regions.len());
+    out.regions = done.regions;
+    out.experts = done.experts;
+    out.faults.append(&mut done.region_faults);
+    out.faults.append(&mut done.expert_faults);
     let ih = index_hasher.finish();
     if ih.blake3 != f.index_blake3 || ih.sha256 != f.index_sha256 {
         let mut x = Fault::new(
