@@ -241,6 +241,18 @@ pub struct StrRef {
     pub len: u32,
 }
 
+impl StrRef {
+    /// The string this reference names in `table` (empty if it is out of bounds or not UTF-8,
+    /// which a checked index never has).
+    pub fn get(self, table: &[u8]) -> &str {
+        let s = self.offset as usize;
+        table
+            .get(s..s + self.len as usize)
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .unwrap_or("")
+    }
+}
+
 /// One region record, as stored (§5.1).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RegionRecord {

@@ -154,25 +154,43 @@ impl std::fmt::Display for SourceIdentity {
 /// `files[].sources[].tensors_blake3`). A region's bytes are its source range's bytes, so this
 /// digests exactly the source bytes the file holds. Regions without a source are left out.
 pub fn tensors_blake3(r: &crate::JnfReader) -> Vec<(String, [u8; 32])> {
-    let idx = r.index();
-    let mut per: Vec<(String, blake3::Hasher)> = Vec::new();
+    let mut t = TensorsBlake3::default();
     for rec in r.regions() {
-        let file = idx.str(rec.src_file);
+        t.add(r.index().str(rec.src_file), &rec.blake3);
+    }
+    t.finish()
+}
+
+/// [`tensors_blake3`] a region at a time (for a pass over a file with
+/// [`crate::reader::scan_index`]).
+#[derive(Debug, Default)]
+pub struct TensorsBlake3 {
+    per: Vec<(String, blake3::Hasher)>,
+}
+
+impl TensorsBlake3 {
+    /// The next region in index order: its source file (empty: none) and its BLAKE3.
+    pub fn add(&mut self, file: &str, blake3: &[u8; 32]) {
         if file.is_empty() {
-            continue;
+            return;
         }
-        let h = match per.iter_mut().find(|(p, _)| p == file) {
-            Some((_, h)) => h,
+        let h = match self.per.iter_mut().position(|(p, _)| p == file) {
+            Some(i) => &mut self.per[i].1,
             None => {
-                per.push((file.to_string(), blake3::Hasher::new()));
-                &mut per.last_mut().expect("just pushed").1
+                self.per.push((file.to_string(), blake3::Hasher::new()));
+                &mut self.per.last_mut().expect("just pushed").1
             }
         };
-        h.update(&rec.blake3);
+        h.update(blake3);
     }
-    per.into_iter()
-        .map(|(p, h)| (p, *h.finalize().as_bytes()))
-        .collect()
+
+    /// Each source file with its digest, in order of first appearance.
+    pub fn finish(self) -> Vec<(String, [u8; 32])> {
+        self.per
+            .into_iter()
+            .map(|(p, h)| (p, *h.finalize().as_bytes()))
+            .collect()
+    }
 }
 
 /// The source checkpoint's architecture.

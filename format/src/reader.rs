@@ -33,34 +33,7 @@ impl JnfReader {
     /// Open and validate `path` (§2–§6). Nothing is allocated beyond what the file's real size
     /// and the format's limits allow.
     pub fn open(path: impl AsRef<Path>) -> Result<JnfReader> {
-        let path = path.as_ref().to_path_buf();
-        let crate::fsio::RegularFile { file, len } = crate::fsio::open_regular(&path)?;
-        let fail = |violation: Violation| Error::Format {
-            path: path.clone(),
-            violation,
-        };
-        let mut page = vec![0u8; ALIGN as usize];
-        if len < ALIGN {
-            return Err(fail(Violation::FileTooShort { len }));
-        }
-        file.read_exact_at(&mut page, 0)
-            .map_err(|e| Error::io(&path, "read header", e))?;
-        let header = validate::check_header(&page, len).map_err(fail)?;
-        let mut footer_bytes = [0u8; FOOTER_LEN];
-        file.read_exact_at(&mut footer_bytes, len - FOOTER_LEN as u64)
-            .map_err(|e| Error::io(&path, "read footer", e))?;
-        let footer = validate::check_footer(&header, &page, &footer_bytes, len).map_err(fail)?;
-        // check_footer bounded index_len by the file length and MAX_INDEX_LEN. The index is read
-        // a chunk at a time: its bytes are never held whole beside the records decoded from them.
-        let base = footer.index_offset;
-        let mut src = validate::FileSource { file: &file, base };
-        let index = validate::check_index_from(header, footer, &mut src, true, true).map_err(
-            |f| match f {
-                validate::CheckFault::Bad(v) => fail(v),
-                validate::CheckFault::Io(e) => Error::io(&path, "read index", e),
-            },
-        )?;
-        let root = crate::hash::root_digest(&page, &footer_bytes);
+        let (path, file, index, root) = open_checked(path.as_ref(), true, &mut |_, _, _| {})?;
         Ok(JnfReader {
             path,
             file,
@@ -217,4 +190,70 @@ impl JnfReader {
             violation,
         }
     }
+}
+
+/// A file's index checked by [`scan_index`]: everything [`JnfReader::open`] has but the region
+/// records.
+#[derive(Clone, Debug)]
+pub struct ScannedIndex {
+    /// The header.
+    pub header: Header,
+    /// The footer.
+    pub footer: Footer,
+    /// The file's root digests (§5.4).
+    pub root: DualHash,
+}
+
+/// Check `path` exactly as [`JnfReader::open`] does (§2–§6), but hand each region record, with the
+/// string table its references point into, to `visit` as it is checked instead of keeping it:
+/// one pass over a file of millions of regions in memory that does not grow with them (the
+/// string table aside). `visit` may see records of a file that a later check refuses: what it
+/// finds counts only if this returns `Ok`.
+pub fn scan_index(
+    path: impl AsRef<Path>,
+    visit: &mut dyn FnMut(u32, &RegionRecord, &[u8]),
+) -> Result<ScannedIndex> {
+    let (_, _, index, root) = open_checked(path.as_ref(), false, visit)?;
+    Ok(ScannedIndex {
+        header: index.header,
+        footer: index.footer,
+        root,
+    })
+}
+
+/// Open `path` and check it; `keep`: keep the region records in the index.
+fn open_checked(
+    path: &Path,
+    keep: bool,
+    visit: &mut dyn FnMut(u32, &RegionRecord, &[u8]),
+) -> Result<(PathBuf, File, Index, DualHash)> {
+    let path = path.to_path_buf();
+    let crate::fsio::RegularFile { file, len } = crate::fsio::open_regular(&path)?;
+    let fail = |violation: Violation| Error::Format {
+        path: path.clone(),
+        violation,
+    };
+    let mut page = vec![0u8; ALIGN as usize];
+    if len < ALIGN {
+        return Err(fail(Violation::FileTooShort { len }));
+    }
+    file.read_exact_at(&mut page, 0)
+        .map_err(|e| Error::io(&path, "read header", e))?;
+    let header = validate::check_header(&page, len).map_err(fail)?;
+    let mut footer_bytes = [0u8; FOOTER_LEN];
+    file.read_exact_at(&mut footer_bytes, len - FOOTER_LEN as u64)
+        .map_err(|e| Error::io(&path, "read footer", e))?;
+    let footer = validate::check_footer(&header, &page, &footer_bytes, len).map_err(fail)?;
+    // check_footer bounded index_len by the file length and MAX_INDEX_LEN. The index is read
+    // a chunk at a time: its bytes are never held whole beside the records decoded from them.
+    let base = footer.index_offset;
+    let mut src = validate::FileSource { file: &file, base };
+    let index = validate::check_index_from(header, footer, &mut src, keep, true, visit).map_err(
+        |f| match f {
+            validate::CheckFault::Bad(v) => fail(v),
+            validate::CheckFault::Io(e) => Error::io(&path, "read index", e),
+        },
+    )?;
+    let root = crate::hash::root_digest(&page, &footer_bytes);
+    Ok((path, file, index, root))
 }

@@ -315,14 +315,18 @@ impl JnfWriter<Open> {
         let footer_bytes = footer.encode(&c.header_page);
         let footer = validate::check_footer(&c.header, &c.header_page, &footer_bytes, file_len)
             .map_err(|violation| c.usage(UsageFault::FooterInvalid { violation }))?;
-        validate::check_index_from(c.header.clone(), footer, &mut src, false, false).map_err(
-            |f| match f {
-                validate::CheckFault::Bad(violation) => {
-                    c.usage(UsageFault::IndexInvalid { violation })
-                }
-                validate::CheckFault::Io(e) => spill_err(e),
-            },
-        )?;
+        validate::check_index_from(
+            c.header.clone(),
+            footer,
+            &mut src,
+            false,
+            false,
+            &mut |_, _, _| {},
+        )
+        .map_err(|f| match f {
+            validate::CheckFault::Bad(violation) => c.usage(UsageFault::IndexInvalid { violation }),
+            validate::CheckFault::Io(e) => spill_err(e),
+        })?;
         // The index, zeros to the footer's page, the footer: whole pages, a chunk at a time.
         let tail_len = file_len - c.pos;
         let mut at = 0u64;

@@ -158,13 +158,16 @@ const CHUNK: usize = 4 << 20;
 /// [`Index`]; without (the writer's check before publishing), `regions` is empty and nothing is
 /// held per region but a name reference and two bits. Every rule and its order are the same either
 /// way. Without `hash`, the footer's index hashes are taken as the caller's own hashes of these
-/// very bytes (the writer's, computed as it spilled them) and not computed again.
+/// very bytes (the writer's, computed as it spilled them) and not computed again. `visit` sees each
+/// region record, with the string table, once it has passed its own checks (the index as a whole
+/// may still fail later ones).
 pub(crate) fn check_index_from(
     header: Header,
     footer: Footer,
     src: &mut dyn IndexSource,
     keep: bool,
     hash: bool,
+    visit: &mut dyn FnMut(u32, &RegionRecord, &[u8]),
 ) -> Result<Index, CheckFault> {
     let len = footer.index_len;
     let mut chunk = vec![0u8; CHUNK.min(len as usize)];
@@ -289,6 +292,7 @@ pub(crate) fn check_index_from(
                 if r.role != Role::Tensor.code() {
                     marks[i] = PROJECTION;
                 }
+                visit(ri, &r, &table);
                 if keep {
                     regions.push(r);
                 }

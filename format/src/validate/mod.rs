@@ -47,11 +47,7 @@ pub struct Index {
 impl Index {
     /// The string a reference points to. Valid for every reference of a validated index.
     pub fn str(&self, r: StrRef) -> &str {
-        let s = r.offset as usize;
-        self.strings
-            .get(s..s + r.len as usize)
-            .and_then(|b| std::str::from_utf8(b).ok())
-            .unwrap_or("")
+        r.get(&self.strings)
     }
 
     /// Region name.
