@@ -9,10 +9,12 @@ use std::io::Read;
 use std::path::Path;
 use std::time::Instant;
 
+use tarfa_format::layout::{Header, RegionRecord};
 use tarfa_format::manifest::{
     self, layer_file_name, Architecture, Conversion, FileEntry, FileKind, Manifest, SourceFile,
     SourceIdentity, SourceRead, TRUNK_NAME,
 };
+use tarfa_format::reader::ScannedIndex;
 use tarfa_format::writer::WriterOptions;
 use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
 
@@ -285,36 +287,66 @@ impl Ctx<'_> {
         unit: Unit<'_>,
         layer: Option<u32>,
     ) -> bool {
-        let h = r.header();
-        if (h.layer_first, h.layer_count, h.experts_per_layer)
-            != (
-                layout.layer_first,
-                layout.layer_count,
-                layout.experts_per_layer,
-            )
-        {
+        if !layout_matches(r.header(), layout) {
             return false;
         }
-        let idx = r.index();
+        let table = &r.index().strings;
         let mut recs = r.regions().iter();
         let all = unit.items().all(|item| {
-            let Some(rec) = recs.next() else {
-                return false;
-            };
-            let spec = self.spec(&item, layer);
-            let src = spec.source.as_ref();
-            idx.str(rec.name) == item.name
-                && rec.role == item.role.code()
-                && rec.dtype() == Some(item.slice.dtype)
-                && rec.shape() == item.slice.shape.as_slice()
-                && rec.src_begin == item.slice.begin
-                && rec.src_end == item.slice.end
-                && rec.src_shape() == item.slice.src_shape.as_slice()
-                && src.is_some_and(|s| {
-                    idx.str(rec.src_file) == s.file && idx.str(rec.src_tensor) == s.tensor
-                })
+            recs.next()
+                .is_some_and(|rec| self.region_matches(&item, rec, table, layer))
         });
         all && recs.next().is_none()
+    }
+
+    /// Does the region record `rec` (its strings in `table`) hold `item`, from this source?
+    fn region_matches(
+        &self,
+        item: &Item,
+        rec: &RegionRecord,
+        table: &[u8],
+        layer: Option<u32>,
+    ) -> bool {
+        let spec = self.spec(item, layer);
+        let src = spec.source.as_ref();
+        rec.name.get(table) == item.name
+            && rec.role == item.role.code()
+            && rec.dtype() == Some(item.slice.dtype)
+            && rec.shape() == item.slice.shape.as_slice()
+            && rec.src_begin == item.slice.begin
+            && rec.src_end == item.slice.end
+            && rec.src_shape() == item.slice.src_shape.as_slice()
+            && src.is_some_and(|s| {
+                rec.src_file.get(table) == s.file && rec.src_tensor.get(table) == s.tensor
+            })
+    }
+
+    /// Check the JNF file at `path` as the reader does, a region at a time (no region record is
+    /// kept: a layer of millions of regions costs its string table): whether its regions are
+    /// exactly `unit`'s items from this source, its header, footer and root, and its
+    /// `tensors_blake3` per source file.
+    fn scan(
+        &self,
+        path: &Path,
+        unit: Unit<'_>,
+        layer: Option<u32>,
+    ) -> Result<Scanned, ConvertError> {
+        let mut items = unit.items();
+        let mut same = true;
+        let mut digests = manifest::TensorsBlake3::default();
+        let index = tarfa_format::reader::scan_index(path, &mut |_, rec, table| {
+            digests.add(rec.src_file.get(table), &rec.blake3);
+            same = same
+                && items
+                    .next()
+                    .is_some_and(|item| self.region_matches(&item, rec, table, layer));
+        })?;
+        let same = same && items.next().is_none();
+        Ok(Scanned {
+            same,
+            index,
+            reads: digests.finish(),
+        })
     }
 
     /// Is `path` already this file, with every byte checked?
@@ -496,6 +528,25 @@ impl Ctx<'_> {
     }
 }
 
+/// What [`Ctx::scan`] found.
+struct Scanned {
+    /// The regions are the plan's items, from this source.
+    same: bool,
+    /// Header, footer, root.
+    index: ScannedIndex,
+    /// `tensors_blake3` per source file.
+    reads: Vec<(String, [u8; 32])>,
+}
+
+fn layout_matches(h: &Header, layout: FileLayout) -> bool {
+    (h.layer_first, h.layer_count, h.experts_per_layer)
+        == (
+            layout.layer_first,
+            layout.layer_count,
+            layout.experts_per_layer,
+        )
+}
+
 /// A layer file whose index is not what this checkpoint gives.
 fn not_ours(path: &Path) -> ConvertError {
     ConvertError::BadOutput {
@@ -582,15 +633,15 @@ fn sources(ck: &Checkpoint, ids: &[SourceIdentity]) -> Vec<SourceFile> {
 /// The manifest entry of a JNF file every byte of which was checked against the sources as they
 /// are now (`ids`, this run's identities): its `sources` record this run's identity of each.
 fn jnf_entry(
-    r: &JnfReader,
+    path: &Path,
+    scanned: Scanned,
     kind: FileKind,
     layer: Option<u32>,
     ck: &Checkpoint,
     ids: &[SourceIdentity],
 ) -> Result<FileEntry, ConvertError> {
-    let path = r.path();
     let mut reads = Vec::new();
-    for (file, digest) in manifest::tensors_blake3(r) {
+    for (file, digest) in scanned.reads {
         let Some(i) = ck.shards.iter().position(|s| s.rel == file) else {
             return Err(ConvertError::BadOutput {
                 path: path.to_path_buf(),
@@ -616,9 +667,9 @@ fn jnf_entry(
             .unwrap_or_default(),
         kind,
         layer,
-        size: r.footer().file_len,
-        sha256: hex::encode(r.root().sha256),
-        blake3: hex::encode(r.root().blake3),
+        size: scanned.index.footer.file_len,
+        sha256: hex::encode(scanned.index.root.sha256),
+        blake3: hex::encode(scanned.index.root.blake3),
         sources: Some(reads.into_iter().map(|(_, r)| r).collect()),
     })
 }
@@ -811,8 +862,11 @@ pub fn convert(
             },
         });
     }
+    let trunk = out.join(TRUNK_NAME);
+    let scanned = ctx.scan(&trunk, Unit::Trunk(&plan.trunk), None)?;
     files.push(jnf_entry(
-        &JnfReader::open(out.join(TRUNK_NAME))?,
+        &trunk,
+        scanned,
         FileKind::Trunk,
         None,
         &ck,
@@ -824,15 +878,21 @@ pub fn convert(
         if !path.exists() {
             continue;
         }
-        let r = JnfReader::open(&path)?;
+        // One pass over the index, keeping no region record, checks it against the plan and
+        // digests its sources.
+        let scanned = ctx.scan(&path, Unit::Layer(lp), Some(layer))?;
         let layout = FileLayout::layer(layer, lp.experts.len() as u32);
-        if !ctx.matches(&r, layout, Unit::Layer(lp), Some(layer)) {
+        if !(scanned.same && layout_matches(&scanned.index.header, layout)) {
             return Err(not_ours(&path));
         }
-        // One reader for both checks: a second beside it doubled the peak memory of a layer of a
-        // million regions.
-        files.push(jnf_entry(&r, FileKind::Layer, Some(layer), &ck, &ids)?);
-        drop(r);
+        files.push(jnf_entry(
+            &path,
+            scanned,
+            FileKind::Layer,
+            Some(layer),
+            &ck,
+            &ids,
+        )?);
         present.insert(layer);
     }
     let tokenizer = TOKENIZER_FILES
