@@ -1,5 +1,5 @@
 //! Arbitrary index bytes inside a file whose header and footer hashes are recomputed, so the
-//! mutations reach `validate::check_index` instead of dying at the index hash.
+//! mutations reach `validate::check_index_from` instead of dying at the index hash.
 #![no_main]
 
 use std::sync::OnceLock;

@@ -37,7 +37,7 @@ fn main() {
                 index_page: u32::try_from(f.index_offset / ALIGN).expect("small"),
                 index: &index,
             };
-            // The seed must rebuild into a file that opens, or jnf_index starts outside check_index.
+            // The seed must rebuild into a file that opens, or jnf_index starts outside check_index_from.
             let rebuilt = Scratch::new("seed");
             input.write_file(rebuilt.reset());
             if let Err(e) = JnfReader::open(rebuilt.path()) {

@@ -153,7 +153,7 @@ impl<'a> IndexInput<'a> {
     }
 
     /// Write a JNF file with this index whose header and footer hashes are all correct, so the
-    /// reader gets past them into `check_index`. The data area is a hole (zeros).
+    /// reader gets past them into `check_index_from`. The data area is a hole (zeros).
     pub fn write_file(&self, file: &File) {
         let header = Header {
             major: MAJOR,
