@@ -6,7 +6,8 @@
 //! - [`source`]: reads shard headers strictly (`model.safetensors` or a sharded index) and streams
 //!   tensor bytes by `pread`;
 //! - [`plan`]: decides from names and shapes which bytes become which region: per-expert and fused
-//!   expert layouts, plain layer tensors, MTP layers, the trunk;
+//!   expert layouts (a fused layer kept as its stacks, each expert's items made when written),
+//!   plain layer tensors, MTP layers, the trunk;
 //! - [`convert`]: writes trunk and layer files through [`tarfa_format::JnfWriter`], skips layers
 //!   already present and checked (their hashes, and their source bytes as they are now), checks free space first, and publishes the manifest last;
 //! - [`gguf_source`], [`gguf_plan`]: the same for a GGUF file or split set: parts as shards,

@@ -9,7 +9,9 @@
 //! - [`layout`]: the bytes of the header page, footer and index records;
 //! - [`validate`]: every MUST of the spec, shared by reader and writer;
 //! - [`reader::JnfReader`]: the strict reader (`pread`; the runtime maps its file for `mmap`);
-//! - [`writer::JnfWriter`]: the streaming, typestate-ordered writer;
+//!   [`reader::scan_index`], the same checks in one pass that keeps no region record;
+//! - [`writer::JnfWriter`]: the streaming, typestate-ordered writer (its index records spilled to
+//!   unnamed temporary files, never all in memory);
 //! - [`fsio`]: every read of a named file: regular files only, bounded;
 //! - [`publish`]: atomic publishing (temp, fsync, rename, fsync the directory);
 //! - [`manifest`]: the model manifest that ties a directory of JNF files to its checkpoint;
