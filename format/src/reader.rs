@@ -202,6 +202,8 @@ pub struct ScannedIndex {
     pub footer: Footer,
     /// The file's root digests (§5.4).
     pub root: DualHash,
+    /// The string table.
+    pub strings: Vec<u8>,
 }
 
 /// Check `path` exactly as [`JnfReader::open`] does (§2–§6), but hand each region record, with the
@@ -218,7 +220,108 @@ pub fn scan_index(
         header: index.header,
         footer: index.footer,
         root,
+        strings: index.strings,
     })
+}
+
+/// Records of one kind read from a file's index in order, a chunk at a time.
+#[derive(Debug)]
+struct Cursor {
+    file: File,
+    /// File offset of the next record not yet in `buf`.
+    at: u64,
+    /// File offset past the last record.
+    end: u64,
+    rec_len: usize,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Cursor {
+    fn open(path: &Path, at: u64, count: u64, rec_len: usize) -> Result<Cursor> {
+        let crate::fsio::RegularFile { file, .. } = crate::fsio::open_regular(path)?;
+        Ok(Cursor {
+            file,
+            at,
+            end: at + count * rec_len as u64,
+            rec_len,
+            buf: Vec::new(),
+            pos: 0,
+        })
+    }
+
+    fn next_bytes(&mut self) -> Option<std::io::Result<&[u8]>> {
+        if self.pos == self.buf.len() {
+            if self.at == self.end {
+                return None;
+            }
+            let n = ((self.end - self.at) as usize).min((1 << 20) / self.rec_len * self.rec_len);
+            self.buf.resize(n, 0);
+            if let Err(e) = self.file.read_exact_at(&mut self.buf, self.at) {
+                self.at = self.end;
+                self.buf.clear();
+                return Some(Err(e));
+            }
+            self.at += n as u64;
+            self.pos = 0;
+        }
+        let b = &self.buf[self.pos..self.pos + self.rec_len];
+        self.pos += self.rec_len;
+        Some(Ok(b))
+    }
+}
+
+/// The region records of a file [`scan_index`] checked, read again from it in index order a
+/// chunk at a time (for a pass that must not hold millions of them). A file changed since it was
+/// checked yields its new records: a caller that must know re-hashes the index bytes.
+#[derive(Debug)]
+pub struct RegionRecords(Cursor);
+
+impl RegionRecords {
+    /// The region records of `path`, whose checked footer is `footer`.
+    pub fn open(path: impl AsRef<Path>, footer: &Footer) -> Result<RegionRecords> {
+        Cursor::open(
+            path.as_ref(),
+            footer.index_offset,
+            footer.region_count.into(),
+            crate::layout::REGION_RECORD_LEN,
+        )
+        .map(RegionRecords)
+    }
+}
+
+impl Iterator for RegionRecords {
+    type Item = std::io::Result<RegionRecord>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0
+            .next_bytes()
+            .map(|r| r.map(|b| RegionRecord::decode(b).0))
+    }
+}
+
+/// The expert records of a file [`scan_index`] checked, read again likewise.
+#[derive(Debug)]
+pub struct ExpertRecords(Cursor);
+
+impl ExpertRecords {
+    /// The expert records of `path`, whose checked footer is `footer`.
+    pub fn open(path: impl AsRef<Path>, footer: &Footer) -> Result<ExpertRecords> {
+        Cursor::open(
+            path.as_ref(),
+            footer.index_offset
+                + u64::from(footer.region_count) * crate::layout::REGION_RECORD_LEN as u64,
+            footer.expert_count.into(),
+            crate::layout::EXPERT_RECORD_LEN,
+        )
+        .map(ExpertRecords)
+    }
+}
+
+impl Iterator for ExpertRecords {
+    type Item = std::io::Result<ExpertRecord>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next_bytes().map(|r| r.map(ExpertRecord::decode))
+    }
 }
 
 /// Open `path` and check it; `keep`: keep the region records in the index.

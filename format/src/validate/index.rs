@@ -157,7 +157,7 @@ const CHUNK: usize = 4 << 20;
 /// string table, each expert record. With `keep`, the decoded region records are returned in the
 /// [`Index`]; without (the writer's check before publishing), `regions` is empty and nothing is
 /// held per region but a name reference and two bits. Every rule and its order are the same either
-/// way. Without `hash`, the footer's index hashes are taken as the caller's own hashes of these
+/// way (without `keep`, `experts` is empty too). Without `hash`, the footer's index hashes are taken as the caller's own hashes of these
 /// very bytes (the writer's, computed as it spilled them) and not computed again. `visit` sees each
 /// region record, with the string table, once it has passed its own checks (the index as a whole
 /// may still fail later ones).
@@ -314,7 +314,7 @@ pub(crate) fn check_index_from(
     // order of their first region, so the window only moves forward).
     let mut window: Vec<RegionRecord> = Vec::new();
     let mut window_at = 0usize;
-    let mut experts: Vec<ExpertRecord> = Vec::with_capacity(ne);
+    let mut experts: Vec<ExpertRecord> = Vec::with_capacity(if keep { ne } else { 0 });
     let mut ebuf = vec![0u8; EXPERT_RECORD_LEN];
     let mut last_first: Option<u32> = None;
     let epl = header.experts_per_layer.max(1);
@@ -350,7 +350,9 @@ pub(crate) fn check_index_from(
             .into());
         }
         last_first = Some(e.first_region);
-        experts.push(e);
+        if keep {
+            experts.push(e);
+        }
     }
     if let Some(i) = (0..nr).find(|&i| marks[i] == PROJECTION) {
         let mut rec = vec![0u8; REGION_RECORD_LEN];
