@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
+use tarfa_format::layout::RegionRecord;
 use tarfa_format::manifest::{layer_ranges, FileKind, Manifest, MANIFEST_NAME};
-use tarfa_format::JnfReader;
 
 use crate::report::{Fault, FaultKind};
 
@@ -71,18 +71,24 @@ pub(crate) fn model_faults(m: &Manifest, partial: bool) -> Vec<Fault> {
 pub(crate) struct Provenances(HashMap<(String, String), Vec<(u64, u64)>>);
 
 impl Provenances {
-    /// Add every region of `r` that names a source.
-    pub(crate) fn add(&mut self, r: &JnfReader) {
-        let idx = r.index();
-        for rec in r.regions() {
-            let file = idx.str(rec.src_file);
-            if file.is_empty() {
-                continue;
-            }
-            self.0
-                .entry((file.to_string(), idx.str(rec.src_tensor).to_string()))
-                .or_default()
-                .push((rec.src_begin, rec.src_end));
+    /// Add a region (its strings in `table`), if it names a source.
+    pub(crate) fn add_record(&mut self, rec: &RegionRecord, table: &[u8]) {
+        let file = rec.src_file.get(table);
+        if file.is_empty() {
+            return;
+        }
+        let tensor = rec.src_tensor.get(table);
+        let range = (rec.src_begin, rec.src_end);
+        self.0
+            .entry((file.to_string(), tensor.to_string()))
+            .or_default()
+            .push(range);
+    }
+
+    /// Take in the ranges of `other` (one file's regions, once the file checked).
+    pub(crate) fn merge(&mut self, other: Provenances) {
+        for (k, mut v) in other.0 {
+            self.0.entry(k).or_default().append(&mut v);
         }
     }
 

@@ -27,7 +27,6 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 use tarfa_format::manifest::{FileKind, Manifest, CONVERT_LOCK_NAME, MANIFEST_NAME};
-use tarfa_format::JnfReader;
 
 pub use report::{Fault, FaultKind, Report};
 
@@ -219,11 +218,14 @@ fn mixed_sources(m: &Manifest) -> Vec<Fault> {
 /// Does the JNF file hold the source tensors its manifest entry's `sources` record (the same
 /// source files, each with the same `tensors_blake3`)? Entries without `sources` (older
 /// writers) are not checked.
-fn source_record_fault(r: &JnfReader, e: &tarfa_format::manifest::FileEntry) -> Option<Fault> {
+fn source_record_fault(
+    digests: &[(String, [u8; 32])],
+    e: &tarfa_format::manifest::FileEntry,
+) -> Option<Fault> {
     let reads = e.sources.as_ref()?;
-    let held: Vec<(String, String)> = tarfa_format::manifest::tensors_blake3(r)
-        .into_iter()
-        .map(|(p, d)| (p, hex::encode(d)))
+    let held: Vec<(String, String)> = digests
+        .iter()
+        .map(|(p, d)| (p.clone(), hex::encode(d)))
         .collect();
     let mut recorded: Vec<(String, String)> = reads
         .iter()
@@ -424,7 +426,15 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
     let mut k = 0u32;
     let mut held = coverage::Provenances::default();
     for (name, layer, entry) in jnf {
-        let r = match JnfReader::open(dir.join(&name)) {
+        // One pass over the index, keeping no region record: a file of millions of regions costs
+        // its string table here, and its records are read again, in order, by its scan.
+        let path = dir.join(&name);
+        let mut mine = coverage::Provenances::default();
+        let mut digests = tarfa_format::manifest::TensorsBlake3::default();
+        let r = match tarfa_format::reader::scan_index(&path, &mut |_, rec, table| {
+            mine.add_record(rec, table);
+            digests.add(rec.src_file.get(table), &rec.blake3);
+        }) {
             Ok(r) => r,
             Err(tarfa_format::Error::Format { violation, .. }) => {
                 let mut x = Fault::new(FaultKind::Structure, &name, violation.to_string());
@@ -437,11 +447,15 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
                 continue;
             }
         };
-        held.add(&r);
-        if let Some(x) = entry.as_ref().and_then(|e| source_record_fault(&r, e)) {
+        held.merge(mine);
+        let digests = digests.finish();
+        if let Some(x) = entry
+            .as_ref()
+            .and_then(|e| source_record_fault(&digests, e))
+        {
             faults.push(x);
         }
-        let h = r.header();
+        let h = &r.header;
         let (want_first, want_count) = match layer {
             Some(l) => (l, 1),
             None if entry.is_some() => (0, 0),
@@ -470,13 +484,13 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
             k += 1;
         }
         if in_layers && in_sample {
-            to_read.push((name, entry, r));
+            to_read.push((name, entry, path, r));
         } else {
             // Not read in full this run, but still held to the manifest: the root digest that
             // opening it computed (header, footer, index hashes) must be the recorded one.
             report.files_structure_only += 1;
             if let Some(e) = &entry {
-                let root = r.root();
+                let root = &r.root;
                 if hex::encode(root.sha256) != e.sha256 || hex::encode(root.blake3) != e.blake3 {
                     let mut x = Fault::new(
                         FaultKind::FileHash,
@@ -512,16 +526,16 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
         }
     }
 
-    let total: u64 = to_read.iter().map(|(_, _, r)| r.footer().file_len).sum();
+    let total: u64 = to_read.iter().map(|(_, _, _, r)| r.footer.file_len).sum();
     progress.start(total);
     let on_bytes = |n: u64| progress.advance(n);
     // Each file's scan is returned, not pushed into shared state: there is no lock to poison and
     // no way to lose a file's faults. A panic in any file's check reaches the caller.
     let scanned: Vec<(scan::FileScan, Vec<Fault>)> = to_read
         .par_iter()
-        .map(|(name, entry, r)| {
+        .map(|(name, entry, path, r)| {
             let mut sources = scan::Sources::new(opts.source.as_deref());
-            let s = scan::scan_file(r, name, &mut sources, opts.direct_io, &on_bytes);
+            let s = scan::scan_file(path, r, name, &mut sources, opts.direct_io, &on_bytes);
             let mut fs = s.faults.clone();
             if let (Some(e), Some(root)) = (entry, s.root) {
                 if hex::encode(root.sha256) != e.sha256 || hex::encode(root.blake3) != e.blake3 {

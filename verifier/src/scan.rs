@@ -10,9 +10,10 @@ use std::path::Path;
 
 use tarfa_format::aligned::AlignedBuf;
 use tarfa_format::hash::{expert_digest, root_digest, DualHash, DualHasher};
+use tarfa_format::layout::RegionRecord;
 use tarfa_format::layout::{align_up, Role, FOOTER_LEN, NONE};
+use tarfa_format::reader::{ExpertRecords, RegionRecords, ScannedIndex};
 use tarfa_format::validate::describe_location;
-use tarfa_format::JnfReader;
 
 use crate::report::{Fault, FaultKind};
 
@@ -106,20 +107,23 @@ impl RegionState {
 
 /// Regions finished in file order (a region of no bytes has no span: it is finished when a later
 /// one starts): each one's hashes and source comparison checked, and each expert's digest
-/// recomputed when its last region is done. Faults are kept apart, regions' then experts', to be
+/// recomputed when its last region is done. The records are read again from the index as they
+/// come (none is held but the current one). Faults are kept apart, regions' then experts', to be
 /// reported in that order after the padding faults the scan found.
 struct Finished<'a> {
-    r: &'a JnfReader,
+    strings: &'a [u8],
     label: &'a str,
-    /// The region being read, and its state.
-    cur: Option<(usize, RegionState)>,
+    records: RegionRecords,
+    expert_records: std::iter::Peekable<ExpertRecords>,
+    /// Region `next`, being read, with its state.
+    cur: Option<(RegionRecord, RegionState)>,
     /// Regions below this are finished.
     next: usize,
-    /// The next expert record whose digest is due.
-    expert: usize,
-    /// Hashes of regions `pending_from..` that an unfinished expert needs.
-    pending: Vec<DualHash>,
+    /// Role, length and hashes of regions `pending_from..` that an unfinished expert needs.
+    pending: Vec<(u32, u64, DualHash)>,
     pending_from: usize,
+    /// Why the records could not be read again, if they could not.
+    read_error: Option<String>,
     region_faults: Vec<Fault>,
     expert_faults: Vec<Fault>,
     regions: u64,
@@ -127,15 +131,22 @@ struct Finished<'a> {
 }
 
 impl<'a> Finished<'a> {
-    fn new(r: &'a JnfReader, label: &'a str) -> Finished<'a> {
+    fn new(
+        strings: &'a [u8],
+        label: &'a str,
+        records: RegionRecords,
+        experts: ExpertRecords,
+    ) -> Finished<'a> {
         Finished {
-            r,
+            strings,
             label,
+            records,
+            expert_records: experts.peekable(),
             cur: None,
             next: 0,
-            expert: 0,
             pending: Vec::new(),
             pending_from: 0,
+            read_error: None,
             region_faults: Vec::new(),
             expert_faults: Vec::new(),
             regions: 0,
@@ -143,39 +154,59 @@ impl<'a> Finished<'a> {
         }
     }
 
-    /// The state of region `i`, whose bytes are being read; the regions before it are finished.
-    fn state(&mut self, i: usize) -> &mut RegionState {
-        if self.cur.as_ref().is_none_or(|(c, _)| *c != i) {
-            self.finish_through(i);
-            self.cur = Some((i, RegionState::new()));
+    /// The name of region `i`, if it is the one being read.
+    fn name_of(&self, i: usize) -> Option<&'a str> {
+        let strings = self.strings;
+        self.cur
+            .as_ref()
+            .filter(|_| self.next == i)
+            .map(|(r, _)| r.name.get(strings))
+    }
+
+    /// The next record, or `None` (the error kept) if it cannot be read.
+    fn read(&mut self) -> Option<RegionRecord> {
+        match self.records.next()? {
+            Ok(r) => Some(r),
+            Err(e) => {
+                self.read_error.get_or_insert(e.to_string());
+                None
+            }
         }
-        &mut self.cur.as_mut().expect("just set").1
+    }
+
+    /// The record and state of region `i`, whose bytes are being read; the regions before it are
+    /// finished.
+    fn state(&mut self, i: usize) -> Option<(&RegionRecord, &mut RegionState)> {
+        self.finish_through(i);
+        if self.cur.is_none() && self.next == i {
+            let rec = self.read()?;
+            self.cur = Some((rec, RegionState::new()));
+        }
+        self.cur.as_mut().map(|(r, s)| (&*r, s))
     }
 
     /// Finish every region below `end`.
     fn finish_through(&mut self, end: usize) {
         while self.next < end {
-            let i = self.next;
-            let st = match self.cur.take() {
-                Some((c, st)) if c == i => st,
-                other => {
-                    self.cur = other;
-                    RegionState::new()
-                }
+            let (rec, st) = match self.cur.take() {
+                Some(x) => x,
+                None => match self.read() {
+                    Some(rec) => (rec, RegionState::new()),
+                    None => return,
+                },
             };
-            self.finish(i, st);
+            self.finish(self.next, &rec, st);
             self.next += 1;
         }
     }
 
-    fn finish(&mut self, i: usize, st: RegionState) {
-        let (idx, label) = (self.r.index(), self.label);
-        let rec = &idx.regions[i];
+    fn finish(&mut self, i: usize, rec: &RegionRecord, st: RegionState) {
+        let (strings, label) = (self.strings, self.label);
         let h = st.hasher.finish();
         self.regions += 1;
         let locate = |kind: FaultKind, detail: String| {
             let mut x = Fault::new(kind, label, detail);
-            x.tensor = Some(idx.name(i as u32).to_string());
+            x.tensor = Some(rec.name.get(strings).to_string());
             x.layer = (rec.layer != NONE).then_some(rec.layer);
             x.expert = (rec.expert != NONE).then_some(rec.expert);
             x.projection = (rec.expert != NONE).then(|| {
@@ -209,8 +240,8 @@ impl<'a> Finished<'a> {
                 FaultKind::SourceMismatch,
                 format!(
                     "differs from {} '{}' ({})",
-                    idx.str(rec.src_file),
-                    idx.str(rec.src_tensor),
+                    rec.src_file.get(strings),
+                    rec.src_tensor.get(strings),
                     describe_location(rec)
                 ),
             );
@@ -220,24 +251,34 @@ impl<'a> Finished<'a> {
         }
         if let Some(e) = st.source_error {
             let mut x = locate(FaultKind::Source, format!("source bytes unreadable: {e}"));
-            x.file = idx.str(rec.src_file).to_string();
+            x.file = rec.src_file.get(strings).to_string();
             self.region_faults.push(x);
         }
         if i >= self.pending_from {
-            self.pending.push(h);
+            self.pending.push((rec.role, rec.length, h));
         }
         // Experts: digests from the hashes just computed.
-        while let Some(e) = idx.experts.get(self.expert) {
+        loop {
+            let e = match self.expert_records.peek() {
+                None => break,
+                Some(Err(_)) => {
+                    if let Some(Err(e)) = self.expert_records.next() {
+                        self.read_error.get_or_insert(e.to_string());
+                    }
+                    break;
+                }
+                Some(Ok(e)) => e.clone(),
+            };
             let range = e.first_region as usize..(e.first_region + e.region_count) as usize;
             if range.end > i + 1 {
                 break;
             }
+            self.expert_records.next();
             self.experts += 1;
             let d = expert_digest(
-                idx.regions[range.clone()]
+                self.pending[range.start - self.pending_from..range.end - self.pending_from]
                     .iter()
-                    .zip(&self.pending[range.start - self.pending_from..])
-                    .map(|(r, h)| (r.role, r.length, h)),
+                    .map(|(role, len, h)| (*role, *len, h)),
             );
             if d.blake3 != e.blake3 || d.sha256 != e.sha256 {
                 let mut x = Fault::new(
@@ -252,32 +293,32 @@ impl<'a> Finished<'a> {
                 x.actual = Some(hex::encode(d.blake3));
                 self.expert_faults.push(x);
             }
-            self.expert += 1;
         }
         // Keep only the hashes the next expert needs.
-        let keep_from = idx
-            .experts
-            .get(self.expert)
-            .map_or(i + 1, |e| e.first_region as usize)
-            .max(self.pending_from);
+        let keep_from = match self.expert_records.peek() {
+            Some(Ok(e)) => e.first_region as usize,
+            _ => i + 1,
+        }
+        .max(self.pending_from);
         let drop = (keep_from - self.pending_from).min(self.pending.len());
         self.pending.drain(..drop);
         self.pending_from = keep_from;
     }
 }
 
-/// Scan `r`'s file. `label` names it in faults.
+/// Scan the file at `path`, whose index [`tarfa_format::reader::scan_index`] checked as `ix`.
+/// `label` names it in faults.
 pub fn scan_file(
-    r: &JnfReader,
+    path: &Path,
+    ix: &ScannedIndex,
     label: &str,
     sources: &mut Sources<'_>,
     direct: bool,
     on_bytes: &(dyn Fn(u64) + Sync),
 ) -> FileScan {
     let mut out = FileScan::default();
-    let idx = r.index();
-    let f = &idx.footer;
-    let (file, used_direct) = match open_direct(r.path(), direct) {
+    let f = &ix.footer;
+    let (file, used_direct) = match open_direct(path, direct) {
         Ok(x) => x,
         Err(e) => {
             out.faults
@@ -287,17 +328,43 @@ pub fn scan_file(
     };
     out.direct = used_direct;
 
+    // The region and expert records, read again from the index as the scan needs them: by the
+    // spans, and by the regions' and experts' checks.
+    let streams = RegionRecords::open(path, f).and_then(|a| {
+        let b = RegionRecords::open(path, f)?;
+        Ok((a, b, ExpertRecords::open(path, f)?))
+    });
+    let (span_records, records, experts) = match streams {
+        Ok(x) => x,
+        Err(e) => {
+            out.faults
+                .push(Fault::new(FaultKind::ReadError, label, e.to_string()));
+            return out;
+        }
+    };
+    let span_error: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
     // The file's spans in order; each byte belongs to exactly one. Made as the scan reaches
     // them, not listed up front (a file may have millions of regions).
     let index_end = f.index_offset + f.index_len;
+    let region_count = f.region_count as usize;
     let mut spans = std::iter::once((0, 4096, Span::Header))
-        .chain(idx.regions.iter().enumerate().flat_map(|(i, rec)| {
-            let pad_end = align_up(rec.end()).unwrap_or(rec.end());
-            [
-                (rec.offset, rec.end(), Span::Region(i)),
-                (rec.end(), pad_end, Span::Padding(i)),
-            ]
-        }))
+        .chain(
+            span_records
+                .map_while(|r| {
+                    r.map_err(|e| {
+                        *span_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.to_string())
+                    })
+                    .ok()
+                })
+                .enumerate()
+                .flat_map(|(i, rec)| {
+                    let pad_end = align_up(rec.end()).unwrap_or(rec.end());
+                    [
+                        (rec.offset, rec.end(), Span::Region(i)),
+                        (rec.end(), pad_end, Span::Padding(i)),
+                    ]
+                }),
+        )
         .chain([
             (f.index_offset, index_end, Span::Index),
             (
@@ -312,11 +379,11 @@ pub fn scan_file(
 
     // One region is hashed at a time; each is finished (checked, its expert's digest computed
     // once the expert's last region is done) as the scan passes it.
-    let mut done = Finished::new(r, label);
+    let mut done = Finished::new(&ix.strings, label, records, experts);
     let mut header = Vec::with_capacity(4096);
     let mut footer = Vec::with_capacity(FOOTER_LEN);
     let mut index_hasher = DualHasher::new();
-    let mut padding_fault_in: Vec<bool> = vec![false; idx.regions.len() + 1];
+    let mut padding_fault_in: Vec<bool> = vec![false; region_count + 1];
     let mut src_buf = Vec::new();
 
     let mut cur = AlignedBuf::new(CHUNK);
@@ -355,7 +422,7 @@ pub fn scan_file(
                         Span::Padding(_) | Span::IndexPadding => {
                             let slot = match kind {
                                 Span::Padding(i) => i,
-                                _ => idx.regions.len(),
+                                _ => region_count,
                             };
                             if let Some(k) = bytes.iter().position(|&b| b != 0) {
                                 if !padding_fault_in[slot] {
@@ -374,38 +441,42 @@ pub fn scan_file(
                                     x.actual = Some(format!("{:#04x}", bytes[k]));
                                     x.expected = Some("0x00".into());
                                     if let Span::Padding(i) = kind {
-                                        x.tensor = Some(idx.name(i as u32).to_string());
+                                        x.tensor = done.name_of(i).map(str::to_string);
                                     }
                                     out.faults.push(x);
                                 }
                             }
                         }
                         Span::Region(i) => {
-                            let rec = &idx.regions[i];
-                            let st = done.state(i);
-                            st.hasher.update(bytes);
-                            let within = lo - rec.offset;
-                            let src_file = idx.str(rec.src_file);
-                            if !src_file.is_empty()
-                                && st.source_diff.is_none()
-                                && st.source_error.is_none()
-                            {
-                                if let Some(Ok(sf)) = sources.file(src_file) {
-                                    src_buf.resize(bytes.len(), 0);
-                                    match sf.read_exact_at(&mut src_buf, rec.src_begin + within) {
-                                        Ok(()) => {
-                                            out.source_bytes += bytes.len() as u64;
-                                            if let Some(k) =
-                                                bytes.iter().zip(&src_buf).position(|(a, b)| a != b)
-                                            {
-                                                st.source_diff = Some(within + k as u64);
+                            if let Some((rec, st)) = done.state(i) {
+                                st.hasher.update(bytes);
+                                let within = lo - rec.offset;
+                                let src_file = rec.src_file.get(&ix.strings);
+                                if !src_file.is_empty()
+                                    && st.source_diff.is_none()
+                                    && st.source_error.is_none()
+                                {
+                                    if let Some(Ok(sf)) = sources.file(src_file) {
+                                        src_buf.resize(bytes.len(), 0);
+                                        match sf.read_exact_at(&mut src_buf, rec.src_begin + within)
+                                        {
+                                            Ok(()) => {
+                                                out.source_bytes += bytes.len() as u64;
+                                                if let Some(k) = bytes
+                                                    .iter()
+                                                    .zip(&src_buf)
+                                                    .position(|(a, b)| a != b)
+                                                {
+                                                    st.source_diff = Some(within + k as u64);
+                                                }
                                             }
+                                            Err(e) => st.source_error = Some(e.to_string()),
                                         }
-                                        Err(e) => st.source_error = Some(e.to_string()),
+                                    } else if let Some(Err(e)) = sources.file(src_file) {
+                                        st.source_error = Some(format!(
+                                            "cannot open source file {src_file}: {e}"
+                                        ));
                                     }
-                                } else if let Some(Err(e)) = sources.file(src_file) {
-                                    st.source_error =
-                                        Some(format!("cannot open source file {src_file}: {e}"));
                                 }
                             }
                         }
@@ -439,7 +510,18 @@ pub fn scan_file(
         }
     }
 
-    done.finish_through(idx.regions.len());
+    done.finish_through(region_count);
+    let read_error = span_error
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .or(done.read_error.take());
+    if let Some(e) = read_error {
+        out.faults.push(Fault::new(
+            FaultKind::ReadError,
+            label,
+            format!("read the index records again: {e}"),
+        ));
+    }
     out.regions = done.regions;
     out.experts = done.experts;
     out.faults.append(&mut done.region_faults);
