@@ -276,6 +276,15 @@ pub enum ExpertFault {
     /// A GGUF expert stack whose expert slices break a GGUF rule.
     #[error("{0}")]
     GgufSlice(tarfa_gguf::Violation),
+    /// A GGUF expert stack whose expert `expert` is not expert 0's bytes moved by `expert`
+    /// strides (the plan holds a stack as one begin and one stride).
+    #[error("expert tensor '{tensor}': expert {expert}'s bytes are not expert 0's moved by {expert} strides")]
+    GgufStackStride {
+        /// The tensor.
+        tensor: String,
+        /// The first expert off the stride.
+        expert: u64,
+    },
     /// Two GGUF expert stacks of one layer with different expert counts.
     #[error("'{tensor}' stacks {} experts but '{first}' stacks {first_count}", count.map_or_else(|| "no".to_string(), |c| c.to_string()))]
     StackCounts {

@@ -123,10 +123,10 @@ fn expert_stack(layer: u32, role: Role, t: &SourceTensor) -> Result<Stack, Conve
         if r.start != begin + e * len || r.end - r.start != len {
             return Err(ConvertError::BadExperts {
                 layer,
-                fault: ExpertFault::GgufSlice(tarfa_gguf::Violation::ExpertSlice {
+                fault: ExpertFault::GgufStackStride {
                     tensor: t.name.clone(),
-                    detail: format!("expert {e}'s bytes are not expert 0's moved by {e} strides"),
-                }),
+                    expert: e,
+                },
             });
         }
     }
