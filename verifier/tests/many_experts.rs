@@ -1,8 +1,10 @@
 //! A valid model of many zero-byte experts (issue 13, finding 8: 1M of them took 3.7 GB to
-//! convert and 5.4 GB to verify) is converted and verified in bounded memory: each run is a child process (this test binary,
-//! re-run) under `ulimit -v`, and reports its peak RSS. Before the fix, the 200,000 experts here
-//! peaked at 0.73 GB to convert (a plan item list per expert, the index held whole, two readers)
-//! and 1.08 GB to verify (a 2 KB hasher per region); after it, 0.07 GB and 0.18 GB.
+//! convert and 5.4 GB to verify) is converted and verified in bounded memory: each run is a child
+//! process (this test binary, re-run) under `ulimit -v`, and reports its peak RSS. Before the fix
+//! (this test run against main's crates), the 200,000 experts here peaked at 0.73 GB to convert (a
+//! plan item list per expert, the index held whole, two readers) and 1.08 GB to verify (every
+//! region record held, a 2 KB hasher per region), and both tests failed; after it, 0.07 GB and
+//! 0.06 GB.
 //!
 //! `scripts/gen-many-experts.py` writes the same model at any size, for BENCHMARKS.md.
 
