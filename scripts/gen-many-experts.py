@@ -19,6 +19,9 @@ import sys
 
 
 def main() -> None:
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        print(__doc__)
+        return
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     per_expert = "--per-expert" in sys.argv[1:]
     if len(args) != 2:
