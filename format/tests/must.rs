@@ -102,11 +102,40 @@ fn reseal(b: &mut [u8]) {
     b[p.footer_at + 128..p.footer_at + 160].copy_from_slice(&fh);
 }
 
+/// Open `b` with [`JnfReader::open`], and hold [`tarfa_format::reader::scan_index`] (the same
+/// checks in one pass that keeps no region record, a path of its own through the index check) to
+/// the same outcome: the same violation, or the same header, footer, root, strings and records.
 fn open_bytes(b: &[u8]) -> Result<JnfReader, Error> {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("bad.jnf");
     std::fs::write(&path, b).expect("write");
-    JnfReader::open(&path)
+    let opened = JnfReader::open(&path);
+    let mut seen = Vec::new();
+    let scanned = tarfa_format::reader::scan_index(&path, &mut |i, rec, _| {
+        seen.push((i, rec.clone()));
+    });
+    match (&opened, &scanned) {
+        (Ok(r), Ok(s)) => {
+            assert_eq!(
+                (r.header(), r.footer(), r.root()),
+                (&s.header, &s.footer, &s.root)
+            );
+            assert_eq!(r.index().strings, s.strings);
+            let want: Vec<_> = (0u32..).zip(r.regions().iter().cloned()).collect();
+            assert_eq!(want, seen, "scan_index visits every region record in order");
+        }
+        (Err(a), Err(b)) => assert_eq!(
+            a.violation(),
+            b.violation(),
+            "scan_index refuses as open does: {a} / {b}"
+        ),
+        (a, b) => panic!(
+            "open and scan_index disagree: {:?} / {:?}",
+            a.as_ref().err(),
+            b.as_ref().err()
+        ),
+    }
+    opened
 }
 
 fn violation_of(b: &[u8]) -> Violation {
@@ -464,6 +493,25 @@ fn rank_over_eight_is_refused() {
             ..
         }
     ));
+}
+
+#[test]
+fn a_duplicate_name_far_from_its_first_names_the_first() {
+    // Region 3 (e0.up) takes region 0's name: the first holder is found again by the reader and,
+    // reading back records, by scan_index.
+    let mut b = valid_file();
+    let (r0, r3) = (region_at(&b, 0), region_at(&b, 3));
+    let name0 = b[r0 + 100..r0 + 108].to_vec();
+    b[r3 + 100..r3 + 108].copy_from_slice(&name0);
+    reseal(&mut b);
+    assert_eq!(
+        violation_of(&b),
+        Violation::DuplicateName {
+            name: "norm".into(),
+            first: 0,
+            second: 3
+        }
+    );
 }
 
 #[test]
