@@ -51,6 +51,10 @@ void emu_tdown(G, const TarfaMoe* m, const int* ids, int k, const float* h, floa
     TarfaMoe mm = *m;
     RUN(tarfa_e_tmoe_down(mm, ids, k, h, y, nr));
 }
+void emu_combine_norm(G, const float* y, const float* wts, int k, int n, float* x,
+                      const unsigned char* w, int wdtype, float eps, float* out) {
+    RUN(tarfa_e_combine_norm(y, wts, k, n, x, w, wdtype, eps, out));
+}
 void emu_combine(G, const float* y, const float* wts, int k, int hidden, float* x) {
     RUN(tarfa_e_moe_combine(y, wts, k, hidden, x));
 }

@@ -209,6 +209,20 @@ extern "C" {
         y: *mut f32,
         nr: i32,
     );
+    fn emu_combine_norm(
+        g: u32,
+        b: u32,
+        s: u32,
+        y: *const f32,
+        w: *const f32,
+        k: i32,
+        n: i32,
+        x: *mut f32,
+        nw: *const u8,
+        ndt: i32,
+        eps: f32,
+        out: *mut f32,
+    );
     fn emu_combine(
         g: u32,
         b: u32,
@@ -323,6 +337,34 @@ fn matvec_launch(products: &[Product], tile: Option<usize>) -> Vec<Vec<f32>> {
     };
     drop(keep);
     outs.iter().map(|y| y.floats()).collect()
+}
+
+/// `tarfa_e_combine_norm`: `x += Σ_s y[s] · wts[s]` (slot order), then `w · RMSNorm(x)`;
+/// returns the new x and the normed output. `y` holds `wts.len()` rows of `x.len()` floats.
+pub fn combine_norm(y: &[f32], wts: &[f32], x: &[f32], w: &W, eps: f32) -> (Vec<f32>, Vec<f32>) {
+    let n = x.len();
+    assert_eq!(y.len(), wts.len() * n);
+    assert_eq!(w.elems(), n);
+    let (ya, wa, xa, nw) = (fl(y), fl(wts), fl(x), w.aligned());
+    let out = fl(&vec![0.0; n]);
+    // SAFETY: y holds k × n floats, wts k, x and out n, w n elements.
+    unsafe {
+        emu_combine_norm(
+            1,
+            BLOCK,
+            0,
+            ya.ptr() as _,
+            wa.ptr() as _,
+            wts.len() as i32,
+            n as i32,
+            xa.ptr() as *mut f32,
+            nw.ptr(),
+            w.dt as i32,
+            eps,
+            out.ptr() as *mut f32,
+        )
+    };
+    (xa.floats(), out.floats())
 }
 
 /// `tarfa_e_rms_norm`: `w · (x · rsqrt(mean(x²) + eps))`.
@@ -904,6 +946,23 @@ impl EngineDevice for EmuDevice {
                     } else {
                         emu_tdown(g, b, s, m, ids, slots, i, o, t);
                     }
+                }
+                Kernel::CombineNorm => {
+                    count(9)?;
+                    emu_combine_norm(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        n(2)?,
+                        n(3)?,
+                        p(4)? as _,
+                        p(5)? as _,
+                        n(6)?,
+                        f(7)?,
+                        p(8)? as _,
+                    );
                 }
                 Kernel::Combine => {
                     count(5)?;

@@ -362,6 +362,34 @@ fn moe_case(
     }
 }
 
+/// The combine fused with the next layer's input norm gives the CPU's new residual (slot-order
+/// combine of MoeOutputs, then the add) and its RMSNorm (canon::rms_norm), for hidden sizes
+/// within and past the kernel's shared copy of x and past its four elements per thread.
+#[test]
+fn combine_then_norm_in_one_launch_is_the_cpus() {
+    let mut r = Rng(29);
+    for &(n, k) in &[(32usize, 2usize), (100, 8), (2048, 8), (4099, 3), (64, 10)] {
+        for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+            let ys: Vec<Vec<f32>> = (0..k).map(|_| r.vec(n, 2.0)).collect();
+            let wts = r.vec(k, 1.0);
+            let x = r.vec(n, 3.0);
+            let (w, wv) = weights(&mut r, n, dt, 1.0);
+            let route: Vec<(u32, f32)> = (0..k as u32).zip(wts.iter().copied()).collect();
+            let mut outs = MoeOutputs::new(std::slice::from_ref(&route));
+            for (s, y) in ys.iter().enumerate() {
+                outs.put(0, s, y, wts[s]);
+            }
+            let mut want_x = vec![x.clone()];
+            blocks::add_into(&mut want_x, &outs.combine());
+            let mut want = vec![0.0f32; n];
+            canon::rms_norm(&want_x[0], |i| wv[i], 1e-6, &mut want);
+            let (got_x, got) = emu::combine_norm(&ys.concat(), &wts, &x, &w, 1e-6);
+            assert_eq!(bits(&got_x), bits(&want_x[0]), "x: n {n} k {k} {dt:?}");
+            assert_eq!(bits(&got), bits(&want), "norm: n {n} k {k} {dt:?}");
+        }
+    }
+}
+
 const MOE_TYPES: [(emu::Dt, emu::Dt); 3] = [
     (emu::Dt::Bf16, emu::Dt::Bf16),
     (emu::Dt::F32, emu::Dt::Bf16),

@@ -828,14 +828,11 @@ extern "C" __global__ void tarfa_e_moe_down(TarfaMoe m, const int* ids, int k, c
     if (live && sub == 0) y[(long long)slot * m.hidden + r] = v;
 }
 
-// x += Σ_s y[s] · w[s], the products rounded, added in slot order from slot 0 (MoeOutputs), then
-// the sum added to the residual.
-extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts, int k, int hidden,
-                                               float* x) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= hidden) return;
-    // Eight slots' products loaded together, then added in slot order (the loads were each a
-    // round trip in turn).
+// x[i] += Σ_s y[s][i] · w[s], the products rounded, added in slot order from slot 0
+// (MoeOutputs), then the sum added to the residual; returns the new x[i]. Eight slots' products
+// are loaded together, then added in order (the loads were each a round trip in turn).
+__device__ __forceinline__ float tarfa_combine_at(const float* y, const float* wts, int k,
+                                                  int hidden, float* x, int i) {
     float acc = 0.0f;
     for (int s0 = 0; s0 < k; s0 += 8) {
         float p[8];
@@ -846,7 +843,57 @@ extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts,
         for (int j = 0; j < 8; ++j)
             if (s0 + j < k) acc = s0 + j == 0 ? p[j] : __fadd_rn(acc, p[j]);
     }
-    x[i] = __fadd_rn(x[i], acc);
+    float v = __fadd_rn(x[i], acc);
+    x[i] = v;
+    return v;
+}
+
+// The experts' combine into the residual x (tarfa_combine_at, a thread per element).
+extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts, int k, int hidden,
+                                               float* x) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < hidden) tarfa_combine_at(y, wts, k, hidden, x, i);
+}
+
+// The combine, then the next layer's input RMSNorm of the new x (tarfa_e_rms_norm's operations)
+// into `out`, in one block: one launch instead of two.
+extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts, int k, int n,
+                                                float* x, const unsigned char* w, int wdtype,
+                                                float eps, float* out) {
+    __shared__ float scale;
+    __shared__ float xs[TARFA_RMS_STAGE];
+    bool staged = n <= TARFA_RMS_STAGE;
+    float wv[TARFA_RMS_AHEAD], xv[TARFA_RMS_AHEAD];
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) {
+            wv[j] = tarfa_weight(w, wdtype, i);
+            xv[j] = tarfa_combine_at(y, wts, k, n, x, i);
+            if (staged) xs[i] = xv[j];
+        }
+    }
+    int rest = TARFA_RMS_AHEAD * blockDim.x;
+    for (int i = threadIdx.x + rest; i < n; i += blockDim.x) {
+        float v = tarfa_combine_at(y, wts, k, n, x, i);
+        if (staged) xs[i] = v;
+    }
+    // The block's stores to x are visible to the block after the barrier.
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float r = tarfa_rms_scale(staged ? xs : x, n, eps, threadIdx.x);
+        if (threadIdx.x == 0) scale = r;
+    }
+    __syncthreads();
+    float r = scale;
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) out[i] = __fmul_rn(wv[j], __fmul_rn(xv[j], r));
+    }
+    for (int i = threadIdx.x + rest; i < n; i += blockDim.x) {
+        out[i] = __fmul_rn(tarfa_weight(w, wdtype, i), __fmul_rn(x[i], r));
+    }
 }
 
 // ================================================================================================
