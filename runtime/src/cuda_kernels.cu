@@ -903,11 +903,10 @@ extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts
 // 2,048 rows of 8 KiB; the router: 128), and a thread waits for each batch before it multiplies.
 // Here every thread of a block copies a block's rows (up to TARFA_TILE_MAX_ROWS) into a ring of
 // shared-memory stages with asynchronous copies (cp.async, sm_80 and later), several stages in
-// flight, while the block's warps run the canonical dot of their rows on the stages already
-// landed. Which thread loads a weight changes no bit: lane l of a row's warp takes the row's
-// elements l, l + 32, ... in increasing order, one fused multiply-add each, then the fixed fold,
-// exactly as tarfa_warp_dot (and canon::dot) does (rows of whole 32-element chunks, which the
-// host checks).
+// flight, while the rows' quads run their canonical accumulation on the stages already landed.
+// Which thread loads a weight changes no bit: each quad still takes its row's elements in
+// increasing k, eight logical lanes per thread, one fused multiply-add each, exactly as
+// tarfa_quad_acc does (for rows of whole 32-element chunks, which the host checks).
 // ================================================================================================
 
 #define TARFA_TILE_THREADS 128
@@ -996,39 +995,29 @@ __device__ __forceinline__ void tarfa_tile_issue(const TarfaTilePieces& t, int w
     }
 }
 
-// Rows of a tile per warp at most (TARFA_TILE_MAX_ROWS over the block's four warps).
-#define TARFA_TILE_ROWS_PER_WARP (TARFA_TILE_MAX_ROWS / (TARFA_TILE_THREADS / 32))
-
-// The tile's rows a warp accumulates: rows [warp·rpw, warp·rpw + rpw) ∩ [0, n), rpw = ⌈n / 4⌉,
-// made even when `pairs` (so that rows 2p and 2p + 1 share a warp).
-__device__ __forceinline__ int tarfa_tile_rpw(int n, bool pairs) {
-    int rpw = (n + TARFA_TILE_THREADS / 32 - 1) / (TARFA_TILE_THREADS / 32);
-    return pairs ? (rpw + 1) & ~1 : rpw;
-}
-
-// The canonical dots (canon::dot: lane l takes elements l, l + 32, ... in increasing order, one
-// fused multiply-add each from +0, then the fold) of the tile's rows with x (cols floats, a
-// multiple of 32, 16-byte aligned, the same for the whole block), a warp per row as
-// tarfa_warp_dot does, each warp its rows (tarfa_tile_rpw) interleaved. acc[r]: the warp's row
-// warp·rpw + r, folded (in lane 0), zero past n. Every thread of the block must call it (it
-// copies and waits with them). rowp: the tile's n row addresses (16-byte aligned), in shared
-// memory; ring: the stages. A stage holds x's columns as well as the weights', so every read of
-// the dots is from shared memory; a warp per row (not a quad) keeps each thread's chain of
-// instructions short (a quad's thread did eight lanes' work).
+// The canonical accumulation (tarfa_quad_acc's, for cols a multiple of 32) of the rows
+// quad·R .. quad·R + R − 1 of the tile with x (cols floats, 16-byte aligned, the same for the
+// whole block), for quads < `quads`; other threads get zeros. Every thread of the block must call
+// it (it copies and waits with them). rowp: the tile's n row addresses (16-byte aligned), in
+// shared memory; ring: the stages. A stage holds x's columns as well as the weights': a quad's
+// reads are all from shared memory (x read from global memory at each chunk left every chunk
+// waiting for an L2 round trip).
+template <int R>
 __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols, int dtype,
-                               const float* x, unsigned char* ring, int rpw,
-                               float* acc) {
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+                               const float* x, unsigned char* ring, int quad, int quads, int sub,
+                               float (*acc)[8]) {
 #pragma unroll
-    for (int r = 0; r < TARFA_TILE_ROWS_PER_WARP; ++r) acc[r] = 0.0f;
-    int first = warp * rpw;
-    int mine = n - first < rpw ? n - first : rpw;  // may be ≤ 0
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int j = 0; j < 8; ++j) acc[r][j] = 0.0f;
     int esz = dtype == TARFA_BF16 ? 2 : 4;
-    // Columns per stage: whole chunks of x and of each row, each row padded by 16 bytes.
+    // Columns per stage: whole chunks of x and of each row, each row padded by 16 bytes (so that
+    // the quads of a warp, reading the same columns of different rows, meet different banks).
     int w = TARFA_TILE_STAGE_BYTES / (4 + n * esz) / 32 * 32;
     if (w > cols) w = cols;
     int pitch = w * esz + 16;
     int stages = (cols + w - 1) / w;
+    bool mine = quad < quads;
     TarfaTilePieces pieces;
     tarfa_tile_pieces(rowp, n, x, esz, w, pitch, &pieces);
 #pragma unroll
@@ -1050,35 +1039,34 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
             tarfa_tile_issue(pieces, ws, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT);
         }
         tarfa_cp_commit();
-        const unsigned char* slot = ring + (s % TARFA_TILE_STAGES) * TARFA_TILE_SLOT;
-        const float* xs = (const float*)slot;
-        const unsigned char* rows = slot + w * 4 + first * pitch;
-        int ws = cols - s * w < w ? cols - s * w : w;
-        if (dtype == TARFA_BF16) {
-            for (int c = lane; c < ws; c += 32) {
-                float xv = xs[c];
+        if (mine) {
+            const unsigned char* slot = ring + (s % TARFA_TILE_STAGES) * TARFA_TILE_SLOT;
+            const float* xs = (const float*)slot;
+            const unsigned char* rows = slot + w * 4 + quad * R * pitch;
+            int ws = cols - s * w < w ? cols - s * w : w;
+#pragma unroll 2
+            for (int c = 0; c < ws; c += 32) {
+                float xv[8];
+                tarfa_x8(xs, c + sub * 8, 1, xv);
 #pragma unroll
-                for (int r = 0; r < TARFA_TILE_ROWS_PER_WARP; ++r)
-                    if (r < mine) {
-                        unsigned int b = ((const unsigned short*)(rows + r * pitch))[c];
-                        acc[r] = __fmaf_rn(__int_as_float(b << 16), xv, acc[r]);
+                for (int r = 0; r < R; ++r) {
+                    const unsigned char* p = rows + r * pitch + (c + sub * 8) * esz;
+                    float wv[8];
+                    if (dtype == TARFA_BF16) {
+                        tarfa_unpack_bf16x8(*(const uint4*)p, wv);
+                    } else {
+                        float4 lo = ((const float4*)p)[0], hi = ((const float4*)p)[1];
+                        wv[0] = lo.x; wv[1] = lo.y; wv[2] = lo.z; wv[3] = lo.w;
+                        wv[4] = hi.x; wv[5] = hi.y; wv[6] = hi.z; wv[7] = hi.w;
                     }
-            }
-        } else {
-            for (int c = lane; c < ws; c += 32) {
-                float xv = xs[c];
-#pragma unroll
-                for (int r = 0; r < TARFA_TILE_ROWS_PER_WARP; ++r)
-                    if (r < mine) acc[r] = __fmaf_rn(((const float*)(rows + r * pitch))[c], xv, acc[r]);
+                    tarfa_fma8(wv, xv, acc[r]);
+                }
             }
         }
     }
-#pragma unroll
-    for (int r = 0; r < TARFA_TILE_ROWS_PER_WARP; ++r)
-        if (r < mine) acc[r] = tarfa_warp_fold(acc[r]);
 }
 
-// tarfa_e_matvec's products, tiled: `nr` rows per block (≤ TARFA_TILE_MAX_ROWS).
+// tarfa_e_matvec's products, tiled: `nr` rows per block (≤ TARFA_TILE_MAX_ROWS), a quad each.
 // Every job has the same cols (a multiple of 32), dtype and x (job 0's), and is `vec`.
 extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr) {
     TARFA_DYNAMIC_SHARED(float, tile);
@@ -1095,27 +1083,20 @@ extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr) {
         rowp[threadIdx.x] = j.w + (long long)r * cols * esz;
     }
     __syncthreads();
-    int rpw = tarfa_tile_rpw(n, false);
-    float acc[TARFA_TILE_ROWS_PER_WARP];
-    tarfa_tile_acc(rowp, n, cols, dtype, jobs.job[0].x, ring, rpw, acc);
-    if (threadIdx.x % 32 == 0) {
-        int base = (threadIdx.x / 32) * rpw;
-#pragma unroll
-        for (int i = 0; i < TARFA_TILE_ROWS_PER_WARP; ++i) {
-            if (i < rpw && base + i < n) {
-                int r;
-                TarfaMatJob j = tarfa_job_of(jobs, first + base + i, &r);
-                float v = acc[i];
-                if (j.bias) v = __fadd_rn(v, tarfa_weight(j.bias, j.bias_dtype, r));
-                j.y[r] = j.accumulate ? __fadd_rn(j.y[r], v) : v;
-            }
-        }
+    int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
+    float acc[1][8];
+    tarfa_tile_acc<1>(rowp, n, cols, dtype, jobs.job[0].x, ring, quad, n, sub, acc);
+    float v = tarfa_quad_fold(acc[0]);
+    if (quad < n && sub == 0) {
+        int r;
+        TarfaMatJob j = tarfa_job_of(jobs, first + quad, &r);
+        if (j.bias) v = __fadd_rn(v, tarfa_weight(j.bias, j.bias_dtype, r));
+        j.y[r] = j.accumulate ? __fadd_rn(j.y[r], v) : v;
     }
 }
 
 // tarfa_e_moe_gate_up, tiled: `np` (slot, row) pairs per block (2·np ≤ TARFA_TILE_MAX_ROWS), the
-// gate row and the up row of each in the tile (a pair's two rows in one warp). hidden a multiple
-// of 32.
+// gate row and the up row of each in the tile, one quad per pair. hidden a multiple of 32.
 extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
                                                 float* h, int np) {
     TARFA_DYNAMIC_SHARED(float, tile);
@@ -1133,19 +1114,16 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int 
         rowp[threadIdx.x] = (const unsigned char*)table[e] + (long long)(q % m.inter) * m.hidden * esz;
     }
     __syncthreads();
-    int rpw = tarfa_tile_rpw(2 * n, true);
-    float acc[TARFA_TILE_ROWS_PER_WARP];
-    tarfa_tile_acc(rowp, 2 * n, m.hidden, m.dtype_gu, x, ring, rpw, acc);
-    if (threadIdx.x % 32 == 0) {
-        int base = (threadIdx.x / 32) * rpw;  // even: the warp's rows are whole (gate, up) pairs
-#pragma unroll
-        for (int i = 0; i < TARFA_TILE_ROWS_PER_WARP; i += 2) {
-            if (i < rpw && base + i < 2 * n) h[first + (base + i) / 2] = tarfa_silu_mul(acc[i], acc[i + 1]);
-        }
-    }
+    int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
+    float acc[2][8];
+    tarfa_tile_acc<2>(rowp, 2 * n, m.hidden, m.dtype_gu, x, ring, quad, n, sub, acc);
+    float g = tarfa_quad_fold(acc[0]);
+    float u = tarfa_quad_fold(acc[1]);
+    if (quad < n && sub == 0) h[first + quad] = tarfa_silu_mul(g, u);
 }
 
-// tarfa_e_moe_down, tiled: `nr` of the k·hidden rows per block, each row with its slot's h. inter a multiple of 32, and nr divides hidden (a block's rows are of one slot).
+// tarfa_e_moe_down, tiled: `nr` of the k·hidden rows per block, a quad each, each row with its
+// slot's h. inter a multiple of 32, and nr divides hidden (a block's rows are of one slot).
 extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, const float* h,
                                              float* y, int nr) {
     TARFA_DYNAMIC_SHARED(float, tile);
@@ -1162,14 +1140,10 @@ extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, 
         rowp[threadIdx.x] = (const unsigned char*)m.down[e] + (long long)(q % m.hidden) * m.inter * esz;
     }
     __syncthreads();
-    int rpw = tarfa_tile_rpw(n, false);
-    float acc[TARFA_TILE_ROWS_PER_WARP];
-    tarfa_tile_acc(rowp, n, m.inter, m.dtype_d, h + (long long)(first / m.hidden) * m.inter, ring, rpw,
-                   acc);
-    if (threadIdx.x % 32 == 0) {
-        int base = (threadIdx.x / 32) * rpw;
-#pragma unroll
-        for (int i = 0; i < TARFA_TILE_ROWS_PER_WARP; ++i)
-            if (i < rpw && base + i < n) y[first + base + i] = acc[i];
-    }
+    int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
+    float acc[1][8];
+    tarfa_tile_acc<1>(rowp, n, m.inter, m.dtype_d, h + (long long)(first / m.hidden) * m.inter, ring,
+                      quad, n, sub, acc);
+    float v = tarfa_quad_fold(acc[0]);
+    if (quad < n && sub == 0) y[first + quad] = v;
 }
