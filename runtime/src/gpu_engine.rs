@@ -16,6 +16,12 @@
 //! The token and its position are read by the kernels from a small device buffer, so one
 //! sequence of launches serves every step (what makes a graph of it replayable).
 //!
+//! Products of whole 32-element chunks take the tiled kernels (`tarfa_e_tmatvec`,
+//! `tarfa_e_tmoe_gate_up`, `tarfa_e_tmoe_down`; [`Engine::set_tiled`]): a block streams up to 32
+//! rows and x's columns through shared-memory stages, as many rows per block as still gives
+//! every multiprocessor a block ([`EngineDevice::multiprocessors`]). Geometry only: the same
+//! operations in the same order, so the same bits, for any rows per block.
+//!
 //! Safety: every buffer a kernel touches is owned here, allocated with the sizes the shapes
 //! (checked in [`Engine::new`] and [`Engine::put_expert`]) say the kernels index; the launches
 //! pass the addresses of those buffers, which live as long as the engine; the device orders the
