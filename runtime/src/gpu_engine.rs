@@ -17,7 +17,7 @@
 //! sequence of launches serves every step (what makes a graph of it replayable).
 //!
 //! Products of whole 32-element chunks take the tiled kernels (`tarfa_e_tmatvec`,
-//! `tarfa_e_tmoe_gate_up`, `tarfa_e_tmoe_down`; [`Engine::set_tiled`]): a block streams up to 32
+//! `tarfa_e_tmoe_gate_up`, `tarfa_e_tmoe_down`): a block streams up to 32
 //! rows and x's columns through shared-memory stages, as many rows per block as still gives
 //! every multiprocessor a block ([`EngineDevice::multiprocessors`]). Geometry only: the same
 //! operations in the same order, so the same bits, for any rows per block.
@@ -465,9 +465,6 @@ pub struct Engine<D: EngineDevice> {
     /// Captured steps (without, with the logits) and the cache size they were captured at.
     graphs: Option<(D::Graph, D::Graph, usize)>,
     use_graphs: bool,
-    /// Products of whole 32-element chunks by the tiled kernels (rows streamed through shared
-    /// memory); else every product by the quad kernels.
-    tiled: bool,
     finished: bool,
     report: EngineReport,
 }
@@ -705,7 +702,6 @@ impl<D: EngineDevice> Engine<D> {
             a,
             graphs: None,
             use_graphs: true,
-            tiled: true,
             finished: false,
             report,
             dev,
@@ -761,14 +757,6 @@ impl<D: EngineDevice> Engine<D> {
     /// launch its kernels one by one. The same kernels with the same arguments either way.
     pub fn set_graphs(&mut self, on: bool) {
         self.use_graphs = on;
-        self.graphs = None;
-    }
-
-    /// Compute the products whose rows are whole 32-element chunks with the tiled kernels (the
-    /// default) or all with the quad kernels. Which thread loads a weight is all that differs: the
-    /// same operations in the same order, so the same bits.
-    pub fn set_tiled(&mut self, on: bool) {
-        self.tiled = on;
         self.graphs = None;
     }
 
@@ -922,15 +910,13 @@ impl<D: EngineDevice> Engine<D> {
         m.row_start[jobs.len()] = rows;
         m.n = jobs.len() as i32;
         let first = jobs[0];
-        if self.tiled
-            && jobs.iter().all(|j| {
-                j.vec == 1
-                    && j.cols % 32 == 0
-                    && j.cols == first.cols
-                    && j.dtype == first.dtype
-                    && j.x == first.x
-            })
-        {
+        if jobs.iter().all(|j| {
+            j.vec == 1
+                && j.cols % 32 == 0
+                && j.cols == first.cols
+                && j.dtype == first.dtype
+                && j.x == first.x
+        }) {
             let nr = tile_rows(rows as usize, TILE_MAX_ROWS, self.dev.multiprocessors());
             // SAFETY: as below, and every job has job 0's cols (a multiple of 32), dtype and x,
             // with 16-byte aligned rows (`vec`); the block has the tile's shared memory.
@@ -1181,7 +1167,7 @@ impl<D: EngineDevice> Engine<D> {
         // an expert buffer of gate/up `inter × hidden` and down `hidden × inter` elements; xn
         // holds hidden floats, h `k × inter` (k ≤ top_k, inter ≤ the largest width, allocated in
         // `finish`) and y `k × hidden`; `vec` only for widths that are multiples of 8.
-        if self.tiled && t.inter % 32 == 0 && s.hidden % 32 == 0 {
+        if t.inter % 32 == 0 && s.hidden % 32 == 0 {
             let sms = self.dev.multiprocessors();
             let np = tile_rows(k * t.inter, TILE_MAX_ROWS / 2, sms);
             // A power of two ≤ 32 dividing hidden: a down block's rows are of one slot.
