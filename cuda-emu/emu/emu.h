@@ -9,6 +9,7 @@
 #include <barrier>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -56,6 +57,7 @@ inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
+inline void __trap() { std::abort(); }
 using std::fmaxf;
 using std::fminf;
 using std::isnan;
@@ -106,7 +108,17 @@ struct TarfaEmuCopy {
 };
 inline thread_local std::vector<TarfaEmuCopy> tarfa_emu_copies;
 inline thread_local unsigned long long tarfa_emu_group = 0;
+// At issue the destination is filled with NaNs (the GPU gives no guarantee what a slot holds
+// while its copy is in flight), so a kernel that reuses a slot still being read reads NaNs here.
+// Both addresses must be 16-byte aligned, the destination inside the block's shared memory.
 inline void tarfa_cp_async16(void* dst, const void* src) {
+    const std::vector<unsigned char>& sh = tarfa_emu_block->shared;
+    unsigned char* d = (unsigned char*)dst;
+    if ((uintptr_t)dst % 16 != 0 || (uintptr_t)src % 16 != 0 || d < sh.data() ||
+        d + 16 > sh.data() + sh.size() - 16) {
+        std::abort();
+    }
+    std::memset(dst, 0xff, 16);
     tarfa_emu_copies.push_back({dst, src, tarfa_emu_group});
 }
 inline void tarfa_cp_commit() { ++tarfa_emu_group; }
@@ -198,6 +210,7 @@ inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int
         blk.block = std::make_unique<std::barrier<>>(block);
         for (unsigned int w = 0; w < block / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));
         blk.exchange.assign(block, 0);
+        if (shared > 48 * 1024) std::abort();  // a block's dynamic shared memory without opting in
         blk.shared.assign(shared + 16, 0);
         pool->run_block(b, block, &blk, body);
     }

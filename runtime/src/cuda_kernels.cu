@@ -1010,6 +1010,8 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[r][j] = 0.0f;
+    // Each thread's share of a stage's copies (TARFA_TILE_PIECES) assumes the block's size.
+    if (blockDim.x != TARFA_TILE_THREADS) __trap();
     int esz = dtype == TARFA_BF16 ? 2 : 4;
     // Columns per stage: whole chunks of x and of each row, each row padded by 16 bytes (so that
     // the quads of a warp, reading the same columns of different rows, meet different banks).
@@ -1102,12 +1104,12 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int 
     TARFA_DYNAMIC_SHARED(float, tile);
     const unsigned char** rowp = (const unsigned char**)tile;
     unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
-    int total = k * m.inter;
-    int first = blockIdx.x * np;
-    int n = total - first < np ? total - first : np;
+    long long total = (long long)k * m.inter;
+    long long first = (long long)blockIdx.x * np;
+    int n = total - first < np ? (int)(total - first) : np;
     long long esz = m.dtype_gu == TARFA_BF16 ? 2 : 4;
     if ((int)threadIdx.x < 2 * n) {
-        int q = first + threadIdx.x / 2;
+        long long q = first + threadIdx.x / 2;
         int e = ids[q / m.inter];
         if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
         const unsigned long long* table = (threadIdx.x & 1) ? m.up : m.gate;
@@ -1129,12 +1131,12 @@ extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, 
     TARFA_DYNAMIC_SHARED(float, tile);
     const unsigned char** rowp = (const unsigned char**)tile;
     unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
-    int total = k * m.hidden;
-    int first = blockIdx.x * nr;
-    int n = total - first < nr ? total - first : nr;
+    long long total = (long long)k * m.hidden;
+    long long first = (long long)blockIdx.x * nr;
+    int n = total - first < nr ? (int)(total - first) : nr;
     long long esz = m.dtype_d == TARFA_BF16 ? 2 : 4;
     if ((int)threadIdx.x < n) {
-        int q = first + threadIdx.x;
+        long long q = first + threadIdx.x;
         int e = ids[q / m.hidden];
         if (e < 0 || e >= m.n_experts) e = 0;
         rowp[threadIdx.x] = (const unsigned char*)m.down[e] + (long long)(q % m.hidden) * m.inter * esz;

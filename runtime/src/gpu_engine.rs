@@ -506,8 +506,9 @@ const TILE_MAX_ROWS: usize = 32;
 /// stages of 8 KiB of weights and 16 bytes of padding per row.
 pub const TILE_SHARED: u32 = (TILE_MAX_ROWS * 8 + 4 * (8192 + TILE_MAX_ROWS * 16)) as u32;
 /// Blocks per multiprocessor a tiled launch aims at (each keeps up to three 8 KiB stages in
-/// flight). Measured on the H200 (12.7 GB model): 1 → 807.7 tokens/s, 2 → 773.6, 4 → 688.6:
-/// more rows per block (wider tiles of fewer blocks) beat more blocks.
+/// flight). Measured on the H200 (12.7 GB model), each pair in one session: 1 → 807.7 tokens/s
+/// against 773.6 at 2; 4 → 688.6 against 785.1 at 2 — more rows per block (wider tiles of fewer
+/// blocks) beat more blocks.
 const TILE_BLOCKS_PER_SM: usize = 1;
 
 /// Rows (at most `max`, a power of two) per block of a tiled launch over `count` rows: the most
@@ -519,6 +520,60 @@ fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
         nr /= 2;
     }
     nr
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows per tiled block: a power of two within the kernel's limit (so it divides a hidden size
+    /// of whole 32-element chunks: a down block's rows are of one slot), the most that still
+    /// gives every multiprocessor a block, and one when the rows are fewer than the
+    /// multiprocessors.
+    #[test]
+    fn tile_rows_are_a_power_of_two_giving_each_multiprocessor_a_block() {
+        for sms in [1usize, 4, 132] {
+            for count in [1usize, 7, 128, 2048, 5120, 6144, 16384, 151_936] {
+                for max in [TILE_MAX_ROWS / 2, TILE_MAX_ROWS] {
+                    let nr = tile_rows(count, max, sms);
+                    assert!(
+                        nr.is_power_of_two() && nr <= max,
+                        "{count} {max} {sms}: {nr}"
+                    );
+                    assert_eq!(2048 % nr, 0);
+                    let target = sms * TILE_BLOCKS_PER_SM;
+                    if nr > 1 {
+                        assert!(count.div_ceil(nr) >= target, "{count} {max} {sms}: {nr}");
+                    }
+                    if nr < max {
+                        assert!(count.div_ceil(nr * 2) < target, "{count} {max} {sms}: {nr}");
+                    }
+                }
+            }
+        }
+        assert_eq!(tile_rows(2048, TILE_MAX_ROWS, 132), 8); // o_proj of the 12.7 GB model
+        assert_eq!(tile_rows(128, TILE_MAX_ROWS, 132), 1); // its router
+    }
+
+    /// The shared memory a tiled launch asks for is what `cuda_kernels.cu` lays out (rows'
+    /// addresses, then the stages with their padding), within the 48 KiB a block may take.
+    #[test]
+    fn tile_shared_bytes_match_the_kernels_layout() {
+        let cu = include_str!("cuda_kernels.cu");
+        let def = |name: &str| -> usize {
+            let line = cu
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} not defined"));
+            line.split_whitespace().nth(2).unwrap().parse().unwrap()
+        };
+        assert_eq!(def("TARFA_TILE_THREADS"), TILE_THREADS as usize);
+        assert_eq!(def("TARFA_TILE_MAX_ROWS"), TILE_MAX_ROWS);
+        let slot = def("TARFA_TILE_STAGE_BYTES") + TILE_MAX_ROWS * 16;
+        let want = TILE_MAX_ROWS * 8 + def("TARFA_TILE_STAGES") * slot;
+        assert_eq!(TILE_SHARED as usize, want);
+        assert!(want <= SHARED_MAX);
+    }
 }
 
 /// The most floats of x a matrix-vector launch stages in shared memory (48 KiB).
@@ -1173,8 +1228,9 @@ impl<D: EngineDevice> Engine<D> {
             // A power of two ≤ 32 dividing hidden: a down block's rows are of one slot.
             let nr = tile_rows(k * s.hidden, TILE_MAX_ROWS, sms);
             let tile = |n: usize, per: usize| geo(n.div_ceil(per), TILE_THREADS, TILE_SHARED);
-            // SAFETY: as below; inter and hidden are whole chunks (every row 16-byte aligned),
-            // and each block has the tile's shared memory.
+            // SAFETY: as below; inter and hidden are whole chunks, so every row and each slot's
+            // h (h + slot·inter floats) are 16-byte aligned (expert matrices start 256-byte
+            // aligned, `put`), as cp.async needs; each block has the tile's shared memory.
             unsafe {
                 self.dev.launch(
                     Kernel::TiledGateUp,
