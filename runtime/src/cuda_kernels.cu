@@ -478,12 +478,15 @@ __device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
 // Elements per thread loaded before the scale is known.
 #define TARFA_RMS_AHEAD 4
 
-// out = w · (x · rsqrt(mean(x²) + eps)) (canon::rms_norm), one block: warp 0 finds the scale.
-// Every thread first loads its first TARFA_RMS_AHEAD weights and x values and copies x to shared
+// out = w · (x · rsqrt(mean(x²) + eps)) (canon::rms_norm) on one block, element i of x given by
+// xval(i) (called once per element; afterwards x[i] must hold it): warp 0 finds the scale. Every
+// thread first loads its first TARFA_RMS_AHEAD weights and values and copies them to shared
 // memory, so that the weights' loads (from HBM) overlap the scale's sum and the sum reads shared
 // memory (the loads were each a round trip in turn).
-extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char* w, int wdtype,
-                                            int n, float eps, float* out) {
+template <class XVal>
+__device__ __forceinline__ void tarfa_block_rms_norm(XVal xval, const float* x,
+                                                     const unsigned char* w, int wdtype, int n,
+                                                     float eps, float* out) {
     __shared__ float scale;
     __shared__ float xs[TARFA_RMS_STAGE];
     bool staged = n <= TARFA_RMS_STAGE;
@@ -493,13 +496,16 @@ extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char*
         int i = threadIdx.x + j * blockDim.x;
         if (i < n) {
             wv[j] = tarfa_weight(w, wdtype, i);
-            xv[j] = x[i];
+            xv[j] = xval(i);
             if (staged) xs[i] = xv[j];
         }
     }
     int rest = TARFA_RMS_AHEAD * blockDim.x;
-    if (staged)
-        for (int i = threadIdx.x + rest; i < n; i += blockDim.x) xs[i] = x[i];
+    for (int i = threadIdx.x + rest; i < n; i += blockDim.x) {
+        float v = xval(i);
+        if (staged) xs[i] = v;
+    }
+    // The block's stores to x (a combine's) are visible to the block after the barrier.
     __syncthreads();
     if (threadIdx.x < 32) {
         float r = tarfa_rms_scale(staged ? xs : x, n, eps, threadIdx.x);
@@ -515,6 +521,12 @@ extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char*
     for (int i = threadIdx.x + rest; i < n; i += blockDim.x) {
         out[i] = __fmul_rn(tarfa_weight(w, wdtype, i), __fmul_rn(x[i], r));
     }
+}
+
+// RMSNorm of x into out (tarfa_block_rms_norm), one block.
+extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char* w, int wdtype,
+                                            int n, float eps, float* out) {
+    tarfa_block_rms_norm([&](int i) { return x[i]; }, x, w, wdtype, n, eps, out);
 }
 
 // Elements per lane a head's warp loads ahead (heads up to 256 wide).
@@ -860,40 +872,8 @@ extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts,
 extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts, int k, int n,
                                                 float* x, const unsigned char* w, int wdtype,
                                                 float eps, float* out) {
-    __shared__ float scale;
-    __shared__ float xs[TARFA_RMS_STAGE];
-    bool staged = n <= TARFA_RMS_STAGE;
-    float wv[TARFA_RMS_AHEAD], xv[TARFA_RMS_AHEAD];
-#pragma unroll
-    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
-        int i = threadIdx.x + j * blockDim.x;
-        if (i < n) {
-            wv[j] = tarfa_weight(w, wdtype, i);
-            xv[j] = tarfa_combine_at(y, wts, k, n, x, i);
-            if (staged) xs[i] = xv[j];
-        }
-    }
-    int rest = TARFA_RMS_AHEAD * blockDim.x;
-    for (int i = threadIdx.x + rest; i < n; i += blockDim.x) {
-        float v = tarfa_combine_at(y, wts, k, n, x, i);
-        if (staged) xs[i] = v;
-    }
-    // The block's stores to x are visible to the block after the barrier.
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float r = tarfa_rms_scale(staged ? xs : x, n, eps, threadIdx.x);
-        if (threadIdx.x == 0) scale = r;
-    }
-    __syncthreads();
-    float r = scale;
-#pragma unroll
-    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
-        int i = threadIdx.x + j * blockDim.x;
-        if (i < n) out[i] = __fmul_rn(wv[j], __fmul_rn(xv[j], r));
-    }
-    for (int i = threadIdx.x + rest; i < n; i += blockDim.x) {
-        out[i] = __fmul_rn(tarfa_weight(w, wdtype, i), __fmul_rn(x[i], r));
-    }
+    tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, x, i); }, x, w, wdtype, n,
+                         eps, out);
 }
 
 // ================================================================================================
