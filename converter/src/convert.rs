@@ -6,15 +6,17 @@
 use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::time::Instant;
 
-use tarfa_format::layout::{Header, RegionRecord};
+use tarfa_format::hash::DualHasher;
+use tarfa_format::layout::{align_up, Footer, Header, RegionRecord, FOOTER_LEN};
 use tarfa_format::manifest::{
     self, layer_file_name, Architecture, Conversion, FileEntry, FileKind, Manifest, SourceFile,
     SourceIdentity, SourceRead, TRUNK_NAME,
 };
-use tarfa_format::reader::ScannedIndex;
+use tarfa_format::reader::{scan_index, ScannedIndex};
 use tarfa_format::writer::WriterOptions;
 use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
 
@@ -349,7 +351,15 @@ impl Ctx<'_> {
         })
     }
 
-    /// Is `path` already this file, with every byte checked?
+    /// Is `path` already this file, with every byte checked? One [`scan_index`] pass checks the
+    /// file's structure as the reader does and, record by record as they come (none is kept: a
+    /// layer of millions of regions costs its string table), that each region is the plan's item
+    /// from this source, that its bytes hash to its recorded SHA-256 and BLAKE3 with zero padding
+    /// after them, and that its source range still hashes to its BLAKE3 (a source changed since,
+    /// such as a fine-tune or re-download with the same headers, is caught and its file
+    /// rewritten); then that no record is missing, the header's layout, and the padding after the
+    /// index. The first check that fails stops the reading (the scan itself runs to its end).
+    /// It reads the file and the source but writes nothing.
     fn present_and_verified(
         &self,
         path: &Path,
@@ -357,22 +367,48 @@ impl Ctx<'_> {
         unit: Unit<'_>,
         layer: Option<u32>,
     ) -> bool {
-        match JnfReader::open(path) {
-            Ok(r) => {
-                self.matches(&r, layout, unit, layer)
-                    && r.verify_data().is_ok()
-                    && self.source_matches(&r, unit)
+        let Ok(tarfa_format::fsio::RegularFile { file, .. }) =
+            tarfa_format::fsio::open_regular(path)
+        else {
+            return false;
+        };
+        let mut items = unit.items();
+        let mut buf = vec![0u8; 4 << 20];
+        let mut ok = true;
+        let scanned = scan_index(path, &mut |_, rec, table| {
+            ok = ok
+                && items.next().is_some_and(|item| {
+                    self.region_matches(&item, rec, table, layer)
+                        && region_bytes_check(&file, rec, &mut buf)
+                        && self.source_hashes_to(&item, &rec.blake3, &mut buf)
+                });
+        });
+        match scanned {
+            Ok(ix) => {
+                ok && items.next().is_none()
+                    && layout_matches(&ix.header, layout)
+                    && index_padding_zero(&file, &ix.footer)
             }
             Err(_) => false,
         }
     }
 
-    /// Does every region's source range still hash to the region's recorded BLAKE3? With the
-    /// file's own check (`verify_data`) this proves the file holds the source's bytes as they are
-    /// now: a source changed since (a fine-tune or re-download with the same headers) is caught
-    /// and its layers rewritten. It reads the source but writes nothing.
-    fn source_matches(&self, r: &JnfReader, unit: Unit<'_>) -> bool {
-        self.first_source_mismatch(r, unit, None).is_none()
+    /// Does `item`'s source range still hash to `want` (its region's recorded BLAKE3)? A read
+    /// error counts as no. `buf`: scratch.
+    fn source_hashes_to(&self, item: &Item, want: &[u8; 32], buf: &mut [u8]) -> bool {
+        let mut h = blake3::Hasher::new();
+        let mut src = self
+            .ck
+            .reader(item.slice.shard, item.slice.begin, item.slice.end);
+        loop {
+            match src.read(buf) {
+                Ok(0) => break h.finalize().as_bytes() == want,
+                Ok(n) => {
+                    h.update(&buf[..n]);
+                }
+                Err(_) => break false,
+            }
+        }
     }
 
     /// The first item (of shard `shard`, or of any) whose source range no longer hashes to its
@@ -383,26 +419,11 @@ impl Ctx<'_> {
         unit: Unit<'_>,
         shard: Option<usize>,
     ) -> Option<Item> {
-        use std::io::Read;
         let mut buf = vec![0u8; 4 << 20];
         unit.items()
             .zip(r.regions())
             .filter(|(item, _)| shard.is_none_or(|s| item.slice.shard == s))
-            .find(|(item, rec)| {
-                let mut h = blake3::Hasher::new();
-                let mut src = self
-                    .ck
-                    .reader(item.slice.shard, item.slice.begin, item.slice.end);
-                loop {
-                    match src.read(&mut buf) {
-                        Ok(0) => break *h.finalize().as_bytes() != rec.blake3,
-                        Ok(n) => {
-                            h.update(&buf[..n]);
-                        }
-                        Err(_) => break true,
-                    }
-                }
-            })
+            .find(|(item, rec)| !self.source_hashes_to(item, &rec.blake3, &mut buf))
             .map(|(item, _)| item.into_owned())
     }
 
@@ -545,6 +566,36 @@ fn layout_matches(h: &Header, layout: FileLayout) -> bool {
             layout.layer_count,
             layout.experts_per_layer,
         )
+}
+
+/// Do the bytes of the region `rec` (checked by [`scan_index`]: within the file's data) hash to its
+/// recorded SHA-256 and BLAKE3, and is the padding after it zero? As
+/// [`tarfa_format::JnfReader::verify_data`] checks each region. `buf`: scratch.
+fn region_bytes_check(file: &std::fs::File, rec: &RegionRecord, buf: &mut [u8]) -> bool {
+    let mut h = DualHasher::new();
+    let mut at = rec.offset;
+    while at < rec.end() {
+        let n = buf.len().min((rec.end() - at) as usize);
+        if file.read_exact_at(&mut buf[..n], at).is_err() {
+            return false;
+        }
+        h.update(&buf[..n]);
+        at += n as u64;
+    }
+    let d = h.finish();
+    if (d.sha256, d.blake3) != (rec.sha256, rec.blake3) {
+        return false;
+    }
+    let pad = (align_up(rec.end()).unwrap_or(rec.end()) - rec.end()) as usize;
+    file.read_exact_at(&mut buf[..pad], rec.end()).is_ok() && buf[..pad].iter().all(|&b| b == 0)
+}
+
+/// Is the padding between the index and the footer zero (read from `file`, checked by
+/// [`scan_index`] as `footer`)? As [`tarfa_format::JnfReader::verify_data`] checks it.
+fn index_padding_zero(file: &std::fs::File, footer: &Footer) -> bool {
+    let index_end = footer.index_offset + footer.index_len;
+    let mut pad = vec![0u8; (footer.file_len - FOOTER_LEN as u64 - index_end) as usize];
+    file.read_exact_at(&mut pad, index_end).is_ok() && pad.iter().all(|&b| b == 0)
 }
 
 /// A layer file whose index is not what this checkpoint gives.

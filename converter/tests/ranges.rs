@@ -9,6 +9,7 @@ use std::path::Path;
 
 use tarfa_converter::testkit::{write_checkpoint, SynthSpec};
 use tarfa_converter::{ConvertError, OutputFault};
+use tarfa_format::layout::{align_up, FOOTER_LEN};
 use tarfa_format::manifest::{layer_file_name, Manifest, MANIFEST_NAME, TRUNK_NAME};
 use tarfa_format::JnfReader;
 
@@ -131,6 +132,64 @@ fn layer_file_corrupted_on_disk_is_found_on_rerun_and_rewritten() {
     assert_eq!(again.layers_skipped, vec![0, 2, 3, 4]);
     assert!(!again.trunk_written);
     assert_same_files(&snapshot(&out), &clean, "after repairing layer 1");
+}
+
+/// Make one byte of the zero padding after the first region that has some (after the index,
+/// with `after_index`) of a JNF file non-zero.
+fn dirty_padding(path: &Path, after_index: bool) {
+    let at = {
+        let r = JnfReader::open(path).expect("open");
+        if after_index {
+            let f = r.footer();
+            let end = f.index_offset + f.index_len;
+            assert!(
+                end < f.file_len - FOOTER_LEN as u64,
+                "no padding after the index"
+            );
+            end
+        } else {
+            r.regions()
+                .iter()
+                .map(|rec| rec.end())
+                .find(|&end| align_up(end).expect("aligned") > end)
+                .expect("a region with padding")
+        }
+    };
+    let mut bytes = std::fs::read(path).expect("read");
+    bytes[at as usize] = 0x01;
+    std::fs::write(path, bytes).expect("write");
+}
+
+#[test]
+fn nonzero_padding_on_disk_is_found_on_rerun_and_rewritten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = checkpoint(dir.path());
+    let out = dir.path().join("out");
+    run(&src, &out, None).expect("first run");
+    let clean = snapshot(&out);
+
+    // The index and every hash still match: only the padding check can tell.
+    dirty_padding(&out.join(layer_file_name(2)), false);
+    dirty_padding(&out.join(layer_file_name(3)), true);
+    for l in [2, 3] {
+        let found = JnfReader::open(out.join(layer_file_name(l)))
+            .expect("still opens")
+            .verify_data();
+        assert!(
+            matches!(
+                found.as_ref().map_err(|e| e.violation()),
+                Err(Some(tarfa_format::Violation::NonZeroPadding { .. }))
+            ),
+            "layer {l}: {found:?}"
+        );
+    }
+
+    let again = run(&src, &out, None).expect("rerun");
+    assert_eq!(again.layers_written, vec![2, 3]);
+    assert_eq!(again.layers_replaced, vec![2, 3]);
+    assert_eq!(again.layers_skipped, vec![0, 1, 4]);
+    assert!(!again.trunk_written);
+    assert_same_files(&snapshot(&out), &clean, "after repairing layers 2 and 3");
 }
 
 #[test]
