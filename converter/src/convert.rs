@@ -4,7 +4,7 @@
 //! it stopped, and `--layers 0-11` then `--layers 12-47` gives the same bytes as `--layers 0-47`.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -18,7 +18,7 @@ use tarfa_format::manifest::{
 };
 use tarfa_format::reader::{scan_index, ScannedIndex};
 use tarfa_format::writer::WriterOptions;
-use tarfa_format::{FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec};
+use tarfa_format::{FileLayout, JnfWriter, Provenance, RegionSpec};
 
 use crate::error::{ConvertError, OutputFault, SourceFault};
 use crate::gguf_source;
@@ -281,26 +281,6 @@ impl Ctx<'_> {
         }
     }
 
-    /// Does the file at `path` hold exactly these regions, from this source? (Index only.)
-    fn matches(
-        &self,
-        r: &JnfReader,
-        layout: FileLayout,
-        unit: Unit<'_>,
-        layer: Option<u32>,
-    ) -> bool {
-        if !layout_matches(r.header(), layout) {
-            return false;
-        }
-        let table = &r.index().strings;
-        let mut recs = r.regions().iter();
-        let all = unit.items().all(|item| {
-            recs.next()
-                .is_some_and(|rec| self.region_matches(&item, rec, table, layer))
-        });
-        all && recs.next().is_none()
-    }
-
     /// Does the region record `rec` (its strings in `table`) hold `item`, from this source?
     fn region_matches(
         &self,
@@ -411,20 +391,30 @@ impl Ctx<'_> {
         }
     }
 
-    /// The first item (of shard `shard`, or of any) whose source range no longer hashes to its
-    /// region's recorded BLAKE3 (a read error counts as a mismatch).
-    fn first_source_mismatch(
+    /// For each shard in `shards`, the first item of it whose source range no longer hashes to
+    /// its region's recorded BLAKE3 (a read error counts as a mismatch), from one
+    /// [`scan_index`] pass over `path` (a file [`Self::scan`] found to hold exactly `unit`'s
+    /// items); a shard found once is not read further.
+    fn first_source_mismatches(
         &self,
-        r: &JnfReader,
+        path: &Path,
         unit: Unit<'_>,
-        shard: Option<usize>,
-    ) -> Option<Item> {
+        shards: &BTreeSet<usize>,
+    ) -> Result<BTreeMap<usize, Item>, ConvertError> {
         let mut buf = vec![0u8; 4 << 20];
-        unit.items()
-            .zip(r.regions())
-            .filter(|(item, _)| shard.is_none_or(|s| item.slice.shard == s))
-            .find(|(item, rec)| !self.source_hashes_to(item, &rec.blake3, &mut buf))
-            .map(|(item, _)| item.into_owned())
+        let mut items = unit.items();
+        let mut found = BTreeMap::new();
+        scan_index(path, &mut |_, rec, _| {
+            let Some(item) = items.next() else { return };
+            let s = item.slice.shard;
+            if shards.contains(&s)
+                && !found.contains_key(&s)
+                && !self.source_hashes_to(&item, &rec.blake3, &mut buf)
+            {
+                found.insert(s, item.into_owned());
+            }
+        })?;
+        Ok(found)
     }
 
     /// Hold the layer files of earlier runs that this run keeps (present, not `selected`) to the
@@ -449,29 +439,38 @@ impl Ctx<'_> {
             if selected.contains(&layer) || !path.exists() {
                 continue;
             }
-            let r = JnfReader::open(&path)?;
             let unit = Unit::Layer(lp);
             let layout = FileLayout::layer(layer, lp.experts.len() as u32);
-            if !self.matches(&r, layout, unit, Some(layer)) {
+            let scanned = self.scan(&path, unit, Some(layer))?;
+            if !(scanned.same && layout_matches(&scanned.index.header, layout)) {
                 return Err(not_ours(&path));
             }
-            let root = r.root();
+            let root = &scanned.index.root;
             let entry = old.and_then(|m| m.layer_file(layer)).filter(|e| {
                 e.sha256 == hex::encode(root.sha256) && e.blake3 == hex::encode(root.blake3)
             });
-            let shards: BTreeSet<usize> = unit.items().map(|i| i.slice.shard).collect();
-            for s in shards {
-                let recorded = entry
-                    .and_then(|e| e.sources.as_ref())
-                    .and_then(|v| v.iter().find(|x| x.path == self.ck.shards[s].rel))
-                    .map(|x| x.identity());
-                if recorded == Some(ids[s]) {
-                    continue;
-                }
-                if let Some(item) = self.first_source_mismatch(&r, unit, Some(s)) {
-                    stale.push((layer, s, item.slice.tensor));
-                    break;
-                }
+            // The shards whose recorded identity is not theirs now: their ranges are hashed
+            // again, in one more pass over the index.
+            let shards: BTreeSet<usize> = unit
+                .items()
+                .map(|i| i.slice.shard)
+                .collect::<BTreeSet<_>>()
+                .into_iter()
+                .filter(|&s| {
+                    let recorded = entry
+                        .and_then(|e| e.sources.as_ref())
+                        .and_then(|v| v.iter().find(|x| x.path == self.ck.shards[s].rel))
+                        .map(|x| x.identity());
+                    recorded != Some(ids[s])
+                })
+                .collect();
+            if shards.is_empty() {
+                continue;
+            }
+            // The first shard (in order) with a mismatch, as when each was hashed in turn.
+            let found = self.first_source_mismatches(&path, unit, &shards)?;
+            if let Some((s, item)) = found.into_iter().next() {
+                stale.push((layer, s, item.slice.tensor));
             }
         }
         match stale.first() {
