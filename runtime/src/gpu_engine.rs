@@ -522,60 +522,6 @@ fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
     nr
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Rows per tiled block: a power of two within the kernel's limit (so it divides a hidden size
-    /// of whole 32-element chunks: a down block's rows are of one slot), the most that still
-    /// gives every multiprocessor a block, and one when the rows are fewer than the
-    /// multiprocessors.
-    #[test]
-    fn tile_rows_are_a_power_of_two_giving_each_multiprocessor_a_block() {
-        for sms in [1usize, 4, 132] {
-            for count in [1usize, 7, 128, 2048, 5120, 6144, 16384, 151_936] {
-                for max in [TILE_MAX_ROWS / 2, TILE_MAX_ROWS] {
-                    let nr = tile_rows(count, max, sms);
-                    assert!(
-                        nr.is_power_of_two() && nr <= max,
-                        "{count} {max} {sms}: {nr}"
-                    );
-                    assert_eq!(2048 % nr, 0);
-                    let target = sms * TILE_BLOCKS_PER_SM;
-                    if nr > 1 {
-                        assert!(count.div_ceil(nr) >= target, "{count} {max} {sms}: {nr}");
-                    }
-                    if nr < max {
-                        assert!(count.div_ceil(nr * 2) < target, "{count} {max} {sms}: {nr}");
-                    }
-                }
-            }
-        }
-        assert_eq!(tile_rows(2048, TILE_MAX_ROWS, 132), 8); // o_proj of the 12.7 GB model
-        assert_eq!(tile_rows(128, TILE_MAX_ROWS, 132), 1); // its router
-    }
-
-    /// The shared memory a tiled launch asks for is what `cuda_kernels.cu` lays out (rows'
-    /// addresses, then the stages with their padding), within the 48 KiB a block may take.
-    #[test]
-    fn tile_shared_bytes_match_the_kernels_layout() {
-        let cu = include_str!("cuda_kernels.cu");
-        let def = |name: &str| -> usize {
-            let line = cu
-                .lines()
-                .find(|l| l.starts_with(&format!("#define {name} ")))
-                .unwrap_or_else(|| panic!("{name} not defined"));
-            line.split_whitespace().nth(2).unwrap().parse().unwrap()
-        };
-        assert_eq!(def("TARFA_TILE_THREADS"), TILE_THREADS as usize);
-        assert_eq!(def("TARFA_TILE_MAX_ROWS"), TILE_MAX_ROWS);
-        let slot = def("TARFA_TILE_STAGE_BYTES") + TILE_MAX_ROWS * 16;
-        let want = TILE_MAX_ROWS * 8 + def("TARFA_TILE_STAGES") * slot;
-        assert_eq!(TILE_SHARED as usize, want);
-        assert!(want <= SHARED_MAX);
-    }
-}
-
 /// The most floats of x a matrix-vector launch stages in shared memory (48 KiB).
 const MAX_STAGE: i32 = 12 * 1024;
 const FIRST_CAP: usize = 256;
@@ -1416,5 +1362,62 @@ impl<B> ExpertTable<B> {
         self.down[e] = base + od as u64;
         self.bufs[e] = Some(buf);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows per tiled block: a power of two within the kernel's limit (so it divides a hidden size
+    /// of whole 32-element chunks: a down block's rows are of one slot), the most that still
+    /// gives every multiprocessor a block, and one when the rows are fewer than the
+    /// multiprocessors.
+    #[test]
+    fn tile_rows_are_a_power_of_two_giving_each_multiprocessor_a_block() {
+        for sms in [1usize, 4, 132] {
+            for count in [1usize, 7, 128, 2048, 5120, 6144, 16384, 151_936] {
+                for max in [TILE_MAX_ROWS / 2, TILE_MAX_ROWS] {
+                    let nr = tile_rows(count, max, sms);
+                    assert!(
+                        nr.is_power_of_two() && nr <= max,
+                        "{count} {max} {sms}: {nr}"
+                    );
+                    assert_eq!(2048 % nr, 0);
+                    let target = sms * TILE_BLOCKS_PER_SM;
+                    if nr > 1 {
+                        assert!(count.div_ceil(nr) >= target, "{count} {max} {sms}: {nr}");
+                    }
+                    if nr < max {
+                        assert!(count.div_ceil(nr * 2) < target, "{count} {max} {sms}: {nr}");
+                    }
+                }
+            }
+        }
+        assert_eq!(tile_rows(2048, TILE_MAX_ROWS, 132), 8); // o_proj of the 12.7 GB model
+        assert_eq!(tile_rows(128, TILE_MAX_ROWS, 132), 1); // its router
+    }
+
+    /// The shared memory a tiled launch asks for is what `cuda_kernels.cu` lays out (rows'
+    /// addresses, then the stages with their padding), within the 48 KiB a block may take.
+    #[test]
+    fn tile_shared_bytes_match_the_kernels_layout() {
+        let cu = include_str!("cuda_kernels.cu");
+        let def = |name: &str| -> usize {
+            let line = cu
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} not defined"));
+            let value = line.split_whitespace().nth(2);
+            value
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: {line}"))
+        };
+        assert_eq!(def("TARFA_TILE_THREADS"), TILE_THREADS as usize);
+        assert_eq!(def("TARFA_TILE_MAX_ROWS"), TILE_MAX_ROWS);
+        let slot = def("TARFA_TILE_STAGE_BYTES") + TILE_MAX_ROWS * 16;
+        let want = TILE_MAX_ROWS * 8 + def("TARFA_TILE_STAGES") * slot;
+        assert_eq!(TILE_SHARED as usize, want);
+        assert!(want <= SHARED_MAX);
     }
 }
