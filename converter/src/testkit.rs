@@ -214,3 +214,73 @@ pub fn write_checkpoint(dir: &Path, spec: &SynthSpec) -> std::io::Result<()> {
     std::fs::write(dir.join("config.json"), serde_json::to_vec_pretty(&config)?)?;
     Ok(())
 }
+
+/// Tests that hold a run to a memory bound: the test binary re-runs itself as a child under
+/// `ulimit -v` (its ignored test `child_entry`, told its case by environment variables), and the
+/// child prints its peak RSS ([`report_peak_rss`]) for the parent to read ([`run_bounded_child`]).
+pub mod bounded {
+    use std::ffi::OsStr;
+    use std::process::Command;
+    use std::time::{Duration, Instant};
+
+    /// This process's peak resident set (`VmHWM`), KiB.
+    pub fn peak_rss_kib() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").expect("status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmHWM")
+    }
+
+    /// In the child: print the peak RSS line the parent reads.
+    pub fn report_peak_rss() {
+        println!("peak_rss_kib={}", peak_rss_kib());
+    }
+
+    /// What a child printed and how long it ran.
+    #[derive(Debug)]
+    pub struct ChildRun {
+        /// Its peak RSS, KiB.
+        pub peak_kib: u64,
+        /// Its stdout and stderr.
+        pub text: String,
+        /// Wall time.
+        pub elapsed: Duration,
+    }
+
+    /// Run this test binary's `child_entry` under `ulimit -v vmem_kib` with `env`; panics unless
+    /// it succeeds and reports its peak RSS.
+    pub fn run_bounded_child(vmem_kib: u64, env: &[(&str, &OsStr)]) -> ChildRun {
+        let exe = std::env::current_exe().expect("exe");
+        let t0 = Instant::now();
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c")
+            .arg(format!(
+                "ulimit -v {vmem_kib} && exec \"$0\" --exact child_entry --ignored --nocapture --test-threads 1"
+            ))
+            .arg(&exe);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("spawn");
+        let elapsed = t0.elapsed();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "child failed ({:?}):\n{text}",
+            out.status
+        );
+        let peak_kib = text
+            .lines()
+            .find_map(|l| l.split("peak_rss_kib=").nth(1))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no peak in:\n{text}"));
+        ChildRun {
+            peak_kib,
+            text,
+            elapsed,
+        }
+    }
+}

@@ -6,9 +6,9 @@
 
 use std::io::Read;
 use std::path::Path;
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use tarfa_converter::testkit::bounded::{report_peak_rss, run_bounded_child};
 use tarfa_converter::{convert, ConvertError, Options, Quiet};
 use tarfa_format::safetensors::HeaderFault;
 
@@ -33,15 +33,6 @@ fn write_gguf(path: &Path, ne: Vec<u64>) {
     w.add_tensor("blk.0.ffn_gate_exps.weight", tarfa_format::Dtype::F32, ne);
     let data: Vec<Box<dyn Read>> = vec![Box::new(std::io::empty())];
     w.write_file(path, data).expect("write gguf");
-}
-
-fn peak_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
 }
 
 /// In the child: convert `case` and check the refusal; print the peak RSS.
@@ -80,7 +71,7 @@ fn child(case: &str) {
     );
     assert!(!out.join("layer-00000.jnf").exists());
     assert!(!out.join("manifest.json").exists());
-    println!("peak_rss_kib={}", peak_rss_kib());
+    report_peak_rss();
 }
 
 /// Entries of the big header, and the peak RSS its parse may reach: a JSON tree of the whole
@@ -105,7 +96,7 @@ fn big_header() {
         tarfa_format::safetensors::parse_safetensors_header(json.as_bytes(), 8 + json.len() as u64)
             .expect("parsed");
     assert_eq!(h.tensors.len(), BIG_HEADER_ENTRIES);
-    println!("peak_rss_kib={}", peak_rss_kib());
+    report_peak_rss();
 }
 
 #[test]
@@ -118,32 +109,17 @@ fn child_entry() {
 
 /// Run `case` in a child under `ulimit -v`; it must pass, quickly, below `max_rss_kib`.
 fn bounded(case: &str, max_rss_kib: u64) {
-    let exe = std::env::current_exe().expect("exe");
-    let t0 = Instant::now();
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v {CHILD_VMEM_KIB} && exec \"$0\" --exact child_entry --ignored --nocapture --test-threads 1"
-        ))
-        .arg(&exe)
-        .env("TARFA_HOSTILE_INDEX_CASE", case)
-        .output()
-        .expect("spawn");
-    let elapsed = t0.elapsed();
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "child failed ({:?}):\n{text}",
-        out.status
+    let run = run_bounded_child(
+        CHILD_VMEM_KIB,
+        &[("TARFA_HOSTILE_INDEX_CASE", case.as_ref())],
     );
-    let peak: u64 = text
-        .lines()
-        .find_map(|l| l.split("peak_rss_kib=").nth(1))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no peak in:\n{text}"));
+    let (peak, text) = (run.peak_kib, run.text);
     assert!(peak < max_rss_kib, "peak RSS {peak} KiB:\n{text}");
-    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?}");
+    assert!(
+        run.elapsed < Duration::from_secs(10),
+        "took {:?}",
+        run.elapsed
+    );
 }
 
 #[test]

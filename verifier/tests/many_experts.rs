@@ -10,7 +10,7 @@
 //! `scripts/gen-many-experts.py` writes the same model at any size, for BENCHMARKS.md.
 
 use std::path::Path;
-use std::process::Command;
+use tarfa_converter::testkit::bounded::{report_peak_rss, run_bounded_child};
 
 /// Experts of the model: two fused stacks of zero-byte rows, so 400,000 regions.
 const EXPERTS: u64 = 200_000;
@@ -34,15 +34,6 @@ fn write_model(dir: &Path) {
         format!(r#"{{"model_type":"qwen3_moe","num_hidden_layers":1,"num_experts":{EXPERTS}}}"#),
     )
     .expect("config");
-}
-
-fn peak_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").expect("status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM")
 }
 
 fn convert(src: &Path, out: &Path) {
@@ -83,7 +74,7 @@ fn child(case: &str, dir: &Path) {
             assert_eq!(r.experts_checked, EXPERTS);
         }
     }
-    println!("peak_rss_kib={}", peak_rss_kib());
+    report_peak_rss();
 }
 
 #[test]
@@ -99,29 +90,14 @@ fn child_entry() {
 
 /// Run `case` in a child under `ulimit -v`; it must pass below [`CHILD_PEAK_RSS_KIB`].
 fn bounded(case: &str, dir: &Path) {
-    let exe = std::env::current_exe().expect("exe");
-    let out = Command::new("sh")
-        .arg("-c")
-        .arg(format!(
-            "ulimit -v {CHILD_VMEM_KIB} && exec \"$0\" --exact child_entry --ignored --nocapture --test-threads 1"
-        ))
-        .arg(&exe)
-        .env("TARFA_MANY_EXPERTS_CASE", case)
-        .env("TARFA_MANY_EXPERTS_DIR", dir)
-        .output()
-        .expect("spawn");
-    let text =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "child failed ({:?}):\n{text}",
-        out.status
+    let run = run_bounded_child(
+        CHILD_VMEM_KIB,
+        &[
+            ("TARFA_MANY_EXPERTS_CASE", case.as_ref()),
+            ("TARFA_MANY_EXPERTS_DIR", dir.as_os_str()),
+        ],
     );
-    let peak: u64 = text
-        .lines()
-        .find_map(|l| l.split("peak_rss_kib=").nth(1))
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no peak in:\n{text}"));
+    let (peak, text) = (run.peak_kib, run.text);
     eprintln!("{case}: peak RSS {peak} KiB");
     assert!(
         peak < CHILD_PEAK_RSS_KIB,
