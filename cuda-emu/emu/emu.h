@@ -137,6 +137,16 @@ inline void tarfa_cp_wait() {
     tarfa_emu_copies.swap(left);
 }
 
+// Programmatic dependent launch: launches here run one after another, so the wait has nothing
+// to wait for; what is checked is that every thread of every engine kernel enters exactly once
+// (a thread that never entered might read an earlier launch's output early on the GPU; one that
+// entered twice is a kernel calling a helper that enters as well).
+#define TARFA_GRID_DEP 1
+inline thread_local int tarfa_emu_entered = 0;
+inline void tarfa_grid_enter() {
+    if (++tarfa_emu_entered != 1) std::abort();
+}
+
 // A pool of worker threads, one per thread of the largest block yet (created once, reused):
 // starting an OS thread per emulated thread per launch made the emulation slow.
 struct TarfaEmuPool {
@@ -173,7 +183,9 @@ struct TarfaEmuPool {
             tarfa_emu_block = b;
             tarfa_emu_copies.clear();  // a thread starts a block with no copy in flight
             tarfa_emu_group = 0;
+            tarfa_emu_entered = 0;
             (*f)();
+            if (tarfa_emu_entered != 1) std::abort();
             // A thread that returned leaves its barriers: their later phases stop waiting for it.
             b->warps[t / 32]->arrive_and_drop();
             b->block->arrive_and_drop();

@@ -551,6 +551,21 @@ mod tests {
         assert!(hopper.contains("cp.async.cg.shared.global"));
         assert!(hopper.contains(".target sm_90"));
         assert!(!old.contains("cp.async"));
+        // Programmatic dependent launch: every engine kernel (`tarfa_e_*`) waits for the launch
+        // before it and then releases the next one, on Hopper; older devices have neither.
+        for k in crate::gpu_engine::Kernel::ALL {
+            let name = k.name();
+            let at = hopper
+                .find(&format!(".entry {name}("))
+                .unwrap_or_else(|| panic!("{name}"));
+            let body = hopper[at + 7..].split(".entry ").next().unwrap_or_default();
+            assert!(body.contains("griddepcontrol.wait"), "{name} never waits");
+            assert!(
+                body.contains("griddepcontrol.launch_dependents"),
+                "{name} never releases the next launch"
+            );
+        }
+        assert!(!old.contains("griddepcontrol"));
     }
 
     #[test]

@@ -3,6 +3,12 @@
 //! cudarc on one stream, each step captured once as a CUDA graph and replayed (re-captured when
 //! the KV cache grows), which removes the host's launch cost per kernel.
 //!
+//! On sm_90 and later every launch asks for programmatic dependent launch (the
+//! `PROGRAMMATIC_STREAM_SERIALIZATION` attribute, kept in the captured graphs as programmatic
+//! edges): a kernel may start while the one before it runs, loading its weights, and waits in
+//! `tarfa_grid_enter` for that launch's results (see the kernels). It changes no bit; setting
+//! `TARFA_CUDA_PDL=0` turns it off, for measuring.
+//!
 //! Safety: the engine passes raw device addresses of buffers it owns (allocated here, living as
 //! long as it) and the arguments each kernel's parameter list has; one stream orders every copy,
 //! launch and replay; cudarc's cross-stream event tracking is off for the context (one stream,
@@ -40,6 +46,8 @@ pub struct CudaDevice {
     funcs: Vec<(Kernel, CudaFunction)>,
     name: String,
     sms: usize,
+    /// Launch with programmatic dependent launch (sm_90+, unless `TARFA_CUDA_PDL=0`).
+    pdl: bool,
 }
 
 /// A captured CUDA graph.
@@ -77,13 +85,23 @@ impl CudaDevice {
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(drv("device attribute"))?;
+        let major = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+            .map_err(drv("device attribute"))?;
         Ok(CudaDevice {
             stream,
             funcs,
+            pdl: pdl_wanted(major, std::env::var("TARFA_CUDA_PDL").ok().as_deref()),
             sms: usize::try_from(sms).unwrap_or(1).max(1),
             name: format!("{} (CUDA device {})", gpu.name(), gpu.ordinal()),
         })
     }
+}
+
+/// Whether launches ask for programmatic dependent launch: the device has it (compute capability
+/// 9.0 or later) and `TARFA_CUDA_PDL` (`env`) is not `0`.
+pub fn pdl_wanted(cc_major: i32, env: Option<&str>) -> bool {
+    cc_major >= 9 && env.map(str::trim) != Some("0")
 }
 
 impl MoeEngine {
@@ -106,6 +124,69 @@ impl MoeEngine {
             layers,
             n_experts,
         )
+    }
+}
+
+impl CudaDevice {
+    /// `f` launched by `cuLaunchKernelEx` with the programmatic stream serialization attribute.
+    ///
+    /// # Safety
+    /// As [`EngineDevice::launch`]: `args` are the kernel's parameters, every address and size
+    /// in live buffers of this device.
+    unsafe fn launch_pdl(
+        &self,
+        f: &CudaFunction,
+        geo: Geometry,
+        args: &[Arg],
+    ) -> Result<(), CudaError> {
+        // Each parameter's address, pointing into `args` (alive for the call; the driver copies
+        // the values at launch, and into the graph's node when capturing).
+        let mut params: Vec<*mut std::ffi::c_void> = args
+            .iter()
+            .map(|a| match a {
+                Arg::Ptr(p) => p as *const u64 as *mut std::ffi::c_void,
+                Arg::I32(v) => v as *const i32 as *mut std::ffi::c_void,
+                Arg::F32(v) => v as *const f32 as *mut std::ffi::c_void,
+                Arg::Jobs(j) => j as *const MatJobs as *mut std::ffi::c_void,
+                Arg::Moe(m) => m as *const MoeArgs as *mut std::ffi::c_void,
+            })
+            .collect();
+        // SAFETY: a plain C union; zeroed is a valid value of each of its members.
+        let mut value: sys::CUlaunchAttributeValue = unsafe { std::mem::zeroed() };
+        value.programmaticStreamSerializationAllowed = 1;
+        let mut attr = sys::CUlaunchAttribute {
+            id: sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+            pad: [0; 4],
+            value,
+        };
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: geo.grid,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: geo.block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: geo.shared,
+            hStream: self.stream.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(drv("kernel launch"))?;
+        // SAFETY: cfg, attr and params live across the call; the caller's contract covers the
+        // kernel's parameters.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &cfg,
+                f.cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(drv("kernel launch"))
     }
 }
 
@@ -194,6 +275,10 @@ impl EngineDevice for CudaDevice {
             .find(|(n, _)| *n == k)
             .map(|(_, f)| f)
             .ok_or_else(|| CudaError::Usage(format!("kernel {} not loaded", k.name())))?;
+        if self.pdl {
+            // SAFETY: the caller's contract, as below.
+            return unsafe { self.launch_pdl(f, geo, args) };
+        }
         let mut b = self.stream.launch_builder(f);
         for a in args {
             match a {
@@ -234,5 +319,22 @@ impl EngineDevice for CudaDevice {
 
     fn replay(&self, g: &Graph) -> Result<(), CudaError> {
         g.0.launch().map_err(drv("graph launch"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pdl_wanted;
+
+    /// Programmatic dependent launch is asked for on sm_90 and later only, and `TARFA_CUDA_PDL=0`
+    /// turns it off (any other value, or none, leaves it on).
+    #[test]
+    fn programmatic_launch_needs_hopper_and_yields_to_the_switch() {
+        assert!(pdl_wanted(9, None));
+        assert!(pdl_wanted(10, Some("1")));
+        assert!(!pdl_wanted(9, Some("0")));
+        assert!(!pdl_wanted(9, Some(" 0\n")));
+        assert!(!pdl_wanted(8, None));
+        assert!(!pdl_wanted(7, Some("1")));
     }
 }

@@ -204,6 +204,24 @@ extern "C" __global__ void tarfa_matvec_many(const unsigned long long* w_ptrs, c
 #define TARFA_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 
+// Programmatic dependent launch (sm_90 and later; the host asks for it per launch): a kernel may
+// start while the one before it in the stream is still running. Every engine kernel calls
+// tarfa_grid_enter() before it reads anything an earlier launch wrote (or writes anything an
+// earlier launch reads): it waits until the previous launch has completed and its memory is
+// visible, then lets the next launch start. Before that point a kernel touches only what no
+// launch writes: its weights and its parameters. So at most one launch runs ahead, and only to
+// load weights (a tiled product's first stages, an RMSNorm's weights); the bits are the same
+// whether the launches overlap or not (without the host's request, or before sm_90, the wait
+// returns at once and the launches are serial).
+#if !defined(TARFA_GRID_DEP) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ __forceinline__ void tarfa_grid_enter() {
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+#elif !defined(TARFA_GRID_DEP)
+__device__ __forceinline__ void tarfa_grid_enter() {}
+#endif
+
 // p = softmax(z) over n values on one warp (canon's softmax): the max, e_i = tarfa exp(z_i − max),
 // their canonical sum (lane partials folded by the tree), each e_i divided by it. p may be z.
 __device__ void tarfa_warp_softmax(const float* z, float* p, int n, int lane) {
@@ -426,6 +444,7 @@ __device__ __forceinline__ TarfaMatJob tarfa_job_of(const TarfaMatJobs& jobs, in
 // per output row. A row's value: the canonical dot, then + bias, then + the old y (accumulate).
 extern "C" __global__ void tarfa_e_matvec(TarfaMatJobs jobs) {
     TARFA_DYNAMIC_SHARED(float, xs);
+    tarfa_grid_enter();
     if (jobs.stage > 0) {
         const float* x = jobs.job[0].x;
         for (int i = threadIdx.x; i < jobs.stage; i += blockDim.x) xs[i] = x[i];
@@ -457,6 +476,7 @@ extern "C" __global__ void tarfa_e_matvec(TarfaMatJobs jobs) {
 // x = the embedding row of params[0] (widened; the host checked the id against the vocabulary).
 extern "C" __global__ void tarfa_e_embed(const unsigned char* table, int dtype, int hidden,
                                          const int* params, float* x) {
+    tarfa_grid_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < hidden) {
         x[i] = tarfa_weight(table, dtype, (long long)params[0] * hidden + i);
@@ -480,9 +500,10 @@ __device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
 
 // out = w · (x · rsqrt(mean(x²) + eps)) (canon::rms_norm) on one block, element i of x given by
 // xval(i) (called once per element; afterwards x[i] must hold it): warp 0 finds the scale. Every
-// thread first loads its first TARFA_RMS_AHEAD weights and values and copies them to shared
-// memory, so that the weights' loads (from HBM) overlap the scale's sum and the sum reads shared
-// memory (the loads were each a round trip in turn).
+// thread first loads its first TARFA_RMS_AHEAD weights (before tarfa_grid_enter: while the
+// launch before may still run), then as many values, copied to shared memory, so that the
+// weights' loads (from HBM) overlap the scale's sum and the sum reads shared memory (the loads
+// were each a round trip in turn).
 template <class XVal>
 __device__ __forceinline__ void tarfa_block_rms_norm(XVal xval, const float* x,
                                                      const unsigned char* w, int wdtype, int n,
@@ -494,8 +515,13 @@ __device__ __forceinline__ void tarfa_block_rms_norm(XVal xval, const float* x,
 #pragma unroll
     for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
         int i = threadIdx.x + j * blockDim.x;
+        if (i < n) wv[j] = tarfa_weight(w, wdtype, i);
+    }
+    tarfa_grid_enter();
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
         if (i < n) {
-            wv[j] = tarfa_weight(w, wdtype, i);
             xv[j] = xval(i);
             if (staged) xs[i] = xv[j];
         }
@@ -543,6 +569,7 @@ extern "C" __global__ void tarfa_e_qk_rope(float* q, const float* k, const float
                                            const float* sin_tab, const int* params,
                                            float* kcache, float* vcache) {
     TARFA_DYNAMIC_SHARED(float, sh);
+    tarfa_grid_enter();
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x % 32;
     if (warp >= heads + kv_heads) return;  // whole warps
@@ -646,6 +673,7 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache
                                              int kv_heads, int d, int window, float scaling,
                                              float* scores, int cap, float* out, int sh_scores) {
     TARFA_DYNAMIC_SHARED(float, part);  // [32][d], then sh_scores floats
+    tarfa_grid_enter();
     int h = blockIdx.x;
     int lane = threadIdx.x % 32;
     int warp = threadIdx.x / 32;
@@ -719,6 +747,7 @@ __device__ __forceinline__ int tarfa_total_key(float v) {
 // their canonical sum when `renorm`. p is kept in `probs` (n floats).
 extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm, float* probs,
                                         int* ids, float* wts) {
+    tarfa_grid_enter();
     int lane = threadIdx.x;
     tarfa_warp_softmax(z, probs, n, lane);
     __syncwarp();
@@ -802,6 +831,7 @@ struct TarfaMoe {
 // h[s][r] = silu(gate_e[r] · x) · (up_e[r] · x) for the expert e = ids[s] of each of k slots.
 extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
                                                float* h) {
+    tarfa_grid_enter();
     long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
     int sub = threadIdx.x & 3;
     long long total = (long long)k * m.inter;
@@ -825,6 +855,7 @@ extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k
 // y[s][r] = down_e[r] · h[s] for the expert e = ids[s] of each slot.
 extern "C" __global__ void tarfa_e_moe_down(TarfaMoe m, const int* ids, int k, const float* h,
                                             float* y) {
+    tarfa_grid_enter();
     long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
     int sub = threadIdx.x & 3;
     long long total = (long long)k * m.hidden;
@@ -863,6 +894,7 @@ __device__ __forceinline__ float tarfa_combine_at(const float* y, const float* w
 // The experts' combine into the residual x (tarfa_combine_at, a thread per element).
 extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts, int k, int hidden,
                                                float* x) {
+    tarfa_grid_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < hidden) tarfa_combine_at(y, wts, k, hidden, x, i);
 }
@@ -966,12 +998,16 @@ __device__ __forceinline__ void tarfa_tile_pieces(const unsigned char* const* ro
 
 // Stage `s` of the tile into `slot`: x[c0 .. c0 + ws) first, then columns [c0, c0 + ws) of each
 // row i at w·4 + i·pitch (c0 = s·w, ws = min(w, cols − c0): a last, narrower stage copies only
-// its columns, at the same places).
+// its columns, at the same places). Only x's pieces when `xs`, only the weights' when `ws_`,
+// both for a whole stage (xb: x's bytes in a slot, w·4).
 __device__ __forceinline__ void tarfa_tile_issue(const TarfaTilePieces& t, int ws, int s,
-                                                 unsigned char* slot) {
+                                                 unsigned char* slot, bool xs = true,
+                                                 bool wts = true, int xb = 0) {
 #pragma unroll
     for (int j = 0; j < TARFA_TILE_PIECES; ++j) {
-        if (j < t.n && t.col[j] < ws) tarfa_cp_async16(slot + t.dst[j], t.src[j] + (long long)s * t.step[j]);
+        bool is_x = t.dst[j] < xb;
+        if (j < t.n && t.col[j] < ws && (xb == 0 || (is_x ? xs : wts)))
+            tarfa_cp_async16(slot + t.dst[j], t.src[j] + (long long)s * t.step[j]);
     }
 }
 
@@ -981,11 +1017,13 @@ __device__ __forceinline__ void tarfa_tile_issue(const TarfaTilePieces& t, int w
 // it (it copies and waits with them). rowp: the tile's n row addresses (16-byte aligned), in
 // shared memory; ring: the stages. A stage holds x's columns as well as the weights': a quad's
 // reads are all from shared memory (x read from global memory at each chunk left every chunk
-// waiting for an L2 round trip).
+// waiting for an L2 round trip). With `ahead`, the weights of the first stages are issued before
+// tarfa_grid_enter (the rows' addresses must not depend on an earlier launch's output), x's
+// after it; else the caller has entered already.
 template <int R>
 __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols, int dtype,
                                const float* x, unsigned char* ring, int quad, int quads, int sub,
-                               float (*acc)[8]) {
+                               float (*acc)[8], bool ahead) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -1002,11 +1040,22 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
     bool mine = quad < quads;
     TarfaTilePieces pieces;
     tarfa_tile_pieces(rowp, n, x, esz, w, pitch, &pieces);
+    if (ahead) {
+        // The first stages' weights, uncommitted: they join stage 0's group, committed below.
+#pragma unroll
+        for (int s = 0; s < TARFA_TILE_STAGES - 1; ++s) {
+            if (s < stages) {
+                int ws = cols - s * w < w ? cols - s * w : w;
+                tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, false, true, w * 4);
+            }
+        }
+        tarfa_grid_enter();
+    }
 #pragma unroll
     for (int s = 0; s < TARFA_TILE_STAGES - 1; ++s) {
         if (s < stages) {
             int ws = cols - s * w < w ? cols - s * w : w;
-            tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT);
+            tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, true, !ahead, w * 4);
         }
         tarfa_cp_commit();
     }
@@ -1067,7 +1116,7 @@ extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr) {
     __syncthreads();
     int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
     float acc[1][8];
-    tarfa_tile_acc<1>(rowp, n, cols, dtype, jobs.job[0].x, ring, quad, n, sub, acc);
+    tarfa_tile_acc<1>(rowp, n, cols, dtype, jobs.job[0].x, ring, quad, n, sub, acc, true);
     float v = tarfa_quad_fold(acc[0]);
     if (quad < n && sub == 0) {
         int r;
@@ -1082,6 +1131,7 @@ extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr) {
 extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
                                                 float* h, int np) {
     TARFA_DYNAMIC_SHARED(float, tile);
+    tarfa_grid_enter();
     const unsigned char** rowp = (const unsigned char**)tile;
     unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
     long long total = (long long)k * m.inter;
@@ -1098,7 +1148,7 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int 
     __syncthreads();
     int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
     float acc[2][8];
-    tarfa_tile_acc<2>(rowp, 2 * n, m.hidden, m.dtype_gu, x, ring, quad, n, sub, acc);
+    tarfa_tile_acc<2>(rowp, 2 * n, m.hidden, m.dtype_gu, x, ring, quad, n, sub, acc, false);
     float g = tarfa_quad_fold(acc[0]);
     float u = tarfa_quad_fold(acc[1]);
     if (quad < n && sub == 0) h[first + quad] = tarfa_silu_mul(g, u);
@@ -1109,6 +1159,7 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int 
 extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, const float* h,
                                              float* y, int nr) {
     TARFA_DYNAMIC_SHARED(float, tile);
+    tarfa_grid_enter();
     const unsigned char** rowp = (const unsigned char**)tile;
     unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
     long long total = (long long)k * m.hidden;
@@ -1125,7 +1176,7 @@ extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, 
     int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
     float acc[1][8];
     tarfa_tile_acc<1>(rowp, n, m.inter, m.dtype_d, h + (long long)(first / m.hidden) * m.inter, ring,
-                      quad, n, sub, acc);
+                      quad, n, sub, acc, false);
     float v = tarfa_quad_fold(acc[0]);
     if (quad < n && sub == 0) y[first + quad] = v;
 }
