@@ -147,16 +147,6 @@ inline void tarfa_grid_enter() {
     if (++tarfa_emu_entered != 1) std::abort();
 }
 
-// L2 prefetches: nothing to fetch here; each line asked for is counted (so a test can check the
-// prefetching blocks cover their ranges exactly once) and must lie in host memory the launch can
-// read (a zero address aborts).
-#include <atomic>
-inline std::atomic<unsigned long long> tarfa_emu_prefetched{0};
-inline void tarfa_l2_prefetch(unsigned long long a) {
-    if (a == 0) std::abort();
-    tarfa_emu_prefetched.fetch_add(1, std::memory_order_relaxed);
-}
-
 // A pool of worker threads, one per thread of the largest block yet (created once, reused):
 // starting an OS thread per emulated thread per launch made the emulation slow.
 struct TarfaEmuPool {

@@ -12,19 +12,15 @@ void emu_matvec(G, const TarfaMatJobs* jobs) { TarfaMatJobs j = *jobs; RUN(tarfa
 void emu_embed(G, const unsigned char* table, int dtype, int hidden, const int* params, float* x) {
     RUN(tarfa_e_embed(table, dtype, hidden, params, x));
 }
-void emu_rms_norm(G, const float* x, const unsigned char* w, int wdtype, int n, float eps, float* out,
-                  const TarfaPrefetch* pf) {
-    TarfaPrefetch p = *pf;
-    RUN(tarfa_e_rms_norm(x, w, wdtype, n, eps, out, p));
+void emu_rms_norm(G, const float* x, const unsigned char* w, int wdtype, int n, float eps, float* out) {
+    RUN(tarfa_e_rms_norm(x, w, wdtype, n, eps, out));
 }
-unsigned long long emu_prefetched_lines() { return tarfa_emu_prefetched.exchange(0); }
 void emu_qk_rope(G, float* q, const float* k, const float* v, const unsigned char* qn,
                  const unsigned char* kn, int ndtype, int norm, float eps, int heads, int kv_heads,
                  int d, int half, const float* cos_tab, const float* sin_tab, const int* params,
-                 float* kcache, float* vcache, const TarfaPrefetch* pf) {
-    TarfaPrefetch p = *pf;
+                 float* kcache, float* vcache) {
     RUN(tarfa_e_qk_rope(q, k, v, qn, kn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab,
-                        sin_tab, params, kcache, vcache, p));
+                        sin_tab, params, kcache, vcache));
 }
 void emu_attention(G, const float* q, const float* kcache, const float* vcache, const int* params,
                    int heads, int kv_heads, int d, int window, float scaling, float* scores, int cap,
@@ -56,10 +52,8 @@ void emu_tdown(G, const TarfaMoe* m, const int* ids, int k, const float* h, floa
     RUN(tarfa_e_tmoe_down(mm, ids, k, h, y, nr));
 }
 void emu_combine_norm(G, const float* y, const float* wts, int k, int n, float* x,
-                      const unsigned char* w, int wdtype, float eps, float* out,
-                      const TarfaPrefetch* pf) {
-    TarfaPrefetch p = *pf;
-    RUN(tarfa_e_combine_norm(y, wts, k, n, x, w, wdtype, eps, out, p));
+                      const unsigned char* w, int wdtype, float eps, float* out) {
+    RUN(tarfa_e_combine_norm(y, wts, k, n, x, w, wdtype, eps, out));
 }
 void emu_combine(G, const float* y, const float* wts, int k, int hidden, float* x) {
     RUN(tarfa_e_moe_combine(y, wts, k, hidden, x));

@@ -98,7 +98,7 @@ fn fl(v: &[f32]) -> Aligned {
     Aligned::new(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
 
-use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe, Prefetch};
+use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe};
 
 extern "C" {
     fn emu_matvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
@@ -113,9 +113,7 @@ extern "C" {
         n: i32,
         eps: f32,
         out: *mut f32,
-        pf: *const Prefetch,
     );
-    fn emu_prefetched_lines() -> u64;
     fn emu_qk_rope(
         g: u32,
         b: u32,
@@ -137,7 +135,6 @@ extern "C" {
         params: *const i32,
         kc: *mut f32,
         vc: *mut f32,
-        pf: *const Prefetch,
     );
     fn emu_attention(
         g: u32,
@@ -225,7 +222,6 @@ extern "C" {
         ndt: i32,
         eps: f32,
         out: *mut f32,
-        pf: *const Prefetch,
     );
     fn emu_combine(
         g: u32,
@@ -366,7 +362,6 @@ pub fn combine_norm(y: &[f32], wts: &[f32], x: &[f32], w: &W, eps: f32) -> (Vec<
             w.dt as i32,
             eps,
             out.ptr() as *mut f32,
-            &Prefetch::default(),
         )
     };
     (xa.floats(), out.floats())
@@ -374,36 +369,12 @@ pub fn combine_norm(y: &[f32], wts: &[f32], x: &[f32], w: &W, eps: f32) -> (Vec<
 
 /// `tarfa_e_rms_norm`: `w · (x · rsqrt(mean(x²) + eps))`.
 pub fn rms_norm(x: &[f32], w: &W, eps: f32) -> Vec<f32> {
-    rms_norm_prefetching(x, w, eps, &[], 0).0
-}
-
-/// [`rms_norm`] launched with `blocks` more blocks that ask L2 for every line of `ranges`;
-/// returns its output and the lines asked for.
-pub fn rms_norm_prefetching(
-    x: &[f32],
-    w: &W,
-    eps: f32,
-    ranges: &[&[u8]],
-    blocks: u32,
-) -> (Vec<f32>, u64) {
     assert_eq!(w.elems(), x.len());
-    assert!(ranges.len() <= 4 && (blocks > 0 || ranges.is_empty()));
-    let mut pf = Prefetch {
-        n: ranges.len() as i32,
-        first: 1,
-        count: blocks as i32,
-        ..Prefetch::default()
-    };
-    for (i, r) in ranges.iter().enumerate() {
-        pf.ptr[i] = r.as_ptr() as u64;
-        pf.bytes[i] = r.len() as u64;
-    }
     let (xa, wa, out) = (fl(x), w.aligned(), fl(&vec![0.0; x.len()]));
-    // SAFETY: x, w and out hold n elements; the ranges are live slices (only counted here).
-    let lines = unsafe {
-        emu_prefetched_lines();
+    // SAFETY: x, w and out hold n elements.
+    unsafe {
         emu_rms_norm(
-            1 + blocks,
+            1,
             BLOCK,
             0,
             xa.ptr() as _,
@@ -412,11 +383,9 @@ pub fn rms_norm_prefetching(
             x.len() as i32,
             eps,
             out.ptr() as *mut f32,
-            &pf,
-        );
-        emu_prefetched_lines()
+        )
     };
-    (out.floats(), lines)
+    out.floats()
 }
 
 /// `tarfa_e_embed`: row `token` of `[vocab, hidden]`.
@@ -503,7 +472,6 @@ pub fn qk_rope(
             params.as_ptr(),
             kc.ptr() as *mut f32,
             vc.ptr() as *mut f32,
-            &Prefetch::default(),
         )
     };
     (qa.floats(), kc.floats(), vc.floats())
@@ -773,11 +741,6 @@ impl EngineDevice for EmuDevice {
         "CPU emulation of the CUDA kernels (cuda-emu)".into()
     }
 
-    /// Two, so that the whole-model tests run every prefetching launch with its extra blocks.
-    fn prefetch_blocks(&self) -> usize {
-        2
-    }
-
     fn alloc(&self, len: usize) -> Result<EmuBuf, EngineError> {
         Ok(EmuBuf::new(len.max(1)))
     }
@@ -847,13 +810,6 @@ impl EngineDevice for EmuDevice {
                 k.name()
             ))),
         };
-        let pf = |i: usize| match args.get(i) {
-            Some(Arg::Prefetch(v)) => Ok(v as *const Prefetch),
-            other => Err(EngineError::Usage(format!(
-                "{}: argument {i} is {other:?}, not a prefetch list",
-                k.name()
-            ))),
-        };
         let count = |want: usize| {
             if args.len() == want {
                 Ok(())
@@ -882,7 +838,7 @@ impl EngineDevice for EmuDevice {
                     emu_embed(g, b, s, p(0)? as _, n(1)?, n(2)?, p(3)? as _, p(4)? as _);
                 }
                 Kernel::RmsNorm => {
-                    count(7)?;
+                    count(6)?;
                     emu_rms_norm(
                         g,
                         b,
@@ -893,11 +849,10 @@ impl EngineDevice for EmuDevice {
                         n(3)?,
                         f(4)?,
                         p(5)? as _,
-                        pf(6)?,
                     );
                 }
                 Kernel::QkRope => {
-                    count(18)?;
+                    count(17)?;
                     emu_qk_rope(
                         g,
                         b,
@@ -919,7 +874,6 @@ impl EngineDevice for EmuDevice {
                         p(14)? as _,
                         p(15)? as _,
                         p(16)? as _,
-                        pf(17)?,
                     );
                 }
                 Kernel::Attention => {
@@ -994,7 +948,7 @@ impl EngineDevice for EmuDevice {
                     }
                 }
                 Kernel::CombineNorm => {
-                    count(10)?;
+                    count(9)?;
                     emu_combine_norm(
                         g,
                         b,
@@ -1008,7 +962,6 @@ impl EngineDevice for EmuDevice {
                         n(6)?,
                         f(7)?,
                         p(8)? as _,
-                        pf(9)?,
                     );
                 }
                 Kernel::Combine => {

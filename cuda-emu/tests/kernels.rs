@@ -142,29 +142,6 @@ fn rms_norm_and_embedding_are_the_cpus() {
     }
 }
 
-/// A norm launched with prefetching blocks: its output is the same bits, every 128-byte line of
-/// each range is asked for exactly once whatever the number of blocks, and a launch without
-/// ranges asks for none.
-#[test]
-fn prefetching_blocks_ask_for_each_line_once_and_change_no_bit() {
-    let mut r = Rng(7);
-    let x = r.vec(2048, 1.0);
-    let (w, _) = weights(&mut r, 2048, emu::Dt::Bf16, 1.0);
-    let plain = bits(&emu::rms_norm(&x, &w, 1e-6));
-    let a = vec![1u8; 1_000_000];
-    let b = vec![2u8; 129];
-    for blocks in [1, 2, 5] {
-        let (out, lines) = emu::rms_norm_prefetching(&x, &w, 1e-6, &[&a, &b], blocks);
-        assert_eq!(bits(&out), plain, "{blocks} prefetching blocks");
-        assert_eq!(
-            lines,
-            1_000_000u64.div_ceil(128) + 2,
-            "{blocks} prefetching blocks"
-        );
-    }
-    assert_eq!(emu::rms_norm_prefetching(&x, &w, 1e-6, &[], 0).1, 0);
-}
-
 #[test]
 fn qk_norm_rope_and_cache_store_are_the_cpus() {
     let mut r = Rng(11);

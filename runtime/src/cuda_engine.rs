@@ -27,7 +27,7 @@ use crate::cuda::{CudaError, Gpu};
 use crate::cuda_compute::{drv, load_kernels};
 use crate::gpu_engine::{
     Arg, Engine, EngineDevice, EngineShape, Geometry, HostLayer, HostTensor, Kernel, MatJobs,
-    MoeArgs, Prefetch,
+    MoeArgs,
 };
 
 // SAFETY: plain #[repr(C)] data whose layout matches the kernels' structs field for field (u64
@@ -35,8 +35,6 @@ use crate::gpu_engine::{
 unsafe impl DeviceRepr for MatJobs {}
 // SAFETY: as above.
 unsafe impl DeviceRepr for MoeArgs {}
-// SAFETY: as above (four u64 addresses, four u64 lengths, four i32: 80 bytes on both sides).
-unsafe impl DeviceRepr for Prefetch {}
 
 /// The resident decoder on a GPU.
 pub type MoeEngine = Engine<CudaDevice>;
@@ -50,9 +48,6 @@ pub struct CudaDevice {
     sms: usize,
     /// Launch with programmatic dependent launch (sm_90+, unless `TARFA_CUDA_PDL=0`).
     pdl: bool,
-    /// Blocks a latency-bound launch adds to ask L2 for the next product's weights (one per
-    /// multiprocessor; 0 with `TARFA_CUDA_PREFETCH=0`).
-    prefetch: usize,
 }
 
 /// A captured CUDA graph.
@@ -97,11 +92,6 @@ impl CudaDevice {
             stream,
             funcs,
             pdl: pdl_wanted(major, std::env::var("TARFA_CUDA_PDL").ok().as_deref()),
-            prefetch: if std::env::var("TARFA_CUDA_PREFETCH").is_ok_and(|v| v.trim() == "0") {
-                0
-            } else {
-                usize::try_from(sms).unwrap_or(1).max(1)
-            },
             sms: usize::try_from(sms).unwrap_or(1).max(1),
             name: format!("{} (CUDA device {})", gpu.name(), gpu.ordinal()),
         })
@@ -159,7 +149,6 @@ impl CudaDevice {
                 Arg::F32(v) => v as *const f32 as *mut std::ffi::c_void,
                 Arg::Jobs(j) => j as *const MatJobs as *mut std::ffi::c_void,
                 Arg::Moe(m) => m as *const MoeArgs as *mut std::ffi::c_void,
-                Arg::Prefetch(p) => p as *const Prefetch as *mut std::ffi::c_void,
             })
             .collect();
         // SAFETY: a plain C union; zeroed is a valid value of each of its members.
@@ -211,10 +200,6 @@ impl EngineDevice for CudaDevice {
 
     fn multiprocessors(&self) -> usize {
         self.sms
-    }
-
-    fn prefetch_blocks(&self) -> usize {
-        self.prefetch
     }
 
     fn alloc(&self, len: usize) -> Result<CudaSlice<u8>, CudaError> {
@@ -302,7 +287,6 @@ impl EngineDevice for CudaDevice {
                 Arg::F32(v) => b.arg(v),
                 Arg::Jobs(j) => b.arg(j),
                 Arg::Moe(m) => b.arg(m),
-                Arg::Prefetch(p) => b.arg(p),
             };
         }
         let cfg = LaunchConfig {

@@ -222,41 +222,6 @@ __device__ __forceinline__ void tarfa_grid_enter() {
 __device__ __forceinline__ void tarfa_grid_enter() {}
 #endif
 
-// Weights a later launch will read, asked for into L2 while the GPU's bandwidth is idle (the
-// latency-bound kernels: norms, RoPE, the combine) so that the product reading them finds them
-// there. A launch that prefetches has `count` more blocks after its own `first`; they ask for
-// every 128-byte line of each range (prefetch.global.L2: no data comes back, nothing waits),
-// then enter and return. A prefetch changes no value anywhere; only when the bytes arrive.
-#define TARFA_PREFETCH_RANGES 4
-struct TarfaPrefetch {
-    unsigned long long ptr[TARFA_PREFETCH_RANGES];
-    unsigned long long bytes[TARFA_PREFETCH_RANGES];
-    int n;      // ranges used
-    int first;  // the launch's own blocks, before the prefetching ones
-    int count;  // prefetching blocks
-    int pad;
-};
-
-#ifndef TARFA_GRID_DEP
-__device__ __forceinline__ void tarfa_l2_prefetch(unsigned long long a) {
-    asm volatile("prefetch.global.L2 [%0];\n" ::"l"(a));
-}
-#endif
-
-// For a prefetching block (pf.count > 0 and blockIdx.x ≥ pf.first): its share of the lines,
-// then enter; returns true (the kernel returns). Other blocks: false, nothing done.
-__device__ __forceinline__ bool tarfa_prefetch_block(const TarfaPrefetch& pf) {
-    if (pf.count <= 0 || (int)blockIdx.x < pf.first) return false;
-    long long t = (long long)(blockIdx.x - pf.first) * blockDim.x + threadIdx.x;
-    long long nt = (long long)pf.count * blockDim.x;
-    for (int r = 0; r < pf.n && r < TARFA_PREFETCH_RANGES; ++r) {
-        long long lines = (long long)((pf.bytes[r] + 127) / 128);
-        for (long long i = t; i < lines; i += nt) tarfa_l2_prefetch(pf.ptr[r] + (unsigned long long)i * 128);
-    }
-    tarfa_grid_enter();
-    return true;
-}
-
 // p = softmax(z) over n values on one warp (canon's softmax): the max, e_i = tarfa exp(z_i − max),
 // their canonical sum (lane partials folded by the tree), each e_i divided by it. p may be z.
 __device__ void tarfa_warp_softmax(const float* z, float* p, int n, int lane) {
@@ -586,8 +551,7 @@ __device__ __forceinline__ void tarfa_block_rms_norm(XVal xval, const float* x,
 
 // RMSNorm of x into out (tarfa_block_rms_norm), one block.
 extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char* w, int wdtype,
-                                            int n, float eps, float* out, TarfaPrefetch pf) {
-    if (tarfa_prefetch_block(pf)) return;
+                                            int n, float eps, float* out) {
     tarfa_block_rms_norm([&](int i) { return x[i]; }, x, w, wdtype, n, eps, out);
 }
 
@@ -603,9 +567,8 @@ extern "C" __global__ void tarfa_e_qk_rope(float* q, const float* k, const float
                                            int ndtype, int norm, float eps, int heads,
                                            int kv_heads, int d, int half, const float* cos_tab,
                                            const float* sin_tab, const int* params,
-                                           float* kcache, float* vcache, TarfaPrefetch pf) {
+                                           float* kcache, float* vcache) {
     TARFA_DYNAMIC_SHARED(float, sh);
-    if (tarfa_prefetch_block(pf)) return;
     tarfa_grid_enter();
     int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x % 32;
@@ -940,8 +903,7 @@ extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts,
 // into `out`, in one block: one launch instead of two.
 extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts, int k, int n,
                                                 float* x, const unsigned char* w, int wdtype,
-                                                float eps, float* out, TarfaPrefetch pf) {
-    if (tarfa_prefetch_block(pf)) return;
+                                                float eps, float* out) {
     tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, x, i); }, x, w, wdtype, n,
                          eps, out);
 }

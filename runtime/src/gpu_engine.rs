@@ -141,8 +141,6 @@ pub enum Arg {
     Jobs(MatJobs),
     /// A `TarfaMoe` by value.
     Moe(MoeArgs),
-    /// A `TarfaPrefetch` by value.
-    Prefetch(Prefetch),
 }
 
 /// Grid, block and dynamic shared memory of a launch.
@@ -167,11 +165,6 @@ pub trait EngineDevice: Send + std::fmt::Debug {
     /// Its multiprocessors (sizes the tiled launches; geometry only, never a bit of a result).
     fn multiprocessors(&self) -> usize {
         1
-    }
-    /// Blocks a latency-bound launch adds to ask L2 for the weights a later product reads
-    /// (0: none; timing only, never a bit of a result).
-    fn prefetch_blocks(&self) -> usize {
-        0
     }
     /// `len` zero bytes (at least 256-byte aligned).
     fn alloc(&self, len: usize) -> Result<Self::Buf, EngineError>;
@@ -431,25 +424,6 @@ pub struct MoeArgs {
     pub vec_d: i32,
 }
 
-/// The C layout of `TarfaPrefetch`: up to four byte ranges a launch's prefetching blocks (its
-/// last `count`, after its own `first`) ask L2 for.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Prefetch {
-    /// Start addresses.
-    pub ptr: [u64; 4],
-    /// Lengths in bytes.
-    pub bytes: [u64; 4],
-    /// Ranges used.
-    pub n: i32,
-    /// The launch's own blocks.
-    pub first: i32,
-    /// Prefetching blocks after them.
-    pub count: i32,
-    /// Padding (the C struct's).
-    pub pad: i32,
-}
-
 /// Device activations and scratch of one token.
 #[derive(Debug)]
 struct Activations<B> {
@@ -547,10 +521,6 @@ fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
     }
     nr
 }
-
-/// The most bytes one launch asks L2 for ahead of a product (the H200's L2 holds 50 MB; an
-/// `lm_head` larger than this is asked for only this far).
-const PREFETCH_LIMIT: u64 = 24 << 20;
 
 /// The most floats of x a matrix-vector launch stages in shared memory (48 KiB).
 const MAX_STAGE: i32 = 12 * 1024;
@@ -1009,47 +979,12 @@ impl<D: EngineDevice> Engine<D> {
         }
     }
 
-    /// The prefetch list of a launch of `first` blocks asking L2 for `tensors` (up to the first
-    /// `limit` bytes in all), and the blocks it adds; none when the device prefetches nothing.
-    fn prefetch(&self, first: u32, tensors: &[&DevTensor<D::Buf>], limit: u64) -> (Prefetch, u32) {
-        let count = self.dev.prefetch_blocks().min(u16::MAX as usize) as u32;
-        let mut pf = Prefetch {
-            first: first as i32,
-            count: count as i32,
-            ..Prefetch::default()
-        };
-        let mut left = limit;
-        for t in tensors.iter().take(4) {
-            let bytes = ((t.rows * t.cols * t.dtype.size()) as u64).min(left);
-            if count == 0 || bytes == 0 {
-                break;
-            }
-            pf.ptr[pf.n as usize] = t.ptr;
-            pf.bytes[pf.n as usize] = bytes;
-            pf.n += 1;
-            left -= bytes;
-        }
-        if pf.n == 0 {
-            return (Prefetch::default(), 0);
-        }
-        (pf, count)
-    }
-
-    /// out = RMSNorm_w(x), its launch asking L2 for `ahead` (the product after it reads them).
-    fn rms_norm(
-        &self,
-        x: u64,
-        w: &DevTensor<D::Buf>,
-        out: u64,
-        ahead: &[&DevTensor<D::Buf>],
-    ) -> Result<(), EngineError> {
-        let (pf, extra) = self.prefetch(1, ahead, PREFETCH_LIMIT);
-        // SAFETY: `x` and `out` hold `n` floats (hidden-sized activations), `w` `n` elements;
-        // the prefetch ranges lie in resident weights.
+    fn rms_norm(&self, x: u64, w: &DevTensor<D::Buf>, out: u64) -> Result<(), EngineError> {
+        // SAFETY: `x` and `out` hold `n` floats (hidden-sized activations), `w` `n` elements.
         unsafe {
             self.dev.launch(
                 Kernel::RmsNorm,
-                geo(1 + extra as usize, RMS_BLOCK, 0)?,
+                geo(1, RMS_BLOCK, 0)?,
                 &[
                     Arg::Ptr(x),
                     Arg::Ptr(w.ptr),
@@ -1057,7 +992,6 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::I32(w.cols as i32),
                     Arg::F32(self.shape.eps),
                     Arg::Ptr(out),
-                    Arg::Prefetch(pf),
                 ],
             )
         }
@@ -1093,7 +1027,7 @@ impl<D: EngineDevice> Engine<D> {
         let mut normed = false;
         for (i, l) in self.layers.iter().enumerate() {
             if !normed {
-                self.rms_norm(x, &l.in_norm, xn, &[&l.q, &l.k, &l.v])?;
+                self.rms_norm(x, &l.in_norm, xn)?;
             }
             self.matvec(&[
                 self.job(&l.q, xn, q, l.bias[0].as_ref(), false),
@@ -1107,9 +1041,6 @@ impl<D: EngineDevice> Engine<D> {
             };
             let warps = s.heads + s.kv_heads;
             let per_block = 4usize;
-            // While RoPE and attention run, o_proj's weights are asked for.
-            let (pf, extra) =
-                self.prefetch(warps.div_ceil(per_block) as u32, &[&l.o], PREFETCH_LIMIT);
             // SAFETY: q holds heads·d floats, k and v kv_heads·d; the norm weights d elements;
             // the caches `cap × kv_heads·d` floats and the RoPE tables `cap × half` with
             // params[1] < cap (ensure_cap in `step`); shared memory is d floats per warp.
@@ -1117,7 +1048,7 @@ impl<D: EngineDevice> Engine<D> {
                 self.dev.launch(
                     Kernel::QkRope,
                     geo(
-                        warps.div_ceil(per_block) + extra as usize,
+                        warps.div_ceil(per_block),
                         32 * per_block as u32,
                         (per_block * d * 4) as u32,
                     )?,
@@ -1139,7 +1070,6 @@ impl<D: EngineDevice> Engine<D> {
                         Arg::Ptr(params),
                         Arg::Ptr(kc),
                         Arg::Ptr(vc),
-                        Arg::Prefetch(pf),
                     ],
                 )?;
             }
@@ -1171,23 +1101,22 @@ impl<D: EngineDevice> Engine<D> {
                 )?;
             }
             self.matvec(&[self.job(&l.o, attn, x, l.bias[3].as_ref(), true)])?;
-            let router: Vec<&DevTensor<D::Buf>> = l.router.iter().collect();
-            self.rms_norm(x, &l.post_norm, xn, &router)?;
-            let next = self.layers.get(i + 1);
+            self.rms_norm(x, &l.post_norm, xn)?;
+            let next = self.layers.get(i + 1).map(|n| &n.in_norm);
             self.mlp(l, xn, x, next)?;
             normed = next.is_some();
         }
         Ok(())
     }
 
-    /// The layer's MLP of `xn`, added to `x`; then, given the next layer, `xn` = its input norm
-    /// of the new `x` (in the combine's launch, which asks L2 for its q, k and v).
+    /// The layer's MLP of `xn`, added to `x`; then, given the next layer's input norm, `xn` =
+    /// that norm of the new `x` (in the combine's launch).
     fn mlp(
         &self,
         l: &Layer<D::Buf>,
         xn: u64,
         x: u64,
-        next: Option<&Layer<D::Buf>>,
+        next: Option<&DevTensor<D::Buf>>,
     ) -> Result<(), EngineError> {
         let s = self.shape;
         let a = &self.a;
@@ -1274,7 +1203,7 @@ impl<D: EngineDevice> Engine<D> {
                     ],
                 )?;
             }
-            return self.combine(yb, wts, ki, hi, x, next.map(|n| (n, xn)));
+            return self.combine(yb, wts, ki, hi, x, next.map(|w| (w, xn)));
         }
         unsafe {
             self.dev.launch(
@@ -1308,12 +1237,11 @@ impl<D: EngineDevice> Engine<D> {
                 ],
             )?;
         }
-        self.combine(yb, wts, ki, hi, x, next.map(|n| (n, xn)))
+        self.combine(yb, wts, ki, hi, x, next.map(|w| (w, xn)))
     }
 
-    /// x += the k slots' outputs `y` weighted by `wts`, in slot order; with `norm` (the next
-    /// layer, out), then out = its input RMSNorm of x, in the same launch, which asks L2 for
-    /// the next layer's q, k and v.
+    /// x += the k slots' outputs `y` weighted by `wts`, in slot order; with `norm` (w, out), then
+    /// out = RMSNorm_w(x), in the same launch.
     fn combine(
         &self,
         yb: u64,
@@ -1321,17 +1249,14 @@ impl<D: EngineDevice> Engine<D> {
         k: i32,
         hidden: i32,
         x: u64,
-        norm: Option<(&Layer<D::Buf>, u64)>,
+        norm: Option<(&DevTensor<D::Buf>, u64)>,
     ) -> Result<(), EngineError> {
-        if let Some((n, out)) = norm {
-            let w = &n.in_norm;
-            let (pf, extra) = self.prefetch(1, &[&n.q, &n.k, &n.v], PREFETCH_LIMIT);
-            // SAFETY: y holds k × hidden floats, wts k, x and out hidden, w hidden elements; the
-            // prefetch ranges lie in resident weights.
+        if let Some((w, out)) = norm {
+            // SAFETY: y holds k × hidden floats, wts k, x and out hidden, w hidden elements.
             return unsafe {
                 self.dev.launch(
                     Kernel::CombineNorm,
-                    geo(1 + extra as usize, RMS_BLOCK, 0)?,
+                    geo(1, RMS_BLOCK, 0)?,
                     &[
                         Arg::Ptr(yb),
                         Arg::Ptr(wts),
@@ -1342,7 +1267,6 @@ impl<D: EngineDevice> Engine<D> {
                         Arg::I32(w.dtype.code()),
                         Arg::F32(self.shape.eps),
                         Arg::Ptr(out),
-                        Arg::Prefetch(pf),
                     ],
                 )
             };
@@ -1367,8 +1291,8 @@ impl<D: EngineDevice> Engine<D> {
     fn launch_head(&self) -> Result<(), EngineError> {
         let a = &self.a;
         let (x, xn, logits) = (self.p(&a.x), self.p(&a.xn), self.p(&a.logits));
+        self.rms_norm(x, &self.final_norm, xn)?;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        self.rms_norm(x, &self.final_norm, xn, &[head])?;
         self.matvec(&[self.job(head, xn, logits, None, false)])
     }
 }
