@@ -29,7 +29,7 @@ pub mod source;
 pub mod value;
 pub mod writer;
 
-pub use error::{Error, Result, Violation};
+pub use error::{Error, ExpertSliceFault, Result, SplitFault, Violation};
 pub use header::{
     parse_header, read_header, Header, HeaderParse, TensorInfo, DEFAULT_ALIGNMENT, MAX_ARRAY_DEPTH,
     MAX_DIMS, MAX_HEADER_LEN, MAX_STRING_LEN, MAX_TENSOR_NAME,
