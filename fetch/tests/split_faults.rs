@@ -46,12 +46,14 @@ fn fault(source: &Path) -> SplitFault {
     }
 }
 
+/// The part given and its keys, the second part's keys when it is written, and the fault.
+type Case = (&'static str, Option<Keys>, Option<Option<Keys>>, SplitFault);
+
 #[test]
 fn each_disagreement_of_a_split_set_is_its_own_fault() {
     const FIRST: &str = "s-00001-of-00002.gguf";
     const SECOND: &str = "s-00002-of-00002.gguf";
-    // (the part given, its keys, the second part's keys when it is written, the fault)
-    let cases: Vec<(&str, Option<Keys>, Option<Option<Keys>>, SplitFault)> = vec![
+    let cases: Vec<Case> = vec![
         (
             "one.gguf",
             Some((2, 2, 1)),
