@@ -3,7 +3,8 @@
 //!
 //! Exit codes: 0 success; 1 the input is invalid or inconsistent (a JNF or GGUF rule broken, a model
 //! directory that disagrees with its manifest or has none, a path that is not what the command
-//! reads); 2 tarfa could not run (bad arguments, a URL where a local path is wanted, I/O errors).
+//! reads); 2 tarfa could not run (bad arguments or environment values, a URL where a local path
+//! is wanted, I/O errors).
 
 #![forbid(unsafe_code)]
 

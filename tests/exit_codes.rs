@@ -108,3 +108,22 @@ fn an_os_error_is_printed_once() {
         );
     }
 }
+
+/// A bad value in an environment variable is a bad argument, as a bad `--backend` is: exit 2
+/// (README "Exit codes"), naming the variable and the value.
+#[test]
+fn an_unknown_io_backend_in_the_environment_is_a_bad_argument_exit_2_naming_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tarfa"))
+        .args(["run", path(tmp.path()), "--tokens", "1"])
+        .env("TARFA_IO_BACKEND", "aio")
+        .output()
+        .expect("run tarfa");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("TARFA_IO_BACKEND=\"aio\" is not an I/O backend"),
+        "{err}"
+    );
+    assert!(!err.contains("hint:"), "{err}");
+}

@@ -74,3 +74,54 @@ fn other_families_are_not_taken() {
     let dec = emulated(&dir, true);
     assert!(dec.offload_report().is_none());
 }
+
+/// Heads wider than the attention kernels take come from a model's config, not a caller's
+/// mistake: a typed error naming the limit and what to run instead, before anything is copied.
+#[test]
+fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
+    use tarfa_runtime::gpu_engine::{
+        Engine, EngineError, EngineShape, GpuDtype, HostTensor, MAX_HEAD_DIM,
+    };
+    let head_dim = MAX_HEAD_DIM * 2;
+    let shape = EngineShape {
+        vocab: 4,
+        hidden: head_dim,
+        heads: 1,
+        kv_heads: 1,
+        head_dim,
+        rotary_dim: head_dim,
+        eps: 1e-6,
+        window: None,
+        scaling: 1.0,
+        top_k: 1,
+        norm_topk_prob: true,
+    };
+    let zeros = vec![0u8; 4 * head_dim * 4];
+    let t = |rows: usize, cols: usize| HostTensor {
+        bytes: &zeros[..rows * cols * 4],
+        dtype: GpuDtype::F32,
+        rows,
+        cols,
+    };
+    let e = Engine::new(
+        EmuDevice,
+        shape,
+        t(4, head_dim),
+        t(1, head_dim),
+        None,
+        &[],
+        1,
+    )
+    .expect_err("head_dim 512");
+    assert!(
+        matches!(
+            e,
+            EngineError::HeadDimTooLarge {
+                head_dim: 512,
+                max: 256
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("--gpu-offload-only"), "{e}");
+}

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use tarfa_gguf::header::read_header_from;
-use tarfa_gguf::reader::{parse_split_name, split_keys, split_name};
-use tarfa_gguf::{GgufWriter, Header, Value, Violation};
+use tarfa_gguf::reader::{check_part_keys, parse_split_name, split_keys, split_name};
+use tarfa_gguf::{GgufWriter, Header, SplitFault, Value, Violation};
 
 use crate::error::{FetchError, IndexFault, Result, SelectFault, SourceArgFault};
 use crate::http::HttpClient;
@@ -130,27 +130,23 @@ fn open_gguf_parts(
     let keys = split_keys(&h).map_err(|v| invalid(&shown, v))?;
     let file_name = loc.file_name();
     let named = parse_split_name(&file_name);
-    let mismatch = |detail: String| invalid(&shown, Violation::SplitMismatch { detail });
+    let mismatch = |fault: SplitFault| invalid(&shown, Violation::SplitMismatch(fault));
     let Some(keys) = keys.filter(|k| k.count > 1) else {
         if let Some((_, _, n)) = named.filter(|&(_, _, n)| n > 1) {
-            return Err(mismatch(format!(
-                "named as part of {n} but has no split.* keys"
-            )));
+            return Err(mismatch(SplitFault::NameWithoutKeys { count: n }));
         }
         return Ok(vec![(first, h)]);
     };
     let Some((prefix, k, n)) = named else {
-        return Err(mismatch(format!(
-            "split.count is {} but the file name is not NAME-0000k-of-0000N.gguf",
-            keys.count
-        )));
+        return Err(mismatch(SplitFault::KeysWithoutName { count: keys.count }));
     };
     if u32::from(keys.no) + 1 != k || u32::from(keys.count) != n {
-        return Err(mismatch(format!(
-            "file name says part {k} of {n}, split.* keys say part {} of {}",
-            u32::from(keys.no) + 1,
-            keys.count
-        )));
+        return Err(mismatch(SplitFault::NameDisagrees {
+            name_part: k,
+            name_count: n,
+            key_part: u32::from(keys.no) + 1,
+            key_count: keys.count,
+        }));
     }
     let mut parts = Vec::with_capacity(n as usize);
     let mut given = Some((first, h));
@@ -169,22 +165,12 @@ fn open_gguf_parts(
     for (i, (o, h)) in parts.iter().enumerate() {
         let name = o.source.name();
         let kk = split_keys(h).map_err(|v| invalid(&name, v))?;
-        let ok = kk.is_some_and(|kk| {
-            usize::from(kk.no) == i
-                && u32::from(kk.count) == n
-                && kk.tensors_count == keys.tensors_count
-        });
-        if !ok {
-            return Err(invalid(
-                &name,
-                Violation::SplitMismatch {
-                    detail: format!(
-                        "part {} of {n} has split keys {kk:?}, expected split.no {i}, split.count {n} and split.tensors.count {}",
-                        i + 1,
-                        keys.tensors_count
-                    ),
-                },
-            ));
+        let part = u32::try_from(i + 1).unwrap_or(u32::MAX);
+        let checked = kk
+            .ok_or(SplitFault::PartWithoutKeys { part, count: n })
+            .and_then(|kk| check_part_keys(kk, part, n, keys.tensors_count));
+        if let Err(fault) = checked {
+            return Err(invalid(&name, Violation::SplitMismatch(fault)));
         }
         for t in &h.tensors {
             if let Some(prev) = seen.insert(t.name.clone(), i) {
@@ -200,10 +186,10 @@ fn open_gguf_parts(
         total += h.tensors.len() as u64;
     }
     if u64::try_from(keys.tensors_count).ok() != Some(total) {
-        return Err(mismatch(format!(
-            "split.tensors.count is {} but the parts hold {total} tensors",
-            keys.tensors_count
-        )));
+        return Err(mismatch(SplitFault::TensorCountSum {
+            declared: keys.tensors_count,
+            held: total,
+        }));
     }
     Ok(parts)
 }

@@ -306,19 +306,16 @@ pub enum Violation {
         found: String,
     },
     /// A split set whose file names or `split.*` keys disagree.
-    #[error("split set: {detail}")]
-    SplitMismatch {
-        /// What disagrees.
-        detail: String,
-    },
+    #[error("split set: {0}")]
+    SplitMismatch(SplitFault),
     /// A per-expert slice asked of a tensor that is not `[n_expert, rows, cols]`, or past its
     /// last expert.
-    #[error("tensor '{tensor}': {detail}")]
+    #[error("tensor '{tensor}': {fault}")]
     ExpertSlice {
         /// The tensor.
         tensor: String,
         /// What is wrong.
-        detail: String,
+        fault: ExpertSliceFault,
     },
     /// A writer was given tensor data of the wrong length.
     #[error("tensor '{tensor}': its data has {got} bytes, its shape and type need {expected}")]
@@ -330,4 +327,143 @@ pub enum Violation {
         /// Bytes given.
         got: u64,
     },
+}
+
+/// How the parts of a split set (`NAME-0000k-of-0000N.gguf`, keys `split.no`, `split.count`,
+/// `split.tensors.count`) disagree with their names or with each other. Parts are numbered from
+/// 1, as in their file names; `split.no` counts from 0.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SplitFault {
+    /// `split.count` is zero, or `split.no` is not below it.
+    #[error("split.no {no} is not below split.count {count}")]
+    PartOutOfRange {
+        /// `split.no`.
+        no: u16,
+        /// `split.count`.
+        count: u16,
+    },
+    /// The file is named as a part of a set but has no `split.*` keys.
+    #[error("the file name says part of {count}, but the file has no split.* keys")]
+    NameWithoutKeys {
+        /// Parts the name claims.
+        count: u32,
+    },
+    /// The `split.*` keys say several parts, but the file name does not number the part.
+    #[error("split.count is {count} but the file name is not NAME-0000k-of-0000N.gguf")]
+    KeysWithoutName {
+        /// `split.count`.
+        count: u16,
+    },
+    /// The file name and the `split.*` keys number the part differently.
+    #[error("the file name says part {name_part} of {name_count}, its split.* keys say part {key_part} of {key_count}")]
+    NameDisagrees {
+        /// Part number in the name (from 1).
+        name_part: u32,
+        /// Part count in the name.
+        name_count: u32,
+        /// `split.no` + 1.
+        key_part: u32,
+        /// `split.count`.
+        key_count: u16,
+    },
+    /// A part of the set is not there.
+    #[error("part {part} of {count} is missing")]
+    MissingPart {
+        /// The missing part (from 1).
+        part: u32,
+        /// Parts in the set.
+        count: u32,
+    },
+    /// A part other than the one given has no `split.*` keys.
+    #[error("part {part} of {count} has no split.* keys")]
+    PartWithoutKeys {
+        /// The part (from 1).
+        part: u32,
+        /// Parts in the set.
+        count: u32,
+    },
+    /// A part's `split.no` is not its place in the set.
+    #[error("part {part} of {count} has split.no {no}, expected {expected}")]
+    PartIndex {
+        /// The part (from 1), by its file name.
+        part: u32,
+        /// Parts in the set.
+        count: u32,
+        /// Its `split.no`.
+        no: u16,
+        /// The `split.no` its place requires (`part` - 1).
+        expected: u32,
+    },
+    /// A part's `split.count` is not the number of parts in the set.
+    #[error("part {part} of {count} has split.count {found}")]
+    PartCount {
+        /// The part (from 1).
+        part: u32,
+        /// Parts in the set.
+        count: u32,
+        /// Its `split.count`.
+        found: u16,
+    },
+    /// Two parts declare different `split.tensors.count`s.
+    #[error("part {part} of {count} has split.tensors.count {found}, the set's is {expected}")]
+    TensorsCountDiffers {
+        /// The part (from 1).
+        part: u32,
+        /// Parts in the set.
+        count: u32,
+        /// Its `split.tensors.count`.
+        found: i32,
+        /// The set's (the first part's, or the part given).
+        expected: i32,
+    },
+    /// `split.tensors.count` is not the number of tensors the parts hold.
+    #[error("split.tensors.count is {declared} but the parts hold {held} tensors")]
+    TensorCountSum {
+        /// `split.tensors.count`.
+        declared: i32,
+        /// Tensors across all parts.
+        held: u64,
+    },
+}
+
+/// Why expert `e` of a stacked `[n_expert, rows, cols]` tensor has no byte range.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExpertSliceFault {
+    /// The tensor is not three-dimensional.
+    #[error(
+        "expected 3 dimensions [n_expert, rows, cols], found {}",
+        shape_text(shape)
+    )]
+    NotStacked {
+        /// Its row-major shape.
+        shape: Vec<u64>,
+    },
+    /// The expert is past the last one.
+    #[error("expert {expert} asked of a stack of {n_expert} experts (numbered from 0)")]
+    NoSuchExpert {
+        /// The expert asked for.
+        expert: u64,
+        /// Experts in the tensor.
+        n_expert: u64,
+    },
+    /// One expert's byte size (`rows` × `cols` in the tensor's type) overflows u64.
+    #[error("the byte size of one expert ({rows} rows of {cols}) overflows u64")]
+    SizeOverflow {
+        /// Rows of one expert.
+        rows: u64,
+        /// Columns of one expert.
+        cols: u64,
+    },
+    /// The expert's byte offset in the file overflows u64.
+    #[error("the file offset of expert {expert} overflows u64")]
+    OffsetOverflow {
+        /// The expert.
+        expert: u64,
+    },
+}
+
+/// A shape as `[a, b, c]` (`[]` for a scalar), for messages.
+fn shape_text(shape: &[u64]) -> String {
+    let dims: Vec<String> = shape.iter().map(u64::to_string).collect();
+    format!("[{}]", dims.join(", "))
 }

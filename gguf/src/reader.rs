@@ -4,7 +4,7 @@ use std::io::{self, Read};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result, Violation};
+use crate::error::{Error, ExpertSliceFault, Result, SplitFault, Violation};
 use crate::header::{read_header, Header, TensorInfo};
 use crate::source::{ByteSource, FileSource};
 use crate::value::Value;
@@ -116,31 +116,31 @@ impl Read for RangeReader<'_> {
 /// (row-major; GGUF `ne = [cols, rows, n_expert]`) tensor: `[off + e*nb, off + (e+1)*nb)` with
 /// `nb = byte_len([rows, cols])`. Exact for every quant type, since blocks never cross rows.
 pub fn expert_range(t: &TensorInfo, e: u64) -> Result<Range<u64>, Violation> {
-    let bad = |detail: String| Violation::ExpertSlice {
+    let bad = |fault: ExpertSliceFault| Violation::ExpertSlice {
         tensor: t.name.clone(),
-        detail,
+        fault,
     };
     let shape = t.shape();
     let [n_expert, rows, cols] = shape[..] else {
-        return Err(bad(format!(
-            "expected 3 dimensions [n_expert, rows, cols], found {shape:?}"
-        )));
+        return Err(bad(ExpertSliceFault::NotStacked { shape }));
     };
     if e >= n_expert {
-        return Err(bad(format!("expert {e} asked of {n_expert}")));
+        return Err(bad(ExpertSliceFault::NoSuchExpert {
+            expert: e,
+            n_expert,
+        }));
     }
     // The header check proved the whole tensor's size, so these cannot overflow; stay checked.
     let nb = t
         .dtype
         .byte_len(&[rows, cols])
-        .ok_or_else(|| bad("expert size overflows".into()))?;
+        .ok_or_else(|| bad(ExpertSliceFault::SizeOverflow { rows, cols }))?;
     let start = e
         .checked_mul(nb)
         .and_then(|o| o.checked_add(t.data_offset))
-        .ok_or_else(|| bad("expert offset overflows".into()))?;
-    let end = start
-        .checked_add(nb)
-        .ok_or_else(|| bad("expert offset overflows".into()))?;
+        .and_then(|s| s.checked_add(nb).map(|_| s))
+        .ok_or_else(|| bad(ExpertSliceFault::OffsetOverflow { expert: e }))?;
+    let end = start + nb;
     Ok(start..end)
 }
 
@@ -191,15 +191,51 @@ pub fn split_keys(h: &Header) -> Result<Option<SplitKeys>, Violation> {
         v => return Err(wrong(SPLIT_TENSORS_COUNT, "INT32", v)),
     };
     if count == 0 || no >= count {
-        return Err(Violation::SplitMismatch {
-            detail: format!("split.no {no} with split.count {count}"),
-        });
+        return Err(Violation::SplitMismatch(SplitFault::PartOutOfRange {
+            no,
+            count,
+        }));
     }
     Ok(Some(SplitKeys {
         no,
         count,
         tensors_count,
     }))
+}
+
+/// Part `part` (from 1) of a set of `count`: its `split.no` must be `part - 1`, its
+/// `split.count` `count` and its `split.tensors.count` the set's `tensors_count`.
+pub fn check_part_keys(
+    keys: SplitKeys,
+    part: u32,
+    count: u32,
+    tensors_count: i32,
+) -> Result<(), SplitFault> {
+    let expected = part.saturating_sub(1);
+    if u32::from(keys.no) != expected {
+        return Err(SplitFault::PartIndex {
+            part,
+            count,
+            no: keys.no,
+            expected,
+        });
+    }
+    if u32::from(keys.count) != count {
+        return Err(SplitFault::PartCount {
+            part,
+            count,
+            found: keys.count,
+        });
+    }
+    if keys.tensors_count != tensors_count {
+        return Err(SplitFault::TensorsCountDiffers {
+            part,
+            count,
+            found: keys.tensors_count,
+            expected: tensors_count,
+        });
+    }
+    Ok(())
 }
 
 /// `NAME-0000k-of-0000N.gguf` split into `(NAME, k, N)` (k 1-based), if the name has that form.
@@ -254,34 +290,27 @@ impl GgufModel {
             if let Some((_, _, n)) = named.filter(|&(_, _, n)| n > 1) {
                 return Err(Error::invalid(
                     path.display().to_string(),
-                    Violation::SplitMismatch {
-                        detail: format!("named as part of {n} but has no split.* keys"),
-                    },
+                    Violation::SplitMismatch(SplitFault::NameWithoutKeys { count: n }),
                 ));
             }
             return GgufModel::from_parts(vec![first], None);
         };
-        let invalid = |detail: String| {
-            Error::invalid(
-                path.display().to_string(),
-                Violation::SplitMismatch { detail },
-            )
+        let invalid = |fault: SplitFault| {
+            Error::invalid(path.display().to_string(), Violation::SplitMismatch(fault))
         };
         let Some((prefix, k, n)) = named else {
             if keys.count == 1 {
                 return GgufModel::from_parts(vec![first], Some(keys));
             }
-            return Err(invalid(format!(
-                "split.count is {} but the file name is not NAME-0000k-of-0000N.gguf",
-                keys.count
-            )));
+            return Err(invalid(SplitFault::KeysWithoutName { count: keys.count }));
         };
         if u32::from(keys.no) + 1 != k || u32::from(keys.count) != n {
-            return Err(invalid(format!(
-                "file name says part {k} of {n}, split.* keys say part {} of {}",
-                u32::from(keys.no) + 1,
-                keys.count
-            )));
+            return Err(invalid(SplitFault::NameDisagrees {
+                name_part: k,
+                name_count: n,
+                key_part: u32::from(keys.no) + 1,
+                key_count: keys.count,
+            }));
         }
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut parts = Vec::with_capacity(usize::from(keys.count));
@@ -297,9 +326,7 @@ impl GgufModel {
             if !p.exists() {
                 return Err(Error::invalid(
                     p.display().to_string(),
-                    Violation::SplitMismatch {
-                        detail: format!("part {i} of {n} is missing"),
-                    },
+                    Violation::SplitMismatch(SplitFault::MissingPart { part: i, count: n }),
                 ));
             }
             parts.push(GgufFile::open(&p)?);
@@ -307,30 +334,28 @@ impl GgufModel {
         GgufModel::from_parts(parts, Some(keys))
     }
 
-    /// Check a set of already-opened parts (in order) against each other.
+    /// Check a set of already-opened parts (in order) against each other and against `split`,
+    /// the set's keys (`None`: the first part's, when there are several parts).
     pub fn from_parts(parts: Vec<GgufFile>, split: Option<SplitKeys>) -> Result<GgufModel> {
         let n = parts.len();
+        let count = u32::try_from(n).unwrap_or(u32::MAX);
+        // The set's keys: those given, else (parts opened by a caller) the first part's.
+        let mut set = split;
         let mut seen = std::collections::HashMap::new();
         let mut total: u64 = 0;
         for (i, p) in parts.iter().enumerate() {
             let name = p.name();
             let keys = split_keys(p.header()).map_err(|v| Error::invalid(name.clone(), v))?;
             if n > 1 {
-                let ok = keys.is_some_and(|kk| {
-                    usize::from(kk.no) == i
-                        && usize::from(kk.count) == n
-                        && split.is_some_and(|s| s.tensors_count == kk.tensors_count)
-                });
-                if !ok {
-                    return Err(Error::invalid(
-                        name,
-                        Violation::SplitMismatch {
-                            detail: format!(
-                                "part {} of {n} has split keys {keys:?}, expected split.no {i}, split.count {n} and the first part's split.tensors.count",
-                                i + 1
-                            ),
-                        },
-                    ));
+                let part = u32::try_from(i + 1).unwrap_or(u32::MAX);
+                let checked = keys
+                    .ok_or(SplitFault::PartWithoutKeys { part, count })
+                    .and_then(|k| {
+                        let expected = set.get_or_insert(k).tensors_count;
+                        check_part_keys(k, part, count, expected)
+                    });
+                if let Err(fault) = checked {
+                    return Err(Error::invalid(name, Violation::SplitMismatch(fault)));
                 }
             }
             for t in &p.header().tensors {
@@ -346,16 +371,14 @@ impl GgufModel {
             }
             total += p.header().tensors.len() as u64;
         }
-        if let Some(s) = split {
+        if let Some(s) = set {
             if u64::try_from(s.tensors_count).ok() != Some(total) {
                 return Err(Error::invalid(
                     parts.first().map(GgufFile::name).unwrap_or_default(),
-                    Violation::SplitMismatch {
-                        detail: format!(
-                            "split.tensors.count is {} but the parts hold {total} tensors",
-                            s.tensors_count
-                        ),
-                    },
+                    Violation::SplitMismatch(SplitFault::TensorCountSum {
+                        declared: s.tensors_count,
+                        held: total,
+                    }),
                 ));
             }
         }

@@ -9,7 +9,9 @@ use std::io::Read;
 use std::process::Command;
 
 use common::{dump, fixtures, python_gguf_available};
-use tarfa_gguf::{expert_range, Array, Dtype, GgufFile, GgufModel, GgufWriter, Value};
+use tarfa_gguf::{
+    expert_range, Array, Dtype, ExpertSliceFault, GgufFile, GgufModel, GgufWriter, Value, Violation,
+};
 
 const FIXTURES: &[&str] = &[
     "metadata",
@@ -116,6 +118,12 @@ fn a_missing_split_part_is_named() {
         std::fs::copy(fixtures().join(&n), dir.path().join(&n)).expect("copy");
     }
     let e = GgufModel::open(&dir.path().join("split-00001-of-00003.gguf")).expect_err("missing");
+    assert_eq!(
+        e.violation(),
+        Some(&Violation::SplitMismatch(
+            tarfa_gguf::SplitFault::MissingPart { part: 2, count: 3 }
+        ))
+    );
     let msg = e.to_string();
     assert!(
         msg.contains("split-00002-of-00003.gguf") && msg.contains("part 2 of 3 is missing"),
@@ -146,10 +154,75 @@ fn expert_slices_tile_the_stacked_tensor_exactly() {
             joined.extend(f.read_range(r).expect("read"));
         }
         assert_eq!(joined, whole, "{name}");
-        assert!(expert_range(t, n_expert).is_err(), "past the last expert");
+        assert_eq!(
+            expert_range(t, n_expert),
+            Err(Violation::ExpertSlice {
+                tensor: name.into(),
+                fault: ExpertSliceFault::NoSuchExpert {
+                    expert: n_expert,
+                    n_expert
+                },
+            }),
+            "past the last expert"
+        );
     }
     let flat = f.header().tensor("blk.0.attn_norm.weight").expect("norm");
-    assert!(expert_range(flat, 0).is_err(), "1-D tensor has no experts");
+    let e = expert_range(flat, 0).expect_err("1-D tensor has no experts");
+    assert!(
+        matches!(
+            &e,
+            Violation::ExpertSlice { fault: ExpertSliceFault::NotStacked { shape }, .. }
+                if *shape == flat.shape()
+        ),
+        "{e}"
+    );
+    assert!(
+        e.to_string()
+            .contains("expected 3 dimensions [n_expert, rows, cols], found ["),
+        "{e}"
+    );
+}
+
+/// A tensor info as a caller may build it (the reader's header check would refuse these).
+fn stack(ne: Vec<u64>, data_offset: u64) -> tarfa_gguf::TensorInfo {
+    tarfa_gguf::TensorInfo {
+        name: "blk.0.ffn_up_exps.weight".into(),
+        dtype: Dtype::F32,
+        ne,
+        offset: 0,
+        data_offset,
+        byte_len: 0,
+        info_offset: 0,
+    }
+}
+
+#[test]
+fn an_expert_slice_whose_size_or_offset_overflows_is_refused_naming_which() {
+    let huge = stack(vec![1 << 40, 1 << 40, 2], 0);
+    assert_eq!(
+        expert_range(&huge, 0).map_err(|v| v.to_string()),
+        Err("tensor 'blk.0.ffn_up_exps.weight': the byte size of one expert (1099511627776 rows of 1099511627776) overflows u64".into())
+    );
+    assert!(matches!(
+        expert_range(&huge, 1),
+        Err(Violation::ExpertSlice {
+            fault: ExpertSliceFault::SizeOverflow {
+                rows: 1_099_511_627_776,
+                cols: 1_099_511_627_776
+            },
+            ..
+        })
+    ));
+    // 16 bytes an expert: expert 0 ends 4 bytes before u64::MAX, expert 1's end overflows.
+    let late = stack(vec![4, 1, 2], u64::MAX - 20);
+    assert_eq!(expert_range(&late, 0), Ok(u64::MAX - 20..u64::MAX - 4));
+    assert!(matches!(
+        expert_range(&late, 1),
+        Err(Violation::ExpertSlice {
+            fault: ExpertSliceFault::OffsetOverflow { expert: 1 },
+            ..
+        })
+    ));
 }
 
 fn rich_writer(alignment: u64) -> (GgufWriter, Vec<Vec<u8>>) {

@@ -50,6 +50,16 @@ pub enum CudaError {
         /// The driver's error.
         source: DriverError,
     },
+    /// A model whose attention heads are wider than the whole-model GPU decoder's kernels take
+    /// (their shared memory holds [`crate::gpu_engine::MAX_HEAD_DIM`] floats a head): a limit of
+    /// this path, reachable from a model's `config.json`, not a caller's mistake.
+    #[error("head_dim {head_dim} is above the {max} the GPU decoder's attention kernels take; run with --gpu-offload-only (attention on the CPU) or --device cpu")]
+    HeadDimTooLarge {
+        /// The model's head dimension.
+        head_dim: usize,
+        /// The kernels' limit.
+        max: usize,
+    },
     /// The API was used against its rules (a slot of another ring, a busy ring).
     #[error("{0}")]
     Usage(String),

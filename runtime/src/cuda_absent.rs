@@ -21,6 +21,16 @@ pub enum CudaError {
     /// No CUDA here: this build lacks the feature.
     #[error("CUDA is absent: {0}")]
     Absent(String),
+    /// A model whose attention heads are wider than the whole-model GPU decoder's kernels take
+    /// (their shared memory holds [`crate::gpu_engine::MAX_HEAD_DIM`] floats a head): a limit of
+    /// this path, reachable from a model's `config.json`, not a caller's mistake.
+    #[error("head_dim {head_dim} is above the {max} the GPU decoder's attention kernels take; run with --gpu-offload-only (attention on the CPU) or --device cpu")]
+    HeadDimTooLarge {
+        /// The model's head dimension.
+        head_dim: usize,
+        /// The kernels' limit.
+        max: usize,
+    },
     /// The API was used against its rules.
     #[error("{0}")]
     Usage(String),

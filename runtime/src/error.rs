@@ -94,9 +94,17 @@ pub enum StreamError {
         /// Its length.
         len: u64,
     },
-    /// Invalid options.
-    #[error("invalid option: {0}")]
-    Options(String),
+    /// An environment variable names a backend there is not ([`crate::source::ENV_BACKEND`]).
+    #[error("{var}={value:?} is not an I/O backend (expected auto, io_uring, pread or mmap)")]
+    UnknownBackend {
+        /// The variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// [`crate::SourceOptions::queue_depth`] is zero: nothing could ever be read.
+    #[error("queue depth 0: at least one read must be in flight")]
+    ZeroQueueDepth,
     /// Copying experts on to the GPU failed, or CUDA is absent.
     #[error(transparent)]
     Cuda(#[from] crate::cuda::CudaError),

@@ -526,6 +526,10 @@ fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
 const MAX_STAGE: i32 = 12 * 1024;
 const FIRST_CAP: usize = 256;
 
+/// The widest attention head the kernels take: `attend` keeps 32 × `head_dim` floats of a
+/// block in shared memory (32 KiB at 256).
+pub const MAX_HEAD_DIM: usize = 256;
+
 fn geo(blocks: usize, block: u32, shared: u32) -> Result<Geometry, EngineError> {
     let grid = u32::try_from(blocks.max(1))
         .ok()
@@ -561,11 +565,17 @@ impl<D: EngineDevice> Engine<D> {
     ) -> Result<Engine<D>, EngineError> {
         let s = shape;
         let (h, d) = (s.hidden, s.head_dim);
+        if d > MAX_HEAD_DIM {
+            return Err(EngineError::HeadDimTooLarge {
+                head_dim: d,
+                max: MAX_HEAD_DIM,
+            });
+        }
+        // The rest the decoder's config parsing guarantees: a caller's mistake if broken.
         if s.heads == 0
             || s.kv_heads == 0
             || s.heads % s.kv_heads != 0
             || d == 0
-            || d > 256
             || s.rotary_dim > d
             || s.rotary_dim % 2 != 0
             || h == 0

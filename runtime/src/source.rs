@@ -86,9 +86,7 @@ impl SourceOptions {
     pub fn from_env() -> Result<SourceOptions, StreamError> {
         let mut o = SourceOptions::default();
         if let Ok(v) = std::env::var(ENV_BACKEND) {
-            o.backend = v
-                .parse()
-                .map_err(|e| StreamError::Options(format!("{ENV_BACKEND}: {e}")))?;
+            o.backend = env_backend(v)?;
         }
         o.require_io_uring = require_io_uring_from_env();
         Ok(o)
@@ -101,6 +99,14 @@ impl SourceOptions {
             self.slots
         }
     }
+}
+
+/// The backend [`ENV_BACKEND`]'s value `v` names.
+fn env_backend(v: String) -> Result<BackendChoice, StreamError> {
+    v.parse().map_err(|_| StreamError::UnknownBackend {
+        var: ENV_BACKEND,
+        value: v,
+    })
 }
 
 /// Whether [`ENV_REQUIRE_IO_URING`] is set to a true value.
@@ -248,9 +254,7 @@ impl ExpertSource {
         opts: &SourceOptions,
     ) -> Result<ExpertSource, StreamError> {
         if opts.queue_depth == 0 {
-            return Err(StreamError::Options(
-                "queue depth must be at least 1".into(),
-            ));
+            return Err(StreamError::ZeroQueueDepth);
         }
         let slots = opts.slot_count();
         let ring = PinnedRing::new(slots, model.max_extent().max(1), opts.lock_memory)
@@ -402,4 +406,26 @@ fn start_uring(
     let fds: Vec<_> = files.iter().map(|f| f.as_raw_fd()).collect();
     crate::pinned::UringReads::new(opts.queue_depth, &fds, ring, opts.fixed_buffers)
         .map_err(|e| format!("io_uring setup failed: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_backend_in_the_environment_is_unknown_backend_naming_the_variable() {
+        assert_eq!(
+            env_backend("pread".into()).ok(),
+            Some(BackendChoice::Only(BackendKind::Pread))
+        );
+        let e = env_backend("aio".into()).expect_err("aio is no backend");
+        assert!(
+            matches!(&e, StreamError::UnknownBackend { var: ENV_BACKEND, value } if value == "aio"),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "TARFA_IO_BACKEND=\"aio\" is not an I/O backend (expected auto, io_uring, pread or mmap)"
+        );
+    }
 }

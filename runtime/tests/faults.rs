@@ -204,7 +204,13 @@ fn a_fallback_from_io_uring_is_reported_and_is_an_error_when_io_uring_is_require
         backend: BackendChoice::Only(BackendKind::IoUring),
         ..no_uring
     };
-    assert!(ExpertSource::open(dir.path(), &forced).is_err());
+    assert!(matches!(
+        ExpertSource::open(dir.path(), &forced),
+        Err(StreamError::BackendUnavailable {
+            backend: "io_uring",
+            ..
+        })
+    ));
     // Forcing another backend is not a fallback, required or not.
     let pread = SourceOptions {
         backend: BackendChoice::Only(BackendKind::Pread),
@@ -230,4 +236,15 @@ fn backend_names_parse_as_the_flag_and_env_var_take_them() {
         );
     }
     assert!("aio".parse::<BackendChoice>().is_err());
+}
+
+#[test]
+fn a_queue_depth_of_zero_is_zero_queue_depth_for_every_backend() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_model(dir.path());
+    for kind in BackendKind::ALL {
+        let e = ExpertSource::open(dir.path(), &options(kind, 0, 4)).expect_err("queue depth 0");
+        assert!(matches!(e, StreamError::ZeroQueueDepth), "{kind}: {e}");
+        assert!(e.to_string().contains("queue depth 0"), "{e}");
+    }
 }
