@@ -44,6 +44,9 @@ struct ModeRow {
 }
 
 pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
+    crate::diagnose::require_model_dir(&a.dir, || {
+        crate::diagnose::reads_a_model_dir("bench-decode")
+    })?;
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));

@@ -174,6 +174,7 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
                 return (1, Some("an expert's bytes on disk are not the ones converted; nothing was computed from them (tarfa verify names every fault)"))
             }
             D::Config { .. }
+            | D::Gguf { .. }
             | D::UnsupportedFamily { .. }
             | D::MissingTensor { .. }
             | D::BadTensor { .. }

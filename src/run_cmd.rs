@@ -16,6 +16,7 @@ use crate::cli::RunArgs;
 const MAX_CACHE_GIB: f64 = 1048576.0;
 
 pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
+    crate::diagnose::require_model_dir(&a.dir, || crate::diagnose::reads_a_model_dir("run"))?;
     let opts = options(a)?;
     let mut dec = Decoder::open(&a.dir, &opts)?;
     // Why there is no tokenizer, said only if --prompt needs one (--tokens runs without).
