@@ -214,8 +214,20 @@ fn an_incomplete_or_altered_model_does_not_run() {
     let (code, out, err) = tarfa(&["run", path(&part), "--tokens", "1", "-n", "1"]);
     assert_eq!(code, 1, "{err}");
     assert!(out.is_empty());
+    // The missing layers named, and the hint says how to add them: a part is not a damaged
+    // model, so neither "changed after conversion" nor the damaged-JNF-file hint.
     assert!(
-        err.contains("incomplete") && err.contains("missing (1)"),
+        err.contains("incomplete") && err.contains("1 of 2 layers missing (1)"),
+        "{err}"
+    );
+    assert!(
+        err.lines().any(|l| l.starts_with("hint: ")
+            && l.contains("tarfa convert")
+            && l.contains("--layers 1")),
+        "{err}"
+    );
+    assert!(
+        !err.contains("changed after conversion") && !err.contains("breaks a rule"),
         "{err}"
     );
 

@@ -414,12 +414,10 @@ fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    Err(DecodeError::NotInManifest {
-        path: dir.join("manifest.json"),
-        fault: ManifestMismatch::LayersMissing {
-            missing,
-            layers: n as usize,
-        },
+    Err(DecodeError::Incomplete {
+        dir: dir.to_path_buf(),
+        missing,
+        layers: n as usize,
     })
 }
 
