@@ -22,9 +22,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     // Why there is no tokenizer, said only if --prompt needs one (--tokens runs without).
     let mut no_tokenizer = "the model has no tokenizer.json".to_string();
     let tokenizer = match dec.aux_file("tokenizer.json")? {
-        Some(p) => Some(
-            tokenizers::Tokenizer::from_file(&p)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+        // The bytes checked against the manifest, not the path opened again.
+        Some(f) => Some(
+            tokenizers::Tokenizer::from_bytes(&f.bytes)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", f.path.display()))?,
         ),
         // A GGUF source: rebuilt from its tokenizer.ggml.* key/values.
         None => match dec.gguf_tokenizer_json() {
