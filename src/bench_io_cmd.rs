@@ -110,13 +110,13 @@ fn clock(secs: f64) -> String {
 }
 
 pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
-    crate::diagnose::require_model_dir(&a.dir, || crate::diagnose::reads_a_model_dir("bench-io"))?;
     // First, before any work: a build or a machine without CUDA says so at once.
     let gpu = if a.to_gpu {
         Some(Gpu::open(0).context("--to-gpu")?)
     } else {
         None
     };
+    crate::diagnose::require_model_dir(&a.dir, || crate::diagnose::reads_a_model_dir("bench-io"))?;
     if let Some(g) = a.gib {
         if !(g.is_finite() && g > 0.0) {
             bail!("--gib {g}: expected a positive number of GiB");
