@@ -29,21 +29,33 @@ use tarfa_runtime::{ModelExperts, SourceOptions};
 use crate::bench_io_cmd::common_extent_len;
 use crate::cli::BenchDecodeArgs;
 
+/// One mode's figures; a row of `modes` in `--json` (docs/json.md), floats through
+/// [`crate::json::float`] so a NaN or an infinity is not written as `null` ("no figure").
 #[derive(Debug, serde::Serialize)]
 struct ModeRow {
     mode: &'static str,
     runs: usize,
+    #[serde(serialize_with = "crate::json::ser_float")]
     prompt_tokens_per_s: f64,
+    #[serde(serialize_with = "crate::json::ser_float")]
     decode_tokens_per_s: f64,
+    #[serde(serialize_with = "crate::json::ser_float")]
     expert_bytes_per_token: f64,
+    #[serde(serialize_with = "crate::json::ser_float")]
     bytes_per_token: f64,
+    #[serde(serialize_with = "crate::json::ser_float_opt")]
     baseline_gb_per_s: Option<f64>,
+    #[serde(serialize_with = "crate::json::ser_float_opt")]
     bound_tokens_per_s: Option<f64>,
+    #[serde(serialize_with = "crate::json::ser_float_opt")]
     ratio_to_bound: Option<f64>,
     cold_cache: bool,
 }
 
 pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
+    crate::diagnose::require_model_dir(&a.dir, || {
+        crate::diagnose::reads_a_model_dir("bench-decode")
+    })?;
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
@@ -264,17 +276,16 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
     }
 
     if a.json {
-        let doc = serde_json::json!({
-            "schema": "tarfa.bench-decode/1",
+        let body = serde_json::json!({
             "model": a.dir.display().to_string(),
             "threads": threads,
             "prompt_tokens": prompt.len(),
             "decode_steps": a.tokens,
-            "memory_read_gb_per_s": mem_gbps,
+            "memory_read_gb_per_s": crate::json::float_opt(mem_gbps),
             "modes": rows,
             "logits_identical_across_runs": true,
         });
-        println!("{}", serde_json::to_string_pretty(&doc)?);
+        crate::json::print(&crate::json::document("tarfa.bench-decode/1", body)?)?;
     } else {
         println!(
             "| mode | prompt tok/s | decode tok/s | bytes/token (experts) | baseline GB/s | bound tok/s | ratio |"
@@ -407,4 +418,33 @@ fn routed_expert_bytes_per_token(model: &ModelExperts, top_k: u32) -> f64 {
 fn median(v: &mut [f64]) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_mode_row_keeps_nan_and_inf_distinguishable_from_no_figure() {
+        let row = ModeRow {
+            mode: "resident",
+            runs: 1,
+            prompt_tokens_per_s: f64::NAN,
+            decode_tokens_per_s: f64::INFINITY,
+            expert_bytes_per_token: f64::NEG_INFINITY,
+            bytes_per_token: 2.5,
+            baseline_gb_per_s: Some(f64::NAN),
+            bound_tokens_per_s: Some(f64::INFINITY),
+            ratio_to_bound: None,
+            cold_cache: false,
+        };
+        let v = serde_json::to_value(&row).expect("json");
+        assert_eq!(v["prompt_tokens_per_s"], "NaN");
+        assert_eq!(v["decode_tokens_per_s"], "inf");
+        assert_eq!(v["expert_bytes_per_token"], "-inf");
+        assert_eq!(v["bytes_per_token"], 2.5);
+        assert_eq!(v["baseline_gb_per_s"], "NaN");
+        assert_eq!(v["bound_tokens_per_s"], "inf");
+        assert_eq!(v["ratio_to_bound"], serde_json::Value::Null);
+    }
 }

@@ -75,8 +75,31 @@ pub fn not_a_model(dir: &Path) -> NotAModel {
     }
 }
 
+/// What a command that reads a JNF model directory says when given something else.
+pub fn reads_a_model_dir(command: &str) -> String {
+    format!("{command} reads a JNF model directory (a tarfa convert output, holding manifest.json)")
+}
+
+/// `dir` refused when it is a directory without `manifest.json` (exit 1, with the hint of what it
+/// holds, else `usage`), for every command that reads a model directory. A path that is not
+/// there is left to the command's own open (exit 2).
+pub fn require_model_dir(dir: &Path, usage: impl FnOnce() -> String) -> Result<(), Refused> {
+    let manifest = tarfa_format::manifest::MANIFEST_NAME;
+    if !dir.is_dir() || dir.join(manifest).symlink_metadata().is_ok() {
+        return Ok(());
+    }
+    Err(Refused {
+        code: 1,
+        message: format!(
+            "{}: no {manifest}: not a JNF model directory",
+            dir.display()
+        ),
+        hint: model_dir_hint(dir).unwrap_or_else(usage),
+    })
+}
+
 /// The hint for `dir`, a directory given where a JNF model directory is wanted (`inspect`,
-/// `verify`, `run`).
+/// `verify`, `run`, `bench-io`, `bench-decode`).
 pub fn model_dir_hint(dir: &Path) -> Option<String> {
     let d = dir.display();
     match not_a_model(dir) {

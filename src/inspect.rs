@@ -5,10 +5,8 @@ use std::fmt::Write as _;
 use indicatif::HumanBytes;
 use tarfa_format::summary::{self, FileSummary, ModelSummary};
 
-use tarfa_format::manifest::MANIFEST_NAME;
-
 use crate::cli::InspectArgs;
-use crate::diagnose::{is_safetensors_file, model_dir_hint, Refused};
+use crate::diagnose::{is_safetensors_file, reads_a_model_dir, require_model_dir, Refused};
 
 /// What inspect found; `Ok(false)` when a model directory disagrees with its manifest.
 pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
@@ -16,17 +14,12 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
         return crate::inspect_gguf::run(args);
     }
     if args.path.is_dir() {
-        if args.path.join(MANIFEST_NAME).symlink_metadata().is_err() {
-            let d = args.path.display();
-            return Err(Refused {
-                code: 1,
-                message: format!("{d}: no {MANIFEST_NAME}: not a JNF model directory"),
-                hint: model_dir_hint(&args.path).unwrap_or_else(|| {
-                    "inspect reads a JNF model directory (a tarfa convert output, holding manifest.json), a .jnf file or a .gguf file".into()
-                }),
-            }
-            .into());
-        }
+        require_model_dir(&args.path, || {
+            format!(
+                "{}, a .jnf file or a .gguf file",
+                reads_a_model_dir("inspect")
+            )
+        })?;
         let m = summary::summarize_model(&args.path)?;
         if args.json {
             crate::json::print(&crate::json::document("tarfa.inspect-model/1", &m)?)?;

@@ -22,6 +22,17 @@ pub fn float_opt(x: Option<f64>) -> Value {
     x.map_or(Value::Null, float)
 }
 
+/// [`float`] as a serde field serializer: `#[serde(serialize_with = "crate::json::ser_float")]`
+/// on an `f64` field of a struct that derives `Serialize`.
+pub fn ser_float<S: serde::Serializer>(x: &f64, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&float(*x), s)
+}
+
+/// [`float_opt`] as a serde field serializer, for an `Option<f64>` field.
+pub fn ser_float_opt<S: serde::Serializer>(x: &Option<f64>, s: S) -> Result<S::Ok, S::Error> {
+    serde::Serialize::serialize(&float_opt(*x), s)
+}
+
 /// `body` (an object) with `"schema": schema` added.
 pub fn document(schema: &str, body: impl serde::Serialize) -> anyhow::Result<Value> {
     let mut v = serde_json::to_value(body)?;

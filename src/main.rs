@@ -49,7 +49,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {}", error_text(&e));
             let (code, hint) = match e.downcast_ref::<diagnose::Refused>() {
-                Some(r) => (r.code, Some(r.hint.as_str())),
+                Some(r) => (r.code, Some(r.hint.clone())),
                 None => classify(&e),
             };
             if let Some(h) = hint {
@@ -111,7 +111,44 @@ fn is_broken_pipe(e: &anyhow::Error) -> bool {
 
 /// Exit code and hint for a library's error: 1 when the input is invalid (a file breaks its format's
 /// rules, a source checkpoint is incomplete or damaged), 2 when tarfa could not run.
-fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
+fn classify(e: &anyhow::Error) -> (u8, Option<String>) {
+    // A part of a model is not a damaged one: the hint names the conversions that complete it.
+    if let Some(tarfa_decode::DecodeError::Incomplete { dir, missing, .. }) = e.downcast_ref() {
+        return (1, Some(incomplete_hint(dir, missing)));
+    }
+    let (code, hint) = classify_static(e);
+    (code, hint.map(str::to_string))
+}
+
+/// What to run to make a model with `missing` layers whole: a `--layers` conversion per range,
+/// into the same directory.
+fn incomplete_hint(dir: &std::path::Path, missing: &[u32]) -> String {
+    let mut ranges: Vec<(u32, u32)> = Vec::new();
+    for &l in missing {
+        match ranges.last_mut() {
+            Some((_, b)) if b.checked_add(1) == Some(l) => *b = l,
+            _ => ranges.push((l, l)),
+        }
+    }
+    let runs: Vec<String> = ranges
+        .iter()
+        .map(|&(a, b)| {
+            let layers = if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            };
+            format!("tarfa convert SRC -o {} --layers {layers}", dir.display())
+        })
+        .collect();
+    format!(
+        "the model was converted for part of its depth: convert the missing layers into it from the same source ({}); the layers already there are checked and kept",
+        runs.join("; ")
+    )
+}
+
+/// [`classify`] of the errors whose hint is fixed text.
+fn classify_static(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     use tarfa_converter::{ConvertError as C, SourceFault};
     if let Some(f) = file_error(e) {
         // A FIFO, a device or an over-long file where a file of the model should be: invalid
@@ -175,6 +212,7 @@ fn classify(e: &anyhow::Error) -> (u8, Option<&'static str>) {
                 return (1, Some("an expert's bytes on disk are not the ones converted; nothing was computed from them (tarfa verify names every fault)"))
             }
             D::Config { .. }
+            | D::Gguf { .. }
             | D::UnsupportedFamily { .. }
             | D::MissingTensor { .. }
             | D::BadTensor { .. }
@@ -256,6 +294,16 @@ mod tests {
         });
         assert_eq!(classify(&changed).0, 1);
         assert!(classify(&changed).1.is_some_and(|h| h.contains("damaged")));
+    }
+
+    #[test]
+    fn an_incomplete_model_s_hint_names_one_conversion_per_missing_range() {
+        let h = incomplete_hint(std::path::Path::new("m"), &[1, 2, 3, 7]);
+        assert!(
+            h.contains("(tarfa convert SRC -o m --layers 1-3; tarfa convert SRC -o m --layers 7)"),
+            "{h}"
+        );
+        assert!(!h.contains("damaged"), "{h}");
     }
 
     /// An error that prints its source in its own text, as `Error::Io` does.

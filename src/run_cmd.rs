@@ -16,14 +16,16 @@ use crate::cli::RunArgs;
 const MAX_CACHE_GIB: f64 = 1048576.0;
 
 pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
+    crate::diagnose::require_model_dir(&a.dir, || crate::diagnose::reads_a_model_dir("run"))?;
     let opts = options(a)?;
     let mut dec = Decoder::open(&a.dir, &opts)?;
     // Why there is no tokenizer, said only if --prompt needs one (--tokens runs without).
     let mut no_tokenizer = "the model has no tokenizer.json".to_string();
     let tokenizer = match dec.aux_file("tokenizer.json")? {
-        Some(p) => Some(
-            tokenizers::Tokenizer::from_file(&p)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", p.display()))?,
+        // The bytes checked against the manifest, not the path opened again.
+        Some(f) => Some(
+            tokenizers::Tokenizer::from_bytes(&f.bytes)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", f.path.display()))?,
         ),
         // A GGUF source: rebuilt from its tokenizer.ggml.* key/values.
         None => match dec.gguf_tokenizer_json() {

@@ -117,10 +117,8 @@ pub fn run(args: &VerifyArgs) -> anyhow::Result<bool> {
         .symlink_metadata()
         .is_err();
     if no_manifest {
-        let h = crate::diagnose::model_dir_hint(&args.dir).unwrap_or_else(|| {
-            "verify checks a JNF model directory (a tarfa convert output, holding manifest.json)"
-                .into()
-        });
+        let h = crate::diagnose::model_dir_hint(&args.dir)
+            .unwrap_or_else(|| crate::diagnose::reads_a_model_dir("verify"));
         eprintln!("hint: {h}");
     }
     Ok(report.faults.is_empty())

@@ -123,3 +123,27 @@ fn an_interrupted_conversion_says_rerun_convert_and_a_rerun_says_what_it_repaire
         "rerun the same tarfa convert to resume",
     );
 }
+
+#[test]
+fn every_command_that_reads_a_model_directory_refuses_a_checkpoint_or_an_empty_one_with_exit_1() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let ck = fixture("qwen3_moe");
+    for cmd in [
+        vec!["run", "--tokens", "1", "-n", "1"],
+        vec!["bench-io", "--quiet"],
+        vec!["bench-decode"],
+    ] {
+        let missing = tmp.path().join("missing");
+        let [ck_args, empty_args, missing_args] = [&ck, &empty, &missing].map(|dir| {
+            let mut a = vec![cmd[0], path(dir)];
+            a.extend_from_slice(&cmd[1..]);
+            a
+        });
+        expect_hint(&ck_args, 1, "give the checkpoint to verify as --source");
+        expect_hint(&empty_args, 1, "JNF model directory");
+        let (c, _, err) = tarfa(&missing_args);
+        assert_eq!(c, 2, "{cmd:?} of a path that is not there: {err}");
+    }
+}

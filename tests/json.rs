@@ -92,3 +92,46 @@ fn every_inspect_and_fetch_document_names_its_schema() {
         assert_eq!(one_document(&stdout)["schema"], schema, "{args:?}");
     }
 }
+
+#[test]
+fn bench_decode_prints_one_document_with_its_schema_and_documented_fields() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let model = tmp.path().join("m");
+    let (code, _, err) = tarfa(&[
+        "convert",
+        path(&fixture("qwen3_moe")),
+        "-o",
+        path(&model),
+        "-q",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, stdout, err) = tarfa(&[
+        "bench-decode",
+        path(&model),
+        "--modes",
+        "resident",
+        "--runs",
+        "1",
+        "--tokens",
+        "2",
+        "--mem-gib",
+        "0.01",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let doc = one_document(&stdout);
+    assert_eq!(doc["schema"], "tarfa.bench-decode/1", "{doc}");
+    assert!(doc["memory_read_gb_per_s"].is_number(), "{doc}");
+    let row = &doc["modes"][0];
+    assert_eq!(row["mode"], "resident", "{doc}");
+    for f in [
+        "prompt_tokens_per_s",
+        "decode_tokens_per_s",
+        "bytes_per_token",
+        "baseline_gb_per_s",
+        "bound_tokens_per_s",
+        "ratio_to_bound",
+    ] {
+        assert!(row[f].is_number(), "{f}: {doc}");
+    }
+}

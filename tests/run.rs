@@ -214,8 +214,20 @@ fn an_incomplete_or_altered_model_does_not_run() {
     let (code, out, err) = tarfa(&["run", path(&part), "--tokens", "1", "-n", "1"]);
     assert_eq!(code, 1, "{err}");
     assert!(out.is_empty());
+    // The missing layers named, and the hint says how to add them: a part is not a damaged
+    // model, so neither "changed after conversion" nor the damaged-JNF-file hint.
     assert!(
-        err.contains("incomplete") && err.contains("missing (1)"),
+        err.contains("incomplete") && err.contains("1 of 2 layers missing (1)"),
+        "{err}"
+    );
+    assert!(
+        err.lines().any(|l| l.starts_with("hint: ")
+            && l.contains("tarfa convert")
+            && l.contains("--layers 1")),
+        "{err}"
+    );
+    assert!(
+        !err.contains("changed after conversion") && !err.contains("breaks a rule"),
         "{err}"
     );
 
@@ -328,4 +340,32 @@ fn device_cuda_without_cuda_is_a_clear_error_and_auto_falls_back() {
     ]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("--gpu-experts"), "{err}");
+}
+
+#[test]
+fn a_tokenizer_that_is_a_fifo_or_a_link_to_a_device_is_refused_at_once_naming_it() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe", &model, &[]);
+    let tk = model.join("tokenizer.json");
+    for kind in ["a FIFO", "a character device"] {
+        std::fs::remove_file(&tk).expect("rm");
+        if kind == "a FIFO" {
+            let ok = std::process::Command::new("mkfifo")
+                .arg(&tk)
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "mkfifo");
+        } else {
+            std::os::unix::fs::symlink("/dev/zero", &tk).expect("symlink");
+        }
+        let (code, out, err) =
+            common::tarfa_within(60, &["run", path(&model), "--prompt", "hi", "-n", "1"]);
+        assert_eq!(code, 1, "{kind}: {err}");
+        assert!(out.trim().is_empty(), "{kind}: {out}");
+        assert!(
+            err.contains(&format!("{}: {kind}, not a regular file", tk.display())),
+            "{kind}: {err}"
+        );
+    }
 }

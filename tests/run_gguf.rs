@@ -50,3 +50,25 @@ fn a_gguf_model_runs_text_prompts_with_its_rebuilt_tokenizer() {
         );
     }
 }
+
+#[test]
+fn a_gguf_model_missing_a_key_the_decoder_needs_is_invalid_input_exit_1() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    let src = root.join("fixtures/gguf/from_hf/qwen3_moe_b.gguf");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&model), "--quiet"]);
+    assert_eq!(code, 0, "convert: {err}");
+    // The GGUF's key/values are kept in the manifest: drop one the decoder needs, re-digested
+    // as a conforming writer would have written it (a GGUF without the key).
+    let key = "qwen3moe.attention.layer_norm_rms_epsilon";
+    let mut m = tarfa_format::manifest::Manifest::load(&model).expect("manifest");
+    let kv = m.architecture.config.as_object_mut().expect("key/values");
+    assert!(kv.remove(key).is_some(), "the fixture has {key}");
+    m.publish(&model).expect("publish");
+    let (code, out, err) = tarfa(&["run", path(&model), "--tokens", "1", "-n", "1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.trim().is_empty(), "{out}");
+    assert!(err.contains(key) && err.contains("missing"), "{err}");
+    assert!(!err.contains("damaged"), "{err}");
+}

@@ -24,6 +24,18 @@ pub enum DecodeError {
         /// What differs.
         fault: ManifestMismatch,
     },
+    /// The model is a part: layers of its config have no layer file (a `--layers` conversion
+    /// of part of the depth). Not damage: converting the missing layers into the directory
+    /// makes it whole.
+    #[error("{}: the model is incomplete: {} of {layers} layers missing ({}); it runs only with every layer", dir.display(), missing.len(), tarfa_format::manifest::layer_ranges(missing))]
+    Incomplete {
+        /// The model directory.
+        dir: PathBuf,
+        /// The layers missing, ascending.
+        missing: Vec<u32>,
+        /// Layers of the config.
+        layers: usize,
+    },
     /// The architecture config lacks a key, or holds a value this decoder cannot honour.
     #[error("config.json: {key}: {fault}")]
     Config {
@@ -147,14 +159,6 @@ pub enum ManifestMismatch {
     Size {
         /// The manifest's size.
         expected: u64,
-    },
-    /// Layers of the config have no layer file listed.
-    #[error("the model is incomplete: {} of {layers} layers missing ({}); convert the rest with `tarfa convert --layers`", missing.len(), tarfa_format::manifest::layer_ranges(missing))]
-    LayersMissing {
-        /// The layers missing.
-        missing: Vec<u32>,
-        /// Layers of the config.
-        layers: usize,
     },
 }
 

@@ -56,5 +56,5 @@ pub use error::{DecodeError, Result};
 pub use experts::{ExpertMode, ExpertOptions, ExpertStats};
 pub use kernels::Isa;
 pub use offload::{Device, GpuOptions, OffloadReport};
-pub use session::{argmax, Decoder, DecoderOptions, PhaseStats};
+pub use session::{argmax, AuxFile, Decoder, DecoderOptions, PhaseStats};
 pub use weights::TensorStore;

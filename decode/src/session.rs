@@ -239,9 +239,11 @@ impl Decoder {
         self.pos = 0;
     }
 
-    /// Path of the aux file `name` (e.g. `tokenizer.json`) after checking its SHA-256 against the
-    /// manifest: the tokenizer is part of the checkpoint too. `Ok(None)` if the model has none.
-    pub fn aux_file(&self, name: &str) -> Result<Option<PathBuf>> {
+    /// The aux file `name` (e.g. `tokenizer.json`) after checking its size and SHA-256 against
+    /// the manifest: the tokenizer is part of the checkpoint too. The bytes returned are the ones
+    /// checked, so use them rather than opening the path again (the file may have been swapped
+    /// since). `Ok(None)` if the model has none.
+    pub fn aux_file(&self, name: &str) -> Result<Option<AuxFile>> {
         let Some(entry) = self
             .manifest
             .files
@@ -262,7 +264,7 @@ impl Decoder {
                 },
             });
         }
-        Ok(Some(path))
+        Ok(Some(AuxFile { path, bytes }))
     }
 
     /// The tokenizer.json of a GGUF-sourced model, rebuilt from its `tokenizer.ggml.*` key/values
@@ -403,6 +405,15 @@ fn whole_model_gpu(
     Ok(None)
 }
 
+/// An aux file of the model directory as [`Decoder::aux_file`] checked it.
+#[derive(Debug, Clone)]
+pub struct AuxFile {
+    /// Where it is, for messages.
+    pub path: PathBuf,
+    /// Its bytes: the ones whose size and SHA-256 match the manifest.
+    pub bytes: Vec<u8>,
+}
+
 /// Every layer `0..num_hidden_layers` of the config has its file in the manifest: a model converted
 /// with `--layers` for part of its depth does not run (it would compute a different function).
 fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
@@ -414,12 +425,10 @@ fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
     if missing.is_empty() {
         return Ok(());
     }
-    Err(DecodeError::NotInManifest {
-        path: dir.join("manifest.json"),
-        fault: ManifestMismatch::LayersMissing {
-            missing,
-            layers: n as usize,
-        },
+    Err(DecodeError::Incomplete {
+        dir: dir.to_path_buf(),
+        missing,
+        layers: n as usize,
     })
 }
 

@@ -1,5 +1,6 @@
 //! A model directory that is not what its manifest records is refused with the
-//! `ManifestMismatch` that names how: an aux file of another SHA-256 or size, layers missing.
+//! `ManifestMismatch` that names how (an aux file of another SHA-256 or size); one that lacks
+//! layers is `Incomplete`, naming them.
 
 use std::path::Path;
 
@@ -34,9 +35,14 @@ fn a_changed_or_resized_aux_file_is_named_by_its_fault() {
     let dir = tmp.path().join("model");
     convert(&dir, None);
     let dec = Decoder::open(&dir, &DecoderOptions::default()).expect("open");
-    assert!(dec.aux_file("tokenizer.json").expect("intact").is_some());
     let path = dir.join("tokenizer.json");
     let mut bytes = std::fs::read(&path).expect("read");
+    let intact = dec.aux_file("tokenizer.json").expect("intact");
+    assert_eq!(
+        intact.map(|f| f.bytes),
+        Some(bytes.clone()),
+        "the checked bytes"
+    );
     let last = bytes.len() - 1;
     bytes[last] ^= 1;
     std::fs::write(&path, &bytes).expect("write");
@@ -65,11 +71,10 @@ fn a_model_converted_for_part_of_its_depth_is_refused_naming_the_missing_layers(
         panic!("an incomplete model was opened");
     };
     assert!(e.to_string().contains("1 of 2 layers missing (1)"), "{e}");
-    assert_eq!(
-        mismatch(e),
-        ManifestMismatch::LayersMissing {
-            missing: vec![1],
-            layers: 2
-        }
-    );
+    match e {
+        DecodeError::Incomplete {
+            missing, layers, ..
+        } => assert_eq!((missing, layers), (vec![1], 2)),
+        e => panic!("expected Incomplete, got {e}"),
+    }
 }

@@ -17,7 +17,9 @@
 //! host and port) of `https://huggingface.co` or of `HF_ENDPOINT`, and only when that origin is
 //! https unless [`HttpConfig::token_over_http`] says otherwise. A URL given at any other origin
 //! never carries it. Redirects are followed here, not by the HTTP library, so that the token
-//! also never goes to a host a hub URL redirects to (a CDN), nor back to the hub after one.
+//! also never goes to a host a hub URL redirects to (a CDN), nor back to the hub after one: a
+//! chain that left the hub is latched tokenless, for its later hops and for the later range
+//! requests to the URL it ended at.
 
 use std::io::Read;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -384,23 +386,25 @@ impl HttpClient {
     }
 
     /// One GET of `url` with `headers`, redirects followed by hand. `Authorization` is sent only
-    /// while the URL's origin is `auth_origin` (from [`Self::auth_origin`] of the URL given). Returns the response and the URL that answered.
+    /// while every URL of the chain so far is at `auth_origin` (from [`Self::auth_origin`] of the
+    /// URL given): once a redirect leaves it, no later hop carries the token, even one that comes
+    /// back. Returns the response, the URL that answered and where the token may still go on
+    /// requests that start at that URL (`None` once the chain left the hub).
     fn send(
         &self,
         url: &str,
         auth_origin: Option<&str>,
         headers: &[(&str, String)],
-    ) -> Result<(Response<Body>, String)> {
+    ) -> Result<(Response<Body>, String, Option<String>)> {
         let mut at = url.to_string();
+        let mut auth = auth_origin.filter(|o| origin(url).as_deref() == Some(*o));
         for _ in 0..=MAX_REDIRECTS {
             let mut req = self.agent.get(&at);
             for (k, v) in headers {
                 req = req.header(*k, v.as_str());
             }
-            if let (Some(token), Some(o)) = (&self.cfg.token, auth_origin) {
-                if origin(&at).as_deref() == Some(o) {
-                    req = req.header("authorization", format!("Bearer {token}"));
-                }
+            if let (Some(token), Some(_)) = (&self.cfg.token, auth) {
+                req = req.header("authorization", format!("Bearer {token}"));
             }
             self.traffic.requests.fetch_add(1, Ordering::Relaxed);
             let resp = req.call().map_err(|e| transport(&at, e))?;
@@ -417,9 +421,11 @@ impl HttpClient {
                         location: loc.to_string(),
                     },
                 })?;
+                // Latched: a chain that left the hub never carries the token again.
+                auth = auth.filter(|o| origin(&at).as_deref() == Some(*o));
                 continue;
             }
-            return Ok((resp, at));
+            return Ok((resp, at, auth.map(str::to_string)));
         }
         Err(FetchError::Redirect {
             url: url.to_string(),
@@ -432,7 +438,7 @@ impl HttpClient {
     pub fn get_small(&self, url: &str, limit: u64) -> Result<Option<Vec<u8>>> {
         let auth = self.auth_origin(url);
         self.with_retries(|| {
-            let (mut resp, at) = self.send(url, auth.as_deref(), &[])?;
+            let (mut resp, at, _) = self.send(url, auth.as_deref(), &[])?;
             let status = resp.status().as_u16();
             if status == 404 {
                 return Ok(None);
@@ -498,6 +504,15 @@ fn transport(url: &str, e: impl Into<Box<dyn std::error::Error + Send + Sync>>) 
     }
 }
 
+/// Where a remote file's data comes from after redirects, and where the token may go on requests
+/// that start there: `None` when the chain that found it left the hub (it came from a CDN, or
+/// came back to the hub by way of another host).
+#[derive(Clone, Debug)]
+struct Target {
+    url: String,
+    auth_origin: Option<String>,
+}
+
 /// A remote file read by range: its length and validator fixed by the first response, a cache
 /// of its first bytes (the header), and the URL its data comes from after redirects.
 #[derive(Debug)]
@@ -505,7 +520,7 @@ pub struct RemoteFile {
     client: Arc<HttpClient>,
     url: String,
     auth_origin: Option<String>,
-    target: Mutex<String>,
+    target: Mutex<Target>,
     len: u64,
     validator: Validator,
     head: Mutex<Vec<u8>>,
@@ -523,7 +538,8 @@ impl RemoteFile {
         let probe = probe.max(1);
         let (len, validator, head, target) = client.with_retries(|| {
             let range = format!("bytes=0-{}", probe - 1);
-            let (mut resp, at) = client.send(url, auth_origin.as_deref(), &[("range", range)])?;
+            let (mut resp, at, auth_at) =
+                client.send(url, auth_origin.as_deref(), &[("range", range)])?;
             let status = resp.status().as_u16();
             let h = resp.headers().clone();
             if status == 200 {
@@ -570,7 +586,11 @@ impl RemoteFile {
             check_framing(&h, b + 1, &bad)?;
             let mut body = vec![0u8; (b + 1) as usize];
             read_body(&client, &mut resp, &mut body, &at, 0, b)?;
-            Ok((total, Validator::from_headers(&h), body, at))
+            let target = Target {
+                url: at,
+                auth_origin: auth_at,
+            };
+            Ok((total, Validator::from_headers(&h), body, target))
         })?;
         Ok(RemoteFile {
             client,
@@ -615,31 +635,38 @@ impl RemoteFile {
                 // A signed CDN URL expires (about an hour on the hub): resolve the URL given once more.
                 Err(FetchError::Status { status, .. })
                     if matches!(status, 401 | 403 | 404 | 410)
-                        && target != self.url
+                        && target.url != self.url
                         && !reresolved =>
                 {
                     reresolved = true;
+                    let given = Target {
+                        url: self.url.clone(),
+                        auth_origin: self.auth_origin.clone(),
+                    };
                     if let Ok(mut t) = self.target.lock() {
-                        *t = self.url.clone();
+                        *t = given.clone();
                     }
-                    self.try_range(&self.url, offset, end, buf)
+                    self.try_range(&given, offset, end, buf)
                 }
                 r => r,
             }
         })
     }
 
-    fn try_range(&self, url: &str, start: u64, end: u64, buf: &mut [u8]) -> Result<()> {
+    fn try_range(&self, target: &Target, start: u64, end: u64, buf: &mut [u8]) -> Result<()> {
         let mut headers = vec![("range", format!("bytes={start}-{end}"))];
         if let Some(v) = self.validator.if_range() {
             headers.push(("if-range", v.to_string()));
         }
-        let (mut resp, at) = self
-            .client
-            .send(url, self.auth_origin.as_deref(), &headers)?;
-        if at != url {
+        let (mut resp, at, auth_at) =
+            self.client
+                .send(&target.url, target.auth_origin.as_deref(), &headers)?;
+        if at != target.url {
             if let Ok(mut t) = self.target.lock() {
-                *t = at.clone();
+                *t = Target {
+                    url: at.clone(),
+                    auth_origin: auth_at,
+                };
             }
         }
         let status = resp.status().as_u16();

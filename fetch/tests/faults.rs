@@ -350,6 +350,41 @@ fn the_token_never_goes_to_a_url_that_is_not_the_hub() {
 }
 
 #[test]
+fn the_token_never_goes_back_to_the_hub_once_a_redirect_left_it() {
+    let s = setup();
+    // hub/out/m/F → other/back/m/F → hub/m/F: the chain comes back to the hub's origin.
+    let hub = FaultServer::start("127.0.0.1", s.files.clone(), Fault::None);
+    let other = FaultServer::start(
+        "127.0.0.2",
+        HashMap::new(),
+        Fault::RedirectUnder {
+            prefix: "/back".into(),
+            location: hub.base.clone(),
+        },
+    );
+    hub.set_fault(Fault::RedirectUnder {
+        prefix: "/out".into(),
+        location: format!("{}/back", other.base),
+    });
+    let out = s.out.path().join("draft.gguf");
+    let source = format!("{}/out/m/glm-00003-of-00003.gguf", hub.base);
+    fetch(hub_options("hf_secret", &hub.base, true), &source, &out).expect("fetch");
+    assert!(std::fs::read(&out).expect("read") == s.reference);
+    let at_hub = hub.seen();
+    let (given, came_back): (Vec<_>, Vec<_>) =
+        at_hub.iter().partition(|r| r.path.starts_with("/out/"));
+    assert!(!given.is_empty() && !came_back.is_empty(), "{at_hub:?}");
+    assert!(given
+        .iter()
+        .all(|r| r.authorization.as_deref() == Some("Bearer hf_secret")));
+    assert!(other.seen().iter().all(|r| r.authorization.is_none()));
+    assert!(
+        came_back.iter().all(|r| r.authorization.is_none()),
+        "the token went back to the hub after a redirect to another host"
+    );
+}
+
+#[test]
 fn the_token_never_goes_over_plain_http_without_the_opt_in() {
     let s = setup();
     let files: HashMap<String, Vec<u8>> = s

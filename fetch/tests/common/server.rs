@@ -48,6 +48,9 @@ pub enum Fault {
     LongBody,
     /// Every request: a 302 without `Location`.
     RedirectWithoutLocation,
+    /// A request whose path starts with `prefix`: 302 to `location` followed by the rest of the
+    /// path; any other path is served as with `None`.
+    RedirectUnder { prefix: String, location: String },
 }
 
 /// One request as received.
@@ -246,6 +249,19 @@ fn handle(conn: TcpStream, state: &Mutex<State>) -> std::io::Result<()> {
             ],
             b"",
         );
+    }
+    if let Fault::RedirectUnder { prefix, location } = &fault {
+        if let Some(rest) = path.strip_prefix(prefix.as_str()) {
+            return send(
+                &mut out,
+                "302 Found",
+                &[
+                    format!("Location: {location}{rest}"),
+                    "Content-Length: 0".into(),
+                ],
+                b"",
+            );
+        }
     }
     if fault == Fault::RedirectWithoutLocation {
         return send(&mut out, "302 Found", &["Content-Length: 0".into()], b"");
