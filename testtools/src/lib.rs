@@ -121,7 +121,8 @@ pub fn required_by(tool: Tool, var: impl Fn(&str) -> Option<OsString>) -> Option
 /// The one decision: `probe` says whether `tool` is here (its value) or why not. Missing and
 /// required, the test fails (a panic naming the tool, why, the variable and how to install it);
 /// missing otherwise, a `SKIPPED` line is printed (and logged, see [`ENV_SKIP_LOG`]) and the
-/// caller gets `None` and returns.
+/// caller gets `None` and returns. A failure is reported at the caller's line.
+#[track_caller]
 pub fn available<T>(tool: Tool, probe: Result<T, String>) -> Option<T> {
     let why = match probe {
         Ok(v) => return Some(v),
@@ -200,6 +201,7 @@ fn runs(program: &str, args: &[&str]) -> Result<(), String> {
 }
 
 /// python3 with gguf-py (and numpy), or the skip/fail of [`available`].
+#[track_caller]
 pub fn python_gguf() -> bool {
     available(
         Tool::PythonGguf,
@@ -209,6 +211,7 @@ pub fn python_gguf() -> bool {
 }
 
 /// python3 with the `blake3` package, or the skip/fail of [`available`].
+#[track_caller]
 pub fn python_blake3() -> bool {
     available(
         Tool::PythonBlake3,
@@ -218,12 +221,14 @@ pub fn python_blake3() -> bool {
 }
 
 /// fio on `PATH`, or the skip/fail of [`available`].
+#[track_caller]
 pub fn fio() -> bool {
     available(Tool::Fio, runs("fio", &["--version"])).is_some()
 }
 
 /// Where nginx is installed (Debian's and a source build's places), or the skip/fail of
 /// [`available`].
+#[track_caller]
 pub fn nginx() -> Option<PathBuf> {
     const PLACES: [&str; 3] = ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"];
     let found = PLACES

@@ -15,6 +15,7 @@ pub struct Tmpfs {
 impl Tmpfs {
     /// Mount a tmpfs of `size` (mount's `size=` option: `20m`) at `at`, created if absent; or
     /// the skip/fail of [`available`] where mounting is not allowed (not root).
+    #[track_caller]
     pub fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
         available(Tool::Tmpfs, try_mount(at, size))
     }
