@@ -19,9 +19,17 @@ if ! python3 -c 'import gguf, blake3' >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check gguf numpy blake3
 fi
 
-# tarfa fetch's range-request tests (fetch/tests/nginx.rs) serve a model with nginx on loopback.
+# tarfa fetch's range-request tests (fetch/tests/nginx.rs) serve a model with nginx on loopback;
+# benchkit/tests/fio.rs runs fio, bench-io's baseline. The tests that mount a tmpfs (a full disk,
+# O_DIRECT on tmpfs) need root too. Without root they skip, saying so, unless
+# TARFA_REQUIRE_TOOLS=1 (.ci/run), when they fail.
 if [ "$(id -u)" = 0 ]; then
-  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y nginx)
+  missing=()
+  command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
+  command -v fio >/dev/null || missing+=(fio)
+  if [ ${#missing[@]} -gt 0 ]; then
+    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+  fi
 fi
 
 # The CUDA kernels are compiled as C++ for their CPU emulation (cuda-emu/, C++20) and by NVRTC
@@ -44,7 +52,27 @@ cargo clippy -p tarfa --features cuda --all-targets --locked -- -D warnings
 cargo clippy -p tarfa-decode --features cuda --all-targets --locked -- -D warnings
 cargo clippy -p tarfa-runtime --features cuda --all-targets --locked -- -D warnings
 echo "== cargo test"
-cargo test --workspace --locked
+# A test whose outside tool is missing prints one SKIPPED line and passes (crate tarfa-testtools);
+# libtest hides a passing test's output, so each line is also logged and listed below. With
+# TARFA_REQUIRE_TOOLS=1 such a test fails instead, and, so that no other skip hides either, the
+# tests' output is shown (--show-output), kept, and any SKIPPED line in it is an error.
+skip_log=$(mktemp)
+test_log=$(mktemp)
+trap 'rm -f "$skip_log" "$test_log"' EXIT
+if [ "${TARFA_REQUIRE_TOOLS:-}" = 1 ]; then
+  TARFA_SKIP_LOG=$skip_log cargo test --workspace --locked -- --show-output 2>&1 | tee "$test_log"
+  if grep -q SKIPPED "$test_log"; then
+    echo "error: TARFA_REQUIRE_TOOLS=1, yet tests were skipped:" >&2
+    grep SKIPPED "$test_log" >&2
+    exit 1
+  fi
+else
+  TARFA_SKIP_LOG=$skip_log cargo test --workspace --locked
+fi
+if [ -s "$skip_log" ]; then
+  echo "== skipped for want of an outside tool (TARFA_REQUIRE_TOOLS=1 makes each a failure):"
+  sort "$skip_log"
+fi
 echo "== the CUDA kernels compile under NVRTC with the decoder's options (no GPU needed)"
 LD_LIBRARY_PATH="$NVRTC_DIR/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TARFA_REQUIRE_NVRTC=1 \
   cargo test -p tarfa-runtime --features cuda --locked --lib cuda_compute

@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{gguf_fixture, path, tarfa};
 
@@ -47,29 +46,11 @@ fn fetch_to_a_directory_is_refused_before_anything_is_written() {
 #[test]
 fn fetch_without_room_for_the_output_is_refused_before_fetching_naming_the_margin() {
     let tmp = tempfile::tempdir().expect("tempdir");
-    let at = tmp.path().join("small");
-    std::fs::create_dir(&at).expect("mkdir");
     // 8 MiB: room for the 380 KB output, not for it and the 16 MiB kept free.
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-        .arg(&at)
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !mounted {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must run this test: mounting a tmpfs failed"
-        );
-        eprintln!("skipped: cannot mount a tmpfs (run as root to test)");
+    let Some(small) = tarfa_testtools::Tmpfs::mount(&tmp.path().join("small"), "8m") else {
         return;
-    }
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(&at);
+    };
+    let at = small.path();
     let src = gguf_fixture("moe-model.gguf");
     let out = at.join("all.gguf");
     let (code, stdout, err) = tarfa(&[
@@ -87,9 +68,5 @@ fn fetch_without_room_for_the_output_is_refused_before_fetching_naming_the_margi
         err.contains("kept free so that the filesystem is never filled"),
         "{err}"
     );
-    assert!(
-        entries(&at).is_empty(),
-        "nothing written: {:?}",
-        entries(&at)
-    );
+    assert!(entries(at).is_empty(), "nothing written: {:?}", entries(at));
 }

@@ -3,8 +3,9 @@
 //! fixtures, compute the same root digests the manifest records, and refuse damaged files. Two
 //! readers agreeing is the proof that the spec, not the Rust code, is the contract.
 //!
-//! python3 (with the `blake3` package, which scripts/test.sh installs) is required: without it the
-//! test fails, unless `TARFA_ALLOW_NO_PYTHON=1`, when it says what it skipped.
+//! python3 with the `blake3` package (scripts/test.sh installs it) is needed: without it the tests
+//! skip, saying so, or fail where tools are required (`tarfa_testtools`: `TARFA_REQUIRE_TOOLS=1`,
+//! as `.ci/run` sets, or `CI`).
 
 mod common;
 
@@ -16,25 +17,6 @@ use serde_json::Value;
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/jnf_reader.py")
-}
-
-/// Whether python3 with `blake3` is here; fails the test when it is not, unless allowed.
-fn python_ready(test: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import blake3"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        let allowed = std::env::var("TARFA_ALLOW_NO_PYTHON").is_ok_and(|v| v == "1");
-        assert!(
-            allowed,
-            "{test}: python3 with the `blake3` package is required to run the second JNF reader \
-             (tests/jnf_reader.py); install them (`python3 -m pip install blake3`, as \
-             scripts/test.sh does) or set TARFA_ALLOW_NO_PYTHON=1 to skip"
-        );
-        eprintln!("{test}: SKIPPED (TARFA_ALLOW_NO_PYTHON=1): no python3 with blake3");
-    }
-    ok
 }
 
 /// Run the Python reader on `paths`: its exit code and its per-path JSON results.
@@ -121,7 +103,7 @@ fn assert_refused(p: &Path, violation: &str) {
 
 #[test]
 fn the_python_reader_accepts_every_golden_vector_with_the_spec_digests() {
-    if !python_ready("golden") {
+    if !tarfa_testtools::python_blake3() {
         return;
     }
     let files = ["hex-example.jnf", "edge-sizes.jnf", "fused-gate-up.jnf"].map(golden);
@@ -146,7 +128,7 @@ fn the_python_reader_accepts_every_golden_vector_with_the_spec_digests() {
 
 #[test]
 fn the_python_reader_agrees_with_every_converted_fixture() {
-    if !python_ready("converted") {
+    if !tarfa_testtools::python_blake3() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -187,7 +169,7 @@ fn reseal_manifest(dir: &Path, edit: impl FnOnce(&mut Value)) {
 /// verify` reports it.
 #[test]
 fn the_python_reader_refuses_mixed_source_generations_and_a_wrong_tensors_digest() {
-    if !python_ready("generations") {
+    if !tarfa_testtools::python_blake3() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -226,7 +208,7 @@ fn the_python_reader_refuses_mixed_source_generations_and_a_wrong_tensors_digest
 
 #[test]
 fn the_python_reader_refuses_damaged_files() {
-    if !python_ready("damaged") {
+    if !tarfa_testtools::python_blake3() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -294,7 +276,7 @@ fn the_python_reader_refuses_damaged_files() {
 /// escapes, non-ASCII keys.
 #[test]
 fn the_python_reader_computes_the_manifest_digest_of_every_tricky_value_as_tarfa_does() {
-    if !python_ready("digest") {
+    if !tarfa_testtools::python_blake3() {
         return;
     }
     let texts = [
@@ -357,7 +339,7 @@ fn the_python_reader_computes_the_manifest_digest_of_every_tricky_value_as_tarfa
 /// `manifest-jcs.canonical.json` (which tarfa's own test holds its canonical form to).
 #[test]
 fn the_python_reader_writes_the_manifest_golden_vector_s_canonical_bytes() {
-    if !python_ready("manifest golden") {
+    if !tarfa_testtools::python_blake3() {
         return;
     }
     let dir = golden("manifest-jcs");
@@ -402,7 +384,7 @@ fn rust_violation(p: &Path) -> Option<String> {
 /// boundary region listed) is flipped in turn.
 #[test]
 fn the_two_readers_name_the_same_violation_for_every_flipped_byte() {
-    if !python_ready("flips") {
+    if !tarfa_testtools::python_blake3() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -505,7 +487,7 @@ for k, f in cases.items():
 /// with the same `Violation` variant, and what one accepts the other accepts.
 #[test]
 fn the_two_readers_name_the_same_violation_for_every_resealed_rule_breach() {
-    if !python_ready("resealed") {
+    if !tarfa_testtools::python_blake3() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

@@ -1,9 +1,10 @@
 //! The fio driver against the real fio: a figure for files it can read (a ':' in a name
-//! included), fio's own message for one it cannot. Skipped, saying so, where fio is not installed.
+//! included), fio's own message for one it cannot. Where fio is not installed they skip, saying so,
+//! or fail where tools are required (`tarfa_testtools`).
 
 use std::path::PathBuf;
 
-use tarfa_benchkit::fio::{has_fio, randread_gb_per_s, FioError};
+use tarfa_benchkit::fio::{randread_gb_per_s, FioError};
 
 /// A fresh directory under the target directory (a disk filesystem, not tmpfs: fio reads with
 /// `O_DIRECT`).
@@ -16,8 +17,7 @@ fn scratch(name: &str) -> PathBuf {
 
 #[test]
 fn fio_reads_every_file_given_even_with_a_colon_in_its_name() {
-    if !has_fio() {
-        eprintln!("skipped: fio is not installed");
+    if !tarfa_testtools::fio() {
         return;
     }
     let dir = scratch("read");
@@ -35,8 +35,7 @@ fn fio_reads_every_file_given_even_with_a_colon_in_its_name() {
 
 #[test]
 fn a_file_fio_cannot_read_is_an_error_with_fios_message() {
-    if !has_fio() {
-        eprintln!("skipped: fio is not installed");
+    if !tarfa_testtools::fio() {
         return;
     }
     let dir = scratch("missing");

@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use tarfa_format::hash::DualHasher;
@@ -136,7 +137,9 @@ pub struct Summary {
     pub unrecognised: Vec<String>,
     /// Tensors under `experts.E.` that are no known projection (kept as plain tensors).
     pub loose_expert_tensors: Vec<String>,
-    /// Whether writes used `O_DIRECT`.
+    /// Whether every file this run wrote was written with `O_DIRECT` (false when it was not
+    /// asked for, or the filesystem refused it for some file and the writer fell back to the page
+    /// cache); with nothing written, whether it was asked for.
     pub direct_io: bool,
 }
 
@@ -254,6 +257,8 @@ struct Ctx<'a> {
     progress: &'a dyn Progress,
     writer_options: WriterOptions,
     space: Reservations,
+    /// Cleared when a file was written through the page cache (see [`Summary::direct_io`]).
+    all_direct: AtomicBool,
 }
 
 impl Ctx<'_> {
@@ -505,7 +510,10 @@ impl Ctx<'_> {
         for item in &plan.trunk {
             w.tensor(&self.spec(item, None), &mut self.reader(item))?;
         }
-        w.finish()?;
+        let written = w.finish()?;
+        if !written.direct_io {
+            self.all_direct.store(false, Ordering::Relaxed);
+        }
         let outcome = Outcome::Written { bytes, replaced };
         self.progress.file_done(TRUNK_NAME, &outcome);
         Ok(outcome)
@@ -541,7 +549,10 @@ impl Ctx<'_> {
             }
             w = x.end_expert()?;
         }
-        w.finish()?;
+        let written = w.finish()?;
+        if !written.direct_io {
+            self.all_direct.store(false, Ordering::Relaxed);
+        }
         let outcome = Outcome::Written { bytes, replaced };
         self.progress.file_done(&name, &outcome);
         Ok(outcome)
@@ -807,6 +818,7 @@ pub fn convert(
             direct_io: opts.direct_io,
         },
         space: Reservations::default(),
+        all_direct: AtomicBool::new(true),
     };
     // Layers of earlier runs that this run keeps must be of the source as it is now, before
     // anything is written.
@@ -897,6 +909,8 @@ pub fn convert(
             Outcome::Skipped => summary.layers_skipped.push(layer),
         }
     }
+
+    summary.direct_io = opts.direct_io && ctx.all_direct.load(Ordering::Relaxed);
 
     // The manifest lists every layer file present that was made from this source: this run's and
     // earlier runs'. Files of other layers are checked against the plan by their index.

@@ -3,8 +3,9 @@
 //! key/value is in the manifest with its type, quantized experts keep their type and bytes, and
 //! layer ranges, reruns and split sets behave as for safetensors.
 //!
-//! The gguf-py view comes from `fixtures/gguf/expert_slices.py`. Under CI (`CI` set) a missing
-//! python3 or gguf package fails these tests; elsewhere they skip, saying why.
+//! The gguf-py view comes from `fixtures/gguf/expert_slices.py`. A missing python3 or gguf
+//! package skips these tests, saying so, or fails them where tools are required (`tarfa_testtools`:
+//! `TARFA_REQUIRE_TOOLS=1`, as `.ci/run` sets, or `CI`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read as _;
@@ -19,22 +20,6 @@ use tarfa_format::JnfReader;
 
 fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/gguf")
-}
-
-/// Whether python3 with gguf can run; under CI its absence fails the test.
-fn gguf_py(test: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import gguf, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test}: python3 with the gguf package is required under CI (python3 -m pip install gguf numpy)"
-        );
-        eprintln!("{test}: SKIPPED: python3 with the gguf package is not installed (python3 -m pip install gguf numpy)");
-    }
-    ok
 }
 
 /// gguf-py's view of one GGUF file (see `fixtures/gguf/expert_slices.py`).
@@ -178,7 +163,7 @@ fn convert_and_cross_check(src: &Path) -> (tempfile::TempDir, PathBuf) {
 
 #[test]
 fn every_extent_equals_gguf_py_bytes_cut_per_expert() {
-    if !gguf_py("every_extent_equals_gguf_py_bytes_cut_per_expert") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     for name in [
@@ -195,7 +180,7 @@ fn every_extent_equals_gguf_py_bytes_cut_per_expert() {
 
 #[test]
 fn quantized_experts_keep_their_type_and_grid() {
-    if !gguf_py("quantized_experts_keep_their_type_and_grid") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let (_tmp, out) = convert_and_cross_check(&fixtures().join("moe-model.gguf"));
@@ -337,7 +322,7 @@ fn dump_array(a: &Json) -> Json {
 
 #[test]
 fn every_key_value_is_in_the_manifest_with_its_type() {
-    if !gguf_py("every_key_value_is_in_the_manifest_with_its_type") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     for name in [

@@ -7,10 +7,22 @@
 mod common;
 
 use tarfa_decode::{DecoderOptions, ExpertMode, ExpertOptions, Isa};
-use tarfa_runtime::{BackendChoice, BackendKind, SourceOptions};
+use tarfa_runtime::{probe_io_uring, BackendChoice, BackendKind, SourceOptions};
 
 /// One fixture per family, each with its own features (see fixtures/hf/make_fixtures.py).
 const NAMES: &[&str] = &["qwen3_moe_b", "mixtral", "glm4_moe_b", "qwen3_5_moe_text"];
+
+/// The backends to test here (not in `common`, which cuda-emu's tests share without
+/// `tarfa-testtools`). io_uring only where this process can use it; where it cannot, the
+/// io_uring part is skipped, saying so, or fails where tools are required (`tarfa_testtools`:
+/// `TARFA_REQUIRE_IO_URING`, `TARFA_REQUIRE_TOOLS` or `CI`).
+fn backends() -> Vec<BackendKind> {
+    let mut v = vec![BackendKind::Pread, BackendKind::Mmap];
+    if tarfa_testtools::available(tarfa_testtools::Tool::IoUring, probe_io_uring()).is_some() {
+        v.insert(0, BackendKind::IoUring);
+    }
+    v
+}
 
 fn opts(
     backend: BackendKind,
@@ -81,7 +93,7 @@ fn backend_isa_threads_batching_cache(name: &'static str) {
         },
     ];
     let mut runs = 0;
-    for backend in common::backends() {
+    for backend in backends() {
         for &isa in &Isa::available_all() {
             for threads in [1, 2, 3] {
                 for batch in [false, true] {
@@ -109,7 +121,7 @@ fn queue_depth_ring(name: &'static str) {
         name,
         &opts(BackendKind::Pread, Isa::Scalar, 1, false, stream(0), 1, 0),
     );
-    for backend in common::backends() {
+    for backend in backends() {
         for (qd, slots) in [(1, 1), (1, 2), (4, 5), (32, 0), (256, 0), (64, 7)] {
             let o = opts(backend, Isa::best(), 2, true, stream(0), qd, slots);
             assert_eq!(run(name, &o), base, "{name}: {o:?}");

@@ -8,8 +8,8 @@
 //! - types this build does not dequantise are refused by name.
 //!
 //! The vectors come from `decode/tests/quant_vectors.py`, run here into a temporary directory.
-//! Under CI (`CI` set) a missing python3 or gguf package fails these tests; elsewhere they skip,
-//! saying why.
+//! A missing python3 or gguf package skips these tests, saying so, or fails them where tools are
+//! required (`tarfa_testtools`: `TARFA_REQUIRE_TOOLS=1`, as `.ci/run` sets, or `CI`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,22 +20,6 @@ use tarfa_decode::quant::{self, QuantType};
 use tarfa_decode::weights::{MatrixRef, Tensor, WeightSlice};
 use tarfa_decode::{DecodeError, Isa};
 use tarfa_format::Dtype;
-
-/// Whether python3 with gguf can run; under CI its absence fails the test.
-fn gguf_py(test: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import gguf, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "{test}: python3 with the gguf package is required under CI (python3 -m pip install gguf numpy)"
-        );
-        eprintln!("{test}: SKIPPED: python3 with the gguf package is not installed (python3 -m pip install gguf numpy)");
-    }
-    ok
-}
 
 /// One case of the vectors: quantised bytes and gguf-py's output.
 struct Case {
@@ -119,7 +103,7 @@ fn first_mismatch(c: &Case, got: &[f32]) -> Option<String> {
 
 #[test]
 fn every_block_of_every_type_dequantises_to_gguf_py_bits() {
-    if !gguf_py("every_block_of_every_type_dequantises_to_gguf_py_bits") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let (_dir, cases) = vectors();
@@ -173,7 +157,7 @@ fn the_vectors_are_not_trivial() {
     // each random case of a block type holds all-zero blocks (zero scale or zero quant bits)
     // beside non-zero blocks whose values are all tiny (|v| < 2^-10: subnormal F16 scales, small
     // E8M0 exponents).
-    if !gguf_py("the_vectors_are_not_trivial") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let (_dir, cases) = vectors();
@@ -218,7 +202,7 @@ fn the_vectors_are_not_trivial() {
 
 #[test]
 fn quantised_matrices_multiply_to_the_bits_of_their_dequantised_f32_matrix_on_every_isa() {
-    if !gguf_py("quantised_matrices_multiply_to_the_bits_of_their_dequantised_f32_matrix") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let (_dir, cases) = vectors();
@@ -351,7 +335,7 @@ fn unsupported_types_are_refused_by_name() {
 
 #[test]
 fn quantised_trunk_tensors_load_and_read_as_gguf_py_dequantises_them() {
-    if !gguf_py("quantised_trunk_tensors_load_and_read_as_gguf_py_dequantises_them") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let (_dir, cases) = vectors();
@@ -509,7 +493,7 @@ fn a_converted_quantised_gguf_reads_as_gguf_py_dequantises_it() {
     // tensors) through tarfa's converter: every expert region, viewed by the decoder as a
     // [rows, cols] matrix (GGUF's ne reversed: cols = ne[0]), and every resident tensor hold
     // gguf-py's values element for element.
-    if !gguf_py("a_converted_quantised_gguf_reads_as_gguf_py_dequantises_it") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/gguf/moe-model.gguf");
@@ -578,7 +562,7 @@ fn unsupported_types_in_a_model_are_refused_by_name_before_the_first_token() {
     // A GGUF whose output matrix is IQ3_S and whose gate/up experts are IQ2_XXS: loading the
     // resident tensors names the IQ3_S tensor; building the expert store (before any expert is
     // selected) names the IQ2_XXS region.
-    if !gguf_py("unsupported_types_in_a_model_are_refused_by_name_before_the_first_token") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");

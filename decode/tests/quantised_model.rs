@@ -109,25 +109,9 @@ fn a_quantised_model_gives_the_same_bits_on_every_isa_thread_count_and_expert_mo
     }
 }
 
-/// Whether python3 with gguf can run; under CI its absence fails the test.
-fn gguf_py() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import gguf, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "python3 with the gguf package is required under CI (python3 -m pip install gguf numpy)"
-        );
-        eprintln!("SKIPPED: python3 with the gguf package is not installed");
-    }
-    ok
-}
-
 #[test]
 fn quantised_matrices_and_their_gguf_py_dequantisation_give_the_same_bits() {
-    if !gguf_py() {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tmp");

@@ -6,7 +6,7 @@ mod common;
 use std::path::Path;
 use std::process::Command;
 
-use common::{require, start_nginx, write_glm, BLOCKS, NEXTN};
+use common::{start_nginx, write_glm, BLOCKS, NEXTN};
 use tarfa_fetch::{FetchOptions, Fetcher, Selection, Silent, TransferOptions};
 use tarfa_gguf::{FileSource, GgufModel};
 
@@ -126,16 +126,7 @@ fn draft_over_nginx_equals_the_local_splice_and_transfers_only_headers_and_mtp_b
 
 #[test]
 fn the_draft_loads_in_gguf_py_with_every_tensor_equal_to_the_source() {
-    let test = "the_draft_loads_in_gguf_py_with_every_tensor_equal_to_the_source";
-    let ok = Command::new("python3")
-        .args(["-c", "import gguf, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !require(
-        ok,
-        test,
-        "python3 with the gguf package (pip install gguf numpy)",
-    ) {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let root = tempfile::tempdir().expect("tempdir");

@@ -8,7 +8,7 @@ mod common;
 use std::io::Read;
 use std::process::Command;
 
-use common::{dump, fixtures, python_gguf_available};
+use common::{dump, fixtures};
 use tarfa_gguf::{
     expert_range, Array, Dtype, ExpertSliceFault, GgufFile, GgufModel, GgufWriter, Value, Violation,
 };
@@ -274,7 +274,7 @@ fn rich_writer(alignment: u64) -> (GgufWriter, Vec<Vec<u8>>) {
 
 #[test]
 fn gguf_py_reads_files_from_our_writer_identically() {
-    if !python_gguf_available("gguf_py_reads_files_from_our_writer_identically") {
+    if !tarfa_testtools::python_gguf() {
         return;
     }
     let dir = tempfile::tempdir().expect("tmp");

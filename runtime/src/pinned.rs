@@ -775,16 +775,11 @@ mod uring {
             std::fs::write(&path, vec![7u8; 4096]).expect("write");
             let file = std::fs::File::open(&path).expect("open");
             let ring = PinnedRing::new(2, 8192, false).expect("ring");
-            let mut reads = match UringReads::new(4, &[file.as_raw_fd()], &ring, true) {
-                Ok(r) => r,
-                Err(e) => {
-                    assert!(
-                        !crate::source::require_io_uring_from_env(),
-                        "TARFA_REQUIRE_IO_URING is set but io_uring is unavailable: {e}"
-                    );
-                    eprintln!("note: io_uring not tested here: {e}");
-                    return;
-                }
+            let reads =
+                UringReads::new(4, &[file.as_raw_fd()], &ring, true).map_err(|e| e.to_string());
+            let Some(mut reads) = tarfa_testtools::available(tarfa_testtools::Tool::IoUring, reads)
+            else {
+                return;
             };
             reads.fail_resubmit = true;
             let slot = ring.try_claim().expect("a free slot");

@@ -553,13 +553,15 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
             (s, fs)
         })
         .collect();
+    // Every file read in full must have bypassed the page cache for the report to say so.
+    report.direct_io = opts.direct_io;
     for (s, fs) in scanned {
         report.files_read += 1;
         report.bytes_read += s.bytes_read;
         report.regions_checked += s.regions;
         report.experts_checked += s.experts;
         report.source_bytes_compared += s.source_bytes;
-        report.direct_io |= s.direct;
+        report.direct_io &= s.direct;
         faults.extend(fs);
     }
     faults

@@ -168,7 +168,9 @@ pub struct Report {
     pub experts_checked: u64,
     /// Bytes compared with the source checkpoint.
     pub source_bytes_compared: u64,
-    /// Whether reads bypassed the page cache.
+    /// Whether every JNF file read in full was read with `O_DIRECT`, bypassing the page cache
+    /// (false when it was not asked for, or the filesystem refused it for some file); with no file
+    /// read, whether it was asked for.
     pub direct_io: bool,
     /// Layers of the model (`0..num_layers`) the manifest does not list.
     pub missing_layers: Vec<u32>,

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use tarfa_decode::{Decoder, DecoderOptions};
-use tarfa_runtime::{probe_io_uring, BackendKind};
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -61,22 +60,6 @@ pub fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
     rows.iter()
         .map(|r| r.iter().map(|v| v.to_bits()).collect())
         .collect()
-}
-
-/// The backends to test here; io_uring only where the kernel has it, unless CI requires it.
-pub fn backends() -> Vec<BackendKind> {
-    let mut v = vec![BackendKind::Pread, BackendKind::Mmap];
-    match probe_io_uring() {
-        Ok(_) => v.insert(0, BackendKind::IoUring),
-        Err(why) => {
-            assert!(
-                !tarfa_runtime::source::require_io_uring_from_env(),
-                "TARFA_REQUIRE_IO_URING is set but io_uring is unavailable: {why}"
-            );
-            eprintln!("note: io_uring backend not tested here: {why}");
-        }
-    }
-    v
 }
 
 /// Reference prompts of `fixtures/reference/NAME/reference.json`.

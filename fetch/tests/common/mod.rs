@@ -12,22 +12,6 @@ use std::time::{Duration, Instant};
 
 use tarfa_gguf::{Array, Dtype, GgufWriter, Value};
 
-/// True under CI, where a missing tool fails the test instead of skipping it.
-pub fn in_ci() -> bool {
-    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "false" && v != "0")
-}
-
-/// Skip (outside CI) or fail (under CI) for a missing tool.
-pub fn require(ok: bool, test: &str, what: &str) -> bool {
-    if !ok {
-        if in_ci() {
-            panic!("{test}: {what} is required under CI");
-        }
-        eprintln!("{test}: SKIPPED: {what} is not available");
-    }
-    ok
-}
-
 /// Deterministic bytes (xorshift64*), so runs are reproducible.
 pub fn bytes(seed: u64, n: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
@@ -181,20 +165,10 @@ impl Drop for Nginx {
     }
 }
 
-fn nginx_binary() -> Option<PathBuf> {
-    ["/usr/sbin/nginx", "/usr/bin/nginx", "/usr/local/sbin/nginx"]
-        .iter()
-        .map(PathBuf::from)
-        .find(|p| p.exists())
-}
-
-/// Start nginx over `root`; `None` (skipped, or a panic under CI) when nginx is missing.
+/// Start nginx over `root`; `None` when nginx is missing (skipped, or a failure where tools are
+/// required: `tarfa_testtools`).
 pub fn start_nginx(root: &Path, test: &str) -> Option<Nginx> {
-    let bin = nginx_binary();
-    if !require(bin.is_some(), test, "nginx (apt-get install nginx)") {
-        return None;
-    }
-    let bin = bin?;
+    let bin = tarfa_testtools::nginx()?;
     let dir = tempfile::tempdir().expect("tempdir");
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())

@@ -3,7 +3,6 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::{json, Value as Json};
 use sha2::{Digest, Sha256};
@@ -66,20 +65,4 @@ pub fn dump(h: &Header, file: &GgufFile) -> Json {
         })
         .collect();
     json!({"alignment": h.alignment, "data_offset": h.data_start, "kv": kv, "tensors": tensors})
-}
-
-/// Whether python3 with the gguf package can run. Under CI (`CI=true`) its absence fails the
-/// test; elsewhere the caller skips, saying why.
-pub fn python_gguf_available(test: &str) -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import gguf, numpy"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{test}: python3 with the gguf package is required under CI (python3 -m pip install gguf numpy)");
-        }
-        eprintln!("{test}: SKIPPED: python3 with the gguf package is not installed (python3 -m pip install gguf numpy)");
-    }
-    ok
 }

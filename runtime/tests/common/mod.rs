@@ -24,19 +24,13 @@ pub fn write_model(dir: &Path) {
     MODEL.write(dir).expect("write test model");
 }
 
-/// The backends to test here. io_uring is skipped (said on stderr) only when the kernel lacks it
-/// and TARFA_REQUIRE_IO_URING is not set; with it set, a missing io_uring fails the test.
+/// The backends to test here. io_uring only where this process can use it; where it cannot, the
+/// io_uring part is skipped, saying so, or fails where tools are required (`tarfa_testtools`:
+/// `TARFA_REQUIRE_IO_URING`, `TARFA_REQUIRE_TOOLS` or `CI`).
 pub fn backends() -> Vec<BackendKind> {
     let mut v = vec![BackendKind::Pread, BackendKind::Mmap];
-    match probe_io_uring() {
-        Ok(_) => v.insert(0, BackendKind::IoUring),
-        Err(why) => {
-            assert!(
-                !tarfa_runtime::source::require_io_uring_from_env(),
-                "TARFA_REQUIRE_IO_URING is set but io_uring is unavailable: {why}"
-            );
-            eprintln!("note: io_uring backend not tested here: {why}");
-        }
+    if tarfa_testtools::available(tarfa_testtools::Tool::IoUring, probe_io_uring()).is_some() {
+        v.insert(0, BackendKind::IoUring);
     }
     v
 }
