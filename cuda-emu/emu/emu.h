@@ -58,10 +58,6 @@ inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 inline void __trap() { std::abort(); }
-// Blocks run one after another here: a ticket is the blocks before this one, a fence is a fence.
-inline int atomicAdd(int* a, int v) { return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST); }
-inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-inline float __ldcg(const float* p) { return *p; }
 using std::fmaxf;
 using std::fminf;
 using std::isnan;

@@ -12,11 +12,6 @@ void emu_matvec(G, const TarfaMatJobs* jobs) { TarfaMatJobs j = *jobs; RUN(tarfa
 void emu_embed(G, const unsigned char* table, int dtype, int hidden, const int* params, float* x) {
     RUN(tarfa_e_embed(table, dtype, hidden, params, x));
 }
-void emu_router_topk(G, const TarfaMatJobs* jobs, int nr, int blocks, int* counter, int k,
-                     int renorm, float* probs, int* ids, float* wts) {
-    TarfaMatJobs j = *jobs;
-    RUN(tarfa_e_router_topk(j, nr, blocks, counter, k, renorm, probs, ids, wts));
-}
 void emu_rms_norm(G, const float* x, const unsigned char* w, int wdtype, int n, float eps, float* out) {
     RUN(tarfa_e_rms_norm(x, w, wdtype, n, eps, out));
 }

@@ -102,20 +102,6 @@ use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe};
 
 extern "C" {
     fn emu_matvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
-    fn emu_router_topk(
-        g: u32,
-        b: u32,
-        s: u32,
-        jobs: *const MatJobs,
-        nr: i32,
-        blocks: i32,
-        counter: *mut i32,
-        k: i32,
-        renorm: i32,
-        probs: *mut f32,
-        ids: *mut i32,
-        wts: *mut f32,
-    );
     fn emu_embed(g: u32, b: u32, s: u32, t: *const u8, dt: i32, h: i32, p: *const i32, x: *mut f32);
     fn emu_rms_norm(
         g: u32,
@@ -564,71 +550,6 @@ pub fn topk(z: &[f32], k: usize, renorm: bool) -> Vec<(u32, f32)> {
         .collect()
 }
 
-/// `tarfa_e_router_topk`: the router's product `z = W x` (`[n, cols]`, tiled with `nr` rows per
-/// block) and its top-k in one launch. Returns z, the (id, weight) pairs and the ticket counter
-/// after the launch (0 when the last block reset it).
-pub fn router_topk(
-    w: &W,
-    n: usize,
-    x: &[f32],
-    k: usize,
-    renorm: bool,
-    nr: usize,
-) -> (Vec<f32>, Vec<(u32, f32)>, i32) {
-    let cols = x.len();
-    assert!(cols.is_multiple_of(32) && w.elems() == n * cols && (1..=TILE_MAX_ROWS).contains(&nr));
-    assert!(k >= 1 && k <= n.min(32) && n <= 256);
-    let (wa, xa, z, probs, wts) = (
-        w.aligned(),
-        fl(x),
-        fl(&vec![0.0; n]),
-        fl(&vec![0.0; n]),
-        fl(&vec![0.0; k]),
-    );
-    let mut m = MatJobs {
-        n: 1,
-        ..MatJobs::default()
-    };
-    m.job[0] = MatJob {
-        w: wa.addr(),
-        x: xa.addr(),
-        y: z.addr(),
-        rows: n as i32,
-        cols: cols as i32,
-        dtype: w.dt as i32,
-        vec: 1,
-        ..MatJob::default()
-    };
-    m.row_start[1] = n as i32;
-    let grid = n.div_ceil(nr);
-    let mut ticket = 0i32;
-    let mut ids = vec![-1i32; k];
-    // SAFETY: W holds n × cols weights, x cols floats, z and probs n, ids and wts k; the block
-    // has the tile's shared memory; the ticket is one int at 0.
-    unsafe {
-        emu_router_topk(
-            grid as u32,
-            TILE_THREADS,
-            TILE_SHARED,
-            &m,
-            nr as i32,
-            grid as i32,
-            &mut ticket,
-            k as i32,
-            i32::from(renorm),
-            probs.ptr() as *mut f32,
-            ids.as_mut_ptr(),
-            wts.ptr() as *mut f32,
-        )
-    };
-    let picked = ids
-        .iter()
-        .zip(wts.floats())
-        .map(|(&e, w)| (e as u32, w))
-        .collect();
-    (z.floats(), picked, ticket)
-}
-
 /// One expert's weights: gate, up `[inter, hidden]`, down `[hidden, inter]`.
 #[derive(Clone, Debug)]
 pub struct Expert {
@@ -1040,26 +961,6 @@ impl EngineDevice for EmuDevice {
                         p(5)? as _,
                         n(6)?,
                         f(7)?,
-                        p(8)? as _,
-                    );
-                }
-                Kernel::RouterTopk => {
-                    count(9)?;
-                    let Some(Arg::Jobs(j)) = args.first() else {
-                        return Err(EngineError::Usage("the router takes its jobs".into()));
-                    };
-                    emu_router_topk(
-                        g,
-                        b,
-                        s,
-                        j,
-                        n(1)?,
-                        n(2)?,
-                        p(3)? as _,
-                        n(4)?,
-                        n(5)?,
-                        p(6)? as _,
-                        p(7)? as _,
                         p(8)? as _,
                     );
                 }

@@ -294,51 +294,6 @@ fn the_router_top_k_is_softmax_topk_ties_included() {
     }
 }
 
-/// The router's product and its top-k in one launch: z is the tiled product's bits (canonical
-/// dots), the selection is softmax_topk's of that z (ties included), for any rows per block, and
-/// the ticket counter is back at 0 for the next launch.
-#[test]
-fn the_fused_router_and_top_k_are_the_product_then_softmax_topk() {
-    let mut r = Rng(23);
-    for &(n, k, cols) in &[
-        (128usize, 8usize, 64usize),
-        (8, 2, 96),
-        (60, 4, 32),
-        (256, 32, 64),
-    ] {
-        for dt in [emu::Dt::Bf16, emu::Dt::F32] {
-            let (w, _) = weights(&mut r, n * cols, dt, 0.5);
-            let x = r.vec(cols, 1.0);
-            let product = emu::Product {
-                w: w.clone(),
-                rows: n,
-                cols,
-                x: x.clone(),
-                bias: None,
-                accumulate: None,
-                vec: true,
-            };
-            let z = emu::matvec_tiled(&[product], 4).remove(0);
-            for renorm in [false, true] {
-                let want = blocks::softmax_topk(Isa::Scalar, &z, k, renorm);
-                for nr in [1, 4, 32] {
-                    let (gz, got, ticket) = emu::router_topk(&w, n, &x, k, renorm, nr);
-                    assert_eq!(bits(&gz), bits(&z), "n {n} cols {cols} {dt:?} nr {nr}");
-                    let b = |v: &[(u32, f32)]| {
-                        v.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>()
-                    };
-                    assert_eq!(
-                        b(&got),
-                        b(&want),
-                        "n {n} k {k} {dt:?} renorm {renorm} nr {nr}"
-                    );
-                    assert_eq!(ticket, 0, "the last block resets the ticket");
-                }
-            }
-        }
-    }
-}
-
 fn m(v: &[f32], rows: usize, cols: usize) -> MatrixRef<'_> {
     MatrixRef {
         name: "w",

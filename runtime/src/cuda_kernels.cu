@@ -742,87 +742,6 @@ __device__ __forceinline__ int tarfa_total_key(float v) {
 // Router probabilities per lane the top-k holds in registers (up to 256 experts).
 #define TARFA_TOPK_AHEAD 8
 
-// tarfa_e_topk's operations, in their order, with every value in registers (n ≤
-// 32·TARFA_TOPK_AHEAD, k ≤ 32): lane l holds z[l + 32j] in zv[j]. The softmax is
-// tarfa_warp_softmax's (the max, e_i = exp(z_i − max) summed in increasing i per lane, the fold,
-// each e_i divided); each round's winner's p comes from its lane by a shuffle and lane s keeps
-// slot s's weight, so nothing is read back from memory (each round was a round trip).
-__device__ void tarfa_warp_topk_regs(const float* zv, int n, int k, int renorm, float* probs,
-                                     int* ids, float* wts, int lane) {
-    float m = __int_as_float(0xff800000);  // -inf
-#pragma unroll
-    for (int j = 0; j < TARFA_TOPK_AHEAD; ++j)
-        if (lane + 32 * j < n) m = fmaxf(m, zv[j]);
-    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(TARFA_FULL, m, o));
-    float pv[TARFA_TOPK_AHEAD];
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) {
-        pv[j] = 0.0f;
-        if (lane + 32 * j < n) {
-            pv[j] = tarfa_exp(__fsub_rn(zv[j], m));
-            acc = __fadd_rn(acc, pv[j]);
-        }
-    }
-    float sum = __shfl_sync(TARFA_FULL, tarfa_warp_fold(acc), 0);
-    int keys[TARFA_TOPK_AHEAD];
-#pragma unroll
-    for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) {
-        keys[j] = 0;
-        if (lane + 32 * j < n) {
-            pv[j] = __fdiv_rn(pv[j], sum);
-            probs[lane + 32 * j] = pv[j];
-            keys[j] = tarfa_total_key(pv[j]);
-        }
-    }
-    int prev_key = 0, prev_id = -1;
-    float mine = 0.0f;  // lane s: slot s's weight
-    for (int slot = 0; slot < k; ++slot) {
-        int best_key = 0, best_id = -1;
-#pragma unroll
-        for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) {
-            int i = lane + 32 * j;
-            int key = keys[j];
-            bool after = slot == 0 || key < prev_key || (key == prev_key && i > prev_id);
-            bool better = best_id < 0 || key > best_key || (key == best_key && i < best_id);
-            if (i < n && after && better) {
-                best_key = key;
-                best_id = i;
-            }
-        }
-        for (int o = 16; o > 0; o /= 2) {
-            int ok = __shfl_xor_sync(TARFA_FULL, best_key, o);
-            int oi = __shfl_xor_sync(TARFA_FULL, best_id, o);
-            bool take = oi >= 0 && (best_id < 0 || ok > best_key || (ok == best_key && oi < best_id));
-            if (take) {
-                best_key = ok;
-                best_id = oi;
-            }
-        }
-        prev_key = best_key;
-        prev_id = best_id;
-        // best_id is the same on every lane: its owner (lane best_id % 32) gives its p.
-        float c = 0.0f;
-#pragma unroll
-        for (int j = 0; j < TARFA_TOPK_AHEAD; ++j)
-            if (j == best_id / 32) c = pv[j];
-        float w = __shfl_sync(TARFA_FULL, c, best_id & 31);
-        if (lane == slot) {
-            mine = w;
-            ids[slot] = best_id;
-        }
-    }
-    if (renorm) {
-        // tarfa_e_topk's sum: lane i adds wts[i] (i < k ≤ 32) to +0, then the fold.
-        float a = 0.0f;
-        if (lane < k) a = __fadd_rn(a, mine);
-        a = tarfa_warp_fold(a);
-        float t = __shfl_sync(TARFA_FULL, a, 0);
-        if (lane < k) mine = __fdiv_rn(mine, t);
-    }
-    if (lane < k) wts[lane] = mine;
-}
-
 // The softmax router's native top-k (blocks::softmax_topk) on one warp: p = softmax(z), the k
 // largest p (total order, descending; ties: the lower id) in selection order, renormalised by
 // their canonical sum when `renorm`. p is kept in `probs` (n floats).
@@ -830,13 +749,6 @@ extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm
                                         int* ids, float* wts) {
     tarfa_grid_enter();
     int lane = threadIdx.x;
-    if (n <= 32 * TARFA_TOPK_AHEAD && k <= 32) {
-        float zv[TARFA_TOPK_AHEAD];
-#pragma unroll
-        for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) zv[j] = lane + 32 * j < n ? z[lane + 32 * j] : 0.0f;
-        tarfa_warp_topk_regs(zv, n, k, renorm, probs, ids, wts, lane);
-        return;
-    }
     tarfa_warp_softmax(z, probs, n, lane);
     __syncwarp();
     // Selection: each round takes the best (key, id) strictly after the previous one in the
@@ -1187,7 +1099,7 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
 
 // tarfa_e_matvec's products, tiled: `nr` rows per block (≤ TARFA_TILE_MAX_ROWS), a quad each.
 // Every job has the same cols (a multiple of 32), dtype and x (job 0's), and is `vec`.
-__device__ __forceinline__ void tarfa_tmatvec_rows(const TarfaMatJobs& jobs, int nr) {
+extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr) {
     TARFA_DYNAMIC_SHARED(float, tile);
     const unsigned char** rowp = (const unsigned char**)tile;
     unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
@@ -1212,33 +1124,6 @@ __device__ __forceinline__ void tarfa_tmatvec_rows(const TarfaMatJobs& jobs, int
         if (j.bias) v = __fadd_rn(v, tarfa_weight(j.bias, j.bias_dtype, r));
         j.y[r] = j.accumulate ? __fadd_rn(j.y[r], v) : v;
     }
-}
-
-extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr) { tarfa_tmatvec_rows(jobs, nr); }
-
-// The router's product (tarfa_e_tmatvec, one job: z = W x) and its top-k in one launch: each of
-// the `blocks` blocks stores its rows of z, fences and takes a ticket; the block taking the last
-// ticket has every row stored and visible (each fenced before its ticket), reads z past L1
-// and selects on its first warp (tarfa_warp_topk_regs: n ≤ 32·TARFA_TOPK_AHEAD, k ≤ 32), and
-// sets the counter back to 0 for the next launch. One launch and no kernel boundary instead of two.
-extern "C" __global__ void tarfa_e_router_topk(TarfaMatJobs jobs, int nr, int blocks, int* counter,
-                                               int k, int renorm, float* probs, int* ids,
-                                               float* wts) {
-    __shared__ int last;
-    tarfa_tmatvec_rows(jobs, nr);
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(counter, 1) == blocks - 1;
-    __syncthreads();
-    if (!last || threadIdx.x >= 32) return;
-    __threadfence();
-    int lane = threadIdx.x, n = jobs.job[0].rows;
-    const float* z = jobs.job[0].y;
-    float zv[TARFA_TOPK_AHEAD];
-#pragma unroll
-    for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) zv[j] = lane + 32 * j < n ? __ldcg(z + lane + 32 * j) : 0.0f;
-    if (lane == 0) *counter = 0;
-    tarfa_warp_topk_regs(zv, n, k, renorm, probs, ids, wts, lane);
 }
 
 // tarfa_e_moe_gate_up, tiled: `np` (slot, row) pairs per block (2·np ≤ TARFA_TILE_MAX_ROWS), the

@@ -88,13 +88,11 @@ pub enum Kernel {
     TiledDown,
     /// `tarfa_e_combine_norm`.
     CombineNorm,
-    /// `tarfa_e_router_topk`.
-    RouterTopk,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 14] = [
+    pub const ALL: [Kernel; 13] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -108,7 +106,6 @@ impl Kernel {
         Kernel::TiledGateUp,
         Kernel::TiledDown,
         Kernel::CombineNorm,
-        Kernel::RouterTopk,
     ];
 
     /// Its name in `cuda_kernels.cu`.
@@ -127,7 +124,6 @@ impl Kernel {
             Kernel::TiledGateUp => "tarfa_e_tmoe_gate_up",
             Kernel::TiledDown => "tarfa_e_tmoe_down",
             Kernel::CombineNorm => "tarfa_e_combine_norm",
-            Kernel::RouterTopk => "tarfa_e_router_topk",
         }
     }
 }
@@ -440,8 +436,6 @@ struct Activations<B> {
     attn: B,
     z: B,
     probs: B,
-    /// The fused router + top-k's ticket counter (0 between launches).
-    ticket: B,
     ids: B,
     wts: B,
     one_id: B,
@@ -527,10 +521,6 @@ fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
     }
     nr
 }
-
-/// Experts the fused router + top-k selects among (`TARFA_TOPK_AHEAD` · 32: each lane holds its
-/// probabilities in registers); more take the router's product and `tarfa_e_topk` apart.
-const TOPK_IN_REGISTERS: usize = 256;
 
 /// The most floats of x a matrix-vector launch stages in shared memory (48 KiB).
 const MAX_STAGE: i32 = 12 * 1024;
@@ -700,7 +690,6 @@ impl<D: EngineDevice> Engine<D> {
             attn: z(qd)?,
             z: z(n_experts)?,
             probs: z(n_experts)?,
-            ticket: z(1)?,
             ids: z(kk)?,
             wts: z(kk)?,
             one_id: dev.upload(&0i32.to_le_bytes())?,
@@ -931,12 +920,23 @@ impl<D: EngineDevice> Engine<D> {
         }
         m.row_start[jobs.len()] = rows;
         m.n = jobs.len() as i32;
-        if let Some((nr, g)) = self.tiled(jobs, rows)? {
+        let first = jobs[0];
+        if jobs.iter().all(|j| {
+            j.vec == 1
+                && j.cols % 32 == 0
+                && j.cols == first.cols
+                && j.dtype == first.dtype
+                && j.x == first.x
+        }) {
+            let nr = tile_rows(rows as usize, TILE_MAX_ROWS, self.dev.multiprocessors());
             // SAFETY: as below, and every job has job 0's cols (a multiple of 32), dtype and x,
             // with 16-byte aligned rows (`vec`); the block has the tile's shared memory.
             return unsafe {
-                self.dev
-                    .launch(Kernel::TiledMatvec, g, &[Arg::Jobs(m), Arg::I32(nr as i32)])
+                self.dev.launch(
+                    Kernel::TiledMatvec,
+                    geo((rows as usize).div_ceil(nr), TILE_THREADS, TILE_SHARED)?,
+                    &[Arg::Jobs(m), Arg::I32(nr as i32)],
+                )
             };
         }
         // x staged in shared memory when every product reads the same x with wide loads and it
@@ -965,24 +965,6 @@ impl<D: EngineDevice> Engine<D> {
                 &[Arg::Jobs(m)],
             )
         }
-    }
-
-    /// Rows per block and geometry of the tiled launch of `jobs` (`rows` in all), when they
-    /// can take it: every job `vec`, of job 0's cols (a multiple of 32), dtype and x.
-    fn tiled(&self, jobs: &[MatJob], rows: i32) -> Result<Option<(usize, Geometry)>, EngineError> {
-        let first = jobs[0];
-        if !jobs.iter().all(|j| {
-            j.vec == 1
-                && j.cols % 32 == 0
-                && j.cols == first.cols
-                && j.dtype == first.dtype
-                && j.x == first.x
-        }) {
-            return Ok(None);
-        }
-        let nr = tile_rows(rows as usize, TILE_MAX_ROWS, self.dev.multiprocessors());
-        let g = geo((rows as usize).div_ceil(nr), TILE_THREADS, TILE_SHARED)?;
-        Ok(Some((nr, g)))
     }
 
     fn job(
@@ -1156,57 +1138,24 @@ impl<D: EngineDevice> Engine<D> {
         let (ids, wts, k) = match &l.router {
             Some(router) => {
                 let (z, probs) = (self.p(&a.z), self.p(&a.probs));
+                self.matvec(&[self.job(router, xn, z, None, false)])?;
                 let (ids, wts) = (self.p(&a.ids), self.p(&a.wts));
-                let job = self.job(router, xn, z, None, false);
-                let tiled = self.tiled(&[job], job.rows)?;
-                let fused = tiled.filter(|_| router.rows <= TOPK_IN_REGISTERS && s.top_k <= 32);
-                if let Some((nr, g)) = fused {
-                    let mut m = MatJobs {
-                        n: 1,
-                        ..MatJobs::default()
-                    };
-                    m.job[0] = job;
-                    m.row_start[1] = job.rows;
-                    // SAFETY: the router's product as a tiled launch (above) into z (n floats);
-                    // the ticket is one int, 0 between launches (each launch's last block sets
-                    // it back); probs n floats, ids and wts k (k ≤ 32, n ≤ 256: the selection in
-                    // registers).
-                    unsafe {
-                        self.dev.launch(
-                            Kernel::RouterTopk,
-                            g,
-                            &[
-                                Arg::Jobs(m),
-                                Arg::I32(nr as i32),
-                                Arg::I32(g.grid as i32),
-                                Arg::Ptr(self.p(&a.ticket)),
-                                Arg::I32(s.top_k as i32),
-                                Arg::I32(i32::from(s.norm_topk_prob)),
-                                Arg::Ptr(probs),
-                                Arg::Ptr(ids),
-                                Arg::Ptr(wts),
-                            ],
-                        )?;
-                    }
-                } else {
-                    self.matvec(&[job])?;
-                    // SAFETY: z and probs hold `n` floats (n = the router's rows = experts), ids
-                    // and wts `k` (k ≤ n, checked in `new`); one warp.
-                    unsafe {
-                        self.dev.launch(
-                            Kernel::Topk,
-                            geo(1, 32, 0)?,
-                            &[
-                                Arg::Ptr(z),
-                                Arg::I32(router.rows as i32),
-                                Arg::I32(s.top_k as i32),
-                                Arg::I32(i32::from(s.norm_topk_prob)),
-                                Arg::Ptr(probs),
-                                Arg::Ptr(ids),
-                                Arg::Ptr(wts),
-                            ],
-                        )?;
-                    }
+                // SAFETY: z and probs hold `n` floats (n = the router's rows = experts), ids and
+                // wts `k` (k ≤ n, checked in `new`); one warp.
+                unsafe {
+                    self.dev.launch(
+                        Kernel::Topk,
+                        geo(1, 32, 0)?,
+                        &[
+                            Arg::Ptr(z),
+                            Arg::I32(router.rows as i32),
+                            Arg::I32(s.top_k as i32),
+                            Arg::I32(i32::from(s.norm_topk_prob)),
+                            Arg::Ptr(probs),
+                            Arg::Ptr(ids),
+                            Arg::Ptr(wts),
+                        ],
+                    )?;
                 }
                 (ids, wts, s.top_k)
             }
