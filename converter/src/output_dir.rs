@@ -202,14 +202,6 @@ pub(crate) fn check(
             })
         }
     };
-    // A running conversion's temporary files belong to a live process: say it is running
-    // rather than call them foreign.
-    if lock_held_elsewhere(out) {
-        return Err(ConvertError::BadOutput {
-            path: out.to_path_buf(),
-            fault: OutputFault::Locked,
-        });
-    }
     let old = Manifest::load(out).ok();
     if let Some(old) = &old {
         // The layout (paths, sizes, header hashes), not the identities' times: a touched or
@@ -265,6 +257,14 @@ pub(crate) fn check(
             Some(ForeignFile::Unknown)
         };
         if let Some(why) = why {
+            // A running conversion's temporary file belongs to a live process: say the
+            // directory is in use rather than call the file foreign.
+            if matches!(why, ForeignFile::LiveWriter { .. }) && lock_held_elsewhere(out) {
+                return Err(ConvertError::BadOutput {
+                    path: out.to_path_buf(),
+                    fault: OutputFault::Locked,
+                });
+            }
             return Err(ConvertError::BadOutput {
                 path,
                 fault: OutputFault::Foreign { why },
