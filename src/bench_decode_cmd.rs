@@ -53,7 +53,7 @@ struct ModeRow {
 }
 
 pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
-    crate::diagnose::require_model_dir(&a.dir, || {
+    crate::diagnose::require_model_dir(&a.dir, "bench-decode", || {
         crate::diagnose::reads_a_model_dir("bench-decode")
     })?;
     let threads = a

@@ -116,7 +116,9 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
     } else {
         None
     };
-    crate::diagnose::require_model_dir(&a.dir, || crate::diagnose::reads_a_model_dir("bench-io"))?;
+    crate::diagnose::require_model_dir(&a.dir, "bench-io", || {
+        crate::diagnose::reads_a_model_dir("bench-io")
+    })?;
     if let Some(g) = a.gib {
         if !(g.is_finite() && g > 0.0) {
             bail!("--gib {g}: expected a positive number of GiB");

@@ -80,10 +80,65 @@ pub fn reads_a_model_dir(command: &str) -> String {
     format!("{command} reads a JNF model directory (a tarfa convert output, holding manifest.json)")
 }
 
-/// `dir` refused when it is a directory without `manifest.json` (exit 1, with the hint of what it
-/// holds, else `usage`), for every command that reads a model directory. A path that is not
-/// there is left to the command's own open (exit 2).
-pub fn require_model_dir(dir: &Path, usage: impl FnOnce() -> String) -> Result<(), Refused> {
+/// Does the regular file at `p` start with `magic`?
+fn starts_with_magic(p: &Path, magic: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    let mut head = vec![0u8; magic.len()];
+    tarfa_format::fsio::open_regular(p)
+        .is_ok_and(|f| f.file.read_exact_at(&mut head, 0).is_ok() && head == magic)
+}
+
+/// Is `p` a JNF file by name or by its first bytes?
+pub fn is_jnf_file(p: &Path) -> bool {
+    p.extension().is_some_and(|e| e == "jnf") || starts_with_magic(p, &tarfa_format::layout::MAGIC)
+}
+
+/// `path` refused when it is there but is not a directory (a file where `command` reads a JNF
+/// model directory): exit 1, with the hint that fits the file (a GGUF, a checkpoint's file, one
+/// JNF file) or else that the command reads a directory.
+pub fn refuse_a_file(path: &Path, command: &str) -> Result<(), Refused> {
+    if !path.exists() || path.is_dir() {
+        return Ok(());
+    }
+    let p = path.display();
+    let parent = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map_or(".".into(), |d| d.display().to_string());
+    let hint = if crate::inspect_gguf::is_gguf(path) {
+        format!(
+            "{p} is a GGUF file: convert it first (tarfa convert {p} -o MODEL_DIR) and give MODEL_DIR to {command}, or inspect it as it is (tarfa inspect {p})"
+        )
+    } else if is_safetensors_file(path) {
+        format!(
+            "{p} is a file of a Hugging Face checkpoint: convert the checkpoint's directory first (tarfa convert {parent} -o MODEL_DIR) and give MODEL_DIR to {command}"
+        )
+    } else if is_jnf_file(path) {
+        format!(
+            "{p} is one JNF file: give the model directory that holds it ({parent}), or inspect the file (tarfa inspect {p})"
+        )
+    } else {
+        format!(
+            "{}: give the directory, not a file",
+            reads_a_model_dir(command)
+        )
+    };
+    Err(Refused {
+        code: 1,
+        message: format!("{p}: a file, not a JNF model directory"),
+        hint,
+    })
+}
+
+/// `dir` refused when it is a file (see [`refuse_a_file`]) or a directory without
+/// `manifest.json` (exit 1, with the hint of what it holds, else `usage`), for every command that
+/// reads a model directory. A path that is not there is left to the command's own open (exit 2).
+pub fn require_model_dir(
+    dir: &Path,
+    command: &str,
+    usage: impl FnOnce() -> String,
+) -> Result<(), Refused> {
+    refuse_a_file(dir, command)?;
     let manifest = tarfa_format::manifest::MANIFEST_NAME;
     if !dir.is_dir() || dir.join(manifest).symlink_metadata().is_ok() {
         return Ok(());

@@ -6,7 +6,9 @@ use indicatif::HumanBytes;
 use tarfa_format::summary::{self, FileSummary, ModelSummary};
 
 use crate::cli::InspectArgs;
-use crate::diagnose::{is_safetensors_file, reads_a_model_dir, require_model_dir, Refused};
+use crate::diagnose::{
+    is_jnf_file, is_safetensors_file, reads_a_model_dir, require_model_dir, Refused,
+};
 
 /// What inspect found; `Ok(false)` when a model directory disagrees with its manifest.
 pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
@@ -14,7 +16,7 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
         return crate::inspect_gguf::run(args);
     }
     if args.path.is_dir() {
-        require_model_dir(&args.path, || {
+        require_model_dir(&args.path, "inspect", || {
             format!(
                 "{}, a .jnf file or a .gguf file",
                 reads_a_model_dir("inspect")
@@ -39,6 +41,22 @@ pub fn run(args: &InspectArgs) -> anyhow::Result<bool> {
             message: format!("{p}: a safetensors checkpoint file, not a JNF or GGUF file"),
             hint: format!(
                 "inspect reads JNF files, JNF model directories and GGUF files: convert the checkpoint (tarfa convert {dir} -o MODEL_DIR), or list its tensors (tarfa fetch {p} --tensors '*' --list)"
+            ),
+        }
+        .into());
+    }
+    // A file that is neither JNF nor GGUF (nor a checkpoint's, above) is not damaged JNF: it is
+    // the wrong file.
+    if args.path.is_file() && !is_jnf_file(&args.path) {
+        return Err(Refused {
+            code: 1,
+            message: format!(
+                "{}: neither a JNF file nor a GGUF file",
+                args.path.display()
+            ),
+            hint: format!(
+                "{}, a .jnf file or a .gguf file",
+                reads_a_model_dir("inspect")
             ),
         }
         .into());

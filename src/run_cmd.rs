@@ -16,8 +16,11 @@ use crate::cli::RunArgs;
 const MAX_CACHE_GIB: f64 = 1048576.0;
 
 pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
-    crate::diagnose::require_model_dir(&a.dir, || crate::diagnose::reads_a_model_dir("run"))?;
+    // Bad arguments (a flag's or a TARFA_* variable's value) first: exit 2 whatever the path is.
     let opts = options(a)?;
+    crate::diagnose::require_model_dir(&a.dir, "run", || {
+        crate::diagnose::reads_a_model_dir("run")
+    })?;
     let mut dec = Decoder::open(&a.dir, &opts)?;
     // Why there is no tokenizer, said only if --prompt needs one (--tokens runs without).
     let mut no_tokenizer = "the model has no tokenizer.json".to_string();

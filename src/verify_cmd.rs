@@ -94,6 +94,7 @@ pub fn print_text(report: &Report) {
 
 /// `tarfa verify`; `Ok(false)` when faults were found.
 pub fn run(args: &VerifyArgs) -> anyhow::Result<bool> {
+    crate::diagnose::refuse_a_file(&args.dir, "verify")?;
     let opts = Options {
         source: args.source.clone(),
         layers: args

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::Path;
 
-use common::{gguf_fixture, path, tarfa};
+use common::{gguf_fixture, golden, path, tarfa};
 
 fn fixture(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -146,4 +146,45 @@ fn every_command_that_reads_a_model_directory_refuses_a_checkpoint_or_an_empty_o
         let (c, _, err) = tarfa(&missing_args);
         assert_eq!(c, 2, "{cmd:?} of a path that is not there: {err}");
     }
+}
+
+/// A file given where a model directory is wanted (`tarfa run x.gguf`) is exit 1 with the hint
+/// that fits the file, in every command that reads a model directory — not exit 2 with the
+/// operating system's "Not a directory".
+#[test]
+fn a_file_given_where_a_model_directory_is_wanted_is_exit_1_with_the_hint_that_fits_it() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let gguf = gguf_fixture("metadata.gguf");
+    let st = fixture("qwen3_moe").join("model.safetensors");
+    let jnf = golden("tiny-moe/layer-00000.jnf");
+    let notes = tmp.path().join("notes.txt");
+    std::fs::write(&notes, b"not a model").expect("write");
+    let files: [(&Path, &str); 4] = [
+        (&gguf, "is a GGUF file: convert it first"),
+        (&st, "is a file of a Hugging Face checkpoint"),
+        (&jnf, "give the model directory that holds it"),
+        (&notes, "give the directory, not a file"),
+    ];
+    for cmd in [
+        vec!["run", "--tokens", "1", "-n", "1"],
+        vec!["verify"],
+        vec!["bench-io", "--quiet"],
+        vec!["bench-decode"],
+    ] {
+        for (file, hint) in files {
+            let mut args = vec![cmd[0], path(file)];
+            args.extend_from_slice(&cmd[1..]);
+            expect_hint(&args, 1, hint);
+            let (_, _, err) = tarfa(&args);
+            assert!(
+                err.contains("a file, not a JNF model directory") && !err.contains("os error"),
+                "{args:?}: {err}"
+            );
+        }
+    }
+    // inspect reads files too: one that is neither JNF nor GGUF is the wrong file, not a
+    // damaged one.
+    expect_hint(&["inspect", path(&notes)], 1, "a .jnf file or a .gguf file");
+    let (_, _, err) = tarfa(&["inspect", path(&notes)]);
+    assert!(!err.contains("damaged"), "{err}");
 }

@@ -104,6 +104,15 @@ def byte_len(code, shape):
     return n if n <= U64 else None
 
 
+def is_source_path(p):
+    """§5.1, the source-path rule, for `src_file` and the manifest's source paths alike: not
+    empty, no NUL, no leading '/' or '\\'; split at '/' and '\\', no component empty, '.' or
+    '..', or holding ':'."""
+    if not isinstance(p, str) or not p or "\0" in p or p[0] in "/\\":
+        return False
+    return not any(c in ("", ".", "..") or ":" in c for c in re.split(r"[/\\]", p))
+
+
 def u32(b, o):
     return struct.unpack_from("<I", b, o)[0]
 
@@ -322,9 +331,7 @@ class JnfFile:
             if src_tensor or r["src_begin"] or r["src_end"] or r["src_ndim"]:
                 bad("no-source form with source fields")
             return
-        comps = re.split(r"[/\\]", src_file)
-        if (src_file.startswith("/") or "\0" in src_file
-                or any(c in ("", ".", "..") or ":" in c for c in comps)):
+        if not is_source_path(src_file):
             bad(f"src_file {src_file!r} is not a plain relative path")
         if not src_tensor:
             bad("empty src_tensor")
@@ -566,8 +573,8 @@ def check_manifest(dirpath):
         bad("source_format")
     for s in m.get("conversion", {}).get("sources", []):
         p = s.get("path", "")
-        if not p or p.startswith("/") or any(c in ("", ".", "..") for c in p.split("/")):
-            bad(f"source path {p!r}")
+        if not is_source_path(p):
+            bad(f"source path {p!r} is not a plain relative path")
         for h in ("sha256", "header_sha256"):
             if s.get(h) is not None and not HEX64.fullmatch(s[h]):
                 bad(f"source {p!r} {h}")

@@ -206,6 +206,46 @@ fn the_python_reader_refuses_mixed_source_generations_and_a_wrong_tensors_digest
     assert_refused(&out, "SourceRecordMismatch");
 }
 
+/// Review finding 14: a manifest's source path obeys the rule a region's `src_file` obeys
+/// (§5.1): `a\..\b`, `C:x`, a NUL and a `.` component are refused by both readers, the paths
+/// renamed everywhere the manifest names them so that nothing but the rule can refuse them.
+#[test]
+fn both_readers_refuse_a_manifest_source_path_that_breaks_the_src_file_rule() {
+    if !python_ready("source paths") {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/qwen3_moe");
+    let out = tmp.path().join("m");
+    let (code, stdout, err) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let clean = std::fs::read(out.join("manifest.json")).expect("read");
+    for bad in ["a\\..\\b", "C:x", "a\0b", "a/./model.safetensors"] {
+        std::fs::write(out.join("manifest.json"), &clean).expect("restore");
+        reseal_manifest(&out, |v| {
+            let old = v["conversion"]["sources"][0]["path"].clone();
+            v["conversion"]["sources"][0]["path"] = Value::from(bad);
+            for f in v["files"].as_array_mut().expect("files") {
+                for r in f["sources"].as_array_mut().into_iter().flatten() {
+                    if r["path"] == old {
+                        r["path"] = Value::from(bad);
+                    }
+                }
+            }
+        });
+        let (_, res, err) = py_read(&[&out]);
+        assert_eq!(res[0]["violation"], "Manifest", "{bad:?}: {}{err}", res[0]);
+        let detail = res[0]["detail"].as_str().unwrap_or("");
+        assert!(detail.contains("source path"), "{bad:?}: {detail}");
+        let (code, stdout, err) = tarfa(&["verify", path(&out)]);
+        assert_eq!(code, 1, "{bad:?}: {stdout}{err}");
+        assert!(
+            format!("{stdout}{err}").contains("is not a plain relative path"),
+            "{bad:?}: {stdout}{err}"
+        );
+    }
+}
+
 #[test]
 fn the_python_reader_refuses_damaged_files() {
     if !tarfa_testtools::python_blake3() {

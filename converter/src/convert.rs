@@ -794,7 +794,7 @@ pub fn convert(
         source,
     })?;
     let _lock = output_dir::lock(out)?;
-    output_dir::remove_leftovers(out)?;
+    output_dir::remove_leftovers(out, &ck)?;
     // The manifest of the last run (under the lock: no other run replaces it now).
     let old = Manifest::load(out).ok();
     let selected: Vec<u32> = match opts.layers {

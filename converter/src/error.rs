@@ -383,6 +383,16 @@ pub enum ForeignFile {
     /// An auxiliary file (config.json, tokenizer) that is not the source's.
     #[error("neither a copy of the source's file of that name nor the copy this directory's manifest lists")]
     OtherAux,
+    /// A temporary file `.NAME.tmp-PID` whose PID is a running process: tarfa never removes a
+    /// file another program may be writing.
+    #[error("a temporary file of process {pid}, which is running (tarfa removes only what a killed conversion left)")]
+    LiveWriter {
+        /// The process id in the name.
+        pid: u32,
+    },
+    /// A temporary file `.NAME.tmp-PID` whose content is not what tarfa writes under NAME.
+    #[error("a temporary file whose content is not what tarfa writes under that name")]
+    NotOurTemp,
     /// Any other name.
     #[error("not a file tarfa writes")]
     Unknown,

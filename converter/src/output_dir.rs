@@ -5,7 +5,9 @@
 //! manifest (JSON whose `format` is `jnf-model`), `trunk.jnf` and `layer-NNNNN.jnf` of a layer
 //! of this checkpoint (starting with the JNF magic), aux files equal to the source's or to the
 //! copy the directory's manifest lists, the lock file, and temporary files `.NAME.tmp-PID` of
-//! those names (§7). Anything else — a foreign file, a subdirectory, a link, the GGUF being
+//! those names (§7) that a killed conversion left: PID is no running process (other than this
+//! one) and the content is what tarfa writes under NAME (see [`temp_fault`]). Anything else — a
+//! foreign file, a live writer's temporary file, a subdirectory, a link, the GGUF being
 //! converted — makes the directory unusable, and the error names it; `tarfa verify` would report
 //! it as an extra file, so convert refuses to write a directory that could never verify.
 
@@ -42,15 +44,97 @@ fn is_output_name(name: &str) -> bool {
         || aux_files().any(|a| a == name)
 }
 
+/// NAME and PID of `.NAME.tmp-PID`, for a NAME a conversion publishes and a PID a process can
+/// have (a positive `i32`): the name of a temporary file of §7.
+fn temp_name_parts(name: &str) -> Option<(&str, u32)> {
+    let (base, pid) = name.strip_prefix('.')?.rsplit_once(".tmp-")?;
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) || !is_output_name(base) {
+        return None;
+    }
+    let pid: i32 = pid.parse().ok().filter(|&p| p > 0)?;
+    Some((base, pid.unsigned_abs()))
+}
+
 /// `.NAME.tmp-PID` for a NAME a conversion publishes: a temporary file of §7.
 fn is_temp_name(name: &str) -> bool {
-    let Some((base, pid)) = name
-        .strip_prefix('.')
-        .and_then(|rest| rest.rsplit_once(".tmp-"))
+    temp_name_parts(name).is_some()
+}
+
+/// Is `pid` a running process other than this one? (`kill(pid, 0)`: only "no such process"
+/// says no; a process of another user, `EPERM`, is running.) This process's own id counts as not
+/// running: no temporary file of it exists before the conversion creates one, so a file with it
+/// is from an earlier process that had the same id (in a container, every run may have it).
+fn is_other_live_process(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return false;
+    }
+    let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
     else {
         return false;
     };
-    !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()) && is_output_name(base)
+    !matches!(
+        rustix::process::test_kill_process(pid),
+        Err(rustix::io::Errno::SRCH)
+    )
+}
+
+/// Is the temporary file at `path` (for the output NAME `base`) in content what a conversion
+/// writes under that name, as a killed one leaves it? A JNF file starts with its header page, so
+/// a partial one is empty or starts with the JNF magic; the manifest is written in one piece as
+/// a pretty-printed JSON object, so it is empty or starts with `{` and a newline; an aux copy is
+/// empty or a prefix of the source's file of that name.
+fn is_our_temp_content(ck: &Checkpoint, path: &Path, base: &str) -> bool {
+    if base == TRUNK_NAME || layer_of(base).is_some() {
+        use std::os::unix::fs::FileExt;
+        let Ok(f) = tarfa_format::fsio::open_regular(path) else {
+            return false;
+        };
+        let mut head = [0u8; 8];
+        return f.file.metadata().is_ok_and(|m| m.len() == 0)
+            || (f.file.read_exact_at(&mut head, 0).is_ok() && head == MAGIC);
+    }
+    let limit = if base == MANIFEST_NAME {
+        MAX_MANIFEST_LEN
+    } else {
+        MAX_AUX_LEN
+    };
+    let Ok(here) = read_bounded(path, limit) else {
+        return false;
+    };
+    if here.is_empty() {
+        return true;
+    }
+    if base == MANIFEST_NAME {
+        return here.starts_with(b"{\n");
+    }
+    read_bounded(&ck.dir.join(base), MAX_AUX_LEN).is_ok_and(|src| src.starts_with(&here))
+}
+
+/// Why the temporary file `name` (`.NAME.tmp-PID`, [`is_temp_name`]) at `path` is not a leftover
+/// of a killed conversion that this one may remove, or `None` when it is: its PID is no running
+/// process other than this one (a live process may be writing it — tarfa never removes a file
+/// that a running program may still be writing, whatever the content), and its content is what
+/// a conversion writes under NAME ([`is_our_temp_content`]).
+fn temp_fault(ck: &Checkpoint, path: &Path, name: &str) -> Option<ForeignFile> {
+    let (base, pid) = temp_name_parts(name)?;
+    if is_other_live_process(pid) {
+        return Some(ForeignFile::LiveWriter { pid });
+    }
+    (!is_our_temp_content(ck, path, base)).then_some(ForeignFile::NotOurTemp)
+}
+
+/// Does another process hold the conversion lock of `out`? Probed without creating anything: a
+/// shared `flock` on the lock file, if there is one, released at once.
+fn lock_held_elsewhere(out: &Path) -> bool {
+    let Ok(f) = tarfa_format::fsio::open_regular(&out.join(LOCK_NAME)) else {
+        return false;
+    };
+    matches!(
+        rustix::fs::flock(&f.file, rustix::fs::FlockOperation::NonBlockingLockShared),
+        Err(rustix::io::Errno::WOULDBLOCK)
+    )
 }
 
 /// All of `path` if it is a regular file of at most `limit` bytes.
@@ -155,8 +239,10 @@ pub(crate) fn check(
         };
         let why = if !regular {
             Some(ForeignFile::NotRegular)
-        } else if name == LOCK_NAME || is_temp_name(&name) {
+        } else if name == LOCK_NAME {
             None
+        } else if is_temp_name(&name) {
+            temp_fault(ck, &path, &name)
         } else if name == MANIFEST_NAME {
             (!is_jnf_manifest(&path)).then_some(ForeignFile::NotAManifest)
         } else if name == TRUNK_NAME || layer_of(&name).is_some() {
@@ -171,6 +257,14 @@ pub(crate) fn check(
             Some(ForeignFile::Unknown)
         };
         if let Some(why) = why {
+            // A running conversion's temporary file belongs to a live process: say the
+            // directory is in use rather than call the file foreign.
+            if matches!(why, ForeignFile::LiveWriter { .. }) && lock_held_elsewhere(out) {
+                return Err(ConvertError::BadOutput {
+                    path: out.to_path_buf(),
+                    fault: OutputFault::Locked,
+                });
+            }
             return Err(ConvertError::BadOutput {
                 path,
                 fault: OutputFault::Foreign { why },
@@ -206,9 +300,10 @@ pub(crate) fn lock(out: &Path) -> Result<OutputLock, ConvertError> {
     Ok(OutputLock(f))
 }
 
-/// Remove the temporary files a killed conversion left (we hold the lock: no live writer owns
-/// them). Only `.NAME.tmp-PID` of names a conversion publishes; nothing else is touched.
-pub(crate) fn remove_leftovers(out: &Path) -> Result<(), ConvertError> {
+/// Remove the temporary files a killed conversion left: `.NAME.tmp-PID` of names a conversion
+/// publishes, of no running process, with content a conversion writes ([`temp_fault`]); nothing
+/// else is touched (a file that appeared since [`check`] and is not one of those stays).
+pub(crate) fn remove_leftovers(out: &Path, ck: &Checkpoint) -> Result<(), ConvertError> {
     let rd = std::fs::read_dir(out).map_err(|source| ConvertError::Io {
         path: out.to_path_buf(),
         op: "list",
@@ -216,7 +311,10 @@ pub(crate) fn remove_leftovers(out: &Path) -> Result<(), ConvertError> {
     })?;
     for e in rd.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        if is_temp_name(&name) && e.file_type().is_ok_and(|t| t.is_file()) {
+        if is_temp_name(&name)
+            && e.file_type().is_ok_and(|t| t.is_file())
+            && temp_fault(ck, &e.path(), &name).is_none()
+        {
             let _ = std::fs::remove_file(e.path());
         }
     }
@@ -251,6 +349,9 @@ mod tests {
             ".notes.txt.tmp-12",
             ".manifest.json.tmp-",
             ".manifest.json.tmp-12a",
+            ".manifest.json.tmp-0",
+            ".manifest.json.tmp-2147483648",
+            ".manifest.json.tmp-99999999999999999999",
             "manifest.json.tmp-12",
             ".x.tmp-1",
         ] {

@@ -641,11 +641,7 @@ impl Plan {
             }
             if let Some(s) = shard {
                 let plain = s.rel.len() <= max
-                    && !s.rel.starts_with('/')
-                    && !s.rel.contains('\0')
-                    && s.rel
-                        .split(['/', '\\'])
-                        .all(|c| !c.is_empty() && c != "." && c != ".." && !c.contains(':'));
+                    && tarfa_format::source_path::check_source_path(&s.rel).is_ok();
                 if !plain {
                     return Err(ConvertError::BadSource {
                         path: path(),

@@ -8,10 +8,21 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use tarfa_converter::testkit::{write_checkpoint, SynthSpec};
-use tarfa_converter::{ConvertError, OutputFault};
+use tarfa_converter::{ConvertError, ForeignFile, OutputFault};
 use tarfa_format::manifest::layer_file_name;
 
 use common::run;
+
+/// The id of a process that has exited (reaped): no running process has it (until the id is
+/// reused, which takes a full turn of the pid space).
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true")
+        .spawn()
+        .expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("reap");
+    pid
+}
 
 fn checkpoint(root: &Path) -> PathBuf {
     let src = root.join("src");
@@ -130,7 +141,12 @@ fn a_rerun_into_its_own_output_resumes_and_removes_only_its_own_leftovers() {
     let first = tree(&out);
 
     // A killed run's temporary file is tarfa's own: removed, and the rerun writes nothing.
-    std::fs::write(out.join(".layer-00001.jnf.tmp-999999"), b"partial").expect("plant");
+    let layer = std::fs::read(out.join(layer_file_name(1))).expect("read layer");
+    std::fs::write(
+        out.join(format!(".layer-00001.jnf.tmp-{}", dead_pid())),
+        &layer[..4096],
+    )
+    .expect("plant");
     let s = run(&src, &out, None).expect("rerun");
     assert!(s.layers_written.is_empty() && !s.trunk_written, "{s:?}");
     assert!(tree(&out) == first, "the rerun changed its own output");
@@ -154,4 +170,55 @@ fn a_rerun_into_its_own_output_resumes_and_removes_only_its_own_leftovers() {
     let err = run(&src, &out, None).expect_err("a foreign config.json");
     assert!(err.to_string().contains("config.json"), "{err}");
     assert_eq!(std::fs::read(out.join("config.json")).expect("read"), b"{}");
+}
+
+/// Review finding 3: a temporary file `.NAME.tmp-PID` is removed only when a killed conversion
+/// left it — PID no running process and the content what tarfa writes under NAME. Another
+/// program's `.config.json.tmp-PID` survives a rerun, even with bytes tarfa might have written,
+/// and the refusal names it; one of a dead process with other bytes is refused too.
+#[test]
+fn a_temporary_file_of_a_running_process_or_with_foreign_bytes_survives_a_rerun() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let src = checkpoint(root.path());
+    let out = root.path().join("out");
+    run(&src, &out, None).expect("first run");
+    let config = std::fs::read(src.join("config.json")).expect("read config");
+    // The test runner's parent (cargo, or a shell) runs for as long as this test does.
+    let live = std::os::unix::process::parent_id();
+    let dead = dead_pid();
+
+    let cases = [
+        (live, config.clone(), ForeignFile::LiveWriter { pid: live }),
+        (
+            dead,
+            br#"{"editor": "unsaved"}"#.to_vec(),
+            ForeignFile::NotOurTemp,
+        ),
+    ];
+    for (pid, bytes, why) in cases {
+        let temp = out.join(format!(".config.json.tmp-{pid}"));
+        std::fs::write(&temp, &bytes).expect("plant");
+        let before = tree(&out);
+        let err = run(&src, &out, None).expect_err("a foreign temporary file");
+        assert!(
+            matches!(&err, ConvertError::BadOutput { path, fault: OutputFault::Foreign { why: w } }
+                if path == &temp && *w == why),
+            "{pid}: {err}"
+        );
+        assert!(
+            err.to_string().contains(&format!(".config.json.tmp-{pid}")),
+            "{err}"
+        );
+        assert!(
+            tree(&out) == before,
+            "{pid}: the refused rerun changed the directory"
+        );
+        std::fs::remove_file(&temp).expect("clean up");
+    }
+
+    // A dead process's partial copy of the source's config.json is a killed run's: removed.
+    let temp = out.join(format!(".config.json.tmp-{dead}"));
+    std::fs::write(&temp, &config[..config.len() / 2]).expect("plant");
+    run(&src, &out, None).expect("rerun");
+    assert!(!temp.exists(), "a killed run's leftover stays");
 }

@@ -8,10 +8,14 @@
 //!
 //! Each wrapper launches its kernel with the geometry `runtime/src/cuda_engine.rs` uses (quads of
 //! 4 threads per output row in blocks of 256; a warp per head; a block per head; one warp for the
-//! router) after checking every slice holds what the kernel reads or writes. Not a shipped crate:
-//! its `unsafe` is the FFI into the emulation.
+//! router) after checking every slice holds what the kernel reads or writes. Not a shipped crate.
+//!
+//! `unsafe` is denied here as in the runtime, and allowed only where the FFI into the emulation is
+//! called: each kernel wrapper below and [`EmuDevice`]'s `launch` carry `#[allow(unsafe_code)]`,
+//! with the size checks before the call and a `SAFETY` argument at it. The `extern "C"` block
+//! declares the emulated kernels (C++ built by `build.rs` from `emu/` and the runtime's `.cu`).
 
-#![allow(unsafe_code)]
+#![deny(unsafe_code)]
 #![allow(clippy::too_many_arguments)]
 
 /// Element types as the kernels number them.
@@ -283,6 +287,7 @@ pub fn matvec_tiled(products: &[Product], nr: usize) -> Vec<Vec<f32>> {
 /// Rows of a tiled launch's block at most (`TARFA_TILE_MAX_ROWS`).
 pub const TILE_MAX_ROWS: usize = 32;
 
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 fn matvec_launch(products: &[Product], tile: Option<usize>) -> Vec<Vec<f32>> {
     assert!((1..=4).contains(&products.len()));
     let mut keep = Vec::new();
@@ -341,6 +346,7 @@ fn matvec_launch(products: &[Product], tile: Option<usize>) -> Vec<Vec<f32>> {
 
 /// `tarfa_e_combine_norm`: `x += Σ_s y[s] · wts[s]` (slot order), then `w · RMSNorm(x)`;
 /// returns the new x and the normed output. `y` holds `wts.len()` rows of `x.len()` floats.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 pub fn combine_norm(y: &[f32], wts: &[f32], x: &[f32], w: &W, eps: f32) -> (Vec<f32>, Vec<f32>) {
     let n = x.len();
     assert_eq!(y.len(), wts.len() * n);
@@ -368,6 +374,7 @@ pub fn combine_norm(y: &[f32], wts: &[f32], x: &[f32], w: &W, eps: f32) -> (Vec<
 }
 
 /// `tarfa_e_rms_norm`: `w · (x · rsqrt(mean(x²) + eps))`.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 pub fn rms_norm(x: &[f32], w: &W, eps: f32) -> Vec<f32> {
     assert_eq!(w.elems(), x.len());
     let (xa, wa, out) = (fl(x), w.aligned(), fl(&vec![0.0; x.len()]));
@@ -389,6 +396,7 @@ pub fn rms_norm(x: &[f32], w: &W, eps: f32) -> Vec<f32> {
 }
 
 /// `tarfa_e_embed`: row `token` of `[vocab, hidden]`.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 pub fn embed(table: &W, hidden: usize, token: u32) -> Vec<f32> {
     assert!((token as usize + 1) * hidden <= table.elems());
     let (t, p, x) = (table.aligned(), [token as i32, 0], fl(&vec![0.0; hidden]));
@@ -423,6 +431,7 @@ pub struct Heads {
 
 /// `tarfa_e_qk_rope` at `pos`: q normed and rotated in place; k (normed, rotated) and v stored
 /// in row `pos` of caches of `cap` rows. Returns (q, kcache, vcache).
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 pub fn qk_rope(
     sh: Heads,
     q: &[f32],
@@ -479,6 +488,7 @@ pub fn qk_rope(
 
 /// `tarfa_e_attention` of `q` at `pos` over cache rows `0..=pos` (or the window), its scores
 /// in shared memory (`shared_scores`) or in global memory.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 pub fn attention(
     sh: Heads,
     q: &[f32],
@@ -524,6 +534,7 @@ pub fn attention(
 }
 
 /// `tarfa_e_topk`: the `(expert, weight)` route of router logits `z`.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 pub fn topk(z: &[f32], k: usize, renorm: bool) -> Vec<(u32, f32)> {
     assert!(k >= 1 && k <= z.len());
     let (za, probs) = (fl(z), fl(&vec![0.0; z.len()]));
@@ -606,6 +617,7 @@ pub fn moe_tiled(
     )
 }
 
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 fn moe_launch(
     experts: &[Expert],
     inter: usize,
@@ -699,38 +711,26 @@ pub struct EmuDevice;
 /// A host buffer standing for a device buffer.
 #[derive(Debug)]
 pub struct EmuBuf {
-    words: Vec<u64>,
+    bytes: Vec<u8>,
     off: usize,
     len: usize,
 }
 
 impl EmuBuf {
     fn new(len: usize) -> EmuBuf {
-        let words = vec![0u64; (len + 256).div_ceil(8)];
-        let off = (256 - (words.as_ptr() as usize % 256)) % 256;
-        EmuBuf { words, off, len }
+        // A Vec's heap buffer never moves while it is not resized: the aligned start stays put.
+        let bytes = vec![0u8; len + 256];
+        let off = (256 - (bytes.as_ptr() as usize % 256)) % 256;
+        EmuBuf { bytes, off, len }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        let (off, len) = (self.off, self.len);
-        let all: &mut [u8] = bytemuck_free_cast_mut(&mut self.words);
-        &mut all[off..off + len]
+        &mut self.bytes[self.off..self.off + self.len]
     }
 
     fn bytes(&self) -> &[u8] {
-        let all: &[u8] = bytemuck_free_cast(&self.words);
-        &all[self.off..self.off + self.len]
+        &self.bytes[self.off..self.off + self.len]
     }
-}
-
-fn bytemuck_free_cast(w: &[u64]) -> &[u8] {
-    // SAFETY: u8 has no alignment or validity requirement; the length is the words' bytes.
-    unsafe { std::slice::from_raw_parts(w.as_ptr().cast::<u8>(), w.len() * 8) }
-}
-
-fn bytemuck_free_cast_mut(w: &mut [u64]) -> &mut [u8] {
-    // SAFETY: as above, uniquely borrowed.
-    unsafe { std::slice::from_raw_parts_mut(w.as_mut_ptr().cast::<u8>(), w.len() * 8) }
 }
 
 impl EngineDevice for EmuDevice {
@@ -787,6 +787,9 @@ impl EngineDevice for EmuDevice {
         Ok(())
     }
 
+    // The trait's contract (`# Safety` of `EngineDevice::launch`) is what makes the FFI calls
+    // sound; argument counts and kinds are checked before any call.
+    #[allow(unsafe_code)]
     unsafe fn launch(&self, k: Kernel, geo: Geometry, args: &[Arg]) -> Result<(), EngineError> {
         let (g, b, s) = (geo.grid, geo.block, geo.shared);
         let p = |i: usize| match args.get(i) {

@@ -479,11 +479,13 @@ pub enum ProvenanceFault {
     /// No source file, yet a source tensor, range or shape.
     #[error("no source file, yet other source fields are set")]
     FieldsWithoutFile,
-    /// A source file that is absolute or has an empty, `.`, `..` or `:`-holding component, or NUL.
-    #[error("source file '{src_file}' is not a plain relative path")]
+    /// A source file that breaks the source-path rule ([`crate::source_path`]).
+    #[error("source file {src_file:?} is not a plain relative path: {fault}")]
     NotRelativePath {
         /// The path recorded.
         src_file: String,
+        /// The clause it breaks.
+        fault: crate::source_path::SourcePathFault,
     },
     /// A source file without a source tensor name.
     #[error("source tensor name is empty")]

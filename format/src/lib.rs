@@ -15,6 +15,7 @@
 //! - [`fsio`]: every read of a named file: regular files only, bounded;
 //! - [`publish`]: atomic publishing (temp, fsync, rename, fsync the directory);
 //! - [`manifest`]: the model manifest that ties a directory of JNF files to its checkpoint;
+//! - [`source_path`]: the one rule for a source file's path (`src_file`, the manifest's sources);
 //! - [`summary`]: what `tarfa inspect` reports, as data;
 //! - `golden` (feature `testkit`): the generator of the golden test vectors in `fixtures/golden/`.
 //!
@@ -58,6 +59,7 @@ pub mod manifest;
 pub mod publish;
 pub mod reader;
 pub mod safetensors;
+pub mod source_path;
 mod strindex;
 pub mod summary;
 pub mod validate;

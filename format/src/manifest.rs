@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::source_path::{check_source_path, SourcePathFault};
 
 /// File name of the manifest inside a model directory.
 pub const MANIFEST_NAME: &str = "manifest.json";
@@ -441,9 +442,17 @@ pub enum ManifestFault {
     /// An unknown `source_format`.
     #[error("source_format {0:?} is not safetensors, gguf or synthetic")]
     UnknownSourceFormat(String),
-    /// A source path that is not relative and plain, or a hash that is not 64 lowercase hex.
-    #[error("source {0:?}: bad path or sha256")]
-    BadSource(String),
+    /// A source path that breaks the source-path rule (§5.1, [`crate::source_path`]).
+    #[error("source path {path:?} is not a plain relative path: {fault}")]
+    BadSourcePath {
+        /// The path.
+        path: String,
+        /// The clause it breaks.
+        fault: SourcePathFault,
+    },
+    /// A source's `sha256` or `header_sha256` that is not 64 lowercase hex digits.
+    #[error("source {0:?}: sha256 and header_sha256 must be 64 lowercase hex digits")]
+    BadSourceHash(String),
     /// A source listed twice.
     #[error("source {0:?} is listed twice")]
     SourceTwice(String),
@@ -546,15 +555,15 @@ impl Manifest {
             ));
         }
         for src in &self.conversion.sources {
-            let plain = !src.path.is_empty()
-                && !src.path.starts_with('/')
-                && src
-                    .path
-                    .split('/')
-                    .all(|c| !c.is_empty() && c != "." && c != "..");
+            if let Err(fault) = check_source_path(&src.path) {
+                return Err(ManifestFault::BadSourcePath {
+                    path: src.path.clone(),
+                    fault,
+                });
+            }
             let bad_hash = |h: &Option<String>| h.as_deref().is_some_and(|h| !is_hex64(h));
-            if !plain || bad_hash(&src.sha256) || bad_hash(&src.header_sha256) {
-                return Err(ManifestFault::BadSource(src.path.clone()));
+            if bad_hash(&src.sha256) || bad_hash(&src.header_sha256) {
+                return Err(ManifestFault::BadSourceHash(src.path.clone()));
             }
         }
         let mut source_paths = BTreeSet::new();
@@ -905,6 +914,42 @@ mod tests {
         }
     }
 
+    /// Review finding 14: a source path obeys the rule a region's `src_file` obeys (§5.1), so
+    /// `\` separates and `:`, NUL, `.` and `..` components are refused here as there.
+    #[test]
+    fn a_source_path_obeys_the_src_file_rule() {
+        use SourcePathFault as F;
+        let cases = [
+            ("a\\..\\b", F::DotComponent),
+            ("C:x", F::Colon),
+            ("a\0b", F::Nul),
+            ("a/./b", F::DotComponent),
+            ("../b", F::DotComponent),
+            ("/b", F::Absolute),
+            ("a//b", F::EmptyComponent),
+            ("", F::Empty),
+        ];
+        for (path, fault) in cases {
+            let mut m = manifest();
+            m.conversion.sources = vec![source(path)];
+            assert_eq!(
+                m.check(),
+                Err(ManifestFault::BadSourcePath {
+                    path: path.into(),
+                    fault
+                }),
+                "{path:?}"
+            );
+        }
+        let mut m = manifest();
+        m.conversion.sources = vec![source("a\\b.safetensors")];
+        assert_eq!(
+            m.check(),
+            Ok(()),
+            "'\\' separates: a\\b is a path below the source"
+        );
+    }
+
     #[test]
     fn manifest_rules_reject_each_inconsistency() {
         assert_eq!(manifest().check(), Ok(()));
@@ -959,6 +1004,15 @@ mod tests {
                 "num_layers",
                 "LayerOutOfRange",
                 Box::new(|m| m.architecture.num_layers = 1),
+            ),
+            (
+                "source hash",
+                "BadSourceHash",
+                Box::new(|m| {
+                    let mut s = source("a.safetensors");
+                    s.header_sha256 = Some("AB".into());
+                    m.conversion.sources = vec![s];
+                }),
             ),
             (
                 "source listed twice",

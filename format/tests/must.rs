@@ -11,6 +11,7 @@ use tarfa_format::error::{
     ShapeFault, StringFault, UsageFault,
 };
 use tarfa_format::layout::{Footer, FOOTER_LEN, REGION_RECORD_LEN};
+use tarfa_format::source_path::SourcePathFault;
 use tarfa_format::{
     Dtype, Error, FileLayout, JnfReader, JnfWriter, Provenance, RegionSpec, Role, Violation,
 };
@@ -1037,7 +1038,8 @@ fn each_provenance_rule_has_its_own_fault() {
             b[at] = b'/';
         }),
         PF::NotRelativePath {
-            src_file: "/odel-00001-of-00002.safetensors".into()
+            src_file: "/odel-00001-of-00002.safetensors".into(),
+            fault: SourcePathFault::Absolute,
         }
     );
     assert_eq!(
@@ -1344,7 +1346,7 @@ fn writer_refuses_a_provenance_path_that_escapes_the_source_directory() {
     assert!(matches!(
         msg.violation(),
         Some(Violation::BadProvenance {
-            fault: PF::NotRelativePath { src_file },
+            fault: PF::NotRelativePath { src_file, fault: SourcePathFault::DotComponent },
             ..
         }) if src_file == "../etc/passwd"
     ));

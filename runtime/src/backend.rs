@@ -47,16 +47,40 @@ impl fmt::Display for BackendKind {
     }
 }
 
+/// A name that is no I/O backend: the error of [`BackendKind`]'s and
+/// [`crate::BackendChoice`]'s `FromStr`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownBackendName {
+    /// The name given.
+    pub name: String,
+    /// Whether `auto` would have been accepted (a [`crate::BackendChoice`]).
+    pub auto_allowed: bool,
+}
+
+impl fmt::Display for UnknownBackendName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let auto = if self.auto_allowed { "auto, " } else { "" };
+        write!(
+            f,
+            "unknown I/O backend {:?} (expected {auto}io_uring, pread or mmap)",
+            self.name
+        )
+    }
+}
+
+impl std::error::Error for UnknownBackendName {}
+
 impl FromStr for BackendKind {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownBackendName;
+    fn from_str(s: &str) -> Result<Self, UnknownBackendName> {
         match s {
             "io_uring" | "io-uring" | "uring" => Ok(BackendKind::IoUring),
             "pread" => Ok(BackendKind::Pread),
             "mmap" => Ok(BackendKind::Mmap),
-            _ => Err(format!(
-                "unknown I/O backend {s:?} (expected io_uring, pread or mmap)"
-            )),
+            _ => Err(UnknownBackendName {
+                name: s.to_string(),
+                auto_allowed: false,
+            }),
         }
     }
 }

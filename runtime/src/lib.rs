@@ -64,7 +64,7 @@ pub mod prefetch;
 pub mod source;
 pub mod verify;
 
-pub use backend::{BackendKind, ReadBackend};
+pub use backend::{BackendKind, ReadBackend, UnknownBackendName};
 pub use cuda::{CudaError, DeviceSink, Gpu, H2dFigures, CUDA_BUILT};
 pub use error::StreamError;
 pub use model::{ExpertExtent, ModelExperts, RegionSpan};

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::backend::{BackendKind, MmapCopy, PreadPool, ReadBackend};
+use crate::backend::{BackendKind, MmapCopy, PreadPool, ReadBackend, UnknownBackendName};
 use crate::error::StreamError;
 use crate::model::{io_err, ModelExperts};
 use crate::pinned::{PinState, PinnedRing};
@@ -32,12 +32,17 @@ pub enum BackendChoice {
 }
 
 impl std::str::FromStr for BackendChoice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownBackendName;
+    fn from_str(s: &str) -> Result<Self, UnknownBackendName> {
         if s == "auto" {
             return Ok(BackendChoice::Auto);
         }
-        s.parse().map(BackendChoice::Only)
+        s.parse()
+            .map(BackendChoice::Only)
+            .map_err(|e: UnknownBackendName| UnknownBackendName {
+                auto_allowed: true,
+                ..e
+            })
     }
 }
 

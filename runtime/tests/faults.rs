@@ -8,7 +8,9 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
 use common::{backends, options, write_model};
-use tarfa_runtime::{BackendChoice, BackendKind, ExpertSource, SourceOptions, StreamError};
+use tarfa_runtime::{
+    BackendChoice, BackendKind, ExpertSource, SourceOptions, StreamError, UnknownBackendName,
+};
 
 /// Flip one byte inside the second region of expert (1, 5); returns the expert's extent offset.
 fn corrupt(dir: &std::path::Path) -> u64 {
@@ -235,7 +237,25 @@ fn backend_names_parse_as_the_flag_and_env_var_take_them() {
             Ok(BackendChoice::Only(k))
         );
     }
-    assert!("aio".parse::<BackendChoice>().is_err());
+    assert_eq!(
+        "aio".parse::<BackendChoice>(),
+        Err(UnknownBackendName {
+            name: "aio".into(),
+            auto_allowed: true
+        })
+    );
+    assert_eq!(
+        "auto".parse::<BackendKind>(),
+        Err(UnknownBackendName {
+            name: "auto".into(),
+            auto_allowed: false
+        })
+    );
+    let e = "aio".parse::<BackendChoice>().expect_err("no such backend");
+    assert_eq!(
+        e.to_string(),
+        "unknown I/O backend \"aio\" (expected auto, io_uring, pread or mmap)"
+    );
 }
 
 #[test]

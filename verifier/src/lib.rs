@@ -530,10 +530,10 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
     progress.start(total);
     let on_bytes = |n: u64| progress.advance(n);
     // Each file's scan is returned, not pushed into shared state: there is no lock to poison and
-    // no way to lose a file's faults. A panic in any file's check reaches the caller.
-    let scanned: Vec<(scan::FileScan, Vec<Fault>)> = to_read
-        .par_iter()
-        .map(|(name, entry, path, r)| {
+    // no way to lose a file's faults. A check that panics is that file's fault (fail closed).
+    let scanned = check_each(
+        &to_read,
+        |(name, entry, path, r)| {
             let mut sources = scan::Sources::new(opts.source.as_deref());
             let s = scan::scan_file(path, r, name, &mut sources, opts.direct_io, &on_bytes);
             let mut fs = s.faults.clone();
@@ -550,23 +550,89 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
                 }
             }
             progress.file_done(name, fs.len());
-            (s, fs)
-        })
-        .collect();
+            (Some(s), fs)
+        },
+        |(name, ..), panic| {
+            let detail = format!(
+                "the check of this file stopped on an internal error ({panic}): it is not verified"
+            );
+            (
+                None,
+                vec![Fault::new(FaultKind::Unchecked, name.as_str(), detail)],
+            )
+        },
+    );
     // Every file read in full must have bypassed the page cache for the report to say so.
     report.direct_io = opts.direct_io;
     for (s, fs) in scanned {
+        faults.extend(fs);
+        let Some(s) = s else { continue };
         report.files_read += 1;
         report.bytes_read += s.bytes_read;
         report.regions_checked += s.regions;
         report.experts_checked += s.experts;
         report.source_bytes_compared += s.source_bytes;
         report.direct_io &= s.direct;
-        faults.extend(fs);
     }
     faults
         .sort_by(|a, b| (&a.file, a.offset, a.kind as u8).cmp(&(&b.file, b.offset, b.kind as u8)));
     report.faults = faults;
     report.seconds = t0.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// `check` of every item, in parallel, one result per item in `items` order — fail closed: a
+/// check that panics (a bug; input never should) gives `on_panic(item, message)` for its item,
+/// so neither the run nor the item's result is lost, and no other item's result is touched.
+fn check_each<I: Sync, T: Send>(
+    items: &[I],
+    check: impl Fn(&I) -> T + Sync,
+    on_panic: impl Fn(&I, String) -> T + Sync,
+) -> Vec<T> {
+    items
+        .par_iter()
+        .map(|item| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check(item))).unwrap_or_else(
+                |payload| {
+                    let message = payload
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| payload.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".to_string());
+                    on_panic(item, message)
+                },
+            )
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_each;
+
+    /// Review finding 11: the per-file collector keeps every file's result, and a check that
+    /// panics is a result of its own (a fault), never a file silently left out of the report.
+    #[test]
+    fn a_check_that_panics_is_its_items_failure_and_every_other_result_is_kept() {
+        let items: Vec<u32> = (0..64).collect();
+        let results = check_each(
+            &items,
+            |&i| {
+                assert!(i % 7 != 3, "injected failure checking item {i}");
+                Ok(i * 10)
+            },
+            |&i, message| Err((i, message)),
+        );
+        assert_eq!(results.len(), items.len(), "a result was lost");
+        for (&i, r) in items.iter().zip(&results) {
+            match r {
+                Ok(v) => assert_eq!(*v, i * 10),
+                Err((j, message)) => {
+                    assert_eq!((i % 7, *j), (3, i));
+                    assert!(message.contains(&format!("checking item {i}")), "{message}");
+                }
+            }
+        }
+        assert_eq!(results.iter().filter(|r| r.is_err()).count(), 9);
+    }
 }

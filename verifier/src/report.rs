@@ -45,6 +45,9 @@ pub enum FaultKind {
     /// manifest entries record another identity (size, mtime, ctime) of it than the
     /// conversion's (spec §8.2) — layers of two generations of a source presented as one model.
     MixedSources,
+    /// A file whose check stopped on an internal error (a bug in the verifier): it is not
+    /// verified, so the report cannot pass.
+    Unchecked,
 }
 
 impl FaultKind {
@@ -67,6 +70,7 @@ impl FaultKind {
             FaultKind::ReadError => "read error",
             FaultKind::Incomplete => "incomplete",
             FaultKind::MixedSources => "mixed sources",
+            FaultKind::Unchecked => "unchecked",
         }
     }
 }

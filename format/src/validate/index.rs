@@ -525,14 +525,10 @@ pub(crate) fn check_provenance(
         }
         return Ok(());
     }
-    if src_file.starts_with('/')
-        || src_file
-            .split(['/', '\\'])
-            .any(|c| c.is_empty() || c == "." || c == ".." || c.contains(':'))
-        || src_file.contains('\0')
-    {
+    if let Err(fault) = crate::source_path::check_source_path(src_file) {
         return Err(bad(PF::NotRelativePath {
             src_file: src_file.to_string(),
+            fault,
         }));
     }
     if src_tensor.is_empty() {
