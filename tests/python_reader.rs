@@ -211,7 +211,7 @@ fn the_python_reader_refuses_mixed_source_generations_and_a_wrong_tensors_digest
 /// renamed everywhere the manifest names them so that nothing but the rule can refuse them.
 #[test]
 fn both_readers_refuse_a_manifest_source_path_that_breaks_the_src_file_rule() {
-    if !python_ready("source paths") {
+    if !tarfa_testtools::python_blake3() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
