@@ -75,6 +75,6 @@ if [ -s "$skip_log" ]; then
 fi
 echo "== the CUDA kernels compile under NVRTC with the decoder's options (no GPU needed)"
 LD_LIBRARY_PATH="$NVRTC_DIR/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TARFA_REQUIRE_NVRTC=1 \
-  cargo test -p tarfa-runtime --features cuda --locked --lib cuda_compute
+  cargo test -p tarfa-runtime --features cuda --locked --lib cuda_
 echo "== fuzz: every cargo-fuzz target for ${TARFA_FUZZ_SECONDS:-10} s (scripts/fuzz-ci.sh)"
 bash scripts/fuzz-ci.sh

@@ -59,6 +59,17 @@ pub enum FileKind {
     Aux,
 }
 
+impl FileKind {
+    /// Its name in the manifest (`trunk`, `layer`, `aux`).
+    pub fn name(self) -> &'static str {
+        match self {
+            FileKind::Trunk => "trunk",
+            FileKind::Layer => "layer",
+            FileKind::Aux => "aux",
+        }
+    }
+}
+
 /// One file of the model directory.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FileEntry {
@@ -503,7 +514,7 @@ pub enum ManifestFault {
         want: String,
     },
     /// A kind and layer that do not go together (or a trunk/aux name that breaks its kind).
-    #[error("file {path:?}: kind {kind} with layer {layer:?} is not allowed")]
+    #[error("file {path:?}: kind {kind} {} is not allowed", .layer.map_or("without a layer".to_string(), |l| format!("with layer {l}")))]
     BadKind {
         /// The file.
         path: String,
@@ -626,7 +637,7 @@ impl Manifest {
                 _ => {
                     return Err(ManifestFault::BadKind {
                         path: f.path.clone(),
-                        kind: format!("{:?}", f.kind),
+                        kind: f.kind.name().to_string(),
                         layer: f.layer,
                     })
                 }
@@ -948,6 +959,25 @@ mod tests {
             Ok(()),
             "'\\' separates: a\\b is a path below the source"
         );
+    }
+
+    /// Finding 18/24: a kind and layer that do not go together are named in the manifest's own
+    /// words (`layer`, `aux`), the layer as a number or its absence — no Rust syntax.
+    #[test]
+    fn a_bad_kind_is_told_in_the_manifests_words() {
+        let mut m = manifest();
+        m.files[1].layer = None;
+        let e = m.check().expect_err("a layer file without a layer");
+        assert!(matches!(e, ManifestFault::BadKind { .. }), "{e}");
+        let text = e.to_string();
+        assert!(text.contains("kind layer without a layer"), "{text}");
+        let mut m = manifest();
+        m.files.push(entry("notes.txt", FileKind::Aux, Some(0)));
+        let text = m.check().expect_err("an aux file with a layer").to_string();
+        assert!(text.contains("kind aux with layer 0"), "{text}");
+        for rust in ["None", "Some(", "Layer", "Aux"] {
+            assert!(!text.contains(rust), "{rust:?} in {text}");
+        }
     }
 
     #[test]

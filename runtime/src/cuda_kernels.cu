@@ -1005,8 +1005,7 @@ __device__ __forceinline__ void tarfa_tile_issue(const TarfaTilePieces& t, int w
                                                  bool wts = true, int xb = 0) {
 #pragma unroll
     for (int j = 0; j < TARFA_TILE_PIECES; ++j) {
-        bool is_x = t.dst[j] < xb;
-        if (j < t.n && t.col[j] < ws && (xb == 0 || (is_x ? xs : wts)))
+        if (j < t.n && t.col[j] < ws && (xb == 0 || (t.dst[j] < xb ? xs : wts)))
             tarfa_cp_async16(slot + t.dst[j], t.src[j] + (long long)s * t.step[j]);
     }
 }

@@ -56,13 +56,27 @@ pub enum StreamError {
         /// The first region whose own BLAKE3 differs: its index, name and file offset.
         region: Option<String>,
     },
-    /// A layer file that is not the one the manifest recorded (root digest or layers differ).
-    #[error("{path}: not the file the model's manifest names: {detail}; the directory was changed after conversion (tarfa verify names every fault)")]
-    NotInManifest {
+    /// A layer file whose root digest is not the one the manifest recorded.
+    #[error("{path}: not the file the model's manifest names: its root digest {found} differs from the manifest's {recorded}; the directory was changed after conversion (tarfa verify names every fault)")]
+    RootDigestMismatch {
         /// The layer file.
         path: String,
-        /// What differs.
-        detail: String,
+        /// Its root SHA-256 (hex).
+        found: String,
+        /// The manifest's (hex).
+        recorded: String,
+    },
+    /// A layer file (with the manifest's digest) holding other layers than its name's.
+    #[error("{path}: holds layers {first}..{} instead of layer {layer} alone", first + count)]
+    WrongLayers {
+        /// The layer file.
+        path: String,
+        /// Its first layer.
+        first: u32,
+        /// Its layer count.
+        count: u32,
+        /// The layer its manifest entry names.
+        layer: u32,
     },
     /// A `(layer, expert)` the model does not have.
     #[error("the model has no expert (layer {layer}, expert {expert})")]

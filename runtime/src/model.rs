@@ -74,23 +74,22 @@ impl ModelExperts {
             // file the conversion recorded (root digest over header, footer, index hashes).
             let root = reader.root();
             let h = reader.header();
-            let not_it = |detail: String| StreamError::NotInManifest {
-                path: dir.join(&entry.path).display().to_string(),
-                detail,
-            };
+            let path = || dir.join(&entry.path).display().to_string();
             if hex::encode(root.sha256) != entry.sha256 || hex::encode(root.blake3) != entry.blake3
             {
-                return Err(not_it(format!(
-                    "root digest {} differs from the manifest's {}",
-                    hex::encode(root.sha256),
-                    entry.sha256
-                )));
+                return Err(StreamError::RootDigestMismatch {
+                    path: path(),
+                    found: hex::encode(root.sha256),
+                    recorded: entry.sha256.clone(),
+                });
             }
             if (h.layer_first, h.layer_count) != (layer, 1) {
-                return Err(not_it(format!(
-                    "holds layers {}+{} instead of layer {layer}",
-                    h.layer_first, h.layer_count
-                )));
+                return Err(StreamError::WrongLayers {
+                    path: path(),
+                    first: h.layer_first,
+                    count: h.layer_count,
+                    layer,
+                });
             }
             let file = readers.len() as u32;
             for rec in reader.experts() {
