@@ -15,6 +15,7 @@
 #include <memory>
 #include <condition_variable>
 #include <mutex>
+#include <sys/mman.h>
 #include <thread>
 #include <vector>
 
@@ -141,10 +142,31 @@ inline void tarfa_cp_wait() {
 // to wait for; what is checked is that every thread of every engine kernel enters exactly once
 // (a thread that never entered might read an earlier launch's output early on the GPU; one that
 // entered twice is a kernel calling a helper that enters as well).
+// And what a kernel may touch before entering: the engine's activations (every buffer it
+// allocates rather than uploads: x, q/k/v, the KV caches, params, ids, ...) are registered here
+// and made inaccessible (PROT_NONE) while a launch runs until its first thread enters, so a
+// kernel that reads or writes one before tarfa_grid_enter dies of SIGSEGV (on the GPU it would
+// read the launch before's output early). Weights (uploaded) and parameters stay readable.
 #define TARFA_GRID_DEP 1
+struct TarfaEmuRange {
+    void* p;
+    size_t n;
+};
+inline std::mutex tarfa_emu_guard_m;
+inline std::vector<TarfaEmuRange> tarfa_emu_guarded;
+inline bool tarfa_emu_locked = false;
+// Lock (PROT_NONE) or unlock every guarded range; the caller holds tarfa_emu_guard_m.
+inline void tarfa_emu_protect(bool lock) {
+    for (const TarfaEmuRange& r : tarfa_emu_guarded) {
+        if (mprotect(r.p, r.n, lock ? PROT_NONE : PROT_READ | PROT_WRITE) != 0) std::abort();
+    }
+    tarfa_emu_locked = lock;
+}
 inline thread_local int tarfa_emu_entered = 0;
 inline void tarfa_grid_enter() {
     if (++tarfa_emu_entered != 1) std::abort();
+    std::lock_guard<std::mutex> g(tarfa_emu_guard_m);
+    if (tarfa_emu_locked) tarfa_emu_protect(false);
 }
 
 // A pool of worker threads, one per thread of the largest block yet (created once, reused):
@@ -217,6 +239,10 @@ inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int
     // ends, and destroying a condition variable with waiters blocks (glibc) at exit.
     static TarfaEmuPool* pool = new TarfaEmuPool;
     std::lock_guard<std::mutex> hold(one_launch_at_a_time);
+    {
+        std::lock_guard<std::mutex> g(tarfa_emu_guard_m);
+        if (!tarfa_emu_guarded.empty()) tarfa_emu_protect(true);
+    }
     for (unsigned int b = 0; b < grid; ++b) {
         TarfaEmuBlock blk;
         blk.block = std::make_unique<std::barrier<>>(block);
@@ -226,4 +252,6 @@ inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int
         blk.shared.assign(shared + 16, 0);
         pool->run_block(b, block, &blk, body);
     }
+    std::lock_guard<std::mutex> g(tarfa_emu_guard_m);
+    if (tarfa_emu_locked) tarfa_emu_protect(false);
 }

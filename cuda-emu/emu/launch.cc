@@ -8,6 +8,27 @@
 #define RUN(call) tarfa_emu_launch(grid, block, shared, [&] { call; })
 
 extern "C" {
+// Register (on != 0) or drop a guarded range: page-aligned, whole pages (see emu.h).
+void emu_guard(void* p, size_t n, int on) {
+    std::lock_guard<std::mutex> g(tarfa_emu_guard_m);
+    auto& v = tarfa_emu_guarded;
+    for (size_t i = 0; i < v.size(); ++i) {
+        if (v[i].p == p) {
+            v.erase(v.begin() + (long)i);
+            break;
+        }
+    }
+    if (on) v.push_back({p, n});
+}
+// A kernel that reads a guarded buffer before entering (never a real one): for the test that
+// shows the guard has teeth.
+void emu_read_before_enter(const float* x, float* out) {
+    tarfa_emu_launch(1, 32, 0, [&] {
+        float v = x[threadIdx.x];
+        tarfa_grid_enter();
+        out[threadIdx.x] = v;
+    });
+}
 void emu_matvec(G, const TarfaMatJobs* jobs) { TarfaMatJobs j = *jobs; RUN(tarfa_e_matvec(j)); }
 void emu_embed(G, const unsigned char* table, int dtype, int hidden, const int* params, float* x) {
     RUN(tarfa_e_embed(table, dtype, hidden, params, x));

@@ -106,6 +106,8 @@ use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe};
 
 extern "C" {
     fn emu_matvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
+    fn emu_guard(p: *mut u8, n: usize, on: i32);
+    fn emu_read_before_enter(x: *const f32, out: *mut f32);
     fn emu_embed(g: u32, b: u32, s: u32, t: *const u8, dt: i32, h: i32, p: *const i32, x: *mut f32);
     fn emu_rms_norm(
         g: u32,
@@ -714,14 +716,43 @@ pub struct EmuBuf {
     bytes: Vec<u8>,
     off: usize,
     len: usize,
+    /// Whole pages registered with the emulation's guard (an activation), or 0.
+    guarded: usize,
 }
+
+const PAGE: usize = 4096;
 
 impl EmuBuf {
     fn new(len: usize) -> EmuBuf {
         // A Vec's heap buffer never moves while it is not resized: the aligned start stays put.
         let bytes = vec![0u8; len + 256];
         let off = (256 - (bytes.as_ptr() as usize % 256)) % 256;
-        EmuBuf { bytes, off, len }
+        EmuBuf {
+            bytes,
+            off,
+            len,
+            guarded: 0,
+        }
+    }
+
+    /// An activation: page-aligned whole pages of its own, registered with the guard that makes
+    /// them inaccessible to a kernel until it enters (`tarfa_grid_enter`, emu.h).
+    #[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
+    fn guarded(len: usize) -> EmuBuf {
+        let pages = len.div_ceil(PAGE).max(1) * PAGE;
+        let bytes = vec![0u8; pages + PAGE];
+        let off = (PAGE - (bytes.as_ptr() as usize % PAGE)) % PAGE;
+        let b = EmuBuf {
+            bytes,
+            off,
+            len,
+            guarded: pages,
+        };
+        // SAFETY: [ptr, ptr + pages) are whole pages inside this buffer's own heap block (pages
+        // + one page long, starting at its first page boundary), unregistered in `drop` before
+        // the block is freed; the guard only changes their protection while a launch runs.
+        unsafe { emu_guard(b.bytes[off..].as_ptr() as *mut u8, pages, 1) };
+        b
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
@@ -733,6 +764,28 @@ impl EmuBuf {
     }
 }
 
+impl Drop for EmuBuf {
+    #[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
+    fn drop(&mut self) {
+        if self.guarded > 0 {
+            // SAFETY: drops the range `guarded` registered (no launch runs: launches are
+            // synchronous and hold no buffer across calls).
+            unsafe { emu_guard(self.bytes[self.off..].as_ptr() as *mut u8, self.guarded, 0) };
+        }
+    }
+}
+
+/// A kernel that reads an activation before `tarfa_grid_enter` dies of SIGSEGV under the
+/// emulation's guard: runs one that does, on a guarded buffer (for the test that shows it).
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
+pub fn read_an_activation_before_entering() -> Vec<f32> {
+    let x = EmuBuf::guarded(32 * 4);
+    let out = fl(&[0.0; 32]);
+    // SAFETY: x holds 32 floats (registered whole pages), out 32.
+    unsafe { emu_read_before_enter(x.bytes().as_ptr() as *const f32, out.ptr() as *mut f32) };
+    out.floats()
+}
+
 impl EngineDevice for EmuDevice {
     type Buf = EmuBuf;
     type Graph = ();
@@ -742,7 +795,7 @@ impl EngineDevice for EmuDevice {
     }
 
     fn alloc(&self, len: usize) -> Result<EmuBuf, EngineError> {
-        Ok(EmuBuf::new(len.max(1)))
+        Ok(EmuBuf::guarded(len.max(1)))
     }
 
     fn upload(&self, bytes: &[u8]) -> Result<EmuBuf, EngineError> {
