@@ -10,6 +10,11 @@
 //! 4 threads per output row in blocks of 256; a warp per head; a block per head; one warp for the
 //! router) after checking every slice holds what the kernel reads or writes. Not a shipped crate.
 //!
+//! Programmatic dependent launch is checked here too: every buffer [`EmuDevice`] allocates (the
+//! engine's activations, never its uploaded weights) is inaccessible while a launch runs until its
+//! first thread passes `tarfa_grid_enter`, so a kernel touching one early dies of SIGSEGV
+//! (`tests/guard.rs`).
+//!
 //! `unsafe` is denied here as in the runtime, and allowed only where the FFI into the emulation is
 //! called: each kernel wrapper below and [`EmuDevice`]'s `launch` carry `#[allow(unsafe_code)]`,
 //! with the size checks before the call and a `SAFETY` argument at it. The `extern "C"` block
