@@ -1,6 +1,6 @@
 //! The resident decoder on the GPU: [`crate::gpu_engine::Engine`] over [`CudaDevice`] — the
 //! kernels of `cuda_kernels.cu` compiled by NVRTC (`cuda_compute::load_kernels`), launched by
-//! cudarc on one stream, each step captured once as a CUDA graph and replayed (re-captured when
+//! `cuLaunchKernelEx` on one stream, each step captured once as a CUDA graph and replayed (re-captured when
 //! the KV cache grows), which removes the host's launch cost per kernel.
 //!
 //! On sm_90 and later every launch asks for programmatic dependent launch (the
@@ -18,10 +18,7 @@
 
 use std::sync::Arc;
 
-use cudarc::driver::{
-    sys, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
-    PushKernelArg,
-};
+use cudarc::driver::{sys, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr};
 
 use crate::cuda::{CudaError, Gpu};
 use crate::cuda_compute::{drv, load_kernels};
@@ -29,12 +26,6 @@ use crate::gpu_engine::{
     Arg, Engine, EngineDevice, EngineShape, Geometry, HostLayer, HostTensor, Kernel, MatJobs,
     MoeArgs,
 };
-
-// SAFETY: plain #[repr(C)] data whose layout matches the kernels' structs field for field (u64
-// for each pointer, i32 for each int; 56, 248 and 56 bytes on both sides).
-unsafe impl DeviceRepr for MatJobs {}
-// SAFETY: as above.
-unsafe impl DeviceRepr for MoeArgs {}
 
 /// The resident decoder on a GPU.
 pub type MoeEngine = Engine<CudaDevice>;
@@ -128,19 +119,22 @@ impl MoeEngine {
 }
 
 impl CudaDevice {
-    /// `f` launched by `cuLaunchKernelEx` with the programmatic stream serialization attribute.
+    /// `f` launched by `cuLaunchKernelEx` on the stream, with the programmatic stream
+    /// serialization attribute when `self.pdl` (else none: a plain launch).
     ///
     /// # Safety
     /// As [`EngineDevice::launch`]: `args` are the kernel's parameters, every address and size
     /// in live buffers of this device.
-    unsafe fn launch_pdl(
+    unsafe fn launch_ex(
         &self,
         f: &CudaFunction,
         geo: Geometry,
         args: &[Arg],
     ) -> Result<(), CudaError> {
         // Each parameter's address, pointing into `args` (alive for the call; the driver copies
-        // the values at launch, and into the graph's node when capturing).
+        // the values at launch, and into the graph's node when capturing). MatJobs and MoeArgs
+        // are #[repr(C)] with the kernels' structs' layout field for field (u64 per pointer, i32
+        // per int).
         let mut params: Vec<*mut std::ffi::c_void> = args
             .iter()
             .map(|a| match a {
@@ -169,7 +163,7 @@ impl CudaDevice {
             sharedMemBytes: geo.shared,
             hStream: self.stream.cu_stream(),
             attrs: &mut attr,
-            numAttrs: 1,
+            numAttrs: u32::from(self.pdl),
         };
         self.stream
             .context()
@@ -275,30 +269,9 @@ impl EngineDevice for CudaDevice {
             .find(|(n, _)| *n == k)
             .map(|(_, f)| f)
             .ok_or_else(|| CudaError::Usage(format!("kernel {} not loaded", k.name())))?;
-        if self.pdl {
-            // SAFETY: the caller's contract, as below.
-            return unsafe { self.launch_pdl(f, geo, args) };
-        }
-        let mut b = self.stream.launch_builder(f);
-        for a in args {
-            match a {
-                Arg::Ptr(p) => b.arg(p),
-                Arg::I32(v) => b.arg(v),
-                Arg::F32(v) => b.arg(v),
-                Arg::Jobs(j) => b.arg(j),
-                Arg::Moe(m) => b.arg(m),
-            };
-        }
-        let cfg = LaunchConfig {
-            grid_dim: (geo.grid, 1, 1),
-            block_dim: (geo.block, 1, 1),
-            shared_mem_bytes: geo.shared,
-        };
         // SAFETY: the caller's contract (arguments as the kernel's parameters, every address and
         // size in live buffers of this device).
-        unsafe { b.launch(cfg) }
-            .map(|_| ())
-            .map_err(drv("kernel launch"))
+        unsafe { self.launch_ex(f, geo, args) }
     }
 
     fn capture(

@@ -998,14 +998,13 @@ __device__ __forceinline__ void tarfa_tile_pieces(const unsigned char* const* ro
 
 // Stage `s` of the tile into `slot`: x[c0 .. c0 + ws) first, then columns [c0, c0 + ws) of each
 // row i at w·4 + i·pitch (c0 = s·w, ws = min(w, cols − c0): a last, narrower stage copies only
-// its columns, at the same places). Only x's pieces when `xs`, only the weights' when `ws_`,
-// both for a whole stage (xb: x's bytes in a slot, w·4).
+// its columns, at the same places). x's pieces (the first xb = w·4 bytes of a slot) when `xs`,
+// the weights' when `wts`.
 __device__ __forceinline__ void tarfa_tile_issue(const TarfaTilePieces& t, int ws, int s,
-                                                 unsigned char* slot, bool xs = true,
-                                                 bool wts = true, int xb = 0) {
+                                                 unsigned char* slot, int xb, bool xs, bool wts) {
 #pragma unroll
     for (int j = 0; j < TARFA_TILE_PIECES; ++j) {
-        if (j < t.n && t.col[j] < ws && (xb == 0 || (t.dst[j] < xb ? xs : wts)))
+        if (j < t.n && t.col[j] < ws && (t.dst[j] < xb ? xs : wts))
             tarfa_cp_async16(slot + t.dst[j], t.src[j] + (long long)s * t.step[j]);
     }
 }
@@ -1045,7 +1044,7 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
         for (int s = 0; s < TARFA_TILE_STAGES - 1; ++s) {
             if (s < stages) {
                 int ws = cols - s * w < w ? cols - s * w : w;
-                tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, false, true, w * 4);
+                tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, w * 4, false, true);
             }
         }
         tarfa_grid_enter();
@@ -1054,7 +1053,7 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
     for (int s = 0; s < TARFA_TILE_STAGES - 1; ++s) {
         if (s < stages) {
             int ws = cols - s * w < w ? cols - s * w : w;
-            tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, true, !ahead, w * 4);
+            tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, w * 4, true, !ahead);
         }
         tarfa_cp_commit();
     }
@@ -1066,7 +1065,7 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
         int t = s + TARFA_TILE_STAGES - 1;
         if (t < stages) {
             int ws = cols - t * w < w ? cols - t * w : w;
-            tarfa_tile_issue(pieces, ws, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT);
+            tarfa_tile_issue(pieces, ws, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT, w * 4, true, true);
         }
         tarfa_cp_commit();
         if (mine) {
