@@ -164,6 +164,16 @@ fn reseal_manifest(dir: &Path, edit: impl FnOnce(&mut Value)) {
     std::fs::write(&path, serde_json::to_vec_pretty(&v).expect("json")).expect("write");
 }
 
+/// `fixtures/hf/qwen3_moe` converted into `tmp/m`: the model directory and its manifest's bytes.
+fn converted_qwen3_moe(tmp: &Path) -> (PathBuf, Vec<u8>) {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/qwen3_moe");
+    let out = tmp.join("m");
+    let (code, stdout, err) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
+    assert_eq!(code, 0, "{stdout}{err}");
+    let clean = std::fs::read(out.join("manifest.json")).expect("read");
+    (out, clean)
+}
+
 /// §8.2 (issue 13, item 5): a manifest whose layers record two identities of one source file,
 /// or a tensors digest that is not the file's, is refused by the second reader as `tarfa
 /// verify` reports it.
@@ -173,11 +183,7 @@ fn the_python_reader_refuses_mixed_source_generations_and_a_wrong_tensors_digest
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/qwen3_moe");
-    let out = tmp.path().join("m");
-    let (code, stdout, err) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
-    assert_eq!(code, 0, "{stdout}{err}");
-    let clean = std::fs::read(out.join("manifest.json")).expect("read");
+    let (out, clean) = converted_qwen3_moe(tmp.path());
     let layer1 = |v: &Value| -> usize {
         v["files"]
             .as_array()
@@ -215,11 +221,7 @@ fn both_readers_refuse_a_manifest_source_path_that_breaks_the_src_file_rule() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/qwen3_moe");
-    let out = tmp.path().join("m");
-    let (code, stdout, err) = tarfa(&["convert", path(&src), "-o", path(&out), "-q"]);
-    assert_eq!(code, 0, "{stdout}{err}");
-    let clean = std::fs::read(out.join("manifest.json")).expect("read");
+    let (out, clean) = converted_qwen3_moe(tmp.path());
     for bad in ["a\\..\\b", "C:x", "a\0b", "a/./model.safetensors"] {
         std::fs::write(out.join("manifest.json"), &clean).expect("restore");
         reseal_manifest(&out, |v| {
