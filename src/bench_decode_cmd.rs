@@ -8,6 +8,9 @@
 //!   the storage bound — fio's random-read rate over the layer files at the expert extent size and
 //!   the depth one decode step has in flight (its top-k), measured here, now ÷ the expert bytes
 //!   read per decoded token.
+//! - **gpu-stream** (`--features cuda`): as `stream` (same storage bound, cold page cache before
+//!   each run), with the routed experts computed on the GPU: each read into the ring and copied to
+//!   VRAM from there for each use (no VRAM expert cache), the layers' products there too.
 //!
 //! - **gpu** (`--features cuda`, on a machine with a GPU): every weight in VRAM, the whole forward
 //!   pass there (the offload path where the family has no whole-model path); tokens/s against the
@@ -64,8 +67,8 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
     }
     let modes: Vec<&str> = a.modes.split(',').map(str::trim).collect();
     for m in &modes {
-        if !matches!(*m, "resident" | "stream" | "gpu") {
-            bail!("--modes: unknown mode {m:?} (resident, stream, gpu)");
+        if !matches!(*m, "resident" | "stream" | "gpu" | "gpu-stream") {
+            bail!("--modes: unknown mode {m:?} (resident, stream, gpu, gpu-stream)");
         }
     }
     let say = |s: String| {
@@ -148,7 +151,11 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
         });
     }
 
-    if modes.contains(&"stream") {
+    let streamed: Vec<&str> = ["stream", "gpu-stream"]
+        .into_iter()
+        .filter(|m| modes.contains(m))
+        .collect();
+    if !streamed.is_empty() {
         let cold = drop_page_cache().is_ok();
         if !cold {
             say(
@@ -156,76 +163,57 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
                     .into(),
             );
         }
-        let fio = if !a.no_fio && has_fio() {
-            let paths: Vec<_> = model.paths().map(|p| p.to_path_buf()).collect();
-            let block = common_extent_len(&model);
-            let bytes = (a.fio_gib * (1u64 << 30) as f64) as u64;
-            let mut v = Vec::new();
-            for _ in 0..3 {
-                let _ = drop_page_cache();
-                v.push(randread_gb_per_s(&paths, block, top_k, bytes, None)?);
+        let disk = Some(storage_gbps(a, &model, top_k, &say)?);
+        for mode in streamed {
+            let mut opts = options(threads, ExpertMode::Stream)?;
+            if mode == "gpu-stream" {
+                // Layers on the CPU, every expert read from disk into the ring and copied from
+                // there to the GPU for each use: no VRAM expert cache, no whole-model upload.
+                opts.device = Device::Cuda(GpuOptions {
+                    vram_bytes: Some(0),
+                    whole_model: false,
+                    ..GpuOptions::default()
+                });
             }
-            let g = median(&mut v);
-            say(format!(
-                "disk: fio randread bs={block} iodepth={top_k} (io_uring, O_DIRECT) over the layer files: {g:.3} GB/s (median of 3)"
-            ));
-            Some(g)
-        } else {
-            // No fio (the GPU machine has none): the runtime's own io_uring path with checks off,
-            // decode-shaped (one layer's top-k experts in flight at a time), cold cache.
-            let mut sets = Vec::new();
-            for token in tarfa_runtime::bench::decode_sets(&model, top_k, 8, 0x7a4f) {
-                let mut by_layer: std::collections::BTreeMap<u32, Vec<(u32, u32)>> =
-                    Default::default();
-                for (l, e) in token {
-                    by_layer.entry(l).or_default().push((l, e));
+            let mut pr = Vec::new();
+            let mut dr = Vec::new();
+            let mut per_tok = Vec::new();
+            for run in 0..a.runs {
+                let mut dec = Decoder::open(&a.dir, &opts)?;
+                if run == 0 {
+                    if let Some(r) = dec.offload_report() {
+                        say(format!(
+                            "{mode}: {}, layers on the CPU (their products on the GPU), every expert read from disk and copied to the GPU from {} memory for each use (no VRAM expert cache)",
+                            r.device,
+                            if r.ring_registered { "the ring's pinned" } else { "pageable" }
+                        ));
+                    }
                 }
-                sets.extend(by_layer.into_values());
-            }
-            let opts = SourceOptions {
-                queue_depth: top_k,
-                verify: false,
-                ..SourceOptions::from_env()?
-            };
-            let mut v = Vec::new();
-            for _ in 0..3 {
-                let mut src = tarfa_runtime::ExpertSource::open(&a.dir, &opts)?;
+                // Opening reads no expert; the page cache is dropped after it (the GPU's
+                // start-up touches files too), so each run starts cold.
                 let _ = drop_page_cache();
-                v.push(tarfa_runtime::bench::stream_sets(&mut src, &sets)?.gb_per_s());
+                let m = measure(&mut dec, &prompt, a.tokens)?;
+                check(m.logits, &format!("{mode} run {run}"))?;
+                pr.push(m.prompt_tps);
+                dr.push(m.decode_tps);
+                per_tok.push(m.expert_bytes_read_per_token);
             }
-            let g = median(&mut v);
-            say(format!(
-                "disk: no fio here; tarfa's io_uring reads with checks off, one layer's top-{top_k} in flight, cold cache: {g:.3} GB/s (median of 3)"
-            ));
-            Some(g)
-        };
-        let mut pr = Vec::new();
-        let mut dr = Vec::new();
-        let mut per_tok = Vec::new();
-        for run in 0..a.runs {
-            let _ = drop_page_cache();
-            let mut dec = Decoder::open(&a.dir, &options(threads, ExpertMode::Stream)?)?;
-            let m = measure(&mut dec, &prompt, a.tokens)?;
-            check(m.logits, &format!("stream run {run}"))?;
-            pr.push(m.prompt_tps);
-            dr.push(m.decode_tps);
-            per_tok.push(m.expert_bytes_read_per_token);
+            let decode = median(&mut dr);
+            let bytes = median(&mut per_tok);
+            let bound = disk.map(|g| g * 1e9 / bytes);
+            rows.push(ModeRow {
+                mode,
+                runs: a.runs,
+                prompt_tokens_per_s: median(&mut pr),
+                decode_tokens_per_s: decode,
+                expert_bytes_per_token: bytes,
+                bytes_per_token: bytes,
+                baseline_gb_per_s: disk,
+                bound_tokens_per_s: bound,
+                ratio_to_bound: bound.map(|b| decode / b),
+                cold_cache: cold,
+            });
         }
-        let decode = median(&mut dr);
-        let bytes = median(&mut per_tok);
-        let bound = fio.map(|g| g * 1e9 / bytes);
-        rows.push(ModeRow {
-            mode: "stream",
-            runs: a.runs,
-            prompt_tokens_per_s: median(&mut pr),
-            decode_tokens_per_s: decode,
-            expert_bytes_per_token: bytes,
-            bytes_per_token: bytes,
-            baseline_gb_per_s: fio,
-            bound_tokens_per_s: bound,
-            ratio_to_bound: bound.map(|b| decode / b),
-            cold_cache: cold,
-        });
     }
 
     if modes.contains(&"gpu") {
@@ -316,6 +304,59 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
         );
     }
     Ok(true)
+}
+
+/// The storage bound's rate, GB/s: fio's random read over the layer files at the expert extent
+/// size and top-k depth, cold cache, median of 3; without fio (`--no-fio`, or none installed: the
+/// GPU machine) the runtime's own io_uring reads with checks off, decode-shaped (one layer's top-k
+/// in flight at a time), cold cache, median of 3.
+fn storage_gbps(
+    a: &BenchDecodeArgs,
+    model: &ModelExperts,
+    top_k: u32,
+    say: &dyn Fn(String),
+) -> anyhow::Result<f64> {
+    if !a.no_fio && has_fio() {
+        let paths: Vec<_> = model.paths().map(|p| p.to_path_buf()).collect();
+        let block = common_extent_len(model);
+        let bytes = (a.fio_gib * (1u64 << 30) as f64) as u64;
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            let _ = drop_page_cache();
+            v.push(randread_gb_per_s(&paths, block, top_k, bytes, None)?);
+        }
+        let g = median(&mut v);
+        say(format!(
+            "disk: fio randread bs={block} iodepth={top_k} (io_uring, O_DIRECT) over the layer files: {g:.3} GB/s (median of 3)"
+        ));
+        return Ok(g);
+    }
+    // No fio (the GPU machine has none): the runtime's own io_uring path with checks off,
+    // decode-shaped (one layer's top-k experts in flight at a time), cold cache.
+    let mut sets = Vec::new();
+    for token in tarfa_runtime::bench::decode_sets(model, top_k, 8, 0x7a4f) {
+        let mut by_layer: std::collections::BTreeMap<u32, Vec<(u32, u32)>> = Default::default();
+        for (l, e) in token {
+            by_layer.entry(l).or_default().push((l, e));
+        }
+        sets.extend(by_layer.into_values());
+    }
+    let opts = SourceOptions {
+        queue_depth: top_k,
+        verify: false,
+        ..SourceOptions::from_env()?
+    };
+    let mut v = Vec::new();
+    for _ in 0..3 {
+        let mut src = tarfa_runtime::ExpertSource::open(&a.dir, &opts)?;
+        let _ = drop_page_cache();
+        v.push(tarfa_runtime::bench::stream_sets(&mut src, &sets)?.gb_per_s());
+    }
+    let g = median(&mut v);
+    say(format!(
+            "disk: no fio here; tarfa's io_uring reads with checks off, one layer's top-{top_k} in flight, cold cache: {g:.3} GB/s (median of 3)"
+        ));
+    Ok(g)
 }
 
 fn options(threads: usize, mode: ExpertMode) -> anyhow::Result<DecoderOptions> {

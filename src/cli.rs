@@ -125,7 +125,9 @@ pub struct BenchDecodeArgs {
     /// The model directory.
     pub dir: PathBuf,
     /// Modes, comma-separated: resident, stream, gpu (a build with `--features cuda`: the whole
-    /// model in VRAM, against the HBM bound; its logits checked against the CPU modes').
+    /// model in VRAM, against the HBM bound), gpu-stream (`--features cuda`: experts streamed
+    /// from a cold cache to the GPU for each use, against the storage bound). Every mode's logits
+    /// are checked against the first run's, across modes.
     #[arg(long, default_value = "resident,stream")]
     pub modes: String,
     /// Prompt tokens (deterministic ids).

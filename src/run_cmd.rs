@@ -140,6 +140,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 "vram_hits": g.vram_hits,
                 "uploads": g.uploads,
                 "upload_bytes": g.upload_bytes,
+                "ring_registered": g.ring_registered,
                 "cached_bytes": g.cached_bytes,
                 "cache_bytes": g.cache_bytes,
                 "trunk_products": g.trunk_products,
@@ -194,12 +195,13 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             );
         } else if let Some(g) = dec.offload_report() {
             eprintln!(
-                "gpu: {}: {} expert computations there, {} VRAM cache hits, {} copied in ({}), {} cached of {}; {} trunk products there ({} resident)",
+                "gpu: {}: {} expert computations there, {} VRAM cache hits, {} copied in ({}, from {} memory), {} cached of {}; {} trunk products there ({} resident)",
                 g.device,
                 g.computed,
                 g.vram_hits,
                 g.uploads,
                 HumanBytes(g.upload_bytes),
+                if g.ring_registered { "pinned" } else { "pageable" },
                 HumanBytes(g.cached_bytes),
                 HumanBytes(g.cache_bytes),
                 g.trunk_products,

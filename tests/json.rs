@@ -93,9 +93,8 @@ fn every_inspect_and_fetch_document_names_its_schema() {
     }
 }
 
-#[test]
-fn bench_decode_prints_one_document_with_its_schema_and_documented_fields() {
-    let tmp = tempfile::tempdir().expect("tempdir");
+/// The qwen3_moe fixture converted into `tmp/m`.
+fn converted_fixture(tmp: &tempfile::TempDir) -> std::path::PathBuf {
     let model = tmp.path().join("m");
     let (code, _, err) = tarfa(&[
         "convert",
@@ -105,6 +104,13 @@ fn bench_decode_prints_one_document_with_its_schema_and_documented_fields() {
         "-q",
     ]);
     assert_eq!(code, 0, "{err}");
+    model
+}
+
+#[test]
+fn bench_decode_prints_one_document_with_its_schema_and_documented_fields() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let model = converted_fixture(&tmp);
     let (code, stdout, err) = tarfa(&[
         "bench-decode",
         path(&model),
@@ -134,4 +140,37 @@ fn bench_decode_prints_one_document_with_its_schema_and_documented_fields() {
     ] {
         assert!(row[f].is_number(), "{f}: {doc}");
     }
+}
+
+/// `bench-decode --modes gpu-stream` in a build without CUDA fails with the reason, not a
+/// panic or a silent CPU run; an unknown mode is refused with the list of modes.
+#[test]
+fn bench_decode_gpu_stream_without_cuda_says_why_and_unknown_modes_are_listed() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let model = converted_fixture(&tmp);
+    let run = |mode: &str| {
+        tarfa(&[
+            "bench-decode",
+            path(&model),
+            "--modes",
+            mode,
+            "--runs",
+            "1",
+            "--tokens",
+            "2",
+            "--no-fio",
+        ])
+    };
+    if !cfg!(feature = "cuda") {
+        let (code, _, err) = run("gpu-stream");
+        assert_ne!(code, 0, "{err}");
+        assert!(err.contains("--features cuda"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let (code, _, err) = run("gpu-streamed");
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains("unknown mode") && err.contains("gpu-stream"),
+        "{err}"
+    );
 }

@@ -72,6 +72,7 @@ pub struct ExpertView<'a> {
     /// Expert.
     pub expert: u32,
     parts: Vec<(Role, MatrixRef<'a>)>,
+    extent: &'a [u8],
 }
 
 impl<'a> ExpertView<'a> {
@@ -140,12 +141,18 @@ impl<'a> ExpertView<'a> {
             layer: layout.layer,
             expert: layout.expert,
             parts,
+            extent: bytes,
         })
     }
 
     /// The region of `role`.
     pub fn part(&self, role: Role) -> Option<MatrixRef<'a>> {
         self.parts.iter().find(|p| p.0 == role).map(|p| p.1)
+    }
+
+    /// The bytes every part lies in: the expert's extent, in its ring slot or cache entry.
+    pub fn extent(&self) -> &'a [u8] {
+        self.extent
     }
 
     /// Roles present, in file order.

@@ -33,6 +33,7 @@ struct Entry {
 /// Experts computed on one GPU.
 #[derive(Debug)]
 pub struct GpuExperts {
+    gpu: Gpu,
     compute: GpuCompute,
     cache: HashMap<(u32, u32), Entry>,
     used: u64,
@@ -62,6 +63,7 @@ impl GpuExperts {
             ..OffloadReport::default()
         };
         Ok(GpuExperts {
+            gpu,
             compute,
             cache: HashMap::new(),
             used: 0,
@@ -146,25 +148,36 @@ impl GpuExperts {
                 fault: ExpertFault::MixedGateUpOnGpu,
             });
         }
-        // gate | up | down, each at an offset aligned for its element type.
-        let mut host = Vec::new();
-        let mut place = |m: &MatrixRef<'_>, dtype: GpuDtype| -> GpuMatrix {
-            while host.len() % 16 != 0 {
-                host.push(0u8);
-            }
-            let offset = host.len();
-            host.extend_from_slice(raw(m));
-            GpuMatrix {
-                offset,
-                rows: m.rows,
-                cols: m.cols,
-                dtype,
-            }
+        // The extent as it landed, in one copy (from the ring slot: pinned memory once
+        // `register_ring` took): each matrix at its offset in it, aligned for its element type.
+        let extent = e.extent();
+        let place = |m: &MatrixRef<'_>, dtype: GpuDtype| -> Result<GpuMatrix> {
+            let b = raw(m);
+            (b.as_ptr() as usize)
+                .checked_sub(extent.as_ptr() as usize)
+                .filter(|&o| o % dtype.size() == 0)
+                .filter(|&o| {
+                    o.checked_add(b.len())
+                        .is_some_and(|end| end <= extent.len())
+                })
+                .map(|offset| GpuMatrix {
+                    offset,
+                    rows: m.rows,
+                    cols: m.cols,
+                    dtype,
+                })
+                .ok_or_else(|| DecodeError::BadExpert {
+                    layer: e.layer,
+                    expert: e.expert,
+                    fault: ExpertFault::OutsideExtent {
+                        region: m.name.to_string(),
+                    },
+                })
         };
-        let (g, u, d) = (place(&gate, gd), place(&up, ud), place(&down, dd));
-        let bytes = self.compute.upload(&host)?;
+        let (g, u, d) = (place(&gate, gd)?, place(&up, ud)?, place(&down, dd)?);
+        let bytes = self.compute.upload(extent)?;
         self.report.uploads += 1;
-        self.report.upload_bytes += host.len() as u64;
+        self.report.upload_bytes += extent.len() as u64;
         Ok(Entry {
             bytes,
             gate: g,
@@ -306,6 +319,10 @@ impl ExpertOffload for GpuExperts {
                 .swiglu(p(&keys[0]), p(&keys[1]), p(&keys[2]), &refs)
                 .map_err(Into::into),
         )
+    }
+
+    fn use_ring(&mut self, ring: &tarfa_runtime::PinnedRing) {
+        self.report.ring_registered = self.gpu.register_ring(ring).is_ok();
     }
 
     fn report(&self) -> OffloadReport {

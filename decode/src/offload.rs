@@ -73,6 +73,9 @@ pub struct OffloadReport {
     pub uploads: u64,
     /// Bytes copied to VRAM.
     pub upload_bytes: u64,
+    /// Whether streamed experts are copied from the expert ring page-locked and registered with
+    /// the device (DMA), rather than staged by the driver from pageable memory.
+    pub ring_registered: bool,
     /// Bytes held in the VRAM cache now.
     pub cached_bytes: u64,
     /// The VRAM cache's size.
@@ -115,6 +118,9 @@ pub trait ExpertOffload: Send + std::fmt::Debug {
     ) -> Option<Result<Batch>>;
     /// Counters.
     fn report(&self) -> OffloadReport;
+    /// The ring streamed experts land in: a device copies them from there, so it may page-lock
+    /// and register it once (the bits are the same either way; a refusal leaves it pageable).
+    fn use_ring(&mut self, _ring: &tarfa_runtime::PinnedRing) {}
 }
 
 /// The offload device `device` asks for: `None` for the CPU (or `Auto` without a usable GPU).

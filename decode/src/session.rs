@@ -145,7 +145,12 @@ impl Decoder {
         let whole = whole_model(config, &tensors, &mut experts)?;
         match whole {
             Some(f) => family = f,
-            None => offload = crate::offload::open(&opts.device)?,
+            None => {
+                offload = crate::offload::open(&opts.device)?;
+                if let Some(o) = offload.as_mut() {
+                    o.use_ring(experts.source().ring());
+                }
+            }
         }
         Ok(Decoder {
             dir: dir.to_path_buf(),

@@ -2,7 +2,8 @@
 //! experts on the GPU, with half of them (mixed placement), with a VRAM cache of 0 (each expert
 //! copied for each use), a small one (evictions) and the default (all cached), with the trunk's
 //! and layers' matrix products on the GPU or on the CPU, gives logits bit-identical to the CPU's
-//! at every greedy step. Quantised matrices stay on the CPU.
+//! at every greedy step. Quantised matrices stay on the CPU. Streamed experts are copied to VRAM
+//! straight from the expert ring, registered with the device.
 //!
 //! Built only with `--features cuda`; without a usable GPU it says so and passes, unless
 //! `TARFA_REQUIRE_GPU=1` (the GPU machine's runs set it).
@@ -162,6 +163,9 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
             );
             let r = dec.offload_report().expect("a GPU report");
             assert!(r.computed > 0, "{name}: the GPU computed experts: {r:?}");
+            // Experts stream (the default mode): copied to VRAM from the ring, page-locked and
+            // registered with the device, in place (one copy of the extent as it landed).
+            assert!(r.ring_registered, "{name}: {r:?}");
             assert_eq!(r.trunk_products > 0, trunk, "{name}: {r:?}");
             if vram == Some(0) {
                 assert_eq!((r.vram_hits, r.cached_bytes), (0, 0), "{name}: {r:?}");

@@ -128,6 +128,13 @@ impl Gpu {
     pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
         self.ctx.mem_get_info().map_err(drv("memory query"))
     }
+
+    /// Page-lock `ring` and register it with this device's context (once; again is a no-op), so
+    /// that copies from its slots to VRAM are DMA from pinned memory instead of a staged copy of
+    /// pageable memory. The registration lives as long as the ring.
+    pub fn register_ring(&self, ring: &PinnedRing) -> Result<(), CudaError> {
+        ring.register_cuda(&self.ctx)
+    }
 }
 
 /// `cuMemHostRegister_v2` of one host range; unregisters when dropped.
