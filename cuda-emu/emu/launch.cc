@@ -36,18 +36,14 @@ void emu_embed(G, const unsigned char* table, int dtype, int hidden, const int* 
 void emu_rms_norm(G, const float* x, const unsigned char* w, int wdtype, int n, float eps, float* out) {
     RUN(tarfa_e_rms_norm(x, w, wdtype, n, eps, out));
 }
-void emu_qk_rope(G, float* q, const float* k, const float* v, const unsigned char* qn,
-                 const unsigned char* kn, int ndtype, int norm, float eps, int heads, int kv_heads,
-                 int d, int half, const float* cos_tab, const float* sin_tab, const int* params,
-                 float* kcache, float* vcache) {
-    RUN(tarfa_e_qk_rope(q, k, v, qn, kn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab,
-                        sin_tab, params, kcache, vcache));
-}
-void emu_attention(G, const float* q, const float* kcache, const float* vcache, const int* params,
-                   int heads, int kv_heads, int d, int window, float scaling, float* scores, int cap,
-                   float* out, int sh_scores) {
-    RUN(tarfa_e_attention(q, kcache, vcache, params, heads, kv_heads, d, window, scaling, scores,
-                          cap, out, sh_scores));
+void emu_attention(G, const float* q, const float* k, const float* v, const unsigned char* qn,
+                   const unsigned char* kn, int ndtype, int norm, float eps, int heads,
+                   int kv_heads, int d, int half, const float* cos_tab, const float* sin_tab,
+                   const int* params, float* kcache, float* vcache, int window, float scaling,
+                   float* scores, int cap, float* out, int sh_scores) {
+    RUN(tarfa_e_attention(q, k, v, qn, kn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab,
+                          sin_tab, params, kcache, vcache, window, scaling, scores, cap, out,
+                          sh_scores));
 }
 void emu_topk(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts) {
     RUN(tarfa_e_topk(z, n, k, renorm, probs, ids, wts));

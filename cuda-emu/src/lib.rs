@@ -125,11 +125,11 @@ extern "C" {
         eps: f32,
         out: *mut f32,
     );
-    fn emu_qk_rope(
+    fn emu_attention(
         g: u32,
         b: u32,
         s: u32,
-        q: *mut f32,
+        q: *const f32,
         k: *const f32,
         v: *const f32,
         qn: *const u8,
@@ -146,18 +146,6 @@ extern "C" {
         params: *const i32,
         kc: *mut f32,
         vc: *mut f32,
-    );
-    fn emu_attention(
-        g: u32,
-        b: u32,
-        s: u32,
-        q: *const f32,
-        kc: *const f32,
-        vc: *const f32,
-        params: *const i32,
-        heads: i32,
-        kvh: i32,
-        d: i32,
         window: i32,
         scaling: f32,
         scores: *mut f32,
@@ -436,49 +424,77 @@ pub struct Heads {
     pub half: usize,
 }
 
-/// `tarfa_e_qk_rope` at `pos`: q normed and rotated in place; k (normed, rotated) and v stored
-/// in row `pos` of caches of `cap` rows. Returns (q, kcache, vcache).
+/// One token's attention inputs for [`attention`]: its q, k and v as the projections give them
+/// (before the q/k norm and RoPE), the norms' weights, the RoPE tables, its position and the
+/// caches (rows before `pos` filled; `cap` rows of `kv_heads × d`).
+#[derive(Debug)]
+pub struct AttnIn<'a> {
+    /// `heads × d`.
+    pub q: &'a [f32],
+    /// `kv_heads × d`.
+    pub k: &'a [f32],
+    /// `kv_heads × d`.
+    pub v: &'a [f32],
+    /// q's and k's per-head RMSNorm weights (`d` each), or none.
+    pub norms: Option<(&'a W, &'a W)>,
+    /// The norms' epsilon.
+    pub eps: f32,
+    /// RoPE cosines, `half` per position.
+    pub cos: &'a [f32],
+    /// RoPE sines, `half` per position.
+    pub sin: &'a [f32],
+    /// The token's position.
+    pub pos: usize,
+    /// The key cache.
+    pub kcache: &'a [f32],
+    /// The value cache.
+    pub vcache: &'a [f32],
+    /// Sliding window.
+    pub window: Option<usize>,
+    /// The scores' scaling.
+    pub scaling: f32,
+    /// Scores in shared memory (else in global memory).
+    pub shared_scores: bool,
+}
+
+/// `tarfa_e_attention` of one token at `a.pos`: its q/k normed and rotated, k and v stored in
+/// the caches' row `pos`, attention over rows `0..=pos` (or the window). Returns (out, kcache,
+/// vcache).
 #[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
-pub fn qk_rope(
-    sh: Heads,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    norms: Option<(&W, &W)>,
-    eps: f32,
-    cos: &[f32],
-    sin: &[f32],
-    pos: usize,
-    caches: (&[f32], &[f32]),
-) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
-    let (d, width) = (sh.d, sh.kv_heads * sh.d);
-    assert_eq!(q.len(), sh.heads * d);
-    assert_eq!((k.len(), v.len()), (width, width));
-    assert!(cos.len() >= (pos + 1) * sh.half && sin.len() >= (pos + 1) * sh.half);
-    assert!(caches.0.len() >= (pos + 1) * width && caches.1.len() == caches.0.len());
-    let (qa, ka, va) = (fl(q), fl(k), fl(v));
+pub fn attention(sh: Heads, a: &AttnIn<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let (d, width, pos) = (sh.d, sh.kv_heads * sh.d, a.pos);
+    assert_eq!(a.q.len(), sh.heads * d);
+    assert_eq!((a.k.len(), a.v.len()), (width, width));
+    assert!(a.cos.len() >= (pos + 1) * sh.half && a.sin.len() >= (pos + 1) * sh.half);
+    assert!(a.kcache.len() >= (pos + 1) * width && a.vcache.len() == a.kcache.len());
+    let cap = a.kcache.len() / width;
+    let (qa, ka, va) = (fl(a.q), fl(a.k), fl(a.v));
     let zero = W::f32(&vec![0.0; d]);
-    let (qn, kn) = norms.unwrap_or((&zero, &zero));
+    let (qn, kn) = a.norms.unwrap_or((&zero, &zero));
     assert_eq!((qn.elems(), kn.elems()), (d, d));
     let (qna, kna) = (qn.aligned(), kn.aligned());
-    let (ca, sa) = (fl(cos), fl(sin));
-    let (kc, vc) = (fl(caches.0), fl(caches.1));
+    // Tables of at least one float: a zero-length buffer would have no address to pass.
+    let (ca, sa) = (fl(&[a.cos, &[0.0]].concat()), fl(&[a.sin, &[0.0]].concat()));
+    let (kc, vc) = (fl(a.kcache), fl(a.vcache));
+    let scores = fl(&vec![0.0; sh.heads * cap]);
+    let out = fl(&vec![0.0; sh.heads * d]);
     let params = [0i32, pos as i32];
-    let warps = sh.heads + sh.kv_heads;
-    // SAFETY: sizes asserted above; shared memory is d floats for each of the block's 4 warps.
+    let sh_scores = if a.shared_scores { cap } else { 0 };
+    // SAFETY: sizes asserted above; scores hold heads × cap floats; shared memory 36 × d floats
+    // and sh_scores more.
     unsafe {
-        emu_qk_rope(
-            warps.div_ceil(4) as u32,
-            128,
-            (4 * d * 4) as u32,
-            qa.ptr() as *mut f32,
+        emu_attention(
+            sh.heads as u32,
+            512,
+            ((36 * d + sh_scores) * 4) as u32,
+            qa.ptr() as _,
             ka.ptr() as _,
             va.ptr() as _,
             qna.ptr(),
             kna.ptr(),
             qn.dt as i32,
-            i32::from(norms.is_some()),
-            eps,
+            i32::from(a.norms.is_some()),
+            a.eps,
             sh.heads as i32,
             sh.kv_heads as i32,
             d as i32,
@@ -488,56 +504,15 @@ pub fn qk_rope(
             params.as_ptr(),
             kc.ptr() as *mut f32,
             vc.ptr() as *mut f32,
-        )
-    };
-    (qa.floats(), kc.floats(), vc.floats())
-}
-
-/// `tarfa_e_attention` of `q` at `pos` over cache rows `0..=pos` (or the window), its scores
-/// in shared memory (`shared_scores`) or in global memory.
-#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
-pub fn attention(
-    sh: Heads,
-    q: &[f32],
-    kcache: &[f32],
-    vcache: &[f32],
-    pos: usize,
-    window: Option<usize>,
-    scaling: f32,
-    shared_scores: bool,
-) -> Vec<f32> {
-    let (d, width) = (sh.d, sh.kv_heads * sh.d);
-    assert_eq!(q.len(), sh.heads * d);
-    assert!(kcache.len() >= (pos + 1) * width && vcache.len() >= (pos + 1) * width);
-    let cap = pos + 1;
-    let (qa, kc, vc) = (fl(q), fl(kcache), fl(vcache));
-    let scores = fl(&vec![0.0; sh.heads * cap]);
-    let out = fl(&vec![0.0; sh.heads * d]);
-    let params = [0i32, pos as i32];
-    let sh_scores = if shared_scores { cap } else { 0 };
-    // SAFETY: sizes asserted above; scores hold heads × cap floats; shared memory 32 × d floats
-    // and sh_scores more.
-    unsafe {
-        emu_attention(
-            sh.heads as u32,
-            BLOCK,
-            ((32 * d + sh_scores) * 4) as u32,
-            qa.ptr() as _,
-            kc.ptr() as _,
-            vc.ptr() as _,
-            params.as_ptr(),
-            sh.heads as i32,
-            sh.kv_heads as i32,
-            d as i32,
-            window.map_or(0, |w| w as i32),
-            scaling,
+            a.window.map_or(0, |w| w as i32),
+            a.scaling,
             scores.ptr() as *mut f32,
             cap as i32,
             out.ptr() as *mut f32,
             sh_scores as i32,
         )
     };
-    out.floats()
+    (out.floats(), kc.floats(), vc.floats())
 }
 
 /// `tarfa_e_topk`: the `(expert, weight)` route of router logits `z`.
@@ -912,9 +887,9 @@ impl EngineDevice for EmuDevice {
                         p(5)? as _,
                     );
                 }
-                Kernel::QkRope => {
-                    count(17)?;
-                    emu_qk_rope(
+                Kernel::Attention => {
+                    count(23)?;
+                    emu_attention(
                         g,
                         b,
                         s,
@@ -935,27 +910,12 @@ impl EngineDevice for EmuDevice {
                         p(14)? as _,
                         p(15)? as _,
                         p(16)? as _,
-                    );
-                }
-                Kernel::Attention => {
-                    count(13)?;
-                    emu_attention(
-                        g,
-                        b,
-                        s,
-                        p(0)? as _,
-                        p(1)? as _,
-                        p(2)? as _,
-                        p(3)? as _,
-                        n(4)?,
-                        n(5)?,
-                        n(6)?,
-                        n(7)?,
-                        f(8)?,
-                        p(9)? as _,
-                        n(10)?,
-                        p(11)? as _,
-                        n(12)?,
+                        n(17)?,
+                        f(18)?,
+                        p(19)? as _,
+                        n(20)?,
+                        p(21)? as _,
+                        n(22)?,
                     );
                 }
                 Kernel::Topk => {

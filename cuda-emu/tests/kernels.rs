@@ -143,7 +143,7 @@ fn rms_norm_and_embedding_are_the_cpus() {
 }
 
 #[test]
-fn qk_norm_rope_and_cache_store_are_the_cpus() {
+fn attention_norms_rotates_and_stores_the_token_as_the_cpu_does() {
     let mut r = Rng(11);
     for &(heads, kv_heads, d, rotary) in &[
         (4usize, 2usize, 8usize, 8usize),
@@ -173,17 +173,24 @@ fn qk_norm_rope_and_cache_store_are_the_cpus() {
                 let width = kv_heads * d;
                 let old_k = r.vec((pos + 2) * width, 1.0);
                 let old_v = r.vec((pos + 2) * width, 1.0);
-                let (gq, gk, gv) = emu::qk_rope(
+                let scaling = (1.0 / (d as f64).sqrt()) as f32;
+                let (out, gk, gv) = emu::attention(
                     sh,
-                    &q,
-                    &k,
-                    &v,
-                    norm.then_some((&qn, &kn)),
-                    1e-6,
-                    cos,
-                    sin,
-                    pos,
-                    (&old_k, &old_v),
+                    &emu::AttnIn {
+                        q: &q,
+                        k: &k,
+                        v: &v,
+                        norms: norm.then_some((&qn, &kn)),
+                        eps: 1e-6,
+                        cos,
+                        sin,
+                        pos,
+                        kcache: &old_k,
+                        vcache: &old_v,
+                        window: None,
+                        scaling,
+                        shared_scores: true,
+                    },
                 );
                 // The CPU: norm_heads (canon::rms_norm per head), then Rope::apply per head.
                 let cpu = |x: &[f32], w: &[f32]| -> Vec<f32> {
@@ -198,13 +205,38 @@ fn qk_norm_rope_and_cache_store_are_the_cpus() {
                     }
                     out
                 };
-                assert_eq!(bits(&gq), bits(&cpu(&q, &qnv)), "q {sh:?} {norm} {dt:?}");
+                let (want_q, want_kt) = (cpu(&q, &qnv), cpu(&k, &knv));
                 let mut want_k = old_k.clone();
-                want_k[pos * width..(pos + 1) * width].copy_from_slice(&cpu(&k, &knv));
-                assert_eq!(bits(&gk), bits(&want_k), "k cache {sh:?}");
+                want_k[pos * width..(pos + 1) * width].copy_from_slice(&want_kt);
+                assert_eq!(bits(&gk), bits(&want_k), "k cache {sh:?} {norm} {dt:?}");
                 let mut want_v = old_v.clone();
                 want_v[pos * width..(pos + 1) * width].copy_from_slice(&v);
                 assert_eq!(bits(&gv), bits(&want_v), "v cache {sh:?}");
+                // blocks::attend over the cache's rows before pos and the token's rotated key.
+                let rows = |c: &[f32]| -> Vec<Vec<f32>> {
+                    c[..(pos + 1) * width]
+                        .chunks_exact(width)
+                        .map(<[f32]>::to_vec)
+                        .collect()
+                };
+                let shape = AttnShape {
+                    heads,
+                    kv_heads,
+                    head_dim: d,
+                    window: None,
+                };
+                let mut qs = vec![vec![0.0; heads * d]; pos];
+                qs.push(want_q);
+                let cpu_out = blocks::attend(
+                    Isa::Scalar,
+                    shape,
+                    &mut KvCache::default(),
+                    0,
+                    &qs,
+                    &rows(&want_k),
+                    &rows(&want_v),
+                );
+                assert_eq!(bits(&out), bits(&cpu_out[pos]), "out {sh:?} {norm} {dt:?}");
             }
         }
     }
@@ -235,27 +267,42 @@ fn attention_of_the_last_position_is_blocks_attend() {
                 let mut cache = KvCache::default();
                 let cpu = blocks::attend(Isa::Scalar, shape, &mut cache, 0, &q, &k, &v);
                 let scaling = (1.0 / (d as f64).sqrt()) as f32;
+                // The caches hold the earlier positions; the last row is the token's to store.
+                let mut kc = k[..n - 1].concat();
+                let mut vc = v[..n - 1].concat();
+                kc.extend(vec![f32::NAN; width]);
+                vc.extend(vec![f32::NAN; width]);
                 for shared in [true, false] {
-                    let got = emu::attention(
+                    let (got, gk, gv) = emu::attention(
                         emu::Heads {
                             heads,
                             kv_heads,
                             d,
                             half: 0,
                         },
-                        &q[n - 1],
-                        &k.concat(),
-                        &v.concat(),
-                        n - 1,
-                        window,
-                        scaling,
-                        shared,
+                        &emu::AttnIn {
+                            q: &q[n - 1],
+                            k: &k[n - 1],
+                            v: &v[n - 1],
+                            norms: None,
+                            eps: 1e-6,
+                            cos: &[],
+                            sin: &[],
+                            pos: n - 1,
+                            kcache: &kc,
+                            vcache: &vc,
+                            window,
+                            scaling,
+                            shared_scores: shared,
+                        },
                     );
                     assert_eq!(
                         bits(&got),
                         bits(&cpu[n - 1]),
                         "heads {heads}/{kv_heads} d {d} n {n} window {window:?} shared {shared}"
                     );
+                    assert_eq!(bits(&gk), bits(&k.concat()), "k stored, n {n}");
+                    assert_eq!(bits(&gv), bits(&v.concat()), "v stored, n {n}");
                 }
             }
         }

@@ -558,31 +558,13 @@ extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char*
 // Elements per lane a head's warp loads ahead (heads up to 256 wide).
 #define TARFA_HEAD_AHEAD 8
 
-// Per-head q/k RMSNorm (when `norm`), then NeoX RoPE on the first 2·half dims at position
-// params[1] (blocks::rope_heads: y_j = x_j·c + (−x_{j+h})·s, y_{j+h} = x_{j+h}·c + x_j·s, no
-// fused multiply-add), q in place, k and v stored in the caches at the position. One warp per
-// head: warps 0..heads−1 the q heads, then the kv heads (which copy v too).
-extern "C" __global__ void tarfa_e_qk_rope(float* q, const float* k, const float* v,
-                                           const unsigned char* qn, const unsigned char* kn,
-                                           int ndtype, int norm, float eps, int heads,
-                                           int kv_heads, int d, int half, const float* cos_tab,
-                                           const float* sin_tab, const int* params,
-                                           float* kcache, float* vcache) {
-    TARFA_DYNAMIC_SHARED(float, sh);
-    tarfa_grid_enter();
-    int warp = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
-    int lane = threadIdx.x % 32;
-    if (warp >= heads + kv_heads) return;  // whole warps
-    float* buf = sh + (threadIdx.x / 32) * d;
-    int pos = params[1];
-    bool is_q = warp < heads;
-    int h = is_q ? warp : warp - heads;
-    const float* x = is_q ? q + (long long)h * d : k + (long long)h * d;
-    const unsigned char* nw = is_q ? qn : kn;
-    long long width = (long long)kv_heads * d;
-    float* dst = is_q ? q + (long long)h * d : kcache + (long long)pos * width + (long long)h * d;
-    const float* c = cos_tab + (long long)pos * half;
-    const float* s = sin_tab + (long long)pos * half;
+// One head's RMSNorm (when `norm`) and NeoX RoPE on the first 2·half dims (blocks::rope_heads:
+// y_j = x_j·c + (−x_{j+h})·s, y_{j+h} = x_{j+h}·c + x_j·s, no fused multiply-add), by one warp:
+// x (d floats) into dst (d floats); c and s: the position's cos and sin rows; buf: d floats of
+// the warp's own shared scratch (not dst: a lane reads its partner's element while others write).
+__device__ void tarfa_head_norm_rope(const float* x, const unsigned char* nw, int ndtype, int norm,
+                                     float eps, int d, int half, const float* c, const float* s,
+                                     int lane, float* buf, float* dst) {
     // A lane's elements i = lane + 32·j: x, the norm's weight and the rotation's cos and sin, all
     // loaded at once (one round trip; they were four in turn) when d ≤ 32·TARFA_HEAD_AHEAD.
     if (d <= 32 * TARFA_HEAD_AHEAD) {
@@ -655,24 +637,31 @@ extern "C" __global__ void tarfa_e_qk_rope(float* q, const float* k, const float
             dst[i] = y;
         }
     }
-    if (!is_q) {
-        float* vd = vcache + (long long)pos * width + (long long)h * d;
-        for (int i = lane; i < d; i += 32) vd[i] = v[(long long)h * d + i];
-    }
+    __syncwarp();
 }
 
-// Attention of one token at position params[1] over the cached keys first..pos (blocks::attend):
-// one block per query head. Scores (a warp each: the canonical dot of k and q, times scaling),
-// softmax on warp 0 (max, tarfa exp, the canonical sum, divide), then Σ_t a_t v_t for each of the
-// d outputs in the canonical order: 32 lane partials (position index t mod 32, fused multiply-add
+// Attention of one token at position pos = params[1] over the keys first..pos (blocks::attend),
+// with that token's q/k RMSNorm (when `norm`) and RoPE (tarfa_head_norm_rope) in the same launch:
+// one block per query head h. Warp 0 rotates q's head h into shared memory, warp 1 the token's key
+// of h's KV head; the first query head of each KV head's group stores that key and the token's v
+// in the caches' row pos for the steps after. Every block takes row pos from its own shared key
+// and from v (the same bits the cache gets), never from the caches, which other blocks of this
+// launch are writing. Scores (a warp each: the canonical dot of k and q, times scaling), softmax
+// on warp 0 (max, tarfa exp, the canonical sum, divide), then Σ_t a_t v_t for each of the d
+// outputs in the canonical order: 32 lane partials (position index t mod 32, fused multiply-add
 // in increasing t) in shared memory, folded by the fixed tree. The scores are kept in shared
-// memory after the partials when there are at most `sh_scores` of them (else in `scores`), and
-// each warp's q elements in registers when d ≤ 32·TARFA_HEAD_AHEAD.
-extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache,
-                                             const float* vcache, const int* params, int heads,
-                                             int kv_heads, int d, int window, float scaling,
-                                             float* scores, int cap, float* out, int sh_scores) {
-    TARFA_DYNAMIC_SHARED(float, part);  // [32][d], then sh_scores floats
+// memory after the partials when there are at most `sh_scores` of them (else in `scores`); then
+// come q, the key and the two warps' scratch (4·d floats). Each warp's q elements in registers
+// when d ≤ 32·TARFA_HEAD_AHEAD.
+extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, const float* v,
+                                             const unsigned char* qn, const unsigned char* kn,
+                                             int ndtype, int norm, float eps, int heads,
+                                             int kv_heads, int d, int half, const float* cos_tab,
+                                             const float* sin_tab, const int* params,
+                                             float* kcache, float* vcache, int window,
+                                             float scaling, float* scores, int cap, float* out,
+                                             int sh_scores) {
+    TARFA_DYNAMIC_SHARED(float, part);  // [32][d], sh_scores floats, q, key, 2 × scratch
     tarfa_grid_enter();
     int h = blockIdx.x;
     int lane = threadIdx.x % 32;
@@ -681,16 +670,43 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache
     int pos = params[1];
     int first = (window > 0 && pos + 1 > window) ? pos + 1 - window : 0;
     int n = pos - first + 1;
-    int kvh = h / (heads / kv_heads);
+    int group = heads / kv_heads;
+    int kvh = h / group;
     long long width = (long long)kv_heads * d;
-    const float* qh = q + (long long)h * d;
+    float* qh = part + 32 * d + sh_scores;
+    float* kh = qh + d;
+    const float* vh = v + (long long)kvh * d;
+    {
+        const float* c = cos_tab + (long long)pos * half;
+        const float* s = sin_tab + (long long)pos * half;
+        if (warp == 0) {
+            tarfa_head_norm_rope(q + (long long)h * d, qn, ndtype, norm, eps, d, half, c, s, lane,
+                                 kh + d, qh);
+        } else if (warp == 1) {
+            tarfa_head_norm_rope(k + (long long)kvh * d, kn, ndtype, norm, eps, d, half, c, s,
+                                 lane, kh + 2 * d, kh);
+            if (h % group == 0) {
+                float* kd = kcache + (long long)pos * width + (long long)kvh * d;
+                float* vd = vcache + (long long)pos * width + (long long)kvh * d;
+                for (int i = lane; i < d; i += 32) {
+                    kd[i] = kh[i];
+                    vd[i] = vh[i];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    // Key row i (position first + i): the cache's, the last one this block's own.
+    auto key = [&](int i) -> const float* {
+        return i == n - 1 ? kh : kcache + (long long)(first + i) * width + (long long)kvh * d;
+    };
     float* sc = n <= sh_scores ? part + 32 * d : scores + (long long)h * cap;
     if (d <= 32 * TARFA_HEAD_AHEAD) {
         float qv[TARFA_HEAD_AHEAD];
 #pragma unroll
         for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) qv[j] = lane + 32 * j < d ? qh[lane + 32 * j] : 0.0f;
         for (int i = warp; i < n; i += warps) {
-            const float* kk = kcache + (long long)(first + i) * width + (long long)kvh * d;
+            const float* kk = key(i);
             float kv[TARFA_HEAD_AHEAD];
 #pragma unroll
             for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) kv[j] = lane + 32 * j < d ? kk[lane + 32 * j] : 0.0f;
@@ -703,7 +719,7 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache
         }
     } else {
         for (int i = warp; i < n; i += warps) {
-            const float* kk = kcache + (long long)(first + i) * width + (long long)kvh * d;
+            const float* kk = key(i);
             float acc = 0.0f;
             for (int e = lane; e < d; e += 32) acc = __fmaf_rn(kk[e], qh[e], acc);
             acc = tarfa_warp_fold(acc);
@@ -719,8 +735,11 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* kcache
         int l = idx / d, dd = idx % d;
         const float* vc = vcache + (long long)kvh * d + dd;
         float acc = 0.0f;
+        // Positions i ≡ l (mod 32) in increasing order; the last one (i = n − 1, this token's)
+        // from v itself.
 #pragma unroll 4
-        for (int i = l; i < n; i += 32) acc = __fmaf_rn(sc[i], vc[(long long)(first + i) * width], acc);
+        for (int i = l; i < n - 1; i += 32) acc = __fmaf_rn(sc[i], vc[(long long)(first + i) * width], acc);
+        if ((n - 1) % 32 == l) acc = __fmaf_rn(sc[n - 1], vh[dd], acc);
         part[idx] = acc;
     }
     __syncthreads();

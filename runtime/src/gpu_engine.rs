@@ -68,9 +68,7 @@ pub enum Kernel {
     Embed,
     /// `tarfa_e_rms_norm`.
     RmsNorm,
-    /// `tarfa_e_qk_rope`.
-    QkRope,
-    /// `tarfa_e_attention`.
+    /// `tarfa_e_attention` (with the token's q/k norm and RoPE, and its k/v cache store).
     Attention,
     /// `tarfa_e_topk`.
     Topk,
@@ -92,11 +90,10 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 13] = [
+    pub const ALL: [Kernel; 12] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
-        Kernel::QkRope,
         Kernel::Attention,
         Kernel::Topk,
         Kernel::GateUp,
@@ -114,7 +111,6 @@ impl Kernel {
             Kernel::Matvec => "tarfa_e_matvec",
             Kernel::Embed => "tarfa_e_embed",
             Kernel::RmsNorm => "tarfa_e_rms_norm",
-            Kernel::QkRope => "tarfa_e_qk_rope",
             Kernel::Attention => "tarfa_e_attention",
             Kernel::Topk => "tarfa_e_topk",
             Kernel::GateUp => "tarfa_e_moe_gate_up",
@@ -526,8 +522,8 @@ fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
 const MAX_STAGE: i32 = 12 * 1024;
 const FIRST_CAP: usize = 256;
 
-/// The widest attention head the kernels take: `attend` keeps 32 × `head_dim` floats of a
-/// block in shared memory (32 KiB at 256).
+/// The widest attention head the kernels take: `tarfa_e_attention` keeps 36 × `head_dim`
+/// floats of a block in shared memory (36 KiB at 256).
 pub const MAX_HEAD_DIM: usize = 256;
 
 fn geo(blocks: usize, block: u32, shared: u32) -> Result<Geometry, EngineError> {
@@ -1049,19 +1045,19 @@ impl<D: EngineDevice> Engine<D> {
                 Some((qn, kn)) => (1i32, qn.ptr, kn.ptr, qn.dtype.code()),
                 None => (0, 0, 0, 0),
             };
-            let warps = s.heads + s.kv_heads;
-            let per_block = 4usize;
-            // SAFETY: q holds heads·d floats, k and v kv_heads·d; the norm weights d elements;
-            // the caches `cap × kv_heads·d` floats and the RoPE tables `cap × half` with
-            // params[1] < cap (ensure_cap in `step`); shared memory is d floats per warp.
+            // The scores in shared memory after the 32 × d partials, as many as 48 KiB leaves
+            // room for beside q, the key and two warps' scratch (8,064 at d = 128); a longer
+            // context keeps them in `scores`.
+            let sh_scores = (SHARED_MAX / 4).saturating_sub(36 * d).min(self.cap);
+            // SAFETY: one block per head (ATTN_BLOCK ≥ two warps); q holds heads·d floats, k and
+            // v kv_heads·d; the norm weights d elements; the caches `cap × kv_heads·d` floats and
+            // the RoPE tables `cap × half`, with params[1] < cap (ensure_cap in `step`); scores
+            // hold heads × cap floats; shared memory 36 × d floats (d ≤ 256: 36 KiB) and
+            // sh_scores more (within 48 KiB).
             unsafe {
                 self.dev.launch(
-                    Kernel::QkRope,
-                    geo(
-                        warps.div_ceil(per_block),
-                        32 * per_block as u32,
-                        (per_block * d * 4) as u32,
-                    )?,
+                    Kernel::Attention,
+                    geo(s.heads, ATTN_BLOCK, ((36 * d + sh_scores) * 4) as u32)?,
                     &[
                         Arg::Ptr(q),
                         Arg::Ptr(k),
@@ -1080,27 +1076,6 @@ impl<D: EngineDevice> Engine<D> {
                         Arg::Ptr(params),
                         Arg::Ptr(kc),
                         Arg::Ptr(vc),
-                    ],
-                )?;
-            }
-            // The scores in shared memory after the 32 × d partials, as many as 48 KiB leaves
-            // room for (8,192 at d = 128); a longer context keeps them in `scores`.
-            let sh_scores = (SHARED_MAX / 4).saturating_sub(32 * d).min(self.cap);
-            // SAFETY: one block per head; scores hold heads × cap floats and the caches rows
-            // 0..=params[1] < cap; shared memory 32 × d floats (d ≤ 256: 32 KiB) and sh_scores
-            // more (within 48 KiB).
-            unsafe {
-                self.dev.launch(
-                    Kernel::Attention,
-                    geo(s.heads, ATTN_BLOCK, ((32 * d + sh_scores) * 4) as u32)?,
-                    &[
-                        Arg::Ptr(q),
-                        Arg::Ptr(kc),
-                        Arg::Ptr(vc),
-                        Arg::Ptr(params),
-                        Arg::I32(heads),
-                        Arg::I32(kvh),
-                        Arg::I32(di),
                         Arg::I32(window),
                         Arg::F32(s.scaling),
                         Arg::Ptr(scores),
