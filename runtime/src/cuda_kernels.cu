@@ -557,6 +557,8 @@ extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char*
 
 // Elements per lane a head's warp loads ahead (heads up to 256 wide).
 #define TARFA_HEAD_AHEAD 8
+// Keys (positions) an attention warp loads at once for its scores.
+#define TARFA_ATTN_ROWS 4
 
 // One head's RMSNorm (when `norm`) and NeoX RoPE on the first 2·half dims (blocks::rope_heads:
 // y_j = x_j·c + (−x_{j+h})·s, y_{j+h} = x_{j+h}·c + x_j·s, no fused multiply-add), by one warp:
@@ -705,17 +707,29 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, con
         float qv[TARFA_HEAD_AHEAD];
 #pragma unroll
         for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) qv[j] = lane + 32 * j < d ? qh[lane + 32 * j] : 0.0f;
-        for (int i = warp; i < n; i += warps) {
-            const float* kk = key(i);
-            float kv[TARFA_HEAD_AHEAD];
+        // A warp's rows i, i + warps, … taken TARFA_ATTN_ROWS at a time: their keys loaded
+        // together (one round trip for the batch), then each row's dot on its own, as before.
+        for (int i0 = warp; i0 < n; i0 += TARFA_ATTN_ROWS * warps) {
+            float kv[TARFA_ATTN_ROWS][TARFA_HEAD_AHEAD];
 #pragma unroll
-            for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) kv[j] = lane + 32 * j < d ? kk[lane + 32 * j] : 0.0f;
-            float acc = 0.0f;
+            for (int b = 0; b < TARFA_ATTN_ROWS; ++b) {
+                int i = i0 + b * warps;
+                const float* kk = i < n ? key(i) : kh;
 #pragma unroll
-            for (int j = 0; j < TARFA_HEAD_AHEAD; ++j)
-                if (lane + 32 * j < d) acc = __fmaf_rn(kv[j], qv[j], acc);
-            acc = tarfa_warp_fold(acc);
-            if (lane == 0) sc[i] = __fmul_rn(acc, scaling);
+                for (int j = 0; j < TARFA_HEAD_AHEAD; ++j)
+                    kv[b][j] = i < n && lane + 32 * j < d ? kk[lane + 32 * j] : 0.0f;
+            }
+#pragma unroll
+            for (int b = 0; b < TARFA_ATTN_ROWS; ++b) {
+                int i = i0 + b * warps;
+                if (i >= n) break;  // the same for the whole warp
+                float acc = 0.0f;
+#pragma unroll
+                for (int j = 0; j < TARFA_HEAD_AHEAD; ++j)
+                    if (lane + 32 * j < d) acc = __fmaf_rn(kv[b][j], qv[j], acc);
+                acc = tarfa_warp_fold(acc);
+                if (lane == 0) sc[i] = __fmul_rn(acc, scaling);
+            }
         }
     } else {
         for (int i = warp; i < n; i += warps) {
