@@ -107,7 +107,7 @@ fn fl(v: &[f32]) -> Aligned {
     Aligned::new(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
 
-use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe};
+use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe, TileGeometry};
 
 extern "C" {
     fn emu_matvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
@@ -249,7 +249,7 @@ extern "C" {
 const BLOCK: u32 = 256;
 /// Threads and dynamic shared bytes of a tiled launch (`TARFA_TILE_THREADS`, `TARFA_TILE_SHARED`).
 const TILE_THREADS: u32 = 128;
-const TILE_SHARED: u32 = tarfa_runtime::gpu_engine::TILE_SHARED;
+const TILE_SHARED: u32 = TileGeometry::DEFAULT.shared();
 
 fn blocks(threads: usize) -> u32 {
     threads.div_ceil(BLOCK as usize).max(1) as u32
@@ -797,6 +797,10 @@ impl EngineDevice for EmuDevice {
 
     fn name(&self) -> String {
         "CPU emulation of the CUDA kernels (cuda-emu)".into()
+    }
+
+    fn tile(&self) -> TileGeometry {
+        TileGeometry::DEFAULT
     }
 
     fn alloc(&self, len: usize) -> Result<EmuBuf, EngineError> {
