@@ -231,9 +231,12 @@ struct TarfaEmuPool {
 };
 
 // Run `body` as a grid of `grid` blocks of `block` threads with `shared` bytes of dynamic shared
-// memory. `block` must be a multiple of 32 (every launch of tarfa's is).
+// memory, at most `max_shared` (48 KiB, unless the host allowed the kernel more, as CUDA's
+// CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES does). `block` must be a multiple of 32 (every
+// launch of tarfa's is).
 inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int shared,
-                             const std::function<void()>& body) {
+                             const std::function<void()>& body,
+                             unsigned int max_shared = 48 * 1024) {
     static std::mutex one_launch_at_a_time;
     // Never destroyed: its detached workers wait on its condition variable until the process
     // ends, and destroying a condition variable with waiters blocks (glibc) at exit.
@@ -248,7 +251,7 @@ inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int
         blk.block = std::make_unique<std::barrier<>>(block);
         for (unsigned int w = 0; w < block / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));
         blk.exchange.assign(block, 0);
-        if (shared > 48 * 1024) std::abort();  // a block's dynamic shared memory without opting in
+        if (shared > max_shared) std::abort();  // more than the block may take
         blk.shared.assign(shared + 16, 0);
         pool->run_block(b, block, &blk, body);
     }

@@ -1,11 +1,14 @@
 // tarfa's CUDA kernels (runtime/src/cuda_kernels.cu, included unchanged) run on the CPU by the
 // emulation of emu.h, each behind a C entry point: grid, block and dynamic shared bytes first,
-// then the kernel's own arguments (structs by pointer).
+// then the kernel's own arguments (structs by pointer). The tiled kernels' entry points also take
+// the shared memory the host allowed them and their ring, picking the copy compiled for it.
 #include "emu.h"
 #include "../../runtime/src/cuda_kernels.cu"
 
 #define G unsigned int grid, unsigned int block, unsigned int shared
 #define RUN(call) tarfa_emu_launch(grid, block, shared, [&] { call; })
+#include "tiled.h"
+#include "tiles.h"
 
 extern "C" {
 // Register (on != 0) or drop a guarded range: page-aligned, whole pages (see emu.h).
@@ -56,17 +59,40 @@ void emu_down(G, const TarfaMoe* m, const int* ids, int k, const float* h, float
     TarfaMoe mm = *m;
     RUN(tarfa_e_moe_down(mm, ids, k, h, y));
 }
-void emu_tmatvec(G, const TarfaMatJobs* jobs, int nr) {
-    TarfaMatJobs j = *jobs;
-    RUN(tarfa_e_tmatvec(j, nr));
+// The tiled kernels at a ring of `stages` of `bytes`: the default's (tiled.h, above) or another's
+// compiled in (tile.cc, once per ring in tiles.h, which build.rs writes). Returns 0, or -1 for a
+// ring not compiled in.
+#define TARFA_EMU_DECLARE(S, B)                                                                   \
+    void TARFA_EMU_CAT(emu_tmatvec, S, B)(G, unsigned int, const void*, int);                     \
+    void TARFA_EMU_CAT(emu_tgate_up, S, B)(G, unsigned int, const void*, const int*, int,         \
+                                           const float*, float*, int);                             \
+    void TARFA_EMU_CAT(emu_tdown, S, B)(G, unsigned int, const void*, const int*, int,            \
+                                        const float*, float*, int);
+TARFA_EMU_TILES(TARFA_EMU_DECLARE)
+#define TARFA_EMU_PICK(S, B, call)       \
+    if (stages == S && bytes == B) {     \
+        call;                            \
+        return 0;                        \
+    }
+#define TARFA_EMU_TMATVEC(S, B) \
+    TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tmatvec, S, B)(grid, block, shared, optin, jobs, nr))
+#define TARFA_EMU_TGATE_UP(S, B) \
+    TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tgate_up, S, B)(grid, block, shared, optin, m, ids, k, x, h, np))
+#define TARFA_EMU_TDOWN(S, B) \
+    TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tdown, S, B)(grid, block, shared, optin, m, ids, k, h, y, nr))
+int emu_tmatvec(G, unsigned int optin, int stages, int bytes, const TarfaMatJobs* jobs, int nr) {
+    TARFA_EMU_TILES(TARFA_EMU_TMATVEC)
+    return -1;
 }
-void emu_tgate_up(G, const TarfaMoe* m, const int* ids, int k, const float* x, float* h, int np) {
-    TarfaMoe mm = *m;
-    RUN(tarfa_e_tmoe_gate_up(mm, ids, k, x, h, np));
+int emu_tgate_up(G, unsigned int optin, int stages, int bytes, const TarfaMoe* m, const int* ids,
+                 int k, const float* x, float* h, int np) {
+    TARFA_EMU_TILES(TARFA_EMU_TGATE_UP)
+    return -1;
 }
-void emu_tdown(G, const TarfaMoe* m, const int* ids, int k, const float* h, float* y, int nr) {
-    TarfaMoe mm = *m;
-    RUN(tarfa_e_tmoe_down(mm, ids, k, h, y, nr));
+int emu_tdown(G, unsigned int optin, int stages, int bytes, const TarfaMoe* m, const int* ids, int k,
+              const float* h, float* y, int nr) {
+    TARFA_EMU_TILES(TARFA_EMU_TDOWN)
+    return -1;
 }
 void emu_combine_norm(G, const float* y, const float* wts, int k, int n, float* x,
                       const unsigned char* w, int wdtype, float eps, float* out) {

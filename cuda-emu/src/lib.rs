@@ -15,6 +15,11 @@
 //! first thread passes `tarfa_grid_enter`, so a kernel touching one early dies of SIGSEGV
 //! (`tests/guard.rs`).
 //!
+//! The tiled kernels are compiled at several rings of shared-memory stages ([`tiles`]: the
+//! default and the others `build.rs` lists, `emu/tile.cc` once for each), so the tests hold each
+//! ring to the same bits; a tiled launch takes more than 48 KiB only where the host allowed it,
+//! as on the GPU.
+//!
 //! `unsafe` is denied here as in the runtime, and allowed only where the FFI into the emulation is
 //! called: each kernel wrapper below and [`EmuDevice`]'s `launch` carry `#[allow(unsafe_code)]`,
 //! with the size checks before the call and a `SAFETY` argument at it. The `extern "C"` block
@@ -107,7 +112,7 @@ fn fl(v: &[f32]) -> Aligned {
     Aligned::new(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
 
-use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe};
+use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe, TileGeometry};
 
 extern "C" {
     fn emu_matvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
@@ -185,29 +190,44 @@ extern "C" {
         h: *const f32,
         y: *mut f32,
     );
-    fn emu_tmatvec(g: u32, b: u32, s: u32, jobs: *const MatJobs, nr: i32);
+    fn emu_tmatvec(
+        g: u32,
+        b: u32,
+        s: u32,
+        optin: u32,
+        stages: i32,
+        bytes: i32,
+        jobs: *const MatJobs,
+        nr: i32,
+    ) -> i32;
     fn emu_tgate_up(
         g: u32,
         b: u32,
         s: u32,
+        optin: u32,
+        stages: i32,
+        bytes: i32,
         m: *const Moe,
         ids: *const i32,
         k: i32,
         x: *const f32,
         h: *mut f32,
         np: i32,
-    );
+    ) -> i32;
     fn emu_tdown(
         g: u32,
         b: u32,
         s: u32,
+        optin: u32,
+        stages: i32,
+        bytes: i32,
         m: *const Moe,
         ids: *const i32,
         k: i32,
         h: *const f32,
         y: *mut f32,
         nr: i32,
-    );
+    ) -> i32;
     fn emu_combine_norm(
         g: u32,
         b: u32,
@@ -235,9 +255,40 @@ extern "C" {
 }
 
 const BLOCK: u32 = 256;
-/// Threads and dynamic shared bytes of a tiled launch (`TARFA_TILE_THREADS`, `TARFA_TILE_SHARED`).
+/// Threads of a tiled launch (`TARFA_TILE_THREADS`).
 const TILE_THREADS: u32 = 128;
-const TILE_SHARED: u32 = tarfa_runtime::gpu_engine::TILE_SHARED;
+
+/// The rings the tiled kernels are compiled for here: the default first, then the others
+/// `build.rs` lists.
+pub fn tiles() -> Vec<TileGeometry> {
+    env!("TARFA_EMU_TILES")
+        .split(';')
+        .map(|t| TileGeometry::parse(t).expect("build.rs lists rings the kernels take"))
+        .collect()
+}
+
+/// The shared memory an emulated block may take when the host opts in: an H200's (227 KiB).
+pub const SHARED_OPT_IN: u32 = 232_448;
+
+/// What the host allows a tiled kernel at `ring` (as `CudaDevice` sets
+/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`): its shared memory if above 48 KiB, else
+/// nothing (0).
+fn opt_in(ring: TileGeometry) -> u32 {
+    if ring.needs_opt_in() {
+        ring.shared()
+    } else {
+        0
+    }
+}
+
+/// The ring's numbers as the emulation's dispatch takes them.
+fn ring_args(ring: TileGeometry) -> (u32, i32, i32) {
+    (
+        opt_in(ring),
+        ring.stages() as i32,
+        ring.stage_bytes() as i32,
+    )
+}
 
 fn blocks(threads: usize) -> u32 {
     threads.div_ceil(BLOCK as usize).max(1) as u32
@@ -267,23 +318,24 @@ pub fn matvec(products: &[Product]) -> Vec<Vec<f32>> {
     matvec_launch(products, None)
 }
 
-/// `tarfa_e_tmatvec` (the tiled kernel) with `nr` rows per block: the products share their
-/// columns (a multiple of 32), element type and x, as the engine launches it.
-pub fn matvec_tiled(products: &[Product], nr: usize) -> Vec<Vec<f32>> {
+/// `tarfa_e_tmatvec` (the tiled kernel, compiled for `ring`: one of [`tiles`]) with `nr` rows
+/// per block: the products share their columns (a multiple of 32), element type and x, as the
+/// engine launches it.
+pub fn matvec_tiled(products: &[Product], nr: usize, ring: TileGeometry) -> Vec<Vec<f32>> {
     assert!((1..=TILE_MAX_ROWS).contains(&nr));
     assert!(products.iter().all(|p| p.vec
         && p.cols.is_multiple_of(32)
         && p.cols == products[0].cols
         && p.w.dt == products[0].w.dt
         && p.x == products[0].x));
-    matvec_launch(products, Some(nr))
+    matvec_launch(products, Some((nr, ring)))
 }
 
 /// Rows of a tiled launch's block at most (`TARFA_TILE_MAX_ROWS`).
 pub const TILE_MAX_ROWS: usize = 32;
 
 #[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
-fn matvec_launch(products: &[Product], tile: Option<usize>) -> Vec<Vec<f32>> {
+fn matvec_launch(products: &[Product], tile: Option<(usize, TileGeometry)>) -> Vec<Vec<f32>> {
     assert!((1..=4).contains(&products.len()));
     let mut keep = Vec::new();
     let mut outs = Vec::new();
@@ -322,17 +374,17 @@ fn matvec_launch(products: &[Product], tile: Option<usize>) -> Vec<Vec<f32>> {
     m.n = products.len() as i32;
     // SAFETY: every job's buffers are alive (`keep`, `outs`) and hold rows × cols weights,
     // cols inputs, rows outputs and rows bias elements (asserted above). Tiled: job 0's x is every
-    // job's (asserted by `matvec_tiled`), and the block has the tile's shared memory.
+    // job's (asserted by `matvec_tiled`), and the block has the ring's shared memory.
     unsafe {
         match tile {
             None => emu_matvec(blocks(rows as usize * 4), BLOCK, 0, &m),
-            Some(nr) => emu_tmatvec(
-                (rows as usize).div_ceil(nr) as u32,
-                TILE_THREADS,
-                TILE_SHARED,
-                &m,
-                nr as i32,
-            ),
+            Some((nr, ring)) => {
+                let (optin, stages, bytes) = ring_args(ring);
+                let grid = (rows as usize).div_ceil(nr) as u32;
+                let sh = ring.shared();
+                let r = emu_tmatvec(grid, TILE_THREADS, sh, optin, stages, bytes, &m, nr as i32);
+                assert_eq!(r, 0, "no tiled kernels compiled for {ring:?}");
+            }
         }
     };
     drop(keep);
@@ -568,9 +620,9 @@ pub fn moe(
     moe_launch(experts, inter, hidden, ids, wts, x, residual, None)
 }
 
-/// [`moe`] with the tiled kernels (`tarfa_e_tmoe_gate_up` with `pairs` (slot, row) pairs per
-/// block, `tarfa_e_tmoe_down` with `rows` rows per block, a divisor of hidden); inter and hidden
-/// multiples of 32.
+/// [`moe`] with the tiled kernels compiled for `ring` (one of [`tiles`]): `tarfa_e_tmoe_gate_up`
+/// with `pairs` (slot, row) pairs per block, `tarfa_e_tmoe_down` with `rows` rows per block, a
+/// divisor of hidden; inter and hidden multiples of 32.
 pub fn moe_tiled(
     experts: &[Expert],
     inter: usize,
@@ -580,6 +632,7 @@ pub fn moe_tiled(
     x: &[f32],
     residual: &[f32],
     (pairs, rows): (usize, usize),
+    ring: TileGeometry,
 ) -> Vec<f32> {
     assert!(inter.is_multiple_of(32) && hidden.is_multiple_of(32));
     assert!((1..=TILE_MAX_ROWS / 2).contains(&pairs) && (1..=TILE_MAX_ROWS).contains(&rows));
@@ -595,7 +648,7 @@ pub fn moe_tiled(
         wts,
         x,
         residual,
-        Some((pairs, rows)),
+        Some((pairs, rows, ring)),
     )
 }
 
@@ -608,7 +661,7 @@ fn moe_launch(
     wts: &[f32],
     x: &[f32],
     residual: &[f32],
-    tile: Option<(usize, usize)>,
+    tile: Option<(usize, usize, TileGeometry)>,
 ) -> Vec<f32> {
     let k = ids.len();
     assert_eq!(wts.len(), k);
@@ -657,13 +710,17 @@ fn moe_launch(
                 emu_gate_up(gb, BLOCK, 0, &m, ids_p, ki, xa.ptr() as _, hp as *mut f32);
                 emu_down(db, BLOCK, 0, &m, ids_p, ki, hp as _, yp as *mut f32);
             }
-            Some((np, nr)) => {
+            Some((np, nr, ring)) => {
                 let gb = (k * inter).div_ceil(np) as u32;
                 let db = (k * hidden).div_ceil(nr) as u32;
-                let (t, sh) = (TILE_THREADS, TILE_SHARED);
+                let (t, sh) = (TILE_THREADS, ring.shared());
+                let (o, st, by) = ring_args(ring);
                 let xp = xa.ptr() as _;
-                emu_tgate_up(gb, t, sh, &m, ids_p, ki, xp, hp as *mut f32, np as i32);
-                emu_tdown(db, t, sh, &m, ids_p, ki, hp as _, yp as *mut f32, nr as i32);
+                let gu = emu_tgate_up(gb, t, sh, o, st, by, &m, ids_p, ki, xp, hp as _, np as i32);
+                let d = emu_tdown(
+                    db, t, sh, o, st, by, &m, ids_p, ki, hp as _, yp as _, nr as i32,
+                );
+                assert_eq!((gu, d), (0, 0), "no tiled kernels compiled for {ring:?}");
             }
         }
         emu_combine(
@@ -686,9 +743,29 @@ use tarfa_runtime::gpu_engine::{Arg, EngineDevice, EngineError, Geometry, Kernel
 
 /// The resident decoder's device emulated on the CPU: buffers in host memory (256-byte aligned,
 /// never moved, so their addresses are what the kernels see), copies in issue order (all of them
-/// synchronous), kernels run by the emulation. No graphs: the engine launches one by one.
+/// synchronous), kernels run by the emulation. No graphs: the engine launches one by one. Its
+/// tiled kernels are those compiled for one ring (the default, unless [`EmuDevice::with_tile`]).
 #[derive(Debug, Default)]
-pub struct EmuDevice;
+pub struct EmuDevice {
+    tile: TileGeometry,
+}
+
+impl EmuDevice {
+    /// The device with its tiled kernels at `tile`: one of the rings compiled in ([`tiles`]),
+    /// within [`SHARED_OPT_IN`] (allowed the tiled kernels above 48 KiB, as on the GPU).
+    pub fn with_tile(tile: TileGeometry) -> Result<EmuDevice, EngineError> {
+        if !tiles().contains(&tile) {
+            return Err(EngineError::Usage(format!(
+                "the emulation has no tiled kernels for {} stages of {} bytes (cuda-emu/build.rs lists its rings)",
+                tile.stages(),
+                tile.stage_bytes()
+            )));
+        }
+        Ok(EmuDevice {
+            tile: tile.within(SHARED_OPT_IN)?,
+        })
+    }
+}
 
 /// A host buffer standing for a device buffer.
 #[derive(Debug)]
@@ -772,6 +849,10 @@ impl EngineDevice for EmuDevice {
 
     fn name(&self) -> String {
         "CPU emulation of the CUDA kernels (cuda-emu)".into()
+    }
+
+    fn tile(&self) -> TileGeometry {
+        self.tile
     }
 
     fn alloc(&self, len: usize) -> Result<EmuBuf, EngineError> {
@@ -951,7 +1032,10 @@ impl EngineDevice for EmuDevice {
                     let Some(Arg::Jobs(j)) = args.first() else {
                         return Err(EngineError::Usage("matvec takes its jobs".into()));
                     };
-                    emu_tmatvec(g, b, s, j, n(1)?);
+                    let (o, st, by) = ring_args(self.tile);
+                    if emu_tmatvec(g, b, s, o, st, by, j, n(1)?) != 0 {
+                        return Err(EngineError::Usage("no tiled kernels for this ring".into()));
+                    }
                 }
                 Kernel::TiledGateUp | Kernel::TiledDown => {
                     count(6)?;
@@ -962,10 +1046,14 @@ impl EngineDevice for EmuDevice {
                     };
                     let (ids, slots, t) = (p(1)? as _, n(2)?, n(5)?);
                     let (i, o) = (p(3)? as _, p(4)? as _);
-                    if k == Kernel::TiledGateUp {
-                        emu_tgate_up(g, b, s, m, ids, slots, i, o, t);
+                    let (oi, st, by) = ring_args(self.tile);
+                    let r = if k == Kernel::TiledGateUp {
+                        emu_tgate_up(g, b, s, oi, st, by, m, ids, slots, i, o, t)
                     } else {
-                        emu_tdown(g, b, s, m, ids, slots, i, o, t);
+                        emu_tdown(g, b, s, oi, st, by, m, ids, slots, i, o, t)
+                    };
+                    if r != 0 {
+                        return Err(EngineError::Usage("no tiled kernels for this ring".into()));
                     }
                 }
                 Kernel::CombineNorm => {

@@ -466,7 +466,7 @@ fn routed_experts_and_their_combine_are_the_cpus() {
 /// The tiled experts' kernels (rows streamed through shared memory by the whole block) give the
 /// CPU's bits for any number of rows per block (the down product's dividing hidden, as the
 /// engine's do), including gate/up blocks whose rows span two slots and rows longer than the
-/// ring (stages reused).
+/// ring (stages reused), at every ring compiled in (so every ring gives the default's bits).
 #[test]
 fn tiled_routed_experts_are_the_cpus_for_any_rows_per_block() {
     let mut r = Rng(23);
@@ -482,17 +482,21 @@ fn tiled_routed_experts_are_the_cpus_for_any_rows_per_block() {
             // threads as OS threads, so thousands of blocks cost minutes.
             let one = (shape.0 == 32).then_some((1, 1));
             for tile in one.into_iter().chain([(3, 8), (16, 32), (7, 16)]) {
-                let got = emu::moe_tiled(
-                    &c.experts,
-                    inter,
-                    hidden,
-                    &c.ids,
-                    &c.wts,
-                    &c.x,
-                    &c.residual,
-                    tile,
-                );
-                assert_eq!(bits(&got), c.want, "{shape:?} {types:?} tile {tile:?}");
+                for ring in emu::tiles() {
+                    let got = emu::moe_tiled(
+                        &c.experts,
+                        inter,
+                        hidden,
+                        &c.ids,
+                        &c.wts,
+                        &c.x,
+                        &c.residual,
+                        tile,
+                        ring,
+                    );
+                    let at = format!("{shape:?} {types:?} tile {tile:?} {ring:?}");
+                    assert_eq!(bits(&got), c.want, "{at}");
+                }
             }
         }
     }
@@ -500,7 +504,8 @@ fn tiled_routed_experts_are_the_cpus_for_any_rows_per_block() {
 
 /// The tiled matrix-vector kernel gives the canonical dots (with bias and residual) of up to four
 /// products sharing x, for any rows per block: blocks spanning two products, rows of one stage
-/// and of many (the ring of four stages reused), BF16 and F32.
+/// and of many (the ring's stages reused), BF16 and F32, at every ring compiled in (so every
+/// ring gives the default's bits).
 #[test]
 fn tiled_matvec_products_are_canonical_dots_for_any_rows_per_block() {
     let mut r = Rng(0x5151_2026);
@@ -534,12 +539,35 @@ fn tiled_matvec_products_are_canonical_dots_for_any_rows_per_block() {
                 });
             }
             for nr in [1, 2, 5, 8, 32] {
-                let got: Vec<Vec<u32>> = emu::matvec_tiled(&products, nr)
-                    .iter()
-                    .map(|y| bits(y))
-                    .collect();
-                assert_eq!(got, want, "cols {cols}, {dt:?}, {nr} rows per block");
+                for ring in emu::tiles() {
+                    let got: Vec<Vec<u32>> = emu::matvec_tiled(&products, nr, ring)
+                        .iter()
+                        .map(|y| bits(y))
+                        .collect();
+                    let at = format!("cols {cols}, {dt:?}, {nr} rows per block, {ring:?}");
+                    assert_eq!(got, want, "{at}");
+                }
             }
         }
     }
+}
+
+/// The emulation has the tiled kernels at the default ring and at others — the shallowest the
+/// host takes, and one above the 48 KiB a block takes unless the host allows it more — and its
+/// engine device refuses a ring it was not compiled for, or one above its shared memory.
+#[test]
+fn the_emulation_has_rings_besides_the_default() {
+    use tarfa_runtime::gpu_engine::{EngineError, TileGeometry};
+    let rings = emu::tiles();
+    assert_eq!(rings[0], TileGeometry::DEFAULT);
+    assert!(rings.iter().any(|r| r.stages() == 2), "{rings:?}");
+    assert!(rings.iter().any(|r| r.needs_opt_in()), "{rings:?}");
+    for r in &rings {
+        assert!(emu::EmuDevice::with_tile(*r).is_ok(), "{r:?}");
+    }
+    let other = TileGeometry::new(5, 8192).expect("5,8192");
+    assert!(matches!(
+        emu::EmuDevice::with_tile(other),
+        Err(EngineError::Usage(_))
+    ));
 }

@@ -3,8 +3,9 @@
 //! the checkpoint onto it — run with the CUDA kernels on the CPU emulation, gives the CPU
 //! decoder's logits bit for bit at every greedy step of every reference prompt of every
 //! `qwen3_moe` fixture, and does so again after a reset; a prompt fed token by token gives the
-//! same bits as one fed whole. What this cannot show (the GPU machine's `decode/tests/gpu.rs`
-//! does): the hardware, the driver, cudarc's copies and the CUDA graph.
+//! same bits as one fed whole; so does every ring of the tiled kernels compiled in. What this
+//! cannot show (the GPU machine's `decode/tests/gpu.rs` does): the hardware, the driver,
+//! cudarc's copies and the CUDA graph.
 
 #[path = "../../decode/tests/common/mod.rs"]
 mod common;
@@ -12,14 +13,21 @@ mod common;
 use tarfa_cuda_emu::EmuDevice;
 use tarfa_decode::family::Family;
 use tarfa_decode::{Decoder, DecoderOptions};
+use tarfa_runtime::gpu_engine::TileGeometry;
 
 fn emulated(dir: &std::path::Path, batch_prompt: bool) -> Decoder {
+    emulated_at(dir, batch_prompt, TileGeometry::DEFAULT)
+}
+
+/// The decoder on the emulated device, its tiled kernels at `ring`.
+fn emulated_at(dir: &std::path::Path, batch_prompt: bool, ring: TileGeometry) -> Decoder {
     let opts = DecoderOptions {
         batch_prompt,
         ..DecoderOptions::default()
     };
     Decoder::open_with(dir, &opts, |config, tensors, experts| {
-        let f = tarfa_decode::gpu_resident::build(EmuDevice, config, tensors, experts, true)?;
+        let dev = EmuDevice::with_tile(ring)?;
+        let f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
         Ok(f.map(|f| Box::new(f) as Box<dyn Family>))
     })
     .expect("open the emulated GPU decoder")
@@ -34,8 +42,20 @@ fn run(dec: &mut Decoder, name: &'static str, steps: usize) -> Vec<Vec<Vec<u32>>
 
 const STEPS: usize = 4;
 
+/// Held by each test that runs the emulated engine: while a launch runs, the emulation's guard
+/// makes every engine's activations in the process inaccessible, so another test's engine
+/// writing its own (from the host, between launches) would die of SIGSEGV.
+static ENGINE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_engine_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ENGINE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[test]
 fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
     for name in ["qwen3_moe", "qwen3_moe_b"] {
         let dir = common::model(name);
         // Four greedy steps: the emulation runs every CUDA thread on two CPU cores, so the
@@ -64,6 +84,27 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
             let r = dec.offload_report().expect("a device report");
             assert!(r.steps > 0 && r.graph_steps == 0, "{name}: {r:?}");
         }
+    }
+}
+
+/// The ring of the tiled kernels is geometry only: at every other ring compiled in (the
+/// shallowest, an odd one, one the host must allow above 48 KiB), the engine — its launches
+/// sized by the device's ring — gives the CPU's bits, hence the default ring's.
+#[test]
+fn every_ring_of_the_tiled_kernels_gives_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    let name = "qwen3_moe_b";
+    let dir = common::model(name);
+    let cpu = run(
+        &mut common::open(&dir, &DecoderOptions::default()),
+        name,
+        STEPS,
+    );
+    let rings = tarfa_cuda_emu::tiles();
+    assert!(rings.len() > 1, "{rings:?}");
+    for ring in rings.into_iter().filter(|&r| r != TileGeometry::DEFAULT) {
+        let mut dec = emulated_at(&dir, true, ring);
+        assert_eq!(run(&mut dec, name, STEPS), cpu, "{name}: {ring:?}");
     }
 }
 
@@ -104,7 +145,7 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
         cols,
     };
     let e = Engine::new(
-        EmuDevice,
+        EmuDevice::default(),
         shape,
         t(4, head_dim),
         t(1, head_dim),

@@ -31,6 +31,15 @@ pub enum CudaError {
         /// The kernels' limit.
         max: usize,
     },
+    /// `TARFA_CUDA_TILE` (the ring of the tiled products, a measuring knob) names one the kernels
+    /// or the device cannot take ([`crate::gpu_engine::TileGeometry`]).
+    #[error("TARFA_CUDA_TILE={value}: {why}; it takes STAGES,STAGE_BYTES (2..=16 stages, each a multiple of 2048 bytes in 6144..=65536, the ring within the device's shared memory), e.g. 6,16384, or unset for 4,8192")]
+    BadTileGeometry {
+        /// The value given.
+        value: String,
+        /// Why it is refused.
+        why: String,
+    },
     /// The API was used against its rules.
     #[error("{0}")]
     Usage(String),

@@ -19,6 +19,7 @@ use cudarc::driver::{CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfi
 use cudarc::nvrtc::CompileOptions;
 
 use crate::cuda::{CudaError, Gpu};
+use crate::gpu_engine::TileGeometry;
 
 /// The kernels' source, compiled at run time.
 pub const KERNELS_CU: &str = include_str!("cuda_kernels.cu");
@@ -114,9 +115,21 @@ pub fn arch_for(major: i32, minor: i32) -> Option<&'static str> {
 }
 
 /// Compile [`KERNELS_CU`] with NVRTC (`--fmad=false`, no flush-to-zero, correctly rounded
-/// division and square root) for `arch` (see [`arch_for`]; `None`: NVRTC's default). Needs only
-/// the NVRTC library, no GPU.
-pub fn compile_kernels(arch: Option<&'static str>) -> Result<cudarc::nvrtc::Ptx, CudaError> {
+/// division and square root) for `arch` (see [`arch_for`]; `None`: NVRTC's default), its tiled
+/// products' ring `tile` (`-DTARFA_TILE_STAGES=…` and `-DTARFA_TILE_STAGE_BYTES=…`; the
+/// default's PTX is the source's own). Needs only the NVRTC library, no GPU.
+pub fn compile_kernels(
+    arch: Option<&'static str>,
+    tile: TileGeometry,
+) -> Result<cudarc::nvrtc::Ptx, CudaError> {
+    compile_with(arch, tile.defines().to_vec())
+}
+
+/// [`compile_kernels`], its ring given as NVRTC's `-D` options (none: the source's defaults).
+fn compile_with(
+    arch: Option<&'static str>,
+    defines: Vec<String>,
+) -> Result<cudarc::nvrtc::Ptx, CudaError> {
     // SAFETY: only tries to dlopen libnvrtc under its usual names.
     if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
         return Err(CudaError::Absent(
@@ -133,6 +146,7 @@ pub fn compile_kernels(arch: Option<&'static str>) -> Result<cudarc::nvrtc::Ptx,
             use_fast_math: Some(false),
             name: Some("tarfa_kernels.cu".into()),
             arch,
+            options: defines,
             ..CompileOptions::default()
         },
     )
@@ -140,20 +154,24 @@ pub fn compile_kernels(arch: Option<&'static str>) -> Result<cudarc::nvrtc::Ptx,
 }
 
 /// [`compile_kernels`], loaded on `gpu`.
-pub(crate) fn load_kernels(gpu: &Gpu) -> Result<Arc<cudarc::driver::CudaModule>, CudaError> {
+pub(crate) fn load_kernels(
+    gpu: &Gpu,
+    tile: TileGeometry,
+) -> Result<Arc<cudarc::driver::CudaModule>, CudaError> {
     let cc = |a| gpu.ctx().attribute(a).map_err(drv("device attribute"));
     let major =
         cc(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
     let minor =
         cc(cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-    let ptx = compile_kernels(arch_for(major, minor))?;
+    let ptx = compile_kernels(arch_for(major, minor), tile)?;
     gpu.ctx().load_module(ptx).map_err(drv("module load"))
 }
 
 impl GpuCompute {
-    /// Compile the kernels (NVRTC) and load them on `gpu`.
+    /// Compile the kernels (NVRTC) and load them on `gpu` (the tiled ones, unused here, at the
+    /// default ring).
     pub fn new(gpu: &Gpu) -> Result<GpuCompute, CudaError> {
-        let module = load_kernels(gpu)?;
+        let module = load_kernels(gpu, TileGeometry::DEFAULT)?;
         let ctx = gpu.ctx().clone();
         Ok(GpuCompute {
             swiglu_gate: module
@@ -523,6 +541,7 @@ impl GpuCompute {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu_engine::Kernel;
 
     /// The kernels compile under the options the decoder uses (no GPU needed, only NVRTC: CI
     /// installs PyPI's `nvidia-cuda-nvrtc` and sets `TARFA_REQUIRE_NVRTC=1`), and the PTX has
@@ -536,7 +555,10 @@ mod tests {
         assert_eq!(arch_for(10, 0), Some("compute_90"));
         assert_eq!(arch_for(8, 6), Some("compute_80"));
         assert_eq!(arch_for(7, 5), None);
-        let (hopper, old) = match (compile_kernels(Some("compute_90")), compile_kernels(None)) {
+        let (hopper, old) = match (
+            compile_kernels(Some("compute_90"), TileGeometry::DEFAULT),
+            compile_kernels(None, TileGeometry::DEFAULT),
+        ) {
             (Ok(h), Ok(o)) => (h.to_src(), o.to_src()),
             (Err(CudaError::Absent(why)), _) | (_, Err(CudaError::Absent(why))) => {
                 assert!(
@@ -568,9 +590,85 @@ mod tests {
         assert!(!old.contains("griddepcontrol"));
     }
 
+    /// The ring is chosen at run time (`TARFA_CUDA_TILE`) by `-D` options: at the default ring the
+    /// tiled kernels' PTX is the source's own to the byte (compiled with no `-D`), other rings
+    /// compile (among them the deepest and widest an H200 takes), and at every ring the tiled
+    /// kernels use no static shared memory — all of theirs is the dynamic ring the host sizes —
+    /// while the module's static shared memory (other kernels') stays the same. (Only the tiled
+    /// kernels are compared: NVRTC 13.5 gives `tarfa_e_matvec` slightly different PTX from one
+    /// compilation of the same source to the next, so the whole module's bytes vary.)
+    #[test]
+    fn a_ring_chosen_at_run_time_compiles_and_the_default_is_the_sources_own() {
+        let arch = Some("compute_90");
+        let plain = match compile_with(arch, Vec::new()) {
+            Ok(p) => p.to_src(),
+            Err(CudaError::Absent(why)) => {
+                assert!(
+                    std::env::var_os("TARFA_REQUIRE_NVRTC").is_none(),
+                    "TARFA_REQUIRE_NVRTC is set but {why}"
+                );
+                eprintln!("SKIPPED: {why}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let ptx = |stages, bytes| {
+            let tile = TileGeometry::new(stages, bytes).expect("a ring the kernels take");
+            compile_kernels(arch, tile)
+                .unwrap_or_else(|e| panic!("{stages},{bytes}: {e}"))
+                .to_src()
+        };
+        let tiled = [Kernel::TiledMatvec, Kernel::TiledGateUp, Kernel::TiledDown];
+        let entry = |text: &str, k: Kernel| -> String {
+            let at = text
+                .find(&format!(".entry {}(", k.name()))
+                .unwrap_or_else(|| panic!("no {}", k.name()));
+            let body = text[at..].split(".visible .entry ").next();
+            body.unwrap_or_default().to_string()
+        };
+        let default = ptx(4, 8192);
+        for k in tiled {
+            assert!(
+                entry(&default, k) == entry(&plain, k),
+                "{}: the default ring's PTX is not the source's own",
+                k.name()
+            );
+        }
+        // Module-scope `.shared` declarations that are not the dynamic (`.extern`) arrays.
+        let statics = |text: &str| -> Vec<String> {
+            let decl = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| l.starts_with(".shared "));
+            decl.filter_map(|l| l.split_whitespace().last())
+                .map(|n| n.split(['[', ';']).next().unwrap_or(n).to_string())
+                .collect()
+        };
+        let base = statics(&plain);
+        assert!(
+            !base.is_empty(),
+            "no static shared memory found: the scan is broken"
+        );
+        for (stages, bytes) in [(4, 8192), (2, 6144), (6, 16384), (8, 16384), (8, 26624)] {
+            let text = ptx(stages, bytes);
+            assert_eq!(statics(&text), base, "{stages},{bytes}");
+            for k in tiled {
+                let body = entry(&text, k);
+                assert!(body.contains("cp.async.cg.shared.global"));
+                for s in &base {
+                    assert!(
+                        !body.contains(s.as_str()),
+                        "{stages},{bytes}: {} uses static shared {s}",
+                        k.name()
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn the_kernels_compile_with_nvrtc_and_every_looked_up_kernel_is_there() {
-        let ptx = match compile_kernels(Some("compute_90")) {
+        let ptx = match compile_kernels(Some("compute_90"), TileGeometry::DEFAULT) {
             Ok(p) => p,
             Err(CudaError::Absent(why)) => {
                 assert!(

@@ -9,6 +9,11 @@
 //! `tarfa_grid_enter` for that launch's results (see the kernels). It changes no bit; setting
 //! `TARFA_CUDA_PDL=0` turns it off, for measuring.
 //!
+//! The tiled products' shared-memory ring is compiled in: `TARFA_CUDA_TILE=STAGES,STAGE_BYTES`
+//! (e.g. `6,16384`) chooses another than the default 4 × 8 KiB, for measuring (checked against the
+//! kernels' rules and the device's opt-in shared memory; above 48 KiB the tiled kernels are
+//! allowed it). It changes which thread copies which bytes and when, never a bit.
+//!
 //! Safety: the engine passes raw device addresses of buffers it owns (allocated here, living as
 //! long as it) and the arguments each kernel's parameter list has; one stream orders every copy,
 //! launch and replay; cudarc's cross-stream event tracking is off for the context (one stream,
@@ -16,6 +21,7 @@
 
 #![allow(unsafe_code)]
 
+use std::ffi::OsStr;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr};
@@ -24,7 +30,7 @@ use crate::cuda::{CudaError, Gpu};
 use crate::cuda_compute::{drv, load_kernels};
 use crate::gpu_engine::{
     Arg, Engine, EngineDevice, EngineShape, Geometry, HostLayer, HostTensor, Kernel, MatJobs,
-    MoeArgs,
+    MoeArgs, TileGeometry,
 };
 
 /// The resident decoder on a GPU.
@@ -39,6 +45,8 @@ pub struct CudaDevice {
     sms: usize,
     /// Launch with programmatic dependent launch (sm_90+, unless `TARFA_CUDA_PDL=0`).
     pdl: bool,
+    /// The tiled kernels' ring (`TARFA_CUDA_TILE`, else the default).
+    tile: TileGeometry,
 }
 
 /// A captured CUDA graph.
@@ -56,10 +64,18 @@ impl std::fmt::Debug for Graph {
 }
 
 impl CudaDevice {
-    /// Compile the kernels and make a stream on `gpu`.
+    /// Compile the kernels (the tiled ones for the ring `TARFA_CUDA_TILE` asks for, if any) and
+    /// make a stream on `gpu`.
     pub fn open(gpu: &Gpu) -> Result<CudaDevice, CudaError> {
-        let module = load_kernels(gpu)?;
         let ctx = gpu.ctx().clone();
+        let opt_in = ctx
+            .attribute(
+                sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+            )
+            .map_err(drv("device attribute"))?;
+        let env = std::env::var_os("TARFA_CUDA_TILE");
+        let tile = tile_wanted(env.as_deref(), u32::try_from(opt_in).unwrap_or(0))?;
+        let module = load_kernels(gpu, tile)?;
         // SAFETY: this context's buffers are used on this device's one stream only, ordered by
         // it; cudarc's cross-stream events are not needed (and cannot be recorded in a capture).
         unsafe { ctx.disable_event_tracking() };
@@ -73,6 +89,21 @@ impl CudaDevice {
                     .map_err(drv("kernel lookup"))?,
             ));
         }
+        if tile.needs_opt_in() {
+            ctx.bind_to_thread().map_err(drv("kernel attribute"))?;
+            for (k, f) in &funcs {
+                if matches!(
+                    k,
+                    Kernel::TiledMatvec | Kernel::TiledGateUp | Kernel::TiledDown
+                ) {
+                    f.set_attribute(
+                        sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        tile.shared() as i32,
+                    )
+                    .map_err(drv("kernel attribute"))?;
+                }
+            }
+        }
         let sms = ctx
             .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
             .map_err(drv("device attribute"))?;
@@ -83,10 +114,30 @@ impl CudaDevice {
             stream,
             funcs,
             pdl: pdl_wanted(major, std::env::var("TARFA_CUDA_PDL").ok().as_deref()),
+            tile,
             sms: usize::try_from(sms).unwrap_or(1).max(1),
             name: format!("{} (CUDA device {})", gpu.name(), gpu.ordinal()),
         })
     }
+}
+
+/// The ring the tiled kernels are compiled for: `TARFA_CUDA_TILE` (`env`, `STAGES,STAGE_BYTES`)
+/// if set and not blank, else [`TileGeometry::DEFAULT`]; within the device's `opt_in_max` bytes
+/// of shared memory a block. A value the kernels or the device cannot take is
+/// [`CudaError::BadTileGeometry`].
+pub fn tile_wanted(env: Option<&OsStr>, opt_in_max: u32) -> Result<TileGeometry, CudaError> {
+    let tile = match env.map(|v| v.to_str().ok_or(v)) {
+        None => TileGeometry::DEFAULT,
+        Some(Ok(v)) if v.trim().is_empty() => TileGeometry::DEFAULT,
+        Some(Ok(v)) => TileGeometry::parse(v)?,
+        Some(Err(v)) => {
+            return Err(CudaError::BadTileGeometry {
+                value: v.to_string_lossy().into_owned(),
+                why: "it is not UTF-8".into(),
+            })
+        }
+    };
+    tile.within(opt_in_max)
 }
 
 /// Whether launches ask for programmatic dependent launch: the device has it (compute capability
@@ -196,6 +247,10 @@ impl EngineDevice for CudaDevice {
         self.sms
     }
 
+    fn tile(&self) -> TileGeometry {
+        self.tile
+    }
+
     fn alloc(&self, len: usize) -> Result<CudaSlice<u8>, CudaError> {
         self.stream
             .alloc_zeros::<u8>(len.max(1))
@@ -297,7 +352,7 @@ impl EngineDevice for CudaDevice {
 
 #[cfg(test)]
 mod tests {
-    use super::pdl_wanted;
+    use super::{pdl_wanted, tile_wanted, CudaError, OsStr, TileGeometry};
 
     /// Programmatic dependent launch is asked for on sm_90 and later only, and `TARFA_CUDA_PDL=0`
     /// turns it off (any other value, or none, leaves it on).
@@ -309,5 +364,39 @@ mod tests {
         assert!(!pdl_wanted(9, Some(" 0\n")));
         assert!(!pdl_wanted(8, None));
         assert!(!pdl_wanted(7, Some("1")));
+    }
+
+    /// `TARFA_CUDA_TILE` unset or blank is the default ring; set, it is parsed and checked against
+    /// the kernels' rules and the device's opt-in shared memory, a refusal being
+    /// `BadTileGeometry` (never a panic, never a silent default).
+    #[test]
+    fn the_ring_is_the_default_unless_tarfa_cuda_tile_names_one_the_device_takes() {
+        let h200 = 232_448;
+        let want = |v: Option<&str>, max| tile_wanted(v.map(OsStr::new), max);
+        assert_eq!(want(None, h200).ok(), Some(TileGeometry::DEFAULT));
+        assert_eq!(want(Some(" "), h200).ok(), Some(TileGeometry::DEFAULT));
+        assert_eq!(want(Some("4,8192"), h200).ok(), Some(TileGeometry::DEFAULT));
+        let g = want(Some("6,16384"), h200).expect("6,16384 on an H200");
+        assert_eq!(
+            (g.stages(), g.stage_bytes(), g.shared()),
+            (6, 16384, 101_632)
+        );
+        for (v, max) in [
+            ("6,16384", 48 * 1024),
+            ("16,65536", h200),
+            ("4,8191", h200),
+            ("x", h200),
+        ] {
+            assert!(
+                matches!(want(Some(v), max), Err(CudaError::BadTileGeometry { .. })),
+                "{v} within {max}"
+            );
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let e = tile_wanted(Some(OsStr::from_bytes(b"6,\xff")), h200);
+            assert!(matches!(e, Err(CudaError::BadTileGeometry { .. })), "{e:?}");
+        }
     }
 }

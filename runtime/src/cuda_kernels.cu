@@ -956,9 +956,23 @@ extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts
 
 #define TARFA_TILE_THREADS 128
 #define TARFA_TILE_MAX_ROWS 32
+// The ring: stages (STAGES − 1 in flight), and weight bytes per stage; a slot also holds each
+// row's 16 bytes of padding. The host may compile another ring (TARFA_CUDA_TILE, passed as -D
+// and checked by gpu_engine.rs's TileGeometry): it changes which thread copies which bytes and
+// when, never an operation or its order.
+#ifndef TARFA_TILE_STAGES
 #define TARFA_TILE_STAGES 4
-// Weight bytes per stage; a slot also holds each row's 16 bytes of padding.
+#endif
+#ifndef TARFA_TILE_STAGE_BYTES
 #define TARFA_TILE_STAGE_BYTES 8192
+#endif
+// Two stages at least (one landing while one is read); every thread the same number of 16-byte
+// pieces of a stage; a stage wide enough for 32 columns of x and of a full block of F32 rows.
+static_assert(TARFA_TILE_STAGES >= 2, "the ring needs two stages");
+static_assert(TARFA_TILE_STAGE_BYTES % (16 * TARFA_TILE_THREADS) == 0,
+              "a stage is whole 16-byte pieces for each thread");
+static_assert(TARFA_TILE_STAGE_BYTES / (4 + TARFA_TILE_MAX_ROWS * 4) >= 32,
+              "a stage holds 32 columns of x and of 32 F32 rows");
 #define TARFA_TILE_SLOT (TARFA_TILE_STAGE_BYTES + TARFA_TILE_MAX_ROWS * 16)
 // Dynamic shared memory of a tiled launch: the rows' addresses, then the ring.
 #define TARFA_TILE_HEAD (TARFA_TILE_MAX_ROWS * 8)
@@ -990,7 +1004,8 @@ __device__ __forceinline__ void tarfa_cp_wait() {}
 // A thread's share of each stage's copies: the same pieces of every stage (the stage's columns
 // move by w), so their addresses are worked out once (a division per piece per stage cost more
 // than the copies). Piece j of thread t is the (t + j·threads)-th 16 bytes of a stage: x's
-// columns first, then each row's.
+// columns first, then each row's. A thread keeps its pieces in registers (20 bytes each: 4 at
+// 8 KiB stages, 32 at 64 KiB, where they may spill to local memory).
 #define TARFA_TILE_PIECES (TARFA_TILE_STAGE_BYTES / 16 / TARFA_TILE_THREADS)
 struct TarfaTilePieces {
     const unsigned char* src[TARFA_TILE_PIECES];  // at stage 0
@@ -1091,7 +1106,8 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
         tarfa_cp_commit();
     }
     for (int s = 0; s < stages; ++s) {
-        // Stage s has landed (this thread's copies, then everyone's).
+        // Stage s has landed (this thread's copies, then everyone's): STAGES − 1 + s groups are
+        // committed, stage s's the (s + 1)-th, so at most STAGES − 2 newer may stay in flight.
         tarfa_cp_wait<TARFA_TILE_STAGES - 2>();
         __syncthreads();
         // Everyone is past stage s − 1's compute: its slot takes stage s + STAGES − 1.

@@ -162,6 +162,10 @@ pub trait EngineDevice: Send + std::fmt::Debug {
     fn multiprocessors(&self) -> usize {
         1
     }
+    /// The ring its tiled kernels were compiled for (a tiled launch's dynamic shared memory is
+    /// its [`TileGeometry::shared`], allowed for them if above 48 KiB; geometry only, never a
+    /// bit of a result).
+    fn tile(&self) -> TileGeometry;
     /// `len` zero bytes (at least 256-byte aligned).
     fn alloc(&self, len: usize) -> Result<Self::Buf, EngineError>;
     /// A buffer holding `bytes` (at least 256-byte aligned).
@@ -498,13 +502,148 @@ const MATVEC_BLOCK: u32 = 128;
 const TILE_THREADS: u32 = 128;
 /// Rows of a tiled launch's block at most (`TARFA_TILE_MAX_ROWS`).
 const TILE_MAX_ROWS: usize = 32;
-/// Dynamic shared bytes of a tiled launch (`TARFA_TILE_SHARED`): the rows' addresses, then four
-/// stages of 8 KiB of weights and 16 bytes of padding per row.
-pub const TILE_SHARED: u32 = (TILE_MAX_ROWS * 8 + 4 * (8192 + TILE_MAX_ROWS * 16)) as u32;
-/// Blocks per multiprocessor a tiled launch aims at (each keeps up to three 8 KiB stages in
-/// flight). Measured on the H200 (12.7 GB model), each pair in one session: 1 → 807.7 tokens/s
-/// against 773.6 at 2; 4 → 688.6 against 785.1 at 2 — more rows per block (wider tiles of fewer
-/// blocks) beat more blocks.
+
+/// The shared-memory ring of the tiled launches (`TARFA_TILE_STAGES` stages of
+/// `TARFA_TILE_STAGE_BYTES` weight bytes, `stages − 1` in flight), which the kernels are compiled
+/// for. A measuring knob (`TARFA_CUDA_TILE=STAGES,STAGE_BYTES` on the GPU): it changes which
+/// thread copies which bytes and when, never an operation or its order, so never a bit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TileGeometry {
+    stages: u32,
+    stage_bytes: u32,
+}
+
+impl Default for TileGeometry {
+    fn default() -> TileGeometry {
+        TileGeometry::DEFAULT
+    }
+}
+
+impl TileGeometry {
+    /// The kernels' own (`cuda_kernels.cu`'s defaults): four stages of 8 KiB.
+    pub const DEFAULT: TileGeometry = TileGeometry {
+        stages: 4,
+        stage_bytes: 8192,
+    };
+    /// Stages at least (one landing while one is read) and at most.
+    pub const STAGES: std::ops::RangeInclusive<u32> = 2..=16;
+    /// Weight bytes of a stage are whole 16-byte pieces for each of the block's threads.
+    pub const STAGE_BYTES_STEP: u32 = 16 * TILE_THREADS;
+    /// Weight bytes of a stage at least (the least multiple of the step that holds 32 columns of
+    /// x and of a block's 32 F32 rows: 32 · (4 + 32 · 4) = 4,224 bytes) and at most.
+    pub const STAGE_BYTES: std::ops::RangeInclusive<u32> = 6144..=65536;
+
+    /// `stages` of `stage_bytes`, if the kernels take them (see [`TileGeometry::STAGES`] and
+    /// [`TileGeometry::STAGE_BYTES`]).
+    pub fn new(stages: u32, stage_bytes: u32) -> Result<TileGeometry, EngineError> {
+        match Self::refusal(stages, stage_bytes) {
+            None => Ok(TileGeometry {
+                stages,
+                stage_bytes,
+            }),
+            Some(why) => Err(EngineError::BadTileGeometry {
+                value: format!("{stages},{stage_bytes}"),
+                why,
+            }),
+        }
+    }
+
+    /// Why the kernels cannot take `stages` of `stage_bytes`, if they cannot.
+    fn refusal(stages: u32, stage_bytes: u32) -> Option<String> {
+        let (lo, hi) = (Self::STAGES.start(), Self::STAGES.end());
+        if !Self::STAGES.contains(&stages) {
+            return Some(format!("{stages} stages is outside {lo}..={hi}"));
+        }
+        let (lo, hi, step) = (
+            Self::STAGE_BYTES.start(),
+            Self::STAGE_BYTES.end(),
+            Self::STAGE_BYTES_STEP,
+        );
+        if !Self::STAGE_BYTES.contains(&stage_bytes) || stage_bytes % step != 0 {
+            return Some(format!(
+                "{stage_bytes} bytes a stage is not a multiple of {step} in {lo}..={hi}"
+            ));
+        }
+        None
+    }
+
+    /// `STAGES,STAGE_BYTES` (decimal, e.g. `6,16384`) as `TARFA_CUDA_TILE` gives it; the error
+    /// names the value and why it is refused.
+    pub fn parse(text: &str) -> Result<TileGeometry, EngineError> {
+        let bad = |why: String| EngineError::BadTileGeometry {
+            value: text.to_string(),
+            why,
+        };
+        let (stages, bytes) = text
+            .split_once(',')
+            .ok_or_else(|| bad("it is not two numbers STAGES,STAGE_BYTES".into()))?;
+        let num = |v: &str| {
+            v.trim()
+                .parse::<u32>()
+                .map_err(|_| bad(format!("{:?} is not a number", v.trim())))
+        };
+        let (stages, stage_bytes) = (num(stages)?, num(bytes)?);
+        match Self::refusal(stages, stage_bytes) {
+            Some(why) => Err(bad(why)),
+            None => Ok(TileGeometry {
+                stages,
+                stage_bytes,
+            }),
+        }
+    }
+
+    /// Itself if its dynamic shared memory ([`TileGeometry::shared`]) is within a block's
+    /// `max_shared` bytes (the device's opt-in maximum).
+    pub fn within(self, max_shared: u32) -> Result<TileGeometry, EngineError> {
+        if self.shared() > max_shared {
+            return Err(EngineError::BadTileGeometry {
+                value: format!("{},{}", self.stages, self.stage_bytes),
+                why: format!(
+                    "the ring takes {} bytes of shared memory, above the device's {max_shared} a block",
+                    self.shared()
+                ),
+            });
+        }
+        Ok(self)
+    }
+
+    /// Stages of the ring.
+    pub const fn stages(self) -> u32 {
+        self.stages
+    }
+
+    /// Weight bytes of a stage.
+    pub const fn stage_bytes(self) -> u32 {
+        self.stage_bytes
+    }
+
+    /// Dynamic shared bytes of a tiled launch (`TARFA_TILE_SHARED`): the rows' addresses, then
+    /// the stages, each with 16 bytes of padding per row.
+    pub const fn shared(self) -> u32 {
+        let head = TILE_MAX_ROWS as u32 * 8;
+        head + self.stages * (self.stage_bytes + TILE_MAX_ROWS as u32 * 16)
+    }
+
+    /// Whether a block's dynamic shared memory is above the 48 KiB it may take without opting in
+    /// (the tiled kernels' `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, set to
+    /// [`TileGeometry::shared`]).
+    pub fn needs_opt_in(self) -> bool {
+        self.shared() as usize > SHARED_MAX
+    }
+
+    /// NVRTC's options compiling the kernels for this ring.
+    pub fn defines(self) -> [String; 2] {
+        [
+            format!("-DTARFA_TILE_STAGES={}", self.stages),
+            format!("-DTARFA_TILE_STAGE_BYTES={}", self.stage_bytes),
+        ]
+    }
+}
+
+/// Blocks per multiprocessor a tiled launch aims at (each keeps all but one of its ring's stages
+/// in flight: three of 8 KiB by default). Measured on the H200 (12.7 GB model), each pair in one
+/// session: 1 → 807.7 tokens/s against 773.6 at 2; 4 → 688.6 against 785.1 at 2 — more rows per
+/// block (wider tiles of fewer blocks) beat more blocks.
 const TILE_BLOCKS_PER_SM: usize = 1;
 
 /// Rows (at most `max`, a power of two) per block of a tiled launch over `count` rows: the most
@@ -925,12 +1064,14 @@ impl<D: EngineDevice> Engine<D> {
                 && j.x == first.x
         }) {
             let nr = tile_rows(rows as usize, TILE_MAX_ROWS, self.dev.multiprocessors());
+            let shared = self.dev.tile().shared();
             // SAFETY: as below, and every job has job 0's cols (a multiple of 32), dtype and x,
-            // with 16-byte aligned rows (`vec`); the block has the tile's shared memory.
+            // with 16-byte aligned rows (`vec`); the block has the tile's shared memory (the ring
+            // the device's kernels were compiled for).
             return unsafe {
                 self.dev.launch(
                     Kernel::TiledMatvec,
-                    geo((rows as usize).div_ceil(nr), TILE_THREADS, TILE_SHARED)?,
+                    geo((rows as usize).div_ceil(nr), TILE_THREADS, shared)?,
                     &[Arg::Jobs(m), Arg::I32(nr as i32)],
                 )
             };
@@ -1158,10 +1299,12 @@ impl<D: EngineDevice> Engine<D> {
             let np = tile_rows(k * t.inter, TILE_MAX_ROWS / 2, sms);
             // A power of two ≤ 32 dividing hidden: a down block's rows are of one slot.
             let nr = tile_rows(k * s.hidden, TILE_MAX_ROWS, sms);
-            let tile = |n: usize, per: usize| geo(n.div_ceil(per), TILE_THREADS, TILE_SHARED);
+            let shared = self.dev.tile().shared();
+            let tile = |n: usize, per: usize| geo(n.div_ceil(per), TILE_THREADS, shared);
             // SAFETY: as below; inter and hidden are whole chunks, so every row and each slot's
             // h (h + slot·inter floats) are 16-byte aligned (expert matrices start 256-byte
-            // aligned, `put`), as cp.async needs; each block has the tile's shared memory.
+            // aligned, `put`), as cp.async needs; each block has the tile's shared memory (the
+            // ring the device's kernels were compiled for).
             unsafe {
                 self.dev.launch(
                     Kernel::TiledGateUp,
@@ -1384,7 +1527,8 @@ mod tests {
     }
 
     /// The shared memory a tiled launch asks for is what `cuda_kernels.cu` lays out (rows'
-    /// addresses, then the stages with their padding), within the 48 KiB a block may take.
+    /// addresses, then the stages with their padding), and the default ring is the kernels' own
+    /// (their `#ifndef` defaults), within the 48 KiB a block may take without opting in.
     #[test]
     fn tile_shared_bytes_match_the_kernels_layout() {
         let cu = include_str!("cuda_kernels.cu");
@@ -1400,9 +1544,111 @@ mod tests {
         };
         assert_eq!(def("TARFA_TILE_THREADS"), TILE_THREADS as usize);
         assert_eq!(def("TARFA_TILE_MAX_ROWS"), TILE_MAX_ROWS);
-        let slot = def("TARFA_TILE_STAGE_BYTES") + TILE_MAX_ROWS * 16;
-        let want = TILE_MAX_ROWS * 8 + def("TARFA_TILE_STAGES") * slot;
-        assert_eq!(TILE_SHARED as usize, want);
-        assert!(want <= SHARED_MAX);
+        let tile = TileGeometry::DEFAULT;
+        assert_eq!(def("TARFA_TILE_STAGES"), tile.stages() as usize);
+        assert_eq!(def("TARFA_TILE_STAGE_BYTES"), tile.stage_bytes() as usize);
+        for (stages, bytes) in [(4, 8192), (2, 6144), (6, 16384), (16, 65536)] {
+            let g = TileGeometry::new(stages, bytes).expect("a ring the kernels take");
+            let slot = bytes as usize + TILE_MAX_ROWS * 16;
+            let want = TILE_MAX_ROWS * 8 + stages as usize * slot;
+            assert_eq!(g.shared() as usize, want);
+        }
+        assert!(tile.shared() as usize <= SHARED_MAX);
+        assert_eq!(
+            tile.defines(),
+            ["-DTARFA_TILE_STAGES=4", "-DTARFA_TILE_STAGE_BYTES=8192"]
+        );
+    }
+
+    /// Every ring the checks take suits the kernel for every block it is given (1–32 rows, BF16 or
+    /// F32), as `tarfa_tile_acc` works it out: a stage is whole 16-byte pieces for each thread,
+    /// holds at least one 32-column chunk of x and of every row (the least stage taken is the
+    /// least step that does: 4,096 bytes give 32 F32 rows no column), and x's columns with the
+    /// padded rows fit a slot.
+    #[test]
+    fn every_ring_taken_holds_a_chunk_of_every_block() {
+        let step = TileGeometry::STAGE_BYTES_STEP;
+        let columns = |bytes: u32, n: u32, esz: u32| bytes / (4 + n * esz) / 32 * 32;
+        for bytes in (step..=TileGeometry::STAGE_BYTES.end() + step).step_by(step as usize) {
+            let taken = TileGeometry::new(2, bytes).is_ok();
+            assert_eq!(taken, TileGeometry::STAGE_BYTES.contains(&bytes), "{bytes}");
+            if !taken {
+                continue;
+            }
+            let pieces = bytes / 16 / TILE_THREADS;
+            assert_eq!(pieces * 16 * TILE_THREADS, bytes);
+            for n in 1..=TILE_MAX_ROWS as u32 {
+                for esz in [2, 4] {
+                    let w = columns(bytes, n, esz);
+                    assert!(w >= 32, "{bytes} bytes, {n} rows of {esz}");
+                    assert!(w * (4 + n * esz) / 16 <= pieces * TILE_THREADS);
+                    let used = w * 4 + n * (w * esz + 16);
+                    assert!(used <= bytes + TILE_MAX_ROWS as u32 * 16);
+                }
+            }
+        }
+        assert_eq!(columns(4096, 32, 4), 0);
+        assert!(!TileGeometry::STAGE_BYTES.contains(&4096));
+        for stages in 0..=20 {
+            let taken = TileGeometry::new(stages, 8192).is_ok();
+            assert_eq!(taken, TileGeometry::STAGES.contains(&stages), "{stages}");
+        }
+    }
+
+    /// `TARFA_CUDA_TILE`'s value: `STAGES,STAGE_BYTES`; anything else, or a ring the kernels or
+    /// the device cannot take, is `BadTileGeometry` naming the value and why (never a panic).
+    #[test]
+    fn a_tile_geometry_is_two_numbers_the_kernels_and_the_device_take() {
+        let g = TileGeometry::parse("6,16384").expect("6,16384");
+        assert_eq!((g.stages(), g.stage_bytes()), (6, 16384));
+        assert_eq!(
+            TileGeometry::parse(" 4 , 8192 ").ok(),
+            Some(TileGeometry::DEFAULT)
+        );
+        for (text, why) in [
+            ("", "two numbers"),
+            ("6", "two numbers"),
+            ("6;16384", "two numbers"),
+            ("6,16384,1", "\"16384,1\" is not a number"),
+            ("six,16384", "\"six\" is not a number"),
+            ("-2,8192", "\"-2\" is not a number"),
+            ("1,8192", "1 stages is outside 2..=16"),
+            ("17,8192", "17 stages is outside 2..=16"),
+            (
+                "4,4096",
+                "4096 bytes a stage is not a multiple of 2048 in 6144..=65536",
+            ),
+            ("4,10000", "10000 bytes"),
+            ("4,67584", "67584 bytes"),
+            ("4,99999999999", "not a number"),
+        ] {
+            match TileGeometry::parse(text) {
+                Err(e @ EngineError::BadTileGeometry { .. }) => {
+                    let msg = e.to_string();
+                    assert!(
+                        msg.starts_with(&format!("TARFA_CUDA_TILE={text}: ")),
+                        "{msg}"
+                    );
+                    assert!(msg.contains(why), "{text}: {msg}");
+                    assert!(msg.contains("e.g. 6,16384, or unset for 4,8192"), "{msg}");
+                }
+                other => panic!("{text}: {other:?}"),
+            }
+        }
+        assert!(!TileGeometry::DEFAULT.needs_opt_in() && g.needs_opt_in());
+        // The H200's opt-in maximum: 227 KiB a block.
+        let h200 = 232_448;
+        assert_eq!(g.within(h200).ok(), Some(g));
+        assert_eq!(g.shared(), 101_632);
+        let big = TileGeometry::new(16, 16384).expect("16,16384");
+        match big.within(h200) {
+            Err(e @ EngineError::BadTileGeometry { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains("TARFA_CUDA_TILE=16,16384: the ring takes 270592 bytes of shared memory, above the device's 232448"), "{msg}");
+            }
+            other => panic!("{other:?}"),
+        }
+        let top = TileGeometry::new(8, 26624).expect("8,26624");
+        assert!(top.shared() <= h200 && top.within(h200).is_ok());
     }
 }
