@@ -3,7 +3,13 @@
 # qwen3_moe model that fits in VRAM) against the CPU (logits compared byte for byte), against
 # the offload path (layers on the CPU, experts and products on the GPU), and with LLAMA=1 against
 # llama.cpp's CUDA build on the same weights (a BF16 GGUF written with the gguf package).
-#   [LLAMA=1] bash bench/gpu-whole-run.sh WORKDIR [LAYERS]
+#   [LLAMA=1] [TEST_TILE=S,B] [AB="SPEC..."] [TG32="LABEL:BINARY[:VAR=V]..."] bash bench/gpu-whole-run.sh WORKDIR [LAYERS]
+# With LLAMA=1 llama.cpp builds in the background (niced) while the unmeasured steps run (tests,
+# checkpoint, logits), and is waited for before anything is timed. AB: sides for bench/gpu-ab.sh
+# (AB_RUNS runs, AB_ROUNDS rounds; default 5, 2), run after the logits, while llama.cpp may still
+# be building (niced; the sides alternate rounds).
+# TEST_TILE: the GPU tests and a logits comparison again with TARFA_CUDA_TILE=S,B.
+# TG32: sides measured as llama-bench's tg32 is (one prompt token, 32 greedy steps, 21 runs).
 # Needs (carried, git-ignored): target/device/{tarfa-cuda,synth_decode_checkpoint,gpu-test};
 # with LLAMA=1 also bench/llama/llama-cpp-cuda-src.tar.xz (CUDA=1 bash bench/llama/make-llama-src.sh)
 # and bench/llama/wheels/ (the gguf wheel). OUT: where logs and logits go (default WORKDIR/out).
@@ -18,9 +24,18 @@ mkdir -p "$W" "$O"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 t() { local s rc; s=$(date +%s%N); "$@"; rc=$?; echo "TIME $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" >&2; return $rc; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader
+if [ "${LLAMA:-0}" = 1 ]; then
+  echo "== llama.cpp CUDA build, in the background"
+  ( s=$(date +%s); CUDA=1 nice -n 19 bash "$H/build-llama-bench.sh" "$W" 16 > "$O/llama-build.log" 2>&1
+    echo "$? $(( $(date +%s) - s ))" > "$W/llama-build.done" ) &
+fi
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   echo "== GPU test binary (TARFA_REQUIRE_GPU=1)"
   TARFA_REQUIRE_GPU=1 t "$B/gpu-test" --test-threads=1 2>&1 | grep -E "^test |test result|panicked|left|right" | head -40
+  if [ -n "${TEST_TILE:-}" ]; then
+    echo "== GPU test binary, tiled products' ring TARFA_CUDA_TILE=$TEST_TILE"
+    TARFA_CUDA_TILE=$TEST_TILE TARFA_REQUIRE_GPU=1 t "$B/gpu-test" --test-threads=1 2>&1 | grep -E "^test |test result|panicked|left|right" | head -40
+  fi
 fi
 echo "== checkpoint: $LAYERS layers"
 rm -rf "$W/src" "$W/jnf"
@@ -43,13 +58,38 @@ echo "== GPU, whole forward pass, kernels launched one by one"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --no-cuda-graphs --logits-out "$O/whole-nograph.npy" > /dev/null
 echo "== GPU, offload path (layers on the CPU, experts and products on the GPU)"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --gpu-offload-only --logits-out "$O/offload.npy" > /dev/null
-for f in whole whole-nograph offload; do
+LOGITS="whole whole-nograph offload"
+if [ -n "${TEST_TILE:-}" ]; then
+  echo "== GPU, whole forward pass, TARFA_CUDA_TILE=$TEST_TILE"
+  TARFA_CUDA_TILE=$TEST_TILE t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole-tile.npy" > /dev/null
+  LOGITS="$LOGITS whole-tile"
+fi
+for f in $LOGITS; do
   cmp "$O/cpu.npy" "$O/$f.npy" && echo "logits: $f == cpu, byte for byte"
 done
+if [ -n "${AB:-}" ]; then
+  # While llama.cpp may still be building (niced: the sides alternate, so any disturbance
+  # touches them alike); llama-bench and TG32 wait for a quiet machine.
+  echo "== A/B: $AB"
+  # shellcheck disable=SC2086
+  bash "$R/bench/gpu-ab.sh" "$W/jnf" "${AB_RUNS:-5}" "${AB_ROUNDS:-2}" $AB
+fi
 if [ "${LLAMA:-0}" = 1 ]; then
-  echo "== llama.cpp CUDA build"
-  CUDA=1 t bash "$H/build-llama-bench.sh" "$W" 16 > "$O/llama-build.log" 2>&1 || { tail -30 "$O/llama-build.log"; exit 2; }
+  echo "== waiting for the llama.cpp build"
+  wait
+  read -r rc secs < "$W/llama-build.done"
+  echo "llama.cpp build: rc=$rc in $secs s (in the background)"
+  [ "$rc" = 0 ] || { tail -30 "$O/llama-build.log"; exit 2; }
   tail -2 "$O/llama-build.log"
+fi
+for spec in ${TG32:-}; do
+  IFS=: read -r label bin vars <<< "$spec"
+  envs=()
+  [ -n "${vars:-}" ] && IFS=+ read -r -a envs <<< "$vars"
+  echo "== tg32-shaped: $label ($bin ${envs[*]:-}): bench-decode --prompt-tokens 1 --tokens 32 --runs 21"
+  env "${envs[@]}" "$bin" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 --tokens 32 --runs 21 2>&1 | sed "s/^/$label: /"
+done
+if [ "${LLAMA:-0}" = 1 ]; then
   echo "== llama-bench -ngl 99 -p 8 -n 32 (flash attention off, the default)"
   t "$W/llama-build/bin/llama-bench" -m "$W/model.gguf" -ngl 99 -p 8 -n 32 -o json -oe md > "$O/llama-bench-cuda.json"
   python3 - "$O/llama-bench-cuda.json" <<'PY'
