@@ -504,11 +504,37 @@ __device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
 // launch before may still run), then as many values, copied to shared memory, so that the
 // weights' loads (from HBM) overlap the scale's sum and the sum reads shared memory (the loads
 // were each a round trip in turn).
+// The end of an RMSNorm block once every x[i] is final and each thread holds its first
+// TARFA_RMS_AHEAD elements' weights (wv) and values (xv): warp 0 finds the scale from `sum_of`
+// (x, or its copy in shared memory), then every thread writes its outputs.
+__device__ __forceinline__ void tarfa_block_rms_tail(const float* x, const float* sum_of,
+                                                     const unsigned char* w, int wdtype, int n,
+                                                     float eps, const float* wv, const float* xv,
+                                                     float* out) {
+    __shared__ float scale;
+    // The block's stores to x (a combine's) are visible to the block after the barrier.
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float r = tarfa_rms_scale(sum_of, n, eps, threadIdx.x);
+        if (threadIdx.x == 0) scale = r;
+    }
+    __syncthreads();
+    float r = scale;
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) out[i] = __fmul_rn(wv[j], __fmul_rn(xv[j], r));
+    }
+    int rest = TARFA_RMS_AHEAD * blockDim.x;
+    for (int i = threadIdx.x + rest; i < n; i += blockDim.x) {
+        out[i] = __fmul_rn(tarfa_weight(w, wdtype, i), __fmul_rn(x[i], r));
+    }
+}
+
 template <class XVal>
 __device__ __forceinline__ void tarfa_block_rms_norm(XVal xval, const float* x,
                                                      const unsigned char* w, int wdtype, int n,
                                                      float eps, float* out) {
-    __shared__ float scale;
     __shared__ float xs[TARFA_RMS_STAGE];
     bool staged = n <= TARFA_RMS_STAGE;
     float wv[TARFA_RMS_AHEAD], xv[TARFA_RMS_AHEAD];
@@ -531,22 +557,7 @@ __device__ __forceinline__ void tarfa_block_rms_norm(XVal xval, const float* x,
         float v = xval(i);
         if (staged) xs[i] = v;
     }
-    // The block's stores to x (a combine's) are visible to the block after the barrier.
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float r = tarfa_rms_scale(staged ? xs : x, n, eps, threadIdx.x);
-        if (threadIdx.x == 0) scale = r;
-    }
-    __syncthreads();
-    float r = scale;
-#pragma unroll
-    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
-        int i = threadIdx.x + j * blockDim.x;
-        if (i < n) out[i] = __fmul_rn(wv[j], __fmul_rn(xv[j], r));
-    }
-    for (int i = threadIdx.x + rest; i < n; i += blockDim.x) {
-        out[i] = __fmul_rn(tarfa_weight(w, wdtype, i), __fmul_rn(x[i], r));
-    }
+    tarfa_block_rms_tail(x, staged ? xs : x, w, wdtype, n, eps, wv, xv, out);
 }
 
 // RMSNorm of x into out (tarfa_block_rms_norm), one block.
@@ -775,49 +786,114 @@ __device__ __forceinline__ int tarfa_total_key(float v) {
 // Router probabilities per lane the top-k holds in registers (up to 256 experts).
 #define TARFA_TOPK_AHEAD 8
 
-// The softmax router's native top-k (blocks::softmax_topk) on one warp: p = softmax(z), the k
-// largest p (total order, descending; ties: the lower id) in selection order, renormalised by
-// their canonical sum when `renorm`. p is kept in `probs` (n floats).
-extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm, float* probs,
-                                        int* ids, float* wts) {
-    tarfa_grid_enter();
-    int lane = threadIdx.x;
-    tarfa_warp_softmax(z, probs, n, lane);
-    __syncwarp();
-    // Selection: each round takes the best (key, id) strictly after the previous one in the
-    // order (key descending, id ascending).
-    // The lane's keys in registers when n ≤ 32·TARFA_TOPK_AHEAD (each round read them from
-    // memory again, a round trip per slot).
+// tarfa_e_topk for n (hence k) ≤ 32·TARFA_TOPK_AHEAD, all in registers: lane l holds the logits,
+// probabilities and keys of experts l, l + 32, … and the weights of slots l, l + 32, …; a
+// slot's probability comes back from its winning key (the key is a bijection on f32 bits), so
+// no round trip through memory stands between one slot and the next. The same operations in the
+// same order as tarfa_warp_softmax, the selection and the renormalisation below.
+__device__ __forceinline__ void tarfa_topk_held(const float* z, int n, int k, int renorm,
+                                                float* probs, int* ids, float* wts, int lane) {
+    float pv[TARFA_TOPK_AHEAD], wv[TARFA_TOPK_AHEAD];
     int keys[TARFA_TOPK_AHEAD];
-    bool held = n <= 32 * TARFA_TOPK_AHEAD;
-    if (held) {
 #pragma unroll
-        for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) keys[j] = lane + 32 * j < n ? tarfa_total_key(probs[lane + 32 * j]) : 0;
+    for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) pv[j] = lane + 32 * j < n ? z[lane + 32 * j] : 0.0f;
+    float m = __int_as_float(0xff800000);  // -inf
+#pragma unroll
+    for (int j = 0; j < TARFA_TOPK_AHEAD; ++j)
+        if (lane + 32 * j < n) m = fmaxf(m, pv[j]);
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(TARFA_FULL, m, o));
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) {
+        if (lane + 32 * j < n) {
+            pv[j] = tarfa_exp(__fsub_rn(pv[j], m));
+            acc = __fadd_rn(acc, pv[j]);
+        }
+    }
+    float sum = __shfl_sync(TARFA_FULL, tarfa_warp_fold(acc), 0);
+#pragma unroll
+    for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) {
+        int i = lane + 32 * j;
+        keys[j] = 0;
+        wv[j] = 0.0f;
+        if (i < n) {
+            pv[j] = __fdiv_rn(pv[j], sum);
+            probs[i] = pv[j];
+            keys[j] = tarfa_total_key(pv[j]);
+        }
     }
     int prev_key = 0, prev_id = -1;
     for (int slot = 0; slot < k; ++slot) {
         int best_key = 0, best_id = -1;
-        if (held) {
 #pragma unroll
-            for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) {
-                int i = lane + 32 * j;
-                int key = keys[j];
-                bool after = slot == 0 || key < prev_key || (key == prev_key && i > prev_id);
-                bool better = best_id < 0 || key > best_key || (key == best_key && i < best_id);
-                if (i < n && after && better) {
-                    best_key = key;
-                    best_id = i;
-                }
+        for (int j = 0; j < TARFA_TOPK_AHEAD; ++j) {
+            int i = lane + 32 * j;
+            int key = keys[j];
+            bool after = slot == 0 || key < prev_key || (key == prev_key && i > prev_id);
+            bool better = best_id < 0 || key > best_key || (key == best_key && i < best_id);
+            if (i < n && after && better) {
+                best_key = key;
+                best_id = i;
             }
-        } else {
-            for (int i = lane; i < n; i += 32) {
-                int key = tarfa_total_key(probs[i]);
-                bool after = slot == 0 || key < prev_key || (key == prev_key && i > prev_id);
-                bool better = best_id < 0 || key > best_key || (key == best_key && i < best_id);
-                if (after && better) {
-                    best_key = key;
-                    best_id = i;
-                }
+        }
+        for (int o = 16; o > 0; o /= 2) {
+            int ok = __shfl_xor_sync(TARFA_FULL, best_key, o);
+            int oi = __shfl_xor_sync(TARFA_FULL, best_id, o);
+            bool take = oi >= 0 && (best_id < 0 || ok > best_key || (ok == best_key && oi < best_id));
+            if (take) {
+                best_key = ok;
+                best_id = oi;
+            }
+        }
+        prev_key = best_key;
+        prev_id = best_id;
+        // The winner's probability: the key's inverse (tarfa_total_key is its own inverse).
+        float p = __int_as_float(tarfa_total_key(__int_as_float(best_key)));
+#pragma unroll
+        for (int j = 0; j < TARFA_TOPK_AHEAD; ++j)
+            if (slot == lane + 32 * j) wv[j] = p;
+        if (lane == 0) ids[slot] = best_id;
+    }
+    float t = 0.0f;
+    if (renorm) {
+        float a = 0.0f;
+#pragma unroll
+        for (int j = 0; j < TARFA_TOPK_AHEAD; ++j)
+            if (lane + 32 * j < k) a = __fadd_rn(a, wv[j]);
+        a = tarfa_warp_fold(a);
+        t = __shfl_sync(TARFA_FULL, a, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < TARFA_TOPK_AHEAD; ++j)
+        if (lane + 32 * j < k) wts[lane + 32 * j] = renorm ? __fdiv_rn(wv[j], t) : wv[j];
+}
+
+// The softmax router's native top-k (blocks::softmax_topk) on one warp: p = softmax(z), the k
+// largest p (total order, descending; ties: the lower id) in selection order, renormalised by
+// their canonical sum when `renorm`. p is kept in `probs` (n floats). Up to 32·TARFA_TOPK_AHEAD
+// experts in registers (tarfa_topk_held); more through memory, each round reading p again.
+extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm, float* probs,
+                                        int* ids, float* wts) {
+    tarfa_grid_enter();
+    int lane = threadIdx.x;
+    if (n <= 32 * TARFA_TOPK_AHEAD) {
+        tarfa_topk_held(z, n, k, renorm, probs, ids, wts, lane);
+        return;
+    }
+    tarfa_warp_softmax(z, probs, n, lane);
+    __syncwarp();
+    // Selection: each round takes the best (key, id) strictly after the previous one in the
+    // order (key descending, id ascending).
+    int prev_key = 0, prev_id = -1;
+    for (int slot = 0; slot < k; ++slot) {
+        int best_key = 0, best_id = -1;
+        for (int i = lane; i < n; i += 32) {
+            int key = tarfa_total_key(probs[i]);
+            bool after = slot == 0 || key < prev_key || (key == prev_key && i > prev_id);
+            bool better = best_id < 0 || key > best_key || (key == best_key && i < best_id);
+            if (after && better) {
+                best_key = key;
+                best_id = i;
             }
         }
         for (int o = 16; o > 0; o /= 2) {
@@ -934,11 +1010,58 @@ extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts,
 
 // The combine, then the next layer's input RMSNorm of the new x (tarfa_e_rms_norm's operations)
 // into `out`, in one block: one launch instead of two.
+// When the block's threads hold every element (n ≤ TARFA_RMS_AHEAD · threads, staged) and there
+// are at most 8 slots, every load of the combine — the slots' weights, each element's products
+// and residual — is issued before the first add (a thread's elements were a round trip each in
+// turn: each stored x before the next loaded), then the same adds in the same order.
 extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts, int k, int n,
                                                 float* x, const unsigned char* w, int wdtype,
                                                 float eps, float* out) {
-    tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, x, i); }, x, w, wdtype, n,
-                         eps, out);
+    if (k > 8 || n > TARFA_RMS_AHEAD * (int)blockDim.x || n > TARFA_RMS_STAGE) {
+        tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, x, i); }, x, w,
+                             wdtype, n, eps, out);
+        return;
+    }
+    __shared__ float xs[TARFA_RMS_STAGE];
+    float wv[TARFA_RMS_AHEAD], xv[TARFA_RMS_AHEAD];
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) wv[j] = tarfa_weight(w, wdtype, i);
+    }
+    tarfa_grid_enter();
+    float ws[8], yv[TARFA_RMS_AHEAD][8];
+#pragma unroll
+    for (int s = 0; s < 8; ++s) ws[s] = s < k ? wts[s] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) {
+            xv[j] = x[i];
+#pragma unroll
+            for (int s = 0; s < 8; ++s) yv[j][s] = s < k ? y[(long long)s * n + i] : 0.0f;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) {
+            // tarfa_combine_at's operations: products rounded, added in slot order from slot 0.
+            float acc = 0.0f;
+#pragma unroll
+            for (int s = 0; s < 8; ++s) {
+                if (s < k) {
+                    float p = __fmul_rn(yv[j][s], ws[s]);
+                    acc = s == 0 ? p : __fadd_rn(acc, p);
+                }
+            }
+            float v = __fadd_rn(xv[j], acc);
+            x[i] = v;
+            xv[j] = v;
+            xs[i] = v;
+        }
+    }
+    tarfa_block_rms_tail(x, xs, w, wdtype, n, eps, wv, xv, out);
 }
 
 // ================================================================================================
