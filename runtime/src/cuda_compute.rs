@@ -543,6 +543,23 @@ mod tests {
     use super::*;
     use crate::gpu_engine::Kernel;
 
+    /// The PTX, or `None` (the test then passes, saying SKIPPED) where NVRTC is absent, unless
+    /// `TARFA_REQUIRE_NVRTC` is set (CI), when that fails.
+    fn compiled_or_skipped(r: Result<cudarc::nvrtc::Ptx, CudaError>) -> Option<cudarc::nvrtc::Ptx> {
+        match r {
+            Ok(p) => Some(p),
+            Err(CudaError::Absent(why)) => {
+                assert!(
+                    std::env::var_os("TARFA_REQUIRE_NVRTC").is_none(),
+                    "TARFA_REQUIRE_NVRTC is set but {why}"
+                );
+                eprintln!("SKIPPED: {why}");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
     /// The kernels compile under the options the decoder uses (no GPU needed, only NVRTC: CI
     /// installs PyPI's `nvidia-cuda-nvrtc` and sets `TARFA_REQUIRE_NVRTC=1`), and the PTX has
     /// every kernel the host code looks up, with no contracted multiply-add the source did not
@@ -555,21 +572,13 @@ mod tests {
         assert_eq!(arch_for(10, 0), Some("compute_90"));
         assert_eq!(arch_for(8, 6), Some("compute_80"));
         assert_eq!(arch_for(7, 5), None);
-        let (hopper, old) = match (
-            compile_kernels(Some("compute_90"), TileGeometry::DEFAULT),
-            compile_kernels(None, TileGeometry::DEFAULT),
-        ) {
-            (Ok(h), Ok(o)) => (h.to_src(), o.to_src()),
-            (Err(CudaError::Absent(why)), _) | (_, Err(CudaError::Absent(why))) => {
-                assert!(
-                    std::env::var_os("TARFA_REQUIRE_NVRTC").is_none(),
-                    "TARFA_REQUIRE_NVRTC is set but {why}"
-                );
-                eprintln!("SKIPPED: {why}");
-                return;
-            }
-            (Err(e), _) | (_, Err(e)) => panic!("{e}"),
+        let (Some(hopper), Some(old)) = (
+            compiled_or_skipped(compile_kernels(Some("compute_90"), TileGeometry::DEFAULT)),
+            compiled_or_skipped(compile_kernels(None, TileGeometry::DEFAULT)),
+        ) else {
+            return;
         };
+        let (hopper, old) = (hopper.to_src(), old.to_src());
         assert!(hopper.contains("cp.async.cg.shared.global"));
         assert!(hopper.contains(".target sm_90"));
         assert!(!old.contains("cp.async"));
@@ -600,18 +609,10 @@ mod tests {
     #[test]
     fn a_ring_chosen_at_run_time_compiles_and_the_default_is_the_sources_own() {
         let arch = Some("compute_90");
-        let plain = match compile_with(arch, Vec::new()) {
-            Ok(p) => p.to_src(),
-            Err(CudaError::Absent(why)) => {
-                assert!(
-                    std::env::var_os("TARFA_REQUIRE_NVRTC").is_none(),
-                    "TARFA_REQUIRE_NVRTC is set but {why}"
-                );
-                eprintln!("SKIPPED: {why}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
+        let Some(plain) = compiled_or_skipped(compile_with(arch, Vec::new())) else {
+            return;
         };
+        let plain = plain.to_src();
         let ptx = |stages, bytes| {
             let tile = TileGeometry::new(stages, bytes).expect("a ring the kernels take");
             compile_kernels(arch, tile)
@@ -668,17 +669,10 @@ mod tests {
 
     #[test]
     fn the_kernels_compile_with_nvrtc_and_every_looked_up_kernel_is_there() {
-        let ptx = match compile_kernels(Some("compute_90"), TileGeometry::DEFAULT) {
-            Ok(p) => p,
-            Err(CudaError::Absent(why)) => {
-                assert!(
-                    std::env::var_os("TARFA_REQUIRE_NVRTC").is_none(),
-                    "TARFA_REQUIRE_NVRTC is set but {why}"
-                );
-                eprintln!("SKIPPED: {why}");
-                return;
-            }
-            Err(e) => panic!("{e}"),
+        let Some(ptx) =
+            compiled_or_skipped(compile_kernels(Some("compute_90"), TileGeometry::DEFAULT))
+        else {
+            return;
         };
         let text = ptx.to_src();
         let hosts = [

@@ -783,6 +783,20 @@ __device__ __forceinline__ int tarfa_total_key(float v) {
     return b ^ (int)(((unsigned int)(b >> 31)) >> 1);
 }
 
+// The warp's best (key, id) of its lanes' candidates (id −1: none), all lanes given it: the
+// largest key, ties to the lower id.
+__device__ __forceinline__ void tarfa_warp_best(int* best_key, int* best_id) {
+    for (int o = 16; o > 0; o /= 2) {
+        int ok = __shfl_xor_sync(TARFA_FULL, *best_key, o);
+        int oi = __shfl_xor_sync(TARFA_FULL, *best_id, o);
+        bool take = oi >= 0 && (*best_id < 0 || ok > *best_key || (ok == *best_key && oi < *best_id));
+        if (take) {
+            *best_key = ok;
+            *best_id = oi;
+        }
+    }
+}
+
 // Router probabilities per lane the top-k holds in registers (up to 256 experts).
 #define TARFA_TOPK_AHEAD 8
 
@@ -836,15 +850,7 @@ __device__ __forceinline__ void tarfa_topk_held(const float* z, int n, int k, in
                 best_id = i;
             }
         }
-        for (int o = 16; o > 0; o /= 2) {
-            int ok = __shfl_xor_sync(TARFA_FULL, best_key, o);
-            int oi = __shfl_xor_sync(TARFA_FULL, best_id, o);
-            bool take = oi >= 0 && (best_id < 0 || ok > best_key || (ok == best_key && oi < best_id));
-            if (take) {
-                best_key = ok;
-                best_id = oi;
-            }
-        }
+        tarfa_warp_best(&best_key, &best_id);
         prev_key = best_key;
         prev_id = best_id;
         // The winner's probability: the key's inverse (tarfa_total_key is its own inverse).
@@ -896,15 +902,7 @@ extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm
                 best_id = i;
             }
         }
-        for (int o = 16; o > 0; o /= 2) {
-            int ok = __shfl_xor_sync(TARFA_FULL, best_key, o);
-            int oi = __shfl_xor_sync(TARFA_FULL, best_id, o);
-            bool take = oi >= 0 && (best_id < 0 || ok > best_key || (ok == best_key && oi < best_id));
-            if (take) {
-                best_key = ok;
-                best_id = oi;
-            }
-        }
+        tarfa_warp_best(&best_key, &best_id);
         prev_key = best_key;
         prev_id = best_id;
         if (lane == 0) {
