@@ -379,7 +379,8 @@ pub fn argmax(logits: &[f32]) -> u32 {
 }
 
 /// The whole-model GPU decoder when `device` asks for the GPU and the model takes it
-/// ([`crate::gpu_resident::open`]); with `Auto`, a GPU that cannot be used means `None`.
+/// ([`crate::gpu_resident::open`]); with `Auto`, a GPU that cannot be used means `None` (a bad
+/// `TARFA_CUDA_TILE` is still an error).
 #[cfg(feature = "cuda")]
 fn whole_model_gpu(
     config: &serde_json::Value,
@@ -395,9 +396,19 @@ fn whole_model_gpu(
     };
     match crate::gpu_resident::open(config, tensors, experts, o) {
         Ok(f) => Ok(f.map(|f| Box::new(f) as Box<dyn Family>)),
-        Err(_) if auto => Ok(None),
+        Err(e) if auto && !is_a_bad_setting(&e) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+/// Whether `e` is a setting the user got wrong (a bad `TARFA_CUDA_TILE`): said even under
+/// `--device auto`, not taken for a GPU that cannot be used.
+#[cfg(feature = "cuda")]
+fn is_a_bad_setting(e: &DecodeError) -> bool {
+    matches!(
+        e,
+        DecodeError::Gpu(tarfa_runtime::CudaError::BadTileGeometry { .. })
+    )
 }
 
 #[cfg(not(feature = "cuda"))]
@@ -453,6 +464,22 @@ fn read_regular_bounded(path: &Path, expected: u64) -> Result<Vec<u8>> {
 
 #[cfg(test)]
 mod tests {
+    /// Under `--device auto` a GPU that cannot be used means the CPU, but a bad `TARFA_CUDA_TILE`
+    /// is the user's to fix: it is said, not swallowed.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn auto_swallows_a_missing_gpu_but_not_a_bad_tile_setting() {
+        use crate::error::DecodeError;
+        use tarfa_runtime::CudaError;
+        let bad = DecodeError::Gpu(CudaError::BadTileGeometry {
+            value: "7".into(),
+            why: "no stage size".into(),
+        });
+        assert!(super::is_a_bad_setting(&bad));
+        let absent = DecodeError::Gpu(CudaError::Absent("no CUDA device is visible".into()));
+        assert!(!super::is_a_bad_setting(&absent));
+    }
+
     use super::argmax;
 
     #[test]
