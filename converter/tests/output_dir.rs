@@ -222,3 +222,45 @@ fn a_temporary_file_of_a_running_process_or_with_foreign_bytes_survives_a_rerun(
     run(&src, &out, None).expect("rerun");
     assert!(!temp.exists(), "a killed run's leftover stays");
 }
+
+/// A running conversion's temporary file, in a directory whose lock another conversion holds, is
+/// reported as the directory being in use ("another tarfa convert is writing"), not as a foreign
+/// file; nothing is touched. Once the lock is free, the same file is a live writer's, named.
+#[test]
+fn a_live_writers_temporary_file_under_a_held_lock_says_another_conversion_is_writing() {
+    let root = tempfile::tempdir().expect("tempdir");
+    let src = checkpoint(root.path());
+    let out = root.path().join("out");
+    run(&src, &out, None).expect("first run");
+    // The test runner's parent runs for as long as this test does: a live writer's PID.
+    let live = std::os::unix::process::parent_id();
+    let temp = out.join(format!(".config.json.tmp-{live}"));
+    std::fs::write(&temp, b"").expect("plant");
+    // Another conversion's lock: an exclusive flock on its own open file description.
+    let lock = std::fs::File::open(out.join(tarfa_format::manifest::CONVERT_LOCK_NAME))
+        .expect("the first run's lock file");
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive)
+        .expect("take the lock");
+    let before = tree(&out);
+    let err = run(&src, &out, None).expect_err("a directory in use");
+    assert!(
+        matches!(&err, ConvertError::BadOutput { path, fault: OutputFault::Locked } if path == &out),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("another tarfa convert is writing"),
+        "{err}"
+    );
+    assert!(
+        tree(&out) == before,
+        "the refused run changed the directory"
+    );
+    drop(lock);
+    let err = run(&src, &out, None).expect_err("a live writer's file");
+    assert!(
+        matches!(&err, ConvertError::BadOutput { fault: OutputFault::Foreign { why }, .. }
+            if *why == ForeignFile::LiveWriter { pid: live }),
+        "{err}"
+    );
+    assert!(temp.exists(), "a live writer's file was removed");
+}
