@@ -415,7 +415,14 @@ fn moe_case(
 #[test]
 fn combine_then_norm_in_one_launch_is_the_cpus() {
     let mut r = Rng(29);
-    for &(n, k) in &[(32usize, 2usize), (100, 8), (1024, 7), (2048, 8), (4099, 3), (64, 10)] {
+    for &(n, k) in &[
+        (32usize, 2usize),
+        (100, 8),
+        (1024, 7),
+        (2048, 8),
+        (4099, 3),
+        (64, 10),
+    ] {
         for dt in [emu::Dt::Bf16, emu::Dt::F32] {
             let ys: Vec<Vec<f32>> = (0..k).map(|_| r.vec(n, 2.0)).collect();
             let wts = r.vec(k, 1.0);

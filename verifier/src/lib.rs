@@ -383,11 +383,13 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
             }
         }
         Err(e) => {
-            faults.push(Fault::new(
-                FaultKind::Manifest,
-                MANIFEST_NAME,
-                e.to_string(),
-            ));
+            // The fault names the file and its kind already: a manifest fault's own words only
+            // (other errors, I/O ones, keep their path).
+            let detail = match e {
+                tarfa_format::Error::Manifest { fault, .. } => fault.to_string(),
+                other => other.to_string(),
+            };
+            faults.push(Fault::new(FaultKind::Manifest, MANIFEST_NAME, detail));
             // Without a manifest, still check every JNF file on its own.
             if let Ok(rd) = std::fs::read_dir(dir) {
                 let mut names: Vec<String> = rd

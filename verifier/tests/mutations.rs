@@ -211,6 +211,14 @@ fn every_flipped_byte_of_the_manifest_is_found() {
             "manifest byte {at} flipped: {:?}",
             r.faults
         );
+        // The fault names the file and its kind once; its detail does not repeat them.
+        for x in r.faults.iter().filter(|x| x.kind == FaultKind::Manifest) {
+            assert!(
+                !x.detail.contains("manifest.json: manifest:"),
+                "manifest byte {at}: {}",
+                x.detail
+            );
+        }
     }
 }
 
