@@ -71,6 +71,12 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
             bail!("--modes: unknown mode {m:?} (resident, stream, gpu, gpu-stream)");
         }
     }
+    // A GPU mode in a build without CUDA: said before any measuring (the disk probe) starts.
+    if !cfg!(feature = "cuda") && modes.iter().any(|m| m.starts_with("gpu")) {
+        return Err(
+            tarfa_decode::DecodeError::Options(tarfa_decode::error::OptionsFault::NoCuda).into(),
+        );
+    }
     let say = |s: String| {
         if !a.json {
             eprintln!("{s}");
@@ -284,7 +290,7 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
             println!(
                 "| {}{} | {:.1} | {:.2} | {:.1} MB ({:.1} MB) | {} | {} | {} |",
                 r.mode,
-                if r.mode == "stream" && !r.cold_cache {
+                if matches!(r.mode, "stream" | "gpu-stream") && !r.cold_cache {
                     " (WARM)"
                 } else {
                     ""

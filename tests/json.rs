@@ -142,8 +142,9 @@ fn bench_decode_prints_one_document_with_its_schema_and_documented_fields() {
     }
 }
 
-/// `bench-decode --modes gpu-stream` in a build without CUDA fails with the reason, not a
-/// panic or a silent CPU run; an unknown mode is refused with the list of modes.
+/// `bench-decode --modes gpu-stream` (or `gpu`) in a build without CUDA fails at once with the
+/// reason (exit 2, as `run --device cuda`), not after a disk probe, a panic or a silent CPU run;
+/// an unknown mode is refused with the list of modes.
 #[test]
 fn bench_decode_gpu_stream_without_cuda_says_why_and_unknown_modes_are_listed() {
     let tmp = tempfile::tempdir().expect("tempdir");
@@ -162,10 +163,13 @@ fn bench_decode_gpu_stream_without_cuda_says_why_and_unknown_modes_are_listed() 
         ])
     };
     if !cfg!(feature = "cuda") {
-        let (code, _, err) = run("gpu-stream");
-        assert_ne!(code, 0, "{err}");
-        assert!(err.contains("--features cuda"), "{err}");
-        assert!(!err.contains("panicked"), "{err}");
+        for mode in ["gpu-stream", "gpu", "stream,gpu-stream"] {
+            let (code, _, err) = run(mode);
+            assert_eq!(code, 2, "{mode}: {err}");
+            assert!(err.contains("--features cuda"), "{mode}: {err}");
+            // Refused before measuring anything: no disk probe ran.
+            assert!(!err.contains("disk:"), "{mode}: {err}");
+        }
     }
     let (code, _, err) = run("gpu-streamed");
     assert_ne!(code, 0, "{err}");

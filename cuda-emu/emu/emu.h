@@ -246,7 +246,10 @@ inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int
         std::lock_guard<std::mutex> g(tarfa_emu_guard_m);
         if (!tarfa_emu_guarded.empty()) tarfa_emu_protect(true);
     }
-    for (unsigned int b = 0; b < grid; ++b) {
+    // Blocks in descending order: a GPU runs them in any order, and a kernel that needs a
+    // lower-numbered block to have run first (e.g. to read what it stores in the same launch)
+    // must not pass here because ascending order happened to suit it.
+    for (unsigned int b = grid; b-- > 0;) {
         TarfaEmuBlock blk;
         blk.block = std::make_unique<std::barrier<>>(block);
         for (unsigned int w = 0; w < block / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));

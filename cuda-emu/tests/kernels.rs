@@ -171,8 +171,12 @@ fn attention_norms_rotates_and_stores_the_token_as_the_cpu_does() {
                 let (qn, qnv) = weights(&mut r, d, dt, 1.0);
                 let (kn, knv) = weights(&mut r, d, dt, 1.0);
                 let width = kv_heads * d;
-                let old_k = r.vec((pos + 2) * width, 1.0);
-                let old_v = r.vec((pos + 2) * width, 1.0);
+                let mut old_k = r.vec((pos + 2) * width, 1.0);
+                let mut old_v = r.vec((pos + 2) * width, 1.0);
+                // Row pos is the token's to store: a block that read it from the caches instead
+                // of its own key and v would meet NaN (the emulation runs the storing block last).
+                old_k[pos * width..(pos + 1) * width].fill(f32::NAN);
+                old_v[pos * width..(pos + 1) * width].fill(f32::NAN);
                 let scaling = (1.0 / (d as f64).sqrt()) as f32;
                 let (out, gk, gv) = emu::attention(
                     sh,

@@ -1187,7 +1187,7 @@ impl<D: EngineDevice> Engine<D> {
                 None => (0, 0, 0, 0),
             };
             // The scores in shared memory after the 32 × d partials, as many as 48 KiB leaves
-            // room for beside q, the key and two warps' scratch (8,064 at d = 128); a longer
+            // room for beside q, the key and two warps' scratch (7,680 at d = 128); a longer
             // context keeps them in `scores`.
             let sh_scores = (SHARED_MAX / 4).saturating_sub(36 * d).min(self.cap);
             // SAFETY: one block per head (ATTN_BLOCK ≥ two warps); q holds heads·d floats, k and
