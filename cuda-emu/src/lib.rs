@@ -8,7 +8,10 @@
 //!
 //! Each wrapper launches its kernel with the geometry `runtime/src/cuda_engine.rs` uses (quads of
 //! 4 threads per output row in blocks of 256; a warp per head; a block per head; one warp for the
-//! router) after checking every slice holds what the kernel reads or writes. Not a shipped crate.
+//! router) after checking every slice holds what the kernel reads or writes. A launch's blocks run
+//! one at a time, in descending order: a kernel whose blocks needed a lower-numbered one to have
+//! run first (to read what it stores in the same launch) fails here, as it could on a GPU, rather
+//! than pass by the luck of ascending order. Not a shipped crate.
 //!
 //! Programmatic dependent launch is checked here too: every buffer [`EmuDevice`] allocates (the
 //! engine's activations, never its uploaded weights) is inaccessible while a launch runs until its
