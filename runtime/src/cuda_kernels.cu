@@ -504,6 +504,17 @@ __device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
 // launch before may still run), then as many values, copied to shared memory, so that the
 // weights' loads (from HBM) overlap the scale's sum and the sum reads shared memory (the loads
 // were each a round trip in turn).
+// An RMSNorm block's start: each thread loads its first TARFA_RMS_AHEAD weights (wv) while the
+// launch before may still run, then enters (tarfa_grid_enter).
+__device__ __forceinline__ void tarfa_rms_enter(const unsigned char* w, int wdtype, int n, float* wv) {
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) wv[j] = tarfa_weight(w, wdtype, i);
+    }
+    tarfa_grid_enter();
+}
+
 // The end of an RMSNorm block once every x[i] is final and each thread holds its first
 // TARFA_RMS_AHEAD elements' weights (wv) and values (xv): warp 0 finds the scale from `sum_of`
 // (x, or its copy in shared memory), then every thread writes its outputs.
@@ -538,12 +549,7 @@ __device__ __forceinline__ void tarfa_block_rms_norm(XVal xval, const float* x,
     __shared__ float xs[TARFA_RMS_STAGE];
     bool staged = n <= TARFA_RMS_STAGE;
     float wv[TARFA_RMS_AHEAD], xv[TARFA_RMS_AHEAD];
-#pragma unroll
-    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
-        int i = threadIdx.x + j * blockDim.x;
-        if (i < n) wv[j] = tarfa_weight(w, wdtype, i);
-    }
-    tarfa_grid_enter();
+    tarfa_rms_enter(w, wdtype, n, wv);
 #pragma unroll
     for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
         int i = threadIdx.x + j * blockDim.x;
@@ -1022,12 +1028,7 @@ extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts
     }
     __shared__ float xs[TARFA_RMS_STAGE];
     float wv[TARFA_RMS_AHEAD], xv[TARFA_RMS_AHEAD];
-#pragma unroll
-    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
-        int i = threadIdx.x + j * blockDim.x;
-        if (i < n) wv[j] = tarfa_weight(w, wdtype, i);
-    }
-    tarfa_grid_enter();
+    tarfa_rms_enter(w, wdtype, n, wv);
     float ws[8], yv[TARFA_RMS_AHEAD][8];
 #pragma unroll
     for (int s = 0; s < 8; ++s) ws[s] = s < k ? wts[s] : 0.0f;
