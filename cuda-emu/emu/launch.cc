@@ -63,7 +63,8 @@ void emu_down(G, const TarfaMoe* m, const int* ids, int k, const float* h, float
 // compiled in (tile.cc, once per ring in tiles.h, which build.rs writes). Returns 0, or -1 for a
 // ring not compiled in.
 #define TARFA_EMU_DECLARE(S, B)                                                                   \
-    void TARFA_EMU_CAT(emu_tmatvec, S, B)(G, unsigned int, const void*, int);                     \
+    void TARFA_EMU_CAT(emu_tmatvec, S, B)(G, unsigned int, const void*, int, const unsigned char*, \
+                                          int, float, float*);                                     \
     void TARFA_EMU_CAT(emu_tgate_up, S, B)(G, unsigned int, const void*, const int*, int,         \
                                            const float*, float*, int);                             \
     void TARFA_EMU_CAT(emu_tdown, S, B)(G, unsigned int, const void*, const int*, int,            \
@@ -75,12 +76,13 @@ TARFA_EMU_TILES(TARFA_EMU_DECLARE)
         return 0;                        \
     }
 #define TARFA_EMU_TMATVEC(S, B) \
-    TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tmatvec, S, B)(grid, block, shared, optin, jobs, nr))
+    TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tmatvec, S, B)(grid, block, shared, optin, jobs, nr, nw, ndtype, eps, xn))
 #define TARFA_EMU_TGATE_UP(S, B) \
     TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tgate_up, S, B)(grid, block, shared, optin, m, ids, k, x, h, np))
 #define TARFA_EMU_TDOWN(S, B) \
     TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tdown, S, B)(grid, block, shared, optin, m, ids, k, h, y, nr))
-int emu_tmatvec(G, unsigned int optin, int stages, int bytes, const TarfaMatJobs* jobs, int nr) {
+int emu_tmatvec(G, unsigned int optin, int stages, int bytes, const TarfaMatJobs* jobs, int nr,
+                const unsigned char* nw, int ndtype, float eps, float* xn) {
     TARFA_EMU_TILES(TARFA_EMU_TMATVEC)
     return -1;
 }

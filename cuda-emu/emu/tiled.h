@@ -15,9 +15,12 @@
     } while (0)
 
 extern "C" {
-void TARFA_EMU_RING(emu_tmatvec)(G, unsigned int optin, const void* jobs, int nr) {
+void TARFA_EMU_RING(emu_tmatvec)(G, unsigned int optin, const void* jobs, int nr,
+                                 const unsigned char* nw, int ndtype, float eps, float* xn) {
     TarfaMatJobs j = *(const TarfaMatJobs*)jobs;
-    TARFA_EMU_RUN_TILED(tarfa_e_tmatvec(j, nr));
+    // Taking x in through a norm, a block keeps x (and the norm's scale) after the ring.
+    if (nw && shared < TARFA_TILE_SHARED + TARFA_TILE_NORM_SHARED((unsigned int)j.job[0].cols)) std::abort();
+    TARFA_EMU_RUN_TILED(tarfa_e_tmatvec(j, nr, nw, ndtype, eps, xn));
 }
 void TARFA_EMU_RING(emu_tgate_up)(G, unsigned int optin, const void* m, const int* ids, int k,
                                   const float* x, float* h, int np) {

@@ -202,6 +202,10 @@ extern "C" {
         bytes: i32,
         jobs: *const MatJobs,
         nr: i32,
+        nw: *const u8,
+        ndtype: i32,
+        eps: f32,
+        xn: *mut f32,
     ) -> i32;
     fn emu_tgate_up(
         g: u32,
@@ -273,21 +277,12 @@ pub fn tiles() -> Vec<TileGeometry> {
 /// The shared memory an emulated block may take when the host opts in: an H200's (227 KiB).
 pub const SHARED_OPT_IN: u32 = 232_448;
 
-/// What the host allows a tiled kernel at `ring` (as `CudaDevice` sets
-/// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`): its shared memory if above 48 KiB, else
-/// nothing (0).
-fn opt_in(ring: TileGeometry) -> u32 {
-    if ring.needs_opt_in() {
-        ring.shared()
-    } else {
-        0
-    }
-}
-
-/// The ring's numbers as the emulation's dispatch takes them.
+/// The ring's numbers as the emulation's dispatch takes them, after what the host allows the
+/// tiled kernels (as `CudaDevice` sets `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES` for
+/// them): all a block may take.
 fn ring_args(ring: TileGeometry) -> (u32, i32, i32) {
     (
-        opt_in(ring),
+        SHARED_OPT_IN,
         ring.stages() as i32,
         ring.stage_bytes() as i32,
     )
@@ -318,27 +313,51 @@ pub struct Product {
 
 /// `tarfa_e_matvec` with up to four products in one launch; each product's `y`.
 pub fn matvec(products: &[Product]) -> Vec<Vec<f32>> {
-    matvec_launch(products, None)
+    matvec_launch(products, None, None).0
 }
 
 /// `tarfa_e_tmatvec` (the tiled kernel, compiled for `ring`: one of [`tiles`]) with `nr` rows
 /// per block: the products share their columns (a multiple of 32), element type and x, as the
 /// engine launches it.
 pub fn matvec_tiled(products: &[Product], nr: usize, ring: TileGeometry) -> Vec<Vec<f32>> {
+    matvec_tiled_checks(products, nr);
+    matvec_launch(products, Some((nr, ring)), None).0
+}
+
+/// `tarfa_e_tmatvec` taking its x in through an RMSNorm (weights `w`, `eps`): the products
+/// (as [`matvec_tiled`]'s) of `w · RMSNorm(x)`, x being job 0's, normalised by every block
+/// itself; also returns what block 0 writes of the normed x.
+pub fn matvec_tiled_normed(
+    products: &[Product],
+    nr: usize,
+    ring: TileGeometry,
+    w: &W,
+    eps: f32,
+) -> (Vec<Vec<f32>>, Vec<f32>) {
+    assert!(products[0].cols.is_multiple_of(32) && w.elems() == products[0].cols);
+    matvec_tiled_checks(products, nr);
+    let (outs, xn) = matvec_launch(products, Some((nr, ring)), Some((w, eps)));
+    (outs, xn.unwrap_or_default())
+}
+
+fn matvec_tiled_checks(products: &[Product], nr: usize) {
     assert!((1..=TILE_MAX_ROWS).contains(&nr));
     assert!(products.iter().all(|p| p.vec
         && p.cols.is_multiple_of(32)
         && p.cols == products[0].cols
         && p.w.dt == products[0].w.dt
         && p.x == products[0].x));
-    matvec_launch(products, Some((nr, ring)))
 }
 
 /// Rows of a tiled launch's block at most (`TARFA_TILE_MAX_ROWS`).
 pub const TILE_MAX_ROWS: usize = 32;
 
 #[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
-fn matvec_launch(products: &[Product], tile: Option<(usize, TileGeometry)>) -> Vec<Vec<f32>> {
+fn matvec_launch(
+    products: &[Product],
+    tile: Option<(usize, TileGeometry)>,
+    norm: Option<(&W, f32)>,
+) -> (Vec<Vec<f32>>, Option<Vec<f32>>) {
     assert!((1..=4).contains(&products.len()));
     let mut keep = Vec::new();
     let mut outs = Vec::new();
@@ -375,9 +394,12 @@ fn matvec_launch(products: &[Product], tile: Option<(usize, TileGeometry)>) -> V
     }
     m.row_start[products.len()] = rows;
     m.n = products.len() as i32;
+    let nw = norm.map(|(w, _)| w.aligned());
+    let xn_out = norm.map(|_| fl(&vec![0.0; products[0].cols]));
     // SAFETY: every job's buffers are alive (`keep`, `outs`) and hold rows × cols weights,
     // cols inputs, rows outputs and rows bias elements (asserted above). Tiled: job 0's x is every
-    // job's (asserted by `matvec_tiled`), and the block has the ring's shared memory.
+    // job's (asserted by `matvec_tiled`), and the block has the ring's shared memory, and with a
+    // norm cols floats more; its weights (`nw`) and `xn_out` hold cols elements.
     unsafe {
         match tile {
             None => emu_matvec(blocks(rows as usize * 4), BLOCK, 0, &m),
@@ -385,13 +407,39 @@ fn matvec_launch(products: &[Product], tile: Option<(usize, TileGeometry)>) -> V
                 let (optin, stages, bytes) = ring_args(ring);
                 let grid = (rows as usize).div_ceil(nr) as u32;
                 let sh = ring.shared();
-                let r = emu_tmatvec(grid, TILE_THREADS, sh, optin, stages, bytes, &m, nr as i32);
+                let (nw, ndt, eps, sh) = match (&nw, norm) {
+                    (Some(a), Some((w, eps))) => (
+                        a.ptr(),
+                        w.dt as i32,
+                        eps,
+                        sh + tile_norm_shared(products[0].cols) as u32,
+                    ),
+                    _ => (std::ptr::null(), 0, 0.0, sh),
+                };
+                let xn = xn_out
+                    .as_ref()
+                    .map_or(std::ptr::null_mut(), |b| b.ptr() as *mut f32);
+                let r = emu_tmatvec(
+                    grid,
+                    TILE_THREADS,
+                    sh,
+                    optin,
+                    stages,
+                    bytes,
+                    &m,
+                    nr as i32,
+                    nw,
+                    ndt,
+                    eps,
+                    xn,
+                );
                 assert_eq!(r, 0, "no tiled kernels compiled for {ring:?}");
             }
         }
     };
-    drop(keep);
-    outs.iter().map(|y| y.floats()).collect()
+    drop((keep, nw));
+    let outs = outs.iter().map(|y| y.floats()).collect();
+    (outs, xn_out.map(|b| b.floats()))
 }
 
 /// `tarfa_e_combine_norm`: `x += Σ_s y[s] · wts[s]` (slot order), then `w · RMSNorm(x)`;
@@ -742,7 +790,9 @@ fn moe_launch(
 
 // ---- the engine's device: host memory and the emulated kernels ----------------------------------
 
-use tarfa_runtime::gpu_engine::{Arg, EngineDevice, EngineError, Geometry, Kernel};
+use tarfa_runtime::gpu_engine::{
+    tile_norm_shared, Arg, EngineDevice, EngineError, Geometry, Kernel,
+};
 
 /// The resident decoder's device emulated on the CPU: buffers in host memory (256-byte aligned,
 /// never moved, so their addresses are what the kernels see), copies in issue order (all of them
@@ -751,6 +801,7 @@ use tarfa_runtime::gpu_engine::{Arg, EngineDevice, EngineError, Geometry, Kernel
 #[derive(Debug, Default)]
 pub struct EmuDevice {
     tile: TileGeometry,
+    launches: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl EmuDevice {
@@ -766,7 +817,14 @@ impl EmuDevice {
         }
         Ok(EmuDevice {
             tile: tile.within(SHARED_OPT_IN)?,
+            launches: Default::default(),
         })
+    }
+
+    /// The count of kernels launched on this device, which stays readable after the device
+    /// has moved into an engine.
+    pub fn launch_count(&self) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+        self.launches.clone()
     }
 }
 
@@ -858,6 +916,10 @@ impl EngineDevice for EmuDevice {
         self.tile
     }
 
+    fn tile_shared_max(&self) -> u32 {
+        SHARED_OPT_IN
+    }
+
     fn alloc(&self, len: usize) -> Result<EmuBuf, EngineError> {
         Ok(EmuBuf::guarded(len.max(1)))
     }
@@ -908,6 +970,8 @@ impl EngineDevice for EmuDevice {
     // sound; argument counts and kinds are checked before any call.
     #[allow(unsafe_code)]
     unsafe fn launch(&self, k: Kernel, geo: Geometry, args: &[Arg]) -> Result<(), EngineError> {
+        self.launches
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (g, b, s) = (geo.grid, geo.block, geo.shared);
         let p = |i: usize| match args.get(i) {
             Some(Arg::Ptr(v)) => Ok(*v),
@@ -1031,12 +1095,13 @@ impl EngineDevice for EmuDevice {
                     }
                 }
                 Kernel::TiledMatvec => {
-                    count(2)?;
+                    count(6)?;
                     let Some(Arg::Jobs(j)) = args.first() else {
                         return Err(EngineError::Usage("matvec takes its jobs".into()));
                     };
                     let (o, st, by) = ring_args(self.tile);
-                    if emu_tmatvec(g, b, s, o, st, by, j, n(1)?) != 0 {
+                    let (nw, ndt, eps, xn) = (p(2)? as _, n(3)?, f(4)?, p(5)? as _);
+                    if emu_tmatvec(g, b, s, o, st, by, j, n(1)?, nw, ndt, eps, xn) != 0 {
                         return Err(EngineError::Usage("no tiled kernels for this ring".into()));
                     }
                 }

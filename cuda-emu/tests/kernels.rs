@@ -563,6 +563,59 @@ fn tiled_matvec_products_are_canonical_dots_for_any_rows_per_block() {
     }
 }
 
+/// A tiled launch that takes its x in through an RMSNorm (each block normalising x itself, as
+/// the engine launches q/k/v, the router and `lm_head`) gives the bits of the norm's own launch
+/// followed by the plain products: the normed x that block 0 stores is `canon::rms_norm`'s, and
+/// each product the canonical dot with it. Widths past the 4,096 elements a thread's registers
+/// hold take the loop after them.
+#[test]
+fn tiled_products_taking_x_through_a_norm_are_the_norm_then_the_products() {
+    let mut r = Rng(0x0a0b_2026);
+    for &cols in &[32usize, 96, 2048, 4224] {
+        for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+            let x = r.vec(cols, 3.0);
+            let (nw, nwv) = weights(&mut r, cols, dt, 1.0);
+            let mut normed = vec![0.0f32; cols];
+            canon::rms_norm(&x, |i| nwv[i], 1e-6, &mut normed);
+            let mut products = Vec::new();
+            let mut want = Vec::new();
+            for (j, rows) in [3usize, 1, 40].into_iter().enumerate() {
+                let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
+                let bias = (j == 1).then(|| weights(&mut r, rows, dt, 0.5));
+                let acc = (j == 2).then(|| r.vec(rows, 4.0));
+                let y: Vec<f32> = (0..rows)
+                    .map(|i| {
+                        let mut v = canon::dot_f32(&wv[i * cols..(i + 1) * cols], &normed);
+                        if let Some((_, b)) = &bias {
+                            v += b[i];
+                        }
+                        acc.as_ref().map_or(v, |a| a[i] + v)
+                    })
+                    .collect();
+                want.push(bits(&y));
+                products.push(emu::Product {
+                    w,
+                    rows,
+                    cols,
+                    x: x.clone(),
+                    bias: bias.map(|b| b.0),
+                    accumulate: acc,
+                    vec: true,
+                });
+            }
+            for nr in [1, 8, 32] {
+                for ring in emu::tiles() {
+                    let (got, xn) = emu::matvec_tiled_normed(&products, nr, ring, &nw, 1e-6);
+                    let got: Vec<Vec<u32>> = got.iter().map(|y| bits(y)).collect();
+                    let at = format!("cols {cols}, {dt:?}, {nr} rows per block, {ring:?}");
+                    assert_eq!(bits(&xn), bits(&normed), "normed x, {at}");
+                    assert_eq!(got, want, "{at}");
+                }
+            }
+        }
+    }
+}
+
 /// The emulation has the tiled kernels at the default ring and at others — the shallowest the
 /// host takes, and one above the 48 KiB a block takes unless the host allows it more — and its
 /// engine device refuses a ring it was not compiled for, or one above its shared memory.

@@ -108,6 +108,45 @@ fn every_ring_of_the_tiled_kernels_gives_the_cpu_bits() {
     }
 }
 
+/// Each RMSNorm taken into the tiled product launch that reads it (q/k/v, the router, `lm_head`)
+/// or given a launch of its own, the engine gives the CPU's bits; taken in, a step has fewer
+/// launches (so the fused path is what ran).
+#[test]
+fn norms_taken_into_the_products_or_launched_alone_give_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    for name in ["qwen3_moe", "qwen3_moe_b"] {
+        let dir = common::model(name);
+        let cpu = run(
+            &mut common::open(&dir, &DecoderOptions::default()),
+            name,
+            STEPS,
+        );
+        let mut launches = Vec::new();
+        for fuse in [true, false] {
+            let count = std::sync::Mutex::new(None);
+            let opts = DecoderOptions::default();
+            let mut dec = Decoder::open_with(&dir, &opts, |config, tensors, experts| {
+                let dev = EmuDevice::with_tile(TileGeometry::DEFAULT)?;
+                *count.lock().expect("count") = Some(dev.launch_count());
+                let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
+                if let Some(f) = f.as_mut() {
+                    f.set_norm_fusion(fuse);
+                }
+                Ok(f.map(|f| Box::new(f) as Box<dyn Family>))
+            })
+            .expect("open the emulated GPU decoder");
+            assert_eq!(
+                run(&mut dec, name, STEPS),
+                cpu,
+                "{name}: norms fused {fuse}"
+            );
+            let count = count.into_inner().expect("count").expect("a device");
+            launches.push(count.load(std::sync::atomic::Ordering::Relaxed));
+        }
+        assert!(launches[0] < launches[1], "{name}: launches {launches:?}");
+    }
+}
+
 /// A model the whole-model path does not take (another family) is left to the CPU's layers.
 #[test]
 fn other_families_are_not_taken() {

@@ -151,6 +151,8 @@ pub fn build<D: EngineDevice>(
         c.num_experts,
     )?;
     engine.set_graphs(graphs);
+    // `TARFA_CUDA_NORM_FUSE=0` gives each RMSNorm its own launch again, for measuring.
+    engine.set_norm_fusion(std::env::var("TARFA_CUDA_NORM_FUSE").as_deref() != Ok("0"));
     // One element type per role across a layer's experts, gate and up alike (the kernels read
     // a layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;
@@ -324,6 +326,12 @@ fn trunk<'a>(c: &Qwen3MoeConfig, s: &'a TensorStore) -> Result<Option<Trunk<'a>>
 }
 
 impl<D: EngineDevice> GpuQwen3Moe<D> {
+    /// Take each RMSNorm into the product launch that reads it where the kernels can (the
+    /// default), or give every norm a launch of its own: the same bits either way.
+    pub fn set_norm_fusion(&mut self, on: bool) {
+        self.engine.set_norm_fusion(on);
+    }
+
     /// What the device holds and did.
     pub fn report(&self) -> OffloadReport {
         let r = self.engine.report();

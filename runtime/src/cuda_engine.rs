@@ -47,6 +47,8 @@ pub struct CudaDevice {
     pdl: bool,
     /// The tiled kernels' ring (`TARFA_CUDA_TILE`, else the default).
     tile: TileGeometry,
+    /// The dynamic shared memory the tiled kernels are allowed.
+    tile_shared_max: u32,
 }
 
 /// A captured CUDA graph.
@@ -89,7 +91,10 @@ impl CudaDevice {
                     .map_err(drv("kernel lookup"))?,
             ));
         }
-        if tile.needs_opt_in() {
+        // The tiled kernels may take all the shared memory a block can have: a ring above
+        // 48 KiB, and a product that takes its x in through a norm keeps x there after the ring.
+        let tile_shared_max = u32::try_from(opt_in).unwrap_or(0).max(48 * 1024);
+        if tile_shared_max > 48 * 1024 {
             ctx.bind_to_thread().map_err(drv("kernel attribute"))?;
             for (k, f) in &funcs {
                 if matches!(
@@ -98,7 +103,7 @@ impl CudaDevice {
                 ) {
                     f.set_attribute(
                         sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        tile.shared() as i32,
+                        tile_shared_max as i32,
                     )
                     .map_err(drv("kernel attribute"))?;
                 }
@@ -115,6 +120,7 @@ impl CudaDevice {
             funcs,
             pdl: pdl_wanted(major, std::env::var("TARFA_CUDA_PDL").ok().as_deref()),
             tile,
+            tile_shared_max,
             sms: usize::try_from(sms).unwrap_or(1).max(1),
             name: format!("{} (CUDA device {})", gpu.name(), gpu.ordinal()),
         })
@@ -249,6 +255,10 @@ impl EngineDevice for CudaDevice {
 
     fn tile(&self) -> TileGeometry {
         self.tile
+    }
+
+    fn tile_shared_max(&self) -> u32 {
+        self.tile_shared_max
     }
 
     fn alloc(&self, len: usize) -> Result<CudaSlice<u8>, CudaError> {

@@ -1126,7 +1126,7 @@ __device__ __forceinline__ void tarfa_cp_wait() {}
 // A thread's share of each stage's copies: the same pieces of every stage (the stage's columns
 // move by w), so their addresses are worked out once (a division per piece per stage cost more
 // than the copies). Piece j of thread t is the (t + j·threads)-th 16 bytes of a stage: x's
-// columns first, then each row's. A thread keeps its pieces in registers (20 bytes each: 4 at
+// columns first (its first xb bytes; none when x is in shared memory whole), then each row's. A thread keeps its pieces in registers (20 bytes each: 4 at
 // 8 KiB stages, 32 at 64 KiB, where they may spill to local memory).
 #define TARFA_TILE_PIECES (TARFA_TILE_STAGE_BYTES / 16 / TARFA_TILE_THREADS)
 struct TarfaTilePieces {
@@ -1139,8 +1139,8 @@ struct TarfaTilePieces {
 
 __device__ __forceinline__ void tarfa_tile_pieces(const unsigned char* const* rowp, int n,
                                                   const float* x, int esz, int w, int pitch,
-                                                  TarfaTilePieces* t) {
-    int xp = w / 4;
+                                                  int xb, TarfaTilePieces* t) {
+    int xp = xb / 16;
     int per_row = w * esz / 16;
     int total = xp + n * per_row;
     t->n = 0;
@@ -1157,7 +1157,7 @@ __device__ __forceinline__ void tarfa_tile_pieces(const unsigned char* const* ro
                 int i = (p - xp) / per_row;
                 int o = (p - xp) - i * per_row;
                 t->src[j] = rowp[i] + o * 16;
-                t->dst[j] = w * 4 + i * pitch + o * 16;
+                t->dst[j] = xb + i * pitch + o * 16;
                 t->step[j] = w * esz;
                 t->col[j] = o * 16 / esz;
             }
@@ -1183,15 +1183,16 @@ __device__ __forceinline__ void tarfa_tile_issue(const TarfaTilePieces& t, int w
 // quad·R .. quad·R + R − 1 of the tile with x (cols floats, 16-byte aligned, the same for the
 // whole block), for quads < `quads`; other threads get zeros. Every thread of the block must call
 // it (it copies and waits with them). rowp: the tile's n row addresses (16-byte aligned), in
-// shared memory; ring: the stages. A stage holds x's columns as well as the weights': a quad's
-// reads are all from shared memory (x read from global memory at each chunk left every chunk
-// waiting for an L2 round trip). With `ahead`, the weights of the first stages are issued before
-// tarfa_grid_enter (the rows' addresses must not depend on an earlier launch's output), x's
-// after it; else the caller has entered already.
-template <int R>
+// shared memory; ring: the stages. Unless `xsh`, a stage holds x's columns as well as the
+// weights': a quad's reads are all from shared memory (x read from global memory at each chunk
+// left every chunk waiting for an L2 round trip). With `xsh` (x whole in shared memory, once
+// `enter` has run) the stages hold weights only. With `ahead`, the weights of the first stages
+// are issued before `enter()` — which must call tarfa_grid_enter (the rows' addresses must not
+// depend on an earlier launch's output) — x's after it; else the caller has entered already.
+template <int R, class Enter>
 __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols, int dtype,
-                               const float* x, unsigned char* ring, int quad, int quads, int sub,
-                               float (*acc)[8], bool ahead) {
+                               const float* x, const float* xsh, unsigned char* ring, int quad,
+                               int quads, int sub, float (*acc)[8], bool ahead, Enter enter) {
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -1199,31 +1200,33 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
     // Each thread's share of a stage's copies (TARFA_TILE_PIECES) assumes the block's size.
     if (blockDim.x != TARFA_TILE_THREADS) __trap();
     int esz = dtype == TARFA_BF16 ? 2 : 4;
+    int xe = xsh ? 0 : 4;  // bytes of x per column a stage holds
     // Columns per stage: whole chunks of x and of each row, each row padded by 16 bytes (so that
     // the quads of a warp, reading the same columns of different rows, meet different banks).
-    int w = TARFA_TILE_STAGE_BYTES / (4 + n * esz) / 32 * 32;
+    int w = TARFA_TILE_STAGE_BYTES / (xe + n * esz) / 32 * 32;
     if (w > cols) w = cols;
     int pitch = w * esz + 16;
+    int xb = w * xe;
     int stages = (cols + w - 1) / w;
     bool mine = quad < quads;
     TarfaTilePieces pieces;
-    tarfa_tile_pieces(rowp, n, x, esz, w, pitch, &pieces);
+    tarfa_tile_pieces(rowp, n, x, esz, w, pitch, xb, &pieces);
     if (ahead) {
         // The first stages' weights, uncommitted: they join stage 0's group, committed below.
 #pragma unroll
         for (int s = 0; s < TARFA_TILE_STAGES - 1; ++s) {
             if (s < stages) {
                 int ws = cols - s * w < w ? cols - s * w : w;
-                tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, w * 4, false, true);
+                tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, xb, false, true);
             }
         }
-        tarfa_grid_enter();
+        enter();
     }
 #pragma unroll
     for (int s = 0; s < TARFA_TILE_STAGES - 1; ++s) {
         if (s < stages) {
             int ws = cols - s * w < w ? cols - s * w : w;
-            tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, w * 4, true, !ahead);
+            tarfa_tile_issue(pieces, ws, s, ring + s * TARFA_TILE_SLOT, xb, true, !ahead);
         }
         tarfa_cp_commit();
     }
@@ -1236,13 +1239,13 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
         int t = s + TARFA_TILE_STAGES - 1;
         if (t < stages) {
             int ws = cols - t * w < w ? cols - t * w : w;
-            tarfa_tile_issue(pieces, ws, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT, w * 4, true, true);
+            tarfa_tile_issue(pieces, ws, t, ring + (t % TARFA_TILE_STAGES) * TARFA_TILE_SLOT, xb, true, true);
         }
         tarfa_cp_commit();
         if (mine) {
             const unsigned char* slot = ring + (s % TARFA_TILE_STAGES) * TARFA_TILE_SLOT;
-            const float* xs = (const float*)slot;
-            const unsigned char* rows = slot + w * 4 + quad * R * pitch;
+            const float* xs = xsh ? xsh + s * w : (const float*)slot;
+            const unsigned char* rows = slot + xb + quad * R * pitch;
             int ws = cols - s * w < w ? cols - s * w : w;
 #pragma unroll 2
             for (int c = 0; c < ws; c += 32) {
@@ -1266,12 +1269,96 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
     }
 }
 
+// Dynamic shared memory a tiled block taking its x in through an RMSNorm of n elements has
+// beyond the ring: x, then the norm's scale (in a 16-byte piece of its own).
+#define TARFA_TILE_NORM_SHARED(n) (4 * (n) + 16)
+
+// 16-byte pieces (four elements) of x a thread of a tiled block holds in registers for the
+// RMSNorm it takes in, with their weights loaded before tarfa_grid_enter (8 · 4 · 128 = 4,096
+// elements; the rest are loaded as they are needed).
+#define TARFA_TILE_NORM_AHEAD 8
+
+// The weights of a thread's first pieces of a tiled block's RMSNorm (n elements): loaded while
+// the launch before may still run (they are no launch's output).
+__device__ __forceinline__ void tarfa_tile_norm_weights(const unsigned char* w, int wdtype, int n,
+                                                        float (*wv)[4]) {
+#pragma unroll
+    for (int j = 0; j < TARFA_TILE_NORM_AHEAD; ++j) {
+        int p = threadIdx.x + j * blockDim.x;
+        if (4 * p < n) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) wv[j][e] = tarfa_weight(w, wdtype, 4 * p + e);
+        }
+    }
+}
+
+// The RMSNorm of x (n floats, n a multiple of 4, 16-byte aligned) with weights w (the first
+// pieces' in wv, tarfa_tile_norm_weights), as tarfa_e_rms_norm computes it (tarfa_rms_scale on
+// warp 0, then w_i · (x_i · r)), by a whole block into xs (n floats of dynamic shared memory,
+// then one for the scale: a tiled kernel has no static shared memory), and into `out` too when
+// not null. Called after tarfa_grid_enter (x is an earlier launch's output); every thread of the
+// block calls it.
+__device__ void tarfa_tile_norm(const float* x, const unsigned char* w, int wdtype, int n,
+                                float eps, const float (*wv)[4], float* xs, float* out) {
+    float& scale = xs[n];
+    int n4 = n / 4;
+    int held = TARFA_TILE_NORM_AHEAD * blockDim.x;
+    float4 xv[TARFA_TILE_NORM_AHEAD];
+    // Every load in flight at once (one round trip), then the stores to shared memory.
+#pragma unroll
+    for (int j = 0; j < TARFA_TILE_NORM_AHEAD; ++j) {
+        int p = threadIdx.x + j * blockDim.x;
+        if (p < n4) xv[j] = ((const float4*)x)[p];
+    }
+#pragma unroll
+    for (int j = 0; j < TARFA_TILE_NORM_AHEAD; ++j) {
+        int p = threadIdx.x + j * blockDim.x;
+        if (p < n4) ((float4*)xs)[p] = xv[j];
+    }
+    for (int p = threadIdx.x + held; p < n4; p += blockDim.x) ((float4*)xs)[p] = ((const float4*)x)[p];
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float r = tarfa_rms_scale(xs, n, eps, threadIdx.x);
+        if (threadIdx.x == 0) scale = r;
+    }
+    __syncthreads();
+    float r = scale;
+#pragma unroll
+    for (int j = 0; j < TARFA_TILE_NORM_AHEAD; ++j) {
+        int p = threadIdx.x + j * blockDim.x;
+        if (p < n4) {
+            float4 v;
+            v.x = __fmul_rn(wv[j][0], __fmul_rn(xv[j].x, r));
+            v.y = __fmul_rn(wv[j][1], __fmul_rn(xv[j].y, r));
+            v.z = __fmul_rn(wv[j][2], __fmul_rn(xv[j].z, r));
+            v.w = __fmul_rn(wv[j][3], __fmul_rn(xv[j].w, r));
+            ((float4*)xs)[p] = v;
+            if (out) ((float4*)out)[p] = v;
+        }
+    }
+    for (int i = 4 * (threadIdx.x + held); i < n; i += 4 * blockDim.x) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            float v = __fmul_rn(tarfa_weight(w, wdtype, i + e), __fmul_rn(xs[i + e], r));
+            xs[i + e] = v;
+            if (out) out[i + e] = v;
+        }
+    }
+    __syncthreads();
+}
+
 // tarfa_e_matvec's products, tiled: `nr` rows per block (≤ TARFA_TILE_MAX_ROWS), a quad each.
-// Every job has the same cols (a multiple of 32), dtype and x (job 0's), and is `vec`.
-extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr) {
+// Every job has the same cols (a multiple of 32), dtype and x (job 0's), and is `vec`. With a norm
+// weight `nw`, x is taken in through that RMSNorm (tarfa_tile_norm: each block normalises job 0's
+// x itself, into the cols floats of shared memory after the ring, and its scale after them
+// (TARFA_TILE_NORM_SHARED) — no launch of its own, and no round trip through memory; block 0
+// also writes it to `xn` when that is not null, for a later launch).
+extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr, const unsigned char* nw,
+                                           int ndtype, float eps, float* xn) {
     TARFA_DYNAMIC_SHARED(float, tile);
     const unsigned char** rowp = (const unsigned char**)tile;
     unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
+    float* xsh = nw ? (float*)((unsigned char*)tile + TARFA_TILE_SHARED) : nullptr;
     int total = jobs.row_start[jobs.n];
     int first = blockIdx.x * nr;
     int n = total - first < nr ? total - first : nr;
@@ -1282,10 +1369,16 @@ extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr) {
         TarfaMatJob j = tarfa_job_of(jobs, first + threadIdx.x, &r);
         rowp[threadIdx.x] = j.w + (long long)r * cols * esz;
     }
+    float wv[TARFA_TILE_NORM_AHEAD][4];
+    if (nw) tarfa_tile_norm_weights(nw, ndtype, cols, wv);
     __syncthreads();
     int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
     float acc[1][8];
-    tarfa_tile_acc<1>(rowp, n, cols, dtype, jobs.job[0].x, ring, quad, n, sub, acc, true);
+    const float* x = jobs.job[0].x;
+    tarfa_tile_acc<1>(rowp, n, cols, dtype, x, xsh, ring, quad, n, sub, acc, true, [&] {
+        tarfa_grid_enter();
+        if (nw) tarfa_tile_norm(x, nw, ndtype, cols, eps, wv, xsh, blockIdx.x == 0 ? xn : nullptr);
+    });
     float v = tarfa_quad_fold(acc[0]);
     if (quad < n && sub == 0) {
         int r;
@@ -1317,7 +1410,8 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int 
     __syncthreads();
     int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
     float acc[2][8];
-    tarfa_tile_acc<2>(rowp, 2 * n, m.hidden, m.dtype_gu, x, ring, quad, n, sub, acc, false);
+    tarfa_tile_acc<2>(rowp, 2 * n, m.hidden, m.dtype_gu, x, nullptr, ring, quad, n, sub, acc, false,
+                      [] {});
     float g = tarfa_quad_fold(acc[0]);
     float u = tarfa_quad_fold(acc[1]);
     if (quad < n && sub == 0) h[first + quad] = tarfa_silu_mul(g, u);
@@ -1344,8 +1438,8 @@ extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, 
     __syncthreads();
     int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
     float acc[1][8];
-    tarfa_tile_acc<1>(rowp, n, m.inter, m.dtype_d, h + (long long)(first / m.hidden) * m.inter, ring,
-                      quad, n, sub, acc, false);
+    tarfa_tile_acc<1>(rowp, n, m.inter, m.dtype_d, h + (long long)(first / m.hidden) * m.inter,
+                      nullptr, ring, quad, n, sub, acc, false, [] {});
     float v = tarfa_quad_fold(acc[0]);
     if (quad < n && sub == 0) y[first + quad] = v;
 }

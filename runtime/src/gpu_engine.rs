@@ -20,7 +20,9 @@
 //! `tarfa_e_tmoe_gate_up`, `tarfa_e_tmoe_down`): a block streams up to 32
 //! rows and x's columns through shared-memory stages, as many rows per block as still gives
 //! every multiprocessor a block ([`EngineDevice::multiprocessors`]). Geometry only: the same
-//! operations in the same order, so the same bits, for any rows per block.
+//! operations in the same order, so the same bits, for any rows per block. A tiled product that
+//! reads an RMSNorm's output takes that norm in (`norm_matvec`): each block normalises x itself,
+//! with the norm kernel's operations, so the norm needs no launch of its own.
 //!
 //! Safety: every buffer a kernel touches is owned here, allocated with the sizes the shapes
 //! (checked in [`Engine::new`] and [`Engine::put_expert`]) say the kernels index; the launches
@@ -166,6 +168,11 @@ pub trait EngineDevice: Send + std::fmt::Debug {
     /// its [`TileGeometry::shared`], allowed for them if above 48 KiB; geometry only, never a
     /// bit of a result).
     fn tile(&self) -> TileGeometry;
+    /// The dynamic shared memory a tiled launch may take (the tiled kernels are allowed all a
+    /// block may have: 48 KiB unless the device lets them opt in to more).
+    fn tile_shared_max(&self) -> u32 {
+        48 * 1024
+    }
     /// `len` zero bytes (at least 256-byte aligned).
     fn alloc(&self, len: usize) -> Result<Self::Buf, EngineError>;
     /// A buffer holding `bytes` (at least 256-byte aligned).
@@ -465,6 +472,8 @@ pub struct Engine<D: EngineDevice> {
     /// Captured steps (without, with the logits) and the cache size they were captured at.
     graphs: Option<(D::Graph, D::Graph, usize)>,
     use_graphs: bool,
+    /// Take RMSNorms into the tiled products that read them (`norm_matvec`).
+    fuse_norms: bool,
     finished: bool,
     report: EngineReport,
 }
@@ -655,6 +664,13 @@ fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
         nr /= 2;
     }
     nr
+}
+
+/// Dynamic shared memory a tiled product launch that takes its x (`cols` floats) in through an
+/// RMSNorm needs beyond its ring: x, then the norm's scale in 16 bytes of its own
+/// (`TARFA_TILE_NORM_SHARED`).
+pub const fn tile_norm_shared(cols: usize) -> usize {
+    4 * cols + 16
 }
 
 /// The most floats of x a matrix-vector launch stages in shared memory (48 KiB).
@@ -848,6 +864,7 @@ impl<D: EngineDevice> Engine<D> {
             a,
             graphs: None,
             use_graphs: true,
+            fuse_norms: true,
             finished: false,
             report,
             dev,
@@ -903,6 +920,13 @@ impl<D: EngineDevice> Engine<D> {
     /// launch its kernels one by one. The same kernels with the same arguments either way.
     pub fn set_graphs(&mut self, on: bool) {
         self.use_graphs = on;
+        self.graphs = None;
+    }
+
+    /// Take each RMSNorm into the tiled product launch that reads it (the default), or give it
+    /// a launch of its own. The same operations in the same order either way.
+    pub fn set_norm_fusion(&mut self, on: bool) {
+        self.fuse_norms = on;
         self.graphs = None;
     }
 
@@ -1042,8 +1066,8 @@ impl<D: EngineDevice> Engine<D> {
         self.dev.addr(b)
     }
 
-    /// The products `jobs` in one launch.
-    fn matvec(&self, jobs: &[MatJob]) -> Result<(), EngineError> {
+    /// `jobs` as one launch's table, and their rows.
+    fn mat_jobs(jobs: &[MatJob]) -> Result<(MatJobs, i32), EngineError> {
         let mut m = MatJobs::default();
         let mut rows = 0i32;
         for (i, j) in jobs.iter().enumerate() {
@@ -1055,26 +1079,96 @@ impl<D: EngineDevice> Engine<D> {
         }
         m.row_start[jobs.len()] = rows;
         m.n = jobs.len() as i32;
+        Ok((m, rows))
+    }
+
+    /// Whether `jobs` take the tiled kernel: each reads job 0's x with wide loads, and they share
+    /// its columns (whole 32-element chunks) and element type.
+    fn tiles(jobs: &[MatJob]) -> bool {
         let first = jobs[0];
-        if jobs.iter().all(|j| {
+        jobs.iter().all(|j| {
             j.vec == 1
                 && j.cols % 32 == 0
                 && j.cols == first.cols
                 && j.dtype == first.dtype
                 && j.x == first.x
-        }) {
-            let nr = tile_rows(rows as usize, TILE_MAX_ROWS, self.dev.multiprocessors());
-            let shared = self.dev.tile().shared();
-            // SAFETY: as below, and every job has job 0's cols (a multiple of 32), dtype and x,
-            // with 16-byte aligned rows (`vec`); the block has the tile's shared memory (the ring
-            // the device's kernels were compiled for).
-            return unsafe {
-                self.dev.launch(
-                    Kernel::TiledMatvec,
-                    geo((rows as usize).div_ceil(nr), TILE_THREADS, shared)?,
-                    &[Arg::Jobs(m), Arg::I32(nr as i32)],
-                )
-            };
+        })
+    }
+
+    /// The tiled launch of `jobs` (`tiles`), taking x in through the RMSNorm `norm` (its
+    /// weights, and where block 0 stores the normed x, or 0) when given.
+    fn tiled_matvec(
+        &self,
+        m: MatJobs,
+        rows: i32,
+        norm: Option<(&DevTensor<D::Buf>, u64)>,
+    ) -> Result<(), EngineError> {
+        let nr = tile_rows(rows as usize, TILE_MAX_ROWS, self.dev.multiprocessors());
+        let mut shared = self.dev.tile().shared();
+        let (nw, ndt, keep) = match norm {
+            Some((w, keep)) => {
+                shared += tile_norm_shared(w.cols) as u32;
+                (w.ptr, w.dtype.code(), keep)
+            }
+            None => (0, 0, 0),
+        };
+        // SAFETY: as in `matvec`, and every job has job 0's cols (a multiple of 32), dtype and
+        // x, with 16-byte aligned rows (`vec`); the block has the tile's shared memory (the ring
+        // the device's kernels were compiled for), and with a norm cols floats more (within what
+        // the tiled kernels are allowed, `norm_matvec`), whose weights hold cols elements, as
+        // `keep` (when not 0) holds cols floats.
+        unsafe {
+            self.dev.launch(
+                Kernel::TiledMatvec,
+                geo((rows as usize).div_ceil(nr), TILE_THREADS, shared)?,
+                &[
+                    Arg::Jobs(m),
+                    Arg::I32(nr as i32),
+                    Arg::Ptr(nw),
+                    Arg::I32(ndt),
+                    Arg::F32(self.shape.eps),
+                    Arg::Ptr(keep),
+                ],
+            )
+        }
+    }
+
+    /// Whether `norm_matvec` takes the norm `w` into the products `jobs`' launch.
+    fn norm_fuses(&self, w: &DevTensor<D::Buf>, jobs: &[MatJob]) -> bool {
+        let cols = jobs[0].cols as usize;
+        let shared = self.dev.tile().shared() as usize + tile_norm_shared(cols);
+        self.fuse_norms
+            && w.cols == cols
+            && shared <= self.dev.tile_shared_max() as usize
+            && Self::tiles(jobs)
+    }
+
+    /// `xn` = RMSNorm_w(x) (as `rms_norm`), then the products `jobs`, each reading `xn`. In one
+    /// launch when they tile and a block may keep x beside the ring: every block normalises x
+    /// itself (the same operations), and block 0 stores it at `xn` when `keep` (for a later
+    /// launch). Else the norm's own launch, then the products'.
+    fn norm_matvec(
+        &self,
+        x: u64,
+        w: &DevTensor<D::Buf>,
+        xn: u64,
+        keep: bool,
+        jobs: &[MatJob],
+    ) -> Result<(), EngineError> {
+        if self.norm_fuses(w, jobs) {
+            let raw: Vec<MatJob> = jobs.iter().map(|j| MatJob { x, ..*j }).collect();
+            let (m, rows) = Self::mat_jobs(&raw)?;
+            return self.tiled_matvec(m, rows, Some((w, if keep { xn } else { 0 })));
+        }
+        self.rms_norm(x, w, xn)?;
+        self.matvec(jobs)
+    }
+
+    /// The products `jobs` in one launch.
+    fn matvec(&self, jobs: &[MatJob]) -> Result<(), EngineError> {
+        let (mut m, rows) = Self::mat_jobs(jobs)?;
+        if Self::tiles(jobs) {
+            return self.tiled_matvec(m, rows, None);
         }
         // x staged in shared memory when every product reads the same x with wide loads and it
         // fits the 48 KiB a block may take without opting in.
@@ -1170,17 +1264,22 @@ impl<D: EngineDevice> Engine<D> {
         let half = (s.rotary_dim / 2) as i32;
         let window = s.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
         let (cos, sin, scores) = (self.p(&self.cos), self.p(&self.sin), self.p(&self.scores));
-        // Each layer's MLP ends with its combine; the next layer's input norm is folded into it.
-        let mut normed = false;
-        for (i, l) in self.layers.iter().enumerate() {
-            if !normed {
-                self.rms_norm(x, &l.in_norm, xn)?;
-            }
-            self.matvec(&[
+        let qkv = |l: &Layer<D::Buf>| {
+            [
                 self.job(&l.q, xn, q, l.bias[0].as_ref(), false),
                 self.job(&l.k, xn, k, l.bias[1].as_ref(), false),
                 self.job(&l.v, xn, v, l.bias[2].as_ref(), false),
-            ])?;
+            ]
+        };
+        // A layer's input norm is taken into its q/k/v launch (norm_matvec); where it cannot be,
+        // into the layer before's combine (its MLP's last launch).
+        let mut normed = false;
+        for (i, l) in self.layers.iter().enumerate() {
+            if normed {
+                self.matvec(&qkv(l))?;
+            } else {
+                self.norm_matvec(x, &l.in_norm, xn, false, &qkv(l))?;
+            }
             let (kc, vc) = (self.p(&l.kcache), self.p(&l.vcache));
             let (norm, qn, kn, ndt) = match &l.qk_norm {
                 Some((qn, kn)) => (1i32, qn.ptr, kn.ptr, qn.dtype.code()),
@@ -1227,16 +1326,16 @@ impl<D: EngineDevice> Engine<D> {
                 )?;
             }
             self.matvec(&[self.job(&l.o, attn, x, l.bias[3].as_ref(), true)])?;
-            self.rms_norm(x, &l.post_norm, xn)?;
-            let next = self.layers.get(i + 1).map(|n| &n.in_norm);
-            self.mlp(l, xn, x, next)?;
+            let next = self.layers.get(i + 1);
+            let next = next.filter(|n| !self.norm_fuses(&n.in_norm, &qkv(n)));
+            self.mlp(l, xn, x, next.map(|n| &n.in_norm))?;
             normed = next.is_some();
         }
         Ok(())
     }
 
-    /// The layer's MLP of `xn`, added to `x`; then, given the next layer's input norm, `xn` =
-    /// that norm of the new `x` (in the combine's launch).
+    /// The layer's MLP of its post-attention norm of `x` (into `xn`), added to `x`; then, given
+    /// the next layer's input norm, `xn` = that norm of the new `x` (in the combine's launch).
     fn mlp(
         &self,
         l: &Layer<D::Buf>,
@@ -1254,7 +1353,9 @@ impl<D: EngineDevice> Engine<D> {
         let (ids, wts, k) = match &l.router {
             Some(router) => {
                 let (z, probs) = (self.p(&a.z), self.p(&a.probs));
-                self.matvec(&[self.job(router, xn, z, None, false)])?;
+                // The experts read the normed x too: block 0 keeps it.
+                let route = [self.job(router, xn, z, None, false)];
+                self.norm_matvec(x, &l.post_norm, xn, true, &route)?;
                 let (ids, wts) = (self.p(&a.ids), self.p(&a.wts));
                 // SAFETY: z and probs hold `n` floats (n = the router's rows = experts), ids and
                 // wts `k` (k ≤ n, checked in `new`); one warp.
@@ -1275,7 +1376,10 @@ impl<D: EngineDevice> Engine<D> {
                 }
                 (ids, wts, s.top_k)
             }
-            None => (self.p(&a.one_id), self.p(&a.one_wt), 1),
+            None => {
+                self.rms_norm(x, &l.post_norm, xn)?;
+                (self.p(&a.one_id), self.p(&a.one_wt), 1)
+            }
         };
         let m = MoeArgs {
             gate: self.p(&tables[0]),
@@ -1419,9 +1523,9 @@ impl<D: EngineDevice> Engine<D> {
     fn launch_head(&self) -> Result<(), EngineError> {
         let a = &self.a;
         let (x, xn, logits) = (self.p(&a.x), self.p(&a.xn), self.p(&a.logits));
-        self.rms_norm(x, &self.final_norm, xn)?;
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
-        self.matvec(&[self.job(head, xn, logits, None, false)])
+        let job = [self.job(head, xn, logits, None, false)];
+        self.norm_matvec(x, &self.final_norm, xn, false, &job)
     }
 }
 
