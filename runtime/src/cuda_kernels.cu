@@ -498,12 +498,19 @@ __device__ float tarfa_rms_scale(const float* x, int n, float eps, int lane) {
 // Elements per thread loaded before the scale is known.
 #define TARFA_RMS_AHEAD 4
 
-// out = w · (x · rsqrt(mean(x²) + eps)) (canon::rms_norm) on one block, element i of x given by
-// xval(i) (called once per element; afterwards x[i] must hold it): warp 0 finds the scale. Every
-// thread first loads its first TARFA_RMS_AHEAD weights (before tarfa_grid_enter: while the
-// launch before may still run), then as many values, copied to shared memory, so that the
-// weights' loads (from HBM) overlap the scale's sum and the sum reads shared memory (the loads
-// were each a round trip in turn).
+// rsqrt(mean(x²) + eps) of x (n floats every thread of the block may read), for every thread:
+// warp 0 finds it (tarfa_rms_scale) and hands it on through `slot` (shared memory). It begins
+// with a barrier, so the block's earlier stores to x are seen.
+__device__ __forceinline__ float tarfa_block_scale(const float* x, int n, float eps, float* slot) {
+    __syncthreads();
+    if (threadIdx.x < 32) {
+        float r = tarfa_rms_scale(x, n, eps, threadIdx.x);
+        if (threadIdx.x == 0) *slot = r;
+    }
+    __syncthreads();
+    return *slot;
+}
+
 // An RMSNorm block's start: each thread loads its first TARFA_RMS_AHEAD weights (wv) while the
 // launch before may still run, then enters (tarfa_grid_enter).
 __device__ __forceinline__ void tarfa_rms_enter(const unsigned char* w, int wdtype, int n, float* wv) {
@@ -523,14 +530,7 @@ __device__ __forceinline__ void tarfa_block_rms_tail(const float* x, const float
                                                      float eps, const float* wv, const float* xv,
                                                      float* out) {
     __shared__ float scale;
-    // The block's stores to x (a combine's) are visible to the block after the barrier.
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float r = tarfa_rms_scale(sum_of, n, eps, threadIdx.x);
-        if (threadIdx.x == 0) scale = r;
-    }
-    __syncthreads();
-    float r = scale;
+    float r = tarfa_block_scale(sum_of, n, eps, &scale);
 #pragma unroll
     for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
         int i = threadIdx.x + j * blockDim.x;
@@ -542,6 +542,12 @@ __device__ __forceinline__ void tarfa_block_rms_tail(const float* x, const float
     }
 }
 
+// out = w · (x · rsqrt(mean(x²) + eps)) (canon::rms_norm) on one block, element i of x given by
+// xval(i) (called once per element; afterwards x[i] must hold it): warp 0 finds the scale. Every
+// thread first loads its first TARFA_RMS_AHEAD weights (before tarfa_grid_enter: while the
+// launch before may still run), then as many values, copied to shared memory, so that the
+// weights' loads (from HBM) overlap the scale's sum and the sum reads shared memory (the loads
+// were each a round trip in turn).
 template <class XVal>
 __device__ __forceinline__ void tarfa_block_rms_norm(XVal xval, const float* x,
                                                      const unsigned char* w, int wdtype, int n,
@@ -1300,7 +1306,6 @@ __device__ __forceinline__ void tarfa_tile_norm_weights(const unsigned char* w, 
 // block calls it.
 __device__ void tarfa_tile_norm(const float* x, const unsigned char* w, int wdtype, int n,
                                 float eps, const float (*wv)[4], float* xs, float* out) {
-    float& scale = xs[n];
     int n4 = n / 4;
     int held = TARFA_TILE_NORM_AHEAD * blockDim.x;
     float4 xv[TARFA_TILE_NORM_AHEAD];
@@ -1316,13 +1321,7 @@ __device__ void tarfa_tile_norm(const float* x, const unsigned char* w, int wdty
         if (p < n4) ((float4*)xs)[p] = xv[j];
     }
     for (int p = threadIdx.x + held; p < n4; p += blockDim.x) ((float4*)xs)[p] = ((const float4*)x)[p];
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        float r = tarfa_rms_scale(xs, n, eps, threadIdx.x);
-        if (threadIdx.x == 0) scale = r;
-    }
-    __syncthreads();
-    float r = scale;
+    float r = tarfa_block_scale(xs, n, eps, xs + n);
 #pragma unroll
     for (int j = 0; j < TARFA_TILE_NORM_AHEAD; ++j) {
         int p = threadIdx.x + j * blockDim.x;
