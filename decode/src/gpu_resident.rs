@@ -153,14 +153,6 @@ pub fn build<D: EngineDevice>(
     engine.set_graphs(graphs);
     // `TARFA_CUDA_NORM_FUSE=0` gives each RMSNorm its own launch again, for measuring.
     engine.set_norm_fusion(std::env::var("TARFA_CUDA_NORM_FUSE").as_deref() != Ok("0"));
-    // `TARFA_CUDA_TILE_ROUNDS=N`: at least N blocks per multiprocessor in the tiled products
-    // (narrower blocks), for measuring; geometry only.
-    if let Some(n) = std::env::var("TARFA_CUDA_TILE_ROUNDS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-    {
-        engine.set_tile_rounds(n);
-    }
     // One element type per role across a layer's experts, gate and up alike (the kernels read
     // a layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;

@@ -474,9 +474,6 @@ pub struct Engine<D: EngineDevice> {
     use_graphs: bool,
     /// Take RMSNorms into the tiled products that read them (`norm_matvec`).
     fuse_norms: bool,
-    /// The fewest rounds of a block per multiprocessor a tiled product or gate/up launch takes
-    /// (`tile_rows_even`).
-    tile_rounds: usize,
     finished: bool,
     report: EngineReport,
 }
@@ -658,22 +655,11 @@ impl TileGeometry {
 /// block (wider tiles of fewer blocks) beat more blocks.
 const TILE_BLOCKS_PER_SM: usize = 1;
 
-/// Rows (at most `max`) per block of a tiled launch over `count` rows, spread evenly: the
-/// launch takes the fewest rounds of one block per multiprocessor that hold its rows at `max`
-/// a block, and its rows are shared out evenly over those rounds' blocks. A multiprocessor's
-/// time is its rows', and the launch lasts as long as the busiest one's: a power of two of
-/// rows (`tile_rows`) left q/k/v's 5,120 rows at 32 a block, 160 blocks on 132
-/// multiprocessors — 28 of them with two blocks (64 rows) while the rest had 32; even, they
-/// are 256 blocks of 20, at most 40 rows on any.
-/// `min_rounds` (at least 1) asks for that many rounds at least: more, narrower blocks.
-fn tile_rows_even(count: usize, max: usize, sms: usize, min_rounds: usize) -> usize {
-    let sms = sms.max(1);
-    let rounds = count.div_ceil(max.max(1) * sms).max(min_rounds).max(1);
-    count.div_ceil(rounds * sms).clamp(1, max.max(1))
-}
-
 /// Rows (at most `max`, a power of two) per block of a tiled launch over `count` rows: the most
-/// that still gives every multiprocessor its share of blocks.
+/// that still gives every multiprocessor its share of blocks. (Rows spread evenly over the
+/// fewest rounds of a block per multiprocessor instead — q/k/v's 5,120 rows in 256 blocks of 20
+/// rather than 160 of 32, of which 28 multiprocessors take two — was slower on the H200:
+/// 899.4 / 918.1 tokens/s against 923.1 / 931.6, ledger row (bb).)
 fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
     let target = sms.max(1) * TILE_BLOCKS_PER_SM;
     let mut nr = max;
@@ -882,7 +868,6 @@ impl<D: EngineDevice> Engine<D> {
             graphs: None,
             use_graphs: true,
             fuse_norms: true,
-            tile_rounds: 1,
             finished: false,
             report,
             dev,
@@ -945,13 +930,6 @@ impl<D: EngineDevice> Engine<D> {
     /// a launch of its own. The same operations in the same order either way.
     pub fn set_norm_fusion(&mut self, on: bool) {
         self.fuse_norms = on;
-        self.graphs = None;
-    }
-
-    /// Give the tiled products and gate/up at least `rounds` blocks per multiprocessor (rows
-    /// spread evenly over them; 1, the default, gives each its widest blocks). Geometry only.
-    pub fn set_tile_rounds(&mut self, rounds: usize) {
-        self.tile_rounds = rounds.max(1);
         self.graphs = None;
     }
 
@@ -1128,8 +1106,7 @@ impl<D: EngineDevice> Engine<D> {
         rows: i32,
         norm: Option<(&DevTensor<D::Buf>, u64)>,
     ) -> Result<(), EngineError> {
-        let sms = self.dev.multiprocessors();
-        let nr = tile_rows_even(rows as usize, TILE_MAX_ROWS, sms, self.tile_rounds);
+        let nr = tile_rows(rows as usize, TILE_MAX_ROWS, self.dev.multiprocessors());
         let mut shared = self.dev.tile().shared();
         let (nw, ndt, keep) = match norm {
             Some((w, keep)) => {
@@ -1426,7 +1403,7 @@ impl<D: EngineDevice> Engine<D> {
         // `finish`) and y `k × hidden`; `vec` only for widths that are multiples of 8.
         if t.inter % 32 == 0 && s.hidden % 32 == 0 {
             let sms = self.dev.multiprocessors();
-            let np = tile_rows_even(k * t.inter, TILE_MAX_ROWS / 2, sms, self.tile_rounds);
+            let np = tile_rows(k * t.inter, TILE_MAX_ROWS / 2, sms);
             // A power of two ≤ 32 dividing hidden: a down block's rows are of one slot.
             let nr = tile_rows(k * s.hidden, TILE_MAX_ROWS, sms);
             let shared = self.dev.tile().shared();
@@ -1652,38 +1629,8 @@ mod tests {
                 }
             }
         }
-        assert_eq!(tile_rows(16384, TILE_MAX_ROWS, 132), 32); // experts' down, 12.7 GB model
-    }
-
-    /// Rows spread evenly: every block within `max`, no more blocks than the fewest rounds of a
-    /// block per multiprocessor need, and no multiprocessor with more than a round's share of
-    /// rows above the even share (ceil(count / sms), rounded up to whole rows a block).
-    #[test]
-    fn tile_rows_spread_evenly_over_the_multiprocessors() {
-        for sms in [1usize, 4, 132] {
-            for count in [1usize, 7, 128, 2048, 5120, 6144, 16384, 151_936] {
-                for max in [TILE_MAX_ROWS / 2, TILE_MAX_ROWS] {
-                    let nr = tile_rows_even(count, max, sms, 1);
-                    let at = format!("{count} rows, {max} at most, {sms} SMs: {nr}");
-                    assert!((1..=max).contains(&nr), "{at}");
-                    let rounds = count.div_ceil(max * sms);
-                    let blocks = count.div_ceil(nr);
-                    assert!(blocks <= rounds * sms, "{at}");
-                    // The busiest multiprocessor's rows, blocks dealt out in turn.
-                    let busiest = blocks.div_ceil(sms) * nr;
-                    assert!(busiest < count.div_ceil(sms) + rounds, "{at}: {busiest}");
-                }
-            }
-        }
-        // The 12.7 GB model on the H200's 132: q/k/v, o_proj, the router, gate/up pairs.
-        assert_eq!(tile_rows_even(5120, TILE_MAX_ROWS, 132, 1), 20);
-        assert_eq!(tile_rows_even(2048, TILE_MAX_ROWS, 132, 1), 16);
-        assert_eq!(tile_rows_even(128, TILE_MAX_ROWS, 132, 1), 1);
-        assert_eq!(tile_rows_even(6144, TILE_MAX_ROWS / 2, 132, 1), 16);
-        // Two rounds at least: o_proj in 256 blocks of 8; q/k/v and the router as they were.
-        assert_eq!(tile_rows_even(2048, TILE_MAX_ROWS, 132, 2), 8);
-        assert_eq!(tile_rows_even(5120, TILE_MAX_ROWS, 132, 2), 20);
-        assert_eq!(tile_rows_even(128, TILE_MAX_ROWS, 132, 2), 1);
+        assert_eq!(tile_rows(2048, TILE_MAX_ROWS, 132), 8); // o_proj of the 12.7 GB model
+        assert_eq!(tile_rows(128, TILE_MAX_ROWS, 132), 1); // its router
     }
 
     /// The shared memory a tiled launch asks for is what `cuda_kernels.cu` lays out (rows'
