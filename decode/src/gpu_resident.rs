@@ -14,6 +14,7 @@
 use tarfa_format::Dtype;
 use tarfa_runtime::gpu_engine::{
     Engine, EngineDevice, EngineShape, GpuDtype, HostAttention, HostLayer, HostMlp, HostTensor,
+    MAX_HEAD_DIM,
 };
 
 use crate::blocks::{self, Batch};
@@ -84,6 +85,9 @@ pub fn open(
         return Ok(None);
     }
     let c = Qwen3MoeConfig::parse(config)?;
+    if !takes_shape(&c) {
+        return Ok(None);
+    }
     let Some(parts) = trunk(&c, tensors)? else {
         return Ok(None);
     };
@@ -100,6 +104,14 @@ pub fn open(
     build(dev, config, tensors, experts, o.graphs)
 }
 
+/// Whether the engine's kernels take the model's shape: heads at most
+/// [`MAX_HEAD_DIM`] wide (attention keeps a head's vectors in a block's shared memory); a wider
+/// one runs its layers on the CPU with experts and products offloaded, as any model this path
+/// does not take.
+fn takes_shape(c: &Qwen3MoeConfig) -> bool {
+    c.head_dim <= MAX_HEAD_DIM
+}
+
 /// Whether the whole-model path takes this model at all: `qwen3_moe`, experts BF16 or F32.
 fn takes(config: &serde_json::Value, experts: &ExpertStore) -> bool {
     config.get("model_type").and_then(|v| v.as_str()) == Some("qwen3_moe")
@@ -111,7 +123,8 @@ fn takes(config: &serde_json::Value, experts: &ExpertStore) -> bool {
 
 /// The whole-model decoder of `config` on `dev` (every weight copied there, every expert read
 /// once and checked as it lands), or `None` if the model does not take it (another family, a
-/// weight neither BF16 nor F32, experts of a layer of mixed types). `graphs`: replay each step
+/// weight neither BF16 nor F32, experts of a layer of mixed types, heads wider than
+/// [`MAX_HEAD_DIM`]). `graphs`: replay each step
 /// from a captured graph where the device has them.
 pub fn build<D: EngineDevice>(
     dev: D,
@@ -124,6 +137,9 @@ pub fn build<D: EngineDevice>(
         return Ok(None);
     }
     let c = Qwen3MoeConfig::parse(config)?;
+    if !takes_shape(&c) {
+        return Ok(None);
+    }
     let Some(parts) = trunk(&c, tensors)? else {
         return Ok(None);
     };
@@ -398,5 +414,29 @@ impl<D: EngineDevice> Family for GpuQwen3Moe<D> {
         ctx.profile
             .add("whole forward pass on the GPU", t0.elapsed());
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Heads up to the kernels' width take the whole-model path; a wider one is left to the
+    /// offload path (the CPU's layers), not refused.
+    #[test]
+    fn heads_wider_than_the_kernels_take_are_left_to_the_offload_path() {
+        let config = |head_dim: usize| {
+            serde_json::json!({
+                "model_type": "qwen3_moe", "hidden_size": 64, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "head_dim": head_dim, "num_hidden_layers": 1,
+                "vocab_size": 16, "intermediate_size": 32, "moe_intermediate_size": 16,
+                "num_experts": 4, "num_experts_per_tok": 2, "rms_norm_eps": 1e-6,
+            })
+        };
+        for (d, takes) in [(64, true), (MAX_HEAD_DIM, true), (MAX_HEAD_DIM * 2, false)] {
+            let c = Qwen3MoeConfig::parse(&config(d)).expect("a qwen3_moe config");
+            assert_eq!(c.head_dim, d);
+            assert_eq!(takes_shape(&c), takes, "head_dim {d}");
+        }
     }
 }

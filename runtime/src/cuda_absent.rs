@@ -23,7 +23,8 @@ pub enum CudaError {
     Absent(String),
     /// A model whose attention heads are wider than the whole-model GPU decoder's kernels take
     /// (their shared memory holds [`crate::gpu_engine::MAX_HEAD_DIM`] floats a head): a limit of
-    /// this path, reachable from a model's `config.json`, not a caller's mistake.
+    /// this path, not a caller's mistake (the decoder leaves such a model to the offload path
+    /// before it builds an engine).
     #[error("head_dim {head_dim} is above the {max} the GPU decoder's attention kernels take; run with --gpu-offload-only (attention on the CPU) or --device cpu")]
     HeadDimTooLarge {
         /// The model's head dimension.
