@@ -308,8 +308,8 @@ fn gbps(bytes: u64, t: std::time::Duration) -> f64 {
 fn phase_json(p: &PhaseStats) -> serde_json::Value {
     serde_json::json!({
         "tokens": p.tokens,
-        "seconds": p.time.as_secs_f64(),
-        "tokens_per_s": rate(p.tokens, *p),
+        "seconds": crate::json::float(p.time.as_secs_f64()),
+        "tokens_per_s": crate::json::float(rate(p.tokens, *p)),
         "expert_reads": p.experts.reads,
         "expert_bytes_read": p.experts.bytes_read,
         "cache_hits": p.experts.cache_hits,
