@@ -3,7 +3,11 @@
 # qwen3_moe model that fits in VRAM) against the CPU (logits compared byte for byte), against
 # the offload path (layers on the CPU, experts and products on the GPU), and with LLAMA=1 against
 # llama.cpp's CUDA build on the same weights (a BF16 GGUF written with the gguf package).
-#   [LLAMA=1] [TEST_TILE=S,B] [AB="SPEC..."] [TG32="LABEL:BINARY[:VAR=V]..."] bash bench/gpu-whole-run.sh WORKDIR [LAYERS]
+#   [LLAMA=1 [VIA_GGUF=1]] [TEST_TILE=S,B] [AB="SPEC..."] [TG32="LABEL:BINARY[:VAR=V]..."] bash bench/gpu-whole-run.sh WORKDIR [LAYERS]
+# VIA_GGUF=1 (with LLAMA=1): tarfa's JNF is converted from the GGUF written for llama.cpp, so a
+# model of tens of GiB fits the device's disk twice (safetensors, then GGUF, then JNF from it;
+# e.g. 20 layers: 25.2 GB each, 64 GB free): `LLAMA=1 VIA_GGUF=1 bash bench/gpu-whole-run.sh /tmp/w 20`,
+# then `bash bench/gpu-llama-rounds.sh /tmp/w 2 new:target/device/tarfa-cuda`.
 # With LLAMA=1 llama.cpp builds in the background (niced) while the unmeasured steps run (tests,
 # checkpoint, logits), and is waited for before anything is timed. AB: sides for bench/gpu-ab.sh
 # (AB_RUNS runs, AB_ROUNDS rounds; default 5, 2), run after the logits, while llama.cpp may still
@@ -40,13 +44,19 @@ fi
 echo "== checkpoint: $LAYERS layers"
 rm -rf "$W/src" "$W/jnf"
 t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 > /dev/null || exit 2
-t "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2
+[ "${VIA_GGUF:-0}" = 1 ] || t "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2
 if [ "${LLAMA:-0}" = 1 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$H"/wheels/*.whl || exit 2
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
   t python3 "$H/safetensors_to_gguf.py" "$W/src" "$W/model.gguf" || exit 2
 fi
 rm -rf "$W/src"
+if [ "${VIA_GGUF:-0}" = 1 ]; then
+  # The JNF converted from the GGUF llama.cpp reads (the same weights, the same logit bits as
+  # from the safetensors): the disk holds two copies of the model at once, not three.
+  t "$B/tarfa-cuda" convert "$W/model.gguf" -o "$W/jnf" --quiet || exit 2
+fi
+du -sb "$W/jnf" | awk '{printf "model: %.2f GB (%.2f GiB)\n", $1/1e9, $1/2^30}'
 P="--tokens 11,22,33,44,55,66,77,88 -n 64"
 echo "== CPU, experts resident (reference logits)"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" > /dev/null
