@@ -28,6 +28,9 @@ mkdir -p "$W" "$O"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 t() { local s rc; s=$(date +%s%N); "$@"; rc=$?; echo "TIME $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" >&2; return $rc; }
 nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader
+if [ "${VIA_GGUF:-0}" = 1 ] && [ "${LLAMA:-0}" != 1 ]; then
+  echo "VIA_GGUF=1 needs LLAMA=1 (the GGUF is written for llama.cpp)" >&2; exit 2
+fi
 if [ "${LLAMA:-0}" = 1 ]; then
   echo "== llama.cpp CUDA build, in the background"
   ( s=$(date +%s); CUDA=1 nice -n 19 bash "$H/build-llama-bench.sh" "$W" 16 > "$O/llama-build.log" 2>&1
@@ -68,7 +71,9 @@ echo "== GPU, whole forward pass, kernels launched one by one"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --no-cuda-graphs --logits-out "$O/whole-nograph.npy" > /dev/null
 echo "== GPU, offload path (layers on the CPU, experts and products on the GPU)"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --gpu-offload-only --logits-out "$O/offload.npy" > /dev/null
-LOGITS="whole whole-nograph offload"
+echo "== GPU, whole forward pass, every norm its own launch (TARFA_CUDA_NORM_FUSE=0)"
+TARFA_CUDA_NORM_FUSE=0 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole-unfused.npy" > /dev/null
+LOGITS="whole whole-nograph whole-unfused offload"
 if [ -n "${TEST_TILE:-}" ]; then
   echo "== GPU, whole forward pass, TARFA_CUDA_TILE=$TEST_TILE"
   TARFA_CUDA_TILE=$TEST_TILE t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole-tile.npy" > /dev/null
@@ -100,7 +105,7 @@ for spec in ${TG32:-}; do
   env "${envs[@]}" "$bin" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 --tokens 32 --runs 21 2>&1 | sed "s/^/$label: /"
 done
 if [ "${LLAMA:-0}" = 1 ]; then
-  echo "== llama-bench -ngl 99 -p 8 -n 32 (flash attention off, the default)"
+  echo "== llama-bench -ngl 99 -p 8 -n 32 (flash attention: llama-bench's default, auto)"
   t "$W/llama-build/bin/llama-bench" -m "$W/model.gguf" -ngl 99 -p 8 -n 32 -o json -oe md > "$O/llama-bench-cuda.json"
   python3 - "$O/llama-bench-cuda.json" <<'PY'
 import json, sys

@@ -230,6 +230,9 @@ struct TarfaEmuPool {
     }
 };
 
+// Bytes after a block's dynamic shared memory that must still hold their pattern when it ends.
+#define TARFA_EMU_SHARED_GUARD 256u
+
 // Run `body` as a grid of `grid` blocks of `block` threads with `shared` bytes of dynamic shared
 // memory, at most `max_shared` (48 KiB, unless the host allowed the kernel more, as CUDA's
 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES does). `block` must be a multiple of 32 (every
@@ -255,8 +258,13 @@ inline void tarfa_emu_launch(unsigned int grid, unsigned int block, unsigned int
         for (unsigned int w = 0; w < block / 32; ++w) blk.warps.push_back(std::make_unique<std::barrier<>>(32));
         blk.exchange.assign(block, 0);
         if (shared > max_shared) std::abort();  // more than the block may take
-        blk.shared.assign(shared + 16, 0);
+        // The block's dynamic shared memory, then a guard the kernel must not write (a host
+        // that asked for too little for what a kernel stores dies here, not by luck later).
+        blk.shared.assign(shared + TARFA_EMU_SHARED_GUARD, 0);
+        std::memset(blk.shared.data() + shared, 0xa5, TARFA_EMU_SHARED_GUARD);
         pool->run_block(b, block, &blk, body);
+        for (unsigned int i = 0; i < TARFA_EMU_SHARED_GUARD; ++i)
+            if (blk.shared[shared + i] != 0xa5) std::abort();  // a store past the launch's shared memory
     }
     std::lock_guard<std::mutex> g(tarfa_emu_guard_m);
     if (tarfa_emu_locked) tarfa_emu_protect(false);

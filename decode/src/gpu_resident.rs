@@ -167,7 +167,8 @@ pub fn build<D: EngineDevice>(
         c.num_experts,
     )?;
     engine.set_graphs(graphs);
-    // `TARFA_CUDA_NORM_FUSE=0` gives each RMSNorm its own launch again, for measuring.
+    // `TARFA_CUDA_NORM_FUSE=0` takes no RMSNorm into a product (each is launched alone or with
+    // the combine), for measuring.
     engine.set_norm_fusion(std::env::var("TARFA_CUDA_NORM_FUSE").as_deref() != Ok("0"));
     // One element type per role across a layer's experts, gate and up alike (the kernels read
     // a layer's experts as one shape); else the offload path, which places each expert alone.

@@ -99,6 +99,34 @@ fn the_whole_forward_pass_on_the_gpu_gives_the_cpu_bits() {
     }
 }
 
+/// Every RMSNorm given a launch of its own (`set_norm_fusion(false)`: no norm taken into a
+/// product, the next layer's input norm in the combine's launch), the whole pass on the GPU still
+/// gives the CPU's bits — the default (norms taken in) is the test above.
+#[test]
+fn norms_launched_alone_on_the_gpu_give_the_cpu_bits() {
+    if !gpu_here() {
+        return;
+    }
+    for name in ["qwen3_moe", "qwen3_moe_b"] {
+        let dir = common::model(name);
+        let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
+        let opts = DecoderOptions::default();
+        let mut dec = Decoder::open_with(&dir, &opts, |config, tensors, experts| {
+            let gpu = tarfa_runtime::Gpu::open(0)?;
+            let dev = tarfa_runtime::cuda_engine::CudaDevice::open(&gpu)?;
+            let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
+            if let Some(f) = f.as_mut() {
+                f.set_norm_fusion(false);
+            }
+            Ok(f.map(|f| Box::new(f) as Box<dyn tarfa_decode::family::Family>))
+        })
+        .expect("open the GPU decoder");
+        assert_eq!(run(&mut dec, name), cpu, "{name}: norms launched alone");
+        let r = dec.offload_report().expect("a GPU report");
+        assert!(r.whole_model && r.steps > 0, "{name}: {r:?}");
+    }
+}
+
 /// Models the whole-model path does not take (another family, quantised experts, an expert
 /// whose gate and up differ in type) fall back to the offload path, still with the CPU's bits.
 #[test]

@@ -93,6 +93,8 @@ impl CudaDevice {
         }
         // The tiled kernels may take all the shared memory a block can have: a ring above
         // 48 KiB, and a product that takes its x in through a norm keeps x there after the ring.
+        // All of it may be dynamic: they have no static shared memory (cuda_compute's NVRTC test
+        // `a_ring_chosen_at_run_time_compiles_and_the_default_is_the_sources_own` holds them to it).
         let tile_shared_max = u32::try_from(opt_in).unwrap_or(0).max(48 * 1024);
         if tile_shared_max > 48 * 1024 {
             ctx.bind_to_thread().map_err(drv("kernel attribute"))?;

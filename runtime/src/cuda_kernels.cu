@@ -1203,8 +1203,9 @@ __device__ void tarfa_tile_acc(const unsigned char* const* rowp, int n, int cols
     for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int j = 0; j < 8; ++j) acc[r][j] = 0.0f;
-    // Each thread's share of a stage's copies (TARFA_TILE_PIECES) assumes the block's size.
-    if (blockDim.x != TARFA_TILE_THREADS) __trap();
+    // Each thread's share of a stage's copies (TARFA_TILE_PIECES) assumes the block's size; x in
+    // shared memory is filled by `enter`, which runs only `ahead`.
+    if (blockDim.x != TARFA_TILE_THREADS || (xsh && !ahead)) __trap();
     int esz = dtype == TARFA_BF16 ? 2 : 4;
     int xe = xsh ? 0 : 4;  // bytes of x per column a stage holds
     // Columns per stage: whole chunks of x and of each row, each row padded by 16 bytes (so that

@@ -1148,8 +1148,10 @@ impl<D: EngineDevice> Engine<D> {
 
     /// `xn` = RMSNorm_w(x) (as `rms_norm`), then the products `jobs`, each reading `xn`. In one
     /// launch when they tile and a block may keep x beside the ring: every block normalises x
-    /// itself (the same operations), and block 0 stores it at `xn` when `keep` (for a later
-    /// launch). Else the norm's own launch, then the products'.
+    /// itself (the same operations), and block 0 stores it at `xn` only when `keep` (for a later
+    /// launch) — without `keep`, `xn` may afterwards hold an earlier norm's output, so only a
+    /// caller that reads nothing of `xn` later passes `keep = false`. Else the norm's own launch,
+    /// then the products'. No job may write x or `xn` (the blocks read x while others finish).
     fn norm_matvec(
         &self,
         x: u64,
@@ -1158,6 +1160,7 @@ impl<D: EngineDevice> Engine<D> {
         keep: bool,
         jobs: &[MatJob],
     ) -> Result<(), EngineError> {
+        debug_assert!(jobs.iter().all(|j| j.y != x && j.y != xn));
         if self.norm_fuses(w, jobs) {
             let raw: Vec<MatJob> = jobs.iter().map(|j| MatJob { x, ..*j }).collect();
             let (m, rows) = Self::mat_jobs(&raw)?;
