@@ -21,7 +21,8 @@
 //! The tiled kernels are compiled at several rings of shared-memory stages ([`tiles`]: the
 //! default and the others `build.rs` lists, `emu/tile.cc` once for each), so the tests hold each
 //! ring to the same bits; a tiled launch takes more than 48 KiB only where the host allowed it,
-//! as on the GPU.
+//! as on the GPU. A block that stores past the dynamic shared memory its launch asked for aborts
+//! (256 guard bytes after it are checked when the block ends).
 //!
 //! `unsafe` is denied here as in the runtime, and allowed only where the FFI into the emulation is
 //! called: each kernel wrapper below and [`EmuDevice`]'s `launch` carry `#[allow(unsafe_code)]`,
