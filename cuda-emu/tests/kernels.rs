@@ -517,38 +517,53 @@ fn tiled_routed_experts_are_the_cpus_for_any_rows_per_block() {
 /// products sharing x, for any rows per block: blocks spanning two products, rows of one stage
 /// and of many (the ring's stages reused), BF16 and F32, at every ring compiled in (so every
 /// ring gives the default's bits).
+/// Products of `rows` rows each, all of x's width, reading `x` (the launch's input), and the bits
+/// each should give: canonical dots with `dot_x` (x itself, or what the launch makes of it),
+/// the second product with a bias, the third and later accumulating into a residual.
+fn tiled_case(
+    r: &mut Rng,
+    rows: &[usize],
+    dt: emu::Dt,
+    x: &[f32],
+    dot_x: &[f32],
+) -> (Vec<emu::Product>, Vec<Vec<u32>>) {
+    let cols = x.len();
+    let mut products = Vec::new();
+    let mut want = Vec::new();
+    for (j, &rows) in rows.iter().enumerate() {
+        let (w, wv) = weights(r, rows * cols, dt, 1.0);
+        let bias = (j % 2 == 1).then(|| weights(r, rows, dt, 0.5));
+        let acc = (j >= 2).then(|| r.vec(rows, 4.0));
+        let y: Vec<f32> = (0..rows)
+            .map(|i| {
+                let mut v = canon::dot_f32(&wv[i * cols..(i + 1) * cols], dot_x);
+                if let Some((_, b)) = &bias {
+                    v += b[i];
+                }
+                acc.as_ref().map_or(v, |a| a[i] + v)
+            })
+            .collect();
+        want.push(bits(&y));
+        products.push(emu::Product {
+            w,
+            rows,
+            cols,
+            x: x.to_vec(),
+            bias: bias.map(|b| b.0),
+            accumulate: acc,
+            vec: true,
+        });
+    }
+    (products, want)
+}
+
 #[test]
 fn tiled_matvec_products_are_canonical_dots_for_any_rows_per_block() {
     let mut r = Rng(0x5151_2026);
     for &cols in &[32usize, 96, 320, 2048] {
         for dt in [emu::Dt::Bf16, emu::Dt::F32] {
             let x = r.vec(cols, 2.0);
-            let mut products = Vec::new();
-            let mut want = Vec::new();
-            for (j, rows) in [3usize, 1, 17, 40].into_iter().enumerate() {
-                let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
-                let bias = (j % 2 == 1).then(|| weights(&mut r, rows, dt, 0.5));
-                let acc = (j >= 2).then(|| r.vec(rows, 4.0));
-                let y: Vec<f32> = (0..rows)
-                    .map(|i| {
-                        let mut v = canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x);
-                        if let Some((_, b)) = &bias {
-                            v += b[i];
-                        }
-                        acc.as_ref().map_or(v, |a| a[i] + v)
-                    })
-                    .collect();
-                want.push(bits(&y));
-                products.push(emu::Product {
-                    w,
-                    rows,
-                    cols,
-                    x: x.clone(),
-                    bias: bias.map(|b| b.0),
-                    accumulate: acc,
-                    vec: true,
-                });
-            }
+            let (products, want) = tiled_case(&mut r, &[3, 1, 17, 40], dt, &x, &x);
             for nr in [1, 2, 5, 8, 32] {
                 for ring in emu::tiles() {
                     let got: Vec<Vec<u32>> = emu::matvec_tiled(&products, nr, ring)
@@ -577,32 +592,7 @@ fn tiled_products_taking_x_through_a_norm_are_the_norm_then_the_products() {
             let (nw, nwv) = weights(&mut r, cols, dt, 1.0);
             let mut normed = vec![0.0f32; cols];
             canon::rms_norm(&x, |i| nwv[i], 1e-6, &mut normed);
-            let mut products = Vec::new();
-            let mut want = Vec::new();
-            for (j, rows) in [3usize, 1, 40].into_iter().enumerate() {
-                let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
-                let bias = (j == 1).then(|| weights(&mut r, rows, dt, 0.5));
-                let acc = (j == 2).then(|| r.vec(rows, 4.0));
-                let y: Vec<f32> = (0..rows)
-                    .map(|i| {
-                        let mut v = canon::dot_f32(&wv[i * cols..(i + 1) * cols], &normed);
-                        if let Some((_, b)) = &bias {
-                            v += b[i];
-                        }
-                        acc.as_ref().map_or(v, |a| a[i] + v)
-                    })
-                    .collect();
-                want.push(bits(&y));
-                products.push(emu::Product {
-                    w,
-                    rows,
-                    cols,
-                    x: x.clone(),
-                    bias: bias.map(|b| b.0),
-                    accumulate: acc,
-                    vec: true,
-                });
-            }
+            let (products, want) = tiled_case(&mut r, &[3, 1, 40], dt, &x, &normed);
             for nr in [1, 8, 32] {
                 for ring in emu::tiles() {
                     let (got, xn) = emu::matvec_tiled_normed(&products, nr, ring, &nw, 1e-6);
