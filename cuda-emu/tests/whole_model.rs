@@ -10,6 +10,8 @@
 #[path = "../../decode/tests/common/mod.rs"]
 mod common;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use tarfa_cuda_emu::EmuDevice;
 use tarfa_decode::family::Family;
 use tarfa_decode::{Decoder, DecoderOptions};
@@ -21,16 +23,34 @@ fn emulated(dir: &std::path::Path, batch_prompt: bool) -> Decoder {
 
 /// The decoder on the emulated device, its tiled kernels at `ring`.
 fn emulated_at(dir: &std::path::Path, batch_prompt: bool, ring: TileGeometry) -> Decoder {
+    emulated_with(dir, batch_prompt, ring, true).0
+}
+
+/// The decoder on the emulated device, its tiled kernels at `ring`, RMSNorms taken into the
+/// products or not (`fuse_norms`); and the device's count of launches.
+fn emulated_with(
+    dir: &std::path::Path,
+    batch_prompt: bool,
+    ring: TileGeometry,
+    fuse_norms: bool,
+) -> (Decoder, Arc<AtomicU64>) {
     let opts = DecoderOptions {
         batch_prompt,
         ..DecoderOptions::default()
     };
-    Decoder::open_with(dir, &opts, |config, tensors, experts| {
+    let count = std::sync::Mutex::new(None);
+    let dec = Decoder::open_with(dir, &opts, |config, tensors, experts| {
         let dev = EmuDevice::with_tile(ring)?;
-        let f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
+        *count.lock().expect("count") = Some(dev.launch_count());
+        let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
+        if let Some(f) = f.as_mut() {
+            f.set_norm_fusion(fuse_norms);
+        }
         Ok(f.map(|f| Box::new(f) as Box<dyn Family>))
     })
-    .expect("open the emulated GPU decoder")
+    .expect("open the emulated GPU decoder");
+    let count = count.into_inner().expect("count").expect("a device");
+    (dec, count)
 }
 
 fn run(dec: &mut Decoder, name: &'static str, steps: usize) -> Vec<Vec<Vec<u32>>> {
@@ -123,25 +143,13 @@ fn norms_taken_into_the_products_or_launched_alone_give_the_cpu_bits() {
         );
         let mut launches = Vec::new();
         for fuse in [true, false] {
-            let count = std::sync::Mutex::new(None);
-            let opts = DecoderOptions::default();
-            let mut dec = Decoder::open_with(&dir, &opts, |config, tensors, experts| {
-                let dev = EmuDevice::with_tile(TileGeometry::DEFAULT)?;
-                *count.lock().expect("count") = Some(dev.launch_count());
-                let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
-                if let Some(f) = f.as_mut() {
-                    f.set_norm_fusion(fuse);
-                }
-                Ok(f.map(|f| Box::new(f) as Box<dyn Family>))
-            })
-            .expect("open the emulated GPU decoder");
+            let (mut dec, count) = emulated_with(&dir, true, TileGeometry::DEFAULT, fuse);
             assert_eq!(
                 run(&mut dec, name, STEPS),
                 cpu,
                 "{name}: norms fused {fuse}"
             );
-            let count = count.into_inner().expect("count").expect("a device");
-            launches.push(count.load(std::sync::atomic::Ordering::Relaxed));
+            launches.push(count.load(Ordering::Relaxed));
         }
         assert!(launches[0] < launches[1], "{name}: launches {launches:?}");
     }
