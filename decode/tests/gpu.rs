@@ -99,6 +99,23 @@ fn the_whole_forward_pass_on_the_gpu_gives_the_cpu_bits() {
     }
 }
 
+/// The whole pass on the GPU (CUDA graphs on) with RMSNorms taken into the products or not and a
+/// MoE layer's top-k and combine taken into the experts' launches or not (`(norms, moe)`).
+fn fused(dir: &std::path::Path, (norms, moe): (bool, bool)) -> Decoder {
+    let opts = DecoderOptions::default();
+    Decoder::open_with(dir, &opts, |config, tensors, experts| {
+        let gpu = tarfa_runtime::Gpu::open(0)?;
+        let dev = tarfa_runtime::cuda_engine::CudaDevice::open(&gpu)?;
+        let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
+        if let Some(f) = f.as_mut() {
+            f.set_norm_fusion(norms);
+            f.set_moe_fusion(moe);
+        }
+        Ok(f.map(|f| Box::new(f) as Box<dyn tarfa_decode::family::Family>))
+    })
+    .expect("open the GPU decoder")
+}
+
 /// Every RMSNorm given a launch of its own (`set_norm_fusion(false)`: no norm taken into a
 /// product, the next layer's input norm in the combine's launch), the whole pass on the GPU still
 /// gives the CPU's bits — the default (norms taken in) is the test above.
@@ -110,20 +127,34 @@ fn norms_launched_alone_on_the_gpu_give_the_cpu_bits() {
     for name in ["qwen3_moe", "qwen3_moe_b"] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
-        let opts = DecoderOptions::default();
-        let mut dec = Decoder::open_with(&dir, &opts, |config, tensors, experts| {
-            let gpu = tarfa_runtime::Gpu::open(0)?;
-            let dev = tarfa_runtime::cuda_engine::CudaDevice::open(&gpu)?;
-            let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
-            if let Some(f) = f.as_mut() {
-                f.set_norm_fusion(false);
-            }
-            Ok(f.map(|f| Box::new(f) as Box<dyn tarfa_decode::family::Family>))
-        })
-        .expect("open the GPU decoder");
+        let mut dec = fused(&dir, (false, true));
         assert_eq!(run(&mut dec, name), cpu, "{name}: norms launched alone");
         let r = dec.offload_report().expect("a GPU report");
         assert!(r.whole_model && r.steps > 0, "{name}: {r:?}");
+    }
+}
+
+/// On a model whose experts the tiled kernels take (qwen3_moe with experts 32 wide and top-3:
+/// the fixtures' are 16 wide), every combination of RMSNorms and a MoE layer's top-k and combine
+/// taken into the launches that read them or launched alone gives the CPU's bits on the GPU.
+#[test]
+fn top_k_and_combine_taken_into_the_experts_launches_or_not_give_the_cpu_bits_on_the_gpu() {
+    if !gpu_here() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = common::wide_expert_model(tmp.path());
+    let name = "qwen3_moe";
+    let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
+    for fuse in [(true, true), (true, false), (false, true), (false, false)] {
+        let mut dec = fused(&dir, fuse);
+        assert_eq!(
+            run(&mut dec, name),
+            cpu,
+            "wide experts: (norms, moe) {fuse:?}"
+        );
+        let r = dec.offload_report().expect("a GPU report");
+        assert!(r.whole_model && r.steps > 0, "{fuse:?}: {r:?}");
     }
 }
 

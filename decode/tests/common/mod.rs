@@ -103,37 +103,104 @@ pub fn reference(name: &str) -> Vec<RefPrompt> {
 /// qwen3_moe_b with expert 0's up projections widened from BF16 to F32 (the same values, another
 /// element type: gate and up of one expert differ in type), converted into `tmp/jnf`.
 pub fn mixed_type_expert_model(tmp: &Path) -> PathBuf {
+    let mut widened = 0;
+    let out = rewritten_model(
+        tmp,
+        "qwen3_moe_b",
+        |_| {},
+        |name, dtype, _, b| {
+            if name.ends_with(".mlp.experts.0.up_proj.weight") && *dtype == "BF16" {
+                *b = b
+                    .chunks_exact(2)
+                    .flat_map(|c| (u32::from(u16::from_le_bytes([c[0], c[1]])) << 16).to_le_bytes())
+                    .collect();
+                *dtype = "F32".into();
+                widened += 1;
+            }
+        },
+    );
+    assert!(widened > 0, "the fixture has expert 0 up projections");
+    out
+}
+
+/// qwen3_moe with experts twice as wide and top-3 (`moe_intermediate_size` 16 → 32: gate and up rows
+/// 16..32 are rows 0..16 of the same matrix in reverse order, down's columns 16..32 its columns
+/// 0..16 reversed), converted into `tmp/jnf`: a model whose experts the GPU's tiled kernels take
+/// (widths multiples of 32), which the fixtures' are not.
+pub fn wide_expert_model(tmp: &Path) -> PathBuf {
+    let mut wide = 0;
+    let out = rewritten_model(
+        tmp,
+        "qwen3_moe",
+        |config| {
+            assert_eq!(config["moe_intermediate_size"], 16);
+            config["moe_intermediate_size"] = 32.into();
+            // Three of the four experts a token: the combine's order shows (two products add
+            // the same either way round).
+            config["num_experts_per_tok"] = 3.into();
+        },
+        |name, dtype, shape, b| {
+            if !name.contains(".mlp.experts.") {
+                return;
+            }
+            assert_eq!(*dtype, "BF16", "{name}");
+            let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+            let el = |r: usize, c: usize| &b[(r * cols + c) * 2..(r * cols + c) * 2 + 2];
+            let mut w = Vec::with_capacity(b.len() * 2);
+            if name.ends_with("down_proj.weight") {
+                for r in 0..rows {
+                    (0..cols)
+                        .chain((0..cols).rev())
+                        .for_each(|c| w.extend_from_slice(el(r, c)));
+                }
+                shape[1] *= 2;
+            } else {
+                for r in (0..rows).chain((0..rows).rev()) {
+                    (0..cols).for_each(|c| w.extend_from_slice(el(r, c)));
+                }
+                shape[0] *= 2;
+            }
+            *b = w;
+            wide += 1;
+        },
+    );
+    assert!(wide > 0, "the fixture has experts");
+    out
+}
+
+/// `fixtures/hf/SRC` with its config.json and each tensor (name, dtype, shape, bytes) edited,
+/// converted into `tmp/jnf`.
+pub fn rewritten_model(
+    tmp: &Path,
+    src: &str,
+    config: impl FnOnce(&mut serde_json::Value),
+    mut edit: impl FnMut(&str, &mut String, &mut Vec<u64>, &mut Vec<u8>),
+) -> PathBuf {
     use tarfa_format::safetensors::{parse_safetensors_header, safetensors_header_len};
-    let src = repo().join("fixtures/hf/qwen3_moe_b");
-    let mixed = tmp.join("mixed");
-    std::fs::create_dir_all(&mixed).expect("mkdir");
-    for f in ["config.json", "tokenizer.json"] {
-        std::fs::copy(src.join(f), mixed.join(f)).expect("copy");
-    }
+    let src = repo().join("fixtures/hf").join(src);
+    let edited = tmp.join("edited");
+    std::fs::create_dir_all(&edited).expect("mkdir");
+    std::fs::copy(src.join("tokenizer.json"), edited.join("tokenizer.json")).expect("copy");
+    let text = std::fs::read(src.join("config.json")).expect("read config");
+    let mut cfg: serde_json::Value = serde_json::from_slice(&text).expect("config json");
+    config(&mut cfg);
+    std::fs::write(edited.join("config.json"), cfg.to_string()).expect("write config");
     let bytes = std::fs::read(src.join("model.safetensors")).expect("read");
     let n = safetensors_header_len(&bytes, bytes.len() as u64).expect("len") as usize;
     let h = parse_safetensors_header(&bytes[8..8 + n], bytes.len() as u64).expect("header");
     let mut json = serde_json::Map::new();
     let mut data = Vec::new();
-    let mut widened = 0;
     for t in &h.tensors {
         let mut b = bytes[t.begin as usize..t.end as usize].to_vec();
         let mut dtype = t.dtype_name.clone();
-        if t.name.ends_with(".mlp.experts.0.up_proj.weight") && dtype == "BF16" {
-            b = b
-                .chunks_exact(2)
-                .flat_map(|c| (u32::from(u16::from_le_bytes([c[0], c[1]])) << 16).to_le_bytes())
-                .collect();
-            dtype = "F32".into();
-            widened += 1;
-        }
+        let mut shape = t.shape.clone();
+        edit(&t.name, &mut dtype, &mut shape, &mut b);
         json.insert(
             t.name.clone(),
-            serde_json::json!({"dtype": dtype, "shape": t.shape, "data_offsets": [data.len(), data.len() + b.len()]}),
+            serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [data.len(), data.len() + b.len()]}),
         );
         data.extend_from_slice(&b);
     }
-    assert!(widened > 0, "the fixture has expert 0 up projections");
     let mut hdr = serde_json::to_vec(&json).expect("json");
     while !hdr.len().is_multiple_of(8) {
         hdr.push(b' ');
@@ -141,10 +208,10 @@ pub fn mixed_type_expert_model(tmp: &Path) -> PathBuf {
     let mut file = (hdr.len() as u64).to_le_bytes().to_vec();
     file.extend_from_slice(&hdr);
     file.extend_from_slice(&data);
-    std::fs::write(mixed.join("model.safetensors"), file).expect("write");
+    std::fs::write(edited.join("model.safetensors"), file).expect("write");
     let out = tmp.join("jnf");
     tarfa_converter::convert(
-        &mixed,
+        &edited,
         &out,
         &tarfa_converter::Options {
             layers: None,
