@@ -8,6 +8,7 @@
 # and llama-bench in WORKDIR/llama-build.
 #   bash bench/gpu-llama-rounds.sh WORKDIR ROUNDS LABEL:BINARY[:VAR=V[+VAR=V...]]...
 # Prints one line per measurement: `round R llama tg32 T ± S` and `round R LABEL tg32 T`.
+# NO_LLAMA=1: tarfa's sides only (WORKDIR/jnf is all it needs), e.g. to compare builds or settings.
 set -uo pipefail
 W=${1:?usage: gpu-llama-rounds.sh WORKDIR ROUNDS SPEC...}
 ROUNDS=${2:?rounds}
@@ -16,6 +17,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 O=${OUT:-$W/out}
 mkdir -p "$O"
 sides=(llama "$@")
+[ "${NO_LLAMA:-0}" = 1 ] && sides=("$@")
 for spec in "$@"; do
   IFS=: read -r label bin _ <<< "$spec"
   echo "$label: $(sha256sum "$bin" | cut -c1-16) $bin"

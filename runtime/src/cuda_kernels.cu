@@ -1471,15 +1471,16 @@ __device__ void tarfa_tmoe_down_combine(const TarfaMoe& m, const int* ids, int k
     int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
     int slot = quad < n ? quad / nh : 0;
     float acc[1][8];
-    // The first stages' weights issued, then every slot's h copied in (16 bytes at a time).
+    // The first stages' weights issued, then every slot's h, 16 bytes a copy, all asynchronous
+    // and uncommitted: they join stage 0's group, which every thread waits for (then meets the
+    // others at the barrier) before the first read of hs.
     tarfa_tile_acc<1>(rowp, n, m.inter, m.dtype_d, h, hs + slot * pitch, ring, quad, n, sub, acc,
                       true, [&] {
                           int per = m.inter / 4;
                           for (int p = threadIdx.x; p < k * per; p += blockDim.x) {
                               int s = p / per, c = p - s * per;
-                              ((float4*)(hs + s * pitch))[c] = ((const float4*)(h + (long long)s * m.inter))[c];
+                              tarfa_cp_async16(hs + s * pitch + 4 * c, h + (long long)s * m.inter + 4 * c);
                           }
-                          __syncthreads();
                       });
     float v = tarfa_quad_fold(acc[0]);
     if (quad < n && sub == 0) sums[quad] = v;

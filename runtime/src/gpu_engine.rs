@@ -22,7 +22,11 @@
 //! every multiprocessor a block ([`EngineDevice::multiprocessors`]). Geometry only: the same
 //! operations in the same order, so the same bits, for any rows per block. A tiled product that
 //! reads an RMSNorm's output takes that norm in (`norm_matvec`): each block normalises x itself,
-//! with the norm kernel's operations, so the norm needs no launch of its own.
+//! with the norm kernel's operations, so the norm needs no launch of its own. Likewise a MoE
+//! layer's top-k and combine (`experts`): every tiled gate/up block selects the route itself from
+//! the router's logits (the top-k kernel's operations; block 0 stores it for the launches after),
+//! and each tiled down block takes hidden rows of every slot, holding every slot's h in shared
+//! memory, and adds its rows into the residual in slot order, as the combine kernel does.
 //!
 //! Safety: every buffer a kernel touches is owned here, allocated with the sizes the shapes
 //! (checked in [`Engine::new`] and [`Engine::put_expert`]) say the kernels index; the launches
@@ -474,8 +478,9 @@ pub struct Engine<D: EngineDevice> {
     use_graphs: bool,
     /// Take RMSNorms into the tiled products that read them (`norm_matvec`).
     fuse_norms: bool,
-    /// Take the top-k into the tiled gate/up launch and the combine into the tiled down launch.
-    fuse_moe: bool,
+    /// Take the top-k into the tiled gate/up launch, the combine into the tiled down launch.
+    fuse_topk: bool,
+    fuse_combine: bool,
     finished: bool,
     report: EngineReport,
 }
@@ -881,7 +886,8 @@ impl<D: EngineDevice> Engine<D> {
             graphs: None,
             use_graphs: true,
             fuse_norms: true,
-            fuse_moe: true,
+            fuse_topk: true,
+            fuse_combine: true,
             finished: false,
             report,
             dev,
@@ -948,11 +954,12 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     /// Take a MoE layer's top-k into its tiled gate/up launch (every block selects the route
-    /// from the router's logits) and its combine into its tiled down launch (a block takes rows
-    /// of every slot and adds them into the residual) — the default —, or give each a launch of
-    /// its own. The same operations in the same order either way.
-    pub fn set_moe_fusion(&mut self, on: bool) {
-        self.fuse_moe = on;
+    /// from the router's logits; `topk`) and its combine into its tiled down launch (a block
+    /// takes rows of every slot and adds them into the residual; `combine`) — both, the default
+    /// —, or give either a launch of its own. The same operations in the same order either way.
+    pub fn set_moe_fusion(&mut self, topk: bool, combine: bool) {
+        self.fuse_topk = topk;
+        self.fuse_combine = combine;
         self.graphs = None;
     }
 
@@ -1382,7 +1389,7 @@ impl<D: EngineDevice> Engine<D> {
                 let route = [self.job(router, xn, z, None, false)];
                 self.norm_matvec(x, &l.post_norm, xn, true, &route)?;
                 let (ids, wts) = (self.p(&a.ids), self.p(&a.wts));
-                if self.fuse_moe && tiled && router.rows <= TOPK_HELD {
+                if self.fuse_topk && tiled && router.rows <= TOPK_HELD {
                     // The tiled gate/up launch selects the route itself.
                     let select = Some((z, router.rows as i32, probs));
                     return self.experts(l, (ids, wts, s.top_k), select, xn, x, next);
@@ -1463,7 +1470,7 @@ impl<D: EngineDevice> Engine<D> {
             let most = 1 << (TILE_MAX_ROWS / k.max(1)).max(1).ilog2();
             let nh = tile_rows(s.hidden, most, sms);
             let folded = shared as usize + tile_down_shared(k, t.inter, nh);
-            let fold = self.fuse_moe
+            let fold = self.fuse_combine
                 && next.is_none()
                 && k <= TILE_MAX_ROWS
                 && folded <= self.dev.tile_shared_max() as usize;
