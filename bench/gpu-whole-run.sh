@@ -73,9 +73,7 @@ echo "== GPU, offload path (layers on the CPU, experts and products on the GPU)"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --gpu-offload-only --logits-out "$O/offload.npy" > /dev/null
 echo "== GPU, whole forward pass, every norm its own launch (TARFA_CUDA_NORM_FUSE=0)"
 TARFA_CUDA_NORM_FUSE=0 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole-unfused.npy" > /dev/null
-echo "== GPU, whole forward pass, a MoE layer's top-k and combine launched alone (TARFA_CUDA_MOE_FUSE=0)"
-TARFA_CUDA_MOE_FUSE=0 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole-moe-unfused.npy" > /dev/null
-LOGITS="whole whole-nograph whole-unfused whole-moe-unfused offload"
+LOGITS="whole whole-nograph whole-unfused offload"
 if [ -n "${TEST_TILE:-}" ]; then
   echo "== GPU, whole forward pass, TARFA_CUDA_TILE=$TEST_TILE"
   TARFA_CUDA_TILE=$TEST_TILE t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole-tile.npy" > /dev/null

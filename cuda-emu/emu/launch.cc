@@ -65,10 +65,10 @@ void emu_down(G, const TarfaMoe* m, const int* ids, int k, const float* h, float
 #define TARFA_EMU_DECLARE(S, B)                                                                   \
     void TARFA_EMU_CAT(emu_tmatvec, S, B)(G, unsigned int, const void*, int, const unsigned char*, \
                                           int, float, float*);                                     \
-    void TARFA_EMU_CAT(emu_tgate_up, S, B)(G, unsigned int, const void*, int*, int, const float*,  \
-                                           float*, int, const float*, int, int, float*, float*);   \
+    void TARFA_EMU_CAT(emu_tgate_up, S, B)(G, unsigned int, const void*, const int*, int,         \
+                                           const float*, float*, int);                             \
     void TARFA_EMU_CAT(emu_tdown, S, B)(G, unsigned int, const void*, const int*, int,            \
-                                        const float*, float*, int, const float*, float*);
+                                        const float*, float*, int);
 TARFA_EMU_TILES(TARFA_EMU_DECLARE)
 #define TARFA_EMU_PICK(S, B, call)       \
     if (stages == S && bytes == B) {     \
@@ -78,22 +78,21 @@ TARFA_EMU_TILES(TARFA_EMU_DECLARE)
 #define TARFA_EMU_TMATVEC(S, B) \
     TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tmatvec, S, B)(grid, block, shared, optin, jobs, nr, nw, ndtype, eps, xn))
 #define TARFA_EMU_TGATE_UP(S, B) \
-    TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tgate_up, S, B)(grid, block, shared, optin, m, ids, k, x, h, np, z, nz, renorm, probs, wts))
+    TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tgate_up, S, B)(grid, block, shared, optin, m, ids, k, x, h, np))
 #define TARFA_EMU_TDOWN(S, B) \
-    TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tdown, S, B)(grid, block, shared, optin, m, ids, k, h, y, nr, wts, x))
+    TARFA_EMU_PICK(S, B, TARFA_EMU_CAT(emu_tdown, S, B)(grid, block, shared, optin, m, ids, k, h, y, nr))
 int emu_tmatvec(G, unsigned int optin, int stages, int bytes, const TarfaMatJobs* jobs, int nr,
                 const unsigned char* nw, int ndtype, float eps, float* xn) {
     TARFA_EMU_TILES(TARFA_EMU_TMATVEC)
     return -1;
 }
-int emu_tgate_up(G, unsigned int optin, int stages, int bytes, const TarfaMoe* m, int* ids, int k,
-                 const float* x, float* h, int np, const float* z, int nz, int renorm, float* probs,
-                 float* wts) {
+int emu_tgate_up(G, unsigned int optin, int stages, int bytes, const TarfaMoe* m, const int* ids,
+                 int k, const float* x, float* h, int np) {
     TARFA_EMU_TILES(TARFA_EMU_TGATE_UP)
     return -1;
 }
 int emu_tdown(G, unsigned int optin, int stages, int bytes, const TarfaMoe* m, const int* ids, int k,
-              const float* h, float* y, int nr, const float* wts, float* x) {
+              const float* h, float* y, int nr) {
     TARFA_EMU_TILES(TARFA_EMU_TDOWN)
     return -1;
 }

@@ -22,17 +22,14 @@ void TARFA_EMU_RING(emu_tmatvec)(G, unsigned int optin, const void* jobs, int nr
     if (nw && shared < TARFA_TILE_SHARED + TARFA_TILE_NORM_SHARED((unsigned int)j.job[0].cols)) std::abort();
     TARFA_EMU_RUN_TILED(tarfa_e_tmatvec(j, nr, nw, ndtype, eps, xn));
 }
-void TARFA_EMU_RING(emu_tgate_up)(G, unsigned int optin, const void* m, int* ids, int k,
-                                  const float* x, float* h, int np, const float* z, int nz,
-                                  int renorm, float* probs, float* wts) {
+void TARFA_EMU_RING(emu_tgate_up)(G, unsigned int optin, const void* m, const int* ids, int k,
+                                  const float* x, float* h, int np) {
     TarfaMoe mm = *(const TarfaMoe*)m;
-    TARFA_EMU_RUN_TILED(tarfa_e_tmoe_gate_up(mm, ids, k, x, h, np, z, nz, renorm, probs, wts));
+    TARFA_EMU_RUN_TILED(tarfa_e_tmoe_gate_up(mm, ids, k, x, h, np));
 }
 void TARFA_EMU_RING(emu_tdown)(G, unsigned int optin, const void* m, const int* ids, int k,
-                               const float* h, float* y, int nr, const float* wts, float* x) {
+                               const float* h, float* y, int nr) {
     TarfaMoe mm = *(const TarfaMoe*)m;
-    // Taking the combine in, a block keeps every slot's h (and its sums) after the ring.
-    if (x && shared < TARFA_TILE_SHARED + TARFA_TILE_DOWN_SHARED((unsigned int)k, (unsigned int)mm.inter, (unsigned int)nr)) std::abort();
-    TARFA_EMU_RUN_TILED(tarfa_e_tmoe_down(mm, ids, k, h, y, nr, wts, x));
+    TARFA_EMU_RUN_TILED(tarfa_e_tmoe_down(mm, ids, k, h, y, nr));
 }
 }

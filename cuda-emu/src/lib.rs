@@ -216,16 +216,11 @@ extern "C" {
         stages: i32,
         bytes: i32,
         m: *const Moe,
-        ids: *mut i32,
+        ids: *const i32,
         k: i32,
         x: *const f32,
         h: *mut f32,
         np: i32,
-        z: *const f32,
-        nz: i32,
-        renorm: i32,
-        probs: *mut f32,
-        wts: *mut f32,
     ) -> i32;
     fn emu_tdown(
         g: u32,
@@ -240,8 +235,6 @@ extern "C" {
         h: *const f32,
         y: *mut f32,
         nr: i32,
-        wts: *const f32,
-        x: *mut f32,
     ) -> i32;
     fn emu_combine_norm(
         g: u32,
@@ -726,149 +719,6 @@ fn moe_launch(
     assert_eq!(wts.len(), k);
     assert_eq!((x.len(), residual.len()), (hidden, hidden));
     assert!(ids.iter().all(|&e| (e as usize) < experts.len()));
-    let (_held, _tables, m) = moe_tables(experts, inter, hidden);
-    let ids_i: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
-    let (xa, h, y, w, out) = (
-        fl(x),
-        fl(&vec![0.0; k * inter]),
-        fl(&vec![0.0; k * hidden]),
-        fl(wts),
-        fl(residual),
-    );
-    // SAFETY: every expert buffer is alive (`_held`) with the sizes asserted; the address tables
-    // (`_tables`) too; ids < n_experts; h holds k × inter floats, y k × hidden, x hidden.
-    unsafe {
-        let (ids_p, ki, hp, yp) = (ids_i.as_ptr(), k as i32, h.ptr(), y.ptr());
-        match tile {
-            None => {
-                let (gb, db) = (blocks(k * inter * 4), blocks(k * hidden * 4));
-                emu_gate_up(gb, BLOCK, 0, &m, ids_p, ki, xa.ptr() as _, hp as *mut f32);
-                emu_down(db, BLOCK, 0, &m, ids_p, ki, hp as _, yp as *mut f32);
-            }
-            Some((np, nr, ring)) => {
-                let gb = (k * inter).div_ceil(np) as u32;
-                let db = (k * hidden).div_ceil(nr) as u32;
-                let (t, sh) = (TILE_THREADS, ring.shared());
-                let (o, st, by) = ring_args(ring);
-                let xp = xa.ptr() as _;
-                let (ids_m, nul) = (ids_p as *mut i32, std::ptr::null_mut());
-                let np = np as i32;
-                let gu = emu_tgate_up(
-                    gb, t, sh, o, st, by, &m, ids_m, ki, xp, hp as _, np, nul, 0, 0, nul, nul,
-                );
-                let d = emu_tdown(
-                    db, t, sh, o, st, by, &m, ids_p, ki, hp as _, yp as _, nr as i32, nul, nul,
-                );
-                assert_eq!((gu, d), (0, 0), "no tiled kernels compiled for {ring:?}");
-            }
-        }
-        emu_combine(
-            blocks(hidden),
-            BLOCK,
-            0,
-            y.ptr() as _,
-            w.ptr() as _,
-            k as i32,
-            hidden as i32,
-            out.ptr() as *mut f32,
-        );
-    }
-    out.floats()
-}
-
-/// [`moe_tiled`] with the top-k and the combine taken into the tiled launches:
-/// `tarfa_e_tmoe_gate_up` selects the route itself from the router's logits `z` (the top `k`,
-/// renormalised when `renorm`; every block, block 0 storing it), and `tarfa_e_tmoe_down` adds
-/// the slots' outputs into the residual, `rows` hidden rows of every slot per block (k · rows ≤
-/// 32, rows dividing hidden). Returns the route (ids and weights) block 0 stored and the new
-/// residual.
-#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
-pub fn moe_tiled_folded(
-    experts: &[Expert],
-    inter: usize,
-    hidden: usize,
-    (z, k, renorm): (&[f32], usize, bool),
-    x: &[f32],
-    residual: &[f32],
-    (pairs, rows): (usize, usize),
-    ring: TileGeometry,
-) -> (Vec<(u32, f32)>, Vec<f32>) {
-    assert!(inter.is_multiple_of(32) && hidden.is_multiple_of(32));
-    assert!((1..=TILE_MAX_ROWS / 2).contains(&pairs) && k * rows <= TILE_MAX_ROWS);
-    assert!(hidden.is_multiple_of(rows) && z.len() == experts.len() && z.len() <= 256);
-    assert!((1..=z.len()).contains(&k));
-    assert_eq!((x.len(), residual.len()), (hidden, hidden));
-    let (_held, _tables, m) = moe_tables(experts, inter, hidden);
-    let mut ids = vec![-1i32; k];
-    let (za, probs, wts) = (fl(z), fl(&vec![0.0; z.len()]), fl(&vec![0.0; k]));
-    let (xa, h, out) = (fl(x), fl(&vec![0.0; k * inter]), fl(residual));
-    let ((o, st, by), t) = (ring_args(ring), TILE_THREADS);
-    let gb = (k * inter).div_ceil(pairs) as u32;
-    let db = (hidden / rows) as u32;
-    let down_shared = ring.shared() + tile_down_shared(k, inter, rows) as u32;
-    // SAFETY: every expert buffer is alive (`_held`) with the sizes asserted, the address tables
-    // (`_tables`) too; z and probs hold n ≤ 256 floats, ids and wts k; h k × inter floats, x and
-    // the residual hidden; the down launch has the ring's shared memory and every slot's h.
-    let (gu, d) = unsafe {
-        let (ip, ki, hp, nz) = (
-            ids.as_mut_ptr(),
-            k as i32,
-            h.ptr() as *mut f32,
-            z.len() as i32,
-        );
-        let gu = emu_tgate_up(
-            gb,
-            t,
-            ring.shared(),
-            o,
-            st,
-            by,
-            &m,
-            ip,
-            ki,
-            xa.ptr() as _,
-            hp,
-            pairs as i32,
-            za.ptr() as _,
-            nz,
-            i32::from(renorm),
-            probs.ptr() as *mut f32,
-            wts.ptr() as *mut f32,
-        );
-        let d = emu_tdown(
-            db,
-            t,
-            down_shared,
-            o,
-            st,
-            by,
-            &m,
-            ip,
-            ki,
-            hp,
-            std::ptr::null_mut(),
-            rows as i32,
-            wts.ptr() as _,
-            out.ptr() as *mut f32,
-        );
-        (gu, d)
-    };
-    assert_eq!((gu, d), (0, 0), "no tiled kernels compiled for {ring:?}");
-    let route = ids
-        .iter()
-        .zip(wts.floats())
-        .map(|(&e, w)| (e as u32, w))
-        .collect();
-    (route, out.floats())
-}
-
-/// The experts' buffers (aligned copies), their address tables (gate, up, down) and the kernels'
-/// `TarfaMoe` over them (valid while the first two live).
-fn moe_tables(
-    experts: &[Expert],
-    inter: usize,
-    hidden: usize,
-) -> (Vec<[Aligned; 3]>, [Vec<u64>; 3], Moe) {
     let held: Vec<[Aligned; 3]> = experts
         .iter()
         .map(|e| {
@@ -894,13 +744,55 @@ fn moe_tables(
         vec_gu: i32::from(hidden.is_multiple_of(8)),
         vec_d: i32::from(inter.is_multiple_of(8)),
     };
-    (held, [g, u, dn], m)
+    let ids_i: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
+    let (xa, h, y, w, out) = (
+        fl(x),
+        fl(&vec![0.0; k * inter]),
+        fl(&vec![0.0; k * hidden]),
+        fl(wts),
+        fl(residual),
+    );
+    // SAFETY: every expert buffer is alive (`held`) with the sizes asserted; the address tables
+    // (`g`, `u`, `dn`) too; ids < n_experts; h holds k × inter floats, y k × hidden, x hidden.
+    unsafe {
+        let (ids_p, ki, hp, yp) = (ids_i.as_ptr(), k as i32, h.ptr(), y.ptr());
+        match tile {
+            None => {
+                let (gb, db) = (blocks(k * inter * 4), blocks(k * hidden * 4));
+                emu_gate_up(gb, BLOCK, 0, &m, ids_p, ki, xa.ptr() as _, hp as *mut f32);
+                emu_down(db, BLOCK, 0, &m, ids_p, ki, hp as _, yp as *mut f32);
+            }
+            Some((np, nr, ring)) => {
+                let gb = (k * inter).div_ceil(np) as u32;
+                let db = (k * hidden).div_ceil(nr) as u32;
+                let (t, sh) = (TILE_THREADS, ring.shared());
+                let (o, st, by) = ring_args(ring);
+                let xp = xa.ptr() as _;
+                let gu = emu_tgate_up(gb, t, sh, o, st, by, &m, ids_p, ki, xp, hp as _, np as i32);
+                let d = emu_tdown(
+                    db, t, sh, o, st, by, &m, ids_p, ki, hp as _, yp as _, nr as i32,
+                );
+                assert_eq!((gu, d), (0, 0), "no tiled kernels compiled for {ring:?}");
+            }
+        }
+        emu_combine(
+            blocks(hidden),
+            BLOCK,
+            0,
+            y.ptr() as _,
+            w.ptr() as _,
+            k as i32,
+            hidden as i32,
+            out.ptr() as *mut f32,
+        );
+    }
+    out.floats()
 }
 
 // ---- the engine's device: host memory and the emulated kernels ----------------------------------
 
 use tarfa_runtime::gpu_engine::{
-    tile_down_shared, tile_norm_shared, Arg, EngineDevice, EngineError, Geometry, Kernel,
+    tile_norm_shared, Arg, EngineDevice, EngineError, Geometry, Kernel,
 };
 
 /// The resident decoder's device emulated on the CPU: buffers in host memory (256-byte aligned,
@@ -1215,25 +1107,19 @@ impl EngineDevice for EmuDevice {
                     }
                 }
                 Kernel::TiledGateUp | Kernel::TiledDown => {
-                    count(if k == Kernel::TiledGateUp { 11 } else { 8 })?;
+                    count(6)?;
                     let Some(Arg::Moe(m)) = args.first() else {
                         return Err(EngineError::Usage(
                             "the experts' kernels take their table".into(),
                         ));
                     };
-                    let (ids, slots, t) = (p(1)?, n(2)?, n(5)?);
+                    let (ids, slots, t) = (p(1)? as _, n(2)?, n(5)?);
                     let (i, o) = (p(3)? as _, p(4)? as _);
                     let (oi, st, by) = ring_args(self.tile);
                     let r = if k == Kernel::TiledGateUp {
-                        let (z, nz, renorm) = (p(6)? as _, n(7)?, n(8)?);
-                        let (probs, wts) = (p(9)? as _, p(10)? as _);
-                        emu_tgate_up(
-                            g, b, s, oi, st, by, m, ids as _, slots, i, o, t, z, nz, renorm, probs,
-                            wts,
-                        )
+                        emu_tgate_up(g, b, s, oi, st, by, m, ids, slots, i, o, t)
                     } else {
-                        let (wts, x) = (p(6)? as _, p(7)? as _);
-                        emu_tdown(g, b, s, oi, st, by, m, ids as _, slots, i, o, t, wts, x)
+                        emu_tdown(g, b, s, oi, st, by, m, ids, slots, i, o, t)
                     };
                     if r != 0 {
                         return Err(EngineError::Usage("no tiled kernels for this ring".into()));

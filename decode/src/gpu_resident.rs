@@ -170,15 +170,6 @@ pub fn build<D: EngineDevice>(
     // `TARFA_CUDA_NORM_FUSE=0` takes no RMSNorm into a product (each is launched alone or with
     // the combine), for measuring.
     engine.set_norm_fusion(std::env::var("TARFA_CUDA_NORM_FUSE").as_deref() != Ok("0"));
-    // `TARFA_CUDA_MOE_FUSE=0` gives a MoE layer's top-k and combine launches of their own,
-    // `=topk` takes only the top-k in, `=combine` only the combine: for measuring.
-    let (topk, combine) = match std::env::var("TARFA_CUDA_MOE_FUSE").as_deref() {
-        Ok("0") => (false, false),
-        Ok("topk") => (true, false),
-        Ok("combine") => (false, true),
-        _ => (true, true),
-    };
-    engine.set_moe_fusion(topk, combine);
     // One element type per role across a layer's experts, gate and up alike (the kernels read
     // a layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;
@@ -356,13 +347,6 @@ impl<D: EngineDevice> GpuQwen3Moe<D> {
     /// default), or give every norm a launch of its own: the same bits either way.
     pub fn set_norm_fusion(&mut self, on: bool) {
         self.engine.set_norm_fusion(on);
-    }
-
-    /// Take a MoE layer's top-k into its gate/up launch and its combine into its down launch
-    /// where the kernels can (the default), or give each a launch of its own: the same bits
-    /// either way.
-    pub fn set_moe_fusion(&mut self, on: bool) {
-        self.engine.set_moe_fusion(on, on);
     }
 
     /// What the device holds and did.

@@ -816,8 +816,7 @@ __device__ __forceinline__ void tarfa_warp_best(int* best_key, int* best_id) {
 // probabilities and keys of experts l, l + 32, … and the weights of slots l, l + 32, …; a
 // slot's probability comes back from its winning key (the key is a bijection on f32 bits), so
 // no round trip through memory stands between one slot and the next. The same operations in the
-// same order as tarfa_warp_softmax, the selection and the renormalisation below. probs and wts
-// may be null (not stored); ids may be shared memory.
+// same order as tarfa_warp_softmax, the selection and the renormalisation below.
 __device__ __forceinline__ void tarfa_topk_held(const float* z, int n, int k, int renorm,
                                                 float* probs, int* ids, float* wts, int lane) {
     float pv[TARFA_TOPK_AHEAD], wv[TARFA_TOPK_AHEAD];
@@ -845,7 +844,7 @@ __device__ __forceinline__ void tarfa_topk_held(const float* z, int n, int k, in
         wv[j] = 0.0f;
         if (i < n) {
             pv[j] = __fdiv_rn(pv[j], sum);
-            if (probs) probs[i] = pv[j];
+            probs[i] = pv[j];
             keys[j] = tarfa_total_key(pv[j]);
         }
     }
@@ -884,7 +883,7 @@ __device__ __forceinline__ void tarfa_topk_held(const float* z, int n, int k, in
     }
 #pragma unroll
     for (int j = 0; j < TARFA_TOPK_AHEAD; ++j)
-        if (wts && lane + 32 * j < k) wts[lane + 32 * j] = renorm ? __fdiv_rn(wv[j], t) : wv[j];
+        if (lane + 32 * j < k) wts[lane + 32 * j] = renorm ? __fdiv_rn(wv[j], t) : wv[j];
 }
 
 // The softmax router's native top-k (blocks::softmax_topk) on one warp: p = softmax(z), the k
@@ -1391,39 +1390,19 @@ extern "C" __global__ void tarfa_e_tmatvec(TarfaMatJobs jobs, int nr, const unsi
 
 // tarfa_e_moe_gate_up, tiled: `np` (slot, row) pairs per block (2·np ≤ TARFA_TILE_MAX_ROWS), the
 // gate row and the up row of each in the tile, one quad per pair. hidden a multiple of 32.
-// The slots' experts are ids[0 .. k) — or, given the router's logits `z` (nz of them, at most
-// 32·TARFA_TOPK_AHEAD), every block selects them itself: tarfa_topk_held (tarfa_e_topk's
-// operations) on warp 0 into the ring's first bytes (free until the tile starts), and block 0
-// stores the route (ids, wts, probs) for the launches after — the top-k's launch taken in.
-extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, int* ids, int k, const float* x,
-                                                float* h, int np, const float* z, int nz,
-                                                int renorm, float* probs, float* wts) {
+extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
+                                                float* h, int np) {
     TARFA_DYNAMIC_SHARED(float, tile);
     tarfa_grid_enter();
     const unsigned char** rowp = (const unsigned char**)tile;
     unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
-    const int* sel = ids;
-    if (z) {
-        if (nz > 32 * TARFA_TOPK_AHEAD || k > nz || 4 * k > TARFA_TILE_SLOT) __trap();
-        int* own = (int*)ring;
-        if (threadIdx.x < 32) {
-            bool first = blockIdx.x == 0;
-            tarfa_topk_held(z, nz, k, renorm, first ? probs : nullptr, own, first ? wts : nullptr,
-                            threadIdx.x);
-            __syncwarp();
-            if (first)
-                for (int s = threadIdx.x; s < k; s += 32) ids[s] = own[s];
-        }
-        __syncthreads();
-        sel = own;
-    }
     long long total = (long long)k * m.inter;
     long long first = (long long)blockIdx.x * np;
     int n = total - first < np ? (int)(total - first) : np;
     long long esz = m.dtype_gu == TARFA_BF16 ? 2 : 4;
     if ((int)threadIdx.x < 2 * n) {
         long long q = first + threadIdx.x / 2;
-        int e = sel[q / m.inter];
+        int e = ids[q / m.inter];
         if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
         const unsigned long long* table = (threadIdx.x & 1) ? m.up : m.gate;
         rowp[threadIdx.x] = (const unsigned char*)table[e] + (long long)(q % m.inter) * m.hidden * esz;
@@ -1438,78 +1417,14 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, int* ids, int k, con
     if (quad < n && sub == 0) h[first + quad] = tarfa_silu_mul(g, u);
 }
 
-// Floats between two slots' h in the shared memory of tarfa_tmoe_down_combine: inter and 16 bytes
-// more, so that the quads of a warp reading the same columns of two slots' h meet other banks.
-#define TARFA_DOWN_H_PITCH(inter) ((inter) + 4)
-// Dynamic shared memory such a block has beyond the ring: every slot's h, then its k·nh sums.
-#define TARFA_TILE_DOWN_SHARED(k, inter, nh) (4 * (k) * TARFA_DOWN_H_PITCH(inter) + 4 * (k) * (nh))
-
-// tarfa_e_tmoe_down with the combine taken in: a block takes hidden rows b·nh .. b·nh + nh − 1 of
-// every slot (k·nh ≤ TARFA_TILE_MAX_ROWS rows: slot s's at s·nh + i, a quad each, each with its
-// slot's h, all k of which the block holds in shared memory after the ring), then its first nh
-// threads add row i's k sums into the residual as tarfa_combine_at does (each product rounded,
-// added in slot order from slot 0, the sum added to x[i]) — no y, and no launch of the combine's
-// own. Called after tarfa_grid_enter (the rows' addresses are the route's); inter a multiple of
-// 32, nh divides hidden.
-__device__ void tarfa_tmoe_down_combine(const TarfaMoe& m, const int* ids, int k, const float* h,
-                                        int nh, const float* wts, float* x,
-                                        const unsigned char** rowp, unsigned char* ring) {
-    float* hs = (float*)(ring - TARFA_TILE_HEAD + TARFA_TILE_SHARED);
-    int pitch = TARFA_DOWN_H_PITCH(m.inter);
-    float* sums = hs + k * pitch;
-    int first = blockIdx.x * nh;
-    int n = k * nh;
-    if (n > TARFA_TILE_MAX_ROWS) __trap();
-    long long esz = m.dtype_d == TARFA_BF16 ? 2 : 4;
-    if ((int)threadIdx.x < n) {
-        int s = threadIdx.x / nh;
-        int e = ids[s];
-        if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from the top-k
-        rowp[threadIdx.x] = (const unsigned char*)m.down[e] + (long long)(first + threadIdx.x % nh) * m.inter * esz;
-    }
-    __syncthreads();
-    int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
-    int slot = quad < n ? quad / nh : 0;
-    float acc[1][8];
-    // The first stages' weights issued, then every slot's h, 16 bytes a copy, all asynchronous
-    // and uncommitted: they join stage 0's group, which every thread waits for (then meets the
-    // others at the barrier) before the first read of hs.
-    tarfa_tile_acc<1>(rowp, n, m.inter, m.dtype_d, h, hs + slot * pitch, ring, quad, n, sub, acc,
-                      true, [&] {
-                          int per = m.inter / 4;
-                          for (int p = threadIdx.x; p < k * per; p += blockDim.x) {
-                              int s = p / per, c = p - s * per;
-                              tarfa_cp_async16(hs + s * pitch + 4 * c, h + (long long)s * m.inter + 4 * c);
-                          }
-                      });
-    float v = tarfa_quad_fold(acc[0]);
-    if (quad < n && sub == 0) sums[quad] = v;
-    __syncthreads();
-    if ((int)threadIdx.x < nh) {
-        float a = 0.0f;
-        for (int s = 0; s < k; ++s) {
-            float p = __fmul_rn(sums[s * nh + threadIdx.x], wts[s]);
-            a = s == 0 ? p : __fadd_rn(a, p);
-        }
-        int i = first + threadIdx.x;
-        x[i] = __fadd_rn(x[i], a);
-    }
-}
-
 // tarfa_e_moe_down, tiled: `nr` of the k·hidden rows per block, a quad each, each row with its
 // slot's h. inter a multiple of 32, and nr divides hidden (a block's rows are of one slot).
-// Given the residual `x` (and the route's weights `wts`), the combine is taken in instead
-// (tarfa_tmoe_down_combine, `nr` hidden rows of every slot per block; y is not written).
 extern "C" __global__ void tarfa_e_tmoe_down(TarfaMoe m, const int* ids, int k, const float* h,
-                                             float* y, int nr, const float* wts, float* x) {
+                                             float* y, int nr) {
     TARFA_DYNAMIC_SHARED(float, tile);
     tarfa_grid_enter();
     const unsigned char** rowp = (const unsigned char**)tile;
     unsigned char* ring = (unsigned char*)tile + TARFA_TILE_HEAD;
-    if (x) {
-        tarfa_tmoe_down_combine(m, ids, k, h, nr, wts, x, rowp, ring);
-        return;
-    }
     long long total = (long long)k * m.hidden;
     long long first = (long long)blockIdx.x * nr;
     int n = total - first < nr ? (int)(total - first) : nr;

@@ -22,11 +22,7 @@
 //! every multiprocessor a block ([`EngineDevice::multiprocessors`]). Geometry only: the same
 //! operations in the same order, so the same bits, for any rows per block. A tiled product that
 //! reads an RMSNorm's output takes that norm in (`norm_matvec`): each block normalises x itself,
-//! with the norm kernel's operations, so the norm needs no launch of its own. Likewise a MoE
-//! layer's top-k and combine (`experts`): every tiled gate/up block selects the route itself from
-//! the router's logits (the top-k kernel's operations; block 0 stores it for the launches after),
-//! and each tiled down block takes hidden rows of every slot, holding every slot's h in shared
-//! memory, and adds its rows into the residual in slot order, as the combine kernel does.
+//! with the norm kernel's operations, so the norm needs no launch of its own.
 //!
 //! Safety: every buffer a kernel touches is owned here, allocated with the sizes the shapes
 //! (checked in [`Engine::new`] and [`Engine::put_expert`]) say the kernels index; the launches
@@ -478,9 +474,6 @@ pub struct Engine<D: EngineDevice> {
     use_graphs: bool,
     /// Take RMSNorms into the tiled products that read them (`norm_matvec`).
     fuse_norms: bool,
-    /// Take the top-k into the tiled gate/up launch, the combine into the tiled down launch.
-    fuse_topk: bool,
-    fuse_combine: bool,
     finished: bool,
     report: EngineReport,
 }
@@ -683,17 +676,6 @@ pub const fn tile_norm_shared(cols: usize) -> usize {
     4 * cols + 16
 }
 
-/// Dynamic shared memory a tiled down launch that takes the combine in (`k` slots, `nh` hidden
-/// rows of each per block, `inter` a multiple of 32) needs beyond its ring: every slot's h, 16
-/// bytes apart, then the block's k·nh sums (`TARFA_TILE_DOWN_SHARED`).
-pub const fn tile_down_shared(k: usize, inter: usize, nh: usize) -> usize {
-    4 * k * (inter + 4) + 4 * k * nh
-}
-
-/// Experts a router may have for the gate/up launch to select its top-k itself (the top-k's
-/// values in registers: `32 · TARFA_TOPK_AHEAD`).
-const TOPK_HELD: usize = 256;
-
 /// The most floats of x a matrix-vector launch stages in shared memory (48 KiB).
 const MAX_STAGE: i32 = 12 * 1024;
 const FIRST_CAP: usize = 256;
@@ -886,8 +868,6 @@ impl<D: EngineDevice> Engine<D> {
             graphs: None,
             use_graphs: true,
             fuse_norms: true,
-            fuse_topk: true,
-            fuse_combine: true,
             finished: false,
             report,
             dev,
@@ -950,16 +930,6 @@ impl<D: EngineDevice> Engine<D> {
     /// a launch of its own. The same operations in the same order either way.
     pub fn set_norm_fusion(&mut self, on: bool) {
         self.fuse_norms = on;
-        self.graphs = None;
-    }
-
-    /// Take a MoE layer's top-k into its tiled gate/up launch (every block selects the route
-    /// from the router's logits; `topk`) and its combine into its tiled down launch (a block
-    /// takes rows of every slot and adds them into the residual; `combine`) — both, the default
-    /// —, or give either a launch of its own. The same operations in the same order either way.
-    pub fn set_moe_fusion(&mut self, topk: bool, combine: bool) {
-        self.fuse_topk = topk;
-        self.fuse_combine = combine;
         self.graphs = None;
     }
 
@@ -1381,7 +1351,11 @@ impl<D: EngineDevice> Engine<D> {
     ) -> Result<(), EngineError> {
         let s = self.shape;
         let a = &self.a;
-        let tiled = l.experts.inter % 32 == 0 && s.hidden % 32 == 0;
+        let t = &l.experts;
+        let tables = t
+            .dev
+            .as_ref()
+            .ok_or_else(|| EngineError::Usage("experts not finished".into()))?;
         let (ids, wts, k) = match &l.router {
             Some(router) => {
                 let (z, probs) = (self.p(&a.z), self.p(&a.probs));
@@ -1389,11 +1363,6 @@ impl<D: EngineDevice> Engine<D> {
                 let route = [self.job(router, xn, z, None, false)];
                 self.norm_matvec(x, &l.post_norm, xn, true, &route)?;
                 let (ids, wts) = (self.p(&a.ids), self.p(&a.wts));
-                if self.fuse_topk && tiled && router.rows <= TOPK_HELD {
-                    // The tiled gate/up launch selects the route itself.
-                    let select = Some((z, router.rows as i32, probs));
-                    return self.experts(l, (ids, wts, s.top_k), select, xn, x, next);
-                }
                 // SAFETY: z and probs hold `n` floats (n = the router's rows = experts), ids and
                 // wts `k` (k ≤ n, checked in `new`); one warp.
                 unsafe {
@@ -1418,28 +1387,6 @@ impl<D: EngineDevice> Engine<D> {
                 (self.p(&a.one_id), self.p(&a.one_wt), 1)
             }
         };
-        self.experts(l, (ids, wts, k), None, xn, x, next)
-    }
-
-    /// The experts of the route (ids, wts, k) — selected in the gate/up launch from the router's
-    /// logits when `select` (z, its rows, probs: the top-k's launch taken in) — of `xn`, added
-    /// into `x`; then the next layer's input norm as `mlp` says.
-    fn experts(
-        &self,
-        l: &Layer<D::Buf>,
-        (ids, wts, k): (u64, u64, usize),
-        select: Option<(u64, i32, u64)>,
-        xn: u64,
-        x: u64,
-        next: Option<&DevTensor<D::Buf>>,
-    ) -> Result<(), EngineError> {
-        let s = self.shape;
-        let a = &self.a;
-        let t = &l.experts;
-        let tables = t
-            .dev
-            .as_ref()
-            .ok_or_else(|| EngineError::Usage("experts not finished".into()))?;
         let m = MoeArgs {
             gate: self.p(&tables[0]),
             up: self.p(&tables[1]),
@@ -1460,26 +1407,14 @@ impl<D: EngineDevice> Engine<D> {
         if t.inter % 32 == 0 && s.hidden % 32 == 0 {
             let sms = self.dev.multiprocessors();
             let np = tile_rows(k * t.inter, TILE_MAX_ROWS / 2, sms);
+            // A power of two ≤ 32 dividing hidden: a down block's rows are of one slot.
+            let nr = tile_rows(k * s.hidden, TILE_MAX_ROWS, sms);
             let shared = self.dev.tile().shared();
             let tile = |n: usize, per: usize| geo(n.div_ceil(per), TILE_THREADS, shared);
-            let (z, nz, probs) = select.unwrap_or((0, 0, 0));
-            let renorm = i32::from(s.norm_topk_prob);
-            // The combine in the down launch: nh hidden rows of every slot per block (a power
-            // of two dividing hidden, k·nh ≤ 32), every slot's h beside the ring; unless the
-            // next layer's norm is the combine's (`next`) or the block would not hold it all.
-            let most = 1 << (TILE_MAX_ROWS / k.max(1)).max(1).ilog2();
-            let nh = tile_rows(s.hidden, most, sms);
-            let folded = shared as usize + tile_down_shared(k, t.inter, nh);
-            let fold = self.fuse_combine
-                && next.is_none()
-                && k <= TILE_MAX_ROWS
-                && folded <= self.dev.tile_shared_max() as usize;
             // SAFETY: as below; inter and hidden are whole chunks, so every row and each slot's
             // h (h + slot·inter floats) are 16-byte aligned (expert matrices start 256-byte
             // aligned, `put`), as cp.async needs; each block has the tile's shared memory (the
-            // ring the device's kernels were compiled for) and, taking the combine in, every
-            // slot's h and its sums after it (within the kernels' allowance, checked above);
-            // with `select`, z and probs hold the router's nz ≤ 256 floats, ids and wts k ≤ nz.
+            // ring the device's kernels were compiled for).
             unsafe {
                 self.dev.launch(
                     Kernel::TiledGateUp,
@@ -1491,31 +1426,8 @@ impl<D: EngineDevice> Engine<D> {
                         Arg::Ptr(xn),
                         Arg::Ptr(hb),
                         Arg::I32(np as i32),
-                        Arg::Ptr(z),
-                        Arg::I32(nz),
-                        Arg::I32(renorm),
-                        Arg::Ptr(probs),
-                        Arg::Ptr(wts),
                     ],
                 )?;
-                if fold {
-                    return self.dev.launch(
-                        Kernel::TiledDown,
-                        geo(s.hidden / nh, TILE_THREADS, folded as u32)?,
-                        &[
-                            Arg::Moe(m),
-                            Arg::Ptr(ids),
-                            Arg::I32(ki),
-                            Arg::Ptr(hb),
-                            Arg::Ptr(0),
-                            Arg::I32(nh as i32),
-                            Arg::Ptr(wts),
-                            Arg::Ptr(x),
-                        ],
-                    );
-                }
-                // A power of two ≤ 32 dividing hidden: a down block's rows are of one slot.
-                let nr = tile_rows(k * s.hidden, TILE_MAX_ROWS, sms);
                 self.dev.launch(
                     Kernel::TiledDown,
                     tile(k * s.hidden, nr)?,
@@ -1526,8 +1438,6 @@ impl<D: EngineDevice> Engine<D> {
                         Arg::Ptr(hb),
                         Arg::Ptr(yb),
                         Arg::I32(nr as i32),
-                        Arg::Ptr(0),
-                        Arg::Ptr(0),
                     ],
                 )?;
             }
