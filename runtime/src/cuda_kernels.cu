@@ -582,8 +582,6 @@ extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char*
 #define TARFA_HEAD_AHEAD 8
 // Keys (positions) an attention warp loads at once for its scores.
 #define TARFA_ATTN_ROWS 4
-// Partials of Σ a_t v_t an attention thread carries at once (their loads issued together).
-#define TARFA_ATTN_CHAINS 8
 
 // One head's RMSNorm (when `norm`) and NeoX RoPE on the first 2·half dims (blocks::rope_heads:
 // y_j = x_j·c + (−x_{j+h})·s, y_{j+h} = x_{j+h}·c + x_j·s, no fused multiply-add), by one warp:
@@ -770,44 +768,16 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, con
         tarfa_warp_softmax(sc, sc, n, lane);
     }
     __syncthreads();
-    // A thread's partials idx = threadIdx.x + u·blockDim.x, TARFA_ATTN_CHAINS at a time: step j of
-    // every chain (position l + 32·j) loaded together, then each chain's multiply-add — each
-    // chain still takes its positions i ≡ l (mod 32) in increasing order, the last one (i = n − 1,
-    // this token's) from v itself. (A partial at a time, each step was a round trip in turn.)
-    for (int base = threadIdx.x; base < 32 * d; base += TARFA_ATTN_CHAINS * blockDim.x) {
-        float acc[TARFA_ATTN_CHAINS];
-        int ls[TARFA_ATTN_CHAINS];
-        const float* vcs[TARFA_ATTN_CHAINS];
-#pragma unroll
-        for (int u = 0; u < TARFA_ATTN_CHAINS; ++u) {
-            int idx = base + u * blockDim.x;
-            int l = idx / d, dd = idx % d;
-            acc[u] = 0.0f;
-            ls[u] = idx < 32 * d ? l : n;  // a chain past the partials takes no position
-            vcs[u] = vcache + (long long)kvh * d + dd + (long long)first * width;
-        }
-        for (int j = 0; 32 * j < n - 1; ++j) {
-            float sv[TARFA_ATTN_CHAINS], vv[TARFA_ATTN_CHAINS];
-#pragma unroll
-            for (int u = 0; u < TARFA_ATTN_CHAINS; ++u) {
-                int i = ls[u] + 32 * j;
-                if (i < n - 1) {
-                    sv[u] = sc[i];
-                    vv[u] = vcs[u][(long long)i * width];
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < TARFA_ATTN_CHAINS; ++u)
-                if (ls[u] + 32 * j < n - 1) acc[u] = __fmaf_rn(sv[u], vv[u], acc[u]);
-        }
-#pragma unroll
-        for (int u = 0; u < TARFA_ATTN_CHAINS; ++u) {
-            int idx = base + u * blockDim.x;
-            if (idx < 32 * d) {
-                if ((n - 1) % 32 == ls[u]) acc[u] = __fmaf_rn(sc[n - 1], vh[idx % d], acc[u]);
-                part[idx] = acc[u];
-            }
-        }
+    for (int idx = threadIdx.x; idx < 32 * d; idx += blockDim.x) {
+        int l = idx / d, dd = idx % d;
+        const float* vc = vcache + (long long)kvh * d + dd;
+        float acc = 0.0f;
+        // Positions i ≡ l (mod 32) in increasing order; the last one (i = n − 1, this token's)
+        // from v itself.
+#pragma unroll 4
+        for (int i = l; i < n - 1; i += 32) acc = __fmaf_rn(sc[i], vc[(long long)(first + i) * width], acc);
+        if ((n - 1) % 32 == l) acc = __fmaf_rn(sc[n - 1], vh[dd], acc);
+        part[idx] = acc;
     }
     __syncthreads();
     for (int step = 16; step > 0; step /= 2) {
