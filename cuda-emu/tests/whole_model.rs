@@ -137,16 +137,7 @@ fn every_ring_of_the_tiled_kernels_gives_the_cpu_bits() {
 fn norms_taken_into_the_products_or_launched_alone_give_the_cpu_bits() {
     let _one = one_engine_at_a_time();
     let tmp = tempfile::tempdir().expect("tempdir");
-    let models = [
-        ("qwen3_moe", "qwen3_moe", common::model("qwen3_moe")),
-        ("qwen3_moe_b", "qwen3_moe_b", common::model("qwen3_moe_b")),
-        (
-            "wide experts",
-            "qwen3_moe",
-            common::wide_expert_model(tmp.path()),
-        ),
-    ];
-    for (label, name, dir) in models {
+    for (label, name, dir) in common::whole_pass_models(tmp.path()) {
         let cpu = run(
             &mut common::open(&dir, &DecoderOptions::default()),
             name,

@@ -114,41 +114,25 @@ fn fused(dir: &std::path::Path, norms: bool) -> Decoder {
     .expect("open the GPU decoder")
 }
 
-/// Every RMSNorm given a launch of its own (`set_norm_fusion(false)`: no norm taken into a
-/// product, the next layer's input norm in the combine's launch), the whole pass on the GPU still
-/// gives the CPU's bits — the default (norms taken in) is the test above.
+/// RMSNorms taken into the products (`set_norm_fusion(true)`, the default) or each given a
+/// launch of its own (`false`: the next layer's input norm in the combine's launch), the whole
+/// pass on the GPU gives the CPU's bits. On both fixtures, and on qwen3_moe with experts 32 wide
+/// and top-3: the fixtures' are 16 wide, so only there do the tiled experts' kernels run in a
+/// whole pass.
 #[test]
-fn norms_launched_alone_on_the_gpu_give_the_cpu_bits() {
-    if !gpu_here() {
-        return;
-    }
-    for name in ["qwen3_moe", "qwen3_moe_b"] {
-        let dir = common::model(name);
-        let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
-        let mut dec = fused(&dir, false);
-        assert_eq!(run(&mut dec, name), cpu, "{name}: norms launched alone");
-        let r = dec.offload_report().expect("a GPU report");
-        assert!(r.whole_model && r.steps > 0, "{name}: {r:?}");
-    }
-}
-
-/// On a model whose experts the tiled kernels take (qwen3_moe with experts 32 wide and top-3:
-/// the fixtures' are 16 wide, so only here do the tiled experts' kernels run in a whole pass),
-/// RMSNorms taken into the products or launched alone, the GPU gives the CPU's bits.
-#[test]
-fn tiled_experts_in_the_whole_pass_on_the_gpu_give_the_cpu_bits() {
+fn norms_taken_in_or_launched_alone_on_the_gpu_give_the_cpu_bits() {
     if !gpu_here() {
         return;
     }
     let tmp = tempfile::tempdir().expect("tempdir");
-    let dir = common::wide_expert_model(tmp.path());
-    let name = "qwen3_moe";
-    let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
-    for fuse in [true, false] {
-        let mut dec = fused(&dir, fuse);
-        assert_eq!(run(&mut dec, name), cpu, "wide experts: norms fused {fuse}");
-        let r = dec.offload_report().expect("a GPU report");
-        assert!(r.whole_model && r.steps > 0, "{fuse:?}: {r:?}");
+    for (label, name, dir) in common::whole_pass_models(tmp.path()) {
+        let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
+        for fuse in [true, false] {
+            let mut dec = fused(&dir, fuse);
+            assert_eq!(run(&mut dec, name), cpu, "{label}: norms fused {fuse}");
+            let r = dec.offload_report().expect("a GPU report");
+            assert!(r.whole_model && r.steps > 0, "{label}: {r:?}");
+        }
     }
 }
 

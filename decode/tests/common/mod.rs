@@ -168,6 +168,17 @@ pub fn wide_expert_model(tmp: &Path) -> PathBuf {
     out
 }
 
+/// The models the whole-model GPU pass takes, as (label, the fixture whose reference prompts
+/// they run, directory): both qwen3_moe fixtures, and `wide_expert_model` in `tmp` — the one
+/// whose experts reach the tiled experts' kernels.
+pub fn whole_pass_models(tmp: &Path) -> [(&'static str, &'static str, PathBuf); 3] {
+    [
+        ("qwen3_moe", "qwen3_moe", model("qwen3_moe")),
+        ("qwen3_moe_b", "qwen3_moe_b", model("qwen3_moe_b")),
+        ("wide experts", "qwen3_moe", wide_expert_model(tmp)),
+    ]
+}
+
 /// `fixtures/hf/SRC` with its config.json and each tensor (name, dtype, shape, bytes) edited,
 /// converted into `tmp/jnf`.
 pub fn rewritten_model(
