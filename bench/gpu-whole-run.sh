@@ -3,6 +3,8 @@
 # qwen3_moe model that fits in VRAM) against the CPU (logits compared byte for byte), against
 # the offload path (layers on the CPU, experts and products on the GPU), and with LLAMA=1 against
 # llama.cpp's CUDA build on the same weights (a BF16 GGUF written with the gguf package).
+# SYNTH_FAMILY=glm4_moe: a GLM-4.5-shaped model instead (synth_decode_checkpoint reads it).
+# Exits 1 when any logits differ from the CPU's.
 #   [LLAMA=1 [VIA_GGUF=1]] [TEST_TILE=S,B] [AB="SPEC..."] [TG32="LABEL:BINARY[:VAR=V]..."] bash bench/gpu-whole-run.sh WORKDIR [LAYERS]
 # VIA_GGUF=1 (with LLAMA=1): tarfa's JNF is converted from the GGUF written for llama.cpp, so a
 # model of tens of GiB fits the device's disk twice (safetensors, then GGUF, then JNF from it;
@@ -79,8 +81,13 @@ if [ -n "${TEST_TILE:-}" ]; then
   TARFA_CUDA_TILE=$TEST_TILE t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole-tile.npy" > /dev/null
   LOGITS="$LOGITS whole-tile"
 fi
+DIFFER=0
 for f in $LOGITS; do
-  cmp "$O/cpu.npy" "$O/$f.npy" && echo "logits: $f == cpu, byte for byte"
+  if cmp "$O/cpu.npy" "$O/$f.npy"; then
+    echo "logits: $f == cpu, byte for byte"
+  else
+    echo "LOGITS DIFFER: $f != cpu"; DIFFER=1
+  fi
 done
 if [ -n "${AB:-}" ]; then
   # While llama.cpp may still be building (niced: the sides alternate, so any disturbance
@@ -115,4 +122,6 @@ for r in json.load(open(sys.argv[1])):
           f"ngl {r.get('n_gpu_layers')}, model {r['model_size']} bytes, gpu {r.get('gpu_info')!r}")
 PY
 fi
+# A mismatch fails the run (after the measurements, so their logs still come back).
+[ "$DIFFER" = 0 ] || { echo "== done, LOGITS DIFFER (see above)"; exit 1; }
 echo "== done"

@@ -222,8 +222,9 @@ pub struct RunArgs {
     pub cpu_trunk: bool,
     /// With --device cuda: keep the layers on the CPU and offload only the experts and matrix
     /// products to the GPU, even for a model whose whole forward pass the GPU can run. By
-    /// default a `qwen3_moe` model that fits in VRAM runs wholly on the GPU (attention, norms,
-    /// router, experts, combine; the activations stay there). The same bits either way.
+    /// default a BF16/F32 Qwen3-MoE, GLM-4.5-MoE or Mixtral model that fits in VRAM runs wholly
+    /// on the GPU (attention, norms, router, experts, combine; the activations stay there). The
+    /// same bits either way.
     #[arg(long)]
     pub gpu_offload_only: bool,
     /// With the whole forward pass on the GPU: launch each token's kernels one by one instead of

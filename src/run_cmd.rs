@@ -180,11 +180,18 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             stats.cache_misses,
             report,
         );
-        eprintln!(
-            "compute: {} kernels, {} threads, fp32 logits, exact (canonical reduction order)",
-            dec.isa(),
-            dec.threads()
-        );
+        // The whole pass on the GPU leaves the CPU's kernels only the prompt's ids and the
+        // greedy choice: say where the layers ran.
+        match dec.offload_report().filter(|g| g.whole_model) {
+            Some(_) => eprintln!(
+                "compute: every layer on the GPU, fp32 logits, exact (canonical reduction order)"
+            ),
+            None => eprintln!(
+                "compute: {} kernels, {} threads, fp32 logits, exact (canonical reduction order)",
+                dec.isa(),
+                dec.threads()
+            ),
+        }
         if let Some(g) = dec.offload_report().filter(|g| g.whole_model) {
             eprintln!(
                 "gpu: {}: whole forward pass there ({} tokens, {} replayed from a CUDA graph), {} of weights resident",

@@ -51,6 +51,12 @@ void emu_attention(G, const float* q, const float* k, const float* v, const unsi
 void emu_topk(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts) {
     RUN(tarfa_e_topk(z, n, k, renorm, probs, ids, wts));
 }
+void emu_sigmoid_topk(G, const float* z, int n, const unsigned char* bias, int bias_dtype, int k,
+                      int n_group, int topk_group, int renorm, float scale, float* scratch,
+                      int* ids, float* wts) {
+    RUN(tarfa_e_sigmoid_topk(z, n, bias, bias_dtype, k, n_group, topk_group, renorm, scale,
+                             scratch, ids, wts));
+}
 void emu_gate_up(G, const TarfaMoe* m, const int* ids, int k, const float* x, float* h) {
     TarfaMoe mm = *m;
     RUN(tarfa_e_moe_gate_up(mm, ids, k, x, h));
@@ -96,11 +102,12 @@ int emu_tdown(G, unsigned int optin, int stages, int bytes, const TarfaMoe* m, c
     TARFA_EMU_TILES(TARFA_EMU_TDOWN)
     return -1;
 }
-void emu_combine_norm(G, const float* y, const float* wts, int k, int n, float* x,
-                      const unsigned char* w, int wdtype, float eps, float* out) {
-    RUN(tarfa_e_combine_norm(y, wts, k, n, x, w, wdtype, eps, out));
+void emu_combine_norm(G, const float* y, const float* wts, int k, int n, const float* sh,
+                      float* x, const unsigned char* w, int wdtype, float eps, float* out) {
+    RUN(tarfa_e_combine_norm(y, wts, k, n, sh, x, w, wdtype, eps, out));
 }
-void emu_combine(G, const float* y, const float* wts, int k, int hidden, float* x) {
-    RUN(tarfa_e_moe_combine(y, wts, k, hidden, x));
+void emu_combine(G, const float* y, const float* wts, int k, int hidden, const float* sh,
+                 float* x) {
+    RUN(tarfa_e_moe_combine(y, wts, k, hidden, sh, x));
 }
 }

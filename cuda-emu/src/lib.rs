@@ -244,6 +244,7 @@ extern "C" {
         w: *const f32,
         k: i32,
         n: i32,
+        sh: *const f32,
         x: *mut f32,
         nw: *const u8,
         ndt: i32,
@@ -258,7 +259,25 @@ extern "C" {
         w: *const f32,
         k: i32,
         hidden: i32,
+        sh: *const f32,
         x: *mut f32,
+    );
+    fn emu_sigmoid_topk(
+        g: u32,
+        b: u32,
+        s: u32,
+        z: *const f32,
+        n: i32,
+        bias: *const u8,
+        bias_dtype: i32,
+        k: i32,
+        n_group: i32,
+        topk_group: i32,
+        renorm: i32,
+        scale: f32,
+        scratch: *mut f32,
+        ids: *mut i32,
+        wts: *mut f32,
     );
 }
 
@@ -443,16 +462,29 @@ fn matvec_launch(
     (outs, xn_out.map(|b| b.floats()))
 }
 
-/// `tarfa_e_combine_norm`: `x += Σ_s y[s] · wts[s]` (slot order), then `w · RMSNorm(x)`;
-/// returns the new x and the normed output. `y` holds `wts.len()` rows of `x.len()` floats.
+/// `tarfa_e_combine_norm`: `x += Σ_s y[s] · wts[s]` (slot order) `+ shared` (when given), then
+/// `w · RMSNorm(x)`; returns the new x and the normed output. `y` holds `wts.len()` rows of
+/// `x.len()` floats, `shared` one.
 #[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
-pub fn combine_norm(y: &[f32], wts: &[f32], x: &[f32], w: &W, eps: f32) -> (Vec<f32>, Vec<f32>) {
+pub fn combine_norm(
+    y: &[f32],
+    wts: &[f32],
+    shared: Option<&[f32]>,
+    x: &[f32],
+    w: &W,
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>) {
     let n = x.len();
     assert_eq!(y.len(), wts.len() * n);
     assert_eq!(w.elems(), n);
+    assert!(shared.is_none_or(|s| s.len() == n));
     let (ya, wa, xa, nw) = (fl(y), fl(wts), fl(x), w.aligned());
+    let sh = shared.map(fl);
+    let shp = sh
+        .as_ref()
+        .map_or(std::ptr::null(), |a| a.ptr() as *const f32);
     let out = fl(&vec![0.0; n]);
-    // SAFETY: y holds k × n floats, wts k, x and out n, w n elements.
+    // SAFETY: y holds k × n floats, wts k, x, out and (when not null) sh n, w n elements.
     unsafe {
         emu_combine_norm(
             1,
@@ -462,6 +494,7 @@ pub fn combine_norm(y: &[f32], wts: &[f32], x: &[f32], w: &W, eps: f32) -> (Vec<
             wa.ptr() as _,
             wts.len() as i32,
             n as i32,
+            shp,
             xa.ptr() as *mut f32,
             nw.ptr(),
             w.dt as i32,
@@ -619,6 +652,14 @@ pub fn attention(sh: Heads, a: &AttnIn<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     (out.floats(), kc.floats(), vc.floats())
 }
 
+/// The `(expert, weight)` slots a router kernel wrote.
+fn route(ids: &[i32], wts: &Aligned) -> Vec<(u32, f32)> {
+    ids.iter()
+        .zip(wts.floats())
+        .map(|(&e, w)| (e as u32, w))
+        .collect()
+}
+
 /// `tarfa_e_topk`: the `(expert, weight)` route of router logits `z`.
 #[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 pub fn topk(z: &[f32], k: usize, renorm: bool) -> Vec<(u32, f32)> {
@@ -641,10 +682,48 @@ pub fn topk(z: &[f32], k: usize, renorm: bool) -> Vec<(u32, f32)> {
             wts.ptr() as *mut f32,
         )
     };
-    ids.iter()
-        .zip(wts.floats())
-        .map(|(&e, w)| (e as u32, w))
-        .collect()
+    route(&ids, &wts)
+}
+
+/// `tarfa_e_sigmoid_topk`: the `(expert, weight)` route of router logits `z` under GLM-4.5's
+/// sigmoid router with the correction `bias` (`z.len()` elements), `n_group` groups of which
+/// `topk_group` are kept, renormalised when `renorm`, scaled by `scale`.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
+pub fn sigmoid_topk(
+    z: &[f32],
+    bias: &W,
+    k: usize,
+    (n_group, topk_group): (usize, usize),
+    renorm: bool,
+    scale: f32,
+) -> Vec<(u32, f32)> {
+    let n = z.len();
+    assert!(k >= 1 && k <= n && bias.elems() == n);
+    assert!(n_group >= 1 && n.is_multiple_of(n_group) && (1..=n_group).contains(&topk_group));
+    let (za, ba, scratch) = (fl(z), bias.aligned(), fl(&vec![0.0; 3 * n]));
+    let mut ids = vec![-1i32; k];
+    let wts = fl(&vec![0.0; k]);
+    // SAFETY: z holds n floats, bias n elements of its type, scratch 3n floats, ids and wts k.
+    unsafe {
+        emu_sigmoid_topk(
+            1,
+            32,
+            0,
+            za.ptr() as _,
+            n as i32,
+            ba.ptr(),
+            bias.dt as i32,
+            k as i32,
+            n_group as i32,
+            topk_group as i32,
+            i32::from(renorm),
+            scale,
+            scratch.ptr() as *mut f32,
+            ids.as_mut_ptr(),
+            wts.ptr() as *mut f32,
+        )
+    };
+    route(&ids, &wts)
 }
 
 /// One expert's weights: gate, up `[inter, hidden]`, down `[hidden, inter]`.
@@ -783,6 +862,7 @@ fn moe_launch(
             w.ptr() as _,
             k as i32,
             hidden as i32,
+            std::ptr::null(),
             out.ptr() as *mut f32,
         );
     }
@@ -1126,7 +1206,7 @@ impl EngineDevice for EmuDevice {
                     }
                 }
                 Kernel::CombineNorm => {
-                    count(9)?;
+                    count(10)?;
                     emu_combine_norm(
                         g,
                         b,
@@ -1137,14 +1217,36 @@ impl EngineDevice for EmuDevice {
                         n(3)?,
                         p(4)? as _,
                         p(5)? as _,
-                        n(6)?,
-                        f(7)?,
-                        p(8)? as _,
+                        p(6)? as _,
+                        n(7)?,
+                        f(8)?,
+                        p(9)? as _,
                     );
                 }
                 Kernel::Combine => {
-                    count(5)?;
-                    emu_combine(g, b, s, p(0)? as _, p(1)? as _, n(2)?, n(3)?, p(4)? as _);
+                    count(6)?;
+                    let (y, w, sh, x) = (p(0)? as _, p(1)? as _, p(4)? as _, p(5)? as _);
+                    emu_combine(g, b, s, y, w, n(2)?, n(3)?, sh, x);
+                }
+                Kernel::SigmoidTopk => {
+                    count(12)?;
+                    emu_sigmoid_topk(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        n(1)?,
+                        p(2)? as _,
+                        n(3)?,
+                        n(4)?,
+                        n(5)?,
+                        n(6)?,
+                        n(7)?,
+                        f(8)?,
+                        p(9)? as _,
+                        p(10)? as _,
+                        p(11)? as _,
+                    );
                 }
             }
         }

@@ -415,7 +415,8 @@ fn moe_case(
 
 /// The combine fused with the next layer's input norm gives the CPU's new residual (slot-order
 /// combine of MoeOutputs, then the add) and its RMSNorm (canon::rms_norm), for hidden sizes
-/// within and past the kernel's shared copy of x and past its four elements per thread.
+/// within and past the kernel's shared copy of x and past its four elements per thread, and slot
+/// counts within its loads ahead (up to 9: top-8 and a folded shared expert) and past them.
 #[test]
 fn combine_then_norm_in_one_launch_is_the_cpus() {
     let mut r = Rng(29);
@@ -425,6 +426,7 @@ fn combine_then_norm_in_one_launch_is_the_cpus() {
         (1024, 7),
         (2048, 8),
         (4099, 3),
+        (100, 9),
         (64, 10),
     ] {
         for dt in [emu::Dt::Bf16, emu::Dt::F32] {
@@ -432,18 +434,95 @@ fn combine_then_norm_in_one_launch_is_the_cpus() {
             let wts = r.vec(k, 1.0);
             let x = r.vec(n, 3.0);
             let (w, wv) = weights(&mut r, n, dt, 1.0);
-            let route: Vec<(u32, f32)> = (0..k as u32).zip(wts.iter().copied()).collect();
-            let mut outs = MoeOutputs::new(std::slice::from_ref(&route));
-            for (s, y) in ys.iter().enumerate() {
-                outs.put(0, s, y, wts[s]);
+            let shared = r.vec(n, 2.0);
+            for with_shared in [false, true] {
+                let route: Vec<(u32, f32)> = (0..k as u32).zip(wts.iter().copied()).collect();
+                let mut outs = MoeOutputs::new(std::slice::from_ref(&route));
+                for (s, y) in ys.iter().enumerate() {
+                    outs.put(0, s, y, wts[s]);
+                }
+                // GLM's MoE layer: `routed + shared`, then the residual add.
+                let mut m = outs.combine();
+                if with_shared {
+                    blocks::add_into(&mut m, std::slice::from_ref(&shared));
+                }
+                let mut want_x = vec![x.clone()];
+                blocks::add_into(&mut want_x, &m);
+                let mut want = vec![0.0f32; n];
+                canon::rms_norm(&want_x[0], |i| wv[i], 1e-6, &mut want);
+                let sh = with_shared.then_some(&shared[..]);
+                let (got_x, got) = emu::combine_norm(&ys.concat(), &wts, sh, &x, &w, 1e-6);
+                let case = format!("n {n} k {k} {dt:?} shared {with_shared}");
+                assert_eq!(bits(&got_x), bits(&want_x[0]), "x: {case}");
+                assert_eq!(bits(&got), bits(&want), "norm: {case}");
             }
-            let mut want_x = vec![x.clone()];
-            blocks::add_into(&mut want_x, &outs.combine());
-            let mut want = vec![0.0f32; n];
-            canon::rms_norm(&want_x[0], |i| wv[i], 1e-6, &mut want);
-            let (got_x, got) = emu::combine_norm(&ys.concat(), &wts, &x, &w, 1e-6);
-            assert_eq!(bits(&got_x), bits(&want_x[0]), "x: n {n} k {k} {dt:?}");
-            assert_eq!(bits(&got), bits(&want), "norm: n {n} k {k} {dt:?}");
+        }
+    }
+}
+
+/// GLM-4.5's sigmoid group router on the GPU selects the experts and computes the weights of
+/// `blocks::sigmoid_group_topk` bit for bit: with and without groups, renormalised or not,
+/// scaled, at expert counts within and past a warp's lanes, with ties among the experts'
+/// scores (the lower id first) and among the groups' (group 1 a copy of group 0: the lower
+/// group first); the bias in BF16 and F32.
+#[test]
+fn the_sigmoid_group_router_is_sigmoid_group_topk() {
+    let mut r = Rng(41);
+    for &(n, k, n_group, topk_group) in &[
+        (4usize, 2usize, 1usize, 1usize),
+        (8, 3, 4, 2),
+        (8, 3, 4, 1),
+        (64, 8, 8, 4),
+        (128, 8, 1, 1),
+        (160, 8, 8, 3),
+        (256, 8, 8, 4),
+        (96, 6, 32, 5),
+        (300, 9, 50, 7),
+    ] {
+        for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+            for (renorm, scale) in [(true, 1.0f32), (false, 2.5), (true, 2.5)] {
+                let mut z = r.vec(n, 4.0);
+                let (_, mut bv) = weights(&mut r, n, dt, 0.5);
+                // Ties among experts: equal logits and biases at ids of different lanes and
+                // groups; among groups: group 1 a copy of group 0.
+                for i in (5..n).step_by(13) {
+                    z[i] = z[3];
+                    bv[i] = bv[3];
+                }
+                let size = n / n_group;
+                if n_group > 1 {
+                    for i in 0..size {
+                        z[size + i] = z[i];
+                        bv[size + i] = bv[i];
+                    }
+                }
+                // The values came from `dt`, so its bytes hold them exactly.
+                let bias = match dt {
+                    emu::Dt::F32 => emu::W::f32(&bv),
+                    emu::Dt::Bf16 => {
+                        let bits: Vec<u16> =
+                            bv.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+                        emu::W::bf16(&bits)
+                    }
+                };
+                let want = blocks::sigmoid_group_topk(
+                    &z,
+                    WeightSlice::F32(&bv),
+                    k,
+                    n_group,
+                    topk_group,
+                    renorm,
+                    scale,
+                );
+                let got = emu::sigmoid_topk(&z, &bias, k, (n_group, topk_group), renorm, scale);
+                let b =
+                    |v: &[(u32, f32)]| v.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
+                assert_eq!(
+                    b(&got),
+                    b(&want),
+                    "n {n} k {k} groups {topk_group}/{n_group} {dt:?} renorm {renorm} scale {scale}"
+                );
+            }
         }
     }
 }

@@ -1,26 +1,33 @@
-//! The whole forward pass on a device: a `qwen3_moe` model whose trunk and every expert fit
-//! there runs each token entirely on it ([`tarfa_runtime::gpu_engine::Engine`]), the
-//! activations never leaving it and only the logits coming back. Every kernel computes the bits
-//! of the CPU path (`canon`, `blocks`), so the logits are the CPU's bit for bit; this is only
-//! where they are computed.
+//! The whole forward pass on a device: a model of a family the engine runs (one that gives a
+//! [`WholePlan`]: qwen3_moe, glm4_moe, mixtral) whose trunk and every expert fit there runs each
+//! token entirely on it ([`tarfa_runtime::gpu_engine::Engine`]), the activations never leaving
+//! it and only the logits coming back. Every kernel computes the bits of the CPU path (`canon`,
+//! `blocks`), so the logits are the CPU's bit for bit; this is only where they are computed.
+//!
+//! A family describes its forward pass to the engine once, as a [`WholePlan`]
+//! ([`Family::whole_plan`]): the numbers, the attention's form and each layer's MLP (dense, or
+//! routed experts with their router — softmax or GLM's sigmoid group router — and shared
+//! experts). The mapping of the checkpoint's tensors onto the engine here is the same for every
+//! family.
 //!
 //! [`build`] takes any [`EngineDevice`]: the GPU ([`open`], feature `cuda`, the default of
 //! `--device cuda`) or the CPU emulation of the kernels (`cuda-emu`, whose tests hold this whole
-//! path to the CPU decoder's logits in CI). [`open`] decides: the family is `qwen3_moe`, every weight BF16 or
-//! F32, the whole model fits in VRAM (or in `--vram-gib`), all experts placed on the GPU and the
-//! trunk too; else `None` and the decoder runs its layers on the CPU with experts and products
-//! offloaded (`crate::gpu::GpuExperts`).
+//! path to the CPU decoder's logits in CI). [`open`] decides: the family gives a plan the
+//! kernels take, every weight BF16 or F32, the whole model fits in VRAM (or in `--vram-gib`),
+//! all experts placed on the GPU and the trunk too; else `None` and the decoder runs its layers
+//! on the CPU with experts and products offloaded (`crate::gpu::GpuExperts`).
 
 use tarfa_format::Dtype;
 use tarfa_runtime::gpu_engine::{
-    Engine, EngineDevice, EngineShape, GpuDtype, HostAttention, HostLayer, HostMlp, HostTensor,
-    MAX_HEAD_DIM,
+    Engine, EngineDevice, EngineShape, GpuDtype, HostAttention, HostLayer, HostMlp, HostRoute,
+    HostTensor, MAX_HEAD_DIM,
 };
 
 use crate::blocks::{self, Batch};
+use crate::config::RopeConfig;
 use crate::error::{DecodeError, OptionsFault, Result};
 use crate::experts::ExpertStore;
-use crate::family::qwen3_moe::Qwen3MoeConfig;
+use crate::family::common::{AttnSpec, NormStyle};
 use crate::family::{Ctx, Family};
 use crate::offload::OffloadReport;
 use crate::rope::Rope;
@@ -30,10 +37,97 @@ use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 #[cfg(feature = "cuda")]
 const VRAM_MARGIN: u64 = 1 << 30;
 
-/// A `qwen3_moe` decoder running on a device.
+/// A family's forward pass as the whole-model engine runs it: the decoder skeleton every such
+/// family shares (tensors under `model.`: the embedding; per layer `input_layernorm`,
+/// attention `self_attn.*`, `post_attention_layernorm` and an MLP; the final `norm`;
+/// `lm_head.weight` or the tied embedding), the attention's form, and each layer's MLP.
+#[derive(Clone, Debug)]
+pub struct WholePlan {
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Hidden size.
+    pub hidden: usize,
+    /// The layer and final norms' style.
+    pub norm: NormStyle,
+    /// Their epsilon.
+    pub eps: f32,
+    /// Attention (every layer alike).
+    pub attn: AttnSpec,
+    /// RoPE.
+    pub rope: RopeConfig,
+    /// Routed experts a MoE layer has.
+    pub num_experts: usize,
+    /// Experts per token.
+    pub top_k: usize,
+    /// Renormalise the selected experts' weights.
+    pub norm_topk_prob: bool,
+    /// Each layer's MLP.
+    pub mlps: Vec<MlpPlan>,
+}
+
+/// One layer's MLP in a [`WholePlan`] (names relative to `model.layers.L.`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum MlpPlan {
+    /// `mlp.{gate,up,down}_proj.weight`, `inter` wide.
+    Dense {
+        /// Width.
+        inter: usize,
+    },
+    /// Routed experts (the layer's file), selected by the router `router` as `route` says, and
+    /// shared experts `mlp.shared_experts.{gate,up,down}_proj.weight` of width `shared` (0:
+    /// none) added after them.
+    Moe {
+        /// The router's weight.
+        router: &'static str,
+        /// How it selects.
+        route: RoutePlan,
+        /// Shared experts' width.
+        shared: usize,
+    },
+}
+
+impl MlpPlan {
+    /// `n` layers: `moe` where `is_moe(l)`, else a dense MLP `inter` wide.
+    pub fn layers(
+        n: usize,
+        is_moe: impl Fn(usize) -> bool,
+        moe: MlpPlan,
+        inter: usize,
+    ) -> Vec<Self> {
+        (0..n)
+            .map(|l| match is_moe(l) {
+                true => moe,
+                false => MlpPlan::Dense { inter },
+            })
+            .collect()
+    }
+}
+
+/// A router in a [`MlpPlan::Moe`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum RoutePlan {
+    /// [`blocks::softmax_topk`].
+    Softmax,
+    /// [`blocks::sigmoid_group_topk`] with the correction bias `bias`.
+    SigmoidGroup {
+        /// The bias's name.
+        bias: &'static str,
+        /// Groups.
+        n_group: usize,
+        /// Groups kept.
+        topk_group: usize,
+        /// `routed_scaling_factor`.
+        scale: f32,
+    },
+}
+
+/// A decoder running a family's whole forward pass on a device.
 #[derive(Debug)]
-pub struct GpuQwen3Moe<D: EngineDevice> {
-    cfg: Qwen3MoeConfig,
+pub struct GpuWhole<D: EngineDevice> {
+    vocab: usize,
+    hidden: usize,
+    layers: usize,
+    top_k: usize,
     rope: Rope,
     engine: Engine<D>,
 }
@@ -71,24 +165,30 @@ fn host_mat<'a>(
     Ok(host(&s.get(name)?.matrix(rows, cols)?))
 }
 
+/// The family's plan, when it has one the engine's kernels take.
+fn plan(config: &serde_json::Value, tensors: &TensorStore) -> Result<Option<WholePlan>> {
+    let family = crate::family::open(config, tensors)?;
+    Ok(family.whole_plan().filter(takes_plan))
+}
+
 /// The whole-model GPU decoder for `config`, or `None` when this model or these options do not
-/// take it (another family, a quantised weight, a share of experts or the trunk kept on the CPU,
-/// not enough VRAM). Reads every expert once (checked as it lands) to copy it to VRAM.
+/// take it (a family without a plan, a quantised weight, a share of experts or the trunk kept
+/// on the CPU, not enough VRAM). Reads every expert once (checked as it lands) to copy it to
+/// VRAM.
 #[cfg(feature = "cuda")]
 pub fn open(
     config: &serde_json::Value,
     tensors: &TensorStore,
     experts: &mut ExpertStore,
     o: &crate::offload::GpuOptions,
-) -> Result<Option<GpuQwen3Moe<tarfa_runtime::cuda_engine::CudaDevice>>> {
-    if !o.whole_model || o.fraction < 1.0 || !o.trunk || !takes(config, experts) {
+) -> Result<Option<GpuWhole<tarfa_runtime::cuda_engine::CudaDevice>>> {
+    if !o.whole_model || o.fraction < 1.0 || !o.trunk || !takes_experts(experts) {
         return Ok(None);
     }
-    let c = Qwen3MoeConfig::parse(config)?;
-    if !takes_shape(&c) {
+    let Some(plan) = plan(config, tensors)? else {
         return Ok(None);
-    }
-    let Some(parts) = trunk(&c, tensors)? else {
+    };
+    let Some(parts) = trunk(&plan, tensors)? else {
         return Ok(None);
     };
     let need = parts.bytes + experts.total_bytes() + VRAM_MARGIN;
@@ -104,58 +204,62 @@ pub fn open(
     build(dev, config, tensors, experts, o.graphs)
 }
 
-/// Whether the engine's kernels take the model's shape: heads at most
-/// [`MAX_HEAD_DIM`] wide (attention keeps a head's vectors in a block's shared memory); a wider
-/// one runs its layers on the CPU with experts and products offloaded, as any model this path
-/// does not take.
-fn takes_shape(c: &Qwen3MoeConfig) -> bool {
-    c.head_dim <= MAX_HEAD_DIM
+/// Whether the engine's kernels take the plan: heads at most [`MAX_HEAD_DIM`] wide (attention
+/// keeps a head's vectors in a block's shared memory), w-style norms, one epsilon for every
+/// norm, no gated attention output. A plan they do not take runs its layers on the CPU with
+/// experts and products offloaded, as any model this path does not take.
+fn takes_plan(p: &WholePlan) -> bool {
+    let a = &p.attn;
+    a.shape.head_dim <= MAX_HEAD_DIM
+        && p.norm == NormStyle::Weight
+        && a.qk_norm.is_none_or(|n| n == NormStyle::Weight)
+        && (a.qk_norm.is_none() || a.eps.to_bits() == p.eps.to_bits())
+        && !a.out_gate
 }
 
-/// Whether the whole-model path takes this model at all: `qwen3_moe`, experts BF16 or F32.
-fn takes(config: &serde_json::Value, experts: &ExpertStore) -> bool {
-    config.get("model_type").and_then(|v| v.as_str()) == Some("qwen3_moe")
-        && experts
-            .region_dtypes()
-            .iter()
-            .all(|&d| d == Dtype::BF16 || d == Dtype::F32)
+/// Whether the whole-model path takes these experts: BF16 or F32.
+fn takes_experts(experts: &ExpertStore) -> bool {
+    experts
+        .region_dtypes()
+        .iter()
+        .all(|&d| d == Dtype::BF16 || d == Dtype::F32)
 }
 
 /// The whole-model decoder of `config` on `dev` (every weight copied there, every expert read
-/// once and checked as it lands), or `None` if the model does not take it (another family, a
-/// weight neither BF16 nor F32, experts of a layer of mixed types, heads wider than
-/// [`MAX_HEAD_DIM`]). `graphs`: replay each step
-/// from a captured graph where the device has them.
+/// once and checked as it lands), or `None` if the model does not take it (a family without a
+/// plan the kernels take, a weight neither BF16 nor F32, experts of a layer of mixed types,
+/// heads wider than [`MAX_HEAD_DIM`]). `graphs`: replay each step from a captured graph where
+/// the device has them.
 pub fn build<D: EngineDevice>(
     dev: D,
     config: &serde_json::Value,
     tensors: &TensorStore,
     experts: &mut ExpertStore,
     graphs: bool,
-) -> Result<Option<GpuQwen3Moe<D>>> {
-    if !takes(config, experts) {
+) -> Result<Option<GpuWhole<D>>> {
+    if !takes_experts(experts) {
         return Ok(None);
     }
-    let c = Qwen3MoeConfig::parse(config)?;
-    if !takes_shape(&c) {
-        return Ok(None);
-    }
-    let Some(parts) = trunk(&c, tensors)? else {
+    let Some(plan) = plan(config, tensors)? else {
         return Ok(None);
     };
+    let Some(parts) = trunk(&plan, tensors)? else {
+        return Ok(None);
+    };
+    let a = &plan.attn.shape;
     let shape = EngineShape {
-        vocab: c.vocab_size,
-        hidden: c.hidden_size,
-        heads: c.heads,
-        kv_heads: c.kv_heads,
-        head_dim: c.head_dim,
-        rotary_dim: c.rope.rotary_dim,
-        eps: c.rms_norm_eps,
-        window: c.window,
+        vocab: plan.vocab,
+        hidden: plan.hidden,
+        heads: a.heads,
+        kv_heads: a.kv_heads,
+        head_dim: a.head_dim,
+        rotary_dim: plan.rope.rotary_dim,
+        eps: plan.eps,
+        window: a.window,
         // blocks::attend's scaling, rounded the same way.
-        scaling: (1.0 / (c.head_dim as f64).sqrt()) as f32,
-        top_k: c.top_k,
-        norm_topk_prob: c.norm_topk_prob,
+        scaling: (1.0 / (a.head_dim as f64).sqrt()) as f32,
+        top_k: plan.top_k,
+        norm_topk_prob: plan.norm_topk_prob,
     };
     let mut engine = Engine::new(
         dev,
@@ -164,7 +268,7 @@ pub fn build<D: EngineDevice>(
         parts.final_norm,
         parts.lm_head,
         &parts.layers,
-        c.num_experts,
+        plan.num_experts,
     )?;
     engine.set_graphs(graphs);
     // `TARFA_CUDA_NORM_FUSE=0` takes no RMSNorm into a product (each is launched alone or with
@@ -173,21 +277,21 @@ pub fn build<D: EngineDevice>(
     // One element type per role across a layer's experts, gate and up alike (the kernels read
     // a layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;
-    for l in 0..c.num_layers {
-        if !c.is_moe(l) {
+    for (l, mlp) in plan.mlps.iter().enumerate() {
+        if !matches!(mlp, MlpPlan::Moe { .. }) {
             continue;
         }
-        let want: Vec<u32> = (0..c.num_experts as u32).collect();
+        let want: Vec<u32> = (0..plan.num_experts as u32).collect();
         if experts.experts_of(l as u32) != want {
             return Err(DecodeError::Options(OptionsFault::WholeModelExperts {
                 layer: l,
-                num_experts: c.num_experts,
+                num_experts: plan.num_experts,
             }));
         }
         let mut types = None;
         experts.with_experts(l as u32, &want, |views| {
             for v in views {
-                let (g, u, d) = blocks::expert_projections(v, c.hidden_size)?;
+                let (g, u, d) = blocks::expert_projections(v, plan.hidden)?;
                 let (Some(g), Some(u), Some(d)) = (host(&g), host(&u), host(&d)) else {
                     fits = false;
                     return Ok(());
@@ -207,9 +311,12 @@ pub fn build<D: EngineDevice>(
         }
     }
     engine.finish()?;
-    Ok(Some(GpuQwen3Moe {
-        rope: Rope::new(c.rope.theta, c.rope.rotary_dim),
-        cfg: c,
+    Ok(Some(GpuWhole {
+        vocab: plan.vocab,
+        hidden: plan.hidden,
+        layers: plan.mlps.len(),
+        top_k: plan.top_k,
+        rope: Rope::new(plan.rope.theta, plan.rope.rotary_dim),
         engine,
     }))
 }
@@ -225,36 +332,49 @@ struct Trunk<'a> {
     bytes: u64,
 }
 
-/// Every trunk and layer tensor as the engine takes it, or `None` if one is not BF16 or F32.
-fn trunk<'a>(c: &Qwen3MoeConfig, s: &'a TensorStore) -> Result<Option<Trunk<'a>>> {
-    let (h, d) = (c.hidden_size, c.head_dim);
-    let (qd, kvd) = (c.heads * d, c.kv_heads * d);
+/// Every trunk and layer tensor of `p` as the engine takes it, or `None` if one is not BF16 or
+/// F32 (or a dense MLP's gate and up differ in type).
+fn trunk<'a>(p: &WholePlan, s: &'a TensorStore) -> Result<Option<Trunk<'a>>> {
+    let (h, d) = (p.hidden, p.attn.shape.head_dim);
+    let (qd, kvd) = (p.attn.shape.heads * d, p.attn.shape.kv_heads * d);
     let mut all: Vec<Option<HostTensor<'a>>> = Vec::new();
     let mut take = |t: Option<HostTensor<'a>>| {
         all.push(t);
         t
     };
-    let embed = take(host_mat(s, "model.embed_tokens.weight", c.vocab_size, h)?);
+    let embed = take(host_mat(s, "model.embed_tokens.weight", p.vocab, h)?);
     let final_norm = take(host_vec(s, "model.norm.weight", h)?);
     // Tied (no `lm_head.weight`; the family checked that at open): the embedding serves.
     let lm_head = match s.find("lm_head.weight") {
-        Some(_) => Some(take(host_mat(s, "lm_head.weight", c.vocab_size, h)?)),
+        Some(_) => Some(take(host_mat(s, "lm_head.weight", p.vocab, h)?)),
         None => None,
     };
-    let mut layers = Vec::with_capacity(c.num_layers);
-    for l in 0..c.num_layers {
-        let p = |n: &str| format!("model.layers.{l}.{n}");
-        let bias = |n: &str, rows: usize| -> Result<Option<Option<HostTensor<'a>>>> {
-            if !c.attention_bias {
+    // A dense SwiGLU `{prefix}.{gate,up,down}_proj.weight` of width `inter`.
+    let swiglu = |prefix: &str, inter: usize| -> Result<Option<[HostTensor<'a>; 3]>> {
+        let g = host_mat(s, &format!("{prefix}.gate_proj.weight"), inter, h)?;
+        let u = host_mat(s, &format!("{prefix}.up_proj.weight"), inter, h)?;
+        let dn = host_mat(s, &format!("{prefix}.down_proj.weight"), h, inter)?;
+        Ok(match (g, u, dn) {
+            (Some(g), Some(u), Some(dn)) if g.dtype == u.dtype => Some([g, u, dn]),
+            _ => None,
+        })
+    };
+    let mut layers = Vec::with_capacity(p.mlps.len());
+    for (l, mlp) in p.mlps.iter().enumerate() {
+        let n = |name: &str| format!("model.layers.{l}.{name}");
+        let a = |name: &str| n(&format!("self_attn.{name}"));
+        let bias = |on: bool, name: &str, rows: usize| -> Result<Option<Option<HostTensor<'a>>>> {
+            if !on {
                 return Ok(Some(None));
             }
-            Ok(host_vec(s, &p(&format!("self_attn.{n}")), rows)?.map(Some))
+            Ok(host_vec(s, &a(name), rows)?.map(Some))
         };
+        let at = &p.attn;
         let biases = [
-            bias("q_proj.bias", qd)?,
-            bias("k_proj.bias", kvd)?,
-            bias("v_proj.bias", kvd)?,
-            bias("o_proj.bias", h)?,
+            bias(at.qkv_bias, "q_proj.bias", qd)?,
+            bias(at.qkv_bias, "k_proj.bias", kvd)?,
+            bias(at.qkv_bias, "v_proj.bias", kvd)?,
+            bias(at.o_bias, "o_proj.bias", h)?,
         ];
         if biases.iter().any(|b| b.is_none()) {
             return Ok(None);
@@ -263,33 +383,73 @@ fn trunk<'a>(c: &Qwen3MoeConfig, s: &'a TensorStore) -> Result<Option<Trunk<'a>>
         for b in bias.iter().flatten() {
             take(Some(*b));
         }
-        let mlp = if c.is_moe(l) {
-            take(host_mat(s, &p("mlp.gate.weight"), c.num_experts, h)?)
-                .map(|router| HostMlp::Moe { router })
-        } else {
-            let i = c.intermediate_size;
-            let g = take(host_mat(s, &p("mlp.gate_proj.weight"), i, h)?);
-            let u = take(host_mat(s, &p("mlp.up_proj.weight"), i, h)?);
-            let dn = take(host_mat(s, &p("mlp.down_proj.weight"), h, i)?);
-            match (g, u, dn) {
-                (Some(g), Some(u), Some(dn)) if g.dtype == u.dtype => {
-                    Some(HostMlp::Dense([g, u, dn]))
+        let qk_norm = match at.qk_norm {
+            Some(_) => {
+                let qn = take(host_vec(s, &a("q_norm.weight"), d)?);
+                let kn = take(host_vec(s, &a("k_norm.weight"), d)?);
+                match (qn, kn) {
+                    (Some(qn), Some(kn)) => Some(Some((qn, kn))),
+                    _ => None,
                 }
-                _ => None,
+            }
+            None => Some(None),
+        };
+        let mlp = match *mlp {
+            MlpPlan::Dense { inter } => swiglu(&n("mlp"), inter)?.map(HostMlp::Dense),
+            MlpPlan::Moe {
+                router,
+                route,
+                shared,
+            } => {
+                let router = take(host_mat(s, &n(router), p.num_experts, h)?);
+                let route = match route {
+                    RoutePlan::Softmax => Some(HostRoute::Softmax),
+                    RoutePlan::SigmoidGroup {
+                        bias,
+                        n_group,
+                        topk_group,
+                        scale,
+                    } => take(host_vec(s, &n(bias), p.num_experts)?).map(|bias| {
+                        HostRoute::SigmoidGroup {
+                            bias,
+                            n_group,
+                            topk_group,
+                            scale,
+                        }
+                    }),
+                };
+                let shared = match shared {
+                    0 => Some(None),
+                    w => swiglu(&n("mlp.shared_experts"), w)?.map(Some),
+                };
+                match (router, route, shared) {
+                    (Some(router), Some(route), Some(shared)) => Some(HostMlp::Moe {
+                        router,
+                        route,
+                        shared,
+                    }),
+                    _ => None,
+                }
             }
         };
-        let a = |n: &str, rows: usize, cols: usize| {
-            host_mat(s, &p(&format!("self_attn.{n}")), rows, cols)
-        };
+        if let Some(
+            HostMlp::Dense(t)
+            | HostMlp::Moe {
+                shared: Some(t), ..
+            },
+        ) = mlp
+        {
+            for x in t {
+                take(Some(x));
+            }
+        }
         let parts = (
-            take(host_vec(s, &p("input_layernorm.weight"), h)?),
-            take(host_vec(s, &p("post_attention_layernorm.weight"), h)?),
-            take(a("q_proj.weight", qd, h)?),
-            take(a("k_proj.weight", kvd, h)?),
-            take(a("v_proj.weight", kvd, h)?),
-            take(a("o_proj.weight", h, qd)?),
-            take(host_vec(s, &p("self_attn.q_norm.weight"), d)?),
-            take(host_vec(s, &p("self_attn.k_norm.weight"), d)?),
+            take(host_vec(s, &n("input_layernorm.weight"), h)?),
+            take(host_vec(s, &n("post_attention_layernorm.weight"), h)?),
+            take(host_mat(s, &a("q_proj.weight"), qd, h)?),
+            take(host_mat(s, &a("k_proj.weight"), kvd, h)?),
+            take(host_mat(s, &a("v_proj.weight"), kvd, h)?),
+            take(host_mat(s, &a("o_proj.weight"), h, qd)?),
         );
         let (
             Some(in_norm),
@@ -298,11 +458,10 @@ fn trunk<'a>(c: &Qwen3MoeConfig, s: &'a TensorStore) -> Result<Option<Trunk<'a>>
             Some(k),
             Some(v),
             Some(o),
-            Some(qn),
-            Some(kn),
+            Some(qk_norm),
             Some(mlp),
         ) = (
-            parts.0, parts.1, parts.2, parts.3, parts.4, parts.5, parts.6, parts.7, mlp,
+            parts.0, parts.1, parts.2, parts.3, parts.4, parts.5, qk_norm, mlp,
         )
         else {
             return Ok(None);
@@ -316,7 +475,7 @@ fn trunk<'a>(c: &Qwen3MoeConfig, s: &'a TensorStore) -> Result<Option<Trunk<'a>>
                 v,
                 o,
                 bias,
-                qk_norm: Some((qn, kn)),
+                qk_norm,
             },
             mlp,
         });
@@ -342,7 +501,7 @@ fn trunk<'a>(c: &Qwen3MoeConfig, s: &'a TensorStore) -> Result<Option<Trunk<'a>>
     }))
 }
 
-impl<D: EngineDevice> GpuQwen3Moe<D> {
+impl<D: EngineDevice> GpuWhole<D> {
     /// Take each RMSNorm into the product launch that reads it where the kernels can (the
     /// default), or give every norm a launch of its own: the same bits either way.
     pub fn set_norm_fusion(&mut self, on: bool) {
@@ -363,21 +522,21 @@ impl<D: EngineDevice> GpuQwen3Moe<D> {
     }
 }
 
-impl<D: EngineDevice> Family for GpuQwen3Moe<D> {
+impl<D: EngineDevice> Family for GpuWhole<D> {
     fn vocab_size(&self) -> usize {
-        self.cfg.vocab_size
+        self.vocab
     }
 
     fn hidden_size(&self) -> usize {
-        self.cfg.hidden_size
+        self.hidden
     }
 
     fn num_layers(&self) -> usize {
-        self.cfg.num_layers
+        self.layers
     }
 
     fn top_k(&self) -> usize {
-        self.cfg.top_k
+        self.top_k
     }
 
     fn reset(&mut self) {
@@ -398,10 +557,10 @@ impl<D: EngineDevice> Family for GpuQwen3Moe<D> {
         let t0 = std::time::Instant::now();
         let mut out = Vec::new();
         for (i, &t) in tokens.iter().enumerate() {
-            if t as usize >= self.cfg.vocab_size {
+            if t as usize >= self.vocab {
                 return Err(DecodeError::TokenOutOfRange {
                     id: t,
-                    vocab: self.cfg.vocab_size,
+                    vocab: self.vocab,
                 });
             }
             let pos = start + i;
@@ -421,23 +580,68 @@ impl<D: EngineDevice> Family for GpuQwen3Moe<D> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::blocks::AttnShape;
+
+    fn plan(head_dim: usize) -> WholePlan {
+        WholePlan {
+            vocab: 16,
+            hidden: 64,
+            norm: NormStyle::Weight,
+            eps: 1e-6,
+            attn: AttnSpec {
+                shape: AttnShape {
+                    heads: 2,
+                    kv_heads: 1,
+                    head_dim,
+                    window: None,
+                },
+                eps: 1e-6,
+                qk_norm: Some(NormStyle::Weight),
+                qkv_bias: false,
+                o_bias: false,
+                out_gate: false,
+            },
+            rope: RopeConfig {
+                theta: 1e6,
+                rotary_dim: head_dim,
+            },
+            num_experts: 4,
+            top_k: 2,
+            norm_topk_prob: true,
+            mlps: vec![MlpPlan::Moe {
+                router: "mlp.gate.weight",
+                route: RoutePlan::Softmax,
+                shared: 0,
+            }],
+        }
+    }
 
     /// Heads up to the kernels' width take the whole-model path; a wider one is left to the
     /// offload path (the CPU's layers), not refused.
     #[test]
     fn heads_wider_than_the_kernels_take_are_left_to_the_offload_path() {
-        let config = |head_dim: usize| {
-            serde_json::json!({
-                "model_type": "qwen3_moe", "hidden_size": 64, "num_attention_heads": 2,
-                "num_key_value_heads": 1, "head_dim": head_dim, "num_hidden_layers": 1,
-                "vocab_size": 16, "intermediate_size": 32, "moe_intermediate_size": 16,
-                "num_experts": 4, "num_experts_per_tok": 2, "rms_norm_eps": 1e-6,
-            })
-        };
         for (d, takes) in [(64, true), (MAX_HEAD_DIM, true), (MAX_HEAD_DIM * 2, false)] {
-            let c = Qwen3MoeConfig::parse(&config(d)).expect("a qwen3_moe config");
-            assert_eq!(c.head_dim, d);
-            assert_eq!(takes_shape(&c), takes, "head_dim {d}");
+            assert_eq!(takes_plan(&plan(d)), takes, "head_dim {d}");
         }
+    }
+
+    /// What the kernels do not compute is left to the CPU's layers: zero-centred norms, a
+    /// gated attention output, q/k norms of another epsilon than the layers'.
+    #[test]
+    fn forms_the_kernels_do_not_compute_are_left_to_the_offload_path() {
+        let mut p = plan(64);
+        p.norm = NormStyle::OnePlus;
+        assert!(!takes_plan(&p));
+        let mut p = plan(64);
+        p.attn.qk_norm = Some(NormStyle::OnePlus);
+        assert!(!takes_plan(&p));
+        let mut p = plan(64);
+        p.attn.out_gate = true;
+        assert!(!takes_plan(&p));
+        let mut p = plan(64);
+        p.attn.eps = 1e-5;
+        assert!(!takes_plan(&p));
+        p.attn.qk_norm = None;
+        assert!(takes_plan(&p), "no q/k norm: its epsilon is not used");
     }
 }

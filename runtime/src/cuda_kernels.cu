@@ -933,6 +933,127 @@ extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm
     }
 }
 
+// canon::sigmoid: 1 / (1 + tarfa exp(−x)).
+__device__ __forceinline__ float tarfa_sigmoid(float x) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, tarfa_exp(-x)));
+}
+
+// The key of blocks::sigmoid_group_topk's order (larger first, 0.0 and −0.0 equal: −0.0 + 0.0 is
+// +0.0; otherwise f32::total_cmp's), as tarfa_total_key takes it.
+__device__ __forceinline__ int tarfa_score_key(float v) { return tarfa_total_key(__fadd_rn(v, 0.0f)); }
+
+// Whether (key a, id ia) comes before (key b, id ib) in the order: key descending, id ascending.
+__device__ __forceinline__ bool tarfa_before(int a, int ia, int b, int ib) {
+    return a > b || (a == b && ia < ib);
+}
+
+// The best (key, id) of keys[i] for i < n strictly after (prev_key, prev_id) in the order (any
+// candidate when prev_id < 0), the warp's lanes each taking i = lane, lane + 32, …; all lanes get
+// it (id −1: none).
+template <typename Key>
+__device__ __forceinline__ void tarfa_next_best(Key key, int n, int prev_key, int prev_id,
+                                                int lane, int* best_key, int* best_id) {
+    *best_key = 0;
+    *best_id = -1;
+    for (int i = lane; i < n; i += 32) {
+        int kk = key(i);
+        bool after = prev_id < 0 || tarfa_before(prev_key, prev_id, kk, i);
+        bool better = *best_id < 0 || tarfa_before(kk, i, *best_key, *best_id);
+        if (after && better) {
+            *best_key = kk;
+            *best_id = i;
+        }
+    }
+    tarfa_warp_best(best_key, best_id);
+}
+
+// GLM-4.5's router (DeepSeek-V3 style, blocks::sigmoid_group_topk) on one warp, the CPU's
+// operations in its order: s = sigmoid(z); c = s + bias (selection only); with n_group > 1, each
+// of the n_group equal groups scored by the sum of its two largest c, the topk_group best groups
+// kept (score descending, ties: the lower group) and every other expert's c set to +0.0; the k
+// largest c in selection order (ties: the lower id); each slot's weight the unbiased s, divided
+// by (their canonical sum + 1e-20) when `renorm`, then multiplied by `scale`. `scratch` holds
+// 3·n floats (s, c, the group scores). The orders are the CPU's `descending` (0.0 and −0.0
+// equal, else f32::total_cmp), so ties and NaN fall where they fall there.
+extern "C" __global__ void tarfa_e_sigmoid_topk(const float* z, int n, const unsigned char* bias,
+                                                int bias_dtype, int k, int n_group,
+                                                int topk_group, int renorm, float scale,
+                                                float* scratch, int* ids, float* wts) {
+    tarfa_grid_enter();
+    int lane = threadIdx.x;
+    float* s = scratch;
+    float* c = scratch + n;
+    float* gs = scratch + 2 * (long long)n;
+    for (int i = lane; i < n; i += 32) {
+        float v = tarfa_sigmoid(z[i]);
+        s[i] = v;
+        c[i] = __fadd_rn(v, tarfa_weight(bias, bias_dtype, i));
+    }
+    __syncwarp();
+    int size = n_group > 0 ? n / n_group : n;
+    if (n_group > 1 && size >= 2) {
+        // Each lane scores its groups: the two largest in the order, summed.
+        for (int g = lane; g < n_group; g += 32) {
+            const float* cg = c + (long long)g * size;
+            int k1 = 0, i1 = -1, k2 = 0, i2 = -1;
+            for (int i = 0; i < size; ++i) {
+                int kk = tarfa_score_key(cg[i]);
+                if (i1 < 0 || tarfa_before(kk, i, k1, i1)) {
+                    k2 = k1;
+                    i2 = i1;
+                    k1 = kk;
+                    i1 = i;
+                } else if (i2 < 0 || tarfa_before(kk, i, k2, i2)) {
+                    k2 = kk;
+                    i2 = i;
+                }
+            }
+            gs[g] = __fadd_rn(cg[i1], cg[i2]);
+        }
+        __syncwarp();
+        // The topk_group-th best group (key, id): every group at or before it is kept.
+        auto gkey = [&](int g) { return tarfa_score_key(gs[g]); };
+        int last_key = 0, last_id = -1;
+        for (int r = 0; r < topk_group; ++r) {
+            int bk, bi;
+            tarfa_next_best(gkey, n_group, last_key, last_id, lane, &bk, &bi);
+            last_key = bk;
+            last_id = bi;
+        }
+        for (int i = lane; i < n; i += 32) {
+            int g = i / size;
+            if (!(g == last_id || tarfa_before(gkey(g), g, last_key, last_id))) c[i] = 0.0f;
+        }
+        __syncwarp();
+    }
+    auto ckey = [&](int i) { return tarfa_score_key(c[i]); };
+    int prev_key = 0, prev_id = -1;
+    for (int slot = 0; slot < k; ++slot) {
+        int bk, bi;
+        tarfa_next_best(ckey, n, prev_key, prev_id, lane, &bk, &bi);
+        prev_key = bk;
+        prev_id = bi;
+        if (lane == 0) {
+            ids[slot] = bi;
+            wts[slot] = s[bi];
+        }
+    }
+    __syncwarp();
+    float t = 0.0f;
+    if (renorm) {
+        float a = 0.0f;
+        for (int i = lane; i < k; i += 32) a = __fadd_rn(a, wts[i]);
+        a = tarfa_warp_fold(a);
+        t = __fadd_rn(__shfl_sync(TARFA_FULL, a, 0), 1e-20f);
+    }
+    __syncwarp();
+    for (int i = lane; i < k; i += 32) {
+        float w = wts[i];
+        if (renorm) w = __fdiv_rn(w, t);
+        wts[i] = __fmul_rn(w, scale);
+    }
+}
+
 // A layer's experts (or its dense MLP as one expert): per-expert matrix addresses.
 struct TarfaMoe {
     const unsigned long long* gate;
@@ -991,10 +1112,11 @@ extern "C" __global__ void tarfa_e_moe_down(TarfaMoe m, const int* ids, int k, c
 }
 
 // x[i] += Σ_s y[s][i] · w[s], the products rounded, added in slot order from slot 0
-// (MoeOutputs), then the sum added to the residual; returns the new x[i]. Eight slots' products
-// are loaded together, then added in order (the loads were each a round trip in turn).
+// (MoeOutputs), then the shared experts' output sh[i] when `sh` is not null (GLM's
+// `routed + shared`), then the sum added to the residual; returns the new x[i]. Eight slots'
+// products are loaded together, then added in order (the loads were each a round trip in turn).
 __device__ __forceinline__ float tarfa_combine_at(const float* y, const float* wts, int k,
-                                                  int hidden, float* x, int i) {
+                                                  int hidden, const float* sh, float* x, int i) {
     float acc = 0.0f;
     for (int s0 = 0; s0 < k; s0 += 8) {
         float p[8];
@@ -1005,6 +1127,7 @@ __device__ __forceinline__ float tarfa_combine_at(const float* y, const float* w
         for (int j = 0; j < 8; ++j)
             if (s0 + j < k) acc = s0 + j == 0 ? p[j] : __fadd_rn(acc, p[j]);
     }
+    if (sh) acc = __fadd_rn(acc, sh[i]);
     float v = __fadd_rn(x[i], acc);
     x[i] = v;
     return v;
@@ -1012,39 +1135,44 @@ __device__ __forceinline__ float tarfa_combine_at(const float* y, const float* w
 
 // The experts' combine into the residual x (tarfa_combine_at, a thread per element).
 extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts, int k, int hidden,
-                                               float* x) {
+                                               const float* sh, float* x) {
     tarfa_grid_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < hidden) tarfa_combine_at(y, wts, k, hidden, x, i);
+    if (i < hidden) tarfa_combine_at(y, wts, k, hidden, sh, x, i);
 }
+
+// Slots the combine's one-block form loads ahead (top-8 and a folded shared expert).
+#define TARFA_COMBINE_AHEAD 9
 
 // The combine, then the next layer's input RMSNorm of the new x (tarfa_e_rms_norm's operations)
 // into `out`, in one block: one launch instead of two.
 // When the block's threads hold every element (n ≤ TARFA_RMS_AHEAD · threads, staged) and there
-// are at most 8 slots, every load of the combine — the slots' weights, each element's products
+// are at most TARFA_COMBINE_AHEAD slots (top-8 and a folded shared expert), every load of the combine — the slots' weights, each element's products
 // and residual — is issued before the first add (a thread's elements were a round trip each in
 // turn: each stored x before the next loaded), then the same adds in the same order.
 extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts, int k, int n,
-                                                float* x, const unsigned char* w, int wdtype,
-                                                float eps, float* out) {
-    if (k > 8 || n > TARFA_RMS_AHEAD * (int)blockDim.x || n > TARFA_RMS_STAGE) {
-        tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, x, i); }, x, w,
-                             wdtype, n, eps, out);
+                                                const float* sh, float* x,
+                                                const unsigned char* w, int wdtype, float eps,
+                                                float* out) {
+    if (k > TARFA_COMBINE_AHEAD || n > TARFA_RMS_AHEAD * (int)blockDim.x || n > TARFA_RMS_STAGE) {
+        tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, sh, x, i); }, x,
+                             w, wdtype, n, eps, out);
         return;
     }
     __shared__ float xs[TARFA_RMS_STAGE];
     float wv[TARFA_RMS_AHEAD], xv[TARFA_RMS_AHEAD];
     tarfa_rms_enter(w, wdtype, n, wv);
-    float ws[8], yv[TARFA_RMS_AHEAD][8];
+    float ws[TARFA_COMBINE_AHEAD], yv[TARFA_RMS_AHEAD][TARFA_COMBINE_AHEAD], shv[TARFA_RMS_AHEAD];
 #pragma unroll
-    for (int s = 0; s < 8; ++s) ws[s] = s < k ? wts[s] : 0.0f;
+    for (int s = 0; s < TARFA_COMBINE_AHEAD; ++s) ws[s] = s < k ? wts[s] : 0.0f;
 #pragma unroll
     for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
         int i = threadIdx.x + j * blockDim.x;
         if (i < n) {
             xv[j] = x[i];
+            shv[j] = sh ? sh[i] : 0.0f;
 #pragma unroll
-            for (int s = 0; s < 8; ++s) yv[j][s] = s < k ? y[(long long)s * n + i] : 0.0f;
+            for (int s = 0; s < TARFA_COMBINE_AHEAD; ++s) yv[j][s] = s < k ? y[(long long)s * n + i] : 0.0f;
         }
     }
 #pragma unroll
@@ -1054,12 +1182,13 @@ extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts
             // tarfa_combine_at's operations: products rounded, added in slot order from slot 0.
             float acc = 0.0f;
 #pragma unroll
-            for (int s = 0; s < 8; ++s) {
+            for (int s = 0; s < TARFA_COMBINE_AHEAD; ++s) {
                 if (s < k) {
                     float p = __fmul_rn(yv[j][s], ws[s]);
                     acc = s == 0 ? p : __fadd_rn(acc, p);
                 }
             }
+            if (sh) acc = __fadd_rn(acc, shv[j]);
             float v = __fadd_rn(xv[j], acc);
             x[i] = v;
             xv[j] = v;

@@ -88,11 +88,13 @@ pub enum Kernel {
     TiledDown,
     /// `tarfa_e_combine_norm`.
     CombineNorm,
+    /// `tarfa_e_sigmoid_topk`.
+    SigmoidTopk,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 12] = [
+    pub const ALL: [Kernel; 13] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -105,6 +107,7 @@ impl Kernel {
         Kernel::TiledGateUp,
         Kernel::TiledDown,
         Kernel::CombineNorm,
+        Kernel::SigmoidTopk,
     ];
 
     /// Its name in `cuda_kernels.cu`.
@@ -122,6 +125,7 @@ impl Kernel {
             Kernel::TiledGateUp => "tarfa_e_tmoe_gate_up",
             Kernel::TiledDown => "tarfa_e_tmoe_down",
             Kernel::CombineNorm => "tarfa_e_combine_norm",
+            Kernel::SigmoidTopk => "tarfa_e_sigmoid_topk",
         }
     }
 }
@@ -277,16 +281,43 @@ pub struct HostAttention<'a> {
     pub qk_norm: Option<(HostTensor<'a>, HostTensor<'a>)>,
 }
 
+/// How a MoE layer's router turns its logits into the selected experts and their weights (the
+/// top-k and renormalisation of [`EngineShape`]).
+#[derive(Clone, Copy, Debug)]
+pub enum HostRoute<'a> {
+    /// Softmax, the top k, renormalised when `norm_topk_prob` (`blocks::softmax_topk`).
+    Softmax,
+    /// GLM-4.5's (DeepSeek-V3 style): sigmoid, selection by `sigmoid + bias` within the
+    /// `topk_group` best of `n_group` groups, the unbiased weights renormalised when
+    /// `norm_topk_prob` and scaled (`blocks::sigmoid_group_topk`).
+    SigmoidGroup {
+        /// `e_score_correction_bias` `[1, experts]`.
+        bias: HostTensor<'a>,
+        /// Expert groups (a divisor of the experts, each at least two when above one).
+        n_group: usize,
+        /// Groups kept (1..=n_group).
+        topk_group: usize,
+        /// `routed_scaling_factor`.
+        scale: f32,
+    },
+}
+
 /// One layer's MLP.
 #[derive(Clone, Copy, Debug)]
 pub enum HostMlp<'a> {
     /// A dense SwiGLU: gate, up `[inter, hidden]`, down `[hidden, inter]`.
     Dense([HostTensor<'a>; 3]),
-    /// Routed experts: the router `[experts, hidden]`; the experts themselves (all of one
-    /// shape) come one by one through [`Engine::put_expert`].
+    /// Routed experts: the router `[experts, hidden]` and its kind; the experts themselves (all
+    /// of one shape) come one by one through [`Engine::put_expert`]. Shared experts, when
+    /// given, are a dense SwiGLU (gate, up `[width, hidden]`, down `[hidden, width]`) of the
+    /// same input whose output is added after the routed slots' (`routed + shared`).
     Moe {
         /// Router weights.
         router: HostTensor<'a>,
+        /// How the router selects.
+        route: HostRoute<'a>,
+        /// The shared experts' gate, up and down.
+        shared: Option<[HostTensor<'a>; 3]>,
     },
 }
 
@@ -356,9 +387,28 @@ struct Layer<B> {
     bias: [Option<DevTensor<B>>; 4],
     qk_norm: Option<(DevTensor<B>, DevTensor<B>)>,
     router: Option<DevTensor<B>>,
+    route: DevRoute<B>,
     experts: ExpertTable<B>,
+    /// The shared experts (one dense SwiGLU), added after the routed slots.
+    shared: Option<ExpertTable<B>>,
+    /// The shared experts run as one more slot of the routed launches (set in `finish` when
+    /// they have the routed experts' width and element types): expert `n` of the tables, with
+    /// id `n` and weight 1 preset after the router's `k` slots.
+    fold: bool,
     kcache: B,
     vcache: B,
+}
+
+/// [`HostRoute`] on the device.
+#[derive(Debug)]
+enum DevRoute<B> {
+    Softmax,
+    SigmoidGroup {
+        bias: DevTensor<B>,
+        n_group: i32,
+        topk_group: i32,
+        scale: f32,
+    },
 }
 
 /// The C layout of `TarfaMatJob` in `cuda_kernels.cu`.
@@ -449,6 +499,9 @@ struct Activations<B> {
     one_wt: B,
     h: B,
     y: B,
+    /// The shared experts' SwiGLU (their width) and output (hidden).
+    hs: B,
+    ys: B,
     logits: B,
 }
 
@@ -798,23 +851,64 @@ impl<D: EngineDevice> Engine<D> {
                 }
                 None => None,
             };
-            let (router, experts) = match &hl.mlp {
-                HostMlp::Moe { router } => {
+            let (router, route, experts, shared) = match &hl.mlp {
+                HostMlp::Moe {
+                    router,
+                    route,
+                    shared,
+                } => {
                     if n_experts == 0 || s.top_k > n_experts {
                         return Err(EngineError::Usage(format!(
                             "layer {l}: top-{} of {n_experts} experts",
                             s.top_k
                         )));
                     }
+                    let route = match *route {
+                        HostRoute::Softmax => DevRoute::Softmax,
+                        HostRoute::SigmoidGroup {
+                            bias,
+                            n_group,
+                            topk_group,
+                            scale,
+                        } => {
+                            let size = n_experts / n_group.max(1);
+                            if n_group == 0
+                                || n_experts % n_group != 0
+                                || (n_group > 1 && size < 2)
+                                || topk_group == 0
+                                || topk_group > n_group
+                            {
+                                return Err(EngineError::Usage(format!(
+                                    "layer {l}: {topk_group} of {n_group} groups of {n_experts} experts"
+                                )));
+                            }
+                            DevRoute::SigmoidGroup {
+                                bias: up(&bias, &w("router bias"), 1, n_experts, &mut report)?,
+                                n_group: int(n_group, "expert groups")?,
+                                topk_group: int(topk_group, "expert groups")?,
+                                scale,
+                            }
+                        }
+                    };
+                    let shared = match shared {
+                        Some([g, u, dn]) => {
+                            let mut t = ExpertTable::new(1);
+                            t.put(&dev, 0, h, [g, u, dn], &mut report)?;
+                            Some(t)
+                        }
+                        None => None,
+                    };
                     (
                         Some(up(router, &w("router"), n_experts, h, &mut report)?),
+                        route,
                         ExpertTable::new(n_experts),
+                        shared,
                     )
                 }
                 HostMlp::Dense([g, u, dn]) => {
                     let mut t = ExpertTable::new(1);
                     t.put(&dev, 0, h, [g, u, dn], &mut report)?;
-                    (None, t)
+                    (None, DevRoute::Softmax, t, None)
                 }
             };
             dev_layers.push(Layer {
@@ -827,7 +921,10 @@ impl<D: EngineDevice> Engine<D> {
                 bias,
                 qk_norm,
                 router,
+                route,
                 experts,
+                shared,
+                fold: false,
                 kcache: dev.alloc(FIRST_CAP * kvd * 4)?,
                 vcache: dev.alloc(FIRST_CAP * kvd * 4)?,
             });
@@ -843,13 +940,17 @@ impl<D: EngineDevice> Engine<D> {
             v: z(kvd)?,
             attn: z(qd)?,
             z: z(n_experts)?,
-            probs: z(n_experts)?,
-            ids: z(kk)?,
-            wts: z(kk)?,
+            // The softmax router's probabilities, or the sigmoid router's s, c and group scores.
+            probs: z(3 * n_experts)?,
+            // One slot more than the router's: the folded shared experts' (`Layer::fold`).
+            ids: z(kk + 1)?,
+            wts: z(kk + 1)?,
             one_id: dev.upload(&0i32.to_le_bytes())?,
             one_wt: dev.upload(&1.0f32.to_le_bytes())?,
             h: z(1)?,
-            y: z(kk * h)?,
+            y: z((kk + 1) * h)?,
+            hs: z(1)?,
+            ys: z(h)?,
             logits: z(s.vocab)?,
         };
         let half = s.rotary_dim / 2;
@@ -899,7 +1000,7 @@ impl<D: EngineDevice> Engine<D> {
 
     /// Every routed expert of every layer present: build the address tables.
     pub fn finish(&mut self) -> Result<(), EngineError> {
-        let mut max_inter = 1;
+        let (mut max_inter, mut max_shared) = (1, 1);
         for (i, l) in self.layers.iter_mut().enumerate() {
             max_inter = max_inter.max(l.experts.inter);
             if let Some(e) = l.experts.bufs.iter().position(|b| b.is_none()) {
@@ -907,13 +1008,31 @@ impl<D: EngineDevice> Engine<D> {
                     "layer {i}: expert {e} was never copied to the GPU"
                 )));
             }
-            let t = |v: &[u64]| {
-                let b: Vec<u8> = v.iter().flat_map(|p| p.to_le_bytes()).collect();
-                self.dev.upload(&b)
-            };
-            l.experts.dev = Some([t(&l.experts.gate)?, t(&l.experts.up)?, t(&l.experts.down)?]);
+            if let Some(t) = l.shared.as_mut() {
+                let e = &mut l.experts;
+                l.fold = t.inter == e.inter && t.dtype_gu == e.dtype_gu && t.dtype_d == e.dtype_d;
+                if l.fold {
+                    // Expert n of the tables (the buffers stay the shared table's).
+                    e.gate.push(t.gate[0]);
+                    e.up.push(t.up[0]);
+                    e.down.push(t.down[0]);
+                } else {
+                    max_shared = max_shared.max(t.inter);
+                    t.upload_tables(&self.dev)?;
+                }
+            }
+            l.experts.upload_tables(&self.dev)?;
         }
-        self.a.h = self.dev.alloc(self.shape.top_k.max(1) * max_inter * 4)?;
+        let k = self.shape.top_k.max(1);
+        self.a.h = self.dev.alloc((k + 1) * max_inter * 4)?;
+        // The folded slot: id n (every layer has n experts), weight 1 (its products exact, so
+        // the combine adds the shared output itself after the routed slots).
+        let n = i32::try_from(self.layers.iter().map(|l| l.experts.n).max().unwrap_or(0))
+            .map_err(|_| EngineError::Usage("too many experts".into()))?;
+        self.dev.write(&mut self.a.ids, k * 4, &n.to_le_bytes())?;
+        self.dev
+            .write(&mut self.a.wts, k * 4, &1.0f32.to_le_bytes())?;
+        self.a.hs = self.dev.alloc(max_shared * 4)?;
         self.dev.sync()?;
         self.finished = true;
         Ok(())
@@ -1351,11 +1470,6 @@ impl<D: EngineDevice> Engine<D> {
     ) -> Result<(), EngineError> {
         let s = self.shape;
         let a = &self.a;
-        let t = &l.experts;
-        let tables = t
-            .dev
-            .as_ref()
-            .ok_or_else(|| EngineError::Usage("experts not finished".into()))?;
         let (ids, wts, k) = match &l.router {
             Some(router) => {
                 let (z, probs) = (self.p(&a.z), self.p(&a.probs));
@@ -1363,22 +1477,53 @@ impl<D: EngineDevice> Engine<D> {
                 let route = [self.job(router, xn, z, None, false)];
                 self.norm_matvec(x, &l.post_norm, xn, true, &route)?;
                 let (ids, wts) = (self.p(&a.ids), self.p(&a.wts));
-                // SAFETY: z and probs hold `n` floats (n = the router's rows = experts), ids and
-                // wts `k` (k ≤ n, checked in `new`); one warp.
-                unsafe {
-                    self.dev.launch(
-                        Kernel::Topk,
-                        geo(1, 32, 0)?,
-                        &[
-                            Arg::Ptr(z),
-                            Arg::I32(router.rows as i32),
-                            Arg::I32(s.top_k as i32),
-                            Arg::I32(i32::from(s.norm_topk_prob)),
-                            Arg::Ptr(probs),
-                            Arg::Ptr(ids),
-                            Arg::Ptr(wts),
-                        ],
-                    )?;
+                let (n, ki) = (router.rows as i32, s.top_k as i32);
+                let renorm = i32::from(s.norm_topk_prob);
+                match &l.route {
+                    // SAFETY: z holds `n` floats (n = the router's rows = experts) and probs
+                    // 3n, ids and wts `k` (k ≤ n, checked in `new`); one warp.
+                    DevRoute::Softmax => unsafe {
+                        self.dev.launch(
+                            Kernel::Topk,
+                            geo(1, 32, 0)?,
+                            &[
+                                Arg::Ptr(z),
+                                Arg::I32(n),
+                                Arg::I32(ki),
+                                Arg::I32(renorm),
+                                Arg::Ptr(probs),
+                                Arg::Ptr(ids),
+                                Arg::Ptr(wts),
+                            ],
+                        )?;
+                    },
+                    // SAFETY: as above, the bias holds n elements of its type, the groups divide
+                    // n (checked in `new`), the scratch (probs) 3n floats.
+                    DevRoute::SigmoidGroup {
+                        bias,
+                        n_group,
+                        topk_group,
+                        scale,
+                    } => unsafe {
+                        self.dev.launch(
+                            Kernel::SigmoidTopk,
+                            geo(1, 32, 0)?,
+                            &[
+                                Arg::Ptr(z),
+                                Arg::I32(n),
+                                Arg::Ptr(bias.ptr),
+                                Arg::I32(bias.dtype.code()),
+                                Arg::I32(ki),
+                                Arg::I32(*n_group),
+                                Arg::I32(*topk_group),
+                                Arg::I32(renorm),
+                                Arg::F32(*scale),
+                                Arg::Ptr(probs),
+                                Arg::Ptr(ids),
+                                Arg::Ptr(wts),
+                            ],
+                        )?;
+                    },
                 }
                 (ids, wts, s.top_k)
             }
@@ -1387,23 +1532,45 @@ impl<D: EngineDevice> Engine<D> {
                 (self.p(&a.one_id), self.p(&a.one_wt), 1)
             }
         };
-        let m = MoeArgs {
-            gate: self.p(&tables[0]),
-            up: self.p(&tables[1]),
-            down: self.p(&tables[2]),
-            n_experts: t.n as i32,
-            inter: t.inter as i32,
-            hidden: s.hidden as i32,
-            dtype_gu: t.dtype_gu.unwrap_or(GpuDtype::Bf16).code(),
-            dtype_d: t.dtype_d.unwrap_or(GpuDtype::Bf16).code(),
-            vec_gu: i32::from(s.hidden % 8 == 0),
-            vec_d: i32::from(t.inter % 8 == 0),
+        let (hb, yb) = (self.p(&a.h), self.p(&a.y));
+        let hi = s.hidden as i32;
+        if l.fold {
+            // The shared experts as slot k (id n, weight 1: `Layer::fold`).
+            self.swiglu_slots(&l.experts, ids, k + 1, xn, hb, yb)?;
+            return self.combine(yb, wts, k as i32 + 1, hi, 0, x, next.map(|w| (w, xn)));
+        }
+        self.swiglu_slots(&l.experts, ids, k, xn, hb, yb)?;
+        let sh = match &l.shared {
+            Some(t) => {
+                let ys = self.p(&a.ys);
+                self.swiglu_slots(t, self.p(&a.one_id), 1, xn, self.p(&a.hs), ys)?;
+                ys
+            }
+            None => 0,
         };
-        let (hb, yb, ki, hi) = (self.p(&a.h), self.p(&a.y), k as i32, s.hidden as i32);
+        self.combine(yb, wts, k as i32, hi, sh, x, next.map(|w| (w, xn)))
+    }
+
+    /// `y[s] = down_e(silu(gate_e xn) ⊙ up_e xn)` for the expert `e = ids[s]` of each of the `k`
+    /// slots of table `t`, through `h` (`k × t.inter` floats): the tiled kernels where the widths
+    /// are whole 32-element chunks.
+    fn swiglu_slots(
+        &self,
+        t: &ExpertTable<D::Buf>,
+        ids: u64,
+        k: usize,
+        xn: u64,
+        hb: u64,
+        yb: u64,
+    ) -> Result<(), EngineError> {
+        let s = self.shape;
+        let m = t.args(&self.dev, s.hidden)?;
+        let ki = k as i32;
         // SAFETY: ids hold k experts' numbers < n_experts (the kernel clamps anything else), each
         // an expert buffer of gate/up `inter × hidden` and down `hidden × inter` elements; xn
         // holds hidden floats, h `k × inter` (k ≤ top_k, inter ≤ the largest width, allocated in
-        // `finish`) and y `k × hidden`; `vec` only for widths that are multiples of 8.
+        // `finish`; the shared experts' own buffer for them) and y `k × hidden`; `vec` only for
+        // widths that are multiples of 8.
         if t.inter % 32 == 0 && s.hidden % 32 == 0 {
             let sms = self.dev.multiprocessors();
             let np = tile_rows(k * t.inter, TILE_MAX_ROWS / 2, sms);
@@ -1411,11 +1578,11 @@ impl<D: EngineDevice> Engine<D> {
             let nr = tile_rows(k * s.hidden, TILE_MAX_ROWS, sms);
             let shared = self.dev.tile().shared();
             let tile = |n: usize, per: usize| geo(n.div_ceil(per), TILE_THREADS, shared);
-            // SAFETY: as below; inter and hidden are whole chunks, so every row and each slot's
+            // SAFETY: as above; inter and hidden are whole chunks, so every row and each slot's
             // h (h + slot·inter floats) are 16-byte aligned (expert matrices start 256-byte
             // aligned, `put`), as cp.async needs; each block has the tile's shared memory (the
             // ring the device's kernels were compiled for).
-            unsafe {
+            return unsafe {
                 self.dev.launch(
                     Kernel::TiledGateUp,
                     tile(k * t.inter, np)?,
@@ -1439,18 +1606,14 @@ impl<D: EngineDevice> Engine<D> {
                         Arg::Ptr(yb),
                         Arg::I32(nr as i32),
                     ],
-                )?;
-            }
-            return self.combine(yb, wts, ki, hi, x, next.map(|w| (w, xn)));
+                )
+            };
         }
+        let quads = |rows: usize| geo((rows * 4).div_ceil(MATVEC_BLOCK as usize), MATVEC_BLOCK, 0);
         unsafe {
             self.dev.launch(
                 Kernel::GateUp,
-                geo(
-                    (k * t.inter * 4).div_ceil(MATVEC_BLOCK as usize),
-                    MATVEC_BLOCK,
-                    0,
-                )?,
+                quads(k * t.inter)?,
                 &[
                     Arg::Moe(m),
                     Arg::Ptr(ids),
@@ -1461,11 +1624,7 @@ impl<D: EngineDevice> Engine<D> {
             )?;
             self.dev.launch(
                 Kernel::Down,
-                geo(
-                    (k * s.hidden * 4).div_ceil(MATVEC_BLOCK as usize),
-                    MATVEC_BLOCK,
-                    0,
-                )?,
+                quads(k * s.hidden)?,
                 &[
                     Arg::Moe(m),
                     Arg::Ptr(ids),
@@ -1473,24 +1632,27 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::Ptr(hb),
                     Arg::Ptr(yb),
                 ],
-            )?;
+            )
         }
-        self.combine(yb, wts, ki, hi, x, next.map(|w| (w, xn)))
     }
 
-    /// x += the k slots' outputs `y` weighted by `wts`, in slot order; with `norm` (w, out), then
-    /// out = RMSNorm_w(x), in the same launch.
+    /// x += the k slots' outputs `y` weighted by `wts`, in slot order, then the shared experts'
+    /// output `sh` (when not 0); with `norm` (w, out), then out = RMSNorm_w(x), in the same
+    /// launch.
+    #[allow(clippy::too_many_arguments)]
     fn combine(
         &self,
         yb: u64,
         wts: u64,
         k: i32,
         hidden: i32,
+        sh: u64,
         x: u64,
         norm: Option<(&DevTensor<D::Buf>, u64)>,
     ) -> Result<(), EngineError> {
         if let Some((w, out)) = norm {
-            // SAFETY: y holds k × hidden floats, wts k, x and out hidden, w hidden elements.
+            // SAFETY: y holds k × hidden floats, wts k, x, out and sh (when not 0) hidden, w
+            // hidden elements.
             return unsafe {
                 self.dev.launch(
                     Kernel::CombineNorm,
@@ -1500,6 +1662,7 @@ impl<D: EngineDevice> Engine<D> {
                         Arg::Ptr(wts),
                         Arg::I32(k),
                         Arg::I32(hidden),
+                        Arg::Ptr(sh),
                         Arg::Ptr(x),
                         Arg::Ptr(w.ptr),
                         Arg::I32(w.dtype.code()),
@@ -1509,7 +1672,8 @@ impl<D: EngineDevice> Engine<D> {
                 )
             };
         }
-        // SAFETY: y holds k × hidden floats, wts k, x hidden (allocated in `new`/`finish`).
+        // SAFETY: y holds k × hidden floats, wts k, x and sh (when not 0) hidden (allocated in
+        // `new`/`finish`).
         unsafe {
             self.dev.launch(
                 Kernel::Combine,
@@ -1519,6 +1683,7 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::Ptr(wts),
                     Arg::I32(k),
                     Arg::I32(hidden),
+                    Arg::Ptr(sh),
                     Arg::Ptr(x),
                 ],
             )
@@ -1536,6 +1701,41 @@ impl<D: EngineDevice> Engine<D> {
 }
 
 impl<B> ExpertTable<B> {
+    /// The gate/up/down address tables copied to the device (the kernels index them).
+    fn upload_tables<D: EngineDevice<Buf = B>>(&mut self, dev: &D) -> Result<(), EngineError> {
+        let t = |v: &[u64]| {
+            let b: Vec<u8> = v.iter().flat_map(|p| p.to_le_bytes()).collect();
+            dev.upload(&b)
+        };
+        self.dev = Some([t(&self.gate)?, t(&self.up)?, t(&self.down)?]);
+        Ok(())
+    }
+
+    /// The kernels' view of the table (after [`ExpertTable::upload_tables`]).
+    fn args<D: EngineDevice<Buf = B>>(
+        &self,
+        dev: &D,
+        hidden: usize,
+    ) -> Result<MoeArgs, EngineError> {
+        let tables = self
+            .dev
+            .as_ref()
+            .ok_or_else(|| EngineError::Usage("experts not finished".into()))?;
+        Ok(MoeArgs {
+            gate: dev.addr(&tables[0]),
+            up: dev.addr(&tables[1]),
+            down: dev.addr(&tables[2]),
+            // With the folded shared experts, one more than `n`.
+            n_experts: self.gate.len() as i32,
+            inter: self.inter as i32,
+            hidden: hidden as i32,
+            dtype_gu: self.dtype_gu.unwrap_or(GpuDtype::Bf16).code(),
+            dtype_d: self.dtype_d.unwrap_or(GpuDtype::Bf16).code(),
+            vec_gu: i32::from(hidden % 8 == 0),
+            vec_d: i32::from(self.inter % 8 == 0),
+        })
+    }
+
     fn new(n: usize) -> ExpertTable<B> {
         ExpertTable {
             n,

@@ -11,6 +11,7 @@ use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConf
 use crate::error::{ConfigFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
+use crate::gpu_resident::{MlpPlan, RoutePlan, WholePlan};
 use crate::rope::Rope;
 use crate::weights::{MatrixRef, TensorStore};
 
@@ -288,6 +289,37 @@ impl Family for Glm4Moe {
 
     fn top_k(&self) -> usize {
         self.cfg.top_k
+    }
+
+    fn whole_plan(&self) -> Option<WholePlan> {
+        let c = &self.cfg;
+        let route = RoutePlan::SigmoidGroup {
+            bias: "mlp.gate.e_score_correction_bias",
+            n_group: c.n_group,
+            topk_group: c.topk_group,
+            scale: c.routed_scaling_factor,
+        };
+        Some(WholePlan {
+            vocab: c.vocab_size,
+            hidden: c.hidden_size,
+            norm: NormStyle::Weight,
+            eps: c.rms_norm_eps,
+            attn: self.attn_spec(),
+            rope: c.rope.clone(),
+            num_experts: c.num_experts,
+            top_k: c.top_k,
+            norm_topk_prob: c.norm_topk_prob,
+            mlps: MlpPlan::layers(
+                c.num_layers,
+                |l| c.is_moe(l),
+                MlpPlan::Moe {
+                    router: "mlp.gate.weight",
+                    route,
+                    shared: c.shared_width(),
+                },
+                c.intermediate_size,
+            ),
+        })
     }
 
     fn reset(&mut self) {

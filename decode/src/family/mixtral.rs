@@ -8,6 +8,7 @@ use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConf
 use crate::error::{ConfigFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
+use crate::gpu_resident::{MlpPlan, RoutePlan, WholePlan};
 use crate::rope::Rope;
 use crate::weights::{MatrixRef, TensorStore};
 
@@ -176,6 +177,30 @@ impl Family for Mixtral {
 
     fn top_k(&self) -> usize {
         self.cfg.top_k
+    }
+
+    fn whole_plan(&self) -> Option<WholePlan> {
+        let c = &self.cfg;
+        Some(WholePlan {
+            vocab: c.vocab_size,
+            hidden: c.hidden_size,
+            norm: NormStyle::Weight,
+            eps: c.rms_norm_eps,
+            attn: self.attn_spec(),
+            rope: c.rope.clone(),
+            num_experts: c.num_experts,
+            top_k: c.top_k,
+            // Mixtral always renormalises its top-k (see `forward`).
+            norm_topk_prob: true,
+            mlps: vec![
+                MlpPlan::Moe {
+                    router: self.router,
+                    route: RoutePlan::Softmax,
+                    shared: 0,
+                };
+                c.num_layers
+            ],
+        })
     }
 
     fn reset(&mut self) {

@@ -1,7 +1,8 @@
 //! Model families: one module each over the shared [`crate::blocks`]. A family parses its config
 //! once into a typed struct, checks every tensor it will read before the first token, holds its
 //! own state (KV cache, later recurrent state) and computes a forward pass over a batch of tokens.
-//! Adding a family (Qwen3.5-MoE, GLM-4.5-MoE, Mixtral) is a new module and a line in [`open`].
+//! Adding a family is a new module and a row in [`REGISTRY`]; a family the whole-model GPU
+//! engine can run also gives its [`Family::whole_plan`].
 
 pub mod common;
 pub mod glm4_moe;
@@ -145,6 +146,11 @@ pub trait Family: Send + std::fmt::Debug {
     fn top_k(&self) -> usize;
     /// Forget every position.
     fn reset(&mut self);
+    /// This family's forward pass as the whole-model engine runs it
+    /// ([`crate::gpu_resident`]), if it is one the engine computes.
+    fn whole_plan(&self) -> Option<crate::gpu_resident::WholePlan> {
+        None
+    }
     /// What a device running this decoder's whole forward pass did (the GPU decoder), if any.
     fn device_report(&self) -> Option<crate::offload::OffloadReport> {
         None
@@ -160,62 +166,80 @@ pub trait Family: Send + std::fmt::Debug {
     ) -> Result<Vec<Vec<f32>>>;
 }
 
-/// Families this build decodes, by `model_type`.
-pub const SUPPORTED: &[&str] = &[
-    "qwen3_moe",
-    "qwen3_5_moe_text",
-    "qwen3_5_moe",
-    "glm4_moe",
-    "mixtral",
-];
-
-/// The family of `config` (its `model_type`), checked against the resident tensors.
-pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn Family>> {
-    let model_type = config
-        .get("model_type")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .to_string();
-    match model_type.as_str() {
-        "qwen3_moe" => Ok(Box::new(qwen3_moe::Qwen3Moe::new(
-            qwen3_moe::Qwen3MoeConfig::parse(config)?,
-            tensors,
-        )?)),
-        "qwen3_5_moe_text" | "qwen3_5_moe" => Ok(Box::new(qwen3_5_moe::Qwen3_5Moe::new(
-            qwen3_5_moe::Qwen3_5MoeConfig::parse(config)?,
-            tensors,
-        )?)),
-        "glm4_moe" => Ok(Box::new(glm4_moe::Glm4Moe::new(
-            glm4_moe::Glm4MoeConfig::parse(config)?,
-            tensors,
-        )?)),
-        "mixtral" => Ok(Box::new(mixtral::Mixtral::new(
-            mixtral::MixtralConfig::parse(config)?,
-            tensors,
-        )?)),
-        _ => Err(DecodeError::UnsupportedFamily {
-            model_type,
-            supported: SUPPORTED.join(", "),
-        }),
-    }
+/// One family in [`REGISTRY`]: the `model_type`s it reads, how to open it (config parsed,
+/// tensors checked) and its RoPE parameters. Whether the whole-model GPU path runs it is the
+/// family's own answer ([`Family::whole_plan`]).
+#[derive(Debug)]
+pub struct FamilyRow {
+    /// The config's `model_type` values it reads.
+    pub model_types: &'static [&'static str],
+    /// The decoder of a config, checked against the resident tensors.
+    pub open: fn(&serde_json::Value, &TensorStore) -> Result<Box<dyn Family>>,
+    /// Its RoPE parameters (the family's defaults applied).
+    pub rope: fn(&serde_json::Value) -> Result<crate::config::RopeConfig>,
 }
 
-/// The RoPE parameters `config`'s family uses (its `model_type`'s defaults applied).
-pub fn rope_config(config: &serde_json::Value) -> Result<crate::config::RopeConfig> {
+/// Every family this build decodes: adding one is its module and a row here.
+pub const REGISTRY: &[FamilyRow] = &[
+    FamilyRow {
+        model_types: &["qwen3_moe"],
+        open: |c, t| {
+            let cfg = qwen3_moe::Qwen3MoeConfig::parse(c)?;
+            Ok(Box::new(qwen3_moe::Qwen3Moe::new(cfg, t)?))
+        },
+        rope: |c| Ok(qwen3_moe::Qwen3MoeConfig::parse(c)?.rope),
+    },
+    FamilyRow {
+        model_types: &["qwen3_5_moe_text", "qwen3_5_moe"],
+        open: |c, t| {
+            let cfg = qwen3_5_moe::Qwen3_5MoeConfig::parse(c)?;
+            Ok(Box::new(qwen3_5_moe::Qwen3_5Moe::new(cfg, t)?))
+        },
+        rope: |c| Ok(qwen3_5_moe::Qwen3_5MoeConfig::parse(c)?.rope),
+    },
+    FamilyRow {
+        model_types: &["glm4_moe"],
+        open: |c, t| {
+            let cfg = glm4_moe::Glm4MoeConfig::parse(c)?;
+            Ok(Box::new(glm4_moe::Glm4Moe::new(cfg, t)?))
+        },
+        rope: |c| Ok(glm4_moe::Glm4MoeConfig::parse(c)?.rope),
+    },
+    FamilyRow {
+        model_types: &["mixtral"],
+        open: |c, t| {
+            let cfg = mixtral::MixtralConfig::parse(c)?;
+            Ok(Box::new(mixtral::Mixtral::new(cfg, t)?))
+        },
+        rope: |c| Ok(mixtral::MixtralConfig::parse(c)?.rope),
+    },
+];
+
+/// The row of `config`'s `model_type`, or the error naming every one this build reads.
+pub fn row(config: &serde_json::Value) -> Result<&'static FamilyRow> {
     let model_type = config
         .get("model_type")
         .and_then(|v| v.as_str())
         .unwrap_or("");
-    match model_type {
-        "qwen3_moe" => Ok(qwen3_moe::Qwen3MoeConfig::parse(config)?.rope),
-        "qwen3_5_moe_text" | "qwen3_5_moe" => {
-            Ok(qwen3_5_moe::Qwen3_5MoeConfig::parse(config)?.rope)
-        }
-        "glm4_moe" => Ok(glm4_moe::Glm4MoeConfig::parse(config)?.rope),
-        "mixtral" => Ok(mixtral::MixtralConfig::parse(config)?.rope),
-        _ => Err(DecodeError::UnsupportedFamily {
+    REGISTRY
+        .iter()
+        .find(|r| r.model_types.contains(&model_type))
+        .ok_or_else(|| DecodeError::UnsupportedFamily {
             model_type: model_type.to_string(),
-            supported: SUPPORTED.join(", "),
-        }),
-    }
+            supported: REGISTRY
+                .iter()
+                .flat_map(|r| r.model_types.iter().copied())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+}
+
+/// The family of `config` (its `model_type`), checked against the resident tensors.
+pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn Family>> {
+    (row(config)?.open)(config, tensors)
+}
+
+/// The RoPE parameters `config`'s family uses (its `model_type`'s defaults applied).
+pub fn rope_config(config: &serde_json::Value) -> Result<crate::config::RopeConfig> {
+    (row(config)?.rope)(config)
 }
