@@ -203,8 +203,10 @@ pub struct RunArgs {
     /// Run the prompt token by token instead of as one batch (the same bits; for testing).
     #[arg(long)]
     pub no_batch_prompt: bool,
-    /// Where routed experts are computed: `cpu`, `cuda` (the GPU; an error if this build or
-    /// machine has none) or `auto` (the GPU when usable). The same bits on every device.
+    /// Where the model runs: `cpu`, `cuda` (the GPU: the whole forward pass of a Qwen3-MoE,
+    /// GLM-4.5-MoE or Mixtral model that fits, else the routed experts and matrix products for
+    /// the CPU's layers; an error if this build or machine has none) or `auto` (the GPU when
+    /// usable). The same bits on every device; the GPU flags below apply only with it.
     #[arg(long, default_value = "cpu")]
     pub device: String,
     /// VRAM for the GPU's expert cache, in GiB (default: the free VRAM less 1 GiB; 0: copy each
@@ -212,9 +214,10 @@ pub struct RunArgs {
     /// does not fit in VRAM runs on the CPU (the same bits).
     #[arg(long)]
     pub vram_gib: Option<f64>,
-    /// Share of the experts computed on the GPU (0..=1, fixed per expert; the rest on the CPU).
-    #[arg(long, default_value_t = 1.0)]
-    pub gpu_experts: f64,
+    /// Share of the experts computed on the GPU (0..=1, fixed per expert; the rest on the CPU;
+    /// default 1).
+    #[arg(long)]
+    pub gpu_experts: Option<f64>,
     /// With --device cuda: keep the trunk's and layers' matrix products (attention projections,
     /// routers, dense and shared MLPs, lm_head) on the CPU; by default they run on the GPU too,
     /// their weights resident in VRAM.

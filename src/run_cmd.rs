@@ -247,6 +247,9 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
     if !(a.cache_gib.is_finite() && (0.0..=MAX_CACHE_GIB).contains(&a.cache_gib)) {
         bail!("--cache-gib: {} is not in 0..={MAX_CACHE_GIB}", a.cache_gib);
     }
+    if a.cache_gib > 0.0 && mode == ExpertMode::Resident {
+        bail!("--cache-gib: applies to --experts stream only (resident holds every expert)");
+    }
     let isa = match a.isa.as_deref() {
         None | Some("auto") => None,
         Some(s) => Some(
@@ -257,8 +260,9 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
     if a.threads == Some(0) {
         bail!("--threads: must be at least 1");
     }
-    if !(0.0..=1.0).contains(&a.gpu_experts) {
-        bail!("--gpu-experts: {} is not in 0..=1", a.gpu_experts);
+    let gpu_experts = a.gpu_experts.unwrap_or(1.0);
+    if !(0.0..=1.0).contains(&gpu_experts) {
+        bail!("--gpu-experts: {gpu_experts} is not in 0..=1");
     }
     let vram_bytes = match a.vram_gib {
         None => None,
@@ -270,13 +274,26 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
     let gpu = GpuOptions {
         ordinal: 0,
         vram_bytes,
-        fraction: a.gpu_experts,
+        fraction: gpu_experts,
         trunk: !a.cpu_trunk,
         whole_model: !a.gpu_offload_only,
         graphs: !a.no_cuda_graphs,
     };
     let device = match a.device.as_str() {
-        "cpu" => Device::Cpu,
+        "cpu" => {
+            // A GPU flag with the CPU is a mistake to say, not to drop.
+            let given = [
+                ("--vram-gib", a.vram_gib.is_some()),
+                ("--gpu-experts", a.gpu_experts.is_some()),
+                ("--cpu-trunk", a.cpu_trunk),
+                ("--gpu-offload-only", a.gpu_offload_only),
+                ("--no-cuda-graphs", a.no_cuda_graphs),
+            ];
+            if let Some((flag, _)) = given.iter().find(|g| g.1) {
+                bail!("{flag}: applies with --device cuda or auto only (the device is cpu)");
+            }
+            Device::Cpu
+        }
         "cuda" => Device::Cuda(gpu),
         "auto" => Device::Auto(gpu),
         other => bail!("--device: {other:?} is not cpu, cuda or auto"),

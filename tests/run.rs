@@ -254,6 +254,13 @@ fn bad_arguments_are_usage_errors() {
         vec!["--tokens", "1", "--isa", "sse9"],
         vec!["--tokens", "1", "--cache-gib", "-1"],
         vec!["--tokens", "1", "--experts", "lazy"],
+        // Flags that do not apply are refused, not dropped.
+        vec!["--tokens", "1", "--experts", "resident", "--cache-gib", "1"],
+        vec!["--tokens", "1", "--vram-gib", "4"],
+        vec!["--tokens", "1", "--device", "cpu", "--gpu-experts", "0.5"],
+        vec!["--tokens", "1", "--cpu-trunk"],
+        vec!["--tokens", "1", "--gpu-offload-only"],
+        vec!["--tokens", "1", "--no-cuda-graphs"],
     ] {
         let mut a = vec!["run", path(&model)];
         a.extend_from_slice(&args);
