@@ -22,6 +22,12 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         crate::diagnose::reads_a_model_dir("run")
     })?;
     let mut dec = Decoder::open(&a.dir, &opts)?;
+    // The GPU was asked for its whole forward pass and cannot take it: say why, before the run.
+    if let Some(why) = dec.offload_report().and_then(|g| g.whole_model_declined) {
+        eprintln!(
+            "warning: the whole forward pass does not run on the GPU: {why}; the layers run on the CPU, with the experts and matrix products on the GPU"
+        );
+    }
     // Why there is no tokenizer, said only if --prompt needs one (--tokens runs without).
     let mut no_tokenizer = "the model has no tokenizer.json".to_string();
     let tokenizer = match dec.aux_file("tokenizer.json")? {
@@ -148,6 +154,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 "whole_model": g.whole_model,
                 "steps": g.steps,
                 "graph_steps": g.graph_steps,
+                "whole_model_declined": g.whole_model_declined,
             })),
             "prompt": phase_json(&pp),
             "decode": phase_json(&dp),

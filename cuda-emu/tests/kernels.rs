@@ -462,9 +462,9 @@ fn combine_then_norm_in_one_launch_is_the_cpus() {
 
 /// GLM-4.5's sigmoid group router on the GPU selects the experts and computes the weights of
 /// `blocks::sigmoid_group_topk` bit for bit: with and without groups, renormalised or not,
-/// scaled, at expert counts within and past a warp's lanes, with ties among the experts'
-/// scores (the lower id first) and among the groups' (group 1 a copy of group 0: the lower
-/// group first); the bias in BF16 and F32.
+/// scaled, at expert counts within and past a warp's lanes, k past a warp's lanes, every group
+/// kept, with ties among the experts' scores (the lower id first) and among the groups' (groups
+/// 0 and 1 the best two and equal: with one group kept, the lower); the bias in BF16 and F32.
 #[test]
 fn the_sigmoid_group_router_is_sigmoid_group_topk() {
     let mut r = Rng(41);
@@ -478,6 +478,8 @@ fn the_sigmoid_group_router_is_sigmoid_group_topk() {
         (256, 8, 8, 4),
         (96, 6, 32, 5),
         (300, 9, 50, 7),
+        (64, 8, 4, 4),
+        (256, 40, 8, 3),
     ] {
         for dt in [emu::Dt::Bf16, emu::Dt::F32] {
             for (renorm, scale) in [(true, 1.0f32), (false, 2.5), (true, 2.5)] {
@@ -489,19 +491,22 @@ fn the_sigmoid_group_router_is_sigmoid_group_topk() {
                     z[i] = z[3];
                     bv[i] = bv[3];
                 }
+                // Groups 0 and 1 made the best two, so with one group kept the tie decides.
                 let size = n / n_group;
                 if n_group > 1 {
                     for i in 0..size {
+                        bv[i] += 1.0;
                         z[size + i] = z[i];
                         bv[size + i] = bv[i];
                     }
                 }
-                // The values came from `dt`, so its bytes hold them exactly.
+                // In BF16 the values cut to BF16 (the CPU is given the same values).
                 let bias = match dt {
                     emu::Dt::F32 => emu::W::f32(&bv),
                     emu::Dt::Bf16 => {
                         let bits: Vec<u16> =
                             bv.iter().map(|v| (v.to_bits() >> 16) as u16).collect();
+                        bv = widen(&bits);
                         emu::W::bf16(&bits)
                     }
                 };

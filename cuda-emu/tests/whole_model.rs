@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use tarfa_cuda_emu::EmuDevice;
 use tarfa_decode::family::Family;
+use tarfa_decode::gpu_resident::Declined;
 use tarfa_decode::{Decoder, DecoderOptions};
 use tarfa_runtime::gpu_engine::TileGeometry;
 
@@ -168,13 +169,65 @@ fn norms_taken_into_the_products_or_launched_alone_give_the_cpu_bits() {
     }
 }
 
-/// A model the whole-model path does not take (a family without a plan: Qwen3.5-MoE's DeltaNet
-/// layers) is left to the CPU's layers.
+/// A layer's shared experts of the routed experts' width and types run as slot k of the routed
+/// launches (glm4_moe: one shared expert, 16 wide like its experts), and others as launches of
+/// their own (glm4_moe_b: two, 32 wide); both give the CPU's bits (the whole-pass test above).
 #[test]
-fn families_without_a_plan_are_not_taken() {
+fn shared_experts_of_the_routed_width_are_folded_into_their_launches() {
+    for (name, folded) in [("glm4_moe", 2), ("glm4_moe_b", 0), ("qwen3_moe", 0)] {
+        let mut report = None;
+        Decoder::open_with(
+            &common::model(name),
+            &DecoderOptions::default(),
+            |c, t, e| {
+                let dev = EmuDevice::default();
+                let f = tarfa_decode::gpu_resident::build(dev, c, t, e, true)?.expect("taken");
+                report = Some(f.engine_report());
+                Ok(None)
+            },
+        )
+        .expect("open");
+        let r = report.expect("a report");
+        assert_eq!(r.folded_layers, folded, "{name}: {r:?}");
+    }
+}
+
+/// Why `build_or_decline` leaves the model in `dir` to the CPU's layers, if it does.
+fn declined(dir: &std::path::Path) -> Option<Declined> {
+    let mut why = None;
+    Decoder::open_with(
+        dir,
+        &DecoderOptions::default(),
+        |config, tensors, experts| {
+            let dev = EmuDevice::default();
+            why =
+                tarfa_decode::gpu_resident::build_or_decline(dev, config, tensors, experts, true)?
+                    .err();
+            Ok(None)
+        },
+    )
+    .expect("open");
+    why
+}
+
+/// A model the whole-model path does not take is left to the CPU's layers, and the reason is
+/// said (`tarfa run` prints it): a family without a plan (Qwen3.5-MoE's DeltaNet layers), a
+/// layer whose experts mix element types.
+#[test]
+fn models_not_taken_are_left_to_the_cpu_saying_why() {
     let dir = common::model("qwen3_5_moe_text");
     let dec = emulated(&dir, true);
     assert!(dec.offload_report().is_none());
+    let why = declined(&dir);
+    assert_eq!(why, Some(Declined::Family("qwen3_5_moe_text".into())));
+    assert!(why
+        .expect("a reason")
+        .to_string()
+        .contains("qwen3_5_moe_text"));
+    let tmp = tempfile::tempdir().expect("tmp");
+    let mixed = common::mixed_type_expert_model(tmp.path());
+    assert_eq!(declined(&mixed), Some(Declined::MixedExperts));
+    assert_eq!(declined(&common::model("glm4_moe")), None);
 }
 
 /// Heads wider than the attention kernels take come from a model's config, not a caller's

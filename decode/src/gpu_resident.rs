@@ -165,56 +165,137 @@ fn host_mat<'a>(
     Ok(host(&s.get(name)?.matrix(rows, cols)?))
 }
 
-/// The family's plan, when it has one the engine's kernels take.
-fn plan(config: &serde_json::Value, tensors: &TensorStore) -> Result<Option<WholePlan>> {
-    let family = crate::family::open(config, tensors)?;
-    Ok(family.whole_plan().filter(takes_plan))
+/// Why the whole forward pass does not run on the device (the model then runs its layers on the
+/// CPU with experts and products offloaded): what `tarfa run` says instead of dropping it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Declined {
+    /// The options keep something on the CPU (`--gpu-offload-only`, `--gpu-experts` below 1,
+    /// `--cpu-trunk`): what was asked for, nothing to say.
+    Asked,
+    /// The family has no plan for the engine (its `model_type`).
+    Family(String),
+    /// The family's plan has a form the kernels do not compute.
+    Form(&'static str),
+    /// A weight is neither BF16 nor F32 (quantised).
+    Weights,
+    /// A layer's experts are not all of one element type per projection.
+    MixedExperts,
+    /// The model needs more VRAM than `--vram-gib` gives.
+    VramLimit {
+        /// Bytes the whole model needs (with a margin).
+        need: u64,
+        /// Bytes `--vram-gib` gives.
+        limit: u64,
+    },
+    /// The model needs more VRAM than the device has free.
+    DeviceMemory {
+        /// Bytes the whole model needs (with a margin).
+        need: u64,
+        /// Bytes free on the device.
+        free: u64,
+    },
 }
 
-/// The whole-model GPU decoder for `config`, or `None` when this model or these options do not
-/// take it (a family without a plan, a quantised weight, a share of experts or the trunk kept
-/// on the CPU, not enough VRAM). Reads every expert once (checked as it lands) to copy it to
-/// VRAM.
+impl std::fmt::Display for Declined {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+        match self {
+            Declined::Asked => write!(f, "the options keep part of it on the CPU"),
+            Declined::Family(t) => write!(
+                f,
+                "the GPU's kernels do not run {t:?} models whole yet (qwen3_moe, glm4_moe and mixtral)"
+            ),
+            Declined::Form(why) => write!(f, "the GPU's kernels do not take {why}"),
+            Declined::Weights => write!(f, "a weight is neither BF16 nor F32 (quantised)"),
+            Declined::MixedExperts => write!(f, "a layer's experts mix element types"),
+            Declined::VramLimit { need, limit } => write!(
+                f,
+                "it needs {:.2} GiB of VRAM and --vram-gib gives {:.2}",
+                gib(*need),
+                gib(*limit)
+            ),
+            Declined::DeviceMemory { need, free } => write!(
+                f,
+                "it needs {:.2} GiB of VRAM and the device has {:.2} free",
+                gib(*need),
+                gib(*free)
+            ),
+        }
+    }
+}
+
+/// The family's plan, when it has one the engine's kernels take.
+fn plan(
+    config: &serde_json::Value,
+    tensors: &TensorStore,
+) -> Result<std::result::Result<WholePlan, Declined>> {
+    let family = crate::family::open(config, tensors)?;
+    let Some(p) = family.whole_plan() else {
+        let t = config.get("model_type").and_then(|v| v.as_str());
+        return Ok(Err(Declined::Family(t.unwrap_or("").to_string())));
+    };
+    Ok(match refusal(&p) {
+        Some(why) => Err(Declined::Form(why)),
+        None => Ok(p),
+    })
+}
+
+/// The whole-model GPU decoder for `config`, or why not (a family without a plan, a quantised
+/// weight, a share of experts or the trunk kept on the CPU, not enough VRAM). Reads every
+/// expert once (checked as it lands) to copy it to VRAM.
 #[cfg(feature = "cuda")]
 pub fn open(
     config: &serde_json::Value,
     tensors: &TensorStore,
     experts: &mut ExpertStore,
     o: &crate::offload::GpuOptions,
-) -> Result<Option<GpuWhole<tarfa_runtime::cuda_engine::CudaDevice>>> {
-    if !o.whole_model || o.fraction < 1.0 || !o.trunk || !takes_experts(experts) {
-        return Ok(None);
+) -> Result<std::result::Result<GpuWhole<tarfa_runtime::cuda_engine::CudaDevice>, Declined>> {
+    if !o.whole_model || o.fraction < 1.0 || !o.trunk {
+        return Ok(Err(Declined::Asked));
     }
-    let Some(plan) = plan(config, tensors)? else {
-        return Ok(None);
+    if !takes_experts(experts) {
+        return Ok(Err(Declined::Weights));
+    }
+    let plan = match plan(config, tensors)? {
+        Ok(p) => p,
+        Err(d) => return Ok(Err(d)),
     };
     let Some(parts) = trunk(&plan, tensors)? else {
-        return Ok(None);
+        return Ok(Err(Declined::Weights));
     };
     let need = parts.bytes + experts.total_bytes() + VRAM_MARGIN;
-    if o.vram_bytes.is_some_and(|b| b + VRAM_MARGIN < need) {
-        return Ok(None);
+    if let Some(b) = o.vram_bytes.filter(|b| b + VRAM_MARGIN < need) {
+        return Ok(Err(Declined::VramLimit { need, limit: b }));
     }
     let gpu = tarfa_runtime::Gpu::open(o.ordinal)?;
     let (free, _) = gpu.mem_info()?;
     if (free as u64) < need {
-        return Ok(None);
+        return Ok(Err(Declined::DeviceMemory {
+            need,
+            free: free as u64,
+        }));
     }
     let dev = tarfa_runtime::cuda_engine::CudaDevice::open(&gpu)?;
-    build(dev, config, tensors, experts, o.graphs)
+    build_or_decline(dev, config, tensors, experts, o.graphs)
 }
 
 /// Whether the engine's kernels take the plan: heads at most [`MAX_HEAD_DIM`] wide (attention
 /// keeps a head's vectors in a block's shared memory), w-style norms, one epsilon for every
 /// norm, no gated attention output. A plan they do not take runs its layers on the CPU with
 /// experts and products offloaded, as any model this path does not take.
-fn takes_plan(p: &WholePlan) -> bool {
+fn refusal(p: &WholePlan) -> Option<&'static str> {
     let a = &p.attn;
-    a.shape.head_dim <= MAX_HEAD_DIM
-        && p.norm == NormStyle::Weight
-        && a.qk_norm.is_none_or(|n| n == NormStyle::Weight)
-        && (a.qk_norm.is_none() || a.eps.to_bits() == p.eps.to_bits())
-        && !a.out_gate
+    if a.shape.head_dim > MAX_HEAD_DIM {
+        Some("heads wider than 256")
+    } else if p.norm != NormStyle::Weight || a.qk_norm.is_some_and(|n| n != NormStyle::Weight) {
+        Some("zero-centred norms")
+    } else if a.qk_norm.is_some() && a.eps.to_bits() != p.eps.to_bits() {
+        Some("q/k norms of another epsilon than the layers'")
+    } else if a.out_gate {
+        Some("a gated attention output")
+    } else {
+        None
+    }
 }
 
 /// Whether the whole-model path takes these experts: BF16 or F32.
@@ -226,10 +307,9 @@ fn takes_experts(experts: &ExpertStore) -> bool {
 }
 
 /// The whole-model decoder of `config` on `dev` (every weight copied there, every expert read
-/// once and checked as it lands), or `None` if the model does not take it (a family without a
-/// plan the kernels take, a weight neither BF16 nor F32, experts of a layer of mixed types,
-/// heads wider than [`MAX_HEAD_DIM`]). `graphs`: replay each step from a captured graph where
-/// the device has them.
+/// once and checked as it lands), or `None` if the model does not take it
+/// ([`build_or_decline`] says why). `graphs`: replay each step from a captured graph where the
+/// device has them.
 pub fn build<D: EngineDevice>(
     dev: D,
     config: &serde_json::Value,
@@ -237,14 +317,28 @@ pub fn build<D: EngineDevice>(
     experts: &mut ExpertStore,
     graphs: bool,
 ) -> Result<Option<GpuWhole<D>>> {
+    Ok(build_or_decline(dev, config, tensors, experts, graphs)?.ok())
+}
+
+/// [`build`], or why the model does not take it (a family without a plan the kernels take, a
+/// weight neither BF16 nor F32, experts of a layer of mixed types, heads wider than
+/// [`MAX_HEAD_DIM`]).
+pub fn build_or_decline<D: EngineDevice>(
+    dev: D,
+    config: &serde_json::Value,
+    tensors: &TensorStore,
+    experts: &mut ExpertStore,
+    graphs: bool,
+) -> Result<std::result::Result<GpuWhole<D>, Declined>> {
     if !takes_experts(experts) {
-        return Ok(None);
+        return Ok(Err(Declined::Weights));
     }
-    let Some(plan) = plan(config, tensors)? else {
-        return Ok(None);
+    let plan = match plan(config, tensors)? {
+        Ok(p) => p,
+        Err(d) => return Ok(Err(d)),
     };
     let Some(parts) = trunk(&plan, tensors)? else {
-        return Ok(None);
+        return Ok(Err(Declined::Weights));
     };
     let a = &plan.attn.shape;
     let shape = EngineShape {
@@ -307,11 +401,11 @@ pub fn build<D: EngineDevice>(
             Ok(())
         })?;
         if !fits {
-            return Ok(None);
+            return Ok(Err(Declined::MixedExperts));
         }
     }
     engine.finish()?;
-    Ok(Some(GpuWhole {
+    Ok(Ok(GpuWhole {
         vocab: plan.vocab,
         hidden: plan.hidden,
         layers: plan.mlps.len(),
@@ -508,6 +602,12 @@ impl<D: EngineDevice> GpuWhole<D> {
         self.engine.set_norm_fusion(on);
     }
 
+    /// What the engine holds and did, in its own terms (e.g. the layers whose shared experts
+    /// it folded into the routed launches).
+    pub fn engine_report(&self) -> tarfa_runtime::gpu_engine::EngineReport {
+        self.engine.report()
+    }
+
     /// What the device holds and did.
     pub fn report(&self) -> OffloadReport {
         let r = self.engine.report();
@@ -621,7 +721,7 @@ mod tests {
     #[test]
     fn heads_wider_than_the_kernels_take_are_left_to_the_offload_path() {
         for (d, takes) in [(64, true), (MAX_HEAD_DIM, true), (MAX_HEAD_DIM * 2, false)] {
-            assert_eq!(takes_plan(&plan(d)), takes, "head_dim {d}");
+            assert_eq!(refusal(&plan(d)).is_none(), takes, "head_dim {d}");
         }
     }
 
@@ -631,17 +731,17 @@ mod tests {
     fn forms_the_kernels_do_not_compute_are_left_to_the_offload_path() {
         let mut p = plan(64);
         p.norm = NormStyle::OnePlus;
-        assert!(!takes_plan(&p));
+        assert!(refusal(&p).is_some());
         let mut p = plan(64);
         p.attn.qk_norm = Some(NormStyle::OnePlus);
-        assert!(!takes_plan(&p));
+        assert!(refusal(&p).is_some());
         let mut p = plan(64);
         p.attn.out_gate = true;
-        assert!(!takes_plan(&p));
+        assert!(refusal(&p).is_some());
         let mut p = plan(64);
         p.attn.eps = 1e-5;
-        assert!(!takes_plan(&p));
+        assert!(refusal(&p).is_some());
         p.attn.qk_norm = None;
-        assert!(takes_plan(&p), "no q/k norm: its epsilon is not used");
+        assert_eq!(refusal(&p), None, "no q/k norm: its epsilon is not used");
     }
 }

@@ -92,6 +92,9 @@ pub struct OffloadReport {
     pub steps: u64,
     /// Of those, replayed from a captured CUDA graph.
     pub graph_steps: u64,
+    /// Why the whole forward pass is not on the device, when the options asked for it and it
+    /// could not be (a family the engine does not run, a quantised weight, too little VRAM).
+    pub whole_model_declined: Option<String>,
 }
 
 /// A device that computes some routed experts' SwiGLU.

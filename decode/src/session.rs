@@ -73,6 +73,8 @@ pub struct Decoder {
     pos: usize,
     profile: Profile,
     offload: Option<Box<dyn crate::offload::ExpertOffload>>,
+    /// Why the whole forward pass is not on the device it was asked of.
+    declined: Option<String>,
 }
 
 impl Decoder {
@@ -80,9 +82,12 @@ impl Decoder {
     /// the manifest), every layer of the config present, resident tensors read and hash-checked,
     /// the family's tensors checked by name and shape, experts ready to stream (or read now).
     pub fn open(dir: &Path, opts: &DecoderOptions) -> Result<Decoder> {
-        Decoder::open_with(dir, opts, |config, tensors, experts| {
-            whole_model_gpu(config, tensors, experts, &opts.device)
-        })
+        let mut declined = None;
+        let mut dec = Decoder::open_with(dir, opts, |config, tensors, experts| {
+            whole_model_gpu(config, tensors, experts, &opts.device, &mut declined)
+        })?;
+        dec.declined = declined;
+        Ok(dec)
     }
 
     /// [`Decoder::open`], with `whole_model` deciding whether a device runs the whole forward
@@ -165,6 +170,7 @@ impl Decoder {
             pos: 0,
             profile: Profile::default(),
             offload,
+            declined: None,
         })
     }
 
@@ -173,6 +179,10 @@ impl Decoder {
         self.family
             .device_report()
             .or_else(|| self.offload.as_ref().map(|o| o.report()))
+            .map(|mut r| {
+                r.whole_model_declined = self.declined.clone();
+                r
+            })
     }
 
     /// The manifest.
@@ -379,15 +389,18 @@ pub fn argmax(logits: &[f32]) -> u32 {
 }
 
 /// The whole-model GPU decoder when `device` asks for the GPU and the model takes it
-/// ([`crate::gpu_resident::open`]); with `Auto`, a GPU that cannot be used means `None` (a bad
-/// `TARFA_CUDA_TILE` is still an error).
+/// ([`crate::gpu_resident::open`]; else why not in `declined`, unless the options asked for
+/// it); with `Auto`, a GPU that cannot be used means `None` (a bad `TARFA_CUDA_TILE` is still an
+/// error).
 #[cfg(feature = "cuda")]
 fn whole_model_gpu(
     config: &serde_json::Value,
     tensors: &TensorStore,
     experts: &mut ExpertStore,
     device: &crate::offload::Device,
+    declined: &mut Option<String>,
 ) -> Result<Option<Box<dyn Family>>> {
+    use crate::gpu_resident::Declined;
     use crate::offload::Device;
     let (o, auto) = match device {
         Device::Cpu => return Ok(None),
@@ -395,7 +408,13 @@ fn whole_model_gpu(
         Device::Auto(o) => (o, true),
     };
     match crate::gpu_resident::open(config, tensors, experts, o) {
-        Ok(f) => Ok(f.map(|f| Box::new(f) as Box<dyn Family>)),
+        Ok(Ok(f)) => Ok(Some(Box::new(f) as Box<dyn Family>)),
+        Ok(Err(d)) => {
+            if d != Declined::Asked {
+                *declined = Some(d.to_string());
+            }
+            Ok(None)
+        }
         Err(e) if auto && !is_a_bad_setting(&e) => Ok(None),
         Err(e) => Err(e),
     }
@@ -417,6 +436,7 @@ fn whole_model_gpu(
     _: &TensorStore,
     _: &mut ExpertStore,
     _: &crate::offload::Device,
+    _: &mut Option<String>,
 ) -> Result<Option<Box<dyn Family>>> {
     Ok(None)
 }

@@ -974,7 +974,8 @@ __device__ __forceinline__ void tarfa_next_best(Key key, int n, int prev_key, in
 // largest c in selection order (ties: the lower id); each slot's weight the unbiased s, divided
 // by (their canonical sum + 1e-20) when `renorm`, then multiplied by `scale`. `scratch` holds
 // 3·n floats (s, c, the group scores). The orders are the CPU's `descending` (0.0 and −0.0
-// equal, else f32::total_cmp), so ties and NaN fall where they fall there.
+// equal, else f32::total_cmp), so ties fall where they fall there. A NaN logit does not: the
+// GPU's arithmetic gives NaN its own sign and payload (spec/EXACTNESS.md: finite inputs only).
 extern "C" __global__ void tarfa_e_sigmoid_topk(const float* z, int n, const unsigned char* bias,
                                                 int bias_dtype, int k, int n_group,
                                                 int topk_group, int renorm, float scale,

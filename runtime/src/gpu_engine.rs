@@ -347,6 +347,8 @@ pub struct EngineReport {
     pub graph_steps: u64,
     /// Graph captures (one, plus one each time the KV cache grew).
     pub captures: u64,
+    /// Layers whose shared experts run as one more slot of the routed launches.
+    pub folded_layers: u64,
 }
 
 /// A tensor on the device.
@@ -1000,6 +1002,11 @@ impl<D: EngineDevice> Engine<D> {
 
     /// Every routed expert of every layer present: build the address tables.
     pub fn finish(&mut self) -> Result<(), EngineError> {
+        if self.finished {
+            return Err(EngineError::Usage(
+                "the GPU decoder was finished twice".into(),
+            ));
+        }
         let (mut max_inter, mut max_shared) = (1, 1);
         for (i, l) in self.layers.iter_mut().enumerate() {
             max_inter = max_inter.max(l.experts.inter);
@@ -1012,6 +1019,7 @@ impl<D: EngineDevice> Engine<D> {
                 let e = &mut l.experts;
                 l.fold = t.inter == e.inter && t.dtype_gu == e.dtype_gu && t.dtype_d == e.dtype_d;
                 if l.fold {
+                    self.report.folded_layers += 1;
                     // Expert n of the tables (the buffers stay the shared table's).
                     e.gate.push(t.gate[0]);
                     e.up.push(t.up[0]);
