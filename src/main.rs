@@ -14,6 +14,7 @@ mod cli;
 mod convert_cmd;
 mod diagnose;
 mod docs_cmd;
+mod env_check;
 mod fetch_cmd;
 mod inspect;
 mod inspect_gguf;
@@ -31,7 +32,13 @@ fn main() -> ExitCode {
         Ok(a) => a,
         Err(e) => e.exit(),
     };
-    let result = match &args.command {
+    // Bad TARFA_* values first: exit 2 whatever the command.
+    let checked = env_check::check(std::env::vars_os()).map(|warnings| {
+        for w in warnings {
+            eprintln!("{w}");
+        }
+    });
+    let result = checked.and_then(|()| match &args.command {
         cli::Command::Inspect(a) => inspect::run(a),
         cli::Command::Convert(a) => convert_cmd::run(a),
         cli::Command::Verify(a) => verify_cmd::run(a),
@@ -41,7 +48,7 @@ fn main() -> ExitCode {
         cli::Command::BenchDecode(a) => bench_decode_cmd::run(a),
         cli::Command::Completions(a) => docs_cmd::completions(a),
         cli::Command::Man(a) => docs_cmd::man(a),
-    };
+    });
     match result {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

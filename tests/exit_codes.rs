@@ -109,6 +109,43 @@ fn an_os_error_is_printed_once() {
     }
 }
 
+/// A switch set to a value its reader does not take is a bad argument before any command runs
+/// (exit 2, naming it and its values), not its default taken quietly; a `TARFA_*` name nothing
+/// reads is a warning and the command runs.
+#[test]
+fn a_bad_tarfa_switch_is_exit_2_and_an_unknown_one_a_warning() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    for (var, value) in [
+        ("TARFA_CUDA_NORM_FUSE", "false"),
+        ("TARFA_CUDA_PDL", "off"),
+        ("TARFA_PROFILE", "yes"),
+        ("TARFA_SPLIT", "dynamic"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tarfa"))
+            .args(["inspect", path(tmp.path())])
+            .env(var, value)
+            .output()
+            .expect("run tarfa");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{var}: {err}");
+        assert!(
+            err.starts_with(&format!("error: {var}=\"{value}\" is not ")),
+            "{err}"
+        );
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tarfa"))
+        .args(["completions", "bash"])
+        .env("TARFA_CUDA_NORM_FUSED", "0")
+        .output()
+        .expect("run tarfa");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.starts_with("warning: TARFA_CUDA_NORM_FUSED is not a variable tarfa reads"),
+        "{err}"
+    );
+}
+
 /// A bad value in an environment variable is a bad argument, as a bad `--backend` is: exit 2
 /// (README "Exit codes"), naming the variable and the value.
 #[test]
