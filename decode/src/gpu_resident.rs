@@ -253,15 +253,9 @@ pub fn open(
     if !o.whole_model || o.fraction < 1.0 || !o.trunk {
         return Ok(Err(Declined::Asked));
     }
-    if !takes_experts(experts) {
-        return Ok(Err(Declined::Weights));
-    }
-    let plan = match plan(config, tensors)? {
+    let (plan, parts) = match prepare(config, tensors, experts)? {
         Ok(p) => p,
         Err(d) => return Ok(Err(d)),
-    };
-    let Some(parts) = trunk(&plan, tensors)? else {
-        return Ok(Err(Declined::Weights));
     };
     let need = parts.bytes + experts.total_bytes() + VRAM_MARGIN;
     if let Some(b) = o.vram_bytes.filter(|b| b + VRAM_MARGIN < need) {
@@ -276,7 +270,27 @@ pub fn open(
         }));
     }
     let dev = tarfa_runtime::cuda_engine::CudaDevice::open(&gpu)?;
-    build_or_decline(dev, config, tensors, experts, o.graphs)
+    upload(dev, &plan, parts, experts, o.graphs)
+}
+
+/// The family's plan and the trunk's host tensors, or why the engine does not take them.
+#[allow(clippy::type_complexity)]
+fn prepare<'a>(
+    config: &serde_json::Value,
+    tensors: &'a TensorStore,
+    experts: &ExpertStore,
+) -> Result<std::result::Result<(WholePlan, Trunk<'a>), Declined>> {
+    if !takes_experts(experts) {
+        return Ok(Err(Declined::Weights));
+    }
+    let plan = match plan(config, tensors)? {
+        Ok(p) => p,
+        Err(d) => return Ok(Err(d)),
+    };
+    Ok(match trunk(&plan, tensors)? {
+        Some(parts) => Ok((plan, parts)),
+        None => Err(Declined::Weights),
+    })
 }
 
 /// Whether the engine's kernels take the plan: heads at most [`MAX_HEAD_DIM`] wide (attention
@@ -330,16 +344,21 @@ pub fn build_or_decline<D: EngineDevice>(
     experts: &mut ExpertStore,
     graphs: bool,
 ) -> Result<std::result::Result<GpuWhole<D>, Declined>> {
-    if !takes_experts(experts) {
-        return Ok(Err(Declined::Weights));
+    match prepare(config, tensors, experts)? {
+        Ok((plan, parts)) => upload(dev, &plan, parts, experts, graphs),
+        Err(d) => Ok(Err(d)),
     }
-    let plan = match plan(config, tensors)? {
-        Ok(p) => p,
-        Err(d) => return Ok(Err(d)),
-    };
-    let Some(parts) = trunk(&plan, tensors)? else {
-        return Ok(Err(Declined::Weights));
-    };
+}
+
+/// The engine on `dev` with the plan's trunk and every expert (read once, checked as it lands),
+/// or why a layer's experts do not take it.
+fn upload<D: EngineDevice>(
+    dev: D,
+    plan: &WholePlan,
+    parts: Trunk<'_>,
+    experts: &mut ExpertStore,
+    graphs: bool,
+) -> Result<std::result::Result<GpuWhole<D>, Declined>> {
     let a = &plan.attn.shape;
     let shape = EngineShape {
         vocab: plan.vocab,
