@@ -27,7 +27,17 @@ fn main() {
     println!("cargo:rerun-if-changed=emu/launch.cc");
     println!("cargo:rerun-if-changed=emu/tile.cc");
     println!("cargo:rerun-if-changed=emu/tiled.h");
-    println!("cargo:rerun-if-changed=../runtime/src/cuda_kernels.cu");
+    // Every kernel file (emu/launch.cc and emu/tile.cc include ../cuda/kernels/tarfa.cu).
+    let mut cu = String::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir("../cuda/kernels")
+        .expect("list the kernels")
+        .map(|e| e.expect("a kernel file").path())
+        .collect();
+    files.sort();
+    for f in &files {
+        println!("cargo:rerun-if-changed={}", f.display());
+        cu.push_str(&std::fs::read_to_string(f).expect("read a kernel file"));
+    }
     let out = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let rings: Vec<(u32, u32)> = [(4, 8192)].into_iter().chain(RINGS).collect();
     // Every ring compiled in, for launch.cc's dispatch (tiles.h) and the crate (TARFA_EMU_TILES).
@@ -46,7 +56,6 @@ fn main() {
         .file("emu/launch.cc")
         .compile("tarfa_cuda_emu");
     // Each further copy of the kernels gets its own names (its entry points' are tiled.h's).
-    let cu = std::fs::read_to_string("../runtime/src/cuda_kernels.cu").expect("read the kernels");
     let kernels: Vec<&str> = cu
         .split("extern \"C\" __global__ void ")
         .skip(1)

@@ -33,7 +33,7 @@ if [ "$(id -u)" = 0 ]; then
 fi
 
 # The CUDA kernels are compiled as C++ for their CPU emulation (cuda-emu/, C++20) and by NVRTC
-# (runtime's cuda feature test; PyPI's nvidia-cuda-nvrtc wheel: the NVRTC library alone, no GPU).
+# (tarfa-cuda's driver feature test; PyPI's nvidia-cuda-nvrtc wheel: the NVRTC library alone, no GPU).
 if [ "$(id -u)" = 0 ] && ! command -v g++ >/dev/null; then
   apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y g++
 fi
@@ -51,6 +51,7 @@ cargo clippy -p tarfa --features cuda --all-targets --locked -- -D warnings
 # The decoder's GPU path and its GPU test (decode/tests/gpu.rs) exist only with the feature.
 cargo clippy -p tarfa-decode --features cuda --all-targets --locked -- -D warnings
 cargo clippy -p tarfa-runtime --features cuda --all-targets --locked -- -D warnings
+cargo clippy -p tarfa-cuda --features driver --all-targets --locked -- -D warnings
 echo "== cargo test"
 # A test whose outside tool is missing prints one SKIPPED line and passes (crate tarfa-testtools);
 # libtest hides a passing test's output, so each line is also logged and listed below. With
@@ -75,6 +76,6 @@ if [ -s "$skip_log" ]; then
 fi
 echo "== the CUDA kernels compile under NVRTC with the decoder's options (no GPU needed)"
 LD_LIBRARY_PATH="$NVRTC_DIR/nvidia/cu13/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" TARFA_REQUIRE_NVRTC=1 \
-  cargo test -p tarfa-runtime --features cuda --locked --lib cuda_
+  cargo test -p tarfa-cuda --features driver --locked --lib nvrtc::
 echo "== fuzz: every cargo-fuzz target for ${TARFA_FUZZ_SECONDS:-10} s (scripts/fuzz-ci.sh)"
 bash scripts/fuzz-ci.sh

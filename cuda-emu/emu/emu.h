@@ -1,4 +1,4 @@
-// A CPU emulation of the CUDA features tarfa's kernels use, so that runtime/src/cuda_kernels.cu
+// A CPU emulation of the CUDA features tarfa's kernels use, so that cuda/kernels/
 // runs unchanged on a machine without a GPU (CI) and its bits can be compared with the CPU
 // decoder's. Every CUDA thread is an OS thread; a block's threads run together (blocks one after
 // another); __syncthreads and __syncwarp are barriers; warp shuffles exchange through a per-warp

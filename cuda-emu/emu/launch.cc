@@ -1,9 +1,9 @@
-// tarfa's CUDA kernels (runtime/src/cuda_kernels.cu, included unchanged) run on the CPU by the
+// tarfa's CUDA kernels (cuda/kernels/, included unchanged) run on the CPU by the
 // emulation of emu.h, each behind a C entry point: grid, block and dynamic shared bytes first,
 // then the kernel's own arguments (structs by pointer). The tiled kernels' entry points also take
 // the shared memory the host allowed them and their ring, picking the copy compiled for it.
 #include "emu.h"
-#include "../../runtime/src/cuda_kernels.cu"
+#include "../../cuda/kernels/tarfa.cu"
 
 #define G unsigned int grid, unsigned int block, unsigned int shared
 #define RUN(call) tarfa_emu_launch(grid, block, shared, [&] { call; })

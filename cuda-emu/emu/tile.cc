@@ -6,7 +6,7 @@
 // launch.cc's dispatch by ring.
 #include "emu.h"
 namespace {
-#include "../../runtime/src/cuda_kernels.cu"
+#include "../../cuda/kernels/tarfa.cu"
 }
 
 #define G unsigned int grid, unsigned int block, unsigned int shared

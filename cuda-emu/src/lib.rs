@@ -1,4 +1,4 @@
-//! Test-only: tarfa's CUDA kernels (`runtime/src/cuda_kernels.cu`, compiled unchanged as C++)
+//! Test-only: tarfa's CUDA kernels (`cuda/kernels/`, compiled unchanged as C++)
 //! run on the CPU by a small emulation of the CUDA features they use (`emu/emu.h`: a thread per
 //! CUDA thread, barriers for `__syncthreads`/`__syncwarp`, warp shuffles through shared arrays,
 //! the `_rn` intrinsics as IEEE-754 single operations, `__fmaf_rn` as `fmaf`). A machine without a
@@ -6,7 +6,7 @@
 //! kernels' arithmetic and reduction order, not the GPU's hardware or the driver: the GPU test
 //! (`decode/tests/gpu.rs`, `TARFA_REQUIRE_GPU=1`) does that on the GPU machine.
 //!
-//! Each wrapper launches its kernel with the geometry `runtime/src/cuda_engine.rs` uses (quads of
+//! Each wrapper launches its kernel with the geometry `cuda/src/device.rs` uses (quads of
 //! 4 threads per output row in blocks of 256; a warp per head; a block per head; one warp for the
 //! router) after checking every slice holds what the kernel reads or writes. A launch's blocks run
 //! one at a time, in descending order: a kernel whose blocks needed a lower-numbered one to have
@@ -116,7 +116,7 @@ fn fl(v: &[f32]) -> Aligned {
     Aligned::new(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
 
-use tarfa_runtime::gpu_engine::{MatJob, MatJobs, MoeArgs as Moe, TileGeometry};
+use tarfa_cuda::{MatJob, MatJobs, MoeArgs as Moe, TileGeometry};
 
 extern "C" {
     fn emu_matvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
@@ -871,9 +871,7 @@ fn moe_launch(
 
 // ---- the engine's device: host memory and the emulated kernels ----------------------------------
 
-use tarfa_runtime::gpu_engine::{
-    tile_norm_shared, Arg, EngineDevice, EngineError, Geometry, Kernel,
-};
+use tarfa_cuda::{tile_norm_shared, Arg, CudaError, EngineDevice, Geometry, Kernel};
 
 /// The resident decoder's device emulated on the CPU: buffers in host memory (256-byte aligned,
 /// never moved, so their addresses are what the kernels see), copies in issue order (all of them
@@ -888,9 +886,9 @@ pub struct EmuDevice {
 impl EmuDevice {
     /// The device with its tiled kernels at `tile`: one of the rings compiled in ([`tiles`]),
     /// within [`SHARED_OPT_IN`] (allowed the tiled kernels above 48 KiB, as on the GPU).
-    pub fn with_tile(tile: TileGeometry) -> Result<EmuDevice, EngineError> {
+    pub fn with_tile(tile: TileGeometry) -> Result<EmuDevice, CudaError> {
         if !tiles().contains(&tile) {
-            return Err(EngineError::Usage(format!(
+            return Err(CudaError::Usage(format!(
                 "the emulation has no tiled kernels for {} stages of {} bytes (cuda-emu/build.rs lists its rings)",
                 tile.stages(),
                 tile.stage_bytes()
@@ -1001,40 +999,40 @@ impl EngineDevice for EmuDevice {
         SHARED_OPT_IN
     }
 
-    fn alloc(&self, len: usize) -> Result<EmuBuf, EngineError> {
+    fn alloc(&self, len: usize) -> Result<EmuBuf, CudaError> {
         Ok(EmuBuf::guarded(len.max(1)))
     }
 
-    fn upload(&self, bytes: &[u8]) -> Result<EmuBuf, EngineError> {
+    fn upload(&self, bytes: &[u8]) -> Result<EmuBuf, CudaError> {
         let mut b = EmuBuf::new(bytes.len().max(1));
         b.bytes_mut()[..bytes.len()].copy_from_slice(bytes);
         Ok(b)
     }
 
-    fn write(&self, buf: &mut EmuBuf, offset: usize, bytes: &[u8]) -> Result<(), EngineError> {
+    fn write(&self, buf: &mut EmuBuf, offset: usize, bytes: &[u8]) -> Result<(), CudaError> {
         let dst = buf
             .bytes_mut()
             .get_mut(offset..offset + bytes.len())
-            .ok_or_else(|| EngineError::Usage("a write past the end of a buffer".into()))?;
+            .ok_or_else(|| CudaError::Usage("a write past the end of a buffer".into()))?;
         dst.copy_from_slice(bytes);
         Ok(())
     }
 
-    fn read(&self, buf: &EmuBuf, len: usize) -> Result<Vec<u8>, EngineError> {
+    fn read(&self, buf: &EmuBuf, len: usize) -> Result<Vec<u8>, CudaError> {
         buf.bytes()
             .get(..len)
             .map(<[u8]>::to_vec)
-            .ok_or_else(|| EngineError::Usage("a read past the end of a buffer".into()))
+            .ok_or_else(|| CudaError::Usage("a read past the end of a buffer".into()))
     }
 
-    fn copy(&self, src: &EmuBuf, dst: &mut EmuBuf, len: usize) -> Result<(), EngineError> {
+    fn copy(&self, src: &EmuBuf, dst: &mut EmuBuf, len: usize) -> Result<(), CudaError> {
         let s = src
             .bytes()
             .get(..len)
-            .ok_or_else(|| EngineError::Usage("a copy past the end of a buffer".into()))?;
+            .ok_or_else(|| CudaError::Usage("a copy past the end of a buffer".into()))?;
         dst.bytes_mut()
             .get_mut(..len)
-            .ok_or_else(|| EngineError::Usage("a copy past the end of a buffer".into()))?
+            .ok_or_else(|| CudaError::Usage("a copy past the end of a buffer".into()))?
             .copy_from_slice(s);
         Ok(())
     }
@@ -1043,34 +1041,34 @@ impl EngineDevice for EmuDevice {
         buf.bytes().as_ptr() as u64
     }
 
-    fn sync(&self) -> Result<(), EngineError> {
+    fn sync(&self) -> Result<(), CudaError> {
         Ok(())
     }
 
     // The trait's contract (`# Safety` of `EngineDevice::launch`) is what makes the FFI calls
     // sound; argument counts and kinds are checked before any call.
     #[allow(unsafe_code)]
-    unsafe fn launch(&self, k: Kernel, geo: Geometry, args: &[Arg]) -> Result<(), EngineError> {
+    unsafe fn launch(&self, k: Kernel, geo: Geometry, args: &[Arg]) -> Result<(), CudaError> {
         self.launches
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (g, b, s) = (geo.grid, geo.block, geo.shared);
         let p = |i: usize| match args.get(i) {
             Some(Arg::Ptr(v)) => Ok(*v),
-            other => Err(EngineError::Usage(format!(
+            other => Err(CudaError::Usage(format!(
                 "{}: argument {i} is {other:?}, not an address",
                 k.name()
             ))),
         };
         let n = |i: usize| match args.get(i) {
             Some(Arg::I32(v)) => Ok(*v),
-            other => Err(EngineError::Usage(format!(
+            other => Err(CudaError::Usage(format!(
                 "{}: argument {i} is {other:?}, not an int",
                 k.name()
             ))),
         };
         let f = |i: usize| match args.get(i) {
             Some(Arg::F32(v)) => Ok(*v),
-            other => Err(EngineError::Usage(format!(
+            other => Err(CudaError::Usage(format!(
                 "{}: argument {i} is {other:?}, not a float",
                 k.name()
             ))),
@@ -1079,7 +1077,7 @@ impl EngineDevice for EmuDevice {
             if args.len() == want {
                 Ok(())
             } else {
-                Err(EngineError::Usage(format!(
+                Err(CudaError::Usage(format!(
                     "{}: {} arguments, not {want}",
                     k.name(),
                     args.len()
@@ -1094,7 +1092,7 @@ impl EngineDevice for EmuDevice {
                 Kernel::Matvec => {
                     count(1)?;
                     let Some(Arg::Jobs(j)) = args.first() else {
-                        return Err(EngineError::Usage("matvec takes its jobs".into()));
+                        return Err(CudaError::Usage("matvec takes its jobs".into()));
                     };
                     emu_matvec(g, b, s, j);
                 }
@@ -1165,7 +1163,7 @@ impl EngineDevice for EmuDevice {
                 Kernel::GateUp | Kernel::Down => {
                     count(5)?;
                     let Some(Arg::Moe(m)) = args.first() else {
-                        return Err(EngineError::Usage(
+                        return Err(CudaError::Usage(
                             "the experts' kernels take their table".into(),
                         ));
                     };
@@ -1178,18 +1176,18 @@ impl EngineDevice for EmuDevice {
                 Kernel::TiledMatvec => {
                     count(6)?;
                     let Some(Arg::Jobs(j)) = args.first() else {
-                        return Err(EngineError::Usage("matvec takes its jobs".into()));
+                        return Err(CudaError::Usage("matvec takes its jobs".into()));
                     };
                     let (o, st, by) = ring_args(self.tile);
                     let (nw, ndt, eps, xn) = (p(2)? as _, n(3)?, f(4)?, p(5)? as _);
                     if emu_tmatvec(g, b, s, o, st, by, j, n(1)?, nw, ndt, eps, xn) != 0 {
-                        return Err(EngineError::Usage("no tiled kernels for this ring".into()));
+                        return Err(CudaError::Usage("no tiled kernels for this ring".into()));
                     }
                 }
                 Kernel::TiledGateUp | Kernel::TiledDown => {
                     count(6)?;
                     let Some(Arg::Moe(m)) = args.first() else {
-                        return Err(EngineError::Usage(
+                        return Err(CudaError::Usage(
                             "the experts' kernels take their table".into(),
                         ));
                     };
@@ -1202,7 +1200,7 @@ impl EngineDevice for EmuDevice {
                         emu_tdown(g, b, s, oi, st, by, m, ids, slots, i, o, t)
                     };
                     if r != 0 {
-                        return Err(EngineError::Usage("no tiled kernels for this ring".into()));
+                        return Err(CudaError::Usage("no tiled kernels for this ring".into()));
                     }
                 }
                 Kernel::CombineNorm => {
@@ -1255,12 +1253,12 @@ impl EngineDevice for EmuDevice {
 
     fn capture(
         &self,
-        _f: &mut dyn FnMut() -> Result<(), EngineError>,
-    ) -> Result<Option<()>, EngineError> {
+        _f: &mut dyn FnMut() -> Result<(), CudaError>,
+    ) -> Result<Option<()>, CudaError> {
         Ok(None)
     }
 
-    fn replay(&self, _g: &()) -> Result<(), EngineError> {
-        Err(EngineError::Usage("the emulation has no graphs".into()))
+    fn replay(&self, _g: &()) -> Result<(), CudaError> {
+        Err(CudaError::Usage("the emulation has no graphs".into()))
     }
 }

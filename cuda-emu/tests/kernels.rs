@@ -1,4 +1,4 @@
-//! The whole-forward-pass GPU kernels (`runtime/src/cuda_kernels.cu`, `tarfa_e_*`), run on the
+//! The whole-forward-pass GPU kernels (`cuda/kernels/`, `tarfa_e_*`), run on the
 //! CPU by the emulation, give the CPU decoder's bits (`canon`, `blocks`, `rope`) on random
 //! inputs of many shapes: widths that are and are not multiples of 8 and 32 (the wide-load and
 //! tail paths), BF16 and F32 weights, biases, residual accumulation, windows, ties in the
@@ -695,7 +695,7 @@ fn tiled_products_taking_x_through_a_norm_are_the_norm_then_the_products() {
 /// engine device refuses a ring it was not compiled for, or one above its shared memory.
 #[test]
 fn the_emulation_has_rings_besides_the_default() {
-    use tarfa_runtime::gpu_engine::{EngineError, TileGeometry};
+    use tarfa_cuda::{CudaError, TileGeometry};
     let rings = emu::tiles();
     assert_eq!(rings[0], TileGeometry::DEFAULT);
     assert!(rings.iter().any(|r| r.stages() == 2), "{rings:?}");
@@ -706,6 +706,6 @@ fn the_emulation_has_rings_besides_the_default() {
     let other = TileGeometry::new(5, 8192).expect("5,8192");
     assert!(matches!(
         emu::EmuDevice::with_tile(other),
-        Err(EngineError::Usage(_))
+        Err(CudaError::Usage(_))
     ));
 }

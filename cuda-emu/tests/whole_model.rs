@@ -1,4 +1,4 @@
-//! The whole forward pass of the GPU decoder — `tarfa_runtime::gpu_engine::Engine`'s buffers,
+//! The whole forward pass of the GPU decoder — `tarfa_cuda::Engine`'s buffers,
 //! launch order and geometry, its KV cache and RoPE tables, `decode::gpu_resident`'s mapping of
 //! the checkpoint onto it — run with the CUDA kernels on the CPU emulation, gives the CPU
 //! decoder's logits bit for bit at every greedy step of every reference prompt of every
@@ -14,11 +14,11 @@ mod common;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use tarfa_cuda::TileGeometry;
 use tarfa_cuda_emu::EmuDevice;
 use tarfa_decode::family::Family;
 use tarfa_decode::gpu_resident::Declined;
 use tarfa_decode::{Decoder, DecoderOptions};
-use tarfa_runtime::gpu_engine::TileGeometry;
 
 fn emulated(dir: &std::path::Path, batch_prompt: bool) -> Decoder {
     emulated_at(dir, batch_prompt, TileGeometry::DEFAULT)
@@ -248,9 +248,7 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
 /// mistake: a typed error naming the limit and what to run instead, before anything is copied.
 #[test]
 fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
-    use tarfa_runtime::gpu_engine::{
-        Engine, EngineError, EngineShape, GpuDtype, HostTensor, MAX_HEAD_DIM,
-    };
+    use tarfa_cuda::{CudaError, Engine, EngineShape, GpuDtype, HostTensor, MAX_HEAD_DIM};
     let head_dim = MAX_HEAD_DIM * 2;
     let shape = EngineShape {
         vocab: 4,
@@ -285,7 +283,7 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
     assert!(
         matches!(
             e,
-            EngineError::HeadDimTooLarge {
+            CudaError::HeadDimTooLarge {
                 head_dim: 512,
                 max: 256
             }

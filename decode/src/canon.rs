@@ -113,7 +113,7 @@ const EXP_POLY: [f32; 6] = [
 ];
 
 /// The constants of [`exp`] as bit patterns, by the names the CUDA kernels give them
-/// (`runtime/src/cuda_kernels.cu`; a test holds the two to each other).
+/// (`cuda/kernels/common.cuh`; a test holds the two to each other).
 pub const EXP_CONSTANT_BITS: [(&str, u32); 9] = [
     ("TARFA_LOG2E", LOG2E.to_bits()),
     ("TARFA_LN2_HI", LN2_HI.to_bits()),
@@ -308,10 +308,10 @@ mod tests {
 
     #[test]
     fn the_cuda_kernels_use_exactly_these_exp_constants() {
-        let cu = include_str!("../../runtime/src/cuda_kernels.cu");
+        let cu = tarfa_cuda::KERNELS_CU;
         for (name, bits) in EXP_CONSTANT_BITS {
             let line = format!("#define {name} {bits:#010x}");
-            assert!(cu.contains(&line), "cuda_kernels.cu lacks `{line}`");
+            assert!(cu.contains(&line), "the kernels lack `{line}`");
         }
     }
 

@@ -15,7 +15,7 @@ pub enum DecodeError {
     Stream(#[from] tarfa_runtime::StreamError),
     /// The GPU could not be used or failed.
     #[error("GPU: {0}")]
-    Gpu(#[from] tarfa_runtime::CudaError),
+    Gpu(#[from] tarfa_cuda::CudaError),
     /// A file of the model directory is not the one its manifest records.
     #[error("{}: not the file the model's manifest names: {fault}; the directory was changed after conversion (tarfa verify names every fault)", path.display())]
     NotInManifest {

@@ -1,13 +1,14 @@
-//! Routed experts on the GPU (feature `cuda`): [`GpuExperts`] computes an expert's SwiGLU with the
-//! runtime's [`GpuCompute`] kernels (the canonical order on a warp), keeping experts in a VRAM
+//! Routed experts on the GPU (feature `cuda`): [`GpuExperts`] computes an expert's SwiGLU with
+//! tarfa-cuda's [`GpuCompute`] kernels (the canonical order on a warp), keeping experts in a VRAM
 //! cache of a chosen size (least recently used out first; size 0 copies each expert for each
 //! use). BF16 and F32 experts only: a quantised expert stays on the CPU. No unsafe here.
 
 use std::collections::HashMap;
 
+use tarfa_cuda::offload::{DeviceBytes, ExpertJob, GpuCompute, GpuMatrix};
+use tarfa_cuda::Gpu;
+use tarfa_cuda::GpuDtype;
 use tarfa_format::Role;
-use tarfa_runtime::cuda_compute::{DeviceBytes, ExpertJob, GpuCompute, GpuDtype, GpuMatrix};
-use tarfa_runtime::Gpu;
 
 use crate::blocks::{self, Batch};
 use crate::error::{DecodeError, ExpertFault, Result};
@@ -322,7 +323,7 @@ impl ExpertOffload for GpuExperts {
     }
 
     fn use_ring(&mut self, ring: &tarfa_runtime::PinnedRing) {
-        self.report.ring_registered = self.gpu.register_ring(ring).is_ok();
+        self.report.ring_registered = tarfa_runtime::register_ring(&self.gpu, ring).is_ok();
     }
 
     fn report(&self) -> OffloadReport {

@@ -1,6 +1,6 @@
 //! The whole forward pass on a device: a model of a family the engine runs (one that gives a
 //! [`WholePlan`]: qwen3_moe, glm4_moe, mixtral) whose trunk and every expert fit there runs each
-//! token entirely on it ([`tarfa_runtime::gpu_engine::Engine`]), the activations never leaving
+//! token entirely on it ([`tarfa_cuda::Engine`]), the activations never leaving
 //! it and only the logits coming back. Every kernel computes the bits of the CPU path (`canon`,
 //! `blocks`), so the logits are the CPU's bit for bit; this is only where they are computed.
 //!
@@ -17,11 +17,11 @@
 //! all experts placed on the GPU and the trunk too; else `None` and the decoder runs its layers
 //! on the CPU with experts and products offloaded (`crate::gpu::GpuExperts`).
 
-use tarfa_format::Dtype;
-use tarfa_runtime::gpu_engine::{
+use tarfa_cuda::{
     Engine, EngineDevice, EngineShape, GpuDtype, HostAttention, HostLayer, HostMlp, HostRoute,
     HostTensor, MAX_HEAD_DIM,
 };
+use tarfa_format::Dtype;
 
 use crate::blocks::{self, Batch};
 use crate::config::RopeConfig;
@@ -249,7 +249,7 @@ pub fn open(
     tensors: &TensorStore,
     experts: &mut ExpertStore,
     o: &crate::offload::GpuOptions,
-) -> Result<std::result::Result<GpuWhole<tarfa_runtime::cuda_engine::CudaDevice>, Declined>> {
+) -> Result<std::result::Result<GpuWhole<tarfa_cuda::CudaDevice>, Declined>> {
     if !o.whole_model || o.fraction < 1.0 || !o.trunk {
         return Ok(Err(Declined::Asked));
     }
@@ -261,7 +261,7 @@ pub fn open(
     if let Some(b) = o.vram_bytes.filter(|b| b + VRAM_MARGIN < need) {
         return Ok(Err(Declined::VramLimit { need, limit: b }));
     }
-    let gpu = tarfa_runtime::Gpu::open(o.ordinal)?;
+    let gpu = tarfa_cuda::Gpu::open(o.ordinal)?;
     let (free, _) = gpu.mem_info()?;
     if (free as u64) < need {
         return Ok(Err(Declined::DeviceMemory {
@@ -269,7 +269,7 @@ pub fn open(
             free: free as u64,
         }));
     }
-    let dev = tarfa_runtime::cuda_engine::CudaDevice::open(&gpu)?;
+    let dev = tarfa_cuda::CudaDevice::open(&gpu)?;
     upload(dev, &plan, parts, experts, o.graphs)
 }
 
@@ -623,7 +623,7 @@ impl<D: EngineDevice> GpuWhole<D> {
 
     /// What the engine holds and did, in its own terms (e.g. the layers whose shared experts
     /// it folded into the routed launches).
-    pub fn engine_report(&self) -> tarfa_runtime::gpu_engine::EngineReport {
+    pub fn engine_report(&self) -> tarfa_cuda::EngineReport {
         self.engine.report()
     }
 

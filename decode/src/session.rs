@@ -426,7 +426,7 @@ fn whole_model_gpu(
 fn is_a_bad_setting(e: &DecodeError) -> bool {
     matches!(
         e,
-        DecodeError::Gpu(tarfa_runtime::CudaError::BadTileGeometry { .. })
+        DecodeError::Gpu(tarfa_cuda::CudaError::BadTileGeometry { .. })
     )
 }
 
@@ -490,7 +490,7 @@ mod tests {
     #[test]
     fn auto_swallows_a_missing_gpu_but_not_a_bad_tile_setting() {
         use crate::error::DecodeError;
-        use tarfa_runtime::CudaError;
+        use tarfa_cuda::CudaError;
         let bad = DecodeError::Gpu(CudaError::BadTileGeometry {
             value: "7".into(),
             why: "no stage size".into(),

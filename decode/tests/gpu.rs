@@ -111,7 +111,7 @@ fn fused(dir: &std::path::Path, norms: bool) -> Decoder {
     let opts = DecoderOptions::default();
     Decoder::open_with(dir, &opts, |config, tensors, experts| {
         let gpu = tarfa_runtime::Gpu::open(0)?;
-        let dev = tarfa_runtime::cuda_engine::CudaDevice::open(&gpu)?;
+        let dev = tarfa_cuda::CudaDevice::open(&gpu)?;
         let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
         if let Some(f) = f.as_mut() {
             f.set_norm_fusion(norms);

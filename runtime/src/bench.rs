@@ -5,10 +5,10 @@
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
-use crate::cuda::DeviceSink;
 use crate::error::StreamError;
 use crate::model::ModelExperts;
 use crate::source::ExpertSource;
+use crate::DeviceSink;
 
 /// The expert sets of a decode run: per token, `top_k` distinct experts of every layer (fewer
 /// where a layer has fewer), random with `seed`. Made one token at a time, so a run of any

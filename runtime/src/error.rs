@@ -121,5 +121,5 @@ pub enum StreamError {
     ZeroQueueDepth,
     /// Copying experts on to the GPU failed, or CUDA is absent.
     #[error(transparent)]
-    Cuda(#[from] crate::cuda::CudaError),
+    Cuda(#[from] tarfa_cuda::CudaError),
 }

@@ -1,8 +1,8 @@
 //! # tarfa-runtime
 //!
 //! Streams expert extents of a JNF model directory from disk into a pinned ring of slots,
-//! checks each one's BLAKE3 as it lands, and hands them out in completion order; and runs the GPU
-//! side of decoding (`tarfa-decode` drives it).
+//! checks each one's BLAKE3 as it lands, and hands them out in completion order; and makes the
+//! host-to-device copies of landed experts.
 //!
 //! - [`ModelExperts`]: where each `(layer, expert)` lies — its layer file and its extent, one
 //!   4096-aligned contiguous range read in one `O_DIRECT` request — and its recorded hashes.
@@ -24,22 +24,15 @@
 //! - [`DeviceSink`] (feature `cuda`): registers the ring's anonymous mapping with
 //!   `cuMemHostRegister_v2` (not write-combined) and copies each landed, checked expert to VRAM
 //!   with `cuMemcpyHtoDAsync` on its own stream; the slot goes back to the ring only after the
-//!   event recorded behind its copy completes. Without the feature (or without a driver or a
-//!   GPU), [`Gpu::open`] answers [`CudaError::Absent`], saying why.
+//!   event recorded behind its copy completes. The device is tarfa-cuda's [`Gpu`]; without the
+//!   feature (or without a driver or a GPU), [`Gpu::open`] answers [`CudaError::Absent`],
+//!   saying why.
 //!
-//! - [`cuda_compute`] (feature `cuda`): expert SwiGLU on the GPU with the CPU's bits (the
-//!   canonical reduction order on a warp; kernels compiled at run time by NVRTC from
-//!   `cuda_kernels.cu` with `--fmad=false`).
-//! - [`gpu_engine`]: the whole forward pass of a decoder on a device — `Engine<D>` keeps every
-//!   weight, the activations and the KV caches in device buffers and launches the `tarfa_e_*`
-//!   kernels of a token in a fixed order (or replays them from a captured graph); generic over
-//!   [`gpu_engine::EngineDevice`], whose implementations are `cuda_engine::CudaDevice` (feature
-//!   `cuda`) and the CPU emulation in the `tarfa-cuda-emu` test crate.
+//! The GPU's compute (the engine, its kernels, NVRTC) is the `tarfa-cuda` crate; this one is
+//! I/O only.
 //!
-//! All unsafe code is in the `pinned`, `cuda`, `cuda_compute`, `cuda_engine` and `gpu_engine`
-//! (kernel launches: `EngineDevice::launch` is an `unsafe fn` whose contract is the kernel's
-//! buffer sizes) modules, with `# Safety` contracts, and in `mapped` (the one `mmap` call of the
-//! comparison backend); the crate denies it elsewhere.
+//! All unsafe code is in the `pinned` and `device_sink` modules, with `# Safety` contracts, and
+//! in `mapped` (the one `mmap` call of the comparison backend); the crate denies it elsewhere.
 
 #![deny(unsafe_code)]
 
@@ -47,16 +40,11 @@ pub mod backend;
 #[cfg(feature = "bench")]
 pub mod bench;
 #[cfg(feature = "cuda")]
-pub mod cuda;
+mod device_sink;
 #[cfg(not(feature = "cuda"))]
-#[path = "cuda_absent.rs"]
-pub mod cuda;
-#[cfg(feature = "cuda")]
-pub mod cuda_compute;
-#[cfg(feature = "cuda")]
-pub mod cuda_engine;
+#[path = "device_sink_absent.rs"]
+mod device_sink;
 mod error;
-pub mod gpu_engine;
 mod mapped;
 pub mod model;
 mod pinned;
@@ -65,7 +53,7 @@ pub mod source;
 pub mod verify;
 
 pub use backend::{BackendKind, ReadBackend, UnknownBackendName};
-pub use cuda::{CudaError, DeviceSink, Gpu, H2dFigures, CUDA_BUILT};
+pub use device_sink::{register_ring, DeviceSink};
 pub use error::StreamError;
 pub use model::{ExpertExtent, ModelExperts, RegionSpan};
 pub use pinned::{LandedSlot, PinState, PinnedRing, SlotWrite};
@@ -74,3 +62,21 @@ pub use source::{
     probe_io_uring, BackendChoice, ExpertSource, SourceOptions, SourceReport, ENV_BACKEND,
     ENV_REQUIRE_IO_URING,
 };
+/// The device a [`DeviceSink`] copies to, and its errors (tarfa-cuda's).
+pub use tarfa_cuda::{CudaError, Gpu, CUDA_BUILT};
+
+/// The pure host-to-device rate of a registered ring ([`DeviceSink::bench_h2d`]).
+#[derive(Clone, Copy, Debug)]
+pub struct H2dFigures {
+    /// Bytes copied (the ring's size × repeats).
+    pub bytes: u64,
+    /// Wall time, the last copy's completion included.
+    pub elapsed: std::time::Duration,
+}
+
+impl H2dFigures {
+    /// Decimal gigabytes per second.
+    pub fn gb_per_s(&self) -> f64 {
+        self.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e9
+    }
+}

@@ -18,7 +18,7 @@
 //! completion was observed (its event completed, or its stream was synchronised). Dropping an
 //! `InGpuCopy` without that proof leaks the slot, and with it the ring's mapping and its CUDA
 //! registration, rather than let a copy engine read memory that is being rewritten or unmapped.
-//! The CUDA calls themselves (registration, copies) are in the sibling module `cuda`.
+//! The CUDA calls themselves (registration, copies) are in the sibling module `device_sink`.
 
 #![allow(unsafe_code)]
 
@@ -55,7 +55,7 @@ pub struct PinnedRing {
     free: Mutex<Vec<u32>>,
     /// The mapping's `cuMemHostRegister`, once asked for; undone before the unmap.
     #[cfg(feature = "cuda")]
-    cuda_registration: Mutex<Option<crate::cuda::HostRegistration>>,
+    cuda_registration: Mutex<Option<crate::device_sink::HostRegistration>>,
 }
 
 impl fmt::Debug for PinnedRing {
@@ -208,7 +208,7 @@ impl PinnedRing {
     pub(crate) fn register_cuda(
         &self,
         ctx: &Arc<cudarc::driver::CudaContext>,
-    ) -> Result<(), crate::cuda::CudaError> {
+    ) -> Result<(), tarfa_cuda::CudaError> {
         let mut reg = self
             .cuda_registration
             .lock()
@@ -217,7 +217,7 @@ impl PinnedRing {
             return if r.context() == ctx {
                 Ok(())
             } else {
-                Err(crate::cuda::CudaError::Usage(
+                Err(tarfa_cuda::CudaError::Usage(
                     "the ring is registered with another CUDA context".into(),
                 ))
             };
@@ -225,7 +225,7 @@ impl PinnedRing {
         // SAFETY: [base, base + map_len) is this ring's own mapping; it stays mapped until
         // Drop, which drops the registration first.
         *reg = Some(unsafe {
-            crate::cuda::HostRegistration::new(ctx, self.base.as_ptr(), self.map_len)
+            crate::device_sink::HostRegistration::new(ctx, self.base.as_ptr(), self.map_len)
         }?);
         Ok(())
     }

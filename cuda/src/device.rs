@@ -1,5 +1,5 @@
-//! The resident decoder on the GPU: [`crate::gpu_engine::Engine`] over [`CudaDevice`] — the
-//! kernels of `cuda_kernels.cu` compiled by NVRTC (`cuda_compute::load_kernels`), launched by
+//! The resident decoder on the GPU: [`crate::Engine`] over [`CudaDevice`] — the
+//! kernels of `kernels/` compiled by NVRTC (`nvrtc::load_kernels`), launched by
 //! `cuLaunchKernelEx` on one stream, each step captured once as a CUDA graph and replayed (re-captured when
 //! the KV cache grows), which removes the host's launch cost per kernel.
 //!
@@ -21,20 +21,14 @@
 
 #![allow(unsafe_code)]
 
-use std::ffi::OsStr;
 use std::sync::Arc;
 
 use cudarc::driver::{sys, CudaFunction, CudaGraph, CudaSlice, CudaStream, DevicePtr};
 
-use crate::cuda::{CudaError, Gpu};
-use crate::cuda_compute::{drv, load_kernels};
-use crate::gpu_engine::{
-    Arg, Engine, EngineDevice, EngineShape, Geometry, HostLayer, HostTensor, Kernel, MatJobs,
-    MoeArgs, TileGeometry,
-};
-
-/// The resident decoder on a GPU.
-pub type MoeEngine = Engine<CudaDevice>;
+use crate::error::drv;
+use crate::nvrtc::load_kernels;
+use crate::switches::{pdl_wanted, tile_wanted};
+use crate::{Arg, CudaError, EngineDevice, Geometry, Gpu, Kernel, MatJobs, MoeArgs, TileGeometry};
 
 /// One GPU's stream and the resident decoder's kernels on it.
 #[derive(Debug)]
@@ -69,7 +63,7 @@ impl CudaDevice {
     /// Compile the kernels (the tiled ones for the ring `TARFA_CUDA_TILE` asks for, if any) and
     /// make a stream on `gpu`.
     pub fn open(gpu: &Gpu) -> Result<CudaDevice, CudaError> {
-        let ctx = gpu.ctx().clone();
+        let ctx = gpu.context().clone();
         let opt_in = ctx
             .attribute(
                 sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
@@ -93,7 +87,7 @@ impl CudaDevice {
         }
         // The tiled kernels may take all the shared memory a block can have: a ring above
         // 48 KiB, and a product that takes its x in through a norm keeps x there after the ring.
-        // All of it may be dynamic: they have no static shared memory (cuda_compute's NVRTC test
+        // All of it may be dynamic: they have no static shared memory (nvrtc.rs's test
         // `a_ring_chosen_at_run_time_compiles_and_the_default_is_the_sources_own` holds them to it).
         let tile_shared_max = u32::try_from(opt_in).unwrap_or(0).max(48 * 1024);
         if tile_shared_max > 48 * 1024 {
@@ -126,54 +120,6 @@ impl CudaDevice {
             sms: usize::try_from(sms).unwrap_or(1).max(1),
             name: format!("{} (CUDA device {})", gpu.name(), gpu.ordinal()),
         })
-    }
-}
-
-/// The ring the tiled kernels are compiled for: `TARFA_CUDA_TILE` (`env`, `STAGES,STAGE_BYTES`)
-/// if set and not blank, else [`TileGeometry::DEFAULT`]; within the device's `opt_in_max` bytes
-/// of shared memory a block. A value the kernels or the device cannot take is
-/// [`CudaError::BadTileGeometry`].
-pub fn tile_wanted(env: Option<&OsStr>, opt_in_max: u32) -> Result<TileGeometry, CudaError> {
-    let tile = match env.map(|v| v.to_str().ok_or(v)) {
-        None => TileGeometry::DEFAULT,
-        Some(Ok(v)) if v.trim().is_empty() => TileGeometry::DEFAULT,
-        Some(Ok(v)) => TileGeometry::parse(v)?,
-        Some(Err(v)) => {
-            return Err(CudaError::BadTileGeometry {
-                value: v.to_string_lossy().into_owned(),
-                why: "it is not UTF-8".into(),
-            })
-        }
-    };
-    tile.within(opt_in_max)
-}
-
-/// Whether launches ask for programmatic dependent launch: the device has it (compute capability
-/// 9.0 or later) and `TARFA_CUDA_PDL` (`env`) is not `0`.
-pub fn pdl_wanted(cc_major: i32, env: Option<&str>) -> bool {
-    cc_major >= 9 && env.map(str::trim) != Some("0")
-}
-
-impl MoeEngine {
-    /// The resident decoder on `gpu`: [`Engine::new`] over [`CudaDevice::open`].
-    pub fn on_gpu(
-        gpu: &Gpu,
-        shape: EngineShape,
-        embed: HostTensor<'_>,
-        final_norm: HostTensor<'_>,
-        lm_head: Option<HostTensor<'_>>,
-        layers: &[HostLayer<'_>],
-        n_experts: usize,
-    ) -> Result<MoeEngine, CudaError> {
-        Engine::new(
-            CudaDevice::open(gpu)?,
-            shape,
-            embed,
-            final_norm,
-            lm_head,
-            layers,
-            n_experts,
-        )
     }
 }
 
@@ -359,56 +305,5 @@ impl EngineDevice for CudaDevice {
 
     fn replay(&self, g: &Graph) -> Result<(), CudaError> {
         g.0.launch().map_err(drv("graph launch"))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::{pdl_wanted, tile_wanted, CudaError, OsStr, TileGeometry};
-
-    /// Programmatic dependent launch is asked for on sm_90 and later only, and `TARFA_CUDA_PDL=0`
-    /// turns it off (any other value, or none, leaves it on).
-    #[test]
-    fn programmatic_launch_needs_hopper_and_yields_to_the_switch() {
-        assert!(pdl_wanted(9, None));
-        assert!(pdl_wanted(10, Some("1")));
-        assert!(!pdl_wanted(9, Some("0")));
-        assert!(!pdl_wanted(9, Some(" 0\n")));
-        assert!(!pdl_wanted(8, None));
-        assert!(!pdl_wanted(7, Some("1")));
-    }
-
-    /// `TARFA_CUDA_TILE` unset or blank is the default ring; set, it is parsed and checked against
-    /// the kernels' rules and the device's opt-in shared memory, a refusal being
-    /// `BadTileGeometry` (never a panic, never a silent default).
-    #[test]
-    fn the_ring_is_the_default_unless_tarfa_cuda_tile_names_one_the_device_takes() {
-        let h200 = 232_448;
-        let want = |v: Option<&str>, max| tile_wanted(v.map(OsStr::new), max);
-        assert_eq!(want(None, h200).ok(), Some(TileGeometry::DEFAULT));
-        assert_eq!(want(Some(" "), h200).ok(), Some(TileGeometry::DEFAULT));
-        assert_eq!(want(Some("4,8192"), h200).ok(), Some(TileGeometry::DEFAULT));
-        let g = want(Some("6,16384"), h200).expect("6,16384 on an H200");
-        assert_eq!(
-            (g.stages(), g.stage_bytes(), g.shared()),
-            (6, 16384, 101_632)
-        );
-        for (v, max) in [
-            ("6,16384", 48 * 1024),
-            ("16,65536", h200),
-            ("4,8191", h200),
-            ("x", h200),
-        ] {
-            assert!(
-                matches!(want(Some(v), max), Err(CudaError::BadTileGeometry { .. })),
-                "{v} within {max}"
-            );
-        }
-        #[cfg(unix)]
-        {
-            use std::os::unix::ffi::OsStrExt;
-            let e = tile_wanted(Some(OsStr::from_bytes(b"6,\xff")), h200);
-            assert!(matches!(e, Err(CudaError::BadTileGeometry { .. })), "{e:?}");
-        }
     }
 }

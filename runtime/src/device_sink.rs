@@ -1,10 +1,7 @@
-//! CUDA (feature `cuda`): the ring registered with the driver, and landed experts copied on to
-//! the GPU. With the feature off, `cuda_absent.rs` stands in with the same names and says at run
-//! time that CUDA is absent.
-//!
-//! libcuda is loaded when first needed (cudarc's `dynamic-loading`): a build with the feature
-//! runs on a machine without the NVIDIA driver or without a GPU, and [`Gpu::open`] answers
-//! [`CudaError::Absent`] there instead of failing to start or panicking.
+//! Host-to-device copies of landed experts (feature `cuda`): the ring registered with the driver
+//! of a [`Gpu`] (tarfa-cuda's device), and each landed, checked expert copied on to the GPU on
+//! its own stream. With the feature off, `device_sink_absent.rs` stands in with the same names;
+//! no [`Gpu`] can be opened there.
 //!
 //! The unsafe code here, and the contracts it keeps:
 //! - `HostRegistration`: `cuMemHostRegister_v2` of the ring's anonymous mapping (flags
@@ -25,126 +22,20 @@ use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream, DriverError};
+use cudarc::driver::{result, sys, CudaContext, CudaEvent, CudaStream};
+use tarfa_cuda::{drv, CudaError, Gpu};
 
 use crate::pinned::{InGpuCopy, LandedSlot, PinnedRing};
 use crate::prefetch::LandedExpert;
+use crate::H2dFigures;
 
-/// Whether this build has CUDA support compiled in.
-pub const CUDA_BUILT: bool = true;
-
-/// What went wrong on the GPU side.
-#[derive(Debug, thiserror::Error)]
-pub enum CudaError {
-    /// No CUDA here: the build lacks the feature, the driver library is missing, or there is no
-    /// device. Said in words, never a panic.
-    #[error("CUDA is absent: {0}")]
-    Absent(String),
-    /// A driver call failed.
-    #[error("CUDA {op} failed: {source}")]
-    Driver {
-        /// What was being done.
-        op: &'static str,
-        /// The driver's error.
-        source: DriverError,
-    },
-    /// A model whose attention heads are wider than the whole-model GPU decoder's kernels take
-    /// (their shared memory holds [`crate::gpu_engine::MAX_HEAD_DIM`] floats a head): a limit of
-    /// this path, not a caller's mistake (the decoder leaves such a model to the offload path
-    /// before it builds an engine).
-    #[error("head_dim {head_dim} is above the {max} the GPU decoder's attention kernels take; run with --gpu-offload-only (attention on the CPU) or --device cpu")]
-    HeadDimTooLarge {
-        /// The model's head dimension.
-        head_dim: usize,
-        /// The kernels' limit.
-        max: usize,
-    },
-    /// `TARFA_CUDA_TILE` (the ring of the tiled products, a measuring knob) names one the kernels
-    /// or the device cannot take ([`crate::gpu_engine::TileGeometry`]).
-    #[error("TARFA_CUDA_TILE={value}: {why}; it takes STAGES,STAGE_BYTES (2..=16 stages, each a multiple of 2048 bytes in 6144..=65536, the ring within the device's shared memory), e.g. 6,16384, or unset for 4,8192")]
-    BadTileGeometry {
-        /// The value given.
-        value: String,
-        /// Why it is refused.
-        why: String,
-    },
-    /// The API was used against its rules (a slot of another ring, a busy ring).
-    #[error("{0}")]
-    Usage(String),
-}
-
-fn drv(op: &'static str) -> impl FnOnce(DriverError) -> CudaError {
-    move |source| CudaError::Driver { op, source }
-}
-
-/// One CUDA device (its primary context).
-#[derive(Clone)]
-pub struct Gpu {
-    ctx: Arc<CudaContext>,
-    name: String,
-}
-
-impl fmt::Debug for Gpu {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Gpu")
-            .field("ordinal", &self.ctx.ordinal())
-            .field("name", &self.name)
-            .finish()
-    }
-}
-
-impl Gpu {
-    /// Open device `ordinal`, or say why CUDA is absent.
-    pub fn open(ordinal: usize) -> Result<Gpu, CudaError> {
-        // SAFETY: only tries to dlopen libcuda under its usual names; no other precondition.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(CudaError::Absent(
-                "the NVIDIA driver library (libcuda.so) was not found; install the driver, or run without the GPU".into(),
-            ));
-        }
-        result::init().map_err(|e| CudaError::Absent(format!("cuInit failed: {e}")))?;
-        let count = result::device::get_count()
-            .map_err(|e| CudaError::Absent(format!("cannot count CUDA devices: {e}")))?;
-        if count <= 0 {
-            return Err(CudaError::Absent("no CUDA device is visible".into()));
-        }
-        if ordinal >= count as usize {
-            return Err(CudaError::Absent(format!(
-                "CUDA device {ordinal} asked for, {count} visible"
-            )));
-        }
-        let ctx = CudaContext::new(ordinal).map_err(drv("context creation"))?;
-        let name = ctx.name().unwrap_or_else(|_| "unknown".into());
-        Ok(Gpu { ctx, name })
-    }
-
-    /// The device's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    pub(crate) fn ctx(&self) -> &Arc<CudaContext> {
-        &self.ctx
-    }
-
-    /// The device's number.
-    pub fn ordinal(&self) -> usize {
-        self.ctx.ordinal()
-    }
-
-    /// Free and total VRAM in bytes.
-    pub fn mem_info(&self) -> Result<(usize, usize), CudaError> {
-        self.ctx.mem_get_info().map_err(drv("memory query"))
-    }
-
-    /// Page-lock `ring` and register it with this device's context (once; again is a no-op), so
-    /// that copies from its slots to VRAM are DMA from pinned memory instead of a staged copy of
-    /// pageable memory. The registration lives as long as the ring.
-    pub fn register_ring(&self, ring: &PinnedRing) -> Result<(), CudaError> {
-        ring.register_cuda(&self.ctx)
-    }
+/// Page-lock `ring` and register it with `gpu`'s context (once; again is a no-op), so that copies
+/// from its slots to VRAM are DMA from pinned memory instead of a staged copy of pageable memory.
+/// The registration lives as long as the ring.
+pub fn register_ring(gpu: &Gpu, ring: &PinnedRing) -> Result<(), CudaError> {
+    ring.register_cuda(gpu.context())
 }
 
 /// `cuMemHostRegister_v2` of one host range; unregisters when dropped.
@@ -237,22 +128,6 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// The pure host-to-device rate of a registered ring.
-#[derive(Clone, Copy, Debug)]
-pub struct H2dFigures {
-    /// Bytes copied (the ring's size × repeats).
-    pub bytes: u64,
-    /// Wall time, the last copy's completion included.
-    pub elapsed: Duration,
-}
-
-impl H2dFigures {
-    /// Decimal gigabytes per second.
-    pub fn gb_per_s(&self) -> f64 {
-        self.bytes as f64 / self.elapsed.as_secs_f64().max(1e-9) / 1e9
-    }
-}
-
 /// Copies landed slots of one ring into a device buffer the size of the ring (slot `i` to
 /// offset `i × slot_len`), asynchronously on its own stream, and gives each slot back to the
 /// ring only after its copy's event completed. See the module docs.
@@ -289,10 +164,10 @@ impl DeviceSink {
         ring: &Arc<PinnedRing>,
         max_in_flight: usize,
     ) -> Result<DeviceSink, CudaError> {
-        ring.register_cuda(&gpu.ctx)?;
+        ring.register_cuda(gpu.context())?;
         let (_, map_len) = ring.mapping();
-        let buf = DeviceBuffer::new(&gpu.ctx, map_len)?;
-        let stream = gpu.ctx.new_stream().map_err(drv("stream creation"))?;
+        let buf = DeviceBuffer::new(gpu.context(), map_len)?;
+        let stream = gpu.context().new_stream().map_err(drv("stream creation"))?;
         Ok(DeviceSink {
             in_flight: VecDeque::new(),
             spare: Vec::new(),
@@ -336,14 +211,17 @@ impl DeviceSink {
             Some(e) => e,
             None => self
                 .gpu
-                .ctx
+                .context()
                 .new_event(None)
                 .map_err(drv("event creation"))?,
         };
         let copy = slot.into_gpu_copy();
         let (src, len) = copy.host_ptr();
         let dst = self.buf.ptr + (copy.index() as u64) * self.ring.slot_len() as u64;
-        self.gpu.ctx.bind_to_thread().map_err(drv("context bind"))?;
+        self.gpu
+            .context()
+            .bind_to_thread()
+            .map_err(drv("context bind"))?;
         // SAFETY: the source is the slot owned by `copy`, `len` ≤ slot_len bytes inside the
         // registered ring, neither written nor freed until `copy` is released after this copy's
         // event completes (or leaked); the destination lies inside `buf` (offset index ×
@@ -428,7 +306,10 @@ impl DeviceSink {
         self.finish()?;
         let mut out = vec![0u8; len];
         let src = self.buf.ptr + u64::from(slot) * self.ring.slot_len() as u64;
-        self.gpu.ctx.bind_to_thread().map_err(drv("context bind"))?;
+        self.gpu
+            .context()
+            .bind_to_thread()
+            .map_err(drv("context bind"))?;
         // SAFETY: synchronous copy of `len` bytes from inside `buf` (checked above) into `out`.
         unsafe { result::memcpy_dtoh_sync(&mut out, src) }.map_err(drv("cuMemcpyDtoH"))?;
         Ok(out)
@@ -453,7 +334,10 @@ impl DeviceSink {
             ));
         }
         let (base, map_len) = self.ring.mapping();
-        self.gpu.ctx.bind_to_thread().map_err(drv("context bind"))?;
+        self.gpu
+            .context()
+            .bind_to_thread()
+            .map_err(drv("context bind"))?;
         let t0 = Instant::now();
         let mut outcome = Ok(());
         for _ in 0..repeats.max(1) {

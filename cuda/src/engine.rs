@@ -2,12 +2,12 @@
 //! forward pass per token — embedding, RMSNorm, q/k/v, per-head q/k norm and RoPE, the KV
 //! cache, attention, `o`, the softmax router's top-k, the selected experts' SwiGLU, the combine,
 //! the final norm and `lm_head` — with every weight resident on the device and the activations
-//! never leaving it; only the logits come back. Each kernel (`cuda_kernels.cu`, the `tarfa_e_*`
+//! never leaving it; only the logits come back. Each kernel (`kernels/`, the `tarfa_e_*`
 //! ones) computes the bits the CPU decoder computes (`decode/src/canon.rs`,
 //! `decode/src/blocks.rs`): same reduction order, fused multiply-adds only where the CPU has
 //! them, tarfa's own `exp`.
 //!
-//! Two devices implement [`EngineDevice`]: the GPU (`cuda_engine.rs`, feature `cuda`: cudarc,
+//! Two devices implement [`EngineDevice`]: the GPU (`device.rs`, feature `cuda`: cudarc,
 //! the kernels compiled by NVRTC, each step replayed from a captured CUDA graph) and, for tests,
 //! the same kernels compiled for the CPU by the emulation in `cuda-emu/`, so that this very
 //! orchestration — buffers, launch order and geometry, the KV cache's growth — is held to the CPU
@@ -31,180 +31,10 @@
 
 #![allow(unsafe_code)]
 
-/// Element type of a weight on the device.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum GpuDtype {
-    /// BF16 bit patterns (widened exactly at use).
-    Bf16,
-    /// `f32`.
-    F32,
-}
-
-impl GpuDtype {
-    /// The kernels' number for it.
-    pub fn code(self) -> i32 {
-        match self {
-            GpuDtype::Bf16 => 0,
-            GpuDtype::F32 => 1,
-        }
-    }
-
-    /// Bytes per element.
-    pub fn size(self) -> usize {
-        match self {
-            GpuDtype::Bf16 => 2,
-            GpuDtype::F32 => 4,
-        }
-    }
-}
-
-/// What went wrong: the device's error, or the engine used against its rules.
-pub use crate::cuda::CudaError as EngineError;
-
-/// A kernel of the resident decoder (`cuda_kernels.cu`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
-    /// `tarfa_e_matvec`.
-    Matvec,
-    /// `tarfa_e_embed`.
-    Embed,
-    /// `tarfa_e_rms_norm`.
-    RmsNorm,
-    /// `tarfa_e_attention` (with the token's q/k norm and RoPE, and its k/v cache store).
-    Attention,
-    /// `tarfa_e_topk`.
-    Topk,
-    /// `tarfa_e_moe_gate_up`.
-    GateUp,
-    /// `tarfa_e_moe_down`.
-    Down,
-    /// `tarfa_e_moe_combine`.
-    Combine,
-    /// `tarfa_e_tmatvec`.
-    TiledMatvec,
-    /// `tarfa_e_tmoe_gate_up`.
-    TiledGateUp,
-    /// `tarfa_e_tmoe_down`.
-    TiledDown,
-    /// `tarfa_e_combine_norm`.
-    CombineNorm,
-    /// `tarfa_e_sigmoid_topk`.
-    SigmoidTopk,
-}
-
-impl Kernel {
-    /// Every kernel.
-    pub const ALL: [Kernel; 13] = [
-        Kernel::Matvec,
-        Kernel::Embed,
-        Kernel::RmsNorm,
-        Kernel::Attention,
-        Kernel::Topk,
-        Kernel::GateUp,
-        Kernel::Down,
-        Kernel::Combine,
-        Kernel::TiledMatvec,
-        Kernel::TiledGateUp,
-        Kernel::TiledDown,
-        Kernel::CombineNorm,
-        Kernel::SigmoidTopk,
-    ];
-
-    /// Its name in `cuda_kernels.cu`.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernel::Matvec => "tarfa_e_matvec",
-            Kernel::Embed => "tarfa_e_embed",
-            Kernel::RmsNorm => "tarfa_e_rms_norm",
-            Kernel::Attention => "tarfa_e_attention",
-            Kernel::Topk => "tarfa_e_topk",
-            Kernel::GateUp => "tarfa_e_moe_gate_up",
-            Kernel::Down => "tarfa_e_moe_down",
-            Kernel::Combine => "tarfa_e_moe_combine",
-            Kernel::TiledMatvec => "tarfa_e_tmatvec",
-            Kernel::TiledGateUp => "tarfa_e_tmoe_gate_up",
-            Kernel::TiledDown => "tarfa_e_tmoe_down",
-            Kernel::CombineNorm => "tarfa_e_combine_norm",
-            Kernel::SigmoidTopk => "tarfa_e_sigmoid_topk",
-        }
-    }
-}
-
-/// One kernel argument, as the kernel's parameter list has it.
-#[derive(Clone, Copy, Debug)]
-pub enum Arg {
-    /// A device address.
-    Ptr(u64),
-    /// An `int`.
-    I32(i32),
-    /// A `float`.
-    F32(f32),
-    /// A `TarfaMatJobs` by value.
-    Jobs(MatJobs),
-    /// A `TarfaMoe` by value.
-    Moe(MoeArgs),
-}
-
-/// Grid, block and dynamic shared memory of a launch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Geometry {
-    /// Blocks.
-    pub grid: u32,
-    /// Threads per block (a multiple of 32).
-    pub block: u32,
-    /// Dynamic shared memory in bytes.
-    pub shared: u32,
-}
-
-/// Where the engine's buffers live and its kernels run, in issue order.
-pub trait EngineDevice: Send + std::fmt::Debug {
-    /// A device buffer.
-    type Buf: Send + std::fmt::Debug;
-    /// A captured sequence of launches.
-    type Graph: Send;
-    /// The device, in words.
-    fn name(&self) -> String;
-    /// Its multiprocessors (sizes the tiled launches; geometry only, never a bit of a result).
-    fn multiprocessors(&self) -> usize {
-        1
-    }
-    /// The ring its tiled kernels were compiled for (a tiled launch's dynamic shared memory is
-    /// its [`TileGeometry::shared`], allowed for them if above 48 KiB; geometry only, never a
-    /// bit of a result).
-    fn tile(&self) -> TileGeometry;
-    /// The dynamic shared memory a tiled launch may take (the tiled kernels are allowed all a
-    /// block may have: 48 KiB unless the device lets them opt in to more).
-    fn tile_shared_max(&self) -> u32 {
-        48 * 1024
-    }
-    /// `len` zero bytes (at least 256-byte aligned).
-    fn alloc(&self, len: usize) -> Result<Self::Buf, EngineError>;
-    /// A buffer holding `bytes` (at least 256-byte aligned).
-    fn upload(&self, bytes: &[u8]) -> Result<Self::Buf, EngineError>;
-    /// Copy `bytes` into `buf` at `offset` (in issue order).
-    fn write(&self, buf: &mut Self::Buf, offset: usize, bytes: &[u8]) -> Result<(), EngineError>;
-    /// The first `len` bytes of `buf`, after everything issued before.
-    fn read(&self, buf: &Self::Buf, len: usize) -> Result<Vec<u8>, EngineError>;
-    /// Copy the first `len` bytes of `src` to `dst`.
-    fn copy(&self, src: &Self::Buf, dst: &mut Self::Buf, len: usize) -> Result<(), EngineError>;
-    /// The address kernels see for `buf`.
-    fn addr(&self, buf: &Self::Buf) -> u64;
-    /// Wait for everything issued.
-    fn sync(&self) -> Result<(), EngineError>;
-    /// Launch `k` with `args` in its parameter order.
-    ///
-    /// # Safety
-    /// The arguments must be what the kernel's parameters say, and every address with every
-    /// size the kernel reads or writes under `geo` must lie in a live buffer of this device.
-    unsafe fn launch(&self, k: Kernel, geo: Geometry, args: &[Arg]) -> Result<(), EngineError>;
-    /// Record the launches `f` issues as a graph, or `None` if this device has no graphs.
-    fn capture(
-        &self,
-        f: &mut dyn FnMut() -> Result<(), EngineError>,
-    ) -> Result<Option<Self::Graph>, EngineError>;
-    /// Replay a captured graph.
-    fn replay(&self, g: &Self::Graph) -> Result<(), EngineError>;
-}
+use crate::abi::{MatJob, MatJobs, MoeArgs};
+use crate::hal::{Arg, EngineDevice, Geometry, GpuDtype, Kernel};
+use crate::tile::{tile_norm_shared, tile_rows, SHARED_MAX, TILE_MAX_ROWS, TILE_THREADS};
+use crate::CudaError;
 
 /// Host bytes of one tensor to place in VRAM: a row-major `[rows, cols]` matrix (a vector is
 /// one row).
@@ -221,12 +51,12 @@ pub struct HostTensor<'a> {
 }
 
 impl HostTensor<'_> {
-    fn check(&self, what: &str, rows: usize, cols: usize) -> Result<(), EngineError> {
+    fn check(&self, what: &str, rows: usize, cols: usize) -> Result<(), CudaError> {
         let need = rows
             .checked_mul(cols)
             .and_then(|n| n.checked_mul(self.dtype.size()));
         if self.rows != rows || self.cols != cols || need != Some(self.bytes.len()) {
-            return Err(EngineError::Usage(format!(
+            return Err(CudaError::Usage(format!(
                 "{what}: [{}, {}] of {} bytes where [{rows}, {cols}] is needed",
                 self.rows,
                 self.cols,
@@ -413,76 +243,6 @@ enum DevRoute<B> {
     },
 }
 
-/// The C layout of `TarfaMatJob` in `cuda_kernels.cu`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MatJob {
-    /// Weights.
-    pub w: u64,
-    /// Input.
-    pub x: u64,
-    /// Output.
-    pub y: u64,
-    /// Bias, or 0.
-    pub bias: u64,
-    /// Rows.
-    pub rows: i32,
-    /// Columns.
-    pub cols: i32,
-    /// Weight element type.
-    pub dtype: i32,
-    /// Bias element type.
-    pub bias_dtype: i32,
-    /// Add to `y` instead of storing.
-    pub accumulate: i32,
-    /// Wide loads (`cols` a multiple of 8, buffers 16-byte aligned).
-    pub vec: i32,
-}
-
-/// Products in one launch at most.
-pub const MAX_JOBS: usize = 4;
-
-/// The C layout of `TarfaMatJobs`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MatJobs {
-    /// The products.
-    pub job: [MatJob; MAX_JOBS],
-    /// Product `i`'s rows are quads `row_start[i]..row_start[i + 1]`.
-    pub row_start: [i32; MAX_JOBS + 1],
-    /// Products used.
-    pub n: i32,
-    /// When > 0: every product's `x` is `job[0].x` and `vec`, and its first `stage` floats (the
-    /// widest product's columns) are staged in shared memory by each block.
-    pub stage: i32,
-}
-
-/// The C layout of `TarfaMoe`.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default)]
-pub struct MoeArgs {
-    /// Address of the gate address table.
-    pub gate: u64,
-    /// Address of the up address table.
-    pub up: u64,
-    /// Address of the down address table.
-    pub down: u64,
-    /// Experts in the tables.
-    pub n_experts: i32,
-    /// Expert width.
-    pub inter: i32,
-    /// Hidden size.
-    pub hidden: i32,
-    /// Gate/up element type.
-    pub dtype_gu: i32,
-    /// Down element type.
-    pub dtype_d: i32,
-    /// Wide loads for gate/up.
-    pub vec_gu: i32,
-    /// Wide loads for down.
-    pub vec_d: i32,
-}
-
 /// Device activations and scratch of one token.
 #[derive(Debug)]
 struct Activations<B> {
@@ -547,9 +307,6 @@ impl<D: EngineDevice> std::fmt::Debug for Engine<D> {
 
 const BLOCK: u32 = 256;
 
-/// Dynamic shared memory a block may take without opting in.
-const SHARED_MAX: usize = 48 * 1024;
-
 /// Threads of an attention block (one per query head): sixteen warps share its positions' scores.
 const ATTN_BLOCK: u32 = 512;
 
@@ -562,175 +319,6 @@ const RMS_BLOCK: u32 = 512;
 /// which thread computes a row changes no bit of it.
 const MATVEC_BLOCK: u32 = 128;
 
-/// Threads of a tiled launch (`TARFA_TILE_THREADS` in `cuda_kernels.cu`).
-const TILE_THREADS: u32 = 128;
-/// Rows of a tiled launch's block at most (`TARFA_TILE_MAX_ROWS`).
-const TILE_MAX_ROWS: usize = 32;
-
-/// The shared-memory ring of the tiled launches (`TARFA_TILE_STAGES` stages of
-/// `TARFA_TILE_STAGE_BYTES` weight bytes, `stages − 1` in flight), which the kernels are compiled
-/// for. A measuring knob (`TARFA_CUDA_TILE=STAGES,STAGE_BYTES` on the GPU): it changes which
-/// thread copies which bytes and when, never an operation or its order, so never a bit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct TileGeometry {
-    stages: u32,
-    stage_bytes: u32,
-}
-
-impl Default for TileGeometry {
-    fn default() -> TileGeometry {
-        TileGeometry::DEFAULT
-    }
-}
-
-impl TileGeometry {
-    /// The kernels' own (`cuda_kernels.cu`'s defaults): four stages of 8 KiB.
-    pub const DEFAULT: TileGeometry = TileGeometry {
-        stages: 4,
-        stage_bytes: 8192,
-    };
-    /// Stages at least (one landing while one is read) and at most.
-    pub const STAGES: std::ops::RangeInclusive<u32> = 2..=16;
-    /// Weight bytes of a stage are whole 16-byte pieces for each of the block's threads.
-    pub const STAGE_BYTES_STEP: u32 = 16 * TILE_THREADS;
-    /// Weight bytes of a stage at least (the least multiple of the step that holds 32 columns of
-    /// x and of a block's 32 F32 rows: 32 · (4 + 32 · 4) = 4,224 bytes) and at most.
-    pub const STAGE_BYTES: std::ops::RangeInclusive<u32> = 6144..=65536;
-
-    /// `stages` of `stage_bytes`, if the kernels take them (see [`TileGeometry::STAGES`] and
-    /// [`TileGeometry::STAGE_BYTES`]).
-    pub fn new(stages: u32, stage_bytes: u32) -> Result<TileGeometry, EngineError> {
-        match Self::refusal(stages, stage_bytes) {
-            None => Ok(TileGeometry {
-                stages,
-                stage_bytes,
-            }),
-            Some(why) => Err(EngineError::BadTileGeometry {
-                value: format!("{stages},{stage_bytes}"),
-                why,
-            }),
-        }
-    }
-
-    /// Why the kernels cannot take `stages` of `stage_bytes`, if they cannot.
-    fn refusal(stages: u32, stage_bytes: u32) -> Option<String> {
-        let (lo, hi) = (Self::STAGES.start(), Self::STAGES.end());
-        if !Self::STAGES.contains(&stages) {
-            return Some(format!("{stages} stages is outside {lo}..={hi}"));
-        }
-        let (lo, hi, step) = (
-            Self::STAGE_BYTES.start(),
-            Self::STAGE_BYTES.end(),
-            Self::STAGE_BYTES_STEP,
-        );
-        if !Self::STAGE_BYTES.contains(&stage_bytes) || stage_bytes % step != 0 {
-            return Some(format!(
-                "{stage_bytes} bytes a stage is not a multiple of {step} in {lo}..={hi}"
-            ));
-        }
-        None
-    }
-
-    /// `STAGES,STAGE_BYTES` (decimal, e.g. `6,16384`) as `TARFA_CUDA_TILE` gives it; the error
-    /// names the value and why it is refused.
-    pub fn parse(text: &str) -> Result<TileGeometry, EngineError> {
-        let bad = |why: String| EngineError::BadTileGeometry {
-            value: text.to_string(),
-            why,
-        };
-        let (stages, bytes) = text
-            .split_once(',')
-            .ok_or_else(|| bad("it is not two numbers STAGES,STAGE_BYTES".into()))?;
-        let num = |v: &str| {
-            v.trim()
-                .parse::<u32>()
-                .map_err(|_| bad(format!("{:?} is not a number", v.trim())))
-        };
-        let (stages, stage_bytes) = (num(stages)?, num(bytes)?);
-        match Self::refusal(stages, stage_bytes) {
-            Some(why) => Err(bad(why)),
-            None => Ok(TileGeometry {
-                stages,
-                stage_bytes,
-            }),
-        }
-    }
-
-    /// Itself if its dynamic shared memory ([`TileGeometry::shared`]) is within a block's
-    /// `max_shared` bytes (the device's opt-in maximum).
-    pub fn within(self, max_shared: u32) -> Result<TileGeometry, EngineError> {
-        if self.shared() > max_shared {
-            return Err(EngineError::BadTileGeometry {
-                value: format!("{},{}", self.stages, self.stage_bytes),
-                why: format!(
-                    "the ring takes {} bytes of shared memory, above the device's {max_shared} a block",
-                    self.shared()
-                ),
-            });
-        }
-        Ok(self)
-    }
-
-    /// Stages of the ring.
-    pub const fn stages(self) -> u32 {
-        self.stages
-    }
-
-    /// Weight bytes of a stage.
-    pub const fn stage_bytes(self) -> u32 {
-        self.stage_bytes
-    }
-
-    /// Dynamic shared bytes of a tiled launch (`TARFA_TILE_SHARED`): the rows' addresses, then
-    /// the stages, each with 16 bytes of padding per row.
-    pub const fn shared(self) -> u32 {
-        let head = TILE_MAX_ROWS as u32 * 8;
-        head + self.stages * (self.stage_bytes + TILE_MAX_ROWS as u32 * 16)
-    }
-
-    /// Whether a block's dynamic shared memory is above the 48 KiB it may take without opting in
-    /// (the tiled kernels' `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`, set to
-    /// [`TileGeometry::shared`]).
-    pub fn needs_opt_in(self) -> bool {
-        self.shared() as usize > SHARED_MAX
-    }
-
-    /// NVRTC's options compiling the kernels for this ring.
-    pub fn defines(self) -> [String; 2] {
-        [
-            format!("-DTARFA_TILE_STAGES={}", self.stages),
-            format!("-DTARFA_TILE_STAGE_BYTES={}", self.stage_bytes),
-        ]
-    }
-}
-
-/// Blocks per multiprocessor a tiled launch aims at (each keeps all but one of its ring's stages
-/// in flight: three of 8 KiB by default). Measured on the H200 (12.7 GB model), each pair in one
-/// session: 1 → 807.7 tokens/s against 773.6 at 2; 4 → 688.6 against 785.1 at 2 — more rows per
-/// block (wider tiles of fewer blocks) beat more blocks.
-const TILE_BLOCKS_PER_SM: usize = 1;
-
-/// Rows (at most `max`, a power of two) per block of a tiled launch over `count` rows: the most
-/// that still gives every multiprocessor its share of blocks. (Rows spread evenly over the
-/// fewest rounds of a block per multiprocessor instead — q/k/v's 5,120 rows in 256 blocks of 20
-/// rather than 160 of 32, of which 28 multiprocessors take two — was slower on the H200:
-/// 899.4 / 918.1 tokens/s against 923.1 / 931.6, ledger row (bb).)
-fn tile_rows(count: usize, max: usize, sms: usize) -> usize {
-    let target = sms.max(1) * TILE_BLOCKS_PER_SM;
-    let mut nr = max;
-    while nr > 1 && count.div_ceil(nr) < target {
-        nr /= 2;
-    }
-    nr
-}
-
-/// Dynamic shared memory a tiled product launch that takes its x (`cols` floats) in through an
-/// RMSNorm needs beyond its ring: x, then the norm's scale in 16 bytes of its own
-/// (`TARFA_TILE_NORM_SHARED`).
-pub const fn tile_norm_shared(cols: usize) -> usize {
-    4 * cols + 16
-}
-
 /// The most floats of x a matrix-vector launch stages in shared memory (48 KiB).
 const MAX_STAGE: i32 = 12 * 1024;
 const FIRST_CAP: usize = 256;
@@ -739,11 +327,11 @@ const FIRST_CAP: usize = 256;
 /// floats of a block in shared memory (36 KiB at 256).
 pub const MAX_HEAD_DIM: usize = 256;
 
-fn geo(blocks: usize, block: u32, shared: u32) -> Result<Geometry, EngineError> {
+fn geo(blocks: usize, block: u32, shared: u32) -> Result<Geometry, CudaError> {
     let grid = u32::try_from(blocks.max(1))
         .ok()
         .filter(|&b| b <= i32::MAX as u32)
-        .ok_or_else(|| EngineError::Usage(format!("{blocks} blocks do not fit one launch")))?;
+        .ok_or_else(|| CudaError::Usage(format!("{blocks} blocks do not fit one launch")))?;
     Ok(Geometry {
         grid,
         block,
@@ -751,9 +339,9 @@ fn geo(blocks: usize, block: u32, shared: u32) -> Result<Geometry, EngineError> 
     })
 }
 
-fn int(v: usize, what: &str) -> Result<i32, EngineError> {
+fn int(v: usize, what: &str) -> Result<i32, CudaError> {
     i32::try_from(v)
-        .map_err(|_| EngineError::Usage(format!("{what} {v} is too large for the GPU kernels")))
+        .map_err(|_| CudaError::Usage(format!("{what} {v} is too large for the GPU kernels")))
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -771,11 +359,11 @@ impl<D: EngineDevice> Engine<D> {
         lm_head: Option<HostTensor<'_>>,
         layers: &[HostLayer<'_>],
         n_experts: usize,
-    ) -> Result<Engine<D>, EngineError> {
+    ) -> Result<Engine<D>, CudaError> {
         let s = shape;
         let (h, d) = (s.hidden, s.head_dim);
         if d > MAX_HEAD_DIM {
-            return Err(EngineError::HeadDimTooLarge {
+            return Err(CudaError::HeadDimTooLarge {
                 head_dim: d,
                 max: MAX_HEAD_DIM,
             });
@@ -791,7 +379,7 @@ impl<D: EngineDevice> Engine<D> {
             || s.vocab == 0
             || s.top_k == 0
         {
-            return Err(EngineError::Usage(format!(
+            return Err(CudaError::Usage(format!(
                 "the GPU decoder does not take this shape: {s:?}"
             )));
         }
@@ -809,7 +397,7 @@ impl<D: EngineDevice> Engine<D> {
                   rows: usize,
                   cols: usize,
                   report: &mut EngineReport|
-         -> Result<DevTensor<D::Buf>, EngineError> {
+         -> Result<DevTensor<D::Buf>, CudaError> {
             t.check(what, rows, cols)?;
             let buf = dev.upload(t.bytes)?;
             report.weight_bytes += t.bytes.len() as u64;
@@ -842,7 +430,7 @@ impl<D: EngineDevice> Engine<D> {
             let qk_norm = match &a.qk_norm {
                 Some((qn, kn)) => {
                     if qn.dtype != kn.dtype {
-                        return Err(EngineError::Usage(format!(
+                        return Err(CudaError::Usage(format!(
                             "layer {l}: q_norm and k_norm of different element types"
                         )));
                     }
@@ -860,7 +448,7 @@ impl<D: EngineDevice> Engine<D> {
                     shared,
                 } => {
                     if n_experts == 0 || s.top_k > n_experts {
-                        return Err(EngineError::Usage(format!(
+                        return Err(CudaError::Usage(format!(
                             "layer {l}: top-{} of {n_experts} experts",
                             s.top_k
                         )));
@@ -880,7 +468,7 @@ impl<D: EngineDevice> Engine<D> {
                                 || topk_group == 0
                                 || topk_group > n_group
                             {
-                                return Err(EngineError::Usage(format!(
+                                return Err(CudaError::Usage(format!(
                                     "layer {l}: {topk_group} of {n_group} groups of {n_experts} experts"
                                 )));
                             }
@@ -986,13 +574,13 @@ impl<D: EngineDevice> Engine<D> {
         gate: HostTensor<'_>,
         up: HostTensor<'_>,
         down: HostTensor<'_>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), CudaError> {
         let h = self.shape.hidden;
         let Some(l) = self.layers.get_mut(layer) else {
-            return Err(EngineError::Usage(format!("no layer {layer}")));
+            return Err(CudaError::Usage(format!("no layer {layer}")));
         };
         if l.router.is_none() {
-            return Err(EngineError::Usage(format!(
+            return Err(CudaError::Usage(format!(
                 "layer {layer} has no routed experts"
             )));
         }
@@ -1001,9 +589,9 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     /// Every routed expert of every layer present: build the address tables.
-    pub fn finish(&mut self) -> Result<(), EngineError> {
+    pub fn finish(&mut self) -> Result<(), CudaError> {
         if self.finished {
-            return Err(EngineError::Usage(
+            return Err(CudaError::Usage(
                 "the GPU decoder was finished twice".into(),
             ));
         }
@@ -1011,7 +599,7 @@ impl<D: EngineDevice> Engine<D> {
         for (i, l) in self.layers.iter_mut().enumerate() {
             max_inter = max_inter.max(l.experts.inter);
             if let Some(e) = l.experts.bufs.iter().position(|b| b.is_none()) {
-                return Err(EngineError::Usage(format!(
+                return Err(CudaError::Usage(format!(
                     "layer {i}: expert {e} was never copied to the GPU"
                 )));
             }
@@ -1036,7 +624,7 @@ impl<D: EngineDevice> Engine<D> {
         // The folded slot: id n (every layer has n experts), weight 1 (its products exact, so
         // the combine adds the shared output itself after the routed slots).
         let n = i32::try_from(self.layers.iter().map(|l| l.experts.n).max().unwrap_or(0))
-            .map_err(|_| EngineError::Usage("too many experts".into()))?;
+            .map_err(|_| CudaError::Usage("too many experts".into()))?;
         self.dev.write(&mut self.a.ids, k * 4, &n.to_le_bytes())?;
         self.dev
             .write(&mut self.a.wts, k * 4, &1.0f32.to_le_bytes())?;
@@ -1075,14 +663,12 @@ impl<D: EngineDevice> Engine<D> {
         cos: &[f32],
         sin: &[f32],
         want_logits: bool,
-    ) -> Result<Option<Vec<f32>>, EngineError> {
+    ) -> Result<Option<Vec<f32>>, CudaError> {
         if !self.finished {
-            return Err(EngineError::Usage(
-                "the GPU decoder was not finished".into(),
-            ));
+            return Err(CudaError::Usage("the GPU decoder was not finished".into()));
         }
         if token as usize >= self.shape.vocab {
-            return Err(EngineError::Usage(format!(
+            return Err(CudaError::Usage(format!(
                 "token {token} is outside the vocabulary of {}",
                 self.shape.vocab
             )));
@@ -1091,9 +677,9 @@ impl<D: EngineDevice> Engine<D> {
         let need = pos
             .checked_add(1)
             .and_then(|n| n.checked_mul(half))
-            .ok_or_else(|| EngineError::Usage("position too large".into()))?;
+            .ok_or_else(|| CudaError::Usage("position too large".into()))?;
         if cos.len() < need || sin.len() < need {
-            return Err(EngineError::Usage(format!(
+            return Err(CudaError::Usage(format!(
                 "RoPE tables of {} values for position {pos}",
                 cos.len().min(sin.len())
             )));
@@ -1160,7 +746,7 @@ impl<D: EngineDevice> Engine<D> {
 
     /// Grow the KV caches, scores and RoPE tables to hold `n` positions (doubling), keeping
     /// what they hold.
-    fn ensure_cap(&mut self, n: usize) -> Result<(), EngineError> {
+    fn ensure_cap(&mut self, n: usize) -> Result<(), CudaError> {
         if n <= self.cap {
             return Ok(());
         }
@@ -1168,7 +754,7 @@ impl<D: EngineDevice> Engine<D> {
         while cap < n {
             cap = cap
                 .checked_mul(2)
-                .ok_or_else(|| EngineError::Usage("context too long".into()))?;
+                .ok_or_else(|| CudaError::Usage("context too long".into()))?;
         }
         int(cap, "a context length")?;
         int(cap.saturating_mul(self.shape.heads), "the attention scores")?;
@@ -1176,7 +762,7 @@ impl<D: EngineDevice> Engine<D> {
         let kvd = s.kv_heads * s.head_dim;
         let half = s.rotary_dim / 2;
         let dev = &self.dev;
-        let grow = |old: &D::Buf, old_len: usize, len: usize| -> Result<D::Buf, EngineError> {
+        let grow = |old: &D::Buf, old_len: usize, len: usize| -> Result<D::Buf, CudaError> {
             let mut new = dev.alloc(len.max(1) * 4)?;
             dev.copy(old, &mut new, old_len.min(len) * 4)?;
             Ok(new)
@@ -1197,7 +783,7 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     /// `jobs` as one launch's table, and their rows.
-    fn mat_jobs(jobs: &[MatJob]) -> Result<(MatJobs, i32), EngineError> {
+    fn mat_jobs(jobs: &[MatJob]) -> Result<(MatJobs, i32), CudaError> {
         let mut m = MatJobs::default();
         let mut rows = 0i32;
         for (i, j) in jobs.iter().enumerate() {
@@ -1205,7 +791,7 @@ impl<D: EngineDevice> Engine<D> {
             m.row_start[i] = rows;
             rows = rows
                 .checked_add(j.rows)
-                .ok_or_else(|| EngineError::Usage("too many rows in one launch".into()))?;
+                .ok_or_else(|| CudaError::Usage("too many rows in one launch".into()))?;
         }
         m.row_start[jobs.len()] = rows;
         m.n = jobs.len() as i32;
@@ -1232,7 +818,7 @@ impl<D: EngineDevice> Engine<D> {
         m: MatJobs,
         rows: i32,
         norm: Option<(&DevTensor<D::Buf>, u64)>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), CudaError> {
         let nr = tile_rows(rows as usize, TILE_MAX_ROWS, self.dev.multiprocessors());
         let mut shared = self.dev.tile().shared();
         let (nw, ndt, keep) = match norm {
@@ -1286,7 +872,7 @@ impl<D: EngineDevice> Engine<D> {
         xn: u64,
         keep: bool,
         jobs: &[MatJob],
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), CudaError> {
         debug_assert!(jobs.iter().all(|j| j.y != x && j.y != xn));
         if self.norm_fuses(w, jobs) {
             let raw: Vec<MatJob> = jobs.iter().map(|j| MatJob { x, ..*j }).collect();
@@ -1298,7 +884,7 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     /// The products `jobs` in one launch.
-    fn matvec(&self, jobs: &[MatJob]) -> Result<(), EngineError> {
+    fn matvec(&self, jobs: &[MatJob]) -> Result<(), CudaError> {
         let (mut m, rows) = Self::mat_jobs(jobs)?;
         if Self::tiles(jobs) {
             return self.tiled_matvec(m, rows, None);
@@ -1353,7 +939,7 @@ impl<D: EngineDevice> Engine<D> {
         }
     }
 
-    fn rms_norm(&self, x: u64, w: &DevTensor<D::Buf>, out: u64) -> Result<(), EngineError> {
+    fn rms_norm(&self, x: u64, w: &DevTensor<D::Buf>, out: u64) -> Result<(), CudaError> {
         // SAFETY: `x` and `out` hold `n` floats (hidden-sized activations), `w` `n` elements.
         unsafe {
             self.dev.launch(
@@ -1372,7 +958,7 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     /// Embedding, then every layer; `x` holds the residual stream after it.
-    fn launch_body(&self) -> Result<(), EngineError> {
+    fn launch_body(&self) -> Result<(), CudaError> {
         let s = self.shape;
         let a = &self.a;
         let (h, d) = (s.hidden, s.head_dim);
@@ -1475,7 +1061,7 @@ impl<D: EngineDevice> Engine<D> {
         xn: u64,
         x: u64,
         next: Option<&DevTensor<D::Buf>>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), CudaError> {
         let s = self.shape;
         let a = &self.a;
         let (ids, wts, k) = match &l.router {
@@ -1570,7 +1156,7 @@ impl<D: EngineDevice> Engine<D> {
         xn: u64,
         hb: u64,
         yb: u64,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), CudaError> {
         let s = self.shape;
         let m = t.args(&self.dev, s.hidden)?;
         let ki = k as i32;
@@ -1657,7 +1243,7 @@ impl<D: EngineDevice> Engine<D> {
         sh: u64,
         x: u64,
         norm: Option<(&DevTensor<D::Buf>, u64)>,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), CudaError> {
         if let Some((w, out)) = norm {
             // SAFETY: y holds k × hidden floats, wts k, x, out and sh (when not 0) hidden, w
             // hidden elements.
@@ -1699,7 +1285,7 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     /// Final norm and `lm_head` into the logits buffer.
-    fn launch_head(&self) -> Result<(), EngineError> {
+    fn launch_head(&self) -> Result<(), CudaError> {
         let a = &self.a;
         let (x, xn, logits) = (self.p(&a.x), self.p(&a.xn), self.p(&a.logits));
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
@@ -1710,7 +1296,7 @@ impl<D: EngineDevice> Engine<D> {
 
 impl<B> ExpertTable<B> {
     /// The gate/up/down address tables copied to the device (the kernels index them).
-    fn upload_tables<D: EngineDevice<Buf = B>>(&mut self, dev: &D) -> Result<(), EngineError> {
+    fn upload_tables<D: EngineDevice<Buf = B>>(&mut self, dev: &D) -> Result<(), CudaError> {
         let t = |v: &[u64]| {
             let b: Vec<u8> = v.iter().flat_map(|p| p.to_le_bytes()).collect();
             dev.upload(&b)
@@ -1720,15 +1306,11 @@ impl<B> ExpertTable<B> {
     }
 
     /// The kernels' view of the table (after [`ExpertTable::upload_tables`]).
-    fn args<D: EngineDevice<Buf = B>>(
-        &self,
-        dev: &D,
-        hidden: usize,
-    ) -> Result<MoeArgs, EngineError> {
+    fn args<D: EngineDevice<Buf = B>>(&self, dev: &D, hidden: usize) -> Result<MoeArgs, CudaError> {
         let tables = self
             .dev
             .as_ref()
-            .ok_or_else(|| EngineError::Usage("experts not finished".into()))?;
+            .ok_or_else(|| CudaError::Usage("experts not finished".into()))?;
         Ok(MoeArgs {
             gate: dev.addr(&tables[0]),
             up: dev.addr(&tables[1]),
@@ -1766,27 +1348,27 @@ impl<B> ExpertTable<B> {
         hidden: usize,
         [g, u, d]: [&HostTensor<'_>; 3],
         report: &mut EngineReport,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(), CudaError> {
         if e >= self.n {
-            return Err(EngineError::Usage(format!("expert {e} of {}", self.n)));
+            return Err(CudaError::Usage(format!("expert {e} of {}", self.n)));
         }
         // The first expert fixes the layer's width; every other must have it.
         let inter = if self.inter == 0 { g.rows } else { self.inter };
         if inter == 0 {
-            return Err(EngineError::Usage("an expert of width 0".into()));
+            return Err(CudaError::Usage("an expert of width 0".into()));
         }
         int(inter, "an expert width")?;
         g.check("expert gate", inter, hidden)?;
         u.check("expert up", inter, hidden)?;
         d.check("expert down", hidden, inter)?;
         if g.dtype != u.dtype {
-            return Err(EngineError::Usage(
+            return Err(CudaError::Usage(
                 "an expert's gate and up of different element types".into(),
             ));
         }
         if self.dtype_gu.is_some_and(|t| t != g.dtype) || self.dtype_d.is_some_and(|t| t != d.dtype)
         {
-            return Err(EngineError::Usage(
+            return Err(CudaError::Usage(
                 "a layer's experts of different element types".into(),
             ));
         }
@@ -1808,165 +1390,5 @@ impl<B> ExpertTable<B> {
         self.down[e] = base + od as u64;
         self.bufs[e] = Some(buf);
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Rows per tiled block: a power of two within the kernel's limit (so it divides a hidden size
-    /// of whole 32-element chunks: a down block's rows are of one slot), the most that still
-    /// gives every multiprocessor a block, and one when the rows are fewer than the
-    /// multiprocessors.
-    #[test]
-    fn tile_rows_are_a_power_of_two_giving_each_multiprocessor_a_block() {
-        for sms in [1usize, 4, 132] {
-            for count in [1usize, 7, 128, 2048, 5120, 6144, 16384, 151_936] {
-                for max in [TILE_MAX_ROWS / 2, TILE_MAX_ROWS] {
-                    let nr = tile_rows(count, max, sms);
-                    assert!(
-                        nr.is_power_of_two() && nr <= max,
-                        "{count} {max} {sms}: {nr}"
-                    );
-                    assert_eq!(2048 % nr, 0);
-                    let target = sms * TILE_BLOCKS_PER_SM;
-                    if nr > 1 {
-                        assert!(count.div_ceil(nr) >= target, "{count} {max} {sms}: {nr}");
-                    }
-                    if nr < max {
-                        assert!(count.div_ceil(nr * 2) < target, "{count} {max} {sms}: {nr}");
-                    }
-                }
-            }
-        }
-        assert_eq!(tile_rows(2048, TILE_MAX_ROWS, 132), 8); // o_proj of the 12.7 GB model
-        assert_eq!(tile_rows(128, TILE_MAX_ROWS, 132), 1); // its router
-    }
-
-    /// The shared memory a tiled launch asks for is what `cuda_kernels.cu` lays out (rows'
-    /// addresses, then the stages with their padding), and the default ring is the kernels' own
-    /// (their `#ifndef` defaults), within the 48 KiB a block may take without opting in.
-    #[test]
-    fn tile_shared_bytes_match_the_kernels_layout() {
-        let cu = include_str!("cuda_kernels.cu");
-        let def = |name: &str| -> usize {
-            let line = cu
-                .lines()
-                .find(|l| l.starts_with(&format!("#define {name} ")))
-                .unwrap_or_else(|| panic!("{name} not defined"));
-            let value = line.split_whitespace().nth(2);
-            value
-                .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| panic!("{name}: {line}"))
-        };
-        assert_eq!(def("TARFA_TILE_THREADS"), TILE_THREADS as usize);
-        assert_eq!(def("TARFA_TILE_MAX_ROWS"), TILE_MAX_ROWS);
-        let tile = TileGeometry::DEFAULT;
-        assert_eq!(def("TARFA_TILE_STAGES"), tile.stages() as usize);
-        assert_eq!(def("TARFA_TILE_STAGE_BYTES"), tile.stage_bytes() as usize);
-        for (stages, bytes) in [(4, 8192), (2, 6144), (6, 16384), (16, 65536)] {
-            let g = TileGeometry::new(stages, bytes).expect("a ring the kernels take");
-            let slot = bytes as usize + TILE_MAX_ROWS * 16;
-            let want = TILE_MAX_ROWS * 8 + stages as usize * slot;
-            assert_eq!(g.shared() as usize, want);
-        }
-        assert!(tile.shared() as usize <= SHARED_MAX);
-        assert_eq!(
-            tile.defines(),
-            ["-DTARFA_TILE_STAGES=4", "-DTARFA_TILE_STAGE_BYTES=8192"]
-        );
-    }
-
-    /// Every ring the checks take suits the kernel for every block it is given (1–32 rows, BF16 or
-    /// F32), as `tarfa_tile_acc` works it out: a stage is whole 16-byte pieces for each thread,
-    /// holds at least one 32-column chunk of x and of every row (the least stage taken is the
-    /// least step that does: 4,096 bytes give 32 F32 rows no column), and x's columns with the
-    /// padded rows fit a slot.
-    #[test]
-    fn every_ring_taken_holds_a_chunk_of_every_block() {
-        let step = TileGeometry::STAGE_BYTES_STEP;
-        let columns = |bytes: u32, n: u32, esz: u32| bytes / (4 + n * esz) / 32 * 32;
-        for bytes in (step..=TileGeometry::STAGE_BYTES.end() + step).step_by(step as usize) {
-            let taken = TileGeometry::new(2, bytes).is_ok();
-            assert_eq!(taken, TileGeometry::STAGE_BYTES.contains(&bytes), "{bytes}");
-            if !taken {
-                continue;
-            }
-            let pieces = bytes / 16 / TILE_THREADS;
-            assert_eq!(pieces * 16 * TILE_THREADS, bytes);
-            for n in 1..=TILE_MAX_ROWS as u32 {
-                for esz in [2, 4] {
-                    let w = columns(bytes, n, esz);
-                    assert!(w >= 32, "{bytes} bytes, {n} rows of {esz}");
-                    assert!(w * (4 + n * esz) / 16 <= pieces * TILE_THREADS);
-                    let used = w * 4 + n * (w * esz + 16);
-                    assert!(used <= bytes + TILE_MAX_ROWS as u32 * 16);
-                }
-            }
-        }
-        assert_eq!(columns(4096, 32, 4), 0);
-        assert!(!TileGeometry::STAGE_BYTES.contains(&4096));
-        for stages in 0..=20 {
-            let taken = TileGeometry::new(stages, 8192).is_ok();
-            assert_eq!(taken, TileGeometry::STAGES.contains(&stages), "{stages}");
-        }
-    }
-
-    /// `TARFA_CUDA_TILE`'s value: `STAGES,STAGE_BYTES`; anything else, or a ring the kernels or
-    /// the device cannot take, is `BadTileGeometry` naming the value and why (never a panic).
-    #[test]
-    fn a_tile_geometry_is_two_numbers_the_kernels_and_the_device_take() {
-        let g = TileGeometry::parse("6,16384").expect("6,16384");
-        assert_eq!((g.stages(), g.stage_bytes()), (6, 16384));
-        assert_eq!(
-            TileGeometry::parse(" 4 , 8192 ").ok(),
-            Some(TileGeometry::DEFAULT)
-        );
-        for (text, why) in [
-            ("", "two numbers"),
-            ("6", "two numbers"),
-            ("6;16384", "two numbers"),
-            ("6,16384,1", "\"16384,1\" is not a number"),
-            ("six,16384", "\"six\" is not a number"),
-            ("-2,8192", "\"-2\" is not a number"),
-            ("1,8192", "1 stages is outside 2..=16"),
-            ("17,8192", "17 stages is outside 2..=16"),
-            (
-                "4,4096",
-                "4096 bytes a stage is not a multiple of 2048 in 6144..=65536",
-            ),
-            ("4,10000", "10000 bytes"),
-            ("4,67584", "67584 bytes"),
-            ("4,99999999999", "not a number"),
-        ] {
-            match TileGeometry::parse(text) {
-                Err(e @ EngineError::BadTileGeometry { .. }) => {
-                    let msg = e.to_string();
-                    assert!(
-                        msg.starts_with(&format!("TARFA_CUDA_TILE={text}: ")),
-                        "{msg}"
-                    );
-                    assert!(msg.contains(why), "{text}: {msg}");
-                    assert!(msg.contains("e.g. 6,16384, or unset for 4,8192"), "{msg}");
-                }
-                other => panic!("{text}: {other:?}"),
-            }
-        }
-        assert!(!TileGeometry::DEFAULT.needs_opt_in() && g.needs_opt_in());
-        // The H200's opt-in maximum: 227 KiB a block.
-        let h200 = 232_448;
-        assert_eq!(g.within(h200).ok(), Some(g));
-        assert_eq!(g.shared(), 101_632);
-        let big = TileGeometry::new(16, 16384).expect("16,16384");
-        match big.within(h200) {
-            Err(e @ EngineError::BadTileGeometry { .. }) => {
-                let msg = e.to_string();
-                assert!(msg.contains("TARFA_CUDA_TILE=16,16384: the ring takes 270592 bytes of shared memory, above the device's 232448"), "{msg}");
-            }
-            other => panic!("{other:?}"),
-        }
-        let top = TileGeometry::new(8, 26624).expect("8,26624");
-        assert!(top.shared() <= h200 && top.within(h200).is_ok());
     }
 }

@@ -1,0 +1,147 @@
+// Routed experts and the combine: the selected experts' SwiGLU on quads (gate and up, then
+// down), and the combine of their outputs into the residual in slot order (blocks::combine),
+// optionally with the next layer's input RMSNorm fused in.
+
+// A layer's experts (or its dense MLP as one expert): per-expert matrix addresses.
+struct TarfaMoe {
+    const unsigned long long* gate;
+    const unsigned long long* up;
+    const unsigned long long* down;
+    int n_experts;
+    int inter;
+    int hidden;
+    int dtype_gu;
+    int dtype_d;
+    int vec_gu;
+    int vec_d;
+};
+
+// h[s][r] = silu(gate_e[r] · x) · (up_e[r] · x) for the expert e = ids[s] of each of k slots.
+extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
+                                               float* h) {
+    tarfa_grid_enter();
+    long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
+    int sub = threadIdx.x & 3;
+    long long total = (long long)k * m.inter;
+    bool live = quad < total;
+    long long q = live ? quad : total - 1;
+    int slot = (int)(q / m.inter);
+    int r = (int)(q % m.inter);
+    int e = ids[slot];
+    if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
+    long long esz = m.dtype_gu == TARFA_BF16 ? 2 : 4;
+    long long off = (long long)r * m.hidden * esz;
+    // gate and up together: both rows' loads in flight at once, each row its own canonical dot.
+    const unsigned char* rows[2] = {(const unsigned char*)m.gate[e] + off, (const unsigned char*)m.up[e] + off};
+    float acc[2][8];
+    tarfa_quad_acc<2, TARFA_BATCH, true>(rows, m.dtype_gu, x, m.hidden, sub, m.vec_gu, acc);
+    float g = tarfa_quad_fold(acc[0]);
+    float u = tarfa_quad_fold(acc[1]);
+    if (live && sub == 0) h[(long long)slot * m.inter + r] = tarfa_silu_mul(g, u);
+}
+
+// y[s][r] = down_e[r] · h[s] for the expert e = ids[s] of each slot.
+extern "C" __global__ void tarfa_e_moe_down(TarfaMoe m, const int* ids, int k, const float* h,
+                                            float* y) {
+    tarfa_grid_enter();
+    long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
+    int sub = threadIdx.x & 3;
+    long long total = (long long)k * m.hidden;
+    bool live = quad < total;
+    long long q = live ? quad : total - 1;
+    int slot = (int)(q / m.hidden);
+    int r = (int)(q % m.hidden);
+    int e = ids[slot];
+    if (e < 0 || e >= m.n_experts) e = 0;
+    long long esz = m.dtype_d == TARFA_BF16 ? 2 : 4;
+    const unsigned char* row = (const unsigned char*)m.down[e] + (long long)r * m.inter * esz;
+    float v = tarfa_quad_dot(row, m.dtype_d, h + (long long)slot * m.inter, m.inter, sub, m.vec_d);
+    if (live && sub == 0) y[(long long)slot * m.hidden + r] = v;
+}
+
+// x[i] += Σ_s y[s][i] · w[s], the products rounded, added in slot order from slot 0
+// (MoeOutputs), then the shared experts' output sh[i] when `sh` is not null (GLM's
+// `routed + shared`), then the sum added to the residual; returns the new x[i]. Eight slots'
+// products are loaded together, then added in order (the loads were each a round trip in turn).
+__device__ __forceinline__ float tarfa_combine_at(const float* y, const float* wts, int k,
+                                                  int hidden, const float* sh, float* x, int i) {
+    float acc = 0.0f;
+    for (int s0 = 0; s0 < k; s0 += 8) {
+        float p[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            p[j] = s0 + j < k ? __fmul_rn(y[(long long)(s0 + j) * hidden + i], wts[s0 + j]) : 0.0f;
+#pragma unroll
+        for (int j = 0; j < 8; ++j)
+            if (s0 + j < k) acc = s0 + j == 0 ? p[j] : __fadd_rn(acc, p[j]);
+    }
+    if (sh) acc = __fadd_rn(acc, sh[i]);
+    float v = __fadd_rn(x[i], acc);
+    x[i] = v;
+    return v;
+}
+
+// The experts' combine into the residual x (tarfa_combine_at, a thread per element).
+extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts, int k, int hidden,
+                                               const float* sh, float* x) {
+    tarfa_grid_enter();
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < hidden) tarfa_combine_at(y, wts, k, hidden, sh, x, i);
+}
+
+// Slots the combine's one-block form loads ahead (top-8 and a folded shared expert).
+#define TARFA_COMBINE_AHEAD 9
+
+// The combine, then the next layer's input RMSNorm of the new x (tarfa_e_rms_norm's operations)
+// into `out`, in one block: one launch instead of two.
+// When the block's threads hold every element (n ≤ TARFA_RMS_AHEAD · threads, staged) and there
+// are at most TARFA_COMBINE_AHEAD slots (top-8 and a folded shared expert), every load of the combine — the slots' weights, each element's products
+// and residual — is issued before the first add (a thread's elements were a round trip each in
+// turn: each stored x before the next loaded), then the same adds in the same order.
+extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts, int k, int n,
+                                                const float* sh, float* x,
+                                                const unsigned char* w, int wdtype, float eps,
+                                                float* out) {
+    if (k > TARFA_COMBINE_AHEAD || n > TARFA_RMS_AHEAD * (int)blockDim.x || n > TARFA_RMS_STAGE) {
+        tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, sh, x, i); }, x,
+                             w, wdtype, n, eps, out);
+        return;
+    }
+    __shared__ float xs[TARFA_RMS_STAGE];
+    float wv[TARFA_RMS_AHEAD], xv[TARFA_RMS_AHEAD];
+    tarfa_rms_enter(w, wdtype, n, wv);
+    float ws[TARFA_COMBINE_AHEAD], yv[TARFA_RMS_AHEAD][TARFA_COMBINE_AHEAD], shv[TARFA_RMS_AHEAD];
+#pragma unroll
+    for (int s = 0; s < TARFA_COMBINE_AHEAD; ++s) ws[s] = s < k ? wts[s] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) {
+            xv[j] = x[i];
+            shv[j] = sh ? sh[i] : 0.0f;
+#pragma unroll
+            for (int s = 0; s < TARFA_COMBINE_AHEAD; ++s) yv[j][s] = s < k ? y[(long long)s * n + i] : 0.0f;
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < TARFA_RMS_AHEAD; ++j) {
+        int i = threadIdx.x + j * blockDim.x;
+        if (i < n) {
+            // tarfa_combine_at's operations: products rounded, added in slot order from slot 0.
+            float acc = 0.0f;
+#pragma unroll
+            for (int s = 0; s < TARFA_COMBINE_AHEAD; ++s) {
+                if (s < k) {
+                    float p = __fmul_rn(yv[j][s], ws[s]);
+                    acc = s == 0 ? p : __fadd_rn(acc, p);
+                }
+            }
+            if (sh) acc = __fadd_rn(acc, shv[j]);
+            float v = __fadd_rn(xv[j], acc);
+            x[i] = v;
+            xv[j] = v;
+            xs[i] = v;
+        }
+    }
+    tarfa_block_rms_tail(x, xs, w, wdtype, n, eps, wv, xv, out);
+}
