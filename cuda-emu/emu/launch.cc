@@ -110,4 +110,27 @@ void emu_combine(G, const float* y, const float* wts, int k, int hidden, const f
                  float* x) {
     RUN(tarfa_e_moe_combine(y, wts, k, hidden, sh, x));
 }
+// The offload path's kernels (offload.cu). They are launched without programmatic dependent
+// launch (offload.rs: plain cuLaunchKernel, one stream), so they never call tarfa_grid_enter; the
+// emulation's check that every thread enters once is met here, before the body, where a
+// non-dependent launch's whole body may run.
+#define RUN_PLAIN(call) tarfa_emu_launch(grid, block, shared, [&] { tarfa_grid_enter(); call; })
+void emu_swiglu_gate(G, const unsigned char* gate, const unsigned char* up, int dtype, int rows,
+                     int cols, int tokens, const float* x, float* h) {
+    RUN_PLAIN(tarfa_swiglu_gate(gate, up, dtype, rows, cols, tokens, x, h));
+}
+void emu_offload_matvec(G, const unsigned char* w, int dtype, int rows, int cols, int tokens,
+                        const float* x, float* y) {
+    RUN_PLAIN(tarfa_matvec(w, dtype, rows, cols, tokens, x, y));
+}
+void emu_swiglu_gate_many(G, const unsigned long long* gate_ptrs, const unsigned long long* up_ptrs,
+                          const int* tok_start, int n_experts, int dtype, int rows, int cols,
+                          int total, const float* x, float* h) {
+    RUN_PLAIN(tarfa_swiglu_gate_many(gate_ptrs, up_ptrs, tok_start, n_experts, dtype, rows, cols,
+                                     total, x, h));
+}
+void emu_matvec_many(G, const unsigned long long* w_ptrs, const int* tok_start, int n_experts,
+                     int dtype, int rows, int cols, int total, const float* x, float* y) {
+    RUN_PLAIN(tarfa_matvec_many(w_ptrs, tok_start, n_experts, dtype, rows, cols, total, x, y));
+}
 }

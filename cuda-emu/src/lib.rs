@@ -27,7 +27,8 @@
 //! `unsafe` is denied here as in the runtime, and allowed only where the FFI into the emulation is
 //! called: each kernel wrapper below and [`EmuDevice`]'s `launch` carry `#[allow(unsafe_code)]`,
 //! with the size checks before the call and a `SAFETY` argument at it. The `extern "C"` block
-//! declares the emulated kernels (C++ built by `build.rs` from `emu/` and the runtime's `.cu`).
+//! declares the emulated kernels (C++ built by `build.rs` from `emu/` and `cuda/kernels/`): the
+//! engine's `tarfa_e_*` and the offload path's four (`offload_*`, offload.rs's geometry).
 
 #![deny(unsafe_code)]
 #![allow(clippy::too_many_arguments)]
@@ -278,6 +279,60 @@ extern "C" {
         scratch: *mut f32,
         ids: *mut i32,
         wts: *mut f32,
+    );
+    fn emu_swiglu_gate(
+        g: u32,
+        b: u32,
+        s: u32,
+        gate: *const u8,
+        up: *const u8,
+        dtype: i32,
+        rows: i32,
+        cols: i32,
+        tokens: i32,
+        x: *const f32,
+        h: *mut f32,
+    );
+    fn emu_offload_matvec(
+        g: u32,
+        b: u32,
+        s: u32,
+        w: *const u8,
+        dtype: i32,
+        rows: i32,
+        cols: i32,
+        tokens: i32,
+        x: *const f32,
+        y: *mut f32,
+    );
+    fn emu_swiglu_gate_many(
+        g: u32,
+        b: u32,
+        s: u32,
+        gate_ptrs: *const u64,
+        up_ptrs: *const u64,
+        tok_start: *const i32,
+        n_experts: i32,
+        dtype: i32,
+        rows: i32,
+        cols: i32,
+        total: i32,
+        x: *const f32,
+        h: *mut f32,
+    );
+    fn emu_matvec_many(
+        g: u32,
+        b: u32,
+        s: u32,
+        w_ptrs: *const u64,
+        tok_start: *const i32,
+        n_experts: i32,
+        dtype: i32,
+        rows: i32,
+        cols: i32,
+        total: i32,
+        x: *const f32,
+        y: *mut f32,
     );
 }
 
@@ -867,6 +922,180 @@ fn moe_launch(
         );
     }
     out.floats()
+}
+
+// ---- the offload path's kernels (kernels/offload.cu) ------------------------------------------
+
+/// Threads of an offload launch (`offload.rs`'s `BLOCK`): four warps, a warp per output row and
+/// token.
+const OFFLOAD_BLOCK: u32 = 128;
+
+/// The grid `offload.rs` launches for `rows` × `tokens` warps.
+fn offload_grid(rows: usize, tokens: usize) -> u32 {
+    (rows * tokens)
+        .div_ceil((OFFLOAD_BLOCK / 32) as usize)
+        .max(1) as u32
+}
+
+/// The offload path's one-expert SwiGLU for each of `xs` (hidden floats each), as `offload.rs`'s
+/// `GpuCompute::swiglu` launches it: `tarfa_swiglu_gate` (h = silu(gate x) ⊙ up x) then
+/// `tarfa_matvec` (y = down h); each token's y.
+#[allow(unsafe_code)] // the FFI calls into the emulation, SAFETY at the calls
+pub fn offload_swiglu(e: &Expert, inter: usize, hidden: usize, xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    let t = xs.len();
+    assert!(t > 0 && xs.iter().all(|x| x.len() == hidden));
+    assert_eq!(
+        (e.gate.elems(), e.up.elems(), e.down.elems()),
+        (inter * hidden, inter * hidden, hidden * inter)
+    );
+    assert_eq!(e.gate.dt, e.up.dt);
+    let (g, u, d) = (e.gate.aligned(), e.up.aligned(), e.down.aligned());
+    let (x, h, y) = (
+        fl(&xs.concat()),
+        fl(&vec![0.0; t * inter]),
+        fl(&vec![0.0; t * hidden]),
+    );
+    // SAFETY: gate and up hold inter × hidden weights, down hidden × inter; x holds t × hidden
+    // floats, h t × inter, y t × hidden; whole warps past rows × tokens return.
+    unsafe {
+        emu_swiglu_gate(
+            offload_grid(inter, t),
+            OFFLOAD_BLOCK,
+            0,
+            g.ptr(),
+            u.ptr(),
+            e.gate.dt as i32,
+            inter as i32,
+            hidden as i32,
+            t as i32,
+            x.ptr() as _,
+            h.ptr() as *mut f32,
+        );
+        emu_offload_matvec(
+            offload_grid(hidden, t),
+            OFFLOAD_BLOCK,
+            0,
+            d.ptr(),
+            e.down.dt as i32,
+            hidden as i32,
+            inter as i32,
+            t as i32,
+            h.ptr() as _,
+            y.ptr() as *mut f32,
+        );
+    }
+    y.floats().chunks(hidden).map(<[f32]>::to_vec).collect()
+}
+
+/// `tarfa_matvec` alone (an offloaded trunk product): `w x` for each of `xs`.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
+pub fn offload_matvec(w: &W, rows: usize, cols: usize, xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    let t = xs.len();
+    assert!(t > 0 && xs.iter().all(|x| x.len() == cols));
+    assert_eq!(w.elems(), rows * cols);
+    let (wa, x, y) = (w.aligned(), fl(&xs.concat()), fl(&vec![0.0; t * rows]));
+    // SAFETY: w holds rows × cols weights, x t × cols floats, y t × rows.
+    unsafe {
+        emu_offload_matvec(
+            offload_grid(rows, t),
+            OFFLOAD_BLOCK,
+            0,
+            wa.ptr(),
+            w.dt as i32,
+            rows as i32,
+            cols as i32,
+            t as i32,
+            x.ptr() as _,
+            y.ptr() as *mut f32,
+        );
+    }
+    y.floats().chunks(rows).map(<[f32]>::to_vec).collect()
+}
+
+/// The offload path's SwiGLU of several experts of one shape in two launches, as
+/// `GpuCompute::swiglu_many` makes them: expert e's tokens are `groups[e]` (rows
+/// `tok_start[e]..tok_start[e + 1]` of one batch); `tarfa_swiglu_gate_many` then
+/// `tarfa_matvec_many`. Each group's outputs, in its tokens' order.
+#[allow(unsafe_code)] // the FFI calls into the emulation, SAFETY at the calls
+pub fn offload_swiglu_many(
+    experts: &[Expert],
+    inter: usize,
+    hidden: usize,
+    groups: &[Vec<Vec<f32>>],
+) -> Vec<Vec<Vec<f32>>> {
+    assert_eq!(experts.len(), groups.len());
+    assert!(!experts.is_empty());
+    let held: Vec<[Aligned; 3]> = experts
+        .iter()
+        .map(|e| {
+            assert_eq!(
+                (e.gate.elems(), e.up.elems(), e.down.elems()),
+                (inter * hidden, inter * hidden, hidden * inter)
+            );
+            assert_eq!(
+                (e.gate.dt, e.down.dt),
+                (experts[0].gate.dt, experts[0].down.dt)
+            );
+            assert_eq!(e.up.dt, e.gate.dt);
+            [e.gate.aligned(), e.up.aligned(), e.down.aligned()]
+        })
+        .collect();
+    let table = |i: usize| -> Vec<u64> { held.iter().map(|h| h[i].addr()).collect() };
+    let (gp, up, dp) = (table(0), table(1), table(2));
+    let mut tok_start = vec![0i32];
+    for g in groups {
+        assert!(g.iter().all(|x| x.len() == hidden));
+        tok_start.push(tok_start[tok_start.len() - 1] + g.len() as i32);
+    }
+    let total = *tok_start.last().unwrap_or(&0) as usize;
+    assert!(total > 0);
+    let flat: Vec<f32> = groups.iter().flatten().flatten().copied().collect();
+    let (x, h, y) = (
+        fl(&flat),
+        fl(&vec![0.0; total * inter]),
+        fl(&vec![0.0; total * hidden]),
+    );
+    let n = experts.len() as i32;
+    // SAFETY: every expert buffer is alive (`held`) with the sizes asserted, and so are the
+    // address tables; tok_start has n + 1 rising entries ending at total; x holds total × hidden
+    // floats, h total × inter, y total × hidden.
+    unsafe {
+        emu_swiglu_gate_many(
+            offload_grid(inter, total),
+            OFFLOAD_BLOCK,
+            0,
+            gp.as_ptr(),
+            up.as_ptr(),
+            tok_start.as_ptr(),
+            n,
+            experts[0].gate.dt as i32,
+            inter as i32,
+            hidden as i32,
+            total as i32,
+            x.ptr() as _,
+            h.ptr() as *mut f32,
+        );
+        emu_matvec_many(
+            offload_grid(hidden, total),
+            OFFLOAD_BLOCK,
+            0,
+            dp.as_ptr(),
+            tok_start.as_ptr(),
+            n,
+            experts[0].down.dt as i32,
+            hidden as i32,
+            inter as i32,
+            total as i32,
+            h.ptr() as _,
+            y.ptr() as *mut f32,
+        );
+    }
+    let ys = y.floats();
+    let mut rows = ys.chunks(hidden).map(<[f32]>::to_vec);
+    groups
+        .iter()
+        .map(|g| rows.by_ref().take(g.len()).collect())
+        .collect()
 }
 
 // ---- the engine's device: host memory and the emulated kernels ----------------------------------

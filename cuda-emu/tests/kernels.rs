@@ -709,3 +709,101 @@ fn the_emulation_has_rings_besides_the_default() {
         Err(CudaError::Usage(_))
     ));
 }
+
+/// The offload path's kernels (`kernels/offload.cu`: a warp per output row and token, the
+/// canonical dot `tarfa_warp_dot`) give the CPU's bits: one expert's SwiGLU for a batch of tokens
+/// (`tarfa_swiglu_gate`, then `tarfa_matvec` for down) is `blocks::swiglu`; a product alone is
+/// the canonical dot of each row; several experts of one shape in two launches
+/// (`tarfa_swiglu_gate_many`, `tarfa_matvec_many`, an expert with no tokens among them) give each
+/// expert's own result — for sizes below, at and past a warp's 32 lanes and odd ones.
+#[test]
+fn the_offload_paths_kernels_are_the_cpus() {
+    let mut r = Rng(0x0ff1_0ad5);
+    for &(hidden, inter) in &[
+        (1usize, 1usize),
+        (7, 5),
+        (32, 16),
+        (33, 64),
+        (100, 3),
+        (256, 96),
+    ] {
+        for (dgu, dd) in MOE_TYPES {
+            let mut experts = Vec::new();
+            let mut raw = Vec::new();
+            for _ in 0..4 {
+                let (g, gv) = weights(&mut r, inter * hidden, dgu, 0.5);
+                let (u, uv) = weights(&mut r, inter * hidden, dgu, 0.5);
+                let (dn, dv) = weights(&mut r, hidden * inter, dd, 0.5);
+                experts.push(emu::Expert {
+                    gate: g,
+                    up: u,
+                    down: dn,
+                });
+                raw.push((gv, uv, dv));
+            }
+            let cpu = |e: usize, xs: &[Vec<f32>]| -> Vec<Vec<u32>> {
+                let (gv, uv, dv) = &raw[e];
+                let ys = blocks::swiglu(
+                    Isa::Scalar,
+                    m(gv, inter, hidden),
+                    m(uv, inter, hidden),
+                    m(dv, hidden, inter),
+                    xs,
+                );
+                ys.iter().map(|y| bits(y)).collect()
+            };
+            let case = format!("hidden {hidden} inter {inter} {dgu:?}/{dd:?}");
+            let xs: Vec<Vec<f32>> = (0..3).map(|_| r.vec(hidden, 2.0)).collect();
+            let got = emu::offload_swiglu(&experts[1], inter, hidden, &xs);
+            let got: Vec<Vec<u32>> = got.iter().map(|y| bits(y)).collect();
+            assert_eq!(got, cpu(1, &xs), "swiglu, {case}");
+
+            let ys = emu::offload_matvec(&experts[2].gate, inter, hidden, &xs);
+            let want: Vec<Vec<u32>> = xs
+                .iter()
+                .map(|x| {
+                    let y: Vec<f32> = (0..inter)
+                        .map(|i| canon::dot_f32(&raw[2].0[i * hidden..(i + 1) * hidden], x))
+                        .collect();
+                    bits(&y)
+                })
+                .collect();
+            let got: Vec<Vec<u32>> = ys.iter().map(|y| bits(y)).collect();
+            assert_eq!(got, want, "matvec, {case}");
+
+            let groups: Vec<Vec<Vec<f32>>> = [2usize, 0, 1, 3]
+                .iter()
+                .map(|&n| (0..n).map(|_| r.vec(hidden, 2.0)).collect())
+                .collect();
+            let got = emu::offload_swiglu_many(&experts, inter, hidden, &groups);
+            for (e, (g, y)) in groups.iter().zip(&got).enumerate() {
+                let y: Vec<Vec<u32>> = y.iter().map(|v| bits(v)).collect();
+                assert_eq!(y, cpu(e, g), "swiglu_many expert {e}, {case}");
+            }
+        }
+    }
+}
+
+/// Every kernel of the sources (`extern "C" __global__` in `cuda/kernels/`) is launched by the
+/// emulation (`emu/launch.cc`, or `emu/tiled.h` for the tiled ones), so the tests above can hold
+/// each to the CPU: a kernel added without an emulated entry point fails here.
+#[test]
+fn every_kernel_of_the_sources_has_an_emulated_entry_point() {
+    let launchers = [
+        include_str!("../emu/launch.cc"),
+        include_str!("../emu/tiled.h"),
+    ]
+    .concat();
+    let kernels: Vec<&str> = tarfa_cuda::KERNELS_CU
+        .split("extern \"C\" __global__ void ")
+        .skip(1)
+        .filter_map(|rest| rest.split('(').next())
+        .collect();
+    assert!(kernels.len() >= 17, "{kernels:?}");
+    for k in &kernels {
+        let called = ["RUN(", "RUN_PLAIN(", "TARFA_EMU_RUN_TILED("]
+            .iter()
+            .any(|m| launchers.contains(&format!("{m}{k}(")));
+        assert!(called, "{k} has no emulated entry point in cuda-emu/emu/");
+    }
+}
