@@ -6,6 +6,8 @@
 # SYNTH_FAMILY=glm4_moe: a GLM-4.5-shaped model instead (synth_decode_checkpoint reads it).
 # Exits 1 when any logits differ from the CPU's.
 #   [LLAMA=1 [VIA_GGUF=1]] [TEST_TILE=S,B] [AB="SPEC..."] [TG32="LABEL:BINARY[:VAR=V]..."] bash bench/gpu-whole-run.sh WORKDIR [LAYERS]
+# QUANT=TYPE (with LLAMA=1 VIA_GGUF=1): the BF16 GGUF quantised by llama.cpp's llama-quantize to
+# TYPE (e.g. Q4_K_M) before anything reads it; both engines then run that GGUF.
 # VIA_GGUF=1 (with LLAMA=1): tarfa's JNF is converted from the GGUF written for llama.cpp, so a
 # model of tens of GiB fits the device's disk twice (safetensors, then GGUF, then JNF from it;
 # e.g. 20 layers: 25.2 GB each, 64 GB free): `LLAMA=1 VIA_GGUF=1 bash bench/gpu-whole-run.sh /tmp/w 20`,
@@ -33,6 +35,9 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader
 if [ "${VIA_GGUF:-0}" = 1 ] && [ "${LLAMA:-0}" != 1 ]; then
   echo "VIA_GGUF=1 needs LLAMA=1 (the GGUF is written for llama.cpp)" >&2; exit 2
 fi
+if [ -n "${QUANT:-}" ] && [ "${VIA_GGUF:-0}" != 1 ]; then
+  echo "QUANT=$QUANT needs LLAMA=1 VIA_GGUF=1 (tarfa converts llama-quantize's GGUF)" >&2; exit 2
+fi
 if [ "${LLAMA:-0}" = 1 ]; then
   echo "== llama.cpp CUDA build, in the background"
   ( s=$(date +%s); CUDA=1 nice -n 19 bash "$H/build-llama-bench.sh" "$W" 16 > "$O/llama-build.log" 2>&1
@@ -56,6 +61,17 @@ if [ "${LLAMA:-0}" = 1 ]; then
   t python3 "$H/safetensors_to_gguf.py" "$W/src" "$W/model.gguf" || exit 2
 fi
 rm -rf "$W/src"
+if [ -n "${QUANT:-}" ]; then
+  # The BF16 GGUF quantised by llama.cpp's own llama-quantize (QUANT=Q4_K_M, Q8_0, …): the model
+  # people run, in llama.cpp's mix of types; tarfa converts that file, so both read one GGUF.
+  echo "== waiting for the llama.cpp build (llama-quantize)"
+  wait
+  read -r rc secs < "$W/llama-build.done"
+  [ "$rc" = 0 ] || { tail -30 "$O/llama-build.log"; exit 2; }
+  t "$W/llama-build/bin/llama-quantize" "$W/model.gguf" "$W/model-q.gguf" "$QUANT" 16 > "$O/llama-quantize.log" 2>&1 || { tail -20 "$O/llama-quantize.log"; exit 2; }
+  grep -E "model size|quant size|type +[a-z0-9_]+: +[0-9]+ tensors" "$O/llama-quantize.log" | head -12
+  mv "$W/model-q.gguf" "$W/model.gguf"
+fi
 if [ "${VIA_GGUF:-0}" = 1 ]; then
   # The JNF converted from the GGUF llama.cpp reads (the same weights, the same logit bits as
   # from the safetensors): the disk holds two copies of the model at once, not three.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build llama.cpp's llama-bench, CPU only, from bench/llama/llama-cpp-src.tar.xz; with CUDA=1,
+# Build llama.cpp's llama-bench (and llama-quantize), CPU only, from bench/llama/llama-cpp-src.tar.xz; with CUDA=1,
 # with its CUDA backend for the H200 (sm_90) from bench/llama/llama-cpp-cuda-src.tar.xz.
 #   [CUDA=1] bash bench/llama/build-llama-bench.sh WORKDIR [JOBS]
 # Leaves WORKDIR/llama.cpp (sources), WORKDIR/llama-build and WORKDIR/llama-build/bin/llama-bench.
@@ -22,7 +22,7 @@ cmake -S "$W/llama.cpp" -B "$W/llama-build" $(command -v ninja > /dev/null && ec
   "${CUDA_OPTS[@]}" -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
   -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
   -DGGML_CCACHE=OFF -DLLAMA_BUILD_COMMIT=0c1e570 -DCMAKE_BUILD_TYPE=Release
-cmake --build "$W/llama-build" --target llama-bench -j "$J"
+cmake --build "$W/llama-build" --target llama-bench llama-quantize -j "$J"
 "$W/llama-build/bin/llama-bench" --help > /dev/null
 echo "built: $W/llama-build/bin/llama-bench"
 # what -march=native turns on here (ggml-cpu is compiled with it): AVX-512 shows as __AVX512F__

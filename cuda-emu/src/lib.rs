@@ -33,13 +33,55 @@
 #![deny(unsafe_code)]
 #![allow(clippy::too_many_arguments)]
 
-/// Element types as the kernels number them.
+/// Element types as the kernels number them (`GpuDtype::code`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[allow(non_camel_case_types)]
 pub enum Dt {
     /// BF16 bit patterns.
     Bf16 = 0,
     /// `f32`.
     F32 = 1,
+    /// IEEE half.
+    F16 = 2,
+    /// GGUF Q8_0 blocks.
+    Q8_0 = 3,
+    /// GGUF Q4_0 blocks.
+    Q4_0 = 4,
+    /// GGUF Q4_K blocks.
+    Q4_K = 5,
+    /// GGUF Q5_K blocks.
+    Q5_K = 6,
+    /// GGUF Q6_K blocks.
+    Q6_K = 7,
+    /// GGUF Q4_1 blocks.
+    Q4_1 = 8,
+    /// GGUF Q5_0 blocks.
+    Q5_0 = 9,
+    /// GGUF Q5_1 blocks.
+    Q5_1 = 10,
+}
+
+impl Dt {
+    /// Elements and bytes of a block (`GpuDtype::block`).
+    pub fn block(self) -> (usize, usize) {
+        match self {
+            Dt::Bf16 | Dt::F16 => (1, 2),
+            Dt::F32 => (1, 4),
+            Dt::Q8_0 => (32, 34),
+            Dt::Q4_0 => (32, 18),
+            Dt::Q4_K => (256, 144),
+            Dt::Q5_K => (256, 176),
+            Dt::Q6_K => (256, 210),
+            Dt::Q4_1 => (32, 20),
+            Dt::Q5_0 => (32, 22),
+            Dt::Q5_1 => (32, 24),
+        }
+    }
+
+    /// Read with 16-byte loads (and taken by the tiled kernels): BF16 and F32.
+    pub fn wide(self) -> bool {
+        matches!(self, Dt::Bf16 | Dt::F32)
+    }
 }
 
 /// A weight matrix or vector in host memory, in the kernels' byte form.
@@ -68,8 +110,15 @@ impl W {
         }
     }
 
+    /// Bytes of an F16 or a GGUF block type as stored (whole blocks).
+    pub fn quant(dt: Dt, bytes: Vec<u8>) -> W {
+        assert!(bytes.len().is_multiple_of(dt.block().1));
+        W { bytes, dt }
+    }
+
     fn elems(&self) -> usize {
-        self.bytes.len() / if self.dt == Dt::Bf16 { 2 } else { 4 }
+        let (e, b) = self.dt.block();
+        self.bytes.len() / b * e
     }
 
     /// The bytes at a 16-byte aligned address (as cudaMalloc gives), for wide loads.
@@ -860,12 +909,14 @@ fn moe_launch(
                 (e.gate.elems(), e.up.elems(), e.down.elems()),
                 (inter * hidden, inter * hidden, hidden * inter)
             );
-            assert_eq!(e.gate.dt, e.up.dt);
+            let types = |x: &Expert| (x.gate.dt, x.up.dt, x.down.dt);
+            assert_eq!(types(e), types(&experts[0]));
             [e.gate.aligned(), e.up.aligned(), e.down.aligned()]
         })
         .collect();
     let table = |i: usize| -> Vec<u64> { held.iter().map(|h| h[i].addr()).collect() };
     let (g, u, dn) = (table(0), table(1), table(2));
+    let (dg, du, dd) = (experts[0].gate.dt, experts[0].up.dt, experts[0].down.dt);
     let m = Moe {
         gate: g.as_ptr() as u64,
         up: u.as_ptr() as u64,
@@ -873,10 +924,11 @@ fn moe_launch(
         n_experts: experts.len() as i32,
         inter: inter as i32,
         hidden: hidden as i32,
-        dtype_gu: experts[0].gate.dt as i32,
+        dtype_g: experts[0].gate.dt as i32,
+        dtype_u: experts[0].up.dt as i32,
         dtype_d: experts[0].down.dt as i32,
-        vec_gu: i32::from(hidden.is_multiple_of(8)),
-        vec_d: i32::from(inter.is_multiple_of(8)),
+        vec_gu: i32::from(dg.wide() && dg == du && hidden.is_multiple_of(8)),
+        vec_d: i32::from(dd.wide() && inter.is_multiple_of(8)),
     };
     let ids_i: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
     let (xa, h, y, w, out) = (

@@ -7,6 +7,7 @@
 use tarfa_cuda_emu as emu;
 use tarfa_decode::blocks::{self, AttnShape, KvCache, MoeOutputs};
 use tarfa_decode::canon;
+use tarfa_decode::quant::QuantType;
 use tarfa_decode::rope::Rope;
 use tarfa_decode::weights::{MatrixRef, WeightSlice};
 use tarfa_decode::Isa;
@@ -57,7 +58,44 @@ fn weights(r: &mut Rng, n: usize, dt: emu::Dt, s: f32) -> (emu::W, Vec<f32>) {
             let v = r.vec(n, s);
             (emu::W::f32(&v), v)
         }
+        q => quantised(r, n, q),
     }
+}
+
+/// A moderate F16: sign, exponent 2^-12 .. 2^-3, any mantissa (finite, normal).
+fn f16_bits(r: &mut Rng) -> [u8; 2] {
+    let h = ((r.next() % 2) << 15) | ((3 + r.next() % 10) << 10) | (r.next() % 1024);
+    (h as u16).to_le_bytes()
+}
+
+/// `n` elements (whole blocks) of an F16 or GGUF block type: random quants, moderate F16 scales
+/// (d, and dmin where the type has one) at their places in each block; and the values as the CPU
+/// dequantises them (`tarfa_decode::quant`, gguf-py's arithmetic).
+fn quantised(r: &mut Rng, n: usize, dt: emu::Dt) -> (emu::W, Vec<f32>) {
+    let (be, bb) = dt.block();
+    assert!(n.is_multiple_of(be), "{n} elements of {dt:?}");
+    let (ty, scales): (QuantType, &[usize]) = match dt {
+        emu::Dt::F16 => (QuantType::F16, &[0]),
+        emu::Dt::Q8_0 => (QuantType::Q8_0, &[0]),
+        emu::Dt::Q4_0 => (QuantType::Q4_0, &[0]),
+        emu::Dt::Q4_K => (QuantType::Q4_K, &[0, 2]),
+        emu::Dt::Q5_K => (QuantType::Q5_K, &[0, 2]),
+        emu::Dt::Q6_K => (QuantType::Q6_K, &[208]),
+        emu::Dt::Q4_1 => (QuantType::Q4_1, &[0, 2]),
+        emu::Dt::Q5_0 => (QuantType::Q5_0, &[0]),
+        emu::Dt::Q5_1 => (QuantType::Q5_1, &[0, 2]),
+        other => unreachable!("{other:?} is not quantised"),
+    };
+    let mut bytes: Vec<u8> = (0..n / be * bb).map(|_| r.next() as u8).collect();
+    for b in bytes.chunks_exact_mut(bb) {
+        for &o in scales {
+            b[o..o + 2].copy_from_slice(&f16_bits(r));
+        }
+    }
+    let mut v = vec![0.0f32; n];
+    ty.dequantize(&bytes, &mut v).expect("whole blocks");
+    assert!(v.iter().all(|x| x.is_finite()));
+    (emu::W::quant(dt, bytes), v)
 }
 
 #[test]
@@ -509,6 +547,9 @@ fn the_sigmoid_group_router_is_sigmoid_group_topk() {
                         bv = widen(&bits);
                         emu::W::bf16(&bits)
                     }
+                    other => {
+                        unreachable!("the sigmoid router's bias is F32 or BF16 here: {other:?}")
+                    }
                 };
                 let want = blocks::sigmoid_group_topk(
                     &z,
@@ -805,5 +846,107 @@ fn every_kernel_of_the_sources_has_an_emulated_entry_point() {
             .iter()
             .any(|m| launchers.contains(&format!("{m}{k}(")));
         assert!(called, "{k} has no emulated entry point in cuda-emu/emu/");
+    }
+}
+
+/// The block types and F16 the engine takes (`GpuDtype`), beside BF16 and F32.
+const QUANT_TYPES: [emu::Dt; 9] = [
+    emu::Dt::F16,
+    emu::Dt::Q8_0,
+    emu::Dt::Q4_0,
+    emu::Dt::Q4_K,
+    emu::Dt::Q5_K,
+    emu::Dt::Q6_K,
+    emu::Dt::Q4_1,
+    emu::Dt::Q5_0,
+    emu::Dt::Q5_1,
+];
+
+/// A GGUF weight is dequantised inside the canonical dot exactly as the CPU dequantises it
+/// (`tarfa_decode::quant`, gguf-py's arithmetic) before its canonical dot: every product of each
+/// type (four types in one launch, rows of one and several blocks), the embedding row of a
+/// quantised table, and routed experts whose gate, up and down are three different types give
+/// the CPU's bits.
+#[test]
+fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() {
+    let mut r = Rng(0x6767_7566);
+    for &cols in &[256usize, 512] {
+        for group in QUANT_TYPES.chunks(3) {
+            let mut products = Vec::new();
+            let mut want = Vec::new();
+            let x = r.vec(cols, 2.0);
+            for (j, &dt) in group.iter().enumerate() {
+                let rows = [1usize, 5, 3][j];
+                let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
+                let y: Vec<f32> = (0..rows)
+                    .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
+                    .collect();
+                want.push(bits(&y));
+                products.push(emu::Product {
+                    w,
+                    rows,
+                    cols,
+                    x: x.clone(),
+                    bias: None,
+                    accumulate: None,
+                    vec: false,
+                });
+            }
+            let got: Vec<Vec<u32>> = emu::matvec(&products).iter().map(|y| bits(y)).collect();
+            assert_eq!(got, want, "cols {cols}, {group:?}");
+        }
+    }
+    for dt in QUANT_TYPES {
+        let (hidden, vocab) = (256, 4);
+        let (t, tv) = weights(&mut r, vocab * hidden, dt, 1.0);
+        for token in [0u32, 3] {
+            let row = &tv[token as usize * hidden..(token as usize + 1) * hidden];
+            assert_eq!(
+                bits(&emu::embed(&t, hidden, token)),
+                bits(row),
+                "{dt:?} {token}"
+            );
+        }
+    }
+    let (hidden, inter) = (256usize, 256usize);
+    for (dg, du, dd) in [
+        (emu::Dt::Q4_K, emu::Dt::Q6_K, emu::Dt::Q8_0),
+        (emu::Dt::Q8_0, emu::Dt::Q8_0, emu::Dt::Q5_K),
+        (emu::Dt::Q4_0, emu::Dt::F16, emu::Dt::Bf16),
+        (emu::Dt::Q5_0, emu::Dt::Q4_1, emu::Dt::Q5_1),
+    ] {
+        let mut experts = Vec::new();
+        let mut raw = Vec::new();
+        for _ in 0..3 {
+            let (g, gv) = weights(&mut r, inter * hidden, dg, 0.5);
+            let (u, uv) = weights(&mut r, inter * hidden, du, 0.5);
+            let (dn, dv) = weights(&mut r, hidden * inter, dd, 0.5);
+            experts.push(emu::Expert {
+                gate: g,
+                up: u,
+                down: dn,
+            });
+            raw.push((gv, uv, dv));
+        }
+        let x = r.vec(hidden, 2.0);
+        let residual = r.vec(hidden, 2.0);
+        let (ids, wts) = ([2u32, 0], [0.75f32, 0.25]);
+        let route: Vec<(u32, f32)> = ids.iter().copied().zip(wts).collect();
+        let mut outs = MoeOutputs::new(std::slice::from_ref(&route));
+        for (s, &e) in ids.iter().enumerate() {
+            let (gv, uv, dv) = &raw[e as usize];
+            let y = blocks::swiglu(
+                Isa::Scalar,
+                m(gv, inter, hidden),
+                m(uv, inter, hidden),
+                m(dv, hidden, inter),
+                std::slice::from_ref(&x),
+            );
+            outs.put(0, s, &y[0], wts[s]);
+        }
+        let mut want = vec![residual.clone()];
+        blocks::add_into(&mut want, &outs.combine());
+        let got = emu::moe(&experts, inter, hidden, &ids, &wts, &x, &residual);
+        assert_eq!(bits(&got), bits(&want[0]), "{dg:?} {du:?} {dd:?}");
     }
 }

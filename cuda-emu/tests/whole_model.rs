@@ -2,7 +2,7 @@
 //! launch order and geometry, its KV cache and RoPE tables, `decode::gpu_resident`'s mapping of
 //! the checkpoint onto it — run with the CUDA kernels on the CPU emulation, gives the CPU
 //! decoder's logits bit for bit at every greedy step of every reference prompt of every
-//! `qwen3_moe`, `glm4_moe` and `mixtral` fixture (dense and MoE layers, the softmax and the
+//! `qwen3_moe`, `glm4_moe` and `mixtral` fixture and the quantised GGUF (dense and MoE layers, the softmax and the
 //! sigmoid group routers, shared experts, biases, partial rotary, tied heads), and does so again
 //! after a reset; a prompt fed token by token gives the
 //! same bits as one fed whole; so does every ring of the tiled kernels compiled in. What this
@@ -129,6 +129,39 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
             assert!(r.steps > 0 && r.graph_steps == 0, "{name}: {r:?}");
         }
     }
+}
+
+/// The quantised GGUF fixture (F32 norms and routers, an F16 head, a BF16 embedding, Q8_0 q/k/v
+/// and layer 1 gate experts, Q4_0 o, Q4_K layer 0 gate and up, Q5_K layer 1 down, Q6_K layer 0
+/// down and layer 1 up: gate and up of one expert of two types) runs whole on the engine, every
+/// weight dequantised inside the canonical dot, with the CPU's logits at every step of its first
+/// reference prompt (the emulation's cost kept to the other families').
+#[test]
+fn the_quantised_gguf_runs_whole_with_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("q");
+    tarfa_converter::convert(
+        &common::repo().join("fixtures/gguf/qwen3_moe_q.gguf"),
+        &dir,
+        &tarfa_converter::Options {
+            layers: None,
+            direct_io: false,
+            jobs: 1,
+        },
+        &tarfa_converter::Quiet,
+    )
+    .expect("convert the quantised GGUF");
+    let cpu = run_prompts(
+        &mut common::open(&dir, &DecoderOptions::default()),
+        "qwen3_moe_q",
+        STEPS,
+        1,
+    );
+    let mut dec = emulated(&dir, true);
+    let r = dec.offload_report().expect("a device report");
+    assert!(r.whole_model, "{r:?}");
+    assert_eq!(run_prompts(&mut dec, "qwen3_moe_q", STEPS, 1), cpu);
 }
 
 /// The ring of the tiled kernels is geometry only: at every other ring compiled in (the

@@ -24,16 +24,150 @@
 #define TARFA_P3 0x3e2aaaab
 #define TARFA_P2 0x3f000000
 
-// Element types of a weight matrix.
+// Element types of a weight (GpuDtype::code). BF16 and F32 are plain arrays; F16 too; the others
+// are GGUF's blocks (ggml's layouts, a row whole blocks), each element dequantised as gguf-py
+// 0.19 computes it in numpy float32 (decode/src/quant.rs, the CPU's reference): every product
+// and difference one rounded operation, in its order, so an element is the CPU's bits.
 #define TARFA_BF16 0
 #define TARFA_F32 1
+#define TARFA_F16 2
+#define TARFA_Q8_0 3
+#define TARFA_Q4_0 4
+#define TARFA_Q4_K 5
+#define TARFA_Q5_K 6
+#define TARFA_Q6_K 7
+#define TARFA_Q4_1 8
+#define TARFA_Q5_0 9
+#define TARFA_Q5_1 10
 
+// Bytes of a row of `cols` elements (cols whole blocks for the block types; the host checks).
+__device__ __forceinline__ long long tarfa_row_bytes(int dtype, long long cols) {
+    switch (dtype) {
+        case TARFA_BF16:
+        case TARFA_F16: return cols * 2;
+        case TARFA_F32: return cols * 4;
+        case TARFA_Q8_0: return cols / 32 * 34;
+        case TARFA_Q4_0: return cols / 32 * 18;
+        case TARFA_Q4_K: return cols / 256 * 144;
+        case TARFA_Q5_K: return cols / 256 * 176;
+        case TARFA_Q6_K: return cols / 256 * 210;
+        case TARFA_Q4_1: return cols / 32 * 20;
+        case TARFA_Q5_0: return cols / 32 * 22;
+        default: return cols / 32 * 24;  // TARFA_Q5_1
+    }
+}
+
+// IEEE half to float, exact (weights::f16_to_f32): a NaN keeps its payload, unquieted; a finite
+// half's exponent and mantissa moved into place make 2^-112 times its magnitude, scaled by 2^112.
+__device__ __forceinline__ float tarfa_f16(const unsigned char* p) {
+    unsigned int h = (unsigned int)p[0] | ((unsigned int)p[1] << 8);
+    unsigned int sign = (h & 0x8000u) << 16;
+    unsigned int rest = h & 0x7fffu;
+    unsigned int bits;
+    if (rest >= 0x7c00u) {
+        bits = 0x7f800000u | ((rest & 0x3ffu) << 13);
+    } else {
+        bits = __float_as_int(__fmul_rn(__int_as_float(rest << 13), __int_as_float((127 + 112) << 23)));
+    }
+    return __int_as_float(sign | bits);
+}
+
+// A Q4_K/Q5_K block's 6-bit scale and minimum of group g < 8 (scale_min_k4 of quant.rs).
+__device__ __forceinline__ void tarfa_scale_min_k4(const unsigned char* s, int g, int* sc, int* mn) {
+    if (g < 4) {
+        *sc = s[g] & 0x3f;
+        *mn = s[g + 4] & 0x3f;
+    } else {
+        *sc = (s[g + 4] & 0x0f) | ((s[g - 4] >> 2) & 0x30);
+        *mn = (s[g + 4] >> 4) | ((s[g] >> 2) & 0x30);
+    }
+}
+
+// A block type's run of `n` consecutive elements k..k+n-1 of a row (k and n within one of the
+// block's groups: 32 elements, 16 for Q6_K), each as quant.rs dequantises it; the group's scale
+// found once.
+__device__ __forceinline__ void tarfa_dequant_run(const unsigned char* row, int dtype, long long k,
+                                                  int n, float* w) {
+    if (dtype == TARFA_Q8_0) {
+        const unsigned char* b = row + k / 32 * 34;
+        float d = tarfa_f16(b);
+        int l = (int)(k % 32);
+        for (int j = 0; j < n; ++j) w[j] = __fmul_rn((float)(signed char)b[2 + l + j], d);
+    } else if (dtype == TARFA_Q4_0) {
+        const unsigned char* b = row + k / 32 * 18;
+        float d = tarfa_f16(b);
+        int l = (int)(k % 32);
+        for (int j = 0; j < n; ++j) {
+            int e = l + j;
+            int q = e < 16 ? (b[2 + e] & 0x0f) : (b[2 + e - 16] >> 4);
+            w[j] = __fmul_rn(d, (float)(q - 8));
+        }
+    } else if (dtype == TARFA_Q4_1) {
+        const unsigned char* b = row + k / 32 * 20;
+        float d = tarfa_f16(b), m = tarfa_f16(b + 2);
+        int l = (int)(k % 32);
+        for (int j = 0; j < n; ++j) {
+            int e = l + j;
+            int q = e < 16 ? (b[4 + e] & 0x0f) : (b[4 + e - 16] >> 4);
+            w[j] = __fadd_rn(__fmul_rn(d, (float)q), m);
+        }
+    } else if (dtype == TARFA_Q5_0 || dtype == TARFA_Q5_1) {
+        // Q5_0: d, qh (u32), qs[16]; Q5_1: d, m, qh, qs. Element e's fifth bit is bit e of qh.
+        int one = dtype == TARFA_Q5_1;
+        const unsigned char* b = row + k / 32 * (one ? 24 : 22);
+        float d = tarfa_f16(b), m = one ? tarfa_f16(b + 2) : 0.0f;
+        const unsigned char* qhp = b + (one ? 4 : 2);
+        unsigned int qh = (unsigned int)qhp[0] | ((unsigned int)qhp[1] << 8) |
+                          ((unsigned int)qhp[2] << 16) | ((unsigned int)qhp[3] << 24);
+        const unsigned char* qs = qhp + 4;
+        int l = (int)(k % 32);
+        for (int j = 0; j < n; ++j) {
+            int e = l + j;
+            int q = (e < 16 ? (qs[e] & 0x0f) : (qs[e - 16] >> 4)) | (int)(((qh >> e) & 1u) << 4);
+            w[j] = one ? __fadd_rn(__fmul_rn(d, (float)q), m) : __fmul_rn(d, (float)(q - 16));
+        }
+    } else if (dtype == TARFA_Q4_K || dtype == TARFA_Q5_K) {
+        int q5 = dtype == TARFA_Q5_K;
+        const unsigned char* b = row + k / 256 * (q5 ? 176 : 144);
+        int e = (int)(k % 256);
+        int g = e / 32, l = e % 32;
+        int sc, mn;
+        tarfa_scale_min_k4(b + 4, g, &sc, &mn);
+        float dg = __fmul_rn(tarfa_f16(b), (float)sc);
+        float mg = __fmul_rn(tarfa_f16(b + 2), (float)mn);
+        const unsigned char* qs = b + (q5 ? 48 : 16) + 32 * (g / 2);
+        int shift = 4 * (g % 2);
+        for (int j = 0; j < n; ++j) {
+            int q = (qs[l + j] >> shift) & 0x0f;
+            if (q5) q |= ((b[16 + l + j] >> g) & 1) << 4;
+            w[j] = __fsub_rn(__fmul_rn(dg, (float)q), mg);
+        }
+    } else {  // TARFA_Q6_K: element 128i + 32t + 16h + m (the host passes no other type)
+        const unsigned char* b = row + k / 256 * 210;
+        int e = (int)(k % 256);
+        int i = e / 128, t = (e % 128) / 32, hh = (e % 32) / 16, m = e % 16;
+        float dg = __fmul_rn(tarfa_f16(b + 208), (float)(signed char)b[192 + 8 * i + 2 * t + hh]);
+        const unsigned char* ql = b + 64 * i + 32 * (t % 2) + 16 * hh;
+        const unsigned char* qh = b + 128 + 32 * i + 16 * hh;
+        for (int j = 0; j < n; ++j) {
+            int lo = (ql[m + j] >> (4 * (t / 2))) & 0x0f;
+            int hi = (qh[m + j] >> (2 * t)) & 0x03;
+            w[j] = __fmul_rn(dg, (float)((lo | (hi << 4)) - 32));
+        }
+    }
+}
+
+// Element k of a row (or vector) of `dtype`.
 __device__ __forceinline__ float tarfa_weight(const unsigned char* w, int dtype, long long k) {
     if (dtype == TARFA_BF16) {
         unsigned int bits = ((const unsigned short*)w)[k];
         return __int_as_float(bits << 16);
     }
-    return ((const float*)w)[k];
+    if (dtype == TARFA_F32) return ((const float*)w)[k];
+    if (dtype == TARFA_F16) return tarfa_f16(w + 2 * k);
+    float v;
+    tarfa_dequant_run(w, dtype, k, 1, &v);
+    return v;
 }
 
 // The fold of a warp's 32 lane partials by the fixed tree (canon::fold_lanes): lane i adds lane

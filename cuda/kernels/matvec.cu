@@ -2,8 +2,13 @@
 // holding eight of the canonical order's 32 logical lanes (tarfa_quad_acc), folded by the tree
 // (tarfa_quad_fold); up to four products of one input in one launch (tarfa_e_matvec).
 
-// Eight consecutive weights k..k+7 of a row, one at a time (any alignment, any type).
+// Eight consecutive weights k..k+7 of a row (k a multiple of 8): a block type's eight lie in one
+// group, dequantised with its scale found once; a plain type's one at a time (any alignment).
 __device__ __forceinline__ void tarfa_weights8(const unsigned char* row, int dtype, int k, float* w) {
+    if (dtype >= TARFA_Q8_0) {
+        tarfa_dequant_run(row, dtype, k, 8, w);
+        return;
+    }
 #pragma unroll
     for (int j = 0; j < 8; ++j) w[j] = tarfa_weight(row, dtype, k + j);
 }
@@ -221,8 +226,7 @@ extern "C" __global__ void tarfa_e_matvec(TarfaMatJobs jobs) {
     int q = live ? (int)quad : total - 1;  // dead quads compute a real row for the shuffles
     int r;
     TarfaMatJob j = tarfa_job_of(jobs, q, &r);
-    long long esz = j.dtype == TARFA_BF16 ? 2 : 4;
-    const unsigned char* row = j.w + (long long)r * j.cols * esz;
+    const unsigned char* row = j.w + (long long)r * tarfa_row_bytes(j.dtype, j.cols);
     float v;
     if (jobs.stage > 0) {
         float acc[1][8];

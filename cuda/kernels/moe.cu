@@ -10,7 +10,8 @@ struct TarfaMoe {
     int n_experts;
     int inter;
     int hidden;
-    int dtype_gu;
+    int dtype_g;
+    int dtype_u;
     int dtype_d;
     int vec_gu;
     int vec_d;
@@ -29,12 +30,18 @@ extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k
     int r = (int)(q % m.inter);
     int e = ids[slot];
     if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
-    long long esz = m.dtype_gu == TARFA_BF16 ? 2 : 4;
-    long long off = (long long)r * m.hidden * esz;
-    // gate and up together: both rows' loads in flight at once, each row its own canonical dot.
-    const unsigned char* rows[2] = {(const unsigned char*)m.gate[e] + off, (const unsigned char*)m.up[e] + off};
+    const unsigned char* gr = (const unsigned char*)m.gate[e] + (long long)r * tarfa_row_bytes(m.dtype_g, m.hidden);
+    const unsigned char* ur = (const unsigned char*)m.up[e] + (long long)r * tarfa_row_bytes(m.dtype_u, m.hidden);
     float acc[2][8];
-    tarfa_quad_acc<2, TARFA_BATCH, true>(rows, m.dtype_gu, x, m.hidden, sub, m.vec_gu, acc);
+    if (m.dtype_g == m.dtype_u) {
+        // gate and up together: both rows' loads in flight at once, each row its own canonical dot.
+        const unsigned char* rows[2] = {gr, ur};
+        tarfa_quad_acc<2, TARFA_BATCH, true>(rows, m.dtype_g, x, m.hidden, sub, m.vec_gu, acc);
+    } else {
+        // Of two types (a GGUF may quantise them differently): each row alone, the same dots.
+        tarfa_quad_acc<1, TARFA_BATCH, true>(&gr, m.dtype_g, x, m.hidden, sub, m.vec_gu, &acc[0]);
+        tarfa_quad_acc<1, TARFA_BATCH, true>(&ur, m.dtype_u, x, m.hidden, sub, m.vec_gu, &acc[1]);
+    }
     float g = tarfa_quad_fold(acc[0]);
     float u = tarfa_quad_fold(acc[1]);
     if (live && sub == 0) h[(long long)slot * m.inter + r] = tarfa_silu_mul(g, u);
@@ -53,8 +60,7 @@ extern "C" __global__ void tarfa_e_moe_down(TarfaMoe m, const int* ids, int k, c
     int r = (int)(q % m.hidden);
     int e = ids[slot];
     if (e < 0 || e >= m.n_experts) e = 0;
-    long long esz = m.dtype_d == TARFA_BF16 ? 2 : 4;
-    const unsigned char* row = (const unsigned char*)m.down[e] + (long long)r * m.inter * esz;
+    const unsigned char* row = (const unsigned char*)m.down[e] + (long long)r * tarfa_row_bytes(m.dtype_d, m.inter);
     float v = tarfa_quad_dot(row, m.dtype_d, h + (long long)slot * m.inter, m.inter, sub, m.vec_d);
     if (live && sub == 0) y[(long long)slot * m.hidden + r] = v;
 }

@@ -328,7 +328,7 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int 
     long long total = (long long)k * m.inter;
     long long first = (long long)blockIdx.x * np;
     int n = total - first < np ? (int)(total - first) : np;
-    long long esz = m.dtype_gu == TARFA_BF16 ? 2 : 4;
+    long long esz = m.dtype_g == TARFA_BF16 ? 2 : 4;
     if ((int)threadIdx.x < 2 * n) {
         long long q = first + threadIdx.x / 2;
         int e = ids[q / m.inter];
@@ -339,7 +339,7 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int 
     __syncthreads();
     int quad = threadIdx.x / 4, sub = threadIdx.x & 3;
     float acc[2][8];
-    tarfa_tile_acc<2>(rowp, 2 * n, m.hidden, m.dtype_gu, x, nullptr, ring, quad, n, sub, acc, false,
+    tarfa_tile_acc<2>(rowp, 2 * n, m.hidden, m.dtype_g, x, nullptr, ring, quad, n, sub, acc, false,
                       [] {});
     float g = tarfa_quad_fold(acc[0]);
     float u = tarfa_quad_fold(acc[1]);

@@ -61,11 +61,13 @@ pub struct MoeArgs {
     pub inter: i32,
     /// Hidden size.
     pub hidden: i32,
-    /// Gate/up element type.
-    pub dtype_gu: i32,
+    /// Gate element type.
+    pub dtype_g: i32,
+    /// Up element type (the tiled kernels only where it is the gate's).
+    pub dtype_u: i32,
     /// Down element type.
     pub dtype_d: i32,
-    /// Wide loads for gate/up.
+    /// Wide loads for gate/up (both BF16 or both F32, of one type).
     pub vec_gu: i32,
     /// Wide loads for down.
     pub vec_d: i32,

@@ -40,7 +40,7 @@ use crate::CudaError;
 /// one row).
 #[derive(Clone, Copy, Debug)]
 pub struct HostTensor<'a> {
-    /// Its elements, as stored (BF16 bit patterns or `f32`).
+    /// Its elements, as stored (BF16 or F16 bit patterns, `f32`, or whole blocks of a GGUF type).
     pub bytes: &'a [u8],
     /// Element type.
     pub dtype: GpuDtype,
@@ -52,9 +52,7 @@ pub struct HostTensor<'a> {
 
 impl HostTensor<'_> {
     fn check(&self, what: &str, rows: usize, cols: usize) -> Result<(), CudaError> {
-        let need = rows
-            .checked_mul(cols)
-            .and_then(|n| n.checked_mul(self.dtype.size()));
+        let need = self.dtype.row_bytes(cols).and_then(|n| n.checked_mul(rows));
         if self.rows != rows || self.cols != cols || need != Some(self.bytes.len()) {
             return Err(CudaError::Usage(format!(
                 "{what}: [{}, {}] of {} bytes where [{rows}, {cols}] is needed",
@@ -198,7 +196,8 @@ struct ExpertTable<B> {
     n: usize,
     /// Width (0 until the first expert is put).
     inter: usize,
-    dtype_gu: Option<GpuDtype>,
+    dtype_g: Option<GpuDtype>,
+    dtype_u: Option<GpuDtype>,
     dtype_d: Option<GpuDtype>,
     bufs: Vec<Option<B>>,
     gate: Vec<u64>,
@@ -605,7 +604,10 @@ impl<D: EngineDevice> Engine<D> {
             }
             if let Some(t) = l.shared.as_mut() {
                 let e = &mut l.experts;
-                l.fold = t.inter == e.inter && t.dtype_gu == e.dtype_gu && t.dtype_d == e.dtype_d;
+                l.fold = t.inter == e.inter
+                    && t.dtype_g == e.dtype_g
+                    && t.dtype_u == e.dtype_u
+                    && t.dtype_d == e.dtype_d;
                 if l.fold {
                     self.report.folded_layers += 1;
                     // Expert n of the tables (the buffers stay the shared table's).
@@ -935,7 +937,7 @@ impl<D: EngineDevice> Engine<D> {
             dtype: w.dtype.code(),
             bias_dtype: bias.map_or(0, |b| b.dtype.code()),
             accumulate: i32::from(acc),
-            vec: i32::from(w.cols % 8 == 0),
+            vec: i32::from(w.dtype.wide() && w.cols % 8 == 0),
         }
     }
 
@@ -1165,7 +1167,7 @@ impl<D: EngineDevice> Engine<D> {
         // holds hidden floats, h `k × inter` (k ≤ top_k, inter ≤ the largest width, allocated in
         // `finish`; the shared experts' own buffer for them) and y `k × hidden`; `vec` only for
         // widths that are multiples of 8.
-        if t.inter % 32 == 0 && s.hidden % 32 == 0 {
+        if t.inter % 32 == 0 && s.hidden % 32 == 0 && t.wide() {
             let sms = self.dev.multiprocessors();
             let np = tile_rows(k * t.inter, TILE_MAX_ROWS / 2, sms);
             // A power of two ≤ 32 dividing hidden: a down block's rows are of one slot.
@@ -1305,6 +1307,13 @@ impl<B> ExpertTable<B> {
         Ok(())
     }
 
+    /// Whether its experts' types take the wide loads and the tiled kernels (BF16, F32).
+    fn wide(&self) -> bool {
+        self.dtype_g.is_none_or(GpuDtype::wide)
+            && self.dtype_u == self.dtype_g
+            && self.dtype_d.is_none_or(GpuDtype::wide)
+    }
+
     /// The kernels' view of the table (after [`ExpertTable::upload_tables`]).
     fn args<D: EngineDevice<Buf = B>>(&self, dev: &D, hidden: usize) -> Result<MoeArgs, CudaError> {
         let tables = self
@@ -1319,10 +1328,15 @@ impl<B> ExpertTable<B> {
             n_experts: self.gate.len() as i32,
             inter: self.inter as i32,
             hidden: hidden as i32,
-            dtype_gu: self.dtype_gu.unwrap_or(GpuDtype::Bf16).code(),
+            dtype_g: self.dtype_g.unwrap_or(GpuDtype::Bf16).code(),
+            dtype_u: self.dtype_u.unwrap_or(GpuDtype::Bf16).code(),
             dtype_d: self.dtype_d.unwrap_or(GpuDtype::Bf16).code(),
-            vec_gu: i32::from(hidden % 8 == 0),
-            vec_d: i32::from(self.inter % 8 == 0),
+            vec_gu: i32::from(
+                self.dtype_g.is_none_or(GpuDtype::wide)
+                    && self.dtype_u == self.dtype_g
+                    && hidden % 8 == 0,
+            ),
+            vec_d: i32::from(self.dtype_d.is_none_or(GpuDtype::wide) && self.inter % 8 == 0),
         })
     }
 
@@ -1330,7 +1344,8 @@ impl<B> ExpertTable<B> {
         ExpertTable {
             n,
             inter: 0,
-            dtype_gu: None,
+            dtype_g: None,
+            dtype_u: None,
             dtype_d: None,
             bufs: (0..n).map(|_| None).collect(),
             gate: vec![0; n],
@@ -1361,19 +1376,17 @@ impl<B> ExpertTable<B> {
         g.check("expert gate", inter, hidden)?;
         u.check("expert up", inter, hidden)?;
         d.check("expert down", hidden, inter)?;
-        if g.dtype != u.dtype {
-            return Err(CudaError::Usage(
-                "an expert's gate and up of different element types".into(),
-            ));
-        }
-        if self.dtype_gu.is_some_and(|t| t != g.dtype) || self.dtype_d.is_some_and(|t| t != d.dtype)
+        if self.dtype_g.is_some_and(|t| t != g.dtype)
+            || self.dtype_u.is_some_and(|t| t != u.dtype)
+            || self.dtype_d.is_some_and(|t| t != d.dtype)
         {
             return Err(CudaError::Usage(
                 "a layer's experts of different element types".into(),
             ));
         }
         self.inter = inter;
-        self.dtype_gu = Some(g.dtype);
+        self.dtype_g = Some(g.dtype);
+        self.dtype_u = Some(u.dtype);
         self.dtype_d = Some(d.dtype);
         let pad = |n: usize| n.div_ceil(256) * 256;
         let (og, ou) = (0, pad(g.bytes.len()));

@@ -11,29 +11,111 @@ use crate::abi::{MatJobs, MoeArgs};
 use crate::tile::TileGeometry;
 use crate::CudaError;
 
-/// Element type of a weight on the device.
+/// Element type of a weight on the device: BF16 and F32 (wide loads, the tiled kernels), F16, and
+/// GGUF's block types, each element dequantised inside the canonical dot as the CPU dequantises
+/// it (`kernels/common.cuh`, `tarfa_weight`; the quad kernels, one group's scale found once per
+/// eight elements).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
 pub enum GpuDtype {
     /// BF16 bit patterns (widened exactly at use).
     Bf16,
     /// `f32`.
     F32,
+    /// IEEE half (widened exactly at use).
+    F16,
+    /// 32 × int8, one F16 scale (34 bytes).
+    Q8_0,
+    /// 32 × 4-bit, one F16 scale, offset 8 (18 bytes).
+    Q4_0,
+    /// 256 × 4-bit in 8 groups, 6-bit scales and minima (144 bytes).
+    Q4_K,
+    /// 256 × 5-bit in 8 groups, 6-bit scales and minima (176 bytes).
+    Q5_K,
+    /// 256 × 6-bit in 16 groups, int8 scales (210 bytes).
+    Q6_K,
+    /// 32 × 4-bit, F16 scale and minimum (20 bytes).
+    Q4_1,
+    /// 32 × 5-bit, one F16 scale, offset 16 (22 bytes).
+    Q5_0,
+    /// 32 × 5-bit, F16 scale and minimum (24 bytes).
+    Q5_1,
 }
 
 impl GpuDtype {
-    /// The kernels' number for it.
+    /// Every type the kernels take.
+    pub const ALL: [GpuDtype; 11] = [
+        GpuDtype::Bf16,
+        GpuDtype::F32,
+        GpuDtype::F16,
+        GpuDtype::Q8_0,
+        GpuDtype::Q4_0,
+        GpuDtype::Q4_K,
+        GpuDtype::Q5_K,
+        GpuDtype::Q6_K,
+        GpuDtype::Q4_1,
+        GpuDtype::Q5_0,
+        GpuDtype::Q5_1,
+    ];
+
+    /// The kernels' number for it (`TARFA_BF16` … in `kernels/common.cuh`).
     pub fn code(self) -> i32 {
         match self {
             GpuDtype::Bf16 => 0,
             GpuDtype::F32 => 1,
+            GpuDtype::F16 => 2,
+            GpuDtype::Q8_0 => 3,
+            GpuDtype::Q4_0 => 4,
+            GpuDtype::Q4_K => 5,
+            GpuDtype::Q5_K => 6,
+            GpuDtype::Q6_K => 7,
+            GpuDtype::Q4_1 => 8,
+            GpuDtype::Q5_0 => 9,
+            GpuDtype::Q5_1 => 10,
         }
     }
 
-    /// Bytes per element.
-    pub fn size(self) -> usize {
+    /// Elements and bytes of one block (a plain type's block is one element).
+    pub fn block(self) -> (usize, usize) {
         match self {
-            GpuDtype::Bf16 => 2,
-            GpuDtype::F32 => 4,
+            GpuDtype::Bf16 | GpuDtype::F16 => (1, 2),
+            GpuDtype::F32 => (1, 4),
+            GpuDtype::Q8_0 => (32, 34),
+            GpuDtype::Q4_0 => (32, 18),
+            GpuDtype::Q4_K => (256, 144),
+            GpuDtype::Q5_K => (256, 176),
+            GpuDtype::Q6_K => (256, 210),
+            GpuDtype::Q4_1 => (32, 20),
+            GpuDtype::Q5_0 => (32, 22),
+            GpuDtype::Q5_1 => (32, 24),
+        }
+    }
+
+    /// Bytes of a row of `cols` elements, if `cols` is whole blocks (and fits).
+    pub fn row_bytes(self, cols: usize) -> Option<usize> {
+        let (e, b) = self.block();
+        (cols % e == 0).then(|| (cols / e).checked_mul(b))?
+    }
+
+    /// Whether the kernels read it with 16-byte loads and the tiled kernels take it (BF16, F32).
+    pub fn wide(self) -> bool {
+        matches!(self, GpuDtype::Bf16 | GpuDtype::F32)
+    }
+
+    /// Its name, as GGUF and JNF write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            GpuDtype::Bf16 => "BF16",
+            GpuDtype::F32 => "F32",
+            GpuDtype::F16 => "F16",
+            GpuDtype::Q8_0 => "Q8_0",
+            GpuDtype::Q4_0 => "Q4_0",
+            GpuDtype::Q4_K => "Q4_K",
+            GpuDtype::Q5_K => "Q5_K",
+            GpuDtype::Q6_K => "Q6_K",
+            GpuDtype::Q4_1 => "Q4_1",
+            GpuDtype::Q5_0 => "Q5_0",
+            GpuDtype::Q5_1 => "Q5_1",
         }
     }
 }
@@ -181,4 +263,32 @@ pub trait EngineDevice: Send + std::fmt::Debug {
     ) -> Result<Option<Self::Graph>, CudaError>;
     /// Replay a captured graph.
     fn replay(&self, g: &Self::Graph) -> Result<(), CudaError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GpuDtype;
+
+    /// Each type's number is the one the kernels define for it (`#define TARFA_<NAME> <code>` in
+    /// `kernels/common.cuh`), and no two types share one.
+    #[test]
+    fn every_type_has_the_kernels_number() {
+        for t in GpuDtype::ALL {
+            let line = format!("#define TARFA_{} {}\n", t.name(), t.code());
+            assert!(
+                crate::KERNELS_CU.contains(&line),
+                "the kernels lack `{line}`"
+            );
+            assert_eq!(
+                GpuDtype::ALL
+                    .iter()
+                    .filter(|u| u.code() == t.code())
+                    .count(),
+                1
+            );
+        }
+        assert_eq!(GpuDtype::Q6_K.row_bytes(512), Some(420));
+        assert_eq!(GpuDtype::Q8_0.row_bytes(48), None);
+        assert!(GpuDtype::Bf16.wide() && !GpuDtype::F16.wide() && !GpuDtype::Q8_0.wide());
+    }
 }

@@ -31,9 +31,7 @@ pub struct GpuMatrix {
 
 impl GpuMatrix {
     fn bytes(&self) -> Option<usize> {
-        self.rows
-            .checked_mul(self.cols)?
-            .checked_mul(self.dtype.size())
+        self.dtype.row_bytes(self.cols)?.checked_mul(self.rows)
     }
 }
 
@@ -136,11 +134,18 @@ impl GpuCompute {
     }
 
     fn check(&self, w: &DeviceBytes, m: &GpuMatrix, what: &str) -> Result<(), CudaError> {
-        if m.offset % m.dtype.size() != 0 {
+        // The offload kernels (`kernels/offload.cu`) read BF16 and F32 rows only.
+        if !m.dtype.wide() {
             return Err(CudaError::Usage(format!(
-                "{what} matrix at byte {} is not aligned to its {}-byte elements",
-                m.offset,
-                m.dtype.size()
+                "{what} matrix of {}: the offload kernels take BF16 and F32",
+                m.dtype.name()
+            )));
+        }
+        let esz = m.dtype.block().1;
+        if m.offset % esz != 0 {
+            return Err(CudaError::Usage(format!(
+                "{what} matrix at byte {} is not aligned to its {esz}-byte elements",
+                m.offset
             )));
         }
         let end = m.bytes().and_then(|b| b.checked_add(m.offset));

@@ -156,7 +156,7 @@ impl GpuExperts {
             let b = raw(m);
             (b.as_ptr() as usize)
                 .checked_sub(extent.as_ptr() as usize)
-                .filter(|&o| o % dtype.size() == 0)
+                .filter(|&o| o % dtype.block().1 == 0)
                 .filter(|&o| {
                     o.checked_add(b.len())
                         .is_some_and(|end| end <= extent.len())

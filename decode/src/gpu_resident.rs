@@ -21,7 +21,6 @@ use tarfa_cuda::{
     Engine, EngineDevice, EngineShape, GpuDtype, HostAttention, HostLayer, HostMlp, HostRoute,
     HostTensor, MAX_HEAD_DIM,
 };
-use tarfa_format::Dtype;
 
 use crate::blocks::{self, Batch};
 use crate::config::RopeConfig;
@@ -30,6 +29,7 @@ use crate::experts::ExpertStore;
 use crate::family::common::{AttnSpec, NormStyle};
 use crate::family::{Ctx, Family};
 use crate::offload::OffloadReport;
+use crate::quant::QuantType;
 use crate::rope::Rope;
 use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 
@@ -132,11 +132,29 @@ pub struct GpuWhole<D: EngineDevice> {
     engine: Engine<D>,
 }
 
+/// The engine's type for a quantised (or F16) weight, if its kernels take it.
+fn gpu_dtype(q: QuantType) -> Option<GpuDtype> {
+    Some(match q {
+        QuantType::BF16 => GpuDtype::Bf16,
+        QuantType::F32 => GpuDtype::F32,
+        QuantType::F16 => GpuDtype::F16,
+        QuantType::Q8_0 => GpuDtype::Q8_0,
+        QuantType::Q4_0 => GpuDtype::Q4_0,
+        QuantType::Q4_K => GpuDtype::Q4_K,
+        QuantType::Q5_K => GpuDtype::Q5_K,
+        QuantType::Q6_K => GpuDtype::Q6_K,
+        QuantType::Q4_1 => GpuDtype::Q4_1,
+        QuantType::Q5_0 => GpuDtype::Q5_0,
+        QuantType::Q5_1 => GpuDtype::Q5_1,
+        _ => return None,
+    })
+}
+
 fn host<'a>(m: &MatrixRef<'a>) -> Option<HostTensor<'a>> {
     let (bytes, dtype): (&[u8], _) = match m.data {
         WeightSlice::Bf16(w) => (bytemuck::cast_slice(w), GpuDtype::Bf16),
         WeightSlice::F32(w) => (bytemuck::cast_slice(w), GpuDtype::F32),
-        _ => return None,
+        WeightSlice::Quant(q) => (q.bytes(), gpu_dtype(q.ty())?),
     };
     Some(HostTensor {
         bytes,
@@ -176,7 +194,8 @@ pub enum Declined {
     Family(String),
     /// The family's plan has a form the kernels do not compute.
     Form(&'static str),
-    /// A weight is neither BF16 nor F32 (quantised).
+    /// A weight of a type the engine's kernels do not take (they take F32, F16, BF16, Q4_0, Q4_1,
+    /// Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K).
     Weights,
     /// A layer's experts are not all of one element type per projection.
     MixedExperts,
@@ -206,7 +225,10 @@ impl std::fmt::Display for Declined {
                 "the GPU's kernels do not run {t:?} models whole yet (qwen3_moe, glm4_moe and mixtral)"
             ),
             Declined::Form(why) => write!(f, "the GPU's kernels do not take {why}"),
-            Declined::Weights => write!(f, "a weight is neither BF16 nor F32 (quantised)"),
+            Declined::Weights => write!(
+                f,
+                "a weight is of a type the GPU's kernels do not take (they take F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K)"
+            ),
             Declined::MixedExperts => write!(f, "a layer's experts mix element types"),
             Declined::VramLimit { need, limit } => write!(
                 f,
@@ -317,7 +339,7 @@ fn takes_experts(experts: &ExpertStore) -> bool {
     experts
         .region_dtypes()
         .iter()
-        .all(|&d| d == Dtype::BF16 || d == Dtype::F32)
+        .all(|&d| QuantType::from_dtype(d).and_then(gpu_dtype).is_some())
 }
 
 /// The whole-model decoder of `config` on `dev` (every weight copied there, every expert read
@@ -335,7 +357,7 @@ pub fn build<D: EngineDevice>(
 }
 
 /// [`build`], or why the model does not take it (a family without a plan the kernels take, a
-/// weight neither BF16 nor F32, experts of a layer of mixed types, heads wider than
+/// weight of a type the kernels do not take, experts of a layer of mixed types, heads wider than
 /// [`MAX_HEAD_DIM`]).
 pub fn build_or_decline<D: EngineDevice>(
     dev: D,
@@ -387,8 +409,8 @@ fn upload<D: EngineDevice>(
     // `TARFA_CUDA_NORM_FUSE=0` takes no RMSNorm into a product (each is launched alone or with
     // the combine), for measuring.
     engine.set_norm_fusion(std::env::var("TARFA_CUDA_NORM_FUSE").as_deref() != Ok("0"));
-    // One element type per role across a layer's experts, gate and up alike (the kernels read
-    // a layer's experts as one shape); else the offload path, which places each expert alone.
+    // One element type per role (gate, up, down) across a layer's experts (the kernels read a
+    // layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;
     for (l, mlp) in plan.mlps.iter().enumerate() {
         if !matches!(mlp, MlpPlan::Moe { .. }) {
@@ -409,8 +431,8 @@ fn upload<D: EngineDevice>(
                     fits = false;
                     return Ok(());
                 };
-                let t = (g.dtype, d.dtype, g.rows);
-                if g.dtype != u.dtype || *types.get_or_insert(t) != t {
+                let t = (g.dtype, u.dtype, d.dtype, g.rows);
+                if *types.get_or_insert(t) != t {
                     fits = false;
                 }
                 if fits {

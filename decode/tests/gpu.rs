@@ -143,9 +143,9 @@ fn norms_taken_in_or_launched_alone_on_the_gpu_give_the_cpu_bits() {
     }
 }
 
-/// Models the whole-model path does not take (a family without a plan, quantised experts, an
-/// expert whose gate and up differ in type) fall back to the offload path, still with the CPU's
-/// bits.
+/// Models the whole-model path does not take (a family without a plan, a layer whose experts
+/// differ in type: expert 0's up F32, the others' BF16) fall back to the offload path, still with
+/// the CPU's bits.
 #[test]
 fn models_the_whole_gpu_pass_does_not_take_fall_back_to_offloading() {
     if !gpu_here() {
@@ -237,8 +237,11 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
     }
 }
 
+/// The quantised GGUF fixture (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): on the offload
+/// path its quantised experts stay on the CPU; whole on the GPU every weight is dequantised inside
+/// the canonical dot; the CPU's bits either way.
 #[test]
-fn quantised_experts_stay_on_the_cpu_and_the_bits_do_not_move() {
+fn a_quantised_gguf_gives_the_cpu_bits_offloaded_and_whole_on_the_gpu() {
     if !gpu_here() {
         return;
     }
@@ -265,6 +268,13 @@ fn quantised_experts_stay_on_the_cpu_and_the_bits_do_not_move() {
     assert_eq!(r.computed, 0, "{r:?}");
     // Its BF16 embedding / F16 head and F32 routers may go to the GPU; the quantised matrices not.
     eprintln!("qwen3_moe_q: {r:?}");
+    // The whole pass takes it: every type of the fixture dequantised inside the canonical dot.
+    for (graphs, batch) in [(true, true), (false, false)] {
+        let mut dec = common::open(&out, &whole(graphs, batch));
+        assert_eq!(run(&mut dec, "qwen3_moe_q"), cpu, "graphs {graphs}");
+        let r = dec.offload_report().expect("report");
+        assert!(r.whole_model && r.computed == 0, "{r:?}");
+    }
 }
 
 /// An expert whose gate is BF16 and whose up is F32 (legal in a checkpoint) is not taken by the
