@@ -33,56 +33,8 @@
 #![deny(unsafe_code)]
 #![allow(clippy::too_many_arguments)]
 
-/// Element types as the kernels number them (`GpuDtype::code`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[allow(non_camel_case_types)]
-pub enum Dt {
-    /// BF16 bit patterns.
-    Bf16 = 0,
-    /// `f32`.
-    F32 = 1,
-    /// IEEE half.
-    F16 = 2,
-    /// GGUF Q8_0 blocks.
-    Q8_0 = 3,
-    /// GGUF Q4_0 blocks.
-    Q4_0 = 4,
-    /// GGUF Q4_K blocks.
-    Q4_K = 5,
-    /// GGUF Q5_K blocks.
-    Q5_K = 6,
-    /// GGUF Q6_K blocks.
-    Q6_K = 7,
-    /// GGUF Q4_1 blocks.
-    Q4_1 = 8,
-    /// GGUF Q5_0 blocks.
-    Q5_0 = 9,
-    /// GGUF Q5_1 blocks.
-    Q5_1 = 10,
-}
-
-impl Dt {
-    /// Elements and bytes of a block (`GpuDtype::block`).
-    pub fn block(self) -> (usize, usize) {
-        match self {
-            Dt::Bf16 | Dt::F16 => (1, 2),
-            Dt::F32 => (1, 4),
-            Dt::Q8_0 => (32, 34),
-            Dt::Q4_0 => (32, 18),
-            Dt::Q4_K => (256, 144),
-            Dt::Q5_K => (256, 176),
-            Dt::Q6_K => (256, 210),
-            Dt::Q4_1 => (32, 20),
-            Dt::Q5_0 => (32, 22),
-            Dt::Q5_1 => (32, 24),
-        }
-    }
-
-    /// Read with 16-byte loads (and taken by the tiled kernels): BF16 and F32.
-    pub fn wide(self) -> bool {
-        matches!(self, Dt::Bf16 | Dt::F32)
-    }
-}
+/// Element types as the kernels number them: the engine's own ([`tarfa_cuda::GpuDtype`]).
+pub use tarfa_cuda::GpuDtype as Dt;
 
 /// A weight matrix or vector in host memory, in the kernels' byte form.
 #[derive(Clone, Debug)]
@@ -506,8 +458,8 @@ fn matvec_launch(
             bias: b.as_ref().map_or(0, |b| b.addr()),
             rows: p.rows as i32,
             cols: p.cols as i32,
-            dtype: p.w.dt as i32,
-            bias_dtype: p.bias.as_ref().map_or(0, |b| b.dt as i32),
+            dtype: p.w.dt.code(),
+            bias_dtype: p.bias.as_ref().map_or(0, |b| b.dt.code()),
             accumulate: i32::from(p.accumulate.is_some()),
             vec: i32::from(p.vec),
         };
@@ -534,7 +486,7 @@ fn matvec_launch(
                 let (nw, ndt, eps, sh) = match (&nw, norm) {
                     (Some(a), Some((w, eps))) => (
                         a.ptr(),
-                        w.dt as i32,
+                        w.dt.code(),
                         eps,
                         sh + tile_norm_shared(products[0].cols) as u32,
                     ),
@@ -601,7 +553,7 @@ pub fn combine_norm(
             shp,
             xa.ptr() as *mut f32,
             nw.ptr(),
-            w.dt as i32,
+            w.dt.code(),
             eps,
             out.ptr() as *mut f32,
         )
@@ -622,7 +574,7 @@ pub fn rms_norm(x: &[f32], w: &W, eps: f32) -> Vec<f32> {
             0,
             xa.ptr() as _,
             wa.ptr(),
-            w.dt as i32,
+            w.dt.code(),
             x.len() as i32,
             eps,
             out.ptr() as *mut f32,
@@ -643,7 +595,7 @@ pub fn embed(table: &W, hidden: usize, token: u32) -> Vec<f32> {
             BLOCK,
             0,
             t.ptr(),
-            table.dt as i32,
+            table.dt.code(),
             hidden as i32,
             p.as_ptr(),
             x.ptr() as *mut f32,
@@ -733,7 +685,7 @@ pub fn attention(sh: Heads, a: &AttnIn<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
             va.ptr() as _,
             qna.ptr(),
             kna.ptr(),
-            qn.dt as i32,
+            qn.dt.code(),
             i32::from(a.norms.is_some()),
             a.eps,
             sh.heads as i32,
@@ -816,7 +768,7 @@ pub fn sigmoid_topk(
             za.ptr() as _,
             n as i32,
             ba.ptr(),
-            bias.dt as i32,
+            bias.dt.code(),
             k as i32,
             n_group as i32,
             topk_group as i32,
@@ -924,9 +876,9 @@ fn moe_launch(
         n_experts: experts.len() as i32,
         inter: inter as i32,
         hidden: hidden as i32,
-        dtype_g: experts[0].gate.dt as i32,
-        dtype_u: experts[0].up.dt as i32,
-        dtype_d: experts[0].down.dt as i32,
+        dtype_g: experts[0].gate.dt.code(),
+        dtype_u: experts[0].up.dt.code(),
+        dtype_d: experts[0].down.dt.code(),
         vec_gu: i32::from(dg.wide() && dg == du && hidden.is_multiple_of(8)),
         vec_d: i32::from(dd.wide() && inter.is_multiple_of(8)),
     };
@@ -1016,7 +968,7 @@ pub fn offload_swiglu(e: &Expert, inter: usize, hidden: usize, xs: &[Vec<f32>]) 
             0,
             g.ptr(),
             u.ptr(),
-            e.gate.dt as i32,
+            e.gate.dt.code(),
             inter as i32,
             hidden as i32,
             t as i32,
@@ -1028,7 +980,7 @@ pub fn offload_swiglu(e: &Expert, inter: usize, hidden: usize, xs: &[Vec<f32>]) 
             OFFLOAD_BLOCK,
             0,
             d.ptr(),
-            e.down.dt as i32,
+            e.down.dt.code(),
             hidden as i32,
             inter as i32,
             t as i32,
@@ -1053,7 +1005,7 @@ pub fn offload_matvec(w: &W, rows: usize, cols: usize, xs: &[Vec<f32>]) -> Vec<V
             OFFLOAD_BLOCK,
             0,
             wa.ptr(),
-            w.dt as i32,
+            w.dt.code(),
             rows as i32,
             cols as i32,
             t as i32,
@@ -1120,7 +1072,7 @@ pub fn offload_swiglu_many(
             up.as_ptr(),
             tok_start.as_ptr(),
             n,
-            experts[0].gate.dt as i32,
+            experts[0].gate.dt.code(),
             inter as i32,
             hidden as i32,
             total as i32,
@@ -1134,7 +1086,7 @@ pub fn offload_swiglu_many(
             dp.as_ptr(),
             tok_start.as_ptr(),
             n,
-            experts[0].down.dt as i32,
+            experts[0].down.dt.code(),
             hidden as i32,
             inter as i32,
             total as i32,

@@ -406,14 +406,23 @@ struct MoeCase {
 
 fn moe_case(
     r: &mut Rng,
-    (hidden, inter, n_exp, k): (usize, usize, usize, usize),
+    shape: (usize, usize, usize, usize),
     (dgu, dd): (emu::Dt, emu::Dt),
+) -> MoeCase {
+    moe_case_of(r, shape, (dgu, dgu, dd))
+}
+
+/// [`moe_case`] with gate, up and down each of its own type.
+fn moe_case_of(
+    r: &mut Rng,
+    (hidden, inter, n_exp, k): (usize, usize, usize, usize),
+    (dg, du, dd): (emu::Dt, emu::Dt, emu::Dt),
 ) -> MoeCase {
     let mut experts = Vec::new();
     let mut raw = Vec::new();
     for _ in 0..n_exp {
-        let (g, gv) = weights(r, inter * hidden, dgu, 0.5);
-        let (u, uv) = weights(r, inter * hidden, dgu, 0.5);
+        let (g, gv) = weights(r, inter * hidden, dg, 0.5);
+        let (u, uv) = weights(r, inter * hidden, du, 0.5);
         let (dn, dv) = weights(r, hidden * inter, dd, 0.5);
         experts.push(emu::Expert {
             gate: g,
@@ -909,44 +918,14 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
         }
     }
     let (hidden, inter) = (256usize, 256usize);
-    for (dg, du, dd) in [
+    for types in [
         (emu::Dt::Q4_K, emu::Dt::Q6_K, emu::Dt::Q8_0),
         (emu::Dt::Q8_0, emu::Dt::Q8_0, emu::Dt::Q5_K),
         (emu::Dt::Q4_0, emu::Dt::F16, emu::Dt::Bf16),
         (emu::Dt::Q5_0, emu::Dt::Q4_1, emu::Dt::Q5_1),
     ] {
-        let mut experts = Vec::new();
-        let mut raw = Vec::new();
-        for _ in 0..3 {
-            let (g, gv) = weights(&mut r, inter * hidden, dg, 0.5);
-            let (u, uv) = weights(&mut r, inter * hidden, du, 0.5);
-            let (dn, dv) = weights(&mut r, hidden * inter, dd, 0.5);
-            experts.push(emu::Expert {
-                gate: g,
-                up: u,
-                down: dn,
-            });
-            raw.push((gv, uv, dv));
-        }
-        let x = r.vec(hidden, 2.0);
-        let residual = r.vec(hidden, 2.0);
-        let (ids, wts) = ([2u32, 0], [0.75f32, 0.25]);
-        let route: Vec<(u32, f32)> = ids.iter().copied().zip(wts).collect();
-        let mut outs = MoeOutputs::new(std::slice::from_ref(&route));
-        for (s, &e) in ids.iter().enumerate() {
-            let (gv, uv, dv) = &raw[e as usize];
-            let y = blocks::swiglu(
-                Isa::Scalar,
-                m(gv, inter, hidden),
-                m(uv, inter, hidden),
-                m(dv, hidden, inter),
-                std::slice::from_ref(&x),
-            );
-            outs.put(0, s, &y[0], wts[s]);
-        }
-        let mut want = vec![residual.clone()];
-        blocks::add_into(&mut want, &outs.combine());
-        let got = emu::moe(&experts, inter, hidden, &ids, &wts, &x, &residual);
-        assert_eq!(bits(&got), bits(&want[0]), "{dg:?} {du:?} {dd:?}");
+        let c = moe_case_of(&mut r, (hidden, inter, 3, 2), types);
+        let got = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, &c.x, &c.residual);
+        assert_eq!(bits(&got), c.want, "{types:?}");
     }
 }
