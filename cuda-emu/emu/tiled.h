@@ -1,4 +1,4 @@
-// The tiled kernels' entry points at the ring this translation unit compiled cuda_kernels.cu for
+// The tiled kernels' entry points at the ring this translation unit compiled cuda/kernels/tarfa.cu for
 // (TARFA_TILE_STAGES stages of TARFA_TILE_STAGE_BYTES), named after it: emu_tmatvec_4_8192 for
 // the default (launch.cc), emu_tmatvec_6_16384 for a ring tile.cc is compiled for, ...
 // `optin`: the dynamic shared memory the host allowed the tiled kernels above 48 KiB (0: none),

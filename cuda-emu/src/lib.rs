@@ -383,7 +383,8 @@ pub struct Product {
     pub bias: Option<W>,
     /// Add to `y0` (a residual) instead of storing.
     pub accumulate: Option<Vec<f32>>,
-    /// Use wide loads (the engine sets it when `cols` is a multiple of 8).
+    /// Use wide loads (the engine sets it when `cols` is a multiple of 8 and the type is BF16
+    /// or F32: a block type read with wide loads would be misread, so it is refused here).
     pub vec: bool,
 }
 
@@ -442,7 +443,7 @@ fn matvec_launch(
     for (i, p) in products.iter().enumerate() {
         assert_eq!(p.w.elems(), p.rows * p.cols);
         assert_eq!(p.x.len(), p.cols);
-        assert!(!p.vec || p.cols % 8 == 0);
+        assert!(!p.vec || (p.cols % 8 == 0 && p.w.dt.wide()));
         let w = p.w.aligned();
         let x = fl(&p.x);
         let y = fl(p.accumulate.as_deref().unwrap_or(&vec![0.0; p.rows]));

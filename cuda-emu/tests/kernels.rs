@@ -62,19 +62,21 @@ fn weights(r: &mut Rng, n: usize, dt: emu::Dt, s: f32) -> (emu::W, Vec<f32>) {
     }
 }
 
-/// A moderate F16: sign, exponent 2^-12 .. 2^-3, any mantissa (finite, normal).
+/// A finite F16 of either sign: mostly moderate (exponent 2^-12 .. 2^-3, any mantissa), one in
+/// eight subnormal and one in sixteen zero, so that every finite branch of the widening is met.
 fn f16_bits(r: &mut Rng) -> [u8; 2] {
-    let h = ((r.next() % 2) << 15) | ((3 + r.next() % 10) << 10) | (r.next() % 1024);
+    let sign = (r.next() % 2) << 15;
+    let h = match r.next() % 16 {
+        0 => sign,
+        1 | 2 => sign | (1 + r.next() % 1023),
+        _ => sign | ((3 + r.next() % 10) << 10) | (r.next() % 1024),
+    };
     (h as u16).to_le_bytes()
 }
 
-/// `n` elements (whole blocks) of an F16 or GGUF block type: random quants, moderate F16 scales
-/// (d, and dmin where the type has one) at their places in each block; and the values as the CPU
-/// dequantises them (`tarfa_decode::quant`, gguf-py's arithmetic).
-fn quantised(r: &mut Rng, n: usize, dt: emu::Dt) -> (emu::W, Vec<f32>) {
-    let (be, bb) = dt.block();
-    assert!(n.is_multiple_of(be), "{n} elements of {dt:?}");
-    let (ty, scales): (QuantType, &[usize]) = match dt {
+/// The decoder's type of an F16 or GGUF block type, and where each block's F16 scales lie.
+fn layout(dt: emu::Dt) -> (QuantType, &'static [usize]) {
+    match dt {
         emu::Dt::F16 => (QuantType::F16, &[0]),
         emu::Dt::Q8_0 => (QuantType::Q8_0, &[0]),
         emu::Dt::Q4_0 => (QuantType::Q4_0, &[0]),
@@ -85,7 +87,16 @@ fn quantised(r: &mut Rng, n: usize, dt: emu::Dt) -> (emu::W, Vec<f32>) {
         emu::Dt::Q5_0 => (QuantType::Q5_0, &[0]),
         emu::Dt::Q5_1 => (QuantType::Q5_1, &[0, 2]),
         other => unreachable!("{other:?} is not quantised"),
-    };
+    }
+}
+
+/// `n` elements (whole blocks) of an F16 or GGUF block type: random quants, moderate F16 scales
+/// (d, and dmin where the type has one) at their places in each block; and the values as the CPU
+/// dequantises them (`tarfa_decode::quant`, gguf-py's arithmetic).
+fn quantised(r: &mut Rng, n: usize, dt: emu::Dt) -> (emu::W, Vec<f32>) {
+    let (be, bb) = dt.block();
+    assert!(n.is_multiple_of(be), "{n} elements of {dt:?}");
+    let (ty, scales) = layout(dt);
     let mut bytes: Vec<u8> = (0..n / be * bb).map(|_| r.next() as u8).collect();
     for b in bytes.chunks_exact_mut(bb) {
         for &o in scales {
@@ -873,7 +884,8 @@ const QUANT_TYPES: [emu::Dt; 9] = [
 
 /// A GGUF weight is dequantised inside the canonical dot exactly as the CPU dequantises it
 /// (`tarfa_decode::quant`, gguf-py's arithmetic) before its canonical dot: every product of each
-/// type (four types in one launch, rows of one and several blocks), the embedding row of a
+/// type (three types in one launch, rows of one and several blocks; F16 also at widths that are
+/// not whole 32-element chunks; scales normal, subnormal and zero), the embedding row of a
 /// quantised table, and routed experts whose gate, up and down are three different types give
 /// the CPU's bits.
 #[test]
@@ -885,7 +897,7 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
             let mut want = Vec::new();
             let x = r.vec(cols, 2.0);
             for (j, &dt) in group.iter().enumerate() {
-                let rows = [1usize, 5, 3][j];
+                let rows = [2usize, 5, 3][j];
                 let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
                 let y: Vec<f32> = (0..rows)
                     .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
@@ -904,6 +916,24 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
             let got: Vec<Vec<u32>> = emu::matvec(&products).iter().map(|y| bits(y)).collect();
             assert_eq!(got, want, "cols {cols}, {group:?}");
         }
+    }
+    // F16 rows are plain: widths that are not whole chunks take the kernels' tail path.
+    for cols in [7usize, 100] {
+        let (w, wv) = weights(&mut r, 3 * cols, emu::Dt::F16, 1.0);
+        let x = r.vec(cols, 2.0);
+        let want: Vec<f32> = (0..3)
+            .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
+            .collect();
+        let got = emu::matvec(&[emu::Product {
+            w,
+            rows: 3,
+            cols,
+            x,
+            bias: None,
+            accumulate: None,
+            vec: false,
+        }]);
+        assert_eq!(bits(&got[0]), bits(&want), "F16, cols {cols}");
     }
     for dt in QUANT_TYPES {
         let (hidden, vocab) = (256, 4);
@@ -927,5 +957,21 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
         let c = moe_case_of(&mut r, (hidden, inter, 3, 2), types);
         let got = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, &c.x, &c.residual);
         assert_eq!(bits(&got), c.want, "{types:?}");
+    }
+}
+
+/// The engine's block sizes are the decoder's (`tarfa_decode::quant`, the JNF dtype table's), so
+/// a row's stride on the GPU is the bytes the CPU reads for it.
+#[test]
+fn the_engines_types_have_the_decoders_blocks() {
+    for dt in QUANT_TYPES {
+        let (w, _) = quantised(&mut Rng(1), dt.block().0, dt);
+        let ty = layout(dt).0;
+        assert_eq!(dt.block(), (ty.block_elems(), ty.block_bytes()), "{dt:?}");
+        assert_eq!(w.bytes.len(), ty.block_bytes(), "{dt:?}");
+        assert_eq!(
+            dt.row_bytes(3 * ty.block_elems()),
+            Some(3 * ty.block_bytes())
+        );
     }
 }

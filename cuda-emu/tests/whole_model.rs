@@ -131,9 +131,10 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
     }
 }
 
-/// The quantised GGUF fixture (F32 norms and routers, an F16 head, a BF16 embedding, Q8_0 q/k/v
-/// and layer 1 gate experts, Q4_0 o, Q4_K layer 0 gate and up, Q5_K layer 1 down, Q6_K layer 0
-/// down and layer 1 up: gate and up of one expert of two types) runs whole on the engine, every
+/// The quantised GGUF fixture (F32 norms and routers, a BF16 embedding, an F16 head — widened to
+/// F32 at load, so the engine sees F32 —, Q8_0 q/k/v and layer 1 gate experts, Q4_0 o, Q4_K
+/// layer 0 gate and up, Q5_K layer 1 down, Q6_K layer 0 down and layer 1 up: gate and up of one
+/// expert of two types) runs whole on the engine, every
 /// weight dequantised inside the canonical dot, with the CPU's logits at every step of its first
 /// reference prompt (the emulation's cost kept to the other families').
 #[test]
