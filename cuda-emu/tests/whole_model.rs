@@ -140,19 +140,7 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
 #[test]
 fn the_quantised_gguf_runs_whole_with_the_cpu_bits() {
     let _one = one_engine_at_a_time();
-    let tmp = tempfile::tempdir().expect("tmp");
-    let dir = tmp.path().join("q");
-    tarfa_converter::convert(
-        &common::repo().join("fixtures/gguf/qwen3_moe_q.gguf"),
-        &dir,
-        &tarfa_converter::Options {
-            layers: None,
-            direct_io: false,
-            jobs: 1,
-        },
-        &tarfa_converter::Quiet,
-    )
-    .expect("convert the quantised GGUF");
+    let dir = common::quantised_model();
     let cpu = run_prompts(
         &mut common::open(&dir, &DecoderOptions::default()),
         "qwen3_moe_q",

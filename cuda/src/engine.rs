@@ -1307,11 +1307,14 @@ impl<B> ExpertTable<B> {
         Ok(())
     }
 
+    /// Whether gate and up are of one type that takes the wide loads (BF16 or F32).
+    fn wide_gu(&self) -> bool {
+        self.dtype_g.is_none_or(GpuDtype::wide) && self.dtype_u == self.dtype_g
+    }
+
     /// Whether its experts' types take the wide loads and the tiled kernels (BF16, F32).
     fn wide(&self) -> bool {
-        self.dtype_g.is_none_or(GpuDtype::wide)
-            && self.dtype_u == self.dtype_g
-            && self.dtype_d.is_none_or(GpuDtype::wide)
+        self.wide_gu() && self.dtype_d.is_none_or(GpuDtype::wide)
     }
 
     /// The kernels' view of the table (after [`ExpertTable::upload_tables`]).
@@ -1331,11 +1334,7 @@ impl<B> ExpertTable<B> {
             dtype_g: self.dtype_g.unwrap_or(GpuDtype::Bf16).code(),
             dtype_u: self.dtype_u.unwrap_or(GpuDtype::Bf16).code(),
             dtype_d: self.dtype_d.unwrap_or(GpuDtype::Bf16).code(),
-            vec_gu: i32::from(
-                self.dtype_g.is_none_or(GpuDtype::wide)
-                    && self.dtype_u == self.dtype_g
-                    && hidden % 8 == 0,
-            ),
+            vec_gu: i32::from(self.wide_gu() && hidden % 8 == 0),
             vec_d: i32::from(self.dtype_d.is_none_or(GpuDtype::wide) && self.inter % 8 == 0),
         })
     }

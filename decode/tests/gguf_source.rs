@@ -8,7 +8,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 use tarfa_decode::error::GgufFault;
@@ -22,31 +21,7 @@ const STEPS: usize = 16;
 /// process). FILE is a fixture name (every tensor in its safetensors dtype) or
 /// `NAME.f32-small` (1-D tensors, norms and router F32, as llama.cpp's converter writes them).
 fn gguf_model_dir(name: &'static str) -> PathBuf {
-    static DIRS: OnceLock<std::sync::Mutex<Vec<(&'static str, tempfile::TempDir)>>> =
-        OnceLock::new();
-    let dirs = DIRS.get_or_init(Default::default);
-    let mut dirs = dirs.lock().expect("fixture lock");
-    if let Some((_, d)) = dirs.iter().find(|(n, _)| *n == name) {
-        return d.path().join("model");
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let out = tmp.path().join("model");
-    let src = common::repo()
-        .join("fixtures/gguf/from_hf")
-        .join(format!("{name}.gguf"));
-    tarfa_converter::convert(
-        &src,
-        &out,
-        &tarfa_converter::Options {
-            layers: None,
-            direct_io: false,
-            jobs: 1,
-        },
-        &tarfa_converter::Quiet,
-    )
-    .expect("convert GGUF fixture");
-    dirs.push((name, tmp));
-    out
+    common::converted(&format!("fixtures/gguf/from_hf/{name}.gguf"))
 }
 
 fn store(dir: &Path) -> (Manifest, TensorStore) {

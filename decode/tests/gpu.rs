@@ -245,19 +245,7 @@ fn a_quantised_gguf_gives_the_cpu_bits_offloaded_and_whole_on_the_gpu() {
     if !gpu_here() {
         return;
     }
-    let tmp = tempfile::tempdir().expect("tmp");
-    let out = tmp.path().join("q");
-    tarfa_converter::convert(
-        &common::repo().join("fixtures/gguf/qwen3_moe_q.gguf"),
-        &out,
-        &tarfa_converter::Options {
-            layers: None,
-            direct_io: false,
-            jobs: 1,
-        },
-        &tarfa_converter::Quiet,
-    )
-    .expect("convert");
+    let out = common::quantised_model();
     let cpu = run(
         &mut common::open(&out, &DecoderOptions::default()),
         "qwen3_moe_q",

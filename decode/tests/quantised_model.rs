@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use tarfa_decode::{DecoderOptions, ExpertMode, ExpertOptions, Isa};
@@ -21,30 +20,9 @@ use tarfa_runtime::{BackendChoice, BackendKind, SourceOptions};
 
 const MAX_ABS: f64 = 1e-5;
 
-fn convert_gguf(src: &Path, out: &Path) {
-    tarfa_converter::convert(
-        src,
-        out,
-        &tarfa_converter::Options {
-            layers: None,
-            direct_io: false,
-            jobs: 1,
-        },
-        &tarfa_converter::Quiet,
-    )
-    .expect("convert GGUF");
-}
-
-fn quantised_model(tmp: &Path) -> PathBuf {
-    let out = tmp.join("q");
-    convert_gguf(&common::repo().join("fixtures/gguf/qwen3_moe_q.gguf"), &out);
-    out
-}
-
 #[test]
 fn a_quantised_gguf_agrees_with_transformers_on_its_dequantised_weights() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let dir = quantised_model(tmp.path());
+    let dir = common::quantised_model();
     let mut dec = common::open(&dir, &DecoderOptions::default());
     let refdir = common::repo().join("fixtures/reference/qwen3_moe_q");
     for p in common::reference("qwen3_moe_q") {
@@ -78,8 +56,7 @@ fn a_quantised_gguf_agrees_with_transformers_on_its_dequantised_weights() {
 
 #[test]
 fn a_quantised_model_gives_the_same_bits_on_every_isa_thread_count_and_expert_mode() {
-    let tmp = tempfile::tempdir().expect("tmp");
-    let dir = quantised_model(tmp.path());
+    let dir = common::quantised_model();
     let prompt = &common::reference("qwen3_moe_q")[0].prompt_ids;
     let run = |isa: Isa, threads: usize, mode: ExpertMode| {
         let opts = DecoderOptions {
@@ -128,8 +105,8 @@ fn quantised_matrices_and_their_gguf_py_dequantisation_give_the_same_bits() {
         "quant_vectors.py: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    convert_gguf(&q, &tmp.path().join("qj"));
-    convert_gguf(&f, &tmp.path().join("fj"));
+    common::convert(&q, &tmp.path().join("qj"));
+    common::convert(&f, &tmp.path().join("fj"));
     for p in common::reference("qwen3_moe_b") {
         let mut rows = Vec::new();
         for dir in ["qj", "fj"] {

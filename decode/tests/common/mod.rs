@@ -11,20 +11,11 @@ pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// `fixtures/hf/NAME` converted into a temporary model directory (once per process).
-pub fn model(name: &'static str) -> PathBuf {
-    static DIRS: OnceLock<std::sync::Mutex<Vec<(&'static str, tempfile::TempDir)>>> =
-        OnceLock::new();
-    let dirs = DIRS.get_or_init(Default::default);
-    let mut dirs = dirs.lock().expect("fixture lock");
-    if let Some((_, d)) = dirs.iter().find(|(n, _)| *n == name) {
-        return d.path().join("model");
-    }
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let out = tmp.path().join("model");
+/// `src` (a checkpoint directory or a GGUF) converted to JNF in `out`, with the tests' options.
+pub fn convert(src: &Path, out: &Path) {
     tarfa_converter::convert(
-        &repo().join("fixtures/hf").join(name),
-        &out,
+        src,
+        out,
         &tarfa_converter::Options {
             layers: None,
             direct_io: false,
@@ -32,9 +23,33 @@ pub fn model(name: &'static str) -> PathBuf {
         },
         &tarfa_converter::Quiet,
     )
-    .expect("convert fixture");
-    dirs.push((name, tmp));
+    .unwrap_or_else(|e| panic!("convert {}: {e}", src.display()));
+}
+
+/// `src` (below the repository) converted into a temporary model directory, once per process.
+pub fn converted(src: &str) -> PathBuf {
+    static DIRS: OnceLock<std::sync::Mutex<Vec<(String, tempfile::TempDir)>>> = OnceLock::new();
+    let dirs = DIRS.get_or_init(Default::default);
+    let mut dirs = dirs.lock().expect("fixture lock");
+    if let Some((_, d)) = dirs.iter().find(|(n, _)| n == src) {
+        return d.path().join("model");
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("model");
+    convert(&repo().join(src), &out);
+    dirs.push((src.to_string(), tmp));
     out
+}
+
+/// `fixtures/hf/NAME` converted into a temporary model directory (once per process).
+pub fn model(name: &'static str) -> PathBuf {
+    converted(&format!("fixtures/hf/{name}"))
+}
+
+/// The quantised GGUF fixture (`fixtures/gguf/qwen3_moe_q.gguf`: F32, F16, BF16, Q8_0, Q4_0,
+/// Q4_K, Q5_K, Q6_K) converted, once per process.
+pub fn quantised_model() -> PathBuf {
+    converted("fixtures/gguf/qwen3_moe_q.gguf")
 }
 
 pub fn open(dir: &Path, opts: &DecoderOptions) -> Decoder {
@@ -221,16 +236,6 @@ pub fn rewritten_model(
     file.extend_from_slice(&data);
     std::fs::write(edited.join("model.safetensors"), file).expect("write");
     let out = tmp.join("jnf");
-    tarfa_converter::convert(
-        &edited,
-        &out,
-        &tarfa_converter::Options {
-            layers: None,
-            direct_io: false,
-            jobs: 1,
-        },
-        &tarfa_converter::Quiet,
-    )
-    .expect("convert");
+    convert(&edited, &out);
     out
 }
