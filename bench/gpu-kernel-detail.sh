@@ -3,7 +3,8 @@
 # light, memory, occupancy and warp-stall sections for a few launches of the kernels whose names
 # match REGEX (default: the tiled products), kernels launched one by one.
 #   bash bench/gpu-kernel-detail.sh JNF_DIR [REGEX] [SKIP] [COUNT]
-# Needs target/device/tarfa-cuda (carried) and ncu on the PATH or in /usr/local/cuda/bin.
+# Needs target/device/tarfa-cuda (carried; TARFA_BIN names another build) and ncu on the PATH or
+# in /usr/local/cuda/bin.
 set -uo pipefail
 B=$(pwd)/target/device
 J=${1:?usage: gpu-kernel-detail.sh JNF_DIR [REGEX] [SKIP] [COUNT]}
@@ -16,5 +17,5 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 "$NCU" --clock-control none -k "regex:$RE" --launch-skip "$SKIP" --launch-count "$COUNT" \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
   --section WarpStateStats --section LaunchStats \
-  "$B/tarfa-cuda" run "$J" --tokens 11,22,33,44 -n 8 --experts resident --device cuda \
+  "${TARFA_BIN:-$B/tarfa-cuda}" run "$J" --tokens 11,22,33,44 -n 8 --experts resident --device cuda \
   --no-cuda-graphs 2>&1 | grep -E "tarfa_e_|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Stall|stall|One or More|Grid Size|Shared Memory Configuration Size|Dynamic Shared" | head -${LINES_MAX:-200}

@@ -4,7 +4,8 @@
 # them; --clock-control none leaves the clocks as a plain run has them) and prints, per kernel
 # name, its launches, mean duration and share of the window.
 #   bash bench/gpu-kernel-times.sh JNF_DIR [SKIP] [COUNT]
-# Needs target/device/tarfa-cuda (carried) and ncu on the PATH or in /usr/local/cuda/bin.
+# Needs target/device/tarfa-cuda (carried; TARFA_BIN names another build) and ncu on the PATH or
+# in /usr/local/cuda/bin.
 set -uo pipefail
 B=$(pwd)/target/device
 J=${1:?usage: gpu-kernel-times.sh JNF_DIR [SKIP] [COUNT]}
@@ -15,7 +16,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 [ -n "$NCU" ] || { echo "no ncu here" >&2; exit 2; }
 "$NCU" --clock-control none --metrics gpu__time_duration.sum --launch-skip "$SKIP" \
   --launch-count "$COUNT" --csv --page raw \
-  "$B/tarfa-cuda" run "$J" --tokens 11,22,33,44,55,66,77,88 -n 24 --experts resident \
+  "${TARFA_BIN:-$B/tarfa-cuda}" run "$J" --tokens 11,22,33,44,55,66,77,88 -n 24 --experts resident \
   --device cuda --no-cuda-graphs > /tmp/ncu.out 2> /tmp/ncu.err || { tail -20 /tmp/ncu.err; exit 2; }
 # ncu's own lines (==PROF==) and tarfa's summary share stdout with the CSV, whose lines are quoted
 grep '^"' /tmp/ncu.out > "${OUT:-/tmp}/ncu.csv"

@@ -33,6 +33,7 @@ void emu_read_before_enter(const float* x, float* out) {
     });
 }
 void emu_matvec(G, const TarfaMatJobs* jobs) { TarfaMatJobs j = *jobs; RUN(tarfa_e_matvec(j)); }
+void emu_wmatvec(G, const TarfaMatJobs* jobs) { TarfaMatJobs j = *jobs; RUN(tarfa_e_wmatvec(j)); }
 void emu_embed(G, const unsigned char* table, int dtype, int hidden, const int* params, float* x) {
     RUN(tarfa_e_embed(table, dtype, hidden, params, x));
 }
@@ -64,6 +65,14 @@ void emu_gate_up(G, const TarfaMoe* m, const int* ids, int k, const float* x, fl
 void emu_down(G, const TarfaMoe* m, const int* ids, int k, const float* h, float* y) {
     TarfaMoe mm = *m;
     RUN(tarfa_e_moe_down(mm, ids, k, h, y));
+}
+void emu_wgate_up(G, const TarfaMoe* m, const int* ids, int k, const float* x, float* h) {
+    TarfaMoe mm = *m;
+    RUN(tarfa_e_wmoe_gate_up(mm, ids, k, x, h));
+}
+void emu_wdown(G, const TarfaMoe* m, const int* ids, int k, const float* h, float* y) {
+    TarfaMoe mm = *m;
+    RUN(tarfa_e_wmoe_down(mm, ids, k, h, y));
 }
 // The tiled kernels at a ring of `stages` of `bytes`: the default's (tiled.h, above) or another's
 // compiled in (tile.cc, once per ring in tiles.h, which build.rs writes). Returns 0, or -1 for a

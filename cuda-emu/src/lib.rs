@@ -118,10 +118,11 @@ fn fl(v: &[f32]) -> Aligned {
     Aligned::new(&v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
 }
 
-use tarfa_cuda::{MatJob, MatJobs, MoeArgs as Moe, TileGeometry};
+use tarfa_cuda::{warp_rows, MatJob, MatJobs, MoeArgs as Moe, TileGeometry};
 
 extern "C" {
     fn emu_matvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
+    fn emu_wmatvec(g: u32, b: u32, s: u32, jobs: *const MatJobs);
     fn emu_guard(p: *mut u8, n: usize, on: i32);
     fn emu_read_before_enter(x: *const f32, out: *mut f32);
     fn emu_embed(g: u32, b: u32, s: u32, t: *const u8, dt: i32, h: i32, p: *const i32, x: *mut f32);
@@ -187,6 +188,26 @@ extern "C" {
         h: *mut f32,
     );
     fn emu_down(
+        g: u32,
+        b: u32,
+        s: u32,
+        m: *const Moe,
+        ids: *const i32,
+        k: i32,
+        h: *const f32,
+        y: *mut f32,
+    );
+    fn emu_wgate_up(
+        g: u32,
+        b: u32,
+        s: u32,
+        m: *const Moe,
+        ids: *const i32,
+        k: i32,
+        x: *const f32,
+        h: *mut f32,
+    );
+    fn emu_wdown(
         g: u32,
         b: u32,
         s: u32,
@@ -479,6 +500,10 @@ fn matvec_launch(
     // norm cols floats more; its weights (`nw`) and `xn_out` hold cols elements.
     unsafe {
         match tile {
+            // As the engine chooses (`warp_rows`): a warp per row with a K type, else a quad.
+            None if warp_rows(products.iter().map(|p| p.w.dt.code())) => {
+                emu_wmatvec(blocks(rows as usize * 32), BLOCK, 0, &m)
+            }
             None => emu_matvec(blocks(rows as usize * 4), BLOCK, 0, &m),
             Some((nr, ring)) => {
                 let (optin, stages, bytes) = ring_args(ring);
@@ -897,9 +922,36 @@ fn moe_launch(
         let (ids_p, ki, hp, yp) = (ids_i.as_ptr(), k as i32, h.ptr(), y.ptr());
         match tile {
             None => {
-                let (gb, db) = (blocks(k * inter * 4), blocks(k * hidden * 4));
-                emu_gate_up(gb, BLOCK, 0, &m, ids_p, ki, xa.ptr() as _, hp as *mut f32);
-                emu_down(db, BLOCK, 0, &m, ids_p, ki, hp as _, yp as *mut f32);
+                // As the engine chooses (`warp_rows`): a warp per row with a K type.
+                let (xp, hw) = (xa.ptr() as *const f32, hp as *mut f32);
+                if warp_rows([m.dtype_g, m.dtype_u]) {
+                    emu_wgate_up(blocks(k * inter * 32), BLOCK, 0, &m, ids_p, ki, xp, hw);
+                } else {
+                    emu_gate_up(blocks(k * inter * 4), BLOCK, 0, &m, ids_p, ki, xp, hw);
+                }
+                if warp_rows([m.dtype_d]) {
+                    emu_wdown(
+                        blocks(k * hidden * 32),
+                        BLOCK,
+                        0,
+                        &m,
+                        ids_p,
+                        ki,
+                        hp as _,
+                        yp as _,
+                    );
+                } else {
+                    emu_down(
+                        blocks(k * hidden * 4),
+                        BLOCK,
+                        0,
+                        &m,
+                        ids_p,
+                        ki,
+                        hp as _,
+                        yp as _,
+                    );
+                }
             }
             Some((np, nr, ring)) => {
                 let gb = (k * inter).div_ceil(np) as u32;
@@ -1323,12 +1375,16 @@ impl EngineDevice for EmuDevice {
         // and kinds are checked here.
         unsafe {
             match k {
-                Kernel::Matvec => {
+                Kernel::Matvec | Kernel::WarpMatvec => {
                     count(1)?;
                     let Some(Arg::Jobs(j)) = args.first() else {
                         return Err(CudaError::Usage("matvec takes its jobs".into()));
                     };
-                    emu_matvec(g, b, s, j);
+                    if k == Kernel::Matvec {
+                        emu_matvec(g, b, s, j);
+                    } else {
+                        emu_wmatvec(g, b, s, j);
+                    }
                 }
                 Kernel::Embed => {
                     count(5)?;
@@ -1394,17 +1450,19 @@ impl EngineDevice for EmuDevice {
                         p(6)? as _,
                     );
                 }
-                Kernel::GateUp | Kernel::Down => {
+                Kernel::GateUp | Kernel::Down | Kernel::WarpGateUp | Kernel::WarpDown => {
                     count(5)?;
                     let Some(Arg::Moe(m)) = args.first() else {
                         return Err(CudaError::Usage(
                             "the experts' kernels take their table".into(),
                         ));
                     };
-                    if k == Kernel::GateUp {
-                        emu_gate_up(g, b, s, m, p(1)? as _, n(2)?, p(3)? as _, p(4)? as _);
-                    } else {
-                        emu_down(g, b, s, m, p(1)? as _, n(2)?, p(3)? as _, p(4)? as _);
+                    let (ids, kk, a, o) = (p(1)? as _, n(2)?, p(3)? as _, p(4)? as _);
+                    match k {
+                        Kernel::GateUp => emu_gate_up(g, b, s, m, ids, kk, a, o),
+                        Kernel::WarpGateUp => emu_wgate_up(g, b, s, m, ids, kk, a, o),
+                        Kernel::Down => emu_down(g, b, s, m, ids, kk, a, o),
+                        _ => emu_wdown(g, b, s, m, ids, kk, a, o),
                     }
                 }
                 Kernel::TiledMatvec => {

@@ -917,6 +917,59 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
             assert_eq!(got, want, "cols {cols}, {group:?}");
         }
     }
+    // Rows of several windows of a warp's group values (a window: 32 lanes' worth, four K-type
+    // blocks of 8 groups or two of Q6_K's 16), the last window part-filled, and the 32-element
+    // types at five chunks.
+    for dt in QUANT_TYPES.into_iter().filter(|t| t.block().0 > 1) {
+        let cols = if dt.block().0 == 256 { 1280 } else { 1184 };
+        let (w, wv) = weights(&mut r, 3 * cols, dt, 1.0);
+        let x = r.vec(cols, 2.0);
+        let want: Vec<f32> = (0..3)
+            .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
+            .collect();
+        let got = emu::matvec(&[emu::Product {
+            w,
+            rows: 3,
+            cols,
+            x,
+            bias: None,
+            accumulate: None,
+            vec: false,
+        }]);
+        assert_eq!(bits(&got[0]), bits(&want), "{dt:?}, cols {cols}");
+    }
+    // A K type beside other types in one launch: the warp kernels, the others on their generic
+    // path (tarfa_warp_acc element by element).
+    let cols = 512;
+    for group in [
+        [emu::Dt::Q4_K, emu::Dt::Q8_0, emu::Dt::Q5_1],
+        [emu::Dt::Q6_K, emu::Dt::Q4_0, emu::Dt::F16],
+        [emu::Dt::Q5_K, emu::Dt::Q5_0, emu::Dt::Q4_1],
+        [emu::Dt::Q4_K, emu::Dt::Bf16, emu::Dt::F32],
+    ] {
+        let x = r.vec(cols, 2.0);
+        let mut want = Vec::new();
+        let mut products = Vec::new();
+        for (j, &dt) in group.iter().enumerate() {
+            let rows = [3usize, 2, 4][j];
+            let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
+            let y: Vec<f32> = (0..rows)
+                .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
+                .collect();
+            want.push(bits(&y));
+            products.push(emu::Product {
+                w,
+                rows,
+                cols,
+                x: x.clone(),
+                bias: None,
+                accumulate: None,
+                vec: false,
+            });
+        }
+        let got: Vec<Vec<u32>> = emu::matvec(&products).iter().map(|y| bits(y)).collect();
+        assert_eq!(got, want, "{group:?}");
+    }
     // F16 rows are plain: widths that are not whole chunks take the kernels' tail path.
     for cols in [7usize, 100] {
         let (w, wv) = weights(&mut r, 3 * cols, emu::Dt::F16, 1.0);
@@ -953,6 +1006,8 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
         (emu::Dt::Q8_0, emu::Dt::Q8_0, emu::Dt::Q5_K),
         (emu::Dt::Q4_0, emu::Dt::F16, emu::Dt::Bf16),
         (emu::Dt::Q5_0, emu::Dt::Q4_1, emu::Dt::Q5_1),
+        (emu::Dt::Q5_K, emu::Dt::Q5_K, emu::Dt::Q6_K),
+        (emu::Dt::Q4_K, emu::Dt::Q5_0, emu::Dt::Q4_K),
     ] {
         let c = moe_case_of(&mut r, (hidden, inter, 3, 2), types);
         let got = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, &c.x, &c.residual);

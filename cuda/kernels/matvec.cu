@@ -3,10 +3,17 @@
 // (tarfa_quad_fold); up to four products of one input in one launch (tarfa_e_matvec).
 
 // Eight consecutive weights k..k+7 of a row (k a multiple of 8): a block type's eight lie in one
-// group, dequantised with its scale found once; a plain type's one at a time (any alignment).
+// chunk, dequantised with its shared values found once (dequant.cuh); a plain type's one at a
+// time (any alignment).
 __device__ __forceinline__ void tarfa_weights8(const unsigned char* row, int dtype, int k, float* w) {
     if (dtype >= TARFA_Q8_0) {
-        tarfa_dequant_run(row, dtype, k, 8, w);
+        long long c = k / 32;
+        TarfaChunk p = tarfa_chunk_params(row, dtype, c);
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            int l = k % 32 + j;
+            w[j] = tarfa_chunk_weight(dtype, c, l, tarfa_chunk_quant(row, dtype, c, l), p);
+        }
         return;
     }
 #pragma unroll
@@ -170,6 +177,164 @@ __device__ float tarfa_quad_dot(const unsigned char* row, int dtype, const float
     return tarfa_quad_fold(acc[0]);
 }
 
+// ---- A warp per row: the K types -------------------------------------------------------------
+// A launch whose matrices include a K type (Q4_K, Q5_K, Q6_K) takes the warp kernels
+// (tarfa_e_wmatvec here, tarfa_e_wmoe_gate_up and tarfa_e_wmoe_down in moe.cu; the host's rule
+// is hal.rs's `warp_rows`): a warp per output row, lane l the canonical order's logical lane l,
+// taking elements l, l + 32, ... in increasing order, one fused multiply-add each from +0, folded
+// by the same tree (tarfa_warp_fold) — the bits of the quad's accumulation. A quad's four threads
+// dequantised their eight elements of a chunk in turn, and a product's few rows (2,048 for
+// o_proj) left most of the GPU idle; a warp puts eight times the threads on a row, and what a
+// chunk's elements share is found once, by one lane (dequant.cuh). They are kernels of their own
+// so that their registers, not the quad kernels' wide batches, set how many warps a
+// multiprocessor holds. Another type in the launch (any type may sit beside a K type) takes the
+// generic path below, element by element.
+
+// Chunks whose loads a lane issues together before their multiply-adds (which stay in order).
+#define TARFA_WARP_BATCH 4
+
+// tarfa_warp_acc for a K type (DT: Q4_K, Q5_K or Q6_K; rows of whole 256-element blocks, eight
+// chunks each): the block's chunks unrolled, so every byte offset and shift is a constant (the
+// generic path's 64-bit index arithmetic and type switches, per element, cost several times the
+// element's own work). The same values as tarfa_chunk_params and tarfa_chunk_weight, in the same
+// order: lane i finds the group values of lane i's place in a window of blocks (Q4_K/Q5_K: group
+// i mod 8 of block i / 8; Q6_K: scale i mod 16 of block i / 16), and each lane takes its element's
+// by a shuffle.
+template <int DT, int R>
+__device__ __forceinline__ void tarfa_warp_acc_k(const unsigned char* const* rows, const float* x,
+                                                 int cols, int lane, float* acc) {
+    constexpr int BB = DT == TARFA_Q4_K ? 144 : DT == TARFA_Q5_K ? 176 : 210;
+    constexpr int PER = DT == TARFA_Q6_K ? 16 : 8;  // group values per block
+    constexpr int WIN = 32 / PER;                   // blocks one window's lanes hold values of
+    int nb = cols / 256;
+    for (int b0 = 0; b0 < nb; b0 += WIN) {
+        int n = nb - b0 < WIN ? nb - b0 : WIN;
+        float pa[R], pm[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            pa[r] = 0.0f;
+            pm[r] = 0.0f;
+            if (lane / PER < n) {
+                const unsigned char* b = rows[r] + (long long)(b0 + lane / PER) * BB;
+                if (DT == TARFA_Q6_K) {
+                    pa[r] = __fmul_rn(tarfa_f16(b + 208), (float)(signed char)b[192 + lane % 16]);
+                } else {
+                    int sc, mn;
+                    tarfa_scale_min_k4(b + 4, lane % 8, &sc, &mn);
+                    pa[r] = __fmul_rn(tarfa_f16(b), (float)sc);
+                    pm[r] = __fmul_rn(tarfa_f16(b + 2), (float)mn);
+                }
+            }
+        }
+        for (int j = 0; j < n; ++j) {  // the same for every lane: the shuffles are whole-warp
+            int bi = b0 + j;
+            const float* xb = x + (long long)bi * 256 + lane;
+            float xv[8];
+            unsigned int q[R][8];
+#pragma unroll
+            for (int cc = 0; cc < 8; ++cc) xv[cc] = xb[32 * cc];
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                const unsigned char* b = rows[r] + (long long)bi * BB + lane;
+#pragma unroll
+                for (int cc = 0; cc < 8; ++cc) {
+                    if (DT == TARFA_Q4_K) {
+                        q[r][cc] = b[16 + 32 * (cc / 2)];
+                    } else if (DT == TARFA_Q5_K) {
+                        q[r][cc] = b[48 + 32 * (cc / 2)] | ((unsigned int)b[16] << 8);
+                    } else {
+                        q[r][cc] = b[64 * (cc / 4) + 32 * (cc % 2)] | ((unsigned int)b[128 + 32 * (cc / 4)] << 8);
+                    }
+                }
+            }
+#pragma unroll
+            for (int cc = 0; cc < 8; ++cc) {
+#pragma unroll
+                for (int r = 0; r < R; ++r) {
+                    float w;
+                    if (DT == TARFA_Q6_K) {
+                        int t = cc % 4;
+                        float a = __shfl_sync(TARFA_FULL, pa[r], j * 16 + 8 * (cc / 4) + 2 * t + lane / 16);
+                        int v = (int)((q[r][cc] >> (4 * (t / 2))) & 0x0fu) |
+                                (int)(((q[r][cc] >> (8 + 2 * t)) & 0x03u) << 4);
+                        w = __fmul_rn(a, (float)(v - 32));
+                    } else {
+                        float a = __shfl_sync(TARFA_FULL, pa[r], j * 8 + cc);
+                        float m = __shfl_sync(TARFA_FULL, pm[r], j * 8 + cc);
+                        int v = (int)((q[r][cc] >> (4 * (cc % 2))) & 0x0fu);
+                        if (DT == TARFA_Q5_K) v |= (int)(((q[r][cc] >> (8 + cc)) & 1u) << 4);
+                        w = __fsub_rn(__fmul_rn(a, (float)v), m);
+                    }
+                    acc[r] = __fmaf_rn(w, xv[cc], acc[r]);
+                }
+            }
+        }
+    }
+}
+
+// The canonical accumulation of R rows of `dtype` with x (cols elements) by a warp: lane `lane`'s
+// partial of each row in acc[r]. Every lane of the warp must call it (shuffles).
+template <int R>
+__device__ __forceinline__ void tarfa_warp_acc(const unsigned char* const* rows, int dtype,
+                                               const float* x, int cols, int lane, float* acc) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+    if (dtype < TARFA_Q8_0) {  // a plain type (another job of the launch is of a block type)
+        for (int k = lane; k < cols; k += 32) {
+            float xk = x[k];
+#pragma unroll
+            for (int r = 0; r < R; ++r) acc[r] = __fmaf_rn(tarfa_weight(rows[r], dtype, k), xk, acc[r]);
+        }
+        return;
+    }
+    if (dtype == TARFA_Q4_K) return tarfa_warp_acc_k<TARFA_Q4_K, R>(rows, x, cols, lane, acc);
+    if (dtype == TARFA_Q5_K) return tarfa_warp_acc_k<TARFA_Q5_K, R>(rows, x, cols, lane, acc);
+    if (dtype == TARFA_Q6_K) return tarfa_warp_acc_k<TARFA_Q6_K, R>(rows, x, cols, lane, acc);
+    // Which of a chunk's shared values the type has (the others stay zero, unshuffled).
+    bool has_m = dtype == TARFA_Q4_1 || dtype == TARFA_Q5_1 || dtype == TARFA_Q4_K ||
+                 dtype == TARFA_Q5_K || dtype == TARFA_Q6_K;
+    bool has_h = dtype == TARFA_Q5_0 || dtype == TARFA_Q5_1;
+    int chunks = cols / 32;  // a block type's rows are whole blocks of 32 or 256
+    for (int c0 = 0; c0 < chunks; c0 += 32) {
+        int n = chunks - c0 < 32 ? chunks - c0 : 32;
+        // Lane i finds the shared values of chunk c0 + i of each row.
+        TarfaChunk mine[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            TarfaChunk z = {0.0f, 0.0f, 0u};
+            mine[r] = lane < n ? tarfa_chunk_params(rows[r], dtype, c0 + lane) : z;
+        }
+        for (int j = 0; j < n; j += TARFA_WARP_BATCH) {
+            unsigned int q[R][TARFA_WARP_BATCH];
+            float xv[TARFA_WARP_BATCH];
+#pragma unroll
+            for (int b = 0; b < TARFA_WARP_BATCH; ++b) {
+                if (j + b < n) {
+                    long long c = c0 + j + b;
+                    xv[b] = x[c * 32 + lane];
+#pragma unroll
+                    for (int r = 0; r < R; ++r) q[r][b] = tarfa_chunk_quant(rows[r], dtype, c, lane);
+                }
+            }
+#pragma unroll
+            for (int b = 0; b < TARFA_WARP_BATCH; ++b) {
+                if (j + b < n) {  // the same for every lane: the shuffles are whole-warp
+                    long long c = c0 + j + b;
+#pragma unroll
+                    for (int r = 0; r < R; ++r) {
+                        TarfaChunk p;
+                        p.a = __shfl_sync(TARFA_FULL, mine[r].a, j + b);
+                        p.m = has_m ? __shfl_sync(TARFA_FULL, mine[r].m, j + b) : 0.0f;
+                        p.h = has_h ? __shfl_sync(TARFA_FULL, mine[r].h, j + b) : 0u;
+                        float w = tarfa_chunk_weight(dtype, c, lane, q[r][b], p);
+                        acc[r] = __fmaf_rn(w, xv[b], acc[r]);
+                    }
+                }
+            }
+        }
+    }
+}
+
 // One matrix-vector product of a tarfa_e_matvec launch: y = W x (+ bias), stored or added to y.
 struct TarfaMatJob {
     const unsigned char* w;
@@ -219,9 +384,9 @@ extern "C" __global__ void tarfa_e_matvec(TarfaMatJobs jobs) {
         for (int i = threadIdx.x; i < jobs.stage; i += blockDim.x) xs[i] = x[i];
         __syncthreads();
     }
+    int total = jobs.row_start[jobs.n];
     long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
     int sub = threadIdx.x & 3;
-    int total = jobs.row_start[jobs.n];
     bool live = quad < total;
     int q = live ? (int)quad : total - 1;  // dead quads compute a real row for the shuffles
     int r;
@@ -236,6 +401,26 @@ extern "C" __global__ void tarfa_e_matvec(TarfaMatJobs jobs) {
         v = tarfa_quad_dot(row, j.dtype, j.x, j.cols, sub, j.vec);
     }
     if (live && sub == 0) {
+        if (j.bias) v = __fadd_rn(v, tarfa_weight(j.bias, j.bias_dtype, r));
+        j.y[r] = j.accumulate ? __fadd_rn(j.y[r], v) : v;
+    }
+}
+
+// tarfa_e_matvec's products with a warp per row (a K type among them): the same values.
+// Warps past the last row compute the last row again and write nothing.
+extern "C" __global__ void tarfa_e_wmatvec(TarfaMatJobs jobs) {
+    tarfa_grid_enter();
+    int total = jobs.row_start[jobs.n];
+    long long wr = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x & 31;
+    int q = wr < total ? (int)wr : total - 1;
+    int r;
+    TarfaMatJob j = tarfa_job_of(jobs, q, &r);
+    const unsigned char* row = j.w + (long long)r * tarfa_row_bytes(j.dtype, j.cols);
+    float acc[1];
+    tarfa_warp_acc<1>(&row, j.dtype, j.x, j.cols, lane, acc);
+    float v = tarfa_warp_fold(acc[0]);
+    if (wr < total && lane == 0) {
         if (j.bias) v = __fadd_rn(v, tarfa_weight(j.bias, j.bias_dtype, r));
         j.y[r] = j.accumulate ? __fadd_rn(j.y[r], v) : v;
     }

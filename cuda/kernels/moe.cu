@@ -1,6 +1,7 @@
 // Routed experts and the combine: the selected experts' SwiGLU on quads (gate and up, then
-// down), and the combine of their outputs into the residual in slot order (blocks::combine),
-// optionally with the next layer's input RMSNorm fused in.
+// down) — on warps when a K type is among them (tarfa_warp_acc) — and the combine of their
+// outputs into the residual in slot order (blocks::combine), optionally with the next layer's
+// input RMSNorm fused in.
 
 // A layer's experts (or its dense MLP as one expert): per-expert matrix addresses.
 struct TarfaMoe {
@@ -63,6 +64,52 @@ extern "C" __global__ void tarfa_e_moe_down(TarfaMoe m, const int* ids, int k, c
     const unsigned char* row = (const unsigned char*)m.down[e] + (long long)r * tarfa_row_bytes(m.dtype_d, m.inter);
     float v = tarfa_quad_dot(row, m.dtype_d, h + (long long)slot * m.inter, m.inter, sub, m.vec_d);
     if (live && sub == 0) y[(long long)slot * m.hidden + r] = v;
+}
+
+// tarfa_e_moe_gate_up with a warp per (slot, row): gate or up of a K type.
+extern "C" __global__ void tarfa_e_wmoe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
+                                                float* h) {
+    tarfa_grid_enter();
+    long long wr = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x & 31;
+    long long total = (long long)k * m.inter;
+    long long q = wr < total ? wr : total - 1;
+    int slot = (int)(q / m.inter);
+    int r = (int)(q % m.inter);
+    int e = ids[slot];
+    if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
+    const unsigned char* gr = (const unsigned char*)m.gate[e] + (long long)r * tarfa_row_bytes(m.dtype_g, m.hidden);
+    const unsigned char* ur = (const unsigned char*)m.up[e] + (long long)r * tarfa_row_bytes(m.dtype_u, m.hidden);
+    float acc[2];
+    if (m.dtype_g == m.dtype_u) {
+        const unsigned char* rows[2] = {gr, ur};
+        tarfa_warp_acc<2>(rows, m.dtype_g, x, m.hidden, lane, acc);
+    } else {
+        tarfa_warp_acc<1>(&gr, m.dtype_g, x, m.hidden, lane, &acc[0]);
+        tarfa_warp_acc<1>(&ur, m.dtype_u, x, m.hidden, lane, &acc[1]);
+    }
+    float g = tarfa_warp_fold(acc[0]);
+    float u = tarfa_warp_fold(acc[1]);
+    if (wr < total && lane == 0) h[(long long)slot * m.inter + r] = tarfa_silu_mul(g, u);
+}
+
+// tarfa_e_moe_down with a warp per row: down of a K type.
+extern "C" __global__ void tarfa_e_wmoe_down(TarfaMoe m, const int* ids, int k, const float* h,
+                                             float* y) {
+    tarfa_grid_enter();
+    long long wr = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    int lane = threadIdx.x & 31;
+    long long total = (long long)k * m.hidden;
+    long long q = wr < total ? wr : total - 1;
+    int slot = (int)(q / m.hidden);
+    int r = (int)(q % m.hidden);
+    int e = ids[slot];
+    if (e < 0 || e >= m.n_experts) e = 0;
+    const unsigned char* row = (const unsigned char*)m.down[e] + (long long)r * tarfa_row_bytes(m.dtype_d, m.inter);
+    float acc[1];
+    tarfa_warp_acc<1>(&row, m.dtype_d, h + (long long)slot * m.inter, m.inter, lane, acc);
+    float v = tarfa_warp_fold(acc[0]);
+    if (wr < total && lane == 0) y[(long long)slot * m.hidden + r] = v;
 }
 
 // x[i] += Σ_s y[s][i] · w[s], the products rounded, added in slot order from slot 0

@@ -3,6 +3,7 @@
 // inlines each #include "..." below); the CPU emulation (cuda-emu/emu/) includes this file as
 // C++. Every kernel follows spec/EXACTNESS.md's canonical order; common.cuh says how.
 
+#include "dequant.cuh"
 #include "common.cuh"
 #include "offload.cu"
 #include "matvec.cu"

@@ -32,7 +32,7 @@
 #![allow(unsafe_code)]
 
 use crate::abi::{MatJob, MatJobs, MoeArgs};
-use crate::hal::{Arg, EngineDevice, Geometry, GpuDtype, Kernel};
+use crate::hal::{warp_rows, Arg, EngineDevice, Geometry, GpuDtype, Kernel};
 use crate::tile::{tile_norm_shared, tile_rows, SHARED_MAX, TILE_MAX_ROWS, TILE_THREADS};
 use crate::CudaError;
 
@@ -898,17 +898,23 @@ impl<D: EngineDevice> Engine<D> {
         {
             m.stage = widest;
         }
-        let threads = rows as usize * 4;
+        // A K type among the products: a warp per row (`warp_rows`), else a quad.
+        let warps = warp_rows(jobs.iter().map(|j| j.dtype));
+        let (kernel, threads) = if warps {
+            (Kernel::WarpMatvec, rows as usize * 32)
+        } else {
+            (Kernel::Matvec, rows as usize * 4)
+        };
         // SAFETY: each job's `w` is a resident matrix of `rows × cols` elements of `dtype`
         // (checked at upload), `x` a buffer of at least `cols` floats, `y` of at least `rows`,
         // `bias` (when set) of `rows` elements; `vec` only when `cols` is a multiple of 8 (every
         // row and x 16-byte aligned: buffers are 256-byte aligned). Quads past the last row
-        // compute the last row again and write nothing. With `stage`, each block copies the first
+        // compute the last row again and write nothing (as do warps). With `stage`, each block copies the first
         // `stage` floats of the shared x (the widest product's columns, which that buffer holds)
         // into `stage × 4` bytes of shared memory.
         unsafe {
             self.dev.launch(
-                Kernel::Matvec,
+                kernel,
                 geo(
                     threads.div_ceil(MATVEC_BLOCK as usize),
                     MATVEC_BLOCK,
@@ -1205,11 +1211,24 @@ impl<D: EngineDevice> Engine<D> {
                 )
             };
         }
-        let quads = |rows: usize| geo((rows * 4).div_ceil(MATVEC_BLOCK as usize), MATVEC_BLOCK, 0);
+        let per_row = |rows: usize, per: usize| {
+            geo(
+                (rows * per).div_ceil(MATVEC_BLOCK as usize),
+                MATVEC_BLOCK,
+                0,
+            )
+        };
+        // A K type: a warp per row (`warp_rows`), else a quad.
+        let (gu, dn) = (warp_rows([m.dtype_g, m.dtype_u]), warp_rows([m.dtype_d]));
+        let pick = |warp: bool, w: Kernel, q: Kernel| if warp { (w, 32) } else { (q, 4) };
+        let ((gk, gper), (dk, dper)) = (
+            pick(gu, Kernel::WarpGateUp, Kernel::GateUp),
+            pick(dn, Kernel::WarpDown, Kernel::Down),
+        );
         unsafe {
             self.dev.launch(
-                Kernel::GateUp,
-                quads(k * t.inter)?,
+                gk,
+                per_row(k * t.inter, gper)?,
                 &[
                     Arg::Moe(m),
                     Arg::Ptr(ids),
@@ -1219,8 +1238,8 @@ impl<D: EngineDevice> Engine<D> {
                 ],
             )?;
             self.dev.launch(
-                Kernel::Down,
-                quads(k * s.hidden)?,
+                dk,
+                per_row(k * s.hidden, dper)?,
                 &[
                     Arg::Moe(m),
                     Arg::Ptr(ids),

@@ -13,8 +13,8 @@ use crate::CudaError;
 
 /// Element type of a weight on the device: BF16 and F32 (wide loads, the tiled kernels), F16, and
 /// GGUF's block types, each element dequantised inside the canonical dot as the CPU dequantises
-/// it (`kernels/common.cuh`, `tarfa_weight`; the quad kernels, one group's scale found once per
-/// eight elements).
+/// it (`kernels/dequant.cuh`; a K type's products on a warp per row, [`warp_rows`], the other
+/// block types' on the quad kernels).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[allow(non_camel_case_types)]
 pub enum GpuDtype {
@@ -58,7 +58,7 @@ impl GpuDtype {
         GpuDtype::Q5_1,
     ];
 
-    /// The kernels' number for it (`TARFA_BF16` … in `kernels/common.cuh`).
+    /// The kernels' number for it (`TARFA_BF16` … in `kernels/dequant.cuh`).
     pub fn code(self) -> i32 {
         match self {
             GpuDtype::Bf16 => 0,
@@ -97,6 +97,12 @@ impl GpuDtype {
         (cols % e == 0).then(|| (cols / e).checked_mul(b))?
     }
 
+    /// Whether it is one of the K types (Q4_K, Q5_K, Q6_K: 256-element blocks), whose products
+    /// take a warp per output row ([`warp_rows`]).
+    pub fn k_type(self) -> bool {
+        matches!(self, GpuDtype::Q4_K | GpuDtype::Q5_K | GpuDtype::Q6_K)
+    }
+
     /// Whether the kernels read it with 16-byte loads and the tiled kernels take it (BF16, F32).
     pub fn wide(self) -> bool {
         matches!(self, GpuDtype::Bf16 | GpuDtype::F32)
@@ -118,6 +124,19 @@ impl GpuDtype {
             GpuDtype::Q5_1 => "Q5_1",
         }
     }
+}
+
+/// Whether a product (or the experts' launch) of matrices with the type codes `codes` takes the
+/// warp kernels (`tarfa_e_wmatvec`, `tarfa_e_wmoe_gate_up`, `tarfa_e_wmoe_down`: a warp per
+/// output row, `kernels/matvec.cu`'s `tarfa_warp_acc`) rather than the quad kernels: when any is
+/// a K type, whose rows the warp kernels take with their blocks unrolled (2.5 times the quads'
+/// tokens/s on a Q4_K_M model, spec/EXACTNESS.md row (mm)). The 32-element block types stay on
+/// the quads (their warp path is the generic one, measured slower than the quads, row (ll)),
+/// except beside a K type in one launch. Which threads compute a row changes no bit: both hold
+/// the canonical order's 32 logical lanes.
+pub fn warp_rows(codes: impl IntoIterator<Item = i32>) -> bool {
+    let k = |c: i32| GpuDtype::ALL.iter().any(|t| t.code() == c && t.k_type());
+    codes.into_iter().any(k)
 }
 
 /// A kernel of the resident decoder (`kernels/`).
@@ -149,11 +168,17 @@ pub enum Kernel {
     CombineNorm,
     /// `tarfa_e_sigmoid_topk`.
     SigmoidTopk,
+    /// `tarfa_e_wmatvec` (a warp per row: block types).
+    WarpMatvec,
+    /// `tarfa_e_wmoe_gate_up`.
+    WarpGateUp,
+    /// `tarfa_e_wmoe_down`.
+    WarpDown,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 13] = [
+    pub const ALL: [Kernel; 16] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -167,6 +192,9 @@ impl Kernel {
         Kernel::TiledDown,
         Kernel::CombineNorm,
         Kernel::SigmoidTopk,
+        Kernel::WarpMatvec,
+        Kernel::WarpGateUp,
+        Kernel::WarpDown,
     ];
 
     /// Its name in `kernels/`.
@@ -185,6 +213,9 @@ impl Kernel {
             Kernel::TiledDown => "tarfa_e_tmoe_down",
             Kernel::CombineNorm => "tarfa_e_combine_norm",
             Kernel::SigmoidTopk => "tarfa_e_sigmoid_topk",
+            Kernel::WarpMatvec => "tarfa_e_wmatvec",
+            Kernel::WarpGateUp => "tarfa_e_wmoe_gate_up",
+            Kernel::WarpDown => "tarfa_e_wmoe_down",
         }
     }
 }
@@ -270,7 +301,7 @@ mod tests {
     use super::GpuDtype;
 
     /// Each type's number is the one the kernels define for it (`#define TARFA_<NAME> <code>` in
-    /// `kernels/common.cuh`), and no two types share one.
+    /// `kernels/dequant.cuh`), and no two types share one.
     #[test]
     fn every_type_has_the_kernels_number() {
         for t in GpuDtype::ALL {

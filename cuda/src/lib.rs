@@ -13,8 +13,9 @@
 //!   so CI holds this very orchestration to the CPU decoder's logits without a GPU.
 //! - `abi.rs`: the structures kernels take by value, in their C layout. `tile.rs`: the tiled
 //!   products' shared-memory ring. `switches.rs`: `TARFA_CUDA_TILE` and `TARFA_CUDA_PDL`.
-//! - `kernels/`: the CUDA C, one file per op family (`common.cuh`, `offload.cu`, `matvec.cu`,
-//!   `norm.cu`, `attention.cu`, `route.cu`, `moe.cu`, `tiled.cu`), included in that order by
+//! - `kernels/`: the CUDA C, one file per op family (`dequant.cuh`, `common.cuh`, `offload.cu`,
+//!   `matvec.cu`, `norm.cu`, `attention.cu`, `route.cu`, `moe.cu`, `tiled.cu`), included in that
+//!   order by
 //!   `kernels/tarfa.cu`; [`KERNELS_CU`] is that translation unit flattened by the build script.
 //! - Feature `driver` (cudarc; libcuda and libnvrtc loaded at run time, no toolkit at build):
 //!   [`Gpu`] (`gpu.rs`; `gpu_absent.rs` without it says CUDA is absent), `nvrtc.rs` (compile and
@@ -57,7 +58,7 @@ pub use engine::{
 pub use error::drv;
 pub use error::CudaError;
 pub use gpu::{Gpu, CUDA_BUILT};
-pub use hal::{Arg, EngineDevice, Geometry, GpuDtype, Kernel};
+pub use hal::{warp_rows, Arg, EngineDevice, Geometry, GpuDtype, Kernel};
 pub use switches::{pdl_wanted, tile_wanted};
 pub use tile::{tile_norm_shared, TileGeometry};
 
