@@ -185,7 +185,10 @@ pub struct RunArgs {
     /// RAM expert cache for `--experts stream`, in GiB (0: none).
     #[arg(long, default_value_t = 0.0)]
     pub cache_gib: f64,
-    /// Write the fp32 logits of every generated step as a .npy array [steps, vocab].
+    /// Write the fp32 logits of every generated step as a .npy array [steps, vocab], each row
+    /// as it is computed (published atomically at the end). Checked before the model is loaded:
+    /// never one of the model's files, a symbolic link or a directory; a device or FIFO
+    /// (`/dev/null`, a pipe) is written into, never replaced.
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
     /// I/O backend: auto, io_uring, pread, mmap (TARFA_IO_BACKEND).

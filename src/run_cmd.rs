@@ -21,6 +21,19 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     crate::diagnose::require_model_dir(&a.dir, "run", || {
         crate::diagnose::reads_a_model_dir("run")
     })?;
+    // The logits' file, checked before anything is loaded: never one of the model's own files,
+    // a link or a directory; a device or FIFO is written into, not replaced.
+    let mut logits_out = match &a.logits_out {
+        Some(p) => {
+            tarfa_format::publish::refuse_input(p, &model_files(&a.dir))
+                .with_context(|| "--logits-out".to_string())?;
+            Some(
+                tarfa_decode::npy::F32Writer::create(p)
+                    .with_context(|| "--logits-out".to_string())?,
+            )
+        }
+        None => None,
+    };
     let mut dec = Decoder::open(&a.dir, &opts)?;
     // The GPU was asked for its whole forward pass and cannot take it: say why, before the run.
     if let Some(why) = dec.offload_report().and_then(|g| g.whole_model_declined) {
@@ -77,13 +90,11 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     let text_mode = a.prompt.is_some() && !a.json;
     let mut out = std::io::stdout().lock();
     let mut generated: Vec<u32> = Vec::new();
-    let mut logits_rows: Vec<Vec<f32>> = Vec::new();
     let mut printed = String::new();
-    let keep_logits = a.logits_out.is_some();
     let (pp, dp) = dec.generate(&prompt, a.max_tokens, |_, tok, logits| {
         generated.push(tok);
-        if keep_logits {
-            logits_rows.push(logits.to_vec());
+        if let Some(w) = &mut logits_out {
+            w.push(logits)?;
         }
         if a.json {
             return Ok(());
@@ -113,8 +124,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     if !a.json {
         writeln!(out)?;
     }
-    if let Some(p) = &a.logits_out {
-        tarfa_decode::npy::write_f32(p, &logits_rows)
+    if let (Some(w), Some(p)) = (logits_out, &a.logits_out) {
+        w.finish()
             .with_context(|| format!("writing {}", p.display()))?;
     }
     let report = dec.source_report().to_string();
@@ -345,4 +356,11 @@ fn phase_json(p: &PhaseStats) -> serde_json::Value {
         "expert_bytes_read": p.experts.bytes_read,
         "cache_hits": p.experts.cache_hits,
     })
+}
+
+/// Every entry of the model directory `dir`: what `--logits-out` must never be.
+fn model_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default()
 }

@@ -376,3 +376,107 @@ fn a_tokenizer_that_is_a_fifo_or_a_link_to_a_device_is_refused_at_once_naming_it
         );
     }
 }
+
+/// `--logits-out` never replaces what is not a regular file of its own (issue 26, findings 1, 2
+/// and 10): one of the model's files (or a hard link to one) is refused and left as it was; a
+/// symbolic link is refused naming its target; a FIFO is written into as a stream and stays a
+/// FIFO, with the bytes a regular file gets; a character device is written into (`/dev/full`'s
+/// "no space" is the error) and stays a device; and a path that cannot be written fails before
+/// any token is computed.
+#[test]
+fn logits_out_never_replaces_a_device_a_fifo_a_link_or_an_input() {
+    use std::os::unix::fs::FileTypeExt;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe_b", &model, &[]);
+    let run = |out: &Path| {
+        common::tarfa_within(
+            120,
+            &[
+                "run",
+                path(&model),
+                "--tokens",
+                "5,17,99",
+                "-n",
+                "4",
+                "--logits-out",
+                path(out),
+            ],
+        )
+    };
+    // The reference: a regular file.
+    let plain = tmp.path().join("plain.npy");
+    let (code, _, err) = run(&plain);
+    assert_eq!(code, 0, "{err}");
+    let want = std::fs::read(&plain).expect("npy");
+    assert_eq!(want.len(), 128 + 4 * 128 * 4, "header + [4, 128] f32");
+    // Inputs: the manifest itself, and a hard link to a layer file from outside the model.
+    let manifest = model.join("manifest.json");
+    let before = std::fs::read(&manifest).expect("manifest");
+    let hard = tmp.path().join("hard.npy");
+    std::fs::hard_link(model.join("trunk.jnf"), &hard).expect("hard link");
+    let trunk = std::fs::read(&hard).expect("trunk");
+    for input in [&manifest, &hard] {
+        let (code, out, err) = run(input);
+        assert_ne!(code, 0, "{}: {err}", input.display());
+        assert!(out.trim().is_empty(), "no token before the refusal: {out}");
+        assert!(err.contains("an input of this command"), "{err}");
+    }
+    assert_eq!(std::fs::read(&manifest).expect("manifest"), before);
+    assert_eq!(std::fs::read(&hard).expect("trunk"), trunk);
+    // A symbolic link: refused, naming its target, which is not created.
+    let target = tmp.path().join("target.npy");
+    let link = tmp.path().join("link.npy");
+    std::os::unix::fs::symlink(&target, &link).expect("symlink");
+    let (code, _, err) = run(&link);
+    assert_ne!(code, 0, "{err}");
+    assert!(
+        err.contains(&format!("a symbolic link to {}", target.display())),
+        "{err}"
+    );
+    assert!(std::fs::symlink_metadata(&link)
+        .expect("link")
+        .file_type()
+        .is_symlink());
+    assert!(!target.exists());
+    // A FIFO: the rows arrive through it, and it is still a FIFO.
+    let fifo = tmp.path().join("fifo");
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "mkfifo");
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(&fifo).expect("read the FIFO"))
+    };
+    let (code, _, err) = run(&fifo);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        reader.join().expect("reader"),
+        want,
+        "the FIFO got the file's bytes"
+    );
+    assert!(std::fs::symlink_metadata(&fifo)
+        .expect("fifo")
+        .file_type()
+        .is_fifo());
+    // A character device is written into, never replaced.
+    let full = Path::new("/dev/full");
+    if std::fs::metadata(full).is_ok_and(|m| m.file_type().is_char_device()) {
+        let (code, _, err) = run(full);
+        assert_ne!(code, 0, "/dev/full accepts nothing: {err}");
+        assert!(err.contains("/dev/full"), "{err}");
+        let m = std::fs::symlink_metadata(full).expect("/dev/full");
+        assert!(
+            m.file_type().is_char_device(),
+            "/dev/full is still a device"
+        );
+    }
+    // A path that cannot be written: refused before the model is run.
+    let nowhere = tmp.path().join("no-such-dir").join("x.npy");
+    let (code, out, err) = run(&nowhere);
+    assert_ne!(code, 0, "{err}");
+    assert!(out.trim().is_empty(), "no token before the refusal: {out}");
+    assert!(err.contains("--logits-out"), "{err}");
+}

@@ -28,20 +28,8 @@ impl Array2 {
 /// The bytes of a `.npy` file holding `rows` (all of one length) as `<f4`.
 pub fn encode_f32(rows: &[Vec<f32>]) -> Vec<u8> {
     let cols = rows.first().map_or(0, |r| r.len());
-    let dict = format!(
-        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {}), }}",
-        rows.len(),
-        cols
-    );
-    // Magic (6) + version (2) + header length (2) + dict + padding + '\n', a multiple of 64.
-    let unpadded = 10 + dict.len() + 1;
-    let pad = unpadded.div_ceil(64) * 64 - unpadded;
-    let mut out = Vec::with_capacity(unpadded + pad + rows.len() * cols * 4);
-    out.extend_from_slice(b"\x93NUMPY\x01\x00");
-    out.extend_from_slice(&((dict.len() + pad + 1) as u16).to_le_bytes());
-    out.extend_from_slice(dict.as_bytes());
-    out.extend(std::iter::repeat_n(b' ', pad));
-    out.push(b'\n');
+    let mut out = header(rows.len(), cols);
+    out.reserve(rows.len() * cols * 4);
     for r in rows {
         assert_eq!(r.len(), cols, "rows of one length");
         for v in r {
@@ -51,10 +39,122 @@ pub fn encode_f32(rows: &[Vec<f32>]) -> Vec<u8> {
     out
 }
 
-/// Write `rows` as a `.npy` file, published atomically (temp, fsync, rename, fsync the directory).
-pub fn write_f32(path: &Path, rows: &[Vec<f32>]) -> Result<()> {
-    tarfa_format::publish::write_atomic(path, &encode_f32(rows))?;
-    Ok(())
+/// A `.npy` file of `<f4` rows written as they come (`tarfa run --logits-out`), so a long run
+/// never holds its logits in memory: a regular file (or a new one) is written under its
+/// temporary name and its header's row count set when it is published ([`F32Writer::finish`]);
+/// a character device or FIFO, which cannot seek, gets the rows held and written at the end.
+/// The path is checked when the writer is made ([`tarfa_format::publish::output_kind`]: a
+/// symbolic link or a directory is refused there, before any work). The bytes are
+/// [`encode_f32`]'s: its header is 128 bytes for any shape a machine can hold.
+#[derive(Debug)]
+pub struct F32Writer {
+    path: std::path::PathBuf,
+    sink: Sink,
+    cols: Option<usize>,
+    rows: usize,
+}
+
+#[derive(Debug)]
+enum Sink {
+    File(std::io::BufWriter<tarfa_format::publish::PendingFile>),
+    Held(Vec<Vec<f32>>),
+}
+
+/// The header [`encode_f32`] writes for `rows × cols` (128 bytes: magic, version, length, the
+/// dict padded with spaces, '\n').
+fn header(rows: usize, cols: usize) -> Vec<u8> {
+    let dict = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}");
+    let unpadded = 10 + dict.len() + 1;
+    let pad = unpadded.div_ceil(64) * 64 - unpadded;
+    let mut out = Vec::with_capacity(unpadded + pad);
+    out.extend_from_slice(b"\x93NUMPY\x01\x00");
+    out.extend_from_slice(&((dict.len() + pad + 1) as u16).to_le_bytes());
+    out.extend_from_slice(dict.as_bytes());
+    out.extend(std::iter::repeat_n(b' ', pad));
+    out.push(b'\n');
+    out
+}
+
+impl F32Writer {
+    /// Check `path` as an output and start the file.
+    pub fn create(path: &Path) -> Result<F32Writer> {
+        use std::io::Write;
+        use tarfa_format::publish::{output_kind, OutputKind, PendingFile};
+        let sink = match output_kind(path)? {
+            OutputKind::Stream(_) => Sink::Held(Vec::new()),
+            OutputKind::Replace => {
+                let mut w = std::io::BufWriter::new(PendingFile::create(path)?);
+                // The final header has the same length (`header`), written over this at the end.
+                w.write_all(&header(0, 0))
+                    .map_err(|e| io_err(path, "write", e))?;
+                Sink::File(w)
+            }
+        };
+        Ok(F32Writer {
+            path: path.to_path_buf(),
+            sink,
+            cols: None,
+            rows: 0,
+        })
+    }
+
+    /// Append one row (every row of one length).
+    pub fn push(&mut self, row: &[f32]) -> Result<()> {
+        use std::io::Write;
+        if *self.cols.get_or_insert(row.len()) != row.len() {
+            return Err(io_err(
+                &self.path,
+                "append a row",
+                std::io::Error::other("rows of different lengths"),
+            ));
+        }
+        match &mut self.sink {
+            Sink::Held(rows) => rows.push(row.to_vec()),
+            Sink::File(w) => {
+                for v in row {
+                    w.write_all(&v.to_le_bytes())
+                        .map_err(|e| io_err(&self.path, "write", e))?;
+                }
+            }
+        }
+        self.rows += 1;
+        Ok(())
+    }
+
+    /// Rows written so far.
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Set the header's shape and publish the file (or write the held rows into the stream).
+    pub fn finish(self) -> Result<()> {
+        use std::io::{Seek, Write};
+        match self.sink {
+            Sink::Held(rows) => {
+                tarfa_format::publish::write_atomic(&self.path, &encode_f32(&rows))?;
+            }
+            Sink::File(w) => {
+                let p = w
+                    .into_inner()
+                    .map_err(|e| io_err(&self.path, "write", e.into_error()))?;
+                let h = header(self.rows, self.cols.unwrap_or(0));
+                let mut f = p.file();
+                f.seek(std::io::SeekFrom::Start(0))
+                    .and_then(|_| f.write_all(&h))
+                    .map_err(|e| io_err(&self.path, "write the header", e))?;
+                p.publish()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn io_err(path: &Path, op: &'static str, source: std::io::Error) -> DecodeError {
+    DecodeError::Io {
+        path: path.to_path_buf(),
+        op,
+        source,
+    }
 }
 
 /// Parse a 2-D (or 1-D, as one row) `<f4` or `<f8` C-order `.npy`.
@@ -153,6 +253,45 @@ pub fn read(path: &Path) -> Result<Array2> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The streaming writer's file is `encode_f32`'s bytes (its header fixed up at the end), for
+    /// no rows, one, and many; a row of another length is an error, and an unfinished writer
+    /// leaves nothing behind.
+    #[test]
+    fn the_streamed_file_is_the_encoded_array() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for n in [0usize, 1, 7, 1000] {
+            let rows: Vec<Vec<f32>> = (0..n)
+                .map(|i| (0..5).map(|j| (i * 5 + j) as f32 * 0.25 - 3.0).collect())
+                .collect();
+            let p = dir.path().join(format!("{n}.npy"));
+            let mut w = F32Writer::create(&p).expect("create");
+            for r in &rows {
+                w.push(r).expect("push");
+            }
+            assert_eq!(w.rows(), n);
+            w.finish().expect("finish");
+            let bytes = std::fs::read(&p).expect("read");
+            if n > 0 {
+                assert_eq!(bytes, encode_f32(&rows), "{n} rows");
+                let a = decode(&bytes).expect("decode");
+                assert_eq!((a.rows, a.cols), (n, 5));
+            } else {
+                assert_eq!(bytes, header(0, 0));
+            }
+        }
+        let p = dir.path().join("bad.npy");
+        let mut w = F32Writer::create(&p).expect("create");
+        w.push(&[1.0, 2.0]).expect("push");
+        assert!(w.push(&[1.0]).is_err(), "a row of another length");
+        drop(w);
+        assert!(!p.exists());
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert!(names.iter().all(|n| !n.contains(".tmp-")), "{names:?}");
+    }
 
     #[test]
     fn each_npy_fault_is_its_own_variant() {

@@ -801,6 +801,44 @@ pub enum Error {
     /// A file to read is not a regular file, or is over its size limit, or cannot be opened.
     #[error(transparent)]
     File(#[from] crate::fsio::FsError),
+    /// An output path that must not be written or replaced ([`crate::publish::output_kind`]).
+    #[error("{}: {fault}", path.display())]
+    Output {
+        /// The output path given.
+        path: PathBuf,
+        /// Why it is refused.
+        fault: OutputFault,
+    },
+}
+
+/// Why an output path is refused: publishing never replaces anything but a regular file, and
+/// never writes over an input.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputFault {
+    /// A symbolic link (replacing it would cut the link; writing through it, surprise its owner).
+    #[error("a symbolic link to {}; give that path itself", target.display())]
+    Symlink {
+        /// What it points to.
+        target: PathBuf,
+    },
+    /// Something other than a regular file, character device or FIFO.
+    #[error("{kind}, not a file that can be written")]
+    NotWritable {
+        /// What it is.
+        kind: &'static str,
+    },
+    /// A character device or FIFO where only a file can be published (a model's files).
+    #[error("{kind}: this output is published as a file (temporary name, rename), which would replace it")]
+    NotRegular {
+        /// What it is.
+        kind: &'static str,
+    },
+    /// One of the command's own inputs (the same device and inode).
+    #[error("an input of this command (the file {}); write the output elsewhere", input.display())]
+    IsInput {
+        /// The input it is.
+        input: PathBuf,
+    },
 }
 
 impl Error {

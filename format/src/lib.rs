@@ -66,7 +66,7 @@ pub mod validate;
 pub mod writer;
 
 pub use dtype::Dtype;
-pub use error::{Error, Result, Violation};
+pub use error::{Error, OutputFault, Result, Violation};
 pub use hash::DualHash;
 pub use layout::{Role, ALIGN};
 pub use reader::JnfReader;

@@ -5,7 +5,79 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, OutputFault, Result};
+
+/// What an output path is, found before anything is written ([`output_kind`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputKind {
+    /// Absent, or a regular file: written under a temporary name beside it, renamed over it.
+    Replace,
+    /// A character device (`/dev/null`, a terminal) or a FIFO (which of the two, in words):
+    /// written into as a stream, never replaced.
+    Stream(&'static str),
+}
+
+/// What `dest` is as an output. A symbolic link is refused (naming its target), and so is
+/// anything but a regular file, a character device or a FIFO: publishing by rename would replace
+/// it (a device node, a link) where the user meant to write into it.
+pub fn output_kind(dest: &Path) -> Result<OutputKind> {
+    use std::os::unix::fs::FileTypeExt;
+    let refuse = |fault| Error::Output {
+        path: dest.to_path_buf(),
+        fault,
+    };
+    let meta = match std::fs::symlink_metadata(dest) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(OutputKind::Replace),
+        Err(e) => return Err(Error::io(dest, "stat the output", e)),
+    };
+    let t = meta.file_type();
+    if t.is_symlink() {
+        let target = std::fs::read_link(dest).unwrap_or_default();
+        return Err(refuse(OutputFault::Symlink { target }));
+    }
+    if t.is_file() {
+        return Ok(OutputKind::Replace);
+    }
+    if t.is_char_device() {
+        return Ok(OutputKind::Stream("a character device"));
+    }
+    if t.is_fifo() {
+        return Ok(OutputKind::Stream("a FIFO"));
+    }
+    let kind = if t.is_dir() {
+        "a directory"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    Err(refuse(OutputFault::NotWritable { kind }))
+}
+
+/// Refuse `dest` when it is one of `inputs` (the same device and inode, links followed): an
+/// output must never overwrite what the command reads. Inputs that do not exist are skipped.
+pub fn refuse_input(dest: &Path, inputs: &[PathBuf]) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(d) = std::fs::metadata(dest) else {
+        return Ok(());
+    };
+    for input in inputs {
+        if let Ok(m) = std::fs::metadata(input) {
+            if (m.dev(), m.ino()) == (d.dev(), d.ino()) {
+                return Err(Error::Output {
+                    path: dest.to_path_buf(),
+                    fault: OutputFault::IsInput {
+                        input: input.clone(),
+                    },
+                });
+            }
+        }
+    }
+    Ok(())
+}
 
 /// A file being written under a temporary name; removed on drop unless published.
 #[derive(Debug)]
@@ -37,6 +109,13 @@ impl PendingFile {
     /// writes where the filesystem refuses it (tmpfs, some network filesystems).
     pub fn create_with(dest: &Path, direct: bool) -> Result<PendingFile> {
         use std::os::unix::fs::OpenOptionsExt;
+        // Only a regular file (or nothing) is ever replaced: never a device, FIFO or link.
+        if let OutputKind::Stream(kind) = output_kind(dest)? {
+            return Err(Error::Output {
+                path: dest.to_path_buf(),
+                fault: OutputFault::NotRegular { kind },
+            });
+        }
         let tmp = temp_path_for(dest);
         let open = |flags: i32| {
             OpenOptions::new()
@@ -106,6 +185,18 @@ pub fn publish_file(file: &File, tmp: &Path, dest: &Path) -> Result<()> {
     sync_parent(dest)
 }
 
+/// Buffered writes into the temporary file (not for a `direct` one: O_DIRECT takes aligned
+/// writes only).
+impl std::io::Write for PendingFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        (&self.file).write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        (&self.file).flush()
+    }
+}
+
 impl Drop for PendingFile {
     fn drop(&mut self) {
         if !self.published {
@@ -125,9 +216,21 @@ pub fn sync_parent(path: &Path) -> Result<()> {
         .map_err(|e| Error::io(dir, "fsync directory", e))
 }
 
-/// Publish `bytes` as `dest` atomically.
+/// Publish `bytes` as `dest` atomically; a character device or FIFO ([`OutputKind::Stream`]) is
+/// written into instead (an error such as `/dev/full`'s is returned), a symbolic link or other
+/// non-file refused ([`output_kind`]).
 pub fn write_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
+    if let OutputKind::Stream(_) = output_kind(dest)? {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .open(dest)
+            .map_err(|e| Error::io(dest, "open for writing", e))?;
+        return f
+            .write_all(bytes)
+            .and_then(|()| f.flush())
+            .map_err(|e| Error::io(dest, "write", e));
+    }
     let p = PendingFile::create(dest)?;
     (&p.file)
         .write_all(bytes)
@@ -153,5 +256,75 @@ mod tests {
         write_atomic(&dest, b"two").expect("publish again");
         assert_eq!(std::fs::read(&dest).expect("read"), b"two");
         assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 1);
+    }
+
+    /// Publishing never replaces anything but a regular file: a FIFO, a symbolic link and a
+    /// directory are refused by every publisher (`PendingFile`), each left as it was, and
+    /// `write_atomic` writes into a FIFO as a stream.
+    #[test]
+    fn only_a_regular_file_is_ever_replaced() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let fifo = dir.path().join("fifo");
+        let ok = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "mkfifo");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), &link).expect("symlink");
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).expect("mkdir");
+        let fault = |p: &Path| match PendingFile::create(p) {
+            Err(Error::Output { fault, .. }) => fault.to_string(),
+            other => panic!("{}: {other:?}", p.display()),
+        };
+        assert!(fault(&fifo).starts_with("a FIFO: this output is published as a file"));
+        assert!(fault(&link).starts_with("a symbolic link to "));
+        assert_eq!(fault(&sub), "a directory, not a file that can be written");
+        assert!(matches!(
+            write_atomic(&link, b"x"),
+            Err(Error::Output {
+                fault: OutputFault::Symlink { .. },
+                ..
+            })
+        ));
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || std::fs::read(fifo).expect("read"))
+        };
+        write_atomic(&fifo, b"through the pipe").expect("stream into the FIFO");
+        assert_eq!(reader.join().expect("reader"), b"through the pipe");
+        let t = std::fs::symlink_metadata(&fifo).expect("fifo").file_type();
+        assert!(t.is_fifo());
+        assert!(std::fs::symlink_metadata(&link)
+            .expect("link")
+            .file_type()
+            .is_symlink());
+        assert!(!dir.path().join("elsewhere").exists());
+        // Only the three entries made here: no temporary file left.
+        assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 3);
+    }
+
+    /// An output that is an input (the same inode, through a hard link) is refused.
+    #[test]
+    fn an_output_that_is_an_input_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let input = dir.path().join("in.json");
+        std::fs::write(&input, b"{}").expect("write");
+        let other = dir.path().join("other");
+        std::fs::write(&other, b"x").expect("write");
+        let hard = dir.path().join("out.npy");
+        std::fs::hard_link(&input, &hard).expect("link");
+        let inputs = [other.clone(), input.clone(), dir.path().join("absent")];
+        match refuse_input(&hard, &inputs) {
+            Err(Error::Output {
+                fault: OutputFault::IsInput { input: i },
+                ..
+            }) => assert_eq!(i, input),
+            other => panic!("{other:?}"),
+        }
+        refuse_input(&dir.path().join("new.npy"), &inputs).expect("a new file is no input");
+        refuse_input(&other, &inputs[1..]).expect("not among these inputs");
     }
 }
