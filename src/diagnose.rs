@@ -140,6 +140,14 @@ pub fn require_model_dir(
 ) -> Result<(), Refused> {
     refuse_a_file(dir, command)?;
     let manifest = tarfa_format::manifest::MANIFEST_NAME;
+    // Named as the directory it is, not as the manifest inside it that could not be opened.
+    if std::fs::symlink_metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        return Err(Refused {
+            code: 2,
+            message: format!("{}: no such model directory", dir.display()),
+            hint: usage(),
+        });
+    }
     if !dir.is_dir() || dir.join(manifest).symlink_metadata().is_ok() {
         return Ok(());
     }

@@ -173,14 +173,25 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         });
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
+        // The tokens the user asked for (-n), counted as such: the first comes from the
+        // prompt's pass, each later one from a decode step.
+        let steps = match generated.len() {
+            0 => String::new(),
+            1 => ", from the prompt's pass".to_string(),
+            _ => format!(
+                ": the first from the prompt's pass, then {} decode steps in {:.3} s ({:.2} tokens/s)",
+                dp.tokens,
+                dp.time.as_secs_f64(),
+                rate(dp.tokens, dp),
+            ),
+        };
         eprintln!(
-            "prompt: {} tokens in {:.3} s ({:.1} tokens/s); decode: {} tokens in {:.3} s ({:.2} tokens/s)",
+            "prompt: {} tokens in {:.3} s ({:.1} tokens/s); generated {} token{}{steps}",
             pp.tokens,
             pp.time.as_secs_f64(),
             rate(pp.tokens, pp),
-            dp.tokens,
-            dp.time.as_secs_f64(),
-            rate(dp.tokens, dp),
+            generated.len(),
+            if generated.len() == 1 { "" } else { "s" },
         );
         let per_tok = dp.experts.bytes_read.checked_div(dp.tokens).unwrap_or(0);
         let held = if a.experts == "resident" {

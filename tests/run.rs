@@ -480,3 +480,37 @@ fn logits_out_never_replaces_a_device_a_fifo_a_link_or_an_input() {
     assert!(out.trim().is_empty(), "no token before the refusal: {out}");
     assert!(err.contains("--logits-out"), "{err}");
 }
+
+/// What a new user reads (issue 26, finding 23): a missing model directory is named as such, not
+/// as the manifest inside it; the summary counts the tokens asked for (`-n 4`: 4 generated, the
+/// first from the prompt's pass, then 3 decode steps).
+#[test]
+fn a_missing_model_is_named_and_the_summary_counts_the_tokens_asked_for() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let missing = tmp.path().join("no-model");
+    let (code, _, err) = tarfa(&["run", path(&missing), "--tokens", "5", "-n", "2"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{}: no such model directory", missing.display())),
+        "{err}"
+    );
+    assert!(!err.contains("manifest.json: open"), "{err}");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe_b", &model, &[]);
+    for (n, want) in [
+        (
+            "4",
+            "generated 4 tokens: the first from the prompt's pass, then 3 decode steps in ",
+        ),
+        ("1", "generated 1 token, from the prompt's pass\n"),
+    ] {
+        let (code, out, err) = tarfa(&["run", path(&model), "--tokens", "5,17", "-n", n]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            out.split_whitespace().count(),
+            n.parse::<usize>().expect("n"),
+            "{out}"
+        );
+        assert!(err.contains(want), "-n {n}: {err}");
+    }
+}
