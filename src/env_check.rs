@@ -2,8 +2,9 @@
 //! reader would not understand is a bad argument (exit 2) naming the variable and the values it
 //! takes — never quietly read as its default (`TARFA_CUDA_PDL=false` used to leave programmatic
 //! launch on). A `TARFA_*` name that nothing reads is a warning (a misspelt switch does
-//! nothing). The variables whose readers parse them themselves (`TARFA_ISA`,
-//! `TARFA_IO_BACKEND`, `TARFA_CUDA_TILE`) are checked there, with the same exit code.
+//! nothing). The variables whose readers parse them themselves (`TARFA_IO_BACKEND`,
+//! `TARFA_CUDA_TILE`) are checked there, with the same exit code. A value that is not UTF-8 text
+//! is an error for every variable tarfa reads (its readers would take it for unset).
 
 /// A switch: its name, the values it takes, what it does.
 struct Switch {
@@ -40,6 +41,11 @@ const SWITCHES: &[Switch] = &[
         what: "1: a fallback from io_uring is an error",
     },
     Switch {
+        name: "TARFA_ISA",
+        values: &["auto", "scalar", "avx2", "avx512"],
+        what: "the CPU kernels' instruction set, as --isa",
+    },
+    Switch {
         name: "TARFA_TOKEN_OVER_HTTP",
         values: &["0", "1"],
         what: "1: `tarfa fetch` sends HF_TOKEN to a plain-http HF_ENDPOINT",
@@ -47,7 +53,7 @@ const SWITCHES: &[Switch] = &[
 ];
 
 /// Read by their own parsers (a bad value is an error there).
-const PARSED: &[&str] = &["TARFA_ISA", "TARFA_IO_BACKEND", "TARFA_CUDA_TILE"];
+const PARSED: &[&str] = &["TARFA_IO_BACKEND", "TARFA_CUDA_TILE"];
 
 /// Read by the test harness and the scripts around the binary, not by it.
 const HARNESS: &[&str] = &[
@@ -75,6 +81,13 @@ pub fn check(
         let Some(name) = name.to_str().filter(|n| n.starts_with("TARFA_")) else {
             continue;
         };
+        let known = SWITCHES.iter().any(|s| s.name == name) || PARSED.contains(&name);
+        if known && value.to_str().is_none() {
+            anyhow::bail!(
+                "{name}={:?} is not UTF-8 text (its reader would take it for unset; unset it for the default)",
+                value.to_string_lossy()
+            );
+        }
         if let Some(s) = SWITCHES.iter().find(|s| s.name == name) {
             let v = value.to_string_lossy();
             if !s.values.contains(&v.trim()) {
@@ -131,5 +144,28 @@ mod tests {
         );
         let w = check(env(&[("TARFA_REQUIRE_TOOLS", "1"), ("TARFA_ISA", "avx2")]));
         assert!(w.expect("known").is_empty());
+    }
+
+    /// `TARFA_ISA` is named in its error (issue 26, finding 13), and a value that is not UTF-8
+    /// is an error for every variable tarfa reads, not its default taken quietly.
+    #[test]
+    fn a_bad_isa_names_the_variable_and_non_utf8_is_refused() {
+        let e = check(env(&[("TARFA_ISA", "foo")])).expect_err("foo");
+        assert!(
+            e.to_string()
+                .starts_with("TARFA_ISA=\"foo\" is not auto or scalar or avx2 or avx512"),
+            "{e}"
+        );
+        use std::os::unix::ffi::OsStringExt;
+        for name in ["TARFA_IO_BACKEND", "TARFA_PROFILE", "TARFA_ISA"] {
+            let bad = vec![(name.into(), std::ffi::OsString::from_vec(vec![0xff, b'1']))];
+            let e = check(bad).expect_err("not UTF-8");
+            assert!(e.to_string().contains("is not UTF-8 text"), "{name}: {e}");
+        }
+        let unknown = vec![(
+            "TARFA_NOTHING".into(),
+            std::ffi::OsString::from_vec(vec![0xff]),
+        )];
+        assert_eq!(check(unknown).expect("a warning only").len(), 1);
     }
 }

@@ -120,6 +120,7 @@ fn a_bad_tarfa_switch_is_exit_2_and_an_unknown_one_a_warning() {
         ("TARFA_CUDA_PDL", "off"),
         ("TARFA_PROFILE", "yes"),
         ("TARFA_SPLIT", "dynamic"),
+        ("TARFA_ISA", "foo"),
     ] {
         let out = std::process::Command::new(env!("CARGO_BIN_EXE_tarfa"))
             .args(["inspect", path(tmp.path())])
