@@ -99,8 +99,43 @@ pub fn temp_path_for(dest: &Path) -> PathBuf {
     dest.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
+/// Remove the temporary files of `dest` ([`temp_path_for`]) that processes no longer running
+/// left behind (killed mid-write): `.NAME.tmp-PID` whose PID has no `/proc` entry. A live
+/// process's (another writer's, or this one's) is kept; without `/proc`, nothing is removed.
+/// Processes are those of this PID namespace (a writer in another container sharing the
+/// directory is not seen). Best effort: a file that cannot be listed or removed is left.
+fn remove_stale_temps(dest: &Path) {
+    let proc_ok = Path::new("/proc/self").exists();
+    let (Some(name), true) = (dest.file_name(), proc_ok) else {
+        return;
+    };
+    let prefix = format!(".{}.tmp-", name.to_string_lossy());
+    let dir = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let file = e.file_name();
+        let Some(pid) = file
+            .to_str()
+            .and_then(|f| f.strip_prefix(&prefix))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let is_file = e.file_type().is_ok_and(|t| t.is_file());
+        if is_file && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
 impl PendingFile {
-    /// Create the temporary file for `dest` (replacing a leftover of this process id).
+    /// Create the temporary file for `dest` (replacing a leftover of this process id, and
+    /// removing those of processes that are gone).
     pub fn create(dest: &Path) -> Result<PendingFile> {
         Self::create_with(dest, false)
     }
@@ -116,6 +151,7 @@ impl PendingFile {
                 fault: OutputFault::NotRegular { kind },
             });
         }
+        remove_stale_temps(dest);
         let tmp = temp_path_for(dest);
         let open = |flags: i32| {
             OpenOptions::new()
@@ -304,6 +340,29 @@ mod tests {
         assert!(!dir.path().join("elsewhere").exists());
         // Only the three entries made here: no temporary file left.
         assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 3);
+    }
+
+    /// A temporary left by a process that was killed mid-write is removed by the next writer of
+    /// the same file; a live process's is kept (issue 26, finding 13).
+    #[test]
+    fn a_dead_writers_temporary_is_removed_and_a_live_ones_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let dest = dir.path().join("logits.npy");
+        // Above Linux's largest pid (2^22): no process has it.
+        let dead = dir.path().join(".logits.npy.tmp-4194305");
+        let live = dir.path().join(".logits.npy.tmp-1");
+        let other = dir.path().join(".other.npy.tmp-4194305");
+        for p in [&dead, &live, &other] {
+            std::fs::write(p, b"partial").expect("write");
+        }
+        write_atomic(&dest, b"whole").expect("publish");
+        assert!(!dead.exists(), "the dead writer's temporary is gone");
+        assert!(live.exists(), "pid 1 is alive: its temporary stays");
+        assert!(
+            other.exists(),
+            "another file's temporary is not this writer's"
+        );
+        assert_eq!(std::fs::read(&dest).expect("read"), b"whole");
     }
 
     /// An output that is an input (the same inode, through a hard link) is refused.
