@@ -207,8 +207,9 @@ fn classify_static(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     }
     if let Some(d) = e.downcast_ref::<tarfa_decode::DecodeError>() {
         use tarfa_decode::DecodeError as D;
+        // A layer file opened by the runtime carries the format's error as the trunk's does.
         if let Some(r) = match d {
-            D::Format(f) => jnf_hint(f),
+            D::Format(f) | D::Stream(tarfa_runtime::StreamError::Format(f)) => jnf_hint(f),
             _ => None,
         } {
             return r;

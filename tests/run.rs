@@ -514,3 +514,38 @@ fn a_missing_model_is_named_and_the_summary_counts_the_tokens_asked_for() {
         assert!(err.contains(want), "-n {n}: {err}");
     }
 }
+
+/// A damaged layer file is refused as a damaged trunk is (issue 26, finding 13): exit 1, the
+/// file named, and the hint that the file breaks the format's rules.
+#[test]
+fn a_damaged_layer_file_gets_the_trunks_exit_code_and_hint() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe_b", &model, &[]);
+    for file in ["trunk.jnf", "layer-00001.jnf"] {
+        let damaged = tmp.path().join(format!("d-{file}"));
+        let mut cp = std::process::Command::new("cp");
+        let ok = cp
+            .arg("-r")
+            .arg(&model)
+            .arg(&damaged)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "cp");
+        let p = damaged.join(file);
+        let mut bytes = std::fs::read(&p).expect("read");
+        bytes[..4].copy_from_slice(b"XXXX");
+        std::fs::write(&p, &bytes).expect("write");
+        let (code, out, err) = tarfa(&["run", path(&damaged), "--tokens", "5,17", "-n", "2"]);
+        assert_eq!(code, 1, "{file}: {err}");
+        assert!(out.trim().is_empty(), "{file}: {out}");
+        assert!(
+            err.contains(&format!("{}: bad magic", p.display())),
+            "{err}"
+        );
+        assert!(
+            err.contains("hint: the file breaks a rule of spec/JNF_V1.md"),
+            "{file}: {err}"
+        );
+    }
+}
