@@ -939,8 +939,8 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
         assert_eq!(bits(&got[0]), bits(&want), "{dt:?}, cols {cols}");
     }
     // A K type beside other types in one launch: the warp kernels, the others on their generic
-    // path (tarfa_warp_acc element by element).
-    let cols = 512;
+    // path (tarfa_warp_acc element by element), at 40 chunks: more than a window of 32.
+    let cols = 1280;
     for group in [
         [emu::Dt::Q4_K, emu::Dt::Q8_0, emu::Dt::Q5_1],
         [emu::Dt::Q6_K, emu::Dt::Q4_0, emu::Dt::F16],
@@ -1000,6 +1000,14 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
             );
         }
     }
+    // Experts of K types whose rows span several windows (gate and up: five blocks, three
+    // windows of Q6_K's and two of Q5_K's; down: three blocks of Q6_K, two windows), gate and up
+    // of different types.
+    let (hidden, inter) = (1280usize, 768usize);
+    let types = (emu::Dt::Q6_K, emu::Dt::Q5_K, emu::Dt::Q6_K);
+    let c = moe_case_of(&mut r, (hidden, inter, 2, 2), types);
+    let got = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, &c.x, &c.residual);
+    assert_eq!(bits(&got), c.want, "{types:?} at {hidden} × {inter}");
     let (hidden, inter) = (256usize, 256usize);
     for types in [
         (emu::Dt::Q4_K, emu::Dt::Q6_K, emu::Dt::Q8_0),

@@ -129,7 +129,7 @@ impl GpuDtype {
 /// Whether a product (or the experts' launch) of matrices with the type codes `codes` takes the
 /// warp kernels (`tarfa_e_wmatvec`, `tarfa_e_wmoe_gate_up`, `tarfa_e_wmoe_down`: a warp per
 /// output row, `kernels/matvec.cu`'s `tarfa_warp_acc`) rather than the quad kernels: when any is
-/// a K type, whose rows the warp kernels take with their blocks unrolled (2.5 times the quads'
+/// a K type, whose rows the warp kernels take with their blocks unrolled (2.4 times the quads'
 /// tokens/s on a Q4_K_M model, spec/EXACTNESS.md row (mm)). The 32-element block types stay on
 /// the quads (their warp path is the generic one, measured slower than the quads, row (ll)),
 /// except beside a K type in one launch. Which threads compute a row changes no bit: both hold
