@@ -187,8 +187,8 @@ pub struct RunArgs {
     pub cache_gib: f64,
     /// Write the fp32 logits of every generated step as a .npy array [steps, vocab], each row
     /// as it is computed (published atomically at the end). Checked before the model is loaded:
-    /// never one of the model's files, a symbolic link or a directory; a device or FIFO
-    /// (`/dev/null`, a pipe) is written into, never replaced.
+    /// never in the model directory, a symbolic link or a directory; a character device or a
+    /// named pipe (`/dev/null`, a FIFO) is written into, never replaced.
     #[arg(long)]
     pub logits_out: Option<PathBuf>,
     /// I/O backend: auto, io_uring, pread, mmap (TARFA_IO_BACKEND).

@@ -27,6 +27,16 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         Some(p) => {
             tarfa_format::publish::refuse_input(p, &model_files(&a.dir))
                 .with_context(|| "--logits-out".to_string())?;
+            // Nor a new file among them: `verify` holds a model directory to its listed files.
+            let canon = |d: &std::path::Path| std::fs::canonicalize(d).ok();
+            let parent = p.parent().filter(|d| !d.as_os_str().is_empty());
+            if canon(parent.unwrap_or(std::path::Path::new("."))) == canon(&a.dir) {
+                bail!(
+                    "--logits-out: {}: inside the model directory {} (which holds its listed files and nothing else); write it elsewhere",
+                    p.display(),
+                    a.dir.display()
+                );
+            }
             Some(
                 tarfa_decode::npy::F32Writer::create(p)
                     .with_context(|| "--logits-out".to_string())?,

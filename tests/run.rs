@@ -378,7 +378,8 @@ fn a_tokenizer_that_is_a_fifo_or_a_link_to_a_device_is_refused_at_once_naming_it
 }
 
 /// `--logits-out` never replaces what is not a regular file of its own (issue 26, findings 1, 2
-/// and 10): one of the model's files (or a hard link to one) is refused and left as it was; a
+/// and 10): one of the model's files (or a hard link to one), or a new file in the model
+/// directory, is refused and the model left as it was; a
 /// symbolic link is refused naming its target; a FIFO is written into as a stream and stays a
 /// FIFO, with the bytes a regular file gets; a character device is written into (`/dev/full`'s
 /// "no space" is the error) and stays a device; and a path that cannot be written fails before
@@ -446,17 +447,19 @@ fn logits_out_never_replaces_a_device_a_fifo_a_link_or_an_input() {
         .status()
         .is_ok_and(|s| s.success());
     assert!(ok, "mkfifo");
-    let reader = {
+    // The reader is waited for with a limit: a run that never opens the FIFO fails the test
+    // instead of hanging it.
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
         let fifo = fifo.clone();
-        std::thread::spawn(move || std::fs::read(&fifo).expect("read the FIFO"))
-    };
+        std::thread::spawn(move || tx.send(std::fs::read(&fifo).expect("read the FIFO")));
+    }
     let (code, _, err) = run(&fifo);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        reader.join().expect("reader"),
-        want,
-        "the FIFO got the file's bytes"
-    );
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the FIFO's reader got the rows");
+    assert_eq!(got, want, "the FIFO got the file's bytes");
     assert!(std::fs::symlink_metadata(&fifo)
         .expect("fifo")
         .file_type()
@@ -473,12 +476,22 @@ fn logits_out_never_replaces_a_device_a_fifo_a_link_or_an_input() {
             "/dev/full is still a device"
         );
     }
-    // A path that cannot be written: refused before the model is run.
-    let nowhere = tmp.path().join("no-such-dir").join("x.npy");
-    let (code, out, err) = run(&nowhere);
-    assert_ne!(code, 0, "{err}");
-    assert!(out.trim().is_empty(), "no token before the refusal: {out}");
-    assert!(err.contains("--logits-out"), "{err}");
+    // Paths that cannot be written, a new file in the model directory and a path ending in
+    // '/': refused before the model is run, nothing left behind.
+    let entries = |d: &Path| std::fs::read_dir(d).expect("ls").count();
+    let in_model = entries(&model);
+    for bad in [
+        tmp.path().join("no-such-dir").join("x.npy"),
+        model.join("logits.npy"),
+        PathBuf::from(format!("{}/", tmp.path().join("new.npy").display())),
+    ] {
+        let (code, out, err) = run(&bad);
+        assert_ne!(code, 0, "{}: {err}", bad.display());
+        assert!(out.trim().is_empty(), "no token before the refusal: {out}");
+        assert!(err.contains("--logits-out"), "{err}");
+    }
+    assert_eq!(entries(&model), in_model, "nothing written into the model");
+    assert!(!tmp.path().join("new.npy").exists());
 }
 
 /// What a new user reads (issue 26, finding 23): a missing model directory is named as such, not

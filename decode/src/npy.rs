@@ -42,7 +42,8 @@ pub fn encode_f32(rows: &[Vec<f32>]) -> Vec<u8> {
 /// A `.npy` file of `<f4` rows written as they come (`tarfa run --logits-out`), so a long run
 /// never holds its logits in memory: a regular file (or a new one) is written under its
 /// temporary name and its header's row count set when it is published ([`F32Writer::finish`]);
-/// a character device or FIFO, which cannot seek, gets the rows held and written at the end.
+/// a character device or FIFO, which cannot seek, is opened at once (`open_stream`) and gets the
+/// rows held and written, with their header, at the end.
 /// The path is checked when the writer is made ([`tarfa_format::publish::output_kind`]: a
 /// symbolic link or a directory is refused there, before any work). The bytes are
 /// [`encode_f32`]'s: its header is 128 bytes for any shape a machine can hold.
@@ -57,7 +58,9 @@ pub struct F32Writer {
 #[derive(Debug)]
 enum Sink {
     File(std::io::BufWriter<tarfa_format::publish::PendingFile>),
-    Held(Vec<Vec<f32>>),
+    /// The device or FIFO, opened at once (a path that cannot be opened fails before the run),
+    /// and the rows, written with their header at the end.
+    Held(std::fs::File, Vec<Vec<f32>>),
 }
 
 /// The header [`encode_f32`] writes for `rows × cols` (128 bytes: magic, version, length, the
@@ -81,7 +84,9 @@ impl F32Writer {
         use std::io::Write;
         use tarfa_format::publish::{output_kind, OutputKind, PendingFile};
         let sink = match output_kind(path)? {
-            OutputKind::Stream(_) => Sink::Held(Vec::new()),
+            OutputKind::Stream(_) => {
+                Sink::Held(tarfa_format::publish::open_stream(path)?, Vec::new())
+            }
             OutputKind::Replace => {
                 let mut w = std::io::BufWriter::new(PendingFile::create(path)?);
                 // The final header has the same length (`header`), written over this at the end.
@@ -109,7 +114,7 @@ impl F32Writer {
             ));
         }
         match &mut self.sink {
-            Sink::Held(rows) => rows.push(row.to_vec()),
+            Sink::Held(_, rows) => rows.push(row.to_vec()),
             Sink::File(w) => {
                 for v in row {
                     w.write_all(&v.to_le_bytes())
@@ -130,8 +135,14 @@ impl F32Writer {
     pub fn finish(self) -> Result<()> {
         use std::io::{Seek, Write};
         match self.sink {
-            Sink::Held(rows) => {
-                tarfa_format::publish::write_atomic(&self.path, &encode_f32(&rows))?;
+            Sink::Held(f, rows) => {
+                let mut w = std::io::BufWriter::new(f);
+                let body = rows.iter().flatten().map(|v| v.to_le_bytes());
+                let out = w
+                    .write_all(&header(self.rows, self.cols.unwrap_or(0)))
+                    .and_then(|()| body.into_iter().try_for_each(|b| w.write_all(&b)))
+                    .and_then(|()| w.flush());
+                out.map_err(|e| io_err(&self.path, "write", e))?;
             }
             Sink::File(w) => {
                 let p = w
@@ -277,7 +288,7 @@ mod tests {
                 let a = decode(&bytes).expect("decode");
                 assert_eq!((a.rows, a.cols), (n, 5));
             } else {
-                assert_eq!(bytes, header(0, 0));
+                assert_eq!(bytes, encode_f32(&[]));
             }
         }
         let p = dir.path().join("bad.npy");

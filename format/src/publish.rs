@@ -21,11 +21,18 @@ pub enum OutputKind {
 /// anything but a regular file, a character device or a FIFO: publishing by rename would replace
 /// it (a device node, a link) where the user meant to write into it.
 pub fn output_kind(dest: &Path) -> Result<OutputKind> {
+    use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::FileTypeExt;
     let refuse = |fault| Error::Output {
         path: dest.to_path_buf(),
         fault,
     };
+    let raw = dest.as_os_str().as_bytes();
+    if raw.is_empty() || raw.ends_with(b"/") || dest.file_name().is_none() {
+        return Err(refuse(OutputFault::NotWritable {
+            kind: "a path that names no file (empty, or ending in '/' or '..')",
+        }));
+    }
     let meta = match std::fs::symlink_metadata(dest) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(OutputKind::Replace),
@@ -153,12 +160,14 @@ impl PendingFile {
         }
         remove_stale_temps(dest);
         let tmp = temp_path_for(dest);
+        // A new file, never one that is there: a leftover of this process id (or a link planted
+        // under the predictable name) is unlinked first, and O_EXCL follows no link.
         let open = |flags: i32| {
+            let _ = std::fs::remove_file(&tmp);
             OpenOptions::new()
                 .write(true)
                 .read(true)
-                .create(true)
-                .truncate(true)
+                .create_new(true)
                 .custom_flags(flags)
                 .open(&tmp)
         };
@@ -252,26 +261,41 @@ pub fn sync_parent(path: &Path) -> Result<()> {
         .map_err(|e| Error::io(dir, "fsync directory", e))
 }
 
-/// Publish `bytes` as `dest` atomically; a character device or FIFO ([`OutputKind::Stream`]) is
-/// written into instead (an error such as `/dev/full`'s is returned), a symbolic link or other
-/// non-file refused ([`output_kind`]).
+/// Publish `bytes` as `dest` atomically. Only a regular file (or nothing) is replaced
+/// ([`PendingFile::create`]); a model's files are never streamed into a device.
 pub fn write_atomic(dest: &Path, bytes: &[u8]) -> Result<()> {
     use std::io::Write;
-    if let OutputKind::Stream(_) = output_kind(dest)? {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .open(dest)
-            .map_err(|e| Error::io(dest, "open for writing", e))?;
-        return f
-            .write_all(bytes)
-            .and_then(|()| f.flush())
-            .map_err(|e| Error::io(dest, "write", e));
-    }
     let p = PendingFile::create(dest)?;
     (&p.file)
         .write_all(bytes)
         .map_err(|e| Error::io(&p.tmp, "write", e))?;
     p.publish()
+}
+
+/// Open `dest`, a character device or FIFO ([`OutputKind::Stream`]), for writing into: no link
+/// followed (`O_NOFOLLOW`), and what was opened checked again (a regular file swapped in since
+/// [`output_kind`] is refused: it would be written over without truncation). A FIFO's open waits
+/// for its reader, as a shell's `>` does.
+pub fn open_stream(dest: &Path) -> Result<File> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let f = OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(dest)
+        .map_err(|e| Error::io(dest, "open for writing", e))?;
+    let t = f
+        .metadata()
+        .map_err(|e| Error::io(dest, "stat the output", e))?
+        .file_type();
+    if !(t.is_char_device() || t.is_fifo()) {
+        return Err(Error::Output {
+            path: dest.to_path_buf(),
+            fault: OutputFault::NotWritable {
+                kind: "no longer a device or FIFO",
+            },
+        });
+    }
+    Ok(f)
 }
 
 #[cfg(test)]
@@ -295,8 +319,9 @@ mod tests {
     }
 
     /// Publishing never replaces anything but a regular file: a FIFO, a symbolic link and a
-    /// directory are refused by every publisher (`PendingFile`), each left as it was, and
-    /// `write_atomic` writes into a FIFO as a stream.
+    /// directory are refused by every publisher (`PendingFile`, `write_atomic`), each left as
+    /// it was, as is a path that names no file; `open_stream` writes into a FIFO, not through a
+    /// link.
     #[test]
     fn only_a_regular_file_is_ever_replaced() {
         use std::os::unix::fs::FileTypeExt;
@@ -325,12 +350,44 @@ mod tests {
                 ..
             })
         ));
-        let reader = {
+        assert!(matches!(
+            write_atomic(&fifo, b"x"),
+            Err(Error::Output {
+                fault: OutputFault::NotRegular { .. },
+                ..
+            })
+        ));
+        for bad in ["", "out/", "x/.."] {
+            let p = if bad.is_empty() {
+                PathBuf::new()
+            } else {
+                dir.path().join(bad)
+            };
+            assert!(
+                matches!(output_kind(&p), Err(Error::Output { .. })),
+                "{bad:?}"
+            );
+        }
+        // The stream: a reader on the FIFO gets the bytes (waited for with a limit, so a writer
+        // that never opens it fails the test instead of hanging it).
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
             let fifo = fifo.clone();
-            std::thread::spawn(move || std::fs::read(fifo).expect("read"))
-        };
-        write_atomic(&fifo, b"through the pipe").expect("stream into the FIFO");
-        assert_eq!(reader.join().expect("reader"), b"through the pipe");
+            std::thread::spawn(move || tx.send(std::fs::read(fifo).expect("read")));
+        }
+        {
+            use std::io::Write;
+            let mut f = open_stream(&fifo).expect("open the FIFO");
+            f.write_all(b"through the pipe").expect("write");
+        }
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(30))
+            .expect("the reader got the bytes");
+        assert_eq!(got, b"through the pipe");
+        assert!(
+            matches!(open_stream(&link), Err(Error::Io { .. })),
+            "O_NOFOLLOW"
+        );
         let t = std::fs::symlink_metadata(&fifo).expect("fifo").file_type();
         assert!(t.is_fifo());
         assert!(std::fs::symlink_metadata(&link)
