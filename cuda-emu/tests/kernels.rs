@@ -882,6 +882,32 @@ const QUANT_TYPES: [emu::Dt; 9] = [
     emu::Dt::Q5_1,
 ];
 
+/// One launch of products of x with a matrix of each `(type, rows)` (random weights, `cols`
+/// columns): each its canonical dot on the decoder's dequantised values, bit for bit.
+fn assert_launch_is_canonical(r: &mut Rng, cols: usize, mats: &[(emu::Dt, usize)]) {
+    let x = r.vec(cols, 2.0);
+    let mut want = Vec::new();
+    let mut products = Vec::new();
+    for &(dt, rows) in mats {
+        let (w, wv) = weights(r, rows * cols, dt, 1.0);
+        let y: Vec<f32> = (0..rows)
+            .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
+            .collect();
+        want.push(bits(&y));
+        products.push(emu::Product {
+            w,
+            rows,
+            cols,
+            x: x.clone(),
+            bias: None,
+            accumulate: None,
+            vec: false,
+        });
+    }
+    let got: Vec<Vec<u32>> = emu::matvec(&products).iter().map(|y| bits(y)).collect();
+    assert_eq!(got, want, "cols {cols}, {mats:?}");
+}
+
 /// A GGUF weight is dequantised inside the canonical dot exactly as the CPU dequantises it
 /// (`tarfa_decode::quant`, gguf-py's arithmetic) before its canonical dot: every product of each
 /// type (three types in one launch, rows of one and several blocks; F16 also at widths that are
@@ -893,28 +919,12 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
     let mut r = Rng(0x6767_7566);
     for &cols in &[256usize, 512] {
         for group in QUANT_TYPES.chunks(3) {
-            let mut products = Vec::new();
-            let mut want = Vec::new();
-            let x = r.vec(cols, 2.0);
-            for (j, &dt) in group.iter().enumerate() {
-                let rows = [2usize, 5, 3][j];
-                let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
-                let y: Vec<f32> = (0..rows)
-                    .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
-                    .collect();
-                want.push(bits(&y));
-                products.push(emu::Product {
-                    w,
-                    rows,
-                    cols,
-                    x: x.clone(),
-                    bias: None,
-                    accumulate: None,
-                    vec: false,
-                });
-            }
-            let got: Vec<Vec<u32>> = emu::matvec(&products).iter().map(|y| bits(y)).collect();
-            assert_eq!(got, want, "cols {cols}, {group:?}");
+            let mats: Vec<_> = group
+                .iter()
+                .zip([2usize, 5, 3])
+                .map(|(&t, n)| (t, n))
+                .collect();
+            assert_launch_is_canonical(&mut r, cols, &mats);
         }
     }
     // Rows of several windows of a warp's group values (a window: 32 lanes' worth, four K-type
@@ -922,71 +932,21 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
     // types at five chunks.
     for dt in QUANT_TYPES.into_iter().filter(|t| t.block().0 > 1) {
         let cols = if dt.block().0 == 256 { 1280 } else { 1184 };
-        let (w, wv) = weights(&mut r, 3 * cols, dt, 1.0);
-        let x = r.vec(cols, 2.0);
-        let want: Vec<f32> = (0..3)
-            .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
-            .collect();
-        let got = emu::matvec(&[emu::Product {
-            w,
-            rows: 3,
-            cols,
-            x,
-            bias: None,
-            accumulate: None,
-            vec: false,
-        }]);
-        assert_eq!(bits(&got[0]), bits(&want), "{dt:?}, cols {cols}");
+        assert_launch_is_canonical(&mut r, cols, &[(dt, 3)]);
     }
     // A K type beside other types in one launch: the warp kernels, the others on their generic
     // path (tarfa_warp_acc element by element), at 40 chunks: more than a window of 32.
-    let cols = 1280;
-    for group in [
+    for [a, b, c] in [
         [emu::Dt::Q4_K, emu::Dt::Q8_0, emu::Dt::Q5_1],
         [emu::Dt::Q6_K, emu::Dt::Q4_0, emu::Dt::F16],
         [emu::Dt::Q5_K, emu::Dt::Q5_0, emu::Dt::Q4_1],
         [emu::Dt::Q4_K, emu::Dt::Bf16, emu::Dt::F32],
     ] {
-        let x = r.vec(cols, 2.0);
-        let mut want = Vec::new();
-        let mut products = Vec::new();
-        for (j, &dt) in group.iter().enumerate() {
-            let rows = [3usize, 2, 4][j];
-            let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
-            let y: Vec<f32> = (0..rows)
-                .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
-                .collect();
-            want.push(bits(&y));
-            products.push(emu::Product {
-                w,
-                rows,
-                cols,
-                x: x.clone(),
-                bias: None,
-                accumulate: None,
-                vec: false,
-            });
-        }
-        let got: Vec<Vec<u32>> = emu::matvec(&products).iter().map(|y| bits(y)).collect();
-        assert_eq!(got, want, "{group:?}");
+        assert_launch_is_canonical(&mut r, 1280, &[(a, 3), (b, 2), (c, 4)]);
     }
     // F16 rows are plain: widths that are not whole chunks take the kernels' tail path.
     for cols in [7usize, 100] {
-        let (w, wv) = weights(&mut r, 3 * cols, emu::Dt::F16, 1.0);
-        let x = r.vec(cols, 2.0);
-        let want: Vec<f32> = (0..3)
-            .map(|i| canon::dot_f32(&wv[i * cols..(i + 1) * cols], &x))
-            .collect();
-        let got = emu::matvec(&[emu::Product {
-            w,
-            rows: 3,
-            cols,
-            x,
-            bias: None,
-            accumulate: None,
-            vec: false,
-        }]);
-        assert_eq!(bits(&got[0]), bits(&want), "F16, cols {cols}");
+        assert_launch_is_canonical(&mut r, cols, &[(emu::Dt::F16, 3)]);
     }
     for dt in QUANT_TYPES {
         let (hidden, vocab) = (256, 4);

@@ -18,21 +18,43 @@ struct TarfaMoe {
     int vec_d;
 };
 
+// The unit (a quad or a warp) `unit`'s slot and row among k slots of `rows` rows each, and the
+// slot's expert: a unit past the last computes the last row again and writes nothing (`live`).
+struct TarfaSlotRow {
+    int slot;
+    int r;
+    int e;
+    bool live;
+};
+
+__device__ __forceinline__ TarfaSlotRow tarfa_slot_row(const TarfaMoe& m, const int* ids, int k,
+                                                      long long unit, int rows) {
+    long long total = (long long)k * rows;
+    TarfaSlotRow s;
+    s.live = unit < total;
+    long long q = s.live ? unit : total - 1;
+    s.slot = (int)(q / rows);
+    s.r = (int)(q % rows);
+    s.e = ids[s.slot];
+    if (s.e < 0 || s.e >= m.n_experts) s.e = 0;  // never: ids come from tarfa_e_topk
+    return s;
+}
+
+// Row r of expert e's matrix in `table` (cols elements of dtype a row).
+__device__ __forceinline__ const unsigned char* tarfa_expert_row(const unsigned long long* table,
+                                                                 int e, int r, int dtype,
+                                                                 int cols) {
+    return (const unsigned char*)table[e] + (long long)r * tarfa_row_bytes(dtype, cols);
+}
+
 // h[s][r] = silu(gate_e[r] · x) · (up_e[r] · x) for the expert e = ids[s] of each of k slots.
 extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
                                                float* h) {
     tarfa_grid_enter();
-    long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
     int sub = threadIdx.x & 3;
-    long long total = (long long)k * m.inter;
-    bool live = quad < total;
-    long long q = live ? quad : total - 1;
-    int slot = (int)(q / m.inter);
-    int r = (int)(q % m.inter);
-    int e = ids[slot];
-    if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
-    const unsigned char* gr = (const unsigned char*)m.gate[e] + (long long)r * tarfa_row_bytes(m.dtype_g, m.hidden);
-    const unsigned char* ur = (const unsigned char*)m.up[e] + (long long)r * tarfa_row_bytes(m.dtype_u, m.hidden);
+    TarfaSlotRow u = tarfa_slot_row(m, ids, k, ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4, m.inter);
+    const unsigned char* gr = tarfa_expert_row(m.gate, u.e, u.r, m.dtype_g, m.hidden);
+    const unsigned char* ur = tarfa_expert_row(m.up, u.e, u.r, m.dtype_u, m.hidden);
     float acc[2][8];
     if (m.dtype_g == m.dtype_u) {
         // gate and up together: both rows' loads in flight at once, each row its own canonical dot.
@@ -44,42 +66,29 @@ extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k
         tarfa_quad_acc<1, TARFA_BATCH, true>(&ur, m.dtype_u, x, m.hidden, sub, m.vec_gu, &acc[1]);
     }
     float g = tarfa_quad_fold(acc[0]);
-    float u = tarfa_quad_fold(acc[1]);
-    if (live && sub == 0) h[(long long)slot * m.inter + r] = tarfa_silu_mul(g, u);
+    float v = tarfa_quad_fold(acc[1]);
+    if (u.live && sub == 0) h[(long long)u.slot * m.inter + u.r] = tarfa_silu_mul(g, v);
 }
 
 // y[s][r] = down_e[r] · h[s] for the expert e = ids[s] of each slot.
 extern "C" __global__ void tarfa_e_moe_down(TarfaMoe m, const int* ids, int k, const float* h,
                                             float* y) {
     tarfa_grid_enter();
-    long long quad = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4;
     int sub = threadIdx.x & 3;
-    long long total = (long long)k * m.hidden;
-    bool live = quad < total;
-    long long q = live ? quad : total - 1;
-    int slot = (int)(q / m.hidden);
-    int r = (int)(q % m.hidden);
-    int e = ids[slot];
-    if (e < 0 || e >= m.n_experts) e = 0;
-    const unsigned char* row = (const unsigned char*)m.down[e] + (long long)r * tarfa_row_bytes(m.dtype_d, m.inter);
-    float v = tarfa_quad_dot(row, m.dtype_d, h + (long long)slot * m.inter, m.inter, sub, m.vec_d);
-    if (live && sub == 0) y[(long long)slot * m.hidden + r] = v;
+    TarfaSlotRow u = tarfa_slot_row(m, ids, k, ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 4, m.hidden);
+    const unsigned char* row = tarfa_expert_row(m.down, u.e, u.r, m.dtype_d, m.inter);
+    float v = tarfa_quad_dot(row, m.dtype_d, h + (long long)u.slot * m.inter, m.inter, sub, m.vec_d);
+    if (u.live && sub == 0) y[(long long)u.slot * m.hidden + u.r] = v;
 }
 
 // tarfa_e_moe_gate_up with a warp per (slot, row): gate or up of a K type.
 extern "C" __global__ void tarfa_e_wmoe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
                                                 float* h) {
     tarfa_grid_enter();
-    long long wr = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x & 31;
-    long long total = (long long)k * m.inter;
-    long long q = wr < total ? wr : total - 1;
-    int slot = (int)(q / m.inter);
-    int r = (int)(q % m.inter);
-    int e = ids[slot];
-    if (e < 0 || e >= m.n_experts) e = 0;  // never: ids come from tarfa_e_topk
-    const unsigned char* gr = (const unsigned char*)m.gate[e] + (long long)r * tarfa_row_bytes(m.dtype_g, m.hidden);
-    const unsigned char* ur = (const unsigned char*)m.up[e] + (long long)r * tarfa_row_bytes(m.dtype_u, m.hidden);
+    TarfaSlotRow u = tarfa_slot_row(m, ids, k, ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32, m.inter);
+    const unsigned char* gr = tarfa_expert_row(m.gate, u.e, u.r, m.dtype_g, m.hidden);
+    const unsigned char* ur = tarfa_expert_row(m.up, u.e, u.r, m.dtype_u, m.hidden);
     float acc[2];
     if (m.dtype_g == m.dtype_u) {
         const unsigned char* rows[2] = {gr, ur};
@@ -89,27 +98,21 @@ extern "C" __global__ void tarfa_e_wmoe_gate_up(TarfaMoe m, const int* ids, int 
         tarfa_warp_acc<1>(&ur, m.dtype_u, x, m.hidden, lane, &acc[1]);
     }
     float g = tarfa_warp_fold(acc[0]);
-    float u = tarfa_warp_fold(acc[1]);
-    if (wr < total && lane == 0) h[(long long)slot * m.inter + r] = tarfa_silu_mul(g, u);
+    float v = tarfa_warp_fold(acc[1]);
+    if (u.live && lane == 0) h[(long long)u.slot * m.inter + u.r] = tarfa_silu_mul(g, v);
 }
 
 // tarfa_e_moe_down with a warp per row: down of a K type.
 extern "C" __global__ void tarfa_e_wmoe_down(TarfaMoe m, const int* ids, int k, const float* h,
                                              float* y) {
     tarfa_grid_enter();
-    long long wr = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x & 31;
-    long long total = (long long)k * m.hidden;
-    long long q = wr < total ? wr : total - 1;
-    int slot = (int)(q / m.hidden);
-    int r = (int)(q % m.hidden);
-    int e = ids[slot];
-    if (e < 0 || e >= m.n_experts) e = 0;
-    const unsigned char* row = (const unsigned char*)m.down[e] + (long long)r * tarfa_row_bytes(m.dtype_d, m.inter);
+    TarfaSlotRow u = tarfa_slot_row(m, ids, k, ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32, m.hidden);
+    const unsigned char* row = tarfa_expert_row(m.down, u.e, u.r, m.dtype_d, m.inter);
     float acc[1];
-    tarfa_warp_acc<1>(&row, m.dtype_d, h + (long long)slot * m.inter, m.inter, lane, acc);
+    tarfa_warp_acc<1>(&row, m.dtype_d, h + (long long)u.slot * m.inter, m.inter, lane, acc);
     float v = tarfa_warp_fold(acc[0]);
-    if (wr < total && lane == 0) y[(long long)slot * m.hidden + r] = v;
+    if (u.live && lane == 0) y[(long long)u.slot * m.hidden + u.r] = v;
 }
 
 // x[i] += Σ_s y[s][i] · w[s], the products rounded, added in slot order from slot 0

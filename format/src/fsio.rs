@@ -72,7 +72,8 @@ impl From<FsError> for std::io::Error {
     }
 }
 
-fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
+/// What a file type is in words (`"a FIFO"`, `"a directory"`, ...), or `None` for a regular file.
+pub(crate) fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
     Some(if t.is_file() {
         return None;
     } else if t.is_dir() {

@@ -22,7 +22,6 @@ pub enum OutputKind {
 /// it (a device node, a link) where the user meant to write into it.
 pub fn output_kind(dest: &Path) -> Result<OutputKind> {
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::fs::FileTypeExt;
     let refuse = |fault| Error::Output {
         path: dest.to_path_buf(),
         fault,
@@ -43,25 +42,11 @@ pub fn output_kind(dest: &Path) -> Result<OutputKind> {
         let target = std::fs::read_link(dest).unwrap_or_default();
         return Err(refuse(OutputFault::Symlink { target }));
     }
-    if t.is_file() {
-        return Ok(OutputKind::Replace);
+    match crate::fsio::kind_of(t) {
+        None => Ok(OutputKind::Replace),
+        Some(k @ ("a character device" | "a FIFO")) => Ok(OutputKind::Stream(k)),
+        Some(kind) => Err(refuse(OutputFault::NotWritable { kind })),
     }
-    if t.is_char_device() {
-        return Ok(OutputKind::Stream("a character device"));
-    }
-    if t.is_fifo() {
-        return Ok(OutputKind::Stream("a FIFO"));
-    }
-    let kind = if t.is_dir() {
-        "a directory"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else {
-        "not a regular file"
-    };
-    Err(refuse(OutputFault::NotWritable { kind }))
 }
 
 /// Refuse `dest` when it is one of `inputs` (the same device and inode, links followed): an
