@@ -44,13 +44,26 @@ void emu_attention(G, const float* q, const float* k, const float* v, const unsi
                    const unsigned char* kn, int ndtype, int norm, float eps, int heads,
                    int kv_heads, int d, int half, const float* cos_tab, const float* sin_tab,
                    const int* params, float* kcache, float* vcache, int window, float scaling,
-                   float* scores, int cap, float* out, int sh_scores) {
+                   float* scores, int cap, float* out, int sh_scores, int qstride, int gated) {
     RUN(tarfa_e_attention(q, k, v, qn, kn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab,
                           sin_tab, params, kcache, vcache, window, scaling, scores, cap, out,
-                          sh_scores));
+                          sh_scores, qstride, gated));
 }
-void emu_topk(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts) {
-    RUN(tarfa_e_topk(z, n, k, renorm, probs, ids, wts));
+void emu_delta_conv(G, const float* mixed, const unsigned char* w, int wdtype, int channels,
+                    int kernel, float* state, float* out) {
+    RUN(tarfa_e_delta_conv(mixed, w, wdtype, channels, kernel, state, out));
+}
+void emu_delta_heads(G, const float* c, const float* z, const float* b, const float* a,
+                     const unsigned char* dt_bias, int dt_dtype, const unsigned char* a_log,
+                     int a_dtype, const unsigned char* norm_w, int ndtype, int k_heads,
+                     int v_heads, int dk, int dv, float q_div, float eps, float* state,
+                     float* out) {
+    RUN(tarfa_e_delta_heads(c, z, b, a, dt_bias, dt_dtype, a_log, a_dtype, norm_w, ndtype,
+                            k_heads, v_heads, dk, dv, q_div, eps, state, out));
+}
+void emu_topk(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts,
+              const float* gz, float* gw) {
+    RUN(tarfa_e_topk(z, n, k, renorm, probs, ids, wts, gz, gw));
 }
 void emu_sigmoid_topk(G, const float* z, int n, const unsigned char* bias, int bias_dtype, int k,
                       int n_group, int topk_group, int renorm, float scale, float* scratch,
@@ -112,12 +125,13 @@ int emu_tdown(G, unsigned int optin, int stages, int bytes, const TarfaMoe* m, c
     return -1;
 }
 void emu_combine_norm(G, const float* y, const float* wts, int k, int n, const float* sh,
-                      float* x, const unsigned char* w, int wdtype, float eps, float* out) {
-    RUN(tarfa_e_combine_norm(y, wts, k, n, sh, x, w, wdtype, eps, out));
+                      const float* shw, float* x, const unsigned char* w, int wdtype, float eps,
+                      float* out) {
+    RUN(tarfa_e_combine_norm(y, wts, k, n, sh, shw, x, w, wdtype, eps, out));
 }
 void emu_combine(G, const float* y, const float* wts, int k, int hidden, const float* sh,
-                 float* x) {
-    RUN(tarfa_e_moe_combine(y, wts, k, hidden, sh, x));
+                 const float* shw, float* x) {
+    RUN(tarfa_e_moe_combine(y, wts, k, hidden, sh, shw, x));
 }
 // The offload path's kernels (offload.cu). They are launched without programmatic dependent
 // launch (offload.rs: plain cuLaunchKernel, one stream), so they never call tarfa_grid_enter; the

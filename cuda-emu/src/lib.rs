@@ -164,6 +164,43 @@ extern "C" {
         cap: i32,
         out: *mut f32,
         sh_scores: i32,
+        qstride: i32,
+        gated: i32,
+    );
+    fn emu_delta_conv(
+        g: u32,
+        b: u32,
+        s: u32,
+        mixed: *const f32,
+        w: *const u8,
+        wdt: i32,
+        channels: i32,
+        kernel: i32,
+        state: *mut f32,
+        out: *mut f32,
+    );
+    fn emu_delta_heads(
+        g: u32,
+        b: u32,
+        s: u32,
+        c: *const f32,
+        z: *const f32,
+        bv: *const f32,
+        av: *const f32,
+        dt_bias: *const u8,
+        dt_dtype: i32,
+        a_log: *const u8,
+        a_dtype: i32,
+        norm_w: *const u8,
+        ndtype: i32,
+        k_heads: i32,
+        v_heads: i32,
+        dk: i32,
+        dv: i32,
+        q_div: f32,
+        eps: f32,
+        state: *mut f32,
+        out: *mut f32,
     );
     fn emu_topk(
         g: u32,
@@ -176,6 +213,8 @@ extern "C" {
         probs: *mut f32,
         ids: *mut i32,
         wts: *mut f32,
+        gz: *const f32,
+        gw: *mut f32,
     );
     fn emu_gate_up(
         g: u32,
@@ -268,6 +307,7 @@ extern "C" {
         k: i32,
         n: i32,
         sh: *const f32,
+        shw: *const f32,
         x: *mut f32,
         nw: *const u8,
         ndt: i32,
@@ -283,6 +323,7 @@ extern "C" {
         k: i32,
         hidden: i32,
         sh: *const f32,
+        shw: *const f32,
         x: *mut f32,
     );
     fn emu_sigmoid_topk(
@@ -577,6 +618,7 @@ pub fn combine_norm(
             wts.len() as i32,
             n as i32,
             shp,
+            std::ptr::null(),
             xa.ptr() as *mut f32,
             nw.ptr(),
             w.dt.code(),
@@ -729,6 +771,8 @@ pub fn attention(sh: Heads, a: &AttnIn<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
             cap as i32,
             out.ptr() as *mut f32,
             sh_scores as i32,
+            d as i32,
+            0,
         )
     };
     (out.floats(), kc.floats(), vc.floats())
@@ -762,6 +806,8 @@ pub fn topk(z: &[f32], k: usize, renorm: bool) -> Vec<(u32, f32)> {
             probs.ptr() as *mut f32,
             ids.as_mut_ptr(),
             wts.ptr() as *mut f32,
+            std::ptr::null(),
+            std::ptr::null_mut(),
         )
     };
     route(&ids, &wts)
@@ -974,6 +1020,7 @@ fn moe_launch(
             w.ptr() as _,
             k as i32,
             hidden as i32,
+            std::ptr::null(),
             std::ptr::null(),
             out.ptr() as *mut f32,
         );
@@ -1405,7 +1452,7 @@ impl EngineDevice for EmuDevice {
                     );
                 }
                 Kernel::Attention => {
-                    count(23)?;
+                    count(25)?;
                     emu_attention(
                         g,
                         b,
@@ -1433,10 +1480,53 @@ impl EngineDevice for EmuDevice {
                         n(20)?,
                         p(21)? as _,
                         n(22)?,
+                        n(23)?,
+                        n(24)?,
+                    );
+                }
+                Kernel::DeltaConv => {
+                    count(7)?;
+                    emu_delta_conv(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        n(2)?,
+                        n(3)?,
+                        n(4)?,
+                        p(5)? as _,
+                        p(6)? as _,
+                    );
+                }
+                Kernel::DeltaHeads => {
+                    count(18)?;
+                    emu_delta_heads(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        p(2)? as _,
+                        p(3)? as _,
+                        p(4)? as _,
+                        n(5)?,
+                        p(6)? as _,
+                        n(7)?,
+                        p(8)? as _,
+                        n(9)?,
+                        n(10)?,
+                        n(11)?,
+                        n(12)?,
+                        n(13)?,
+                        f(14)?,
+                        f(15)?,
+                        p(16)? as _,
+                        p(17)? as _,
                     );
                 }
                 Kernel::Topk => {
-                    count(7)?;
+                    count(9)?;
                     emu_topk(
                         g,
                         b,
@@ -1448,6 +1538,8 @@ impl EngineDevice for EmuDevice {
                         p(4)? as _,
                         p(5)? as _,
                         p(6)? as _,
+                        p(7)? as _,
+                        p(8)? as _,
                     );
                 }
                 Kernel::GateUp | Kernel::Down | Kernel::WarpGateUp | Kernel::WarpDown => {
@@ -1496,7 +1588,7 @@ impl EngineDevice for EmuDevice {
                     }
                 }
                 Kernel::CombineNorm => {
-                    count(10)?;
+                    count(11)?;
                     emu_combine_norm(
                         g,
                         b,
@@ -1508,15 +1600,16 @@ impl EngineDevice for EmuDevice {
                         p(4)? as _,
                         p(5)? as _,
                         p(6)? as _,
-                        n(7)?,
-                        f(8)?,
-                        p(9)? as _,
+                        p(7)? as _,
+                        n(8)?,
+                        f(9)?,
+                        p(10)? as _,
                     );
                 }
                 Kernel::Combine => {
-                    count(6)?;
-                    let (y, w, sh, x) = (p(0)? as _, p(1)? as _, p(4)? as _, p(5)? as _);
-                    emu_combine(g, b, s, y, w, n(2)?, n(3)?, sh, x);
+                    count(7)?;
+                    let (y, w, sh, shw) = (p(0)? as _, p(1)? as _, p(4)? as _, p(5)? as _);
+                    emu_combine(g, b, s, y, w, n(2)?, n(3)?, sh, shw, p(6)? as _);
                 }
                 Kernel::SigmoidTopk => {
                     count(12)?;

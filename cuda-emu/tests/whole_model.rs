@@ -2,8 +2,10 @@
 //! launch order and geometry, its KV cache and RoPE tables, `decode::gpu_resident`'s mapping of
 //! the checkpoint onto it — run with the CUDA kernels on the CPU emulation, gives the CPU
 //! decoder's logits bit for bit at every greedy step of every reference prompt of every
-//! `qwen3_moe`, `glm4_moe` and `mixtral` fixture and the quantised GGUF (dense and MoE layers, the softmax and the
-//! sigmoid group routers, shared experts, biases, partial rotary, tied heads), and does so again
+//! `qwen3_moe`, `qwen3_5_moe`, `glm4_moe` and `mixtral` fixture and the quantised GGUF (dense and
+//! MoE layers, the softmax and the sigmoid group routers, shared experts plain and gated, biases,
+//! partial rotary, tied heads, Gated DeltaNet layers with their recurrent state, gated attention,
+//! zero-centred norms), and does so again
 //! after a reset; a prompt fed token by token gives the
 //! same bits as one fed whole; so does every ring of the tiled kernels compiled in. What this
 //! cannot show (the GPU machine's `decode/tests/gpu.rs` does): the hardware, the driver,
@@ -99,6 +101,8 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
         ("glm4_moe", &[true], 1),
         ("glm4_moe_b", &[true], 1),
         ("mixtral", &[true], 1),
+        // DeltaNet's recurrent state: run token by token, and zeroed by the reset between prompts.
+        ("qwen3_5_moe_text", &[true, false], 1),
     ] {
         let dir = common::model(name);
         // Four greedy steps: the emulation runs every CUDA thread on two CPU cores, so the
@@ -246,24 +250,22 @@ fn declined(dir: &std::path::Path) -> Option<Declined> {
 }
 
 /// A model the whole-model path does not take is left to the CPU's layers, and the reason is
-/// said (`tarfa run` prints it): a family without a plan (Qwen3.5-MoE's DeltaNet layers), a
-/// layer whose experts mix element types.
+/// said (`tarfa run` prints it): a layer whose experts mix element types. Every family's
+/// fixture is taken (Qwen3.5-MoE's DeltaNet layers, gated attention and zero-centred norms
+/// included).
 #[test]
 fn models_not_taken_are_left_to_the_cpu_saying_why() {
     let _one = one_engine_at_a_time();
-    let dir = common::model("qwen3_5_moe_text");
-    let dec = emulated(&dir, true);
-    assert!(dec.offload_report().is_none());
-    let why = declined(&dir);
-    assert_eq!(why, Some(Declined::Family("qwen3_5_moe_text".into())));
-    assert!(why
-        .expect("a reason")
-        .to_string()
-        .contains("qwen3_5_moe_text"));
     let tmp = tempfile::tempdir().expect("tmp");
     let mixed = common::mixed_type_expert_model(tmp.path());
-    assert_eq!(declined(&mixed), Some(Declined::MixedExperts));
-    assert_eq!(declined(&common::model("glm4_moe")), None);
+    let dec = emulated(&mixed, true);
+    assert!(dec.offload_report().is_none());
+    let why = declined(&mixed);
+    assert_eq!(why, Some(Declined::MixedExperts));
+    assert!(why.expect("a reason").to_string().contains("mix"));
+    for name in ["qwen3_moe", "qwen3_5_moe_text", "glm4_moe", "mixtral"] {
+        assert_eq!(declined(&common::model(name)), None, "{name}");
+    }
 }
 
 /// Heads wider than the attention kernels take come from a model's config, not a caller's
@@ -284,6 +286,8 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
         scaling: 1.0,
         top_k: 1,
         norm_topk_prob: true,
+        attn_gate: false,
+        delta: None,
     };
     let zeros = vec![0u8; 4 * head_dim * 4];
     let t = |rows: usize, cols: usize| HostTensor {

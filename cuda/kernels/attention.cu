@@ -101,7 +101,9 @@ __device__ void tarfa_head_norm_rope(const float* x, const unsigned char* nw, in
 // in increasing t) in shared memory, folded by the fixed tree. The scores are kept in shared
 // memory after the partials when there are at most `sh_scores` of them (else in `scores`); then
 // come q, the key and the two warps' scratch (4·d floats). Each warp's q elements in registers
-// when d ≤ 32·TARFA_HEAD_AHEAD.
+// when d ≤ 32·TARFA_HEAD_AHEAD. Query head h is q[h·qstride ..][0..d); with `gated` (Qwen3.5's
+// gated attention: qstride = 2d, each head [q_h | gate_h]) the output is multiplied by
+// sigmoid(gate_h) (canon::sigmoid, one product), as common::attention does before o_proj.
 extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, const float* v,
                                              const unsigned char* qn, const unsigned char* kn,
                                              int ndtype, int norm, float eps, int heads,
@@ -109,7 +111,7 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, con
                                              const float* sin_tab, const int* params,
                                              float* kcache, float* vcache, int window,
                                              float scaling, float* scores, int cap, float* out,
-                                             int sh_scores) {
+                                             int sh_scores, int qstride, int gated) {
     TARFA_DYNAMIC_SHARED(float, part);  // [32][d], sh_scores floats, q, key, 2 × scratch
     tarfa_grid_enter();
     int h = blockIdx.x;
@@ -129,7 +131,7 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, con
         const float* c = cos_tab + (long long)pos * half;
         const float* s = sin_tab + (long long)pos * half;
         if (warp == 0) {
-            tarfa_head_norm_rope(q + (long long)h * d, qn, ndtype, norm, eps, d, half, c, s, lane,
+            tarfa_head_norm_rope(q + (long long)h * qstride, qn, ndtype, norm, eps, d, half, c, s, lane,
                                  kh + d, qh);
         } else if (warp == 1) {
             tarfa_head_norm_rope(k + (long long)kvh * d, kn, ndtype, norm, eps, d, half, c, s,
@@ -210,5 +212,8 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, con
         }
         __syncthreads();
     }
-    for (int dd = threadIdx.x; dd < d; dd += blockDim.x) out[(long long)h * d + dd] = part[dd];
+    const float* gate = q + (long long)h * qstride + d;
+    for (int dd = threadIdx.x; dd < d; dd += blockDim.x) {
+        out[(long long)h * d + dd] = gated ? __fmul_rn(part[dd], tarfa_sigmoid(gate[dd])) : part[dd];
+    }
 }

@@ -72,10 +72,19 @@ __device__ float tarfa_exp(float x) {
     return __fmul_rn(__fmul_rn(p, tarfa_pow2i(k1)), tarfa_pow2i(ni - k1));
 }
 
-// silu(g) * u with silu(g) = g / (1 + exp(-g)) (torch's formula, canon::silu).
+// canon::silu: g / (1 + exp(-g)) (torch's formula).
+__device__ __forceinline__ float tarfa_silu(float g) {
+    return __fdiv_rn(g, __fadd_rn(1.0f, tarfa_exp(-g)));
+}
+
+// silu(g) * u (canon::silu, then one product).
 __device__ __forceinline__ float tarfa_silu_mul(float g, float u) {
-    float s = __fdiv_rn(g, __fadd_rn(1.0f, tarfa_exp(-g)));
-    return __fmul_rn(s, u);
+    return __fmul_rn(tarfa_silu(g), u);
+}
+
+// canon::sigmoid: 1 / (1 + tarfa exp(−x)).
+__device__ __forceinline__ float tarfa_sigmoid(float x) {
+    return __fdiv_rn(1.0f, __fadd_rn(1.0f, tarfa_exp(-x)));
 }
 
 // ================================================================================================

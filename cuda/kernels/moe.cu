@@ -117,10 +117,16 @@ extern "C" __global__ void tarfa_e_wmoe_down(TarfaMoe m, const int* ids, int k, 
 
 // x[i] += Σ_s y[s][i] · w[s], the products rounded, added in slot order from slot 0
 // (MoeOutputs), then the shared experts' output sh[i] when `sh` is not null (GLM's
-// `routed + shared`), then the sum added to the residual; returns the new x[i]. Eight slots'
+// `routed + shared`; with `shw`, its product with *shw, Qwen3.5's `routed + gate · shared`), then
+// the sum added to the residual; returns the new x[i]. Eight slots'
 // products are loaded together, then added in order (the loads were each a round trip in turn).
+__device__ __forceinline__ float tarfa_shared_term(const float* sh, const float* shw, int i) {
+    return shw ? __fmul_rn(*shw, sh[i]) : sh[i];
+}
+
 __device__ __forceinline__ float tarfa_combine_at(const float* y, const float* wts, int k,
-                                                  int hidden, const float* sh, float* x, int i) {
+                                                  int hidden, const float* sh, const float* shw,
+                                                  float* x, int i) {
     float acc = 0.0f;
     for (int s0 = 0; s0 < k; s0 += 8) {
         float p[8];
@@ -131,7 +137,7 @@ __device__ __forceinline__ float tarfa_combine_at(const float* y, const float* w
         for (int j = 0; j < 8; ++j)
             if (s0 + j < k) acc = s0 + j == 0 ? p[j] : __fadd_rn(acc, p[j]);
     }
-    if (sh) acc = __fadd_rn(acc, sh[i]);
+    if (sh) acc = __fadd_rn(acc, tarfa_shared_term(sh, shw, i));
     float v = __fadd_rn(x[i], acc);
     x[i] = v;
     return v;
@@ -139,10 +145,10 @@ __device__ __forceinline__ float tarfa_combine_at(const float* y, const float* w
 
 // The experts' combine into the residual x (tarfa_combine_at, a thread per element).
 extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts, int k, int hidden,
-                                               const float* sh, float* x) {
+                                               const float* sh, const float* shw, float* x) {
     tarfa_grid_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < hidden) tarfa_combine_at(y, wts, k, hidden, sh, x, i);
+    if (i < hidden) tarfa_combine_at(y, wts, k, hidden, sh, shw, x, i);
 }
 
 // Slots the combine's one-block form loads ahead (top-8 and a folded shared expert).
@@ -155,11 +161,11 @@ extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts,
 // and residual — is issued before the first add (a thread's elements were a round trip each in
 // turn: each stored x before the next loaded), then the same adds in the same order.
 extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts, int k, int n,
-                                                const float* sh, float* x,
+                                                const float* sh, const float* shw, float* x,
                                                 const unsigned char* w, int wdtype, float eps,
                                                 float* out) {
     if (k > TARFA_COMBINE_AHEAD || n > TARFA_RMS_AHEAD * (int)blockDim.x || n > TARFA_RMS_STAGE) {
-        tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, sh, x, i); }, x,
+        tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, sh, shw, x, i); }, x,
                              w, wdtype, n, eps, out);
         return;
     }
@@ -174,7 +180,7 @@ extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts
         int i = threadIdx.x + j * blockDim.x;
         if (i < n) {
             xv[j] = x[i];
-            shv[j] = sh ? sh[i] : 0.0f;
+            shv[j] = sh ? tarfa_shared_term(sh, shw, i) : 0.0f;
 #pragma unroll
             for (int s = 0; s < TARFA_COMBINE_AHEAD; ++s) yv[j][s] = s < k ? y[(long long)s * n + i] : 0.0f;
         }

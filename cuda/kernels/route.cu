@@ -103,10 +103,14 @@ __device__ __forceinline__ void tarfa_topk_held(const float* z, int n, int k, in
 // largest p (total order, descending; ties: the lower id) in selection order, renormalised by
 // their canonical sum when `renorm`. p is kept in `probs` (n floats). Up to 32·TARFA_TOPK_AHEAD
 // experts in registers (tarfa_topk_held); more through memory, each round reading p again.
+// With `gw` (not null), also *gw = sigmoid(*gz): Qwen3.5's shared-expert gate (the weight of its
+// shared expert's output, `sigmoid(shared_expert_gate · x)`), which may be the folded slot's
+// weight wts[k].
 extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm, float* probs,
-                                        int* ids, float* wts) {
+                                        int* ids, float* wts, const float* gz, float* gw) {
     tarfa_grid_enter();
     int lane = threadIdx.x;
+    if (gw && lane == 0) *gw = tarfa_sigmoid(*gz);
     if (n <= 32 * TARFA_TOPK_AHEAD) {
         tarfa_topk_held(z, n, k, renorm, probs, ids, wts, lane);
         return;
@@ -144,11 +148,6 @@ extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm
         __syncwarp();
         for (int i = lane; i < k; i += 32) wts[i] = __fdiv_rn(wts[i], t);
     }
-}
-
-// canon::sigmoid: 1 / (1 + tarfa exp(−x)).
-__device__ __forceinline__ float tarfa_sigmoid(float x) {
-    return __fdiv_rn(1.0f, __fadd_rn(1.0f, tarfa_exp(-x)));
 }
 
 // The key of blocks::sigmoid_group_topk's order (larger first, 0.0 and −0.0 equal: −0.0 + 0.0 is

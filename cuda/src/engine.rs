@@ -90,12 +90,83 @@ pub struct EngineShape {
     pub top_k: usize,
     /// Renormalise the top-k weights.
     pub norm_topk_prob: bool,
+    /// Gated attention (Qwen3.5): `q_proj` gives `[q_h | gate_h]` per head (`2 · heads · d`
+    /// rows) and each head's output is multiplied by `sigmoid(gate_h)` before `o_proj`.
+    pub attn_gate: bool,
+    /// The Gated DeltaNet layers' widths, when the model has any ([`HostMixer::DeltaNet`]).
+    pub delta: Option<DeltaShape>,
+}
+
+/// A Gated DeltaNet layer's widths (Qwen3.5's `linear_attention` layers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeltaShape {
+    /// Key (and query) heads.
+    pub k_heads: usize,
+    /// Value heads (a multiple of the key heads).
+    pub v_heads: usize,
+    /// Key head width (at most [`MAX_DELTA_DK`]).
+    pub dk: usize,
+    /// Value head width.
+    pub dv: usize,
+    /// The causal convolution's length (1..=[`MAX_DELTA_KERNEL`]).
+    pub kernel: usize,
+}
+
+impl DeltaShape {
+    /// Channels of the convolution: q, k (`k_heads · dk` each) and v (`v_heads · dv`).
+    pub fn conv_dim(&self) -> usize {
+        2 * self.k_heads * self.dk + self.value_dim()
+    }
+
+    /// `v_heads · dv`.
+    pub fn value_dim(&self) -> usize {
+        self.v_heads * self.dv
+    }
+}
+
+/// The widest DeltaNet key head the kernels take (`tarfa_e_delta_heads` holds a row's
+/// elements in registers, 8 a lane).
+pub const MAX_DELTA_DK: usize = 256;
+
+/// The longest DeltaNet convolution the kernels take (`tarfa_e_delta_conv`: a lane each).
+pub const MAX_DELTA_KERNEL: usize = 32;
+
+/// One layer's Gated DeltaNet weights (names under `linear_attn.`).
+#[derive(Clone, Copy, Debug)]
+pub struct HostDeltaNet<'a> {
+    /// `in_proj_qkv` `[conv_dim, hidden]`.
+    pub qkv: HostTensor<'a>,
+    /// `in_proj_z` `[v_heads·dv, hidden]`.
+    pub z: HostTensor<'a>,
+    /// `in_proj_b` `[v_heads, hidden]`.
+    pub b: HostTensor<'a>,
+    /// `in_proj_a` `[v_heads, hidden]`.
+    pub a: HostTensor<'a>,
+    /// `conv1d` `[conv_dim, kernel]` (its `[conv_dim, 1, kernel]` viewed as a matrix).
+    pub conv: HostTensor<'a>,
+    /// `dt_bias` `[1, v_heads]`.
+    pub dt_bias: HostTensor<'a>,
+    /// `A_log` `[1, v_heads]`.
+    pub a_log: HostTensor<'a>,
+    /// The gated norm's weight `[1, dv]`.
+    pub norm: HostTensor<'a>,
+    /// `out_proj` `[hidden, v_heads·dv]`.
+    pub out: HostTensor<'a>,
+}
+
+/// A layer's token mixer.
+#[derive(Clone, Copy, Debug)]
+pub enum HostMixer<'a> {
+    /// Grouped-query attention with a KV cache.
+    Attention(HostAttention<'a>),
+    /// Gated DeltaNet with its convolution history and recurrent state.
+    DeltaNet(HostDeltaNet<'a>),
 }
 
 /// One layer's attention weights.
 #[derive(Clone, Copy, Debug)]
 pub struct HostAttention<'a> {
-    /// `[heads·d, hidden]`.
+    /// `[heads·d, hidden]` (`[2·heads·d, hidden]` with [`EngineShape::attn_gate`]).
     pub q: HostTensor<'a>,
     /// `[kv_heads·d, hidden]`.
     pub k: HostTensor<'a>,
@@ -146,6 +217,9 @@ pub enum HostMlp<'a> {
         route: HostRoute<'a>,
         /// The shared experts' gate, up and down.
         shared: Option<[HostTensor<'a>; 3]>,
+        /// The shared experts' gate `[1, hidden]` (Qwen3.5): their output is weighted by
+        /// `sigmoid(gate · x)`; none, by 1.
+        shared_gate: Option<HostTensor<'a>>,
     },
 }
 
@@ -156,8 +230,8 @@ pub struct HostLayer<'a> {
     pub in_norm: HostTensor<'a>,
     /// `post_attention_layernorm` `[1, hidden]`.
     pub post_norm: HostTensor<'a>,
-    /// Attention.
-    pub attn: HostAttention<'a>,
+    /// The token mixer.
+    pub mixer: HostMixer<'a>,
     /// MLP.
     pub mlp: HostMlp<'a>,
 }
@@ -207,27 +281,60 @@ struct ExpertTable<B> {
     dev: Option<[B; 3]>,
 }
 
+/// [`HostAttention`] on the device, with the layer's KV cache.
 #[derive(Debug)]
-struct Layer<B> {
-    in_norm: DevTensor<B>,
-    post_norm: DevTensor<B>,
+struct DevAttention<B> {
     q: DevTensor<B>,
     k: DevTensor<B>,
     v: DevTensor<B>,
     o: DevTensor<B>,
     bias: [Option<DevTensor<B>>; 4],
     qk_norm: Option<(DevTensor<B>, DevTensor<B>)>,
+    kcache: B,
+    vcache: B,
+}
+
+/// [`HostDeltaNet`] on the device, with the layer's state: the convolution's history
+/// (`kernel − 1` rows of `conv_dim` floats, oldest first) and each value head's `S` (`dv` rows
+/// of `dk` floats).
+#[derive(Debug)]
+struct DevDelta<B> {
+    qkv: DevTensor<B>,
+    z: DevTensor<B>,
+    b: DevTensor<B>,
+    a: DevTensor<B>,
+    conv: DevTensor<B>,
+    dt_bias: DevTensor<B>,
+    a_log: DevTensor<B>,
+    norm: DevTensor<B>,
+    out: DevTensor<B>,
+    conv_state: B,
+    state: B,
+}
+
+#[derive(Debug)]
+enum DevMixer<B> {
+    Attention(DevAttention<B>),
+    DeltaNet(DevDelta<B>),
+}
+
+#[derive(Debug)]
+struct Layer<B> {
+    in_norm: DevTensor<B>,
+    post_norm: DevTensor<B>,
+    mixer: DevMixer<B>,
     router: Option<DevTensor<B>>,
     route: DevRoute<B>,
     experts: ExpertTable<B>,
     /// The shared experts (one dense SwiGLU), added after the routed slots.
     shared: Option<ExpertTable<B>>,
+    /// Their output's gate (`sigmoid(gate · x)` weighs it), or none.
+    shared_gate: Option<DevTensor<B>>,
     /// The shared experts run as one more slot of the routed launches (set in `finish` when
     /// they have the routed experts' width and element types): expert `n` of the tables, with
-    /// id `n` and weight 1 preset after the router's `k` slots.
+    /// id `n` and weight 1 preset after the router's `k` slots (with a shared gate, the router's
+    /// launch writes that weight, `sigmoid(gate · x)`, each step).
     fold: bool,
-    kcache: B,
-    vcache: B,
 }
 
 /// [`HostRoute`] on the device.
@@ -263,6 +370,17 @@ struct Activations<B> {
     /// The shared experts' SwiGLU (their width) and output (hidden).
     hs: B,
     ys: B,
+    /// The shared experts' gate logit and weight (`sigmoid` of it).
+    sgz: B,
+    sgw: B,
+    /// A DeltaNet layer's projections (q/k/v before the convolution, z, b, a), the
+    /// convolution's output and the heads' output.
+    mixed: B,
+    conv_out: B,
+    dz: B,
+    db: B,
+    da: B,
+    dout: B,
     logits: B,
 }
 
@@ -308,6 +426,9 @@ const BLOCK: u32 = 256;
 
 /// Threads of an attention block (one per query head): sixteen warps share its positions' scores.
 const ATTN_BLOCK: u32 = 512;
+
+/// Threads of a DeltaNet head's block (`tarfa_e_delta_heads`): eight warps share its rows.
+const DELTA_BLOCK: u32 = 256;
 
 /// Threads of the RMSNorm block: with its four elements loaded ahead per thread, a hidden size
 /// up to 2,048 is loaded in one round.
@@ -415,36 +536,97 @@ impl<D: EngineDevice> Engine<D> {
             None => None,
         };
         let (qd, kvd) = (s.heads * d, s.kv_heads * d);
+        // Gated attention: q_proj gives each head's query and its output gate.
+        let q_rows = if s.attn_gate { 2 * qd } else { qd };
+        if let Some(ds) = s.delta {
+            if ds.k_heads == 0
+                || ds.v_heads % ds.k_heads != 0
+                || ds.dk == 0
+                || ds.dk > MAX_DELTA_DK
+                || ds.dv == 0
+                || ds.kernel == 0
+                || ds.kernel > MAX_DELTA_KERNEL
+            {
+                return Err(CudaError::Usage(format!(
+                    "the GPU decoder does not take these DeltaNet widths: {ds:?}"
+                )));
+            }
+            for v in [ds.conv_dim(), ds.value_dim(), ds.conv_dim() * ds.kernel] {
+                int(v, "a DeltaNet dimension")?;
+            }
+        }
         let mut dev_layers = Vec::with_capacity(layers.len());
         for (l, hl) in layers.iter().enumerate() {
             let w = |n: &str| format!("layer {l} {n}");
-            let a = &hl.attn;
-            let bias_rows = [qd, kvd, kvd, h];
-            let mut bias: [Option<DevTensor<D::Buf>>; 4] = [None, None, None, None];
-            for (i, b) in a.bias.iter().enumerate() {
-                if let Some(b) = b {
-                    bias[i] = Some(up(b, &w("bias"), 1, bias_rows[i], &mut report)?);
+            let mixer = match &hl.mixer {
+                HostMixer::Attention(a) => {
+                    let bias_rows = [q_rows, kvd, kvd, h];
+                    let mut bias: [Option<DevTensor<D::Buf>>; 4] = [None, None, None, None];
+                    for (i, b) in a.bias.iter().enumerate() {
+                        if let Some(b) = b {
+                            bias[i] = Some(up(b, &w("bias"), 1, bias_rows[i], &mut report)?);
+                        }
+                    }
+                    let qk_norm = match &a.qk_norm {
+                        Some((qn, kn)) => {
+                            if qn.dtype != kn.dtype {
+                                return Err(CudaError::Usage(format!(
+                                    "layer {l}: q_norm and k_norm of different element types"
+                                )));
+                            }
+                            Some((
+                                up(qn, &w("q_norm"), 1, d, &mut report)?,
+                                up(kn, &w("k_norm"), 1, d, &mut report)?,
+                            ))
+                        }
+                        None => None,
+                    };
+                    DevMixer::Attention(DevAttention {
+                        q: up(&a.q, &w("q_proj"), q_rows, h, &mut report)?,
+                        k: up(&a.k, &w("k_proj"), kvd, h, &mut report)?,
+                        v: up(&a.v, &w("v_proj"), kvd, h, &mut report)?,
+                        o: up(&a.o, &w("o_proj"), h, qd, &mut report)?,
+                        bias,
+                        qk_norm,
+                        kcache: dev.alloc(FIRST_CAP * kvd * 4)?,
+                        vcache: dev.alloc(FIRST_CAP * kvd * 4)?,
+                    })
                 }
-            }
-            let qk_norm = match &a.qk_norm {
-                Some((qn, kn)) => {
-                    if qn.dtype != kn.dtype {
+                HostMixer::DeltaNet(t) => {
+                    let Some(ds) = s.delta else {
                         return Err(CudaError::Usage(format!(
-                            "layer {l}: q_norm and k_norm of different element types"
+                            "layer {l}: a DeltaNet layer without the shape's DeltaNet widths"
+                        )));
+                    };
+                    let (cd, vd, vh) = (ds.conv_dim(), ds.value_dim(), ds.v_heads);
+                    // The convolution's weights are read one element at a time.
+                    if t.conv.dtype.block().0 != 1 {
+                        return Err(CudaError::Usage(format!(
+                            "layer {l}: a DeltaNet convolution of block type {:?}",
+                            t.conv.dtype
                         )));
                     }
-                    Some((
-                        up(qn, &w("q_norm"), 1, d, &mut report)?,
-                        up(kn, &w("k_norm"), 1, d, &mut report)?,
-                    ))
+                    DevMixer::DeltaNet(DevDelta {
+                        qkv: up(&t.qkv, &w("in_proj_qkv"), cd, h, &mut report)?,
+                        z: up(&t.z, &w("in_proj_z"), vd, h, &mut report)?,
+                        b: up(&t.b, &w("in_proj_b"), vh, h, &mut report)?,
+                        a: up(&t.a, &w("in_proj_a"), vh, h, &mut report)?,
+                        conv: up(&t.conv, &w("conv1d"), cd, ds.kernel, &mut report)?,
+                        dt_bias: up(&t.dt_bias, &w("dt_bias"), 1, vh, &mut report)?,
+                        a_log: up(&t.a_log, &w("A_log"), 1, vh, &mut report)?,
+                        norm: up(&t.norm, &w("DeltaNet norm"), 1, ds.dv, &mut report)?,
+                        out: up(&t.out, &w("out_proj"), h, vd, &mut report)?,
+                        conv_state: dev.alloc((ds.kernel - 1).max(1) * cd * 4)?,
+                        state: dev.alloc(vh * ds.dv * ds.dk * 4)?,
+                    })
                 }
-                None => None,
             };
-            let (router, route, experts, shared) = match &hl.mlp {
+            let (router, route, experts, shared, shared_gate) = match &hl.mlp {
                 HostMlp::Moe {
                     router,
                     route,
                     shared,
+                    shared_gate,
                 } => {
                     if n_experts == 0 || s.top_k > n_experts {
                         return Err(CudaError::Usage(format!(
@@ -471,6 +653,11 @@ impl<D: EngineDevice> Engine<D> {
                                     "layer {l}: {topk_group} of {n_group} groups of {n_experts} experts"
                                 )));
                             }
+                            if shared_gate.is_some() {
+                                return Err(CudaError::Usage(format!(
+                                    "layer {l}: a shared-expert gate beside the sigmoid router"
+                                )));
+                            }
                             DevRoute::SigmoidGroup {
                                 bias: up(&bias, &w("router bias"), 1, n_experts, &mut report)?,
                                 n_group: int(n_group, "expert groups")?,
@@ -479,7 +666,7 @@ impl<D: EngineDevice> Engine<D> {
                             }
                         }
                     };
-                    let shared = match shared {
+                    let shared_t = match shared {
                         Some([g, u, dn]) => {
                             let mut t = ExpertTable::new(1);
                             t.put(&dev, 0, h, [g, u, dn], &mut report)?;
@@ -487,35 +674,41 @@ impl<D: EngineDevice> Engine<D> {
                         }
                         None => None,
                     };
+                    let shared_gate = match shared_gate {
+                        Some(g) if shared.is_some() => {
+                            Some(up(g, &w("shared-expert gate"), 1, h, &mut report)?)
+                        }
+                        Some(_) => {
+                            return Err(CudaError::Usage(format!(
+                                "layer {l}: a shared-expert gate without shared experts"
+                            )))
+                        }
+                        None => None,
+                    };
                     (
                         Some(up(router, &w("router"), n_experts, h, &mut report)?),
                         route,
                         ExpertTable::new(n_experts),
-                        shared,
+                        shared_t,
+                        shared_gate,
                     )
                 }
                 HostMlp::Dense([g, u, dn]) => {
                     let mut t = ExpertTable::new(1);
                     t.put(&dev, 0, h, [g, u, dn], &mut report)?;
-                    (None, DevRoute::Softmax, t, None)
+                    (None, DevRoute::Softmax, t, None, None)
                 }
             };
             dev_layers.push(Layer {
                 in_norm: up(&hl.in_norm, &w("input norm"), 1, h, &mut report)?,
                 post_norm: up(&hl.post_norm, &w("post-attention norm"), 1, h, &mut report)?,
-                q: up(&a.q, &w("q_proj"), qd, h, &mut report)?,
-                k: up(&a.k, &w("k_proj"), kvd, h, &mut report)?,
-                v: up(&a.v, &w("v_proj"), kvd, h, &mut report)?,
-                o: up(&a.o, &w("o_proj"), h, qd, &mut report)?,
-                bias,
-                qk_norm,
+                mixer,
                 router,
                 route,
                 experts,
                 shared,
+                shared_gate,
                 fold: false,
-                kcache: dev.alloc(FIRST_CAP * kvd * 4)?,
-                vcache: dev.alloc(FIRST_CAP * kvd * 4)?,
             });
         }
         let z = |n: usize| dev.alloc(n.max(1) * 4);
@@ -524,7 +717,7 @@ impl<D: EngineDevice> Engine<D> {
             params: z(2)?,
             x: z(h)?,
             xn: z(h)?,
-            q: z(qd)?,
+            q: z(q_rows)?,
             k: z(kvd)?,
             v: z(kvd)?,
             attn: z(qd)?,
@@ -540,6 +733,14 @@ impl<D: EngineDevice> Engine<D> {
             y: z((kk + 1) * h)?,
             hs: z(1)?,
             ys: z(h)?,
+            sgz: z(1)?,
+            sgw: z(1)?,
+            mixed: z(s.delta.map_or(1, |ds| ds.conv_dim()))?,
+            conv_out: z(s.delta.map_or(1, |ds| ds.conv_dim()))?,
+            dz: z(s.delta.map_or(1, |ds| ds.value_dim()))?,
+            db: z(s.delta.map_or(1, |ds| ds.v_heads))?,
+            da: z(s.delta.map_or(1, |ds| ds.v_heads))?,
+            dout: z(s.delta.map_or(1, |ds| ds.value_dim()))?,
             logits: z(s.vocab)?,
         };
         let half = s.rotary_dim / 2;
@@ -653,6 +854,31 @@ impl<D: EngineDevice> Engine<D> {
     /// What the engine holds and did.
     pub fn report(&self) -> EngineReport {
         self.report.clone()
+    }
+
+    /// Whether a layer carries recurrent state (a DeltaNet layer): its steps then cannot be
+    /// rewound, only continued or started over ([`Engine::reset_state`]).
+    pub fn recurrent(&self) -> bool {
+        self.layers
+            .iter()
+            .any(|l| matches!(l.mixer, DevMixer::DeltaNet(_)))
+    }
+
+    /// Forget every position: the DeltaNet layers' convolution histories and states back to
+    /// zeros (the KV caches need nothing: a step writes its own row and reads rows up to it).
+    pub fn reset_state(&mut self) -> Result<(), CudaError> {
+        let Some(ds) = self.shape.delta else {
+            return Ok(());
+        };
+        let conv = vec![0u8; (ds.kernel - 1).max(1) * ds.conv_dim() * 4];
+        let state = vec![0u8; ds.v_heads * ds.dv * ds.dk * 4];
+        for l in &mut self.layers {
+            if let DevMixer::DeltaNet(t) = &mut l.mixer {
+                self.dev.write(&mut t.conv_state, 0, &conv)?;
+                self.dev.write(&mut t.state, 0, &state)?;
+            }
+        }
+        Ok(())
     }
 
     /// Run `token` at position `pos` (positions from `pos` on are overwritten); the logits when
@@ -770,8 +996,10 @@ impl<D: EngineDevice> Engine<D> {
             Ok(new)
         };
         for l in &mut self.layers {
-            l.kcache = grow(&l.kcache, self.cap * kvd, cap * kvd)?;
-            l.vcache = grow(&l.vcache, self.cap * kvd, cap * kvd)?;
+            if let DevMixer::Attention(at) = &mut l.mixer {
+                at.kcache = grow(&at.kcache, self.cap * kvd, cap * kvd)?;
+                at.vcache = grow(&at.vcache, self.cap * kvd, cap * kvd)?;
+            }
         }
         self.cos = grow(&self.cos, self.cap * half, cap * half)?;
         self.sin = grow(&self.sin, self.cap * half, cap * half)?;
@@ -969,7 +1197,7 @@ impl<D: EngineDevice> Engine<D> {
     fn launch_body(&self) -> Result<(), CudaError> {
         let s = self.shape;
         let a = &self.a;
-        let (h, d) = (s.hidden, s.head_dim);
+        let h = s.hidden;
         let (x, xn, params) = (self.p(&a.x), self.p(&a.xn), self.p(&a.params));
         // SAFETY: params[0] < vocab (checked in `step`), the table is `vocab × hidden`, x holds
         // `hidden` floats.
@@ -986,79 +1214,174 @@ impl<D: EngineDevice> Engine<D> {
                 ],
             )?;
         }
+        // A layer's input norm is taken into its mixer's first launch (norm_matvec); where it
+        // cannot be, into the layer before's combine (its MLP's last launch).
+        let mut normed = false;
+        for (i, l) in self.layers.iter().enumerate() {
+            let first = self.mixer_inputs(l);
+            if normed {
+                self.matvec(&first)?;
+            } else {
+                self.norm_matvec(x, &l.in_norm, xn, false, &first)?;
+            }
+            match &l.mixer {
+                DevMixer::Attention(at) => self.attention(at)?,
+                DevMixer::DeltaNet(t) => self.deltanet(t)?,
+            }
+            let next = self.layers.get(i + 1);
+            let next = next.filter(|n| !self.norm_fuses(&n.in_norm, &self.mixer_inputs(n)));
+            self.mlp(l, xn, x, next.map(|n| &n.in_norm))?;
+            normed = next.is_some();
+        }
+        Ok(())
+    }
+
+    /// The products of the normed x that open layer `l`'s mixer: q, k, v (attention); the
+    /// projections q/k/v, z, b and a (DeltaNet).
+    fn mixer_inputs(&self, l: &Layer<D::Buf>) -> Vec<MatJob> {
+        let a = &self.a;
+        let xn = self.p(&a.xn);
+        match &l.mixer {
+            DevMixer::Attention(at) => vec![
+                self.job(&at.q, xn, self.p(&a.q), at.bias[0].as_ref(), false),
+                self.job(&at.k, xn, self.p(&a.k), at.bias[1].as_ref(), false),
+                self.job(&at.v, xn, self.p(&a.v), at.bias[2].as_ref(), false),
+            ],
+            DevMixer::DeltaNet(t) => vec![
+                self.job(&t.qkv, xn, self.p(&a.mixed), None, false),
+                self.job(&t.z, xn, self.p(&a.dz), None, false),
+                self.job(&t.b, xn, self.p(&a.db), None, false),
+                self.job(&t.a, xn, self.p(&a.da), None, false),
+            ],
+        }
+    }
+
+    /// Attention of the token (its q, k, v computed) over the layer's KV cache, then `o` added
+    /// to x.
+    fn attention(&self, at: &DevAttention<D::Buf>) -> Result<(), CudaError> {
+        let s = self.shape;
+        let a = &self.a;
+        let d = s.head_dim;
+        let (x, params) = (self.p(&a.x), self.p(&a.params));
         let (q, k, v, attn) = (self.p(&a.q), self.p(&a.k), self.p(&a.v), self.p(&a.attn));
         let (heads, kvh, di) = (s.heads as i32, s.kv_heads as i32, d as i32);
         let half = (s.rotary_dim / 2) as i32;
         let window = s.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
         let (cos, sin, scores) = (self.p(&self.cos), self.p(&self.sin), self.p(&self.scores));
-        let qkv = |l: &Layer<D::Buf>| {
-            [
-                self.job(&l.q, xn, q, l.bias[0].as_ref(), false),
-                self.job(&l.k, xn, k, l.bias[1].as_ref(), false),
-                self.job(&l.v, xn, v, l.bias[2].as_ref(), false),
-            ]
+        let (kc, vc) = (self.p(&at.kcache), self.p(&at.vcache));
+        let (norm, qn, kn, ndt) = match &at.qk_norm {
+            Some((qn, kn)) => (1i32, qn.ptr, kn.ptr, qn.dtype.code()),
+            None => (0, 0, 0, 0),
         };
-        // A layer's input norm is taken into its q/k/v launch (norm_matvec); where it cannot be,
-        // into the layer before's combine (its MLP's last launch).
-        let mut normed = false;
-        for (i, l) in self.layers.iter().enumerate() {
-            if normed {
-                self.matvec(&qkv(l))?;
-            } else {
-                self.norm_matvec(x, &l.in_norm, xn, false, &qkv(l))?;
-            }
-            let (kc, vc) = (self.p(&l.kcache), self.p(&l.vcache));
-            let (norm, qn, kn, ndt) = match &l.qk_norm {
-                Some((qn, kn)) => (1i32, qn.ptr, kn.ptr, qn.dtype.code()),
-                None => (0, 0, 0, 0),
-            };
-            // The scores in shared memory after the 32 × d partials, as many as 48 KiB leaves
-            // room for beside q, the key and two warps' scratch (7,680 at d = 128); a longer
-            // context keeps them in `scores`.
-            let sh_scores = (SHARED_MAX / 4).saturating_sub(36 * d).min(self.cap);
-            // SAFETY: one block per head (ATTN_BLOCK ≥ two warps); q holds heads·d floats, k and
-            // v kv_heads·d; the norm weights d elements; the caches `cap × kv_heads·d` floats and
-            // the RoPE tables `cap × half`, with params[1] < cap (ensure_cap in `step`); scores
-            // hold heads × cap floats; shared memory 36 × d floats (d ≤ 256: 36 KiB) and
-            // sh_scores more (within 48 KiB).
-            unsafe {
-                self.dev.launch(
-                    Kernel::Attention,
-                    geo(s.heads, ATTN_BLOCK, ((36 * d + sh_scores) * 4) as u32)?,
-                    &[
-                        Arg::Ptr(q),
-                        Arg::Ptr(k),
-                        Arg::Ptr(v),
-                        Arg::Ptr(qn),
-                        Arg::Ptr(kn),
-                        Arg::I32(ndt),
-                        Arg::I32(norm),
-                        Arg::F32(s.eps),
-                        Arg::I32(heads),
-                        Arg::I32(kvh),
-                        Arg::I32(di),
-                        Arg::I32(half),
-                        Arg::Ptr(cos),
-                        Arg::Ptr(sin),
-                        Arg::Ptr(params),
-                        Arg::Ptr(kc),
-                        Arg::Ptr(vc),
-                        Arg::I32(window),
-                        Arg::F32(s.scaling),
-                        Arg::Ptr(scores),
-                        Arg::I32(self.cap as i32),
-                        Arg::Ptr(attn),
-                        Arg::I32(sh_scores as i32),
-                    ],
-                )?;
-            }
-            self.matvec(&[self.job(&l.o, attn, x, l.bias[3].as_ref(), true)])?;
-            let next = self.layers.get(i + 1);
-            let next = next.filter(|n| !self.norm_fuses(&n.in_norm, &qkv(n)));
-            self.mlp(l, xn, x, next.map(|n| &n.in_norm))?;
-            normed = next.is_some();
+        // Gated attention: each head's query then its gate in q.
+        let qstride = if s.attn_gate { 2 * di } else { di };
+        // The scores in shared memory after the 32 × d partials, as many as 48 KiB leaves
+        // room for beside q, the key and two warps' scratch (7,680 at d = 128); a longer
+        // context keeps them in `scores`.
+        let sh_scores = (SHARED_MAX / 4).saturating_sub(36 * d).min(self.cap);
+        // SAFETY: one block per head (ATTN_BLOCK ≥ two warps); q holds heads·qstride floats, k
+        // and v kv_heads·d; the norm weights d elements; the caches `cap × kv_heads·d` floats
+        // and the RoPE tables `cap × half`, with params[1] < cap (ensure_cap in `step`); scores
+        // hold heads × cap floats; shared memory 36 × d floats (d ≤ 256: 36 KiB) and
+        // sh_scores more (within 48 KiB).
+        unsafe {
+            self.dev.launch(
+                Kernel::Attention,
+                geo(s.heads, ATTN_BLOCK, ((36 * d + sh_scores) * 4) as u32)?,
+                &[
+                    Arg::Ptr(q),
+                    Arg::Ptr(k),
+                    Arg::Ptr(v),
+                    Arg::Ptr(qn),
+                    Arg::Ptr(kn),
+                    Arg::I32(ndt),
+                    Arg::I32(norm),
+                    Arg::F32(s.eps),
+                    Arg::I32(heads),
+                    Arg::I32(kvh),
+                    Arg::I32(di),
+                    Arg::I32(half),
+                    Arg::Ptr(cos),
+                    Arg::Ptr(sin),
+                    Arg::Ptr(params),
+                    Arg::Ptr(kc),
+                    Arg::Ptr(vc),
+                    Arg::I32(window),
+                    Arg::F32(s.scaling),
+                    Arg::Ptr(scores),
+                    Arg::I32(self.cap as i32),
+                    Arg::Ptr(attn),
+                    Arg::I32(sh_scores as i32),
+                    Arg::I32(qstride),
+                    Arg::I32(i32::from(s.attn_gate)),
+                ],
+            )?;
         }
-        Ok(())
+        self.matvec(&[self.job(&at.o, attn, x, at.bias[3].as_ref(), true)])
+    }
+
+    /// The Gated DeltaNet step of the token (its projections computed): the convolution (its
+    /// history advanced), every value head's recurrence (its state advanced) and gated norm,
+    /// then `out_proj` added to x.
+    fn deltanet(&self, t: &DevDelta<D::Buf>) -> Result<(), CudaError> {
+        let s = self.shape;
+        let a = &self.a;
+        let ds = s
+            .delta
+            .ok_or_else(|| CudaError::Usage("a DeltaNet layer without its widths".into()))?;
+        let (cd, x) = (ds.conv_dim(), self.p(&a.x));
+        let (conv_out, dout) = (self.p(&a.conv_out), self.p(&a.dout));
+        // SAFETY: mixed and conv_out hold conv_dim floats, the weights conv_dim × kernel
+        // elements of a one-element type (checked in `new`), the history (kernel − 1) ×
+        // conv_dim floats; a thread per channel, those past the last return.
+        unsafe {
+            self.dev.launch(
+                Kernel::DeltaConv,
+                geo(cd.div_ceil(BLOCK as usize), BLOCK, 0)?,
+                &[
+                    Arg::Ptr(self.p(&a.mixed)),
+                    Arg::Ptr(t.conv.ptr),
+                    Arg::I32(t.conv.dtype.code()),
+                    Arg::I32(cd as i32),
+                    Arg::I32(ds.kernel as i32),
+                    Arg::Ptr(self.p(&t.conv_state)),
+                    Arg::Ptr(conv_out),
+                ],
+            )?;
+        }
+        // q's divisor: common's `(dk as f64).sqrt() as f32`.
+        let q_div = (ds.dk as f64).sqrt() as f32;
+        // SAFETY: a block per value head (DELTA_BLOCK ≥ two warps); conv_out holds conv_dim
+        // floats, z and dout v_heads·dv, b and a v_heads; dt_bias and A_log v_heads elements,
+        // the norm dv; the state v_heads·dv·dk floats; dk ≤ MAX_DELTA_DK (checked in `new`);
+        // shared memory 2·dk + dv floats.
+        unsafe {
+            self.dev.launch(
+                Kernel::DeltaHeads,
+                geo(ds.v_heads, DELTA_BLOCK, ((2 * ds.dk + ds.dv) * 4) as u32)?,
+                &[
+                    Arg::Ptr(conv_out),
+                    Arg::Ptr(self.p(&a.dz)),
+                    Arg::Ptr(self.p(&a.db)),
+                    Arg::Ptr(self.p(&a.da)),
+                    Arg::Ptr(t.dt_bias.ptr),
+                    Arg::I32(t.dt_bias.dtype.code()),
+                    Arg::Ptr(t.a_log.ptr),
+                    Arg::I32(t.a_log.dtype.code()),
+                    Arg::Ptr(t.norm.ptr),
+                    Arg::I32(t.norm.dtype.code()),
+                    Arg::I32(ds.k_heads as i32),
+                    Arg::I32(ds.v_heads as i32),
+                    Arg::I32(ds.dk as i32),
+                    Arg::I32(ds.dv as i32),
+                    Arg::F32(q_div),
+                    Arg::F32(s.eps),
+                    Arg::Ptr(self.p(&t.state)),
+                    Arg::Ptr(dout),
+                ],
+            )?;
+        }
+        self.matvec(&[self.job(&t.out, dout, x, None, true)])
     }
 
     /// The layer's MLP of its post-attention norm of `x` (into `xn`), added to `x`; then, given
@@ -1075,15 +1398,26 @@ impl<D: EngineDevice> Engine<D> {
         let (ids, wts, k) = match &l.router {
             Some(router) => {
                 let (z, probs) = (self.p(&a.z), self.p(&a.probs));
-                // The experts read the normed x too: block 0 keeps it.
-                let route = [self.job(router, xn, z, None, false)];
+                // The experts read the normed x too: block 0 keeps it. The shared experts'
+                // gate (a row) in the same launch.
+                let mut route = vec![self.job(router, xn, z, None, false)];
+                if let Some(g) = &l.shared_gate {
+                    route.push(self.job(g, xn, self.p(&a.sgz), None, false));
+                }
                 self.norm_matvec(x, &l.post_norm, xn, true, &route)?;
                 let (ids, wts) = (self.p(&a.ids), self.p(&a.wts));
                 let (n, ki) = (router.rows as i32, s.top_k as i32);
                 let renorm = i32::from(s.norm_topk_prob);
+                // The gate's weight: the folded slot's (wts[k]) or the combine's.
+                let (gz, gw) = match (&l.shared_gate, l.fold) {
+                    (Some(_), true) => (self.p(&a.sgz), wts + 4 * s.top_k as u64),
+                    (Some(_), false) => (self.p(&a.sgz), self.p(&a.sgw)),
+                    (None, _) => (0, 0),
+                };
                 match &l.route {
                     // SAFETY: z holds `n` floats (n = the router's rows = experts) and probs
-                    // 3n, ids and wts `k` (k ≤ n, checked in `new`); one warp.
+                    // 3n, ids and wts `k` (k ≤ n, checked in `new`) and one more (the folded
+                    // slot's); gz and gw (when not 0) a float each; one warp.
                     DevRoute::Softmax => unsafe {
                         self.dev.launch(
                             Kernel::Topk,
@@ -1096,6 +1430,8 @@ impl<D: EngineDevice> Engine<D> {
                                 Arg::Ptr(probs),
                                 Arg::Ptr(ids),
                                 Arg::Ptr(wts),
+                                Arg::Ptr(gz),
+                                Arg::Ptr(gw),
                             ],
                         )?;
                     },
@@ -1137,9 +1473,9 @@ impl<D: EngineDevice> Engine<D> {
         let (hb, yb) = (self.p(&a.h), self.p(&a.y));
         let hi = s.hidden as i32;
         if l.fold {
-            // The shared experts as slot k (id n, weight 1: `Layer::fold`).
+            // The shared experts as slot k (id n, weight 1 or their gate's: `Layer::fold`).
             self.swiglu_slots(&l.experts, ids, k + 1, xn, hb, yb)?;
-            return self.combine(yb, wts, k as i32 + 1, hi, 0, x, next.map(|w| (w, xn)));
+            return self.combine(yb, wts, k as i32 + 1, hi, (0, 0), x, next.map(|w| (w, xn)));
         }
         self.swiglu_slots(&l.experts, ids, k, xn, hb, yb)?;
         let sh = match &l.shared {
@@ -1150,7 +1486,11 @@ impl<D: EngineDevice> Engine<D> {
             }
             None => 0,
         };
-        self.combine(yb, wts, k as i32, hi, sh, x, next.map(|w| (w, xn)))
+        let shw = match &l.shared_gate {
+            Some(_) => self.p(&a.sgw),
+            None => 0,
+        };
+        self.combine(yb, wts, k as i32, hi, (sh, shw), x, next.map(|w| (w, xn)))
     }
 
     /// `y[s] = down_e(silu(gate_e xn) ⊙ up_e xn)` for the expert `e = ids[s]` of each of the `k`
@@ -1261,13 +1601,13 @@ impl<D: EngineDevice> Engine<D> {
         wts: u64,
         k: i32,
         hidden: i32,
-        sh: u64,
+        (sh, shw): (u64, u64),
         x: u64,
         norm: Option<(&DevTensor<D::Buf>, u64)>,
     ) -> Result<(), CudaError> {
         if let Some((w, out)) = norm {
-            // SAFETY: y holds k × hidden floats, wts k, x, out and sh (when not 0) hidden, w
-            // hidden elements.
+            // SAFETY: y holds k × hidden floats, wts k, x, out and sh (when not 0) hidden, shw
+            // (when not 0) a float, w hidden elements.
             return unsafe {
                 self.dev.launch(
                     Kernel::CombineNorm,
@@ -1278,6 +1618,7 @@ impl<D: EngineDevice> Engine<D> {
                         Arg::I32(k),
                         Arg::I32(hidden),
                         Arg::Ptr(sh),
+                        Arg::Ptr(shw),
                         Arg::Ptr(x),
                         Arg::Ptr(w.ptr),
                         Arg::I32(w.dtype.code()),
@@ -1287,8 +1628,8 @@ impl<D: EngineDevice> Engine<D> {
                 )
             };
         }
-        // SAFETY: y holds k × hidden floats, wts k, x and sh (when not 0) hidden (allocated in
-        // `new`/`finish`).
+        // SAFETY: y holds k × hidden floats, wts k, x and sh (when not 0) hidden, shw (when not
+        // 0) a float (allocated in `new`/`finish`).
         unsafe {
             self.dev.launch(
                 Kernel::Combine,
@@ -1299,6 +1640,7 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::I32(k),
                     Arg::I32(hidden),
                     Arg::Ptr(sh),
+                    Arg::Ptr(shw),
                     Arg::Ptr(x),
                 ],
             )

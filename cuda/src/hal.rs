@@ -174,11 +174,15 @@ pub enum Kernel {
     WarpGateUp,
     /// `tarfa_e_wmoe_down`.
     WarpDown,
+    /// `tarfa_e_delta_conv` (Gated DeltaNet's convolution and its history).
+    DeltaConv,
+    /// `tarfa_e_delta_heads` (Gated DeltaNet's recurrence and gated norm, a block per head).
+    DeltaHeads,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 16] = [
+    pub const ALL: [Kernel; 18] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -195,6 +199,8 @@ impl Kernel {
         Kernel::WarpMatvec,
         Kernel::WarpGateUp,
         Kernel::WarpDown,
+        Kernel::DeltaConv,
+        Kernel::DeltaHeads,
     ];
 
     /// Its name in `kernels/`.
@@ -216,6 +222,8 @@ impl Kernel {
             Kernel::WarpMatvec => "tarfa_e_wmatvec",
             Kernel::WarpGateUp => "tarfa_e_wmoe_gate_up",
             Kernel::WarpDown => "tarfa_e_wmoe_down",
+            Kernel::DeltaConv => "tarfa_e_delta_conv",
+            Kernel::DeltaHeads => "tarfa_e_delta_heads",
         }
     }
 }

@@ -51,8 +51,8 @@ pub mod offload;
 
 pub use abi::{MatJob, MatJobs, MoeArgs, MAX_JOBS};
 pub use engine::{
-    Engine, EngineReport, EngineShape, HostAttention, HostLayer, HostMlp, HostRoute, HostTensor,
-    MAX_HEAD_DIM,
+    DeltaShape, Engine, EngineReport, EngineShape, HostAttention, HostDeltaNet, HostLayer,
+    HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM,
 };
 #[cfg(feature = "driver")]
 pub use error::drv;

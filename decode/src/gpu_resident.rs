@@ -17,9 +17,12 @@
 //! all experts placed on the GPU and the trunk too; else `None` and the decoder runs its layers
 //! on the CPU with experts and products offloaded (`crate::gpu::GpuExperts`).
 
+use std::collections::HashMap;
+
 use tarfa_cuda::{
-    Engine, EngineDevice, EngineShape, GpuDtype, HostAttention, HostLayer, HostMlp, HostRoute,
-    HostTensor, MAX_HEAD_DIM,
+    DeltaShape, Engine, EngineDevice, EngineShape, GpuDtype, HostAttention, HostDeltaNet,
+    HostLayer, HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK, MAX_DELTA_KERNEL,
+    MAX_HEAD_DIM,
 };
 
 use crate::blocks::{self, Batch};
@@ -38,11 +41,16 @@ use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 const VRAM_MARGIN: u64 = 1 << 30;
 
 /// A family's forward pass as the whole-model engine runs it: the decoder skeleton every such
-/// family shares (tensors under `model.`: the embedding; per layer `input_layernorm`,
-/// attention `self_attn.*`, `post_attention_layernorm` and an MLP; the final `norm`;
-/// `lm_head.weight` or the tied embedding), the attention's form, and each layer's MLP.
+/// family shares (tensors under `prefix`, e.g. `model.`: the embedding; per layer
+/// `input_layernorm`, a token mixer — attention `self_attn.*` or Gated DeltaNet
+/// `linear_attn.*` —, `post_attention_layernorm` and an MLP; the final `norm`; `lm_head.weight`
+/// or the tied embedding), the attention's form, and each layer's mixer and MLP.
 #[derive(Clone, Debug)]
 pub struct WholePlan {
+    /// The family, for messages (e.g. that its recurrent state cannot be rewound).
+    pub family: &'static str,
+    /// The text model's tensor-name prefix (`model.`, or `model.language_model.`).
+    pub prefix: String,
     /// Vocabulary.
     pub vocab: usize,
     /// Hidden size.
@@ -61,8 +69,41 @@ pub struct WholePlan {
     pub top_k: usize,
     /// Renormalise the selected experts' weights.
     pub norm_topk_prob: bool,
+    /// Each layer's token mixer.
+    pub mixers: Vec<MixerPlan>,
+    /// The Gated DeltaNet layers' widths, when there are any.
+    pub delta: Option<DeltaShape>,
     /// Each layer's MLP.
     pub mlps: Vec<MlpPlan>,
+    /// Where a MoE layer's shared experts are, and their gate.
+    pub shared: SharedPlan,
+}
+
+/// One layer's token mixer in a [`WholePlan`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MixerPlan {
+    /// Attention of [`WholePlan::attn`]'s form under `self_attn.`.
+    Attention,
+    /// Gated DeltaNet of [`WholePlan::delta`]'s widths under `linear_attn.`
+    /// (`in_proj_{qkv,z,b,a}`, `conv1d`, `dt_bias`, `A_log`, `norm`, `out_proj`).
+    DeltaNet,
+}
+
+/// The names of a MoE layer's shared experts (relative to `layers.L.`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedPlan {
+    /// Their SwiGLU: `{prefix}.{gate,up,down}_proj.weight`.
+    pub prefix: &'static str,
+    /// A `[1, hidden]` gate whose `sigmoid(gate · x)` weighs their output (Qwen3.5), or none.
+    pub gate: Option<&'static str>,
+}
+
+impl SharedPlan {
+    /// GLM's (DeepSeek-V3 style) `mlp.shared_experts`, ungated.
+    pub const EXPERTS: SharedPlan = SharedPlan {
+        prefix: "mlp.shared_experts",
+        gate: None,
+    };
 }
 
 /// One layer's MLP in a [`WholePlan`] (names relative to `model.layers.L.`).
@@ -74,8 +115,7 @@ pub enum MlpPlan {
         inter: usize,
     },
     /// Routed experts (the layer's file), selected by the router `router` as `route` says, and
-    /// shared experts `mlp.shared_experts.{gate,up,down}_proj.weight` of width `shared` (0:
-    /// none) added after them.
+    /// shared experts ([`WholePlan::shared`]) of width `shared` (0: none) added after them.
     Moe {
         /// The router's weight.
         router: &'static str,
@@ -124,12 +164,16 @@ pub enum RoutePlan {
 /// A decoder running a family's whole forward pass on a device.
 #[derive(Debug)]
 pub struct GpuWhole<D: EngineDevice> {
+    family: &'static str,
     vocab: usize,
     hidden: usize,
     layers: usize,
     top_k: usize,
     rope: Rope,
     engine: Engine<D>,
+    /// Positions the recurrent state holds (a model with DeltaNet layers; `usize::MAX` while a
+    /// pass is under way or after one failed: only a fresh start continues).
+    len: usize,
 }
 
 /// The engine's type for a quantised (or F16) weight, if its kernels take it.
@@ -222,7 +266,7 @@ impl std::fmt::Display for Declined {
             Declined::Asked => write!(f, "the options keep part of it on the CPU"),
             Declined::Family(t) => write!(
                 f,
-                "the GPU's kernels do not run {t:?} models whole yet (qwen3_moe, glm4_moe and mixtral)"
+                "the GPU's kernels do not run {t:?} models whole yet (qwen3_moe, qwen3_5_moe, glm4_moe and mixtral)"
             ),
             Declined::Form(why) => write!(f, "the GPU's kernels do not take {why}"),
             Declined::Weights => write!(
@@ -275,9 +319,13 @@ pub fn open(
     if !o.whole_model || o.fraction < 1.0 || !o.trunk {
         return Ok(Err(Declined::Asked));
     }
-    let (plan, parts) = match prepare(config, tensors, experts)? {
+    let plan = match prepare(config, tensors, experts)? {
         Ok(p) => p,
         Err(d) => return Ok(Err(d)),
+    };
+    let widened = Widened::of(&plan, tensors)?;
+    let Some(parts) = trunk(&plan, tensors, &widened)? else {
+        return Ok(Err(Declined::Weights));
     };
     let need = parts.bytes + experts.total_bytes() + VRAM_MARGIN;
     if let Some(b) = o.vram_bytes.filter(|b| b + VRAM_MARGIN < need) {
@@ -295,42 +343,99 @@ pub fn open(
     upload(dev, &plan, parts, experts, o.graphs)
 }
 
-/// The family's plan and the trunk's host tensors, or why the engine does not take them.
-#[allow(clippy::type_complexity)]
-fn prepare<'a>(
+/// The family's plan, if the engine takes it and the experts' types.
+fn prepare(
     config: &serde_json::Value,
-    tensors: &'a TensorStore,
+    tensors: &TensorStore,
     experts: &ExpertStore,
-) -> Result<std::result::Result<(WholePlan, Trunk<'a>), Declined>> {
+) -> Result<std::result::Result<WholePlan, Declined>> {
     if !takes_experts(experts) {
         return Ok(Err(Declined::Weights));
     }
-    let plan = match plan(config, tensors)? {
-        Ok(p) => p,
-        Err(d) => return Ok(Err(d)),
-    };
-    Ok(match trunk(&plan, tensors)? {
-        Some(parts) => Ok((plan, parts)),
-        None => Err(Declined::Weights),
-    })
+    plan(config, tensors)
 }
 
 /// Whether the engine's kernels take the plan: heads at most [`MAX_HEAD_DIM`] wide (attention
-/// keeps a head's vectors in a block's shared memory), w-style norms, one epsilon for every
-/// norm, no gated attention output. A plan they do not take runs its layers on the CPU with
-/// experts and products offloaded, as any model this path does not take.
+/// keeps a head's vectors in a block's shared memory), one epsilon for every norm, DeltaNet key
+/// heads at most [`MAX_DELTA_DK`] wide and convolutions at most [`MAX_DELTA_KERNEL`] long. A
+/// plan they do not take runs its layers on the CPU with experts and products offloaded, as any
+/// model this path does not take.
 fn refusal(p: &WholePlan) -> Option<&'static str> {
     let a = &p.attn;
-    if a.shape.head_dim > MAX_HEAD_DIM {
+    let attends = p.mixers.contains(&MixerPlan::Attention);
+    if attends && a.shape.head_dim > MAX_HEAD_DIM {
         Some("heads wider than 256")
-    } else if p.norm != NormStyle::Weight || a.qk_norm.is_some_and(|n| n != NormStyle::Weight) {
-        Some("zero-centred norms")
-    } else if a.qk_norm.is_some() && a.eps.to_bits() != p.eps.to_bits() {
+    } else if attends && a.qk_norm.is_some() && a.eps.to_bits() != p.eps.to_bits() {
         Some("q/k norms of another epsilon than the layers'")
-    } else if a.out_gate {
-        Some("a gated attention output")
+    } else if p.delta.is_some_and(|d| d.dk > MAX_DELTA_DK) {
+        Some("DeltaNet key heads wider than 256")
+    } else if p.delta.is_some_and(|d| d.kernel > MAX_DELTA_KERNEL) {
+        Some("DeltaNet convolutions longer than 32")
+    } else if p.mixers.contains(&MixerPlan::DeltaNet) && p.delta.is_none() {
+        Some("DeltaNet layers without their widths")
     } else {
         None
+    }
+}
+
+/// Norm weights the engine takes as `f32` vectors made here, by tensor name: a zero-centred
+/// norm's `1 + w` (NormStyle::OnePlus), as `common::norm` computes it (`1.0 + w` in `f32`). The
+/// kernels then apply it as any norm's weight, `w' · (x · r)`: the CPU's `(1 + w) · (x · r)`,
+/// bit for bit.
+#[derive(Debug, Default)]
+struct Widened(HashMap<String, Vec<u8>>);
+
+impl Widened {
+    /// Every zero-centred norm of the plan: the layers', the final one, the q/k norms.
+    fn of(p: &WholePlan, s: &TensorStore) -> Result<Widened> {
+        let mut out = HashMap::new();
+        let mut add = |name: String, n: usize| -> Result<()> {
+            let w = s.get(&name)?.vector(n)?;
+            let bytes = (0..n)
+                .flat_map(|i| (1.0 + w.get(i)).to_le_bytes())
+                .collect();
+            out.insert(name, bytes);
+            Ok(())
+        };
+        let pre = &p.prefix;
+        if p.norm == NormStyle::OnePlus {
+            add(format!("{pre}norm.weight"), p.hidden)?;
+            for l in 0..p.mlps.len() {
+                add(format!("{pre}layers.{l}.input_layernorm.weight"), p.hidden)?;
+                add(
+                    format!("{pre}layers.{l}.post_attention_layernorm.weight"),
+                    p.hidden,
+                )?;
+            }
+        }
+        if p.attn.qk_norm == Some(NormStyle::OnePlus) {
+            let d = p.attn.shape.head_dim;
+            for (l, m) in p.mixers.iter().enumerate() {
+                if *m == MixerPlan::Attention {
+                    add(format!("{pre}layers.{l}.self_attn.q_norm.weight"), d)?;
+                    add(format!("{pre}layers.{l}.self_attn.k_norm.weight"), d)?;
+                }
+            }
+        }
+        Ok(Widened(out))
+    }
+
+    /// The norm `name` (`n` elements) as the engine takes it: widened here, or as stored.
+    fn norm<'a>(
+        &'a self,
+        s: &'a TensorStore,
+        name: &str,
+        n: usize,
+    ) -> Result<Option<HostTensor<'a>>> {
+        match self.0.get(name) {
+            Some(bytes) => Ok(Some(HostTensor {
+                bytes,
+                dtype: GpuDtype::F32,
+                rows: 1,
+                cols: n,
+            })),
+            None => host_vec(s, name, n),
+        }
     }
 }
 
@@ -366,9 +471,14 @@ pub fn build_or_decline<D: EngineDevice>(
     experts: &mut ExpertStore,
     graphs: bool,
 ) -> Result<std::result::Result<GpuWhole<D>, Declined>> {
-    match prepare(config, tensors, experts)? {
-        Ok((plan, parts)) => upload(dev, &plan, parts, experts, graphs),
-        Err(d) => Ok(Err(d)),
+    let plan = match prepare(config, tensors, experts)? {
+        Ok(p) => p,
+        Err(d) => return Ok(Err(d)),
+    };
+    let widened = Widened::of(&plan, tensors)?;
+    match trunk(&plan, tensors, &widened)? {
+        Some(parts) => upload(dev, &plan, parts, experts, graphs),
+        None => Ok(Err(Declined::Weights)),
     }
 }
 
@@ -395,6 +505,8 @@ fn upload<D: EngineDevice>(
         scaling: (1.0 / (a.head_dim as f64).sqrt()) as f32,
         top_k: plan.top_k,
         norm_topk_prob: plan.norm_topk_prob,
+        attn_gate: plan.attn.out_gate,
+        delta: plan.delta,
     };
     let mut engine = Engine::new(
         dev,
@@ -447,6 +559,8 @@ fn upload<D: EngineDevice>(
     }
     engine.finish()?;
     Ok(Ok(GpuWhole {
+        family: plan.family,
+        len: 0,
         vocab: plan.vocab,
         hidden: plan.hidden,
         layers: plan.mlps.len(),
@@ -467,18 +581,26 @@ struct Trunk<'a> {
     bytes: u64,
 }
 
-/// Every trunk and layer tensor of `p` as the engine takes it, or `None` if one is not BF16 or
-/// F32 (or a dense MLP's gate and up differ in type).
-fn trunk<'a>(p: &WholePlan, s: &'a TensorStore) -> Result<Option<Trunk<'a>>> {
+/// Every trunk and layer tensor of `p` as the engine takes it (zero-centred norms from
+/// `widened`), or `None` if one is of a type the kernels do not take (or a dense MLP's gate and
+/// up differ in type).
+fn trunk<'a>(p: &WholePlan, s: &'a TensorStore, widened: &'a Widened) -> Result<Option<Trunk<'a>>> {
     let (h, d) = (p.hidden, p.attn.shape.head_dim);
     let (qd, kvd) = (p.attn.shape.heads * d, p.attn.shape.kv_heads * d);
+    let q_rows = if p.attn.out_gate { 2 * qd } else { qd };
+    let pre = &p.prefix;
     let mut all: Vec<Option<HostTensor<'a>>> = Vec::new();
     let mut take = |t: Option<HostTensor<'a>>| {
         all.push(t);
         t
     };
-    let embed = take(host_mat(s, "model.embed_tokens.weight", p.vocab, h)?);
-    let final_norm = take(host_vec(s, "model.norm.weight", h)?);
+    let embed = take(host_mat(
+        s,
+        &format!("{pre}embed_tokens.weight"),
+        p.vocab,
+        h,
+    )?);
+    let final_norm = take(widened.norm(s, &format!("{pre}norm.weight"), h)?);
     // Tied (no `lm_head.weight`; the family checked that at open): the embedding serves.
     let lm_head = match s.find("lm_head.weight") {
         Some(_) => Some(take(host_mat(s, "lm_head.weight", p.vocab, h)?)),
@@ -495,39 +617,96 @@ fn trunk<'a>(p: &WholePlan, s: &'a TensorStore) -> Result<Option<Trunk<'a>>> {
         })
     };
     let mut layers = Vec::with_capacity(p.mlps.len());
-    for (l, mlp) in p.mlps.iter().enumerate() {
-        let n = |name: &str| format!("model.layers.{l}.{name}");
-        let a = |name: &str| n(&format!("self_attn.{name}"));
-        let bias = |on: bool, name: &str, rows: usize| -> Result<Option<Option<HostTensor<'a>>>> {
-            if !on {
-                return Ok(Some(None));
-            }
-            Ok(host_vec(s, &a(name), rows)?.map(Some))
-        };
-        let at = &p.attn;
-        let biases = [
-            bias(at.qkv_bias, "q_proj.bias", qd)?,
-            bias(at.qkv_bias, "k_proj.bias", kvd)?,
-            bias(at.qkv_bias, "v_proj.bias", kvd)?,
-            bias(at.o_bias, "o_proj.bias", h)?,
-        ];
-        if biases.iter().any(|b| b.is_none()) {
-            return Ok(None);
-        }
-        let bias = biases.map(|b| b.flatten());
-        for b in bias.iter().flatten() {
-            take(Some(*b));
-        }
-        let qk_norm = match at.qk_norm {
-            Some(_) => {
-                let qn = take(host_vec(s, &a("q_norm.weight"), d)?);
-                let kn = take(host_vec(s, &a("k_norm.weight"), d)?);
-                match (qn, kn) {
-                    (Some(qn), Some(kn)) => Some(Some((qn, kn))),
-                    _ => None,
+    for (l, (mlp, mixer)) in p.mlps.iter().zip(&p.mixers).enumerate() {
+        let n = |name: &str| format!("{pre}layers.{l}.{name}");
+        let mixer = match mixer {
+            MixerPlan::Attention => {
+                let a = |name: &str| n(&format!("self_attn.{name}"));
+                let at = &p.attn;
+                let bias =
+                    |on: bool, name: &str, rows: usize| -> Result<Option<Option<HostTensor<'a>>>> {
+                        if !on {
+                            return Ok(Some(None));
+                        }
+                        Ok(host_vec(s, &a(name), rows)?.map(Some))
+                    };
+                let biases = [
+                    bias(at.qkv_bias, "q_proj.bias", q_rows)?,
+                    bias(at.qkv_bias, "k_proj.bias", kvd)?,
+                    bias(at.qkv_bias, "v_proj.bias", kvd)?,
+                    bias(at.o_bias, "o_proj.bias", h)?,
+                ];
+                if biases.iter().any(|b| b.is_none()) {
+                    return Ok(None);
                 }
+                let bias = biases.map(|b| b.flatten());
+                for b in bias.iter().flatten() {
+                    take(Some(*b));
+                }
+                let qk_norm = match at.qk_norm {
+                    Some(_) => {
+                        let qn = take(widened.norm(s, &a("q_norm.weight"), d)?);
+                        let kn = take(widened.norm(s, &a("k_norm.weight"), d)?);
+                        qn.zip(kn).map(Some)
+                    }
+                    None => Some(None),
+                };
+                let parts = (
+                    take(host_mat(s, &a("q_proj.weight"), q_rows, h)?),
+                    take(host_mat(s, &a("k_proj.weight"), kvd, h)?),
+                    take(host_mat(s, &a("v_proj.weight"), kvd, h)?),
+                    take(host_mat(s, &a("o_proj.weight"), h, qd)?),
+                );
+                let (Some(q), Some(k), Some(v), Some(o), Some(qk_norm)) =
+                    (parts.0, parts.1, parts.2, parts.3, qk_norm)
+                else {
+                    return Ok(None);
+                };
+                HostMixer::Attention(HostAttention {
+                    q,
+                    k,
+                    v,
+                    o,
+                    bias,
+                    qk_norm,
+                })
             }
-            None => Some(None),
+            MixerPlan::DeltaNet => {
+                let Some(ds) = p.delta else {
+                    return Ok(None);
+                };
+                let a = |name: &str| n(&format!("linear_attn.{name}"));
+                let (cd, vd, vh) = (ds.conv_dim(), ds.value_dim(), ds.v_heads);
+                let conv =
+                    crate::family::qwen3_5_moe::conv_weight(s, &a("conv1d.weight"), cd, ds.kernel)?;
+                let parts = [
+                    take(host_mat(s, &a("in_proj_qkv.weight"), cd, h)?),
+                    take(host_mat(s, &a("in_proj_z.weight"), vd, h)?),
+                    take(host_mat(s, &a("in_proj_b.weight"), vh, h)?),
+                    take(host_mat(s, &a("in_proj_a.weight"), vh, h)?),
+                    take(host(&conv)),
+                    take(host_vec(s, &a("dt_bias"), vh)?),
+                    take(host_vec(s, &a("A_log"), vh)?),
+                    take(host_vec(s, &a("norm.weight"), ds.dv)?),
+                    take(host_mat(s, &a("out_proj.weight"), h, vd)?),
+                ];
+                let [Some(qkv), Some(z), Some(b), Some(a), Some(conv), Some(dt_bias), Some(a_log), Some(norm), Some(out)] =
+                    parts
+                else {
+                    return Ok(None);
+                };
+                HostMixer::DeltaNet(HostDeltaNet {
+                    qkv,
+                    z,
+                    b,
+                    a,
+                    conv,
+                    dt_bias,
+                    a_log,
+                    norm,
+                    out,
+                })
+            }
         };
         let mlp = match *mlp {
             MlpPlan::Dense { inter } => swiglu(&n("mlp"), inter)?.map(HostMlp::Dense),
@@ -553,16 +732,23 @@ fn trunk<'a>(p: &WholePlan, s: &'a TensorStore) -> Result<Option<Trunk<'a>>> {
                         }
                     }),
                 };
-                let shared = match shared {
+                let shared_t = match shared {
                     0 => Some(None),
-                    w => swiglu(&n("mlp.shared_experts"), w)?.map(Some),
+                    w => swiglu(&n(p.shared.prefix), w)?.map(Some),
                 };
-                match (router, route, shared) {
-                    (Some(router), Some(route), Some(shared)) => Some(HostMlp::Moe {
-                        router,
-                        route,
-                        shared,
-                    }),
+                let shared_gate = match (shared, p.shared.gate) {
+                    (0, _) | (_, None) => Some(None),
+                    (_, Some(g)) => take(host_mat(s, &n(g), 1, h)?).map(Some),
+                };
+                match (router, route, shared_t, shared_gate) {
+                    (Some(router), Some(route), Some(shared), Some(shared_gate)) => {
+                        Some(HostMlp::Moe {
+                            router,
+                            route,
+                            shared,
+                            shared_gate,
+                        })
+                    }
                     _ => None,
                 }
             }
@@ -578,40 +764,15 @@ fn trunk<'a>(p: &WholePlan, s: &'a TensorStore) -> Result<Option<Trunk<'a>>> {
                 take(Some(x));
             }
         }
-        let parts = (
-            take(host_vec(s, &n("input_layernorm.weight"), h)?),
-            take(host_vec(s, &n("post_attention_layernorm.weight"), h)?),
-            take(host_mat(s, &a("q_proj.weight"), qd, h)?),
-            take(host_mat(s, &a("k_proj.weight"), kvd, h)?),
-            take(host_mat(s, &a("v_proj.weight"), kvd, h)?),
-            take(host_mat(s, &a("o_proj.weight"), h, qd)?),
-        );
-        let (
-            Some(in_norm),
-            Some(post_norm),
-            Some(q),
-            Some(k),
-            Some(v),
-            Some(o),
-            Some(qk_norm),
-            Some(mlp),
-        ) = (
-            parts.0, parts.1, parts.2, parts.3, parts.4, parts.5, qk_norm, mlp,
-        )
-        else {
+        let in_norm = take(widened.norm(s, &n("input_layernorm.weight"), h)?);
+        let post_norm = take(widened.norm(s, &n("post_attention_layernorm.weight"), h)?);
+        let (Some(in_norm), Some(post_norm), Some(mlp)) = (in_norm, post_norm, mlp) else {
             return Ok(None);
         };
         layers.push(HostLayer {
             in_norm,
             post_norm,
-            attn: HostAttention {
-                q,
-                k,
-                v,
-                o,
-                bias,
-                qk_norm,
-            },
+            mixer,
             mlp,
         });
     }
@@ -681,7 +842,9 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
     }
 
     fn reset(&mut self) {
-        // Nothing to forget: the KV cache is indexed by position and every step writes its own.
+        // The KV cache is indexed by position and every step writes its own; a recurrent state
+        // is zeroed by the next pass from position 0 (which alone may follow).
+        self.len = 0;
     }
 
     fn device_report(&self) -> Option<OffloadReport> {
@@ -696,14 +859,36 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
         all_logits: bool,
     ) -> Result<Batch> {
         let t0 = std::time::Instant::now();
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.vocab) {
+            return Err(DecodeError::TokenOutOfRange {
+                id,
+                vocab: self.vocab,
+            });
+        }
+        // A recurrent state (DeltaNet layers) cannot be rewound: a pass starts over (its state
+        // zeroed) or continues where the last one ended, as the CPU's family does.
+        let recurrent = self.engine.recurrent();
+        if recurrent {
+            if start == 0 {
+                self.engine.reset_state()?;
+                self.len = 0;
+            }
+            if self.len == usize::MAX {
+                return Err(DecodeError::Options(OptionsFault::StateUnknown {
+                    family: self.family,
+                }));
+            }
+            if start != self.len {
+                return Err(DecodeError::Options(OptionsFault::CannotRewind {
+                    family: self.family,
+                    at: self.len,
+                    asked: start,
+                }));
+            }
+            self.len = usize::MAX;
+        }
         let mut out = Vec::new();
         for (i, &t) in tokens.iter().enumerate() {
-            if t as usize >= self.vocab {
-                return Err(DecodeError::TokenOutOfRange {
-                    id: t,
-                    vocab: self.vocab,
-                });
-            }
             let pos = start + i;
             self.rope.ensure(pos + 1);
             let (cos, sin) = self.rope.tables();
@@ -711,6 +896,9 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
             if let Some(l) = self.engine.step(t, pos, cos, sin, want)? {
                 out.push(l);
             }
+        }
+        if recurrent {
+            self.len = start + tokens.len();
         }
         ctx.profile
             .add("whole forward pass on the GPU", t0.elapsed());
@@ -725,6 +913,11 @@ mod tests {
 
     fn plan(head_dim: usize) -> WholePlan {
         WholePlan {
+            family: "qwen3_moe",
+            prefix: "model.".into(),
+            mixers: vec![MixerPlan::Attention],
+            delta: None,
+            shared: SharedPlan::EXPERTS,
             vocab: 16,
             hidden: 64,
             norm: NormStyle::Weight,

@@ -29,9 +29,11 @@ use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConf
 use crate::error::{ConfigFault, DecodeError, OptionsFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
+use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
 use crate::kernels::Isa;
 use crate::rope::Rope;
 use crate::weights::{MatrixRef, TensorStore, WeightSlice};
+use tarfa_cuda::DeltaShape;
 
 /// A layer's token mixer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -426,7 +428,7 @@ impl Qwen3_5Moe {
 }
 
 /// The depthwise convolution's weight `[conv_dim, 1, kernel]` as a `[conv_dim, kernel]` matrix.
-fn conv_weight<'s>(
+pub(crate) fn conv_weight<'s>(
     s: &'s TensorStore,
     name: &str,
     channels: usize,
@@ -571,6 +573,51 @@ impl Family for Qwen3_5Moe {
 
     fn top_k(&self) -> usize {
         self.cfg.top_k
+    }
+
+    fn whole_plan(&self) -> Option<WholePlan> {
+        let c = &self.cfg;
+        Some(WholePlan {
+            family: "qwen3_5_moe",
+            prefix: c.prefix.clone(),
+            vocab: c.vocab_size,
+            hidden: c.hidden_size,
+            norm: NormStyle::OnePlus,
+            eps: c.rms_norm_eps,
+            attn: self.attn_spec(),
+            rope: c.rope.clone(),
+            num_experts: c.num_experts,
+            top_k: c.top_k,
+            // Always renormalised (see `moe`).
+            norm_topk_prob: true,
+            mixers: c
+                .layer_types
+                .iter()
+                .map(|t| match t {
+                    LayerType::Full => MixerPlan::Attention,
+                    LayerType::Linear => MixerPlan::DeltaNet,
+                })
+                .collect(),
+            delta: Some(DeltaShape {
+                k_heads: c.lin_k_heads,
+                v_heads: c.lin_v_heads,
+                dk: c.lin_k_dim,
+                dv: c.lin_v_dim,
+                kernel: c.conv_kernel,
+            }),
+            mlps: vec![
+                MlpPlan::Moe {
+                    router: "mlp.gate.weight",
+                    route: RoutePlan::Softmax,
+                    shared: c.shared_width,
+                };
+                c.num_layers
+            ],
+            shared: SharedPlan {
+                prefix: "mlp.shared_expert",
+                gate: Some("mlp.shared_expert_gate.weight"),
+            },
+        })
     }
 
     fn reset(&mut self) {

@@ -9,7 +9,7 @@ use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConf
 use crate::error::{ConfigFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
-use crate::gpu_resident::{MlpPlan, RoutePlan, WholePlan};
+use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
 use crate::rope::Rope;
 use crate::weights::{MatrixRef, TensorStore};
 
@@ -236,6 +236,11 @@ impl Family for Qwen3Moe {
     fn whole_plan(&self) -> Option<WholePlan> {
         let c = &self.cfg;
         Some(WholePlan {
+            family: "qwen3_moe",
+            prefix: "model.".into(),
+            mixers: vec![MixerPlan::Attention; c.num_layers],
+            delta: None,
+            shared: SharedPlan::EXPERTS,
             vocab: c.vocab_size,
             hidden: c.hidden_size,
             norm: NormStyle::Weight,
