@@ -585,14 +585,14 @@ fn matvec_launch(
     (outs, xn_out.map(|b| b.floats()))
 }
 
-/// `tarfa_e_combine_norm`: `x += Σ_s y[s] · wts[s]` (slot order) `+ shared` (when given), then
-/// `w · RMSNorm(x)`; returns the new x and the normed output. `y` holds `wts.len()` rows of
-/// `x.len()` floats, `shared` one.
+/// `tarfa_e_combine_norm`: `x += Σ_s y[s] · wts[s]` (slot order) `+ shared` (when given; with
+/// its weight, `+ weight · shared`), then `w · RMSNorm(x)`; returns the new x and the normed
+/// output. `y` holds `wts.len()` rows of `x.len()` floats, `shared` one.
 #[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 pub fn combine_norm(
     y: &[f32],
     wts: &[f32],
-    shared: Option<&[f32]>,
+    shared: Option<(&[f32], Option<f32>)>,
     x: &[f32],
     w: &W,
     eps: f32,
@@ -600,10 +600,14 @@ pub fn combine_norm(
     let n = x.len();
     assert_eq!(y.len(), wts.len() * n);
     assert_eq!(w.elems(), n);
-    assert!(shared.is_none_or(|s| s.len() == n));
+    assert!(shared.is_none_or(|s| s.0.len() == n));
     let (ya, wa, xa, nw) = (fl(y), fl(wts), fl(x), w.aligned());
-    let sh = shared.map(fl);
+    let sh = shared.map(|s| fl(s.0));
     let shp = sh
+        .as_ref()
+        .map_or(std::ptr::null(), |a| a.ptr() as *const f32);
+    let shw = shared.and_then(|s| s.1).map(|g| fl(&[g]));
+    let shwp = shw
         .as_ref()
         .map_or(std::ptr::null(), |a| a.ptr() as *const f32);
     let out = fl(&vec![0.0; n]);
@@ -618,7 +622,7 @@ pub fn combine_norm(
             wts.len() as i32,
             n as i32,
             shp,
-            std::ptr::null(),
+            shwp,
             xa.ptr() as *mut f32,
             nw.ptr(),
             w.dt.code(),
@@ -627,6 +631,109 @@ pub fn combine_norm(
         )
     };
     (xa.floats(), out.floats())
+}
+
+/// A Gated DeltaNet layer's widths and weights, as `tarfa_e_delta_conv` and
+/// `tarfa_e_delta_heads` take them.
+#[derive(Clone, Debug)]
+pub struct DeltaIn<'a> {
+    /// Key heads, value heads, key width, value width, convolution length.
+    pub k_heads: usize,
+    /// Value heads.
+    pub v_heads: usize,
+    /// Key head width.
+    pub dk: usize,
+    /// Value head width.
+    pub dv: usize,
+    /// Convolution length.
+    pub kernel: usize,
+    /// The convolution's weights, `[conv_dim, kernel]`.
+    pub conv: &'a W,
+    /// `dt_bias` (`v_heads`).
+    pub dt_bias: &'a W,
+    /// `A_log` (`v_heads`).
+    pub a_log: &'a W,
+    /// The gated norm's weight (`dv`).
+    pub norm: &'a W,
+    /// Its epsilon.
+    pub eps: f32,
+}
+
+/// One token through a DeltaNet layer as the engine launches it: `tarfa_e_delta_conv` (a thread
+/// per channel, blocks of 256) then `tarfa_e_delta_heads` (a block of 256 per value head, 2·dk +
+/// dv floats of shared memory). `conv_state` (`(kernel − 1) · conv_dim` floats, oldest row
+/// first) and `state` (`v_heads · dv · dk`) are advanced; returns the heads' output.
+#[allow(unsafe_code)] // the FFI calls into the emulation, SAFETY at the calls
+pub fn delta_step(
+    d: &DeltaIn<'_>,
+    conv_state: &mut Vec<f32>,
+    state: &mut Vec<f32>,
+    (mixed, z, b, a): (&[f32], &[f32], &[f32], &[f32]),
+) -> Vec<f32> {
+    let cd = 2 * d.k_heads * d.dk + d.v_heads * d.dv;
+    let vd = d.v_heads * d.dv;
+    assert!(d.kernel >= 1 && d.v_heads % d.k_heads == 0);
+    assert_eq!(
+        (mixed.len(), z.len(), b.len(), a.len()),
+        (cd, vd, d.v_heads, d.v_heads)
+    );
+    assert_eq!(conv_state.len(), (d.kernel - 1).max(1) * cd);
+    assert_eq!(state.len(), d.v_heads * d.dv * d.dk);
+    assert_eq!(d.conv.elems(), cd * d.kernel);
+    assert_eq!((d.dt_bias.elems(), d.a_log.elems()), (d.v_heads, d.v_heads));
+    assert_eq!(d.norm.elems(), d.dv);
+    let (ma, cw, cs, co) = (
+        fl(mixed),
+        d.conv.aligned(),
+        fl(conv_state),
+        fl(&vec![0.0; cd]),
+    );
+    let (za, ba, aa) = (fl(z), fl(b), fl(a));
+    let (dt, al, nw) = (d.dt_bias.aligned(), d.a_log.aligned(), d.norm.aligned());
+    let (st, out) = (fl(state), fl(&vec![0.0; vd]));
+    // SAFETY: sizes asserted above: mixed and the output conv_dim floats, the weights conv_dim ×
+    // kernel elements, the history (kernel − 1) × conv_dim floats; then z and out v_heads·dv,
+    // b and a v_heads, the state v_heads·dv·dk; shared memory 2·dk + dv floats.
+    unsafe {
+        emu_delta_conv(
+            cd.div_ceil(BLOCK as usize) as u32,
+            BLOCK,
+            0,
+            ma.ptr() as _,
+            cw.ptr(),
+            d.conv.dt.code(),
+            cd as i32,
+            d.kernel as i32,
+            cs.ptr() as *mut f32,
+            co.ptr() as *mut f32,
+        );
+        emu_delta_heads(
+            d.v_heads as u32,
+            256,
+            ((2 * d.dk + d.dv) * 4) as u32,
+            co.ptr() as _,
+            za.ptr() as _,
+            ba.ptr() as _,
+            aa.ptr() as _,
+            dt.ptr(),
+            d.dt_bias.dt.code(),
+            al.ptr(),
+            d.a_log.dt.code(),
+            nw.ptr(),
+            d.norm.dt.code(),
+            d.k_heads as i32,
+            d.v_heads as i32,
+            d.dk as i32,
+            d.dv as i32,
+            (d.dk as f64).sqrt() as f32,
+            d.eps,
+            st.ptr() as *mut f32,
+            out.ptr() as *mut f32,
+        );
+    }
+    *conv_state = cs.floats();
+    *state = st.floats();
+    out.floats()
 }
 
 /// `tarfa_e_rms_norm`: `w · (x · rsqrt(mean(x²) + eps))`.

@@ -474,7 +474,9 @@ fn moe_case_of(
 /// The combine fused with the next layer's input norm gives the CPU's new residual (slot-order
 /// combine of MoeOutputs, then the add) and its RMSNorm (canon::rms_norm), for hidden sizes
 /// within and past the kernel's shared copy of x and past its four elements per thread, and slot
-/// counts within its loads ahead (up to 9: top-8 and a folded shared expert) and past them.
+/// counts within its loads ahead (up to 9: top-8 and a folded shared expert) and past them;
+/// without shared experts, with GLM's added as they are, and with Qwen3.5's weighted by their
+/// gate.
 #[test]
 fn combine_then_norm_in_one_launch_is_the_cpus() {
     let mut r = Rng(29);
@@ -493,24 +495,29 @@ fn combine_then_norm_in_one_launch_is_the_cpus() {
             let x = r.vec(n, 3.0);
             let (w, wv) = weights(&mut r, n, dt, 1.0);
             let shared = r.vec(n, 2.0);
-            for with_shared in [false, true] {
+            let gate = canon::sigmoid(r.f(4.0));
+            // No shared experts, GLM's plain ones, Qwen3.5's gated one.
+            for (with_shared, gated) in [(false, false), (true, false), (true, true)] {
                 let route: Vec<(u32, f32)> = (0..k as u32).zip(wts.iter().copied()).collect();
                 let mut outs = MoeOutputs::new(std::slice::from_ref(&route));
                 for (s, y) in ys.iter().enumerate() {
                     outs.put(0, s, y, wts[s]);
                 }
-                // GLM's MoE layer: `routed + shared`, then the residual add.
+                // GLM's MoE layer `routed + shared`, Qwen3.5's `routed + gate · shared`
+                // (qwen3_5_moe's `moe`), then the residual add.
                 let mut m = outs.combine();
                 if with_shared {
-                    blocks::add_into(&mut m, std::slice::from_ref(&shared));
+                    for (o, &sh) in m[0].iter_mut().zip(&shared) {
+                        *o += if gated { gate * sh } else { sh };
+                    }
                 }
                 let mut want_x = vec![x.clone()];
                 blocks::add_into(&mut want_x, &m);
                 let mut want = vec![0.0f32; n];
                 canon::rms_norm(&want_x[0], |i| wv[i], 1e-6, &mut want);
-                let sh = with_shared.then_some(&shared[..]);
+                let sh = with_shared.then_some((&shared[..], gated.then_some(gate)));
                 let (got_x, got) = emu::combine_norm(&ys.concat(), &wts, sh, &x, &w, 1e-6);
-                let case = format!("n {n} k {k} {dt:?} shared {with_shared}");
+                let case = format!("n {n} k {k} {dt:?} shared {with_shared} gated {gated}");
                 assert_eq!(bits(&got_x), bits(&want_x[0]), "x: {case}");
                 assert_eq!(bits(&got), bits(&want), "norm: {case}");
             }
@@ -996,5 +1003,104 @@ fn the_engines_types_have_the_decoders_blocks() {
             dt.row_bytes(3 * ty.block_elems()),
             Some(3 * ty.block_bytes())
         );
+    }
+}
+
+/// Qwen3.5's Gated DeltaNet step on the GPU (`tarfa_e_delta_conv`, then `tarfa_e_delta_heads`
+/// as the engine launches them) is the CPU's `delta_step` bit for bit — the heads' output, the
+/// convolution's history and every head's state — over tokens that carry the state: key heads
+/// of 128 (four elements a lane, as Qwen3.5's) and of 40 (some lanes two, some one), value heads
+/// of 128 and 72, two and three value heads a key head, convolutions of 4 and 3 (and 1: no
+/// history), BF16 and F32 weights, and softplus's three branches (above its threshold 20, the
+/// `f64` logarithm, and `u − u²/2` for tiny `e^x`).
+#[test]
+fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
+    use tarfa_decode::family::qwen3_5_moe::{delta_step, DeltaDims, DeltaState, DeltaToken};
+    let mut r = Rng(53);
+    for &(k_heads, v_heads, dk, dv, kernel) in &[
+        (2usize, 4usize, 128usize, 128usize, 4usize),
+        (1, 3, 40, 72, 3),
+        (1, 2, 32, 8, 1),
+    ] {
+        for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+            let cd = 2 * k_heads * dk + v_heads * dv;
+            let vd = v_heads * dv;
+            let (conv, conv_v) = weights(&mut r, cd * kernel, dt, 0.5);
+            let (dt_bias, dt_bias_v) = weights(&mut r, v_heads, dt, 1.0);
+            let (a_log, a_log_v) = weights(&mut r, v_heads, dt, 1.0);
+            let (norm, norm_v) = weights(&mut r, dv, dt, 1.0);
+            let eps = 1e-6;
+            let dims = DeltaDims {
+                kernel,
+                k_heads,
+                v_heads,
+                dk,
+                dv,
+                eps,
+            };
+            let gpu_in = emu::DeltaIn {
+                k_heads,
+                v_heads,
+                dk,
+                dv,
+                kernel,
+                conv: &conv,
+                dt_bias: &dt_bias,
+                a_log: &a_log,
+                norm: &norm,
+                eps,
+            };
+            let conv_m = MatrixRef {
+                name: "conv1d",
+                rows: cd,
+                cols: kernel,
+                data: WeightSlice::F32(&conv_v),
+            };
+            let mut cpu = DeltaState {
+                conv: vec![vec![0.0; cd]; kernel - 1],
+                s: vec![vec![0.0; dk * dv]; v_heads],
+            };
+            let mut conv_state = vec![0.0; (kernel - 1).max(1) * cd];
+            let mut state = vec![0.0; v_heads * dv * dk];
+            for t in 0..5 {
+                let mixed = r.vec(cd, 4.0);
+                let z = r.vec(vd, 4.0);
+                let b = r.vec(v_heads, 4.0);
+                let mut a = r.vec(v_heads, 4.0);
+                if t == 2 {
+                    a[0] = 30.0; // softplus(x) = x above 20
+                    a[1] = -30.0; // e^x below 2^-20: u − u²/2
+                }
+                let want = delta_step(
+                    Isa::Scalar,
+                    &dims,
+                    &mut cpu,
+                    conv_m,
+                    WeightSlice::F32(&dt_bias_v),
+                    WeightSlice::F32(&a_log_v),
+                    WeightSlice::F32(&norm_v),
+                    &DeltaToken {
+                        mixed: &mixed,
+                        z: &z,
+                        b: &b,
+                        a: &a,
+                    },
+                );
+                let got =
+                    emu::delta_step(&gpu_in, &mut conv_state, &mut state, (&mixed, &z, &b, &a));
+                let case = format!(
+                    "k {k_heads} v {v_heads} dk {dk} dv {dv} kernel {kernel} {dt:?} token {t}"
+                );
+                assert_eq!(bits(&got), bits(&want), "output: {case}");
+                assert_eq!(bits(&state), bits(&cpu.s.concat()), "state: {case}");
+                if kernel > 1 {
+                    assert_eq!(
+                        bits(&conv_state),
+                        bits(&cpu.conv.concat()),
+                        "history: {case}"
+                    );
+                }
+            }
+        }
     }
 }

@@ -243,10 +243,12 @@ impl Qwen3_5MoeConfig {
 
 /// One Gated DeltaNet layer's state: the last `kernel − 1` projected vectors (oldest first) and
 /// each value head's `S`, stored transposed (`[dv][dk]`, so that `Sᵀk` is a row of dots).
-#[derive(Clone, Debug)]
-struct DeltaState {
-    conv: Vec<Vec<f32>>,
-    s: Vec<Vec<f32>>,
+#[derive(Clone, Debug, Default)]
+pub struct DeltaState {
+    /// The convolution's history: `kernel − 1` vectors of `conv_dim`, oldest first.
+    pub conv: Vec<Vec<f32>>,
+    /// Each value head's state, `dv` rows of `dk`.
+    pub s: Vec<Vec<f32>>,
 }
 
 /// The decoder: config, RoPE tables, a KV cache per full-attention layer, a DeltaNet state per
@@ -453,27 +455,40 @@ pub(crate) fn conv_weight<'s>(
 }
 
 /// Widths of a Gated DeltaNet layer.
-struct DeltaDims {
-    kernel: usize,
-    k_heads: usize,
-    v_heads: usize,
-    dk: usize,
-    dv: usize,
-    eps: f32,
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaDims {
+    /// The convolution's length.
+    pub kernel: usize,
+    /// Key heads.
+    pub k_heads: usize,
+    /// Value heads.
+    pub v_heads: usize,
+    /// Key head width.
+    pub dk: usize,
+    /// Value head width.
+    pub dv: usize,
+    /// The gated norm's epsilon.
+    pub eps: f32,
 }
 
 /// One token's projections.
-struct DeltaToken<'a> {
-    mixed: &'a [f32],
-    z: &'a [f32],
-    b: &'a [f32],
-    a: &'a [f32],
+#[derive(Clone, Copy, Debug)]
+pub struct DeltaToken<'a> {
+    /// `in_proj_qkv · x` (q, k, v before the convolution).
+    pub mixed: &'a [f32],
+    /// `in_proj_z · x`.
+    pub z: &'a [f32],
+    /// `in_proj_b · x`.
+    pub b: &'a [f32],
+    /// `in_proj_a · x`.
+    pub a: &'a [f32],
 }
 
 /// One token through a Gated DeltaNet layer's convolution and recurrence, its state advanced.
-/// Returns the gated-normed output of every value head, head-major (before `out_proj`).
+/// Returns the gated-normed output of every value head, head-major (before `out_proj`). Public
+/// so that other implementations (the GPU's kernels, `cuda-emu`) are held to it.
 #[allow(clippy::too_many_arguments)]
-fn delta_step(
+pub fn delta_step(
     isa: Isa,
     d: &DeltaDims,
     state: &mut DeltaState,
