@@ -1,7 +1,9 @@
-//! The resident decoder's orchestration, over any [`EngineDevice`]: a whole Qwen3-MoE-style
+//! The resident decoder's orchestration, over any [`EngineDevice`]: a whole MoE decoder's
 //! forward pass per token — embedding, RMSNorm, q/k/v, per-head q/k norm and RoPE, the KV
-//! cache, attention, `o`, the softmax router's top-k, the selected experts' SwiGLU, the combine,
-//! the final norm and `lm_head` — with every weight resident on the device and the activations
+//! cache, attention (gated or not), `o` — or a Gated DeltaNet layer's projections, convolution
+//! and recurrence on its device-resident state —, the router's top-k, the selected experts'
+//! SwiGLU, shared experts (gated or not), the combine, the final norm and `lm_head` — with every
+//! weight resident on the device and the activations
 //! never leaving it; only the logits come back. Each kernel (`kernels/`, the `tarfa_e_*`
 //! ones) computes the bits the CPU decoder computes (`decode/src/canon.rs`,
 //! `decode/src/blocks.rs`): same reduction order, fused multiply-adds only where the CPU has

@@ -1,5 +1,5 @@
 //! The whole forward pass on a device: a model of a family the engine runs (one that gives a
-//! [`WholePlan`]: qwen3_moe, glm4_moe, mixtral) whose trunk and every expert fit there runs each
+//! [`WholePlan`]: qwen3_moe, qwen3_5_moe, glm4_moe, mixtral) whose trunk and every expert fit there runs each
 //! token entirely on it ([`tarfa_cuda::Engine`]), the activations never leaving
 //! it and only the logits coming back. Every kernel computes the bits of the CPU path (`canon`,
 //! `blocks`), so the logits are the CPU's bit for bit; this is only where they are computed.
