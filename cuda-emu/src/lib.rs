@@ -660,8 +660,8 @@ pub struct DeltaIn<'a> {
 }
 
 /// One token through a DeltaNet layer as the engine launches it: `tarfa_e_delta_conv` (a thread
-/// per channel, blocks of 256) then `tarfa_e_delta_heads` (a block of 256 per value head, 2·dk +
-/// dv floats of shared memory). `conv_state` (`(kernel − 1) · conv_dim` floats, oldest row
+/// per channel, blocks of 256) then `tarfa_e_delta_heads` (a block of
+/// [`tarfa_cuda::delta_block`] threads per value head, 2·dk + dv floats of shared memory). `conv_state` (`(kernel − 1) · conv_dim` floats, oldest row
 /// first) and `state` (`v_heads · dv · dk`) are advanced; returns the heads' output.
 #[allow(unsafe_code)] // the FFI calls into the emulation, SAFETY at the calls
 pub fn delta_step(
@@ -709,7 +709,7 @@ pub fn delta_step(
         );
         emu_delta_heads(
             d.v_heads as u32,
-            256,
+            tarfa_cuda::delta_block(d.dv),
             ((2 * d.dk + d.dv) * 4) as u32,
             co.ptr() as _,
             za.ptr() as _,

@@ -7,6 +7,8 @@
 
 // The widest key head tarfa_e_delta_heads keeps in registers (TARFA_DELTA_AHEAD per lane).
 #define TARFA_DELTA_AHEAD 8
+// State rows a warp of tarfa_e_delta_heads loads at once.
+#define TARFA_DELTA_ROWS 4
 // The longest convolution tarfa_e_delta_conv takes (its dot's products each have a lane).
 #define TARFA_DELTA_MAX_KERNEL 32
 
@@ -86,7 +88,7 @@ __device__ void tarfa_delta_l2(const float* x, int d, float div, int apply_div, 
 }
 
 // One token through every value head of a Gated DeltaNet layer, a block per head h (at least two
-// warps; shared memory 2·dk + dv floats): c is the convolution's output [q (k_heads·dk) | k
+// warps, any number: geometry only; shared memory 2·dk + dv floats): c is the convolution's output [q (k_heads·dk) | k
 // (k_heads·dk) | v (v_heads·dv)]; head h reads key head h / (v_heads / k_heads). q and k
 // L2-normalised (q also divided by q_div, the f32 of √dk); β = sigmoid(b[h]); the decay
 // e^g, g = −e^(A_log[h]) · softplus(a[h] + dt_bias[h]). The head's state S (dv rows of dk
@@ -130,32 +132,48 @@ extern "C" __global__ void tarfa_e_delta_heads(const float* c, const float* z, c
         kv[t] = i < dk ? ks[i] : 0.0f;
         qv[t] = i < dk ? qs[i] : 0.0f;
     }
-    for (int j = warp; j < dv; j += warps) {
-        float* row = state + ((long long)h * dv + j) * dk;
-        float r[TARFA_DELTA_AHEAD];
-        float acc = 0.0f;
+    // A warp's rows j0, j0 + warps, … TARFA_DELTA_ROWS at a time: their state loaded together
+    // (one round trip for the batch), then each row's operations in turn.
+    for (int j0 = warp; j0 < dv; j0 += TARFA_DELTA_ROWS * warps) {
+        float r[TARFA_DELTA_ROWS][TARFA_DELTA_AHEAD];
 #pragma unroll
-        for (int t = 0; t < TARFA_DELTA_AHEAD; ++t) {
-            int i = lane + 32 * t;
-            if (i < dk) {
-                r[t] = __fmul_rn(row[i], decay);
-                acc = __fmaf_rn(r[t], kv[t], acc);
+        for (int b = 0; b < TARFA_DELTA_ROWS; ++b) {
+            int j = j0 + b * warps;
+            const float* row = state + ((long long)h * dv + (j < dv ? j : 0)) * dk;
+#pragma unroll
+            for (int t = 0; t < TARFA_DELTA_AHEAD; ++t) {
+                int i = lane + 32 * t;
+                r[b][t] = j < dv && i < dk ? row[i] : 0.0f;
             }
         }
-        float m = __shfl_sync(TARFA_FULL, tarfa_warp_fold(acc), 0);
-        float delta = __fmul_rn(__fsub_rn(v[j], m), beta);
-        acc = 0.0f;
 #pragma unroll
-        for (int t = 0; t < TARFA_DELTA_AHEAD; ++t) {
-            int i = lane + 32 * t;
-            if (i < dk) {
-                r[t] = __fadd_rn(r[t], __fmul_rn(kv[t], delta));
-                row[i] = r[t];
-                acc = __fmaf_rn(r[t], qv[t], acc);
+        for (int b = 0; b < TARFA_DELTA_ROWS; ++b) {
+            int j = j0 + b * warps;
+            if (j >= dv) break;  // the same for the whole warp
+            float* row = state + ((long long)h * dv + j) * dk;
+            float acc = 0.0f;
+#pragma unroll
+            for (int t = 0; t < TARFA_DELTA_AHEAD; ++t) {
+                if (lane + 32 * t < dk) {
+                    r[b][t] = __fmul_rn(r[b][t], decay);
+                    acc = __fmaf_rn(r[b][t], kv[t], acc);
+                }
             }
+            float m = __shfl_sync(TARFA_FULL, tarfa_warp_fold(acc), 0);
+            float delta = __fmul_rn(__fsub_rn(v[j], m), beta);
+            acc = 0.0f;
+#pragma unroll
+            for (int t = 0; t < TARFA_DELTA_AHEAD; ++t) {
+                int i = lane + 32 * t;
+                if (i < dk) {
+                    r[b][t] = __fadd_rn(r[b][t], __fmul_rn(kv[t], delta));
+                    row[i] = r[b][t];
+                    acc = __fmaf_rn(r[b][t], qv[t], acc);
+                }
+            }
+            acc = tarfa_warp_fold(acc);
+            if (lane == 0) os[j] = acc;
         }
-        acc = tarfa_warp_fold(acc);
-        if (lane == 0) os[j] = acc;
     }
     __shared__ float scale;
     __syncthreads();

@@ -429,8 +429,12 @@ const BLOCK: u32 = 256;
 /// Threads of an attention block (one per query head): sixteen warps share its positions' scores.
 const ATTN_BLOCK: u32 = 512;
 
-/// Threads of a DeltaNet head's block (`tarfa_e_delta_heads`): eight warps share its rows.
-const DELTA_BLOCK: u32 = 256;
+/// Threads of a DeltaNet head's block (`tarfa_e_delta_heads`) for heads `dv` wide: a warp per
+/// four state rows (each warp loads its four rows at once), at least two warps (warps 0 and 1
+/// normalise q and k) and at most 32. Geometry only: which warp runs a row changes no bit.
+pub fn delta_block(dv: usize) -> u32 {
+    (dv.div_ceil(4).clamp(2, 32) * 32) as u32
+}
 
 /// Threads of the RMSNorm block: with its four elements loaded ahead per thread, a hidden size
 /// up to 2,048 is loaded in one round.
@@ -1353,14 +1357,18 @@ impl<D: EngineDevice> Engine<D> {
         }
         // q's divisor: common's `(dk as f64).sqrt() as f32`.
         let q_div = (ds.dk as f64).sqrt() as f32;
-        // SAFETY: a block per value head (DELTA_BLOCK ≥ two warps); conv_out holds conv_dim
+        // SAFETY: a block per value head (delta_block: ≥ two warps); conv_out holds conv_dim
         // floats, z and dout v_heads·dv, b and a v_heads; dt_bias and A_log v_heads elements,
         // the norm dv; the state v_heads·dv·dk floats; dk ≤ MAX_DELTA_DK (checked in `new`);
         // shared memory 2·dk + dv floats.
         unsafe {
             self.dev.launch(
                 Kernel::DeltaHeads,
-                geo(ds.v_heads, DELTA_BLOCK, ((2 * ds.dk + ds.dv) * 4) as u32)?,
+                geo(
+                    ds.v_heads,
+                    delta_block(ds.dv),
+                    ((2 * ds.dk + ds.dv) * 4) as u32,
+                )?,
                 &[
                     Arg::Ptr(conv_out),
                     Arg::Ptr(self.p(&a.dz)),
