@@ -59,6 +59,11 @@ fn main() {
     let kernels: Vec<&str> = cu
         .split("extern \"C\" __global__ void ")
         .skip(1)
+        // A launch bound (`__launch_bounds__(N) name(`) stands before the name.
+        .map(|rest| match rest.strip_prefix("__launch_bounds__(") {
+            Some(r) => r.split_once(')').map_or(r, |(_, name)| name).trim_start(),
+            None => rest,
+        })
         .filter_map(|rest| rest.split('(').next())
         .collect();
     for (stages, bytes) in RINGS {

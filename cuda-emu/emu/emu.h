@@ -44,6 +44,8 @@ inline thread_local TarfaEmuBlock* tarfa_emu_block;
 #define __global__
 #define __device__
 #define __forceinline__ inline
+// A kernel's thread limit (a register budget for the GPU's compiler): nothing to do here.
+#define __launch_bounds__(threads)
 // Statically sized `__shared__ T name;` in a kernel: one per block. Blocks run one after another
 // and launches one at a time (a lock), so a function-local static serves.
 #define __shared__ static

@@ -122,9 +122,11 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
                 cpu,
                 "{name}: batch prompt {batch}"
             );
+            // The same prompts again on the same decoder: each pass from position 0 resets what
+            // the last left (the KV cache's rows, a recurrent state).
             if batch && batches.len() > 1 {
                 assert_eq!(
-                    run(&mut dec, name, STEPS),
+                    run_prompts(&mut dec, name, STEPS, prompts),
                     cpu,
                     "{name}: again, after a reset"
                 );
@@ -208,12 +210,18 @@ fn norms_taken_into_the_products_or_launched_alone_give_the_cpu_bits() {
 }
 
 /// A layer's shared experts of the routed experts' width and types run as slot k of the routed
-/// launches (glm4_moe: one shared expert, 16 wide like its experts), and others as launches of
-/// their own (glm4_moe_b: two, 32 wide); both give the CPU's bits (the whole-pass test above).
+/// launches (glm4_moe: one shared expert, 16 wide like its experts, weight 1; qwen3_5_moe_text:
+/// one gated shared expert, 16 wide, its weight the gate's), and others as launches of their own
+/// (glm4_moe_b: two, 32 wide); all give the CPU's bits (the whole-pass test above).
 #[test]
 fn shared_experts_of_the_routed_width_are_folded_into_their_launches() {
     let _one = one_engine_at_a_time();
-    for (name, folded) in [("glm4_moe", 2), ("glm4_moe_b", 0), ("qwen3_moe", 0)] {
+    for (name, folded) in [
+        ("glm4_moe", 2),
+        ("glm4_moe_b", 0),
+        ("qwen3_moe", 0),
+        ("qwen3_5_moe_text", 4),
+    ] {
         let mut report = None;
         Decoder::open_with(
             &common::model(name),

@@ -9,6 +9,10 @@
 #define TARFA_DELTA_AHEAD 8
 // State rows a warp of tarfa_e_delta_heads loads at once.
 #define TARFA_DELTA_ROWS 4
+// The most threads of a tarfa_e_delta_heads block (the host's delta_block): its launch bound, so
+// that the compiler keeps a thread's rows, q and k (48 floats) within the registers 512 threads
+// may each have (128).
+#define TARFA_DELTA_THREADS 512
 // The longest convolution tarfa_e_delta_conv takes (its dot's products each have a lane).
 #define TARFA_DELTA_MAX_KERNEL 32
 
@@ -96,7 +100,7 @@ __device__ void tarfa_delta_l2(const float* x, int d, float div, int apply_div, 
 // warp's: m = S_j·k, δ = (v_j − m)·β, S_j += k·δ (each product rounded, then the sum),
 // o_j = S_j·q. Then the gated RMSNorm out = (w · (o · rsqrt(mean(o²) + eps))) · silu(z) into
 // out[h·dv ..].
-extern "C" __global__ void tarfa_e_delta_heads(const float* c, const float* z, const float* b,
+extern "C" __global__ void __launch_bounds__(TARFA_DELTA_THREADS) tarfa_e_delta_heads(const float* c, const float* z, const float* b,
                                                const float* a, const unsigned char* dt_bias,
                                                int dt_dtype, const unsigned char* a_log,
                                                int a_dtype,

@@ -430,10 +430,12 @@ const BLOCK: u32 = 256;
 const ATTN_BLOCK: u32 = 512;
 
 /// Threads of a DeltaNet head's block (`tarfa_e_delta_heads`) for heads `dv` wide: a warp per
-/// four state rows (each warp loads its four rows at once), at least two warps (warps 0 and 1
-/// normalise q and k) and at most 32. Geometry only: which warp runs a row changes no bit.
+/// four state rows (each warp loads four rows at once), at least two warps (warps 0 and 1
+/// normalise q and k) and at most 16 (the kernel's launch bound, `TARFA_DELTA_THREADS`: a
+/// thread keeps 48 floats of rows, q and k in registers, which 1,024 threads could not each
+/// have). Geometry only: which warp runs a row changes no bit.
 pub fn delta_block(dv: usize) -> u32 {
-    (dv.div_ceil(4).clamp(2, 32) * 32) as u32
+    (dv.div_ceil(4).clamp(2, 16) * 32) as u32
 }
 
 /// Threads of the RMSNorm block: with its four elements loaded ahead per thread, a hidden size
@@ -488,7 +490,10 @@ impl<D: EngineDevice> Engine<D> {
     ) -> Result<Engine<D>, CudaError> {
         let s = shape;
         let (h, d) = (s.hidden, s.head_dim);
-        if d > MAX_HEAD_DIM {
+        let attends = layers
+            .iter()
+            .any(|l| matches!(l.mixer, HostMixer::Attention(_)));
+        if attends && d > MAX_HEAD_DIM {
             return Err(CudaError::HeadDimTooLarge {
                 head_dim: d,
                 max: MAX_HEAD_DIM,
@@ -831,7 +836,8 @@ impl<D: EngineDevice> Engine<D> {
         let k = self.shape.top_k.max(1);
         self.a.h = self.dev.alloc((k + 1) * max_inter * 4)?;
         // The folded slot: id n (every layer has n experts), weight 1 (its products exact, so
-        // the combine adds the shared output itself after the routed slots).
+        // the combine adds the shared output itself after the routed slots); a layer with a
+        // shared gate has its router's launch write that weight each step instead.
         let n = i32::try_from(self.layers.iter().map(|l| l.experts.n).max().unwrap_or(0))
             .map_err(|_| CudaError::Usage("too many experts".into()))?;
         self.dev.write(&mut self.a.ids, k * 4, &n.to_le_bytes())?;
@@ -1773,5 +1779,28 @@ impl<B> ExpertTable<B> {
         self.down[e] = base + od as u64;
         self.bufs[e] = Some(buf);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::delta_block;
+
+    /// A DeltaNet block is whole warps, at least two (q and k are normalised by warps 0 and 1),
+    /// a warp per four rows up to the kernel's launch bound (`TARFA_DELTA_THREADS`), never past
+    /// it (a launch past a kernel's bound fails).
+    #[test]
+    fn deltanet_blocks_stay_within_the_kernels_launch_bound() {
+        let bound: u32 = crate::KERNELS_CU
+            .lines()
+            .find_map(|l| l.strip_prefix("#define TARFA_DELTA_THREADS "))
+            .and_then(|v| v.trim().parse().ok())
+            .expect("kernels/deltanet.cu defines TARFA_DELTA_THREADS");
+        for dv in 1..=1024 {
+            let b = delta_block(dv);
+            assert!(b % 32 == 0 && b >= 64 && b <= bound, "dv {dv}: {b}");
+            assert!(dv > 4 * (bound as usize / 32) || b as usize >= 32 * dv.div_ceil(4).max(2));
+        }
+        assert_eq!(delta_block(128), bound);
     }
 }

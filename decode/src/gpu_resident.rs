@@ -106,7 +106,7 @@ impl SharedPlan {
     };
 }
 
-/// One layer's MLP in a [`WholePlan`] (names relative to `model.layers.L.`).
+/// One layer's MLP in a [`WholePlan`] (names relative to the plan's `{prefix}layers.L.`).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum MlpPlan {
     /// `mlp.{gate,up,down}_proj.weight`, `inter` wide.
@@ -327,7 +327,18 @@ pub fn open(
     let Some(parts) = trunk(&plan, tensors, &widened)? else {
         return Ok(Err(Declined::Weights));
     };
-    let need = parts.bytes + experts.total_bytes() + VRAM_MARGIN;
+    // The weights, the DeltaNet layers' state (each value head's S and the convolution's
+    // history) and a margin for the activations, KV caches and the CUDA context.
+    let state = plan.delta.map_or(0, |d| {
+        let layers = plan
+            .mixers
+            .iter()
+            .filter(|&&m| m == MixerPlan::DeltaNet)
+            .count();
+        let per = d.v_heads * d.dv * d.dk + d.kernel.saturating_sub(1) * d.conv_dim();
+        (layers * per * 4) as u64
+    });
+    let need = parts.bytes + state + experts.total_bytes() + VRAM_MARGIN;
     if let Some(b) = o.vram_bytes.filter(|b| b + VRAM_MARGIN < need) {
         return Ok(Err(Declined::VramLimit { need, limit: b }));
     }
@@ -870,6 +881,8 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
         let recurrent = self.engine.recurrent();
         if recurrent {
             if start == 0 {
+                // Unknown until every layer's state is zeroed (a failed reset leaves it so).
+                self.len = usize::MAX;
                 self.engine.reset_state()?;
                 self.len = 0;
             }
@@ -959,23 +972,51 @@ mod tests {
         }
     }
 
-    /// What the kernels do not compute is left to the CPU's layers: zero-centred norms, a
-    /// gated attention output, q/k norms of another epsilon than the layers'.
+    /// What the kernels do not compute is left to the CPU's layers: q/k norms of another
+    /// epsilon than the layers', DeltaNet key heads wider than the kernels hold or convolutions
+    /// longer than a warp, DeltaNet layers without their widths. Zero-centred norms and a gated
+    /// attention output (Qwen3.5's) are taken.
     #[test]
     fn forms_the_kernels_do_not_compute_are_left_to_the_offload_path() {
         let mut p = plan(64);
         p.norm = NormStyle::OnePlus;
-        assert!(refusal(&p).is_some());
-        let mut p = plan(64);
         p.attn.qk_norm = Some(NormStyle::OnePlus);
-        assert!(refusal(&p).is_some());
-        let mut p = plan(64);
         p.attn.out_gate = true;
-        assert!(refusal(&p).is_some());
+        assert_eq!(refusal(&p), None, "Qwen3.5's forms are taken");
         let mut p = plan(64);
         p.attn.eps = 1e-5;
         assert!(refusal(&p).is_some());
         p.attn.qk_norm = None;
         assert_eq!(refusal(&p), None, "no q/k norm: its epsilon is not used");
+        let delta = DeltaShape {
+            k_heads: 16,
+            v_heads: 32,
+            dk: 128,
+            dv: 128,
+            kernel: 4,
+        };
+        let mut p = plan(64);
+        p.mixers = vec![MixerPlan::DeltaNet];
+        assert!(
+            refusal(&p).is_some(),
+            "DeltaNet layers without their widths"
+        );
+        p.delta = Some(delta);
+        assert_eq!(refusal(&p), None);
+        p.delta = Some(DeltaShape {
+            dk: MAX_DELTA_DK + 1,
+            ..delta
+        });
+        assert!(refusal(&p).is_some());
+        p.delta = Some(DeltaShape {
+            kernel: MAX_DELTA_KERNEL + 1,
+            ..delta
+        });
+        assert!(refusal(&p).is_some());
+        // Heads too wide for attention matter only where a layer attends.
+        let mut p = plan(MAX_HEAD_DIM * 2);
+        p.mixers = vec![MixerPlan::DeltaNet];
+        p.delta = Some(delta);
+        assert_eq!(refusal(&p), None);
     }
 }
