@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Write a Qwen3-MoE or GLM-4.5 (GLM-4-MoE) safetensors checkpoint (BF16) as a BF16 GGUF that
-llama.cpp's `qwen3moe` / `glm4moe` architecture loads, for `llama-bench` on the same weights as
-`tarfa run`.
+"""Write a Qwen3-MoE, GLM-4.5 (GLM-4-MoE) or Qwen3.5-MoE safetensors checkpoint (BF16) as a BF16
+GGUF that llama.cpp's `qwen3moe` / `glm4moe` / `qwen35moe` architecture loads, for `llama-bench`
+on the same weights as `tarfa run`.
 
     python3 bench/llama/safetensors_to_gguf.py SRC_DIR OUT.gguf [--verify]
 
@@ -46,6 +46,14 @@ writes them and src/models/glm4-moe.cpp reads them:
   from BF16 (or copied when the source has them in F32, as real GLM checkpoints do for the bias).
   Every GGUF name is checked against gguf-py's own HF -> GGUF tensor name map.
 
+Qwen3.5-MoE (`qwen3_5_moe_text` -> `qwen35moe`; `qwen3_5_moe` with a text_config: its text
+model), as llama.cpp's convert_hf_to_gguf.py (Qwen3_5MoeTextModel) writes it and
+src/models/qwen35moe.cpp reads it (commit 0c1e570): zero-centred norms + 1 (not the DeltaNet
+`norm`), A_log -> ssm_a = -exp(A_log), conv1d squeezed to [C, K] in F32, the DeltaNet value heads
+moved from HF's grouped order to ggml's tiled order (v_head_order), the ssm / rope-section /
+recurrent-layer keys; see plan_q35. `--verify` also recomputes those transforms from whole
+tensors (check_q35).
+
 `--verify` also re-reads every key/value.
 
 Only numpy and gguf are used; the source's headers are parsed here and its data copied with
@@ -72,6 +80,7 @@ except ImportError:  # pragma: no cover
 
 ARCH = "qwen3moe"
 GLM_ARCH = "glm4moe"
+Q35_ARCH = "qwen35moe"
 BF16 = "BF16"
 
 
@@ -377,6 +386,275 @@ def plan_glm(src: Source, cfg: dict) -> tuple[list[tuple[str, list[int], str, ob
     return out, hp
 
 
+def v_head_order(n_k: int, per_k: int) -> list[int]:
+    """llama.cpp's order of Gated DeltaNet value heads: new head v * n_k + k is HF head
+    k * per_k + v. HF groups the value heads by key head (value head j reads key head
+    j // per_k, a repeat_interleave); ggml broadcasts by tiling (value head j reads key head
+    j % n_k), so convert_hf_to_gguf.py (_LinearAttentionVReorderBase) moves the heads."""
+    return [k * per_k + v for v in range(per_k) for k in range(n_k)]
+
+
+def plan_q35(src: Source, cfg: dict, pre: str) -> tuple[list[tuple[str, list[int], str, object]], dict]:
+    """Qwen3.5-MoE (qwen3_5_moe_text -> qwen35moe): every GGUF tensor in write order, as plan(),
+    with the transforms of llama.cpp's convert_hf_to_gguf.py (Qwen3_5MoeTextModel:
+    _LinearAttentionVReorderBase, Qwen3NextModel, Qwen2MoeModel). `pre` is the HF prefix of the
+    text model's tensors ("model" or "model.language_model")."""
+    p = f"{pre}.layers"
+    layers = int(cfg["num_hidden_layers"])
+    hidden = int(cfg["hidden_size"])
+    every = int(cfg.get("full_attention_interval", 4))
+    types = cfg.get("layer_types") or ["full_attention" if (l + 1) % every == 0 else "linear_attention"
+                                       for l in range(layers)]
+    if len(types) != layers or any(t not in ("full_attention", "linear_attention") for t in types):
+        sys.exit(f"error: layer_types {types!r}: wanted {layers} of full_attention / linear_attention")
+    n_k = int(cfg.get("linear_num_key_heads", 16))
+    n_v = int(cfg.get("linear_num_value_heads", 32))
+    dk = int(cfg.get("linear_key_head_dim", 128))
+    dv = int(cfg.get("linear_value_head_dim", 128))
+    kernel = int(cfg.get("linear_conv_kernel_dim", 4))
+    if n_v % n_k:
+        sys.exit(f"error: linear_num_value_heads {n_v} is not a multiple of linear_num_key_heads {n_k}")
+    per_k = n_v // n_k
+    order = v_head_order(n_k, per_k)
+    key_dim, value_dim = n_k * dk, n_v * dv
+    conv_dim = 2 * key_dim + value_dim
+    n_exp = int(cfg.get("num_experts") or src.shape(f"{p}.0.mlp.gate.weight")[0])
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.QWEN35MOE, layers)
+    out: list[tuple[str, list[int], str, object]] = []
+
+    def check(gname: str, hname: str) -> None:
+        # gguf-py's map of the HF name as convert_hf_to_gguf passes it (experts merged, the
+        # text model's prefix as "model.", dt_bias renamed dt_proj.bias)
+        h = re.sub(r"\.experts\.\d+\.", ".experts.", hname.replace(f"{pre}.", "model.", 1))
+        h = h.replace(".dt_bias", ".dt_proj.bias")
+        want = names.get_name(h, try_suffixes=(".weight", ".bias"))
+        if want != gname:
+            sys.exit(f"error: {hname} -> {gname}, but gguf's name map says {want}")
+
+    def want_shape(hname: str, shape: list[int]) -> None:
+        if src.shape(hname) != shape:
+            sys.exit(f"error: {hname}: {src.shape(hname)}, wanted {shape}")
+
+    def bf16(gname: str, hname: str) -> None:
+        check(gname, hname)
+        out.append((gname, src.shape(hname), BF16, lambda h=hname: src.span(h)))
+
+    def f32(gname: str, hname: str, shape: list[int], fn=lambda x: x) -> None:
+        check(gname, hname)
+        out.append((gname, shape, "F32", lambda h=hname, fn=fn, shape=shape:
+                    np.ascontiguousarray(fn(src.f32(h)), dtype=np.float32).reshape(shape)))
+
+    def one_plus(x: np.ndarray) -> np.ndarray:  # zero-centred RMSNorm weight, applied as 1 + w
+        return x + np.float32(1.0)
+
+    def rows(hname: str, first: int, heads: list[int], head_rows: int) -> Spans:
+        """Rows [0, first) of a BF16 matrix, then its blocks of head_rows rows in `heads` order:
+        a row permutation is a list of byte ranges of the source."""
+        row = src.shape(hname)[1] * 2
+        out_ = src.span(hname, 0, first * row) if first else None
+        for hd in heads:
+            s = src.span(hname, (first + hd * head_rows) * row, head_rows * row)
+            out_ = s if out_ is None else out_ + s
+        return out_
+
+    def v_rows(gname: str, hname: str, first: int, head_rows: int) -> None:
+        check(gname, hname)
+        out.append((gname, src.shape(hname), BF16,
+                    lambda h=hname, f=first, r=head_rows: rows(h, f, order, r)))
+
+    def v_vec(x: np.ndarray) -> np.ndarray:  # [n_v] per value head
+        return x.reshape(n_k, per_k).T.reshape(-1)
+
+    def bf16_matrix(hname: str) -> np.ndarray:
+        path, _, shape, off, n = src.tensors[hname]
+        return np.frombuffer(os.pread(src.fd(path), n, off), dtype=np.uint16).reshape(shape)
+
+    bf16("token_embd.weight", f"{pre}.embed_tokens.weight")
+    for l in range(layers):
+        h = f"{p}.{l}"
+        b = f"blk.{l}"
+        f32(f"{b}.attn_norm.weight", f"{h}.input_layernorm.weight", [hidden], one_plus)
+        if types[l] == "full_attention":
+            a = f"{h}.self_attn"
+            # q_proj: per head [q_h | gate_h] (2 * heads * head_dim rows), as llama.cpp's graph
+            # splits it: no reordering.
+            for x in "qkv":
+                bf16(f"{b}.attn_{x}.weight", f"{a}.{x}_proj.weight")
+            bf16(f"{b}.attn_output.weight", f"{a}.o_proj.weight")
+            hd = src.shape(f"{a}.q_norm.weight")[0]
+            f32(f"{b}.attn_q_norm.weight", f"{a}.q_norm.weight", [hd], one_plus)
+            f32(f"{b}.attn_k_norm.weight", f"{a}.k_norm.weight", [hd], one_plus)
+            for x in ("q", "k", "v", "o"):
+                if src.has(f"{a}.{x}_proj.bias"):
+                    sys.exit(f"error: {a}.{x}_proj.bias: attention biases are not handled")
+        else:
+            a = f"{h}.linear_attn"
+            want_shape(f"{a}.in_proj_qkv.weight", [conv_dim, hidden])
+            want_shape(f"{a}.in_proj_z.weight", [value_dim, hidden])
+            want_shape(f"{a}.in_proj_b.weight", [n_v, hidden])
+            want_shape(f"{a}.in_proj_a.weight", [n_v, hidden])
+            want_shape(f"{a}.conv1d.weight", [conv_dim, 1, kernel])
+            want_shape(f"{a}.out_proj.weight", [hidden, value_dim])
+            # q and k rows stay, the value rows (heads of dv rows) move
+            v_rows(f"{b}.attn_qkv.weight", f"{a}.in_proj_qkv.weight", 2 * key_dim, dv)
+            v_rows(f"{b}.attn_gate.weight", f"{a}.in_proj_z.weight", 0, dv)
+            v_rows(f"{b}.ssm_beta.weight", f"{a}.in_proj_b.weight", 0, 1)
+            v_rows(f"{b}.ssm_alpha.weight", f"{a}.in_proj_a.weight", 0, 1)
+            # conv1d [C, 1, K] squeezed to [C, K], F32 (ggml_ssm_conv reads F32 only); its value
+            # channels move with the heads
+            f32(f"{b}.ssm_conv1d.weight", f"{a}.conv1d.weight", [conv_dim, kernel],
+                lambda x: np.concatenate([x.reshape(conv_dim, kernel)[:2 * key_dim],
+                                          x.reshape(conv_dim, kernel)[2 * key_dim:]
+                                          .reshape(n_k, per_k, dv, kernel).transpose(1, 0, 2, 3)
+                                          .reshape(value_dim, kernel)]))
+            f32(f"{b}.ssm_dt.bias", f"{a}.dt_bias", [n_v], v_vec)
+            # A_log -> ssm_a = -exp(A_log) (f32, as torch computes it in convert_hf_to_gguf.py)
+            f32(f"{b}.ssm_a", f"{a}.A_log", [n_v], lambda x: -np.exp(v_vec(x)))
+            # the gated output norm is applied as w in both: no + 1
+            f32(f"{b}.ssm_norm.weight", f"{a}.norm.weight", [dv])
+            check(f"{b}.ssm_out.weight", f"{a}.out_proj.weight")
+            out.append((f"{b}.ssm_out.weight", [hidden, value_dim], BF16,
+                        lambda hn=f"{a}.out_proj.weight": np.ascontiguousarray(
+                            bf16_matrix(hn).reshape(hidden, n_k, per_k, dv).transpose(0, 2, 1, 3)
+                            .reshape(hidden, value_dim))))
+        f32(f"{b}.post_attention_norm.weight", f"{h}.post_attention_layernorm.weight", [hidden], one_plus)
+        bf16(f"{b}.ffn_gate_inp.weight", f"{h}.mlp.gate.weight")
+        at = len(out)
+        stacked_experts(src, out, f"{h}.mlp.experts", b, n_exp)
+        for gname, _, _, _ in out[at:]:
+            x = gname.split(".")[2].split("_")[1]  # gate / up / down
+            check(gname, f"{h}.mlp.experts.0.{x}_proj.weight")
+        for x in ("gate", "up", "down"):
+            bf16(f"{b}.ffn_{x}_shexp.weight", f"{h}.mlp.shared_expert.{x}_proj.weight")
+        # [1, H]: llama.cpp declares it {n_embd} and accepts ne {H, 1}; BF16 like the router
+        want_shape(f"{h}.mlp.shared_expert_gate.weight", [1, hidden])
+        bf16(f"{b}.ffn_gate_inp_shexp.weight", f"{h}.mlp.shared_expert_gate.weight")
+    f32("output_norm.weight", f"{pre}.norm.weight", [hidden], one_plus)
+    if src.has("lm_head.weight") and not cfg.get("tie_word_embeddings", False):
+        bf16("output.weight", "lm_head.weight")
+    skipped = [n for n in src.tensors if n.startswith("mtp.") or n.startswith("model.visual.")]
+    if skipped:
+        print(f"note: {len(skipped)} MTP / vision tensors left out", file=sys.stderr)
+
+    full = types.index("full_attention") if "full_attention" in types else None
+    if full is None:
+        sys.exit("error: no full_attention layer: llama.cpp's qwen35moe needs one to read the head sizes")
+    head_dim = int(cfg.get("head_dim", 256))
+    n_head = int(cfg.get("num_attention_heads", 16))
+    n_kv = int(cfg.get("num_key_value_heads", 2))
+    want_shape(f"{p}.{full}.self_attn.q_proj.weight", [2 * n_head * head_dim, hidden])
+    want_shape(f"{p}.{full}.self_attn.k_proj.weight", [n_kv * head_dim, hidden])
+    rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+        sys.exit(f"error: rope_type {rope.get('rope_type')!r}: only the default rope is handled")
+    prf = float(rope.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 0.25)))
+    sections = list(rope.get("mrope_section", [11, 11, 10]))[:4]
+    sections += [0] * (4 - len(sections))
+    e0 = f"{p}.0.mlp.experts"
+    moe_i = (src.shape(f"{e0}.gate_up_proj")[1] // 2 if src.has(f"{e0}.gate_up_proj")
+             else src.shape(f"{e0}.0.gate_proj.weight")[0])
+    moe_i = int(cfg.get("moe_intermediate_size", moe_i))
+    shared_i = int(cfg.get("shared_expert_intermediate_size", src.shape(f"{p}.0.mlp.shared_expert.gate_proj.weight")[0]))
+    if src.shape(f"{p}.0.mlp.shared_expert.gate_proj.weight")[0] != shared_i:
+        sys.exit("error: shared expert width disagrees with shared_expert_intermediate_size")
+    hp = {
+        "layers": layers,
+        "hidden": hidden,
+        "ctx": int(cfg.get("max_position_embeddings", 262144)),
+        "moe_i": moe_i,
+        "shared_i": shared_i,
+        "n_head": n_head,
+        "n_kv": n_kv,
+        "head_dim": head_dim,
+        "n_rot": int(head_dim * prf),
+        "sections": sections,
+        "rope_theta": float(rope.get("rope_theta", cfg.get("rope_theta", 10_000_000.0))),
+        "eps": float(cfg.get("rms_norm_eps", 1e-6)),
+        "n_exp": n_exp,
+        "top_k": int(cfg.get("num_experts_per_tok", 8)),
+        "conv_kernel": kernel,
+        "state_size": dk,
+        "group_count": n_k,
+        "dt_rank": n_v,
+        "inner_size": value_dim,
+        "recurrent": [t == "linear_attention" for t in types],
+        "every": every,
+        "vocab": src.shape(f"{pre}.embed_tokens.weight")[0],
+    }
+    if dk != dv:
+        sys.exit(f"error: linear_key_head_dim {dk} != linear_value_head_dim {dv}: llama.cpp's qwen35moe takes both as ssm.state_size")
+    return out, hp
+
+
+def check_q35(path: Path, src: Source, cfg: dict, pre: str) -> None:
+    """An independent check of the Qwen3.5 transforms, on whole tensors and as
+    convert_hf_to_gguf.py writes them (_reorder_v_heads: reshape the head axis to
+    [n_k, per_k, d] and swap the first two): every linear_attn tensor, and the norms' + 1."""
+    n_k = int(cfg.get("linear_num_key_heads", 16))
+    n_v = int(cfg.get("linear_num_value_heads", 32))
+    dk = int(cfg.get("linear_key_head_dim", 128))
+    dv = int(cfg.get("linear_value_head_dim", 128))
+    per_k = n_v // n_k
+
+    def reorder(t: np.ndarray, dim: int, hd: int) -> np.ndarray:
+        shape = list(t.shape)
+        t = t.reshape(shape[:dim] + [n_k, per_k, hd] + shape[dim + 1:])
+        return np.swapaxes(t, dim, dim + 1).reshape(shape)
+
+    def load(name: str) -> np.ndarray:
+        path_, dtype, shape, off, n = src.tensors[name]
+        raw = os.pread(src.fd(path_), n, off)
+        if dtype == "F32":
+            return np.frombuffer(raw, dtype="<f4").reshape(shape)
+        return (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32).reshape(shape)
+
+    r = gguf.GGUFReader(path)
+    got = {t.name: t for t in r.tensors}
+
+    def gg(name: str) -> np.ndarray:
+        t = got[name]
+        d = np.asarray(t.data)
+        if t.tensor_type == gguf.GGMLQuantizationType.BF16:
+            d = (d.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+        return d.reshape([int(x) for x in reversed(t.shape)])
+
+    n = 0
+    for l in range(int(cfg["num_hidden_layers"])):
+        a = f"{pre}.layers.{l}.linear_attn"
+        b = f"blk.{l}"
+        if not src.has(f"{a}.in_proj_qkv.weight"):
+            for hn, gn in ((f"{pre}.layers.{l}.self_attn.q_norm.weight", f"{b}.attn_q_norm.weight"),
+                           (f"{pre}.layers.{l}.self_attn.k_norm.weight", f"{b}.attn_k_norm.weight")):
+                assert np.array_equal(gg(gn), load(hn) + np.float32(1)), gn
+                n += 1
+            continue
+        qkv = load(f"{a}.in_proj_qkv.weight")
+        q, k, v = qkv[:n_k * dk], qkv[n_k * dk:2 * n_k * dk], qkv[2 * n_k * dk:]
+        conv = load(f"{a}.conv1d.weight").squeeze()
+        want = {
+            f"{b}.attn_qkv.weight": np.concatenate([q, k, reorder(v, 0, dv)]),
+            f"{b}.attn_gate.weight": reorder(load(f"{a}.in_proj_z.weight"), 0, dv),
+            f"{b}.ssm_beta.weight": reorder(load(f"{a}.in_proj_b.weight"), 0, 1),
+            f"{b}.ssm_alpha.weight": reorder(load(f"{a}.in_proj_a.weight"), 0, 1),
+            f"{b}.ssm_conv1d.weight": np.concatenate([conv[:2 * n_k * dk], reorder(conv[2 * n_k * dk:], 0, dv)]),
+            f"{b}.ssm_dt.bias": reorder(load(f"{a}.dt_bias")[:, None], 0, 1)[:, 0],
+            f"{b}.ssm_a": -np.exp(reorder(load(f"{a}.A_log")[:, None], 0, 1)[:, 0]),
+            f"{b}.ssm_norm.weight": load(f"{a}.norm.weight"),
+            f"{b}.ssm_out.weight": reorder(load(f"{a}.out_proj.weight"), 1, dv),
+        }
+        for gn, w in want.items():
+            if not np.array_equal(gg(gn), w.astype(np.float32)):
+                sys.exit(f"check: {gn} differs from convert_hf_to_gguf.py's transform")
+            n += 1
+    for hn, gn in ((f"{pre}.norm.weight", "output_norm.weight"),
+                   (f"{pre}.layers.0.input_layernorm.weight", "blk.0.attn_norm.weight"),
+                   (f"{pre}.layers.0.post_attention_layernorm.weight", "blk.0.post_attention_norm.weight")):
+        if not np.array_equal(gg(gn), load(hn) + np.float32(1)):
+            sys.exit(f"check: {gn} != 1 + {hn}")
+        n += 1
+    print(f"check: {n} Qwen3.5 tensors equal to convert_hf_to_gguf.py's transforms of the source", file=sys.stderr)
+
+
 def verify(path: Path, tensors: list, kv: dict) -> None:
     """Re-read the GGUF: its key/values and tensor directory with gguf's own reader, then every
     tensor's bytes (pread, chunk by chunk) against what was meant: the source's bytes, or for
@@ -422,18 +700,25 @@ def main() -> None:
     args = ap.parse_args()
     cfg = json.loads((args.src / "config.json").read_text())
     family = cfg.get("model_type") or "qwen3_moe"
-    if family not in ("qwen3_moe", "glm4_moe"):
-        sys.exit(f"error: model_type {family!r}: only qwen3_moe and glm4_moe are handled")
+    pre = "model"
+    if family == "qwen3_5_moe":  # the multimodal wrapper: its text model only
+        cfg, pre, family = cfg["text_config"], "model.language_model", "qwen3_5_moe_text"
+    if family not in ("qwen3_moe", "glm4_moe", "qwen3_5_moe_text"):
+        sys.exit(f"error: model_type {family!r}: only qwen3_moe, glm4_moe and qwen3_5_moe_text are handled")
     src = Source(args.src)
-    tensors, hp = (plan_glm if family == "glm4_moe" else plan)(src, cfg)
+    if family == "qwen3_5_moe_text":
+        tensors, hp = plan_q35(src, cfg, pre)
+    else:
+        tensors, hp = (plan_glm if family == "glm4_moe" else plan)(src, cfg)
 
-    w = gguf.GGUFWriter(args.out, GLM_ARCH if family == "glm4_moe" else ARCH)
+    w = gguf.GGUFWriter(args.out, {"glm4_moe": GLM_ARCH, "qwen3_5_moe_text": Q35_ARCH}.get(family, ARCH))
     w.add_name(f"{args.src.name} (tarfa bench/llama/safetensors_to_gguf.py)")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
     w.add_block_count(hp["layers"])
     w.add_context_length(hp["ctx"])
     w.add_embedding_length(hp["hidden"])
-    w.add_feed_forward_length(hp["ff"])
+    if "ff" in hp:  # qwen3_5_moe_text has no intermediate_size: convert_hf_to_gguf.py writes none
+        w.add_feed_forward_length(hp["ff"])
     w.add_head_count(hp["n_head"])
     w.add_head_count_kv(hp["n_kv"])
     w.add_key_length(hp["head_dim"])
@@ -455,6 +740,18 @@ def main() -> None:
         if hp["topk_group"] is not None:
             w.add_expert_group_used_count(int(hp["topk_group"]))
         w.add_nextn_predict_layers(0)
+    if family == "qwen3_5_moe_text":  # as Qwen3_5MoeTextModel (Qwen3NextModel, Qwen2MoeModel)
+        w.add_expert_shared_feed_forward_length(hp["shared_i"])
+        w.add_rope_dimension_sections(hp["sections"])
+        w.add_ssm_conv_kernel(hp["conv_kernel"])
+        w.add_ssm_state_size(hp["state_size"])
+        w.add_ssm_group_count(hp["group_count"])
+        w.add_ssm_time_step_rank(hp["dt_rank"])
+        w.add_ssm_inner_size(hp["inner_size"])
+        # add_recurrent_layers (gguf-py of llama.cpp 0c1e570) is not in gguf 0.19.0: the same key
+        w.add_array(f"{Q35_ARCH}.attention.recurrent_layers", hp["recurrent"])
+        w.add_full_attention_interval(hp["every"])
+        w.add_rope_dimension_count(hp["n_rot"])
     w.add_vocab_size(hp["vocab"])
     w.add_tokenizer_model("none")
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
@@ -482,6 +779,8 @@ def main() -> None:
     print(f"{args.out}: {len(tensors)} tensors, {size} bytes, {hp}, {time.time() - t0:.1f} s", file=sys.stderr)
     if args.verify:
         verify(args.out, tensors, kv)
+        if family == "qwen3_5_moe_text":
+            check_q35(args.out, src, cfg, pre)
 
 
 if __name__ == "__main__":

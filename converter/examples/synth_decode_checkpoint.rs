@@ -18,6 +18,21 @@
 //! layer 0 a dense MLP (intermediate 6144), then MoE layers with the sigmoid router and its
 //! `e_score_correction_bias`, one shared expert of width 768, q/k/v biases without q/k norm,
 //! rotary on half of each head, `routed_scaling_factor` 2.5 (GLM-4.5's).
+//!
+//! With `SYNTH_FAMILY=qwen3_5_moe` it writes a Qwen3.5-MoE text checkpoint
+//! (`Qwen3_5MoeForCausalLM`, `model_type` `qwen3_5_moe_text`) shaped like Qwen3.5-35B-A3B's
+//! layers: hidden 2048; `layer_types` three `linear_attention` (Gated DeltaNet: 16 key heads and
+//! 32 value heads of 128, conv kernel 4) then one `full_attention` (16 query heads, 2 key/value
+//! heads of head_dim 256, gated `q_proj` of 2·16·256 rows, per head `[q_h | gate_h]`, q/k norm,
+//! rotary on a quarter of each head), repeating; every layer MoE with 256 experts of 512, top-8,
+//! one shared expert of 512 behind a sigmoid `shared_expert_gate`. LAYERS must be at least 4
+//! (layer `l` is full attention where `(l + 1) % 4 == 0`: 10 layers are 8 DeltaNet and 2
+//! full-attention layers, the last two DeltaNet). Its RMSNorm weights (input/post-attention,
+//! final, q/k norm) are zero-centred (applied as 1 + w) and drawn about 0 (std 0.05); the
+//! DeltaNet output norm is applied as w and drawn about 1; `A_log` and `dt_bias` about 1.0
+//! (std 0.5), `conv1d` std 0.2. About 1.69 GB a layer (BF16; the 256 experts are 1.61 GB of
+//! it); 10 layers with the default vocabulary of 32,768 make 17.10 GB (15.9 GiB), 4 layers with
+//! a vocabulary of 4096 make 6.76 GB.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -31,6 +46,22 @@ const EXPERTS: u64 = 128;
 const TOP_K: u64 = 8;
 const MOE_INTER: u64 = 768;
 const DENSE_INTER: u64 = 6144;
+
+/// Qwen3.5-35B-A3B's widths (`SYNTH_FAMILY=qwen3_5_moe`).
+mod q35 {
+    pub const HEADS: u64 = 16;
+    pub const KV_HEADS: u64 = 2;
+    pub const HEAD_DIM: u64 = 256;
+    pub const EXPERTS: u64 = 256;
+    pub const MOE_INTER: u64 = 512;
+    pub const SHARED_INTER: u64 = 512;
+    pub const LIN_K_HEADS: u64 = 16;
+    pub const LIN_V_HEADS: u64 = 32;
+    pub const LIN_K_DIM: u64 = 128;
+    pub const LIN_V_DIM: u64 = 128;
+    pub const CONV_KERNEL: u64 = 4;
+    pub const FULL_EVERY: u64 = 4;
+}
 
 /// One tensor: name, shape, and the mean and standard deviation its values are drawn with.
 struct Tensor {
@@ -51,9 +82,28 @@ impl Tensor {
 enum Family {
     Qwen3Moe,
     Glm4Moe,
+    Qwen3_5Moe,
+}
+
+impl Family {
+    fn name(self) -> &'static str {
+        match self {
+            Family::Qwen3Moe => "qwen3_moe",
+            Family::Glm4Moe => "glm4_moe",
+            Family::Qwen3_5Moe => "qwen3_5_moe",
+        }
+    }
+}
+
+/// Layer `l` of a Qwen3.5 checkpoint is full attention (the others Gated DeltaNet).
+fn q35_full(l: u64) -> bool {
+    (l + 1) % q35::FULL_EVERY == 0
 }
 
 fn tensors(family: Family, layers: u64, vocab: u64) -> Vec<Tensor> {
+    if family == Family::Qwen3_5Moe {
+        return tensors_q35(layers, vocab);
+    }
     let glm = family == Family::Glm4Moe;
     let w = |name: String, shape: Vec<u64>| Tensor {
         name,
@@ -120,6 +170,72 @@ fn tensors(family: Family, layers: u64, vocab: u64) -> Vec<Tensor> {
     t.push(norm("model.norm.weight".into(), h));
     t.push(w("lm_head.weight".into(), vec![vocab, h]));
     t
+}
+
+/// Qwen3.5-MoE (`qwen3_5_moe_text`): the tensors of `Qwen3_5MoeForCausalLM` as transformers
+/// names them, experts per expert as for the other families.
+fn tensors_q35(layers: u64, vocab: u64) -> Vec<Tensor> {
+    use q35::*;
+    let t = |name: String, shape: Vec<u64>, mean: f32, std: f32| Tensor {
+        name,
+        shape,
+        mean,
+        std,
+    };
+    let w = |name: String, shape: Vec<u64>| t(name, shape, 0.0, 0.02);
+    // Zero-centred RMSNorm weights (applied as 1 + w).
+    let norm0 = |name: String, n: u64| t(name, vec![n], 0.0, 0.05);
+    let h = HIDDEN;
+    let (q, kv) = (HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM);
+    let (key_dim, value_dim) = (LIN_K_HEADS * LIN_K_DIM, LIN_V_HEADS * LIN_V_DIM);
+    let conv_dim = 2 * key_dim + value_dim;
+    let mut v = vec![w("model.embed_tokens.weight".into(), vec![vocab, h])];
+    for l in 0..layers {
+        let p = format!("model.layers.{l}");
+        v.push(norm0(format!("{p}.input_layernorm.weight"), h));
+        if q35_full(l) {
+            let a = format!("{p}.self_attn");
+            v.push(w(format!("{a}.q_proj.weight"), vec![2 * q, h]));
+            v.push(w(format!("{a}.k_proj.weight"), vec![kv, h]));
+            v.push(w(format!("{a}.v_proj.weight"), vec![kv, h]));
+            v.push(w(format!("{a}.o_proj.weight"), vec![h, q]));
+            v.push(norm0(format!("{a}.q_norm.weight"), HEAD_DIM));
+            v.push(norm0(format!("{a}.k_norm.weight"), HEAD_DIM));
+        } else {
+            let a = format!("{p}.linear_attn");
+            v.push(w(format!("{a}.in_proj_qkv.weight"), vec![conv_dim, h]));
+            v.push(w(format!("{a}.in_proj_z.weight"), vec![value_dim, h]));
+            v.push(w(format!("{a}.in_proj_b.weight"), vec![LIN_V_HEADS, h]));
+            v.push(w(format!("{a}.in_proj_a.weight"), vec![LIN_V_HEADS, h]));
+            v.push(t(
+                format!("{a}.conv1d.weight"),
+                vec![conv_dim, 1, CONV_KERNEL],
+                0.0,
+                0.2,
+            ));
+            v.push(t(format!("{a}.dt_bias"), vec![LIN_V_HEADS], 1.0, 0.5));
+            v.push(t(format!("{a}.A_log"), vec![LIN_V_HEADS], 1.0, 0.5));
+            // The gated output norm is applied as w, not 1 + w.
+            v.push(t(format!("{a}.norm.weight"), vec![LIN_V_DIM], 1.0, 0.05));
+            v.push(w(format!("{a}.out_proj.weight"), vec![h, value_dim]));
+        }
+        v.push(norm0(format!("{p}.post_attention_layernorm.weight"), h));
+        v.push(w(format!("{p}.mlp.gate.weight"), vec![EXPERTS, h]));
+        for x in 0..EXPERTS {
+            let e = format!("{p}.mlp.experts.{x}");
+            v.push(w(format!("{e}.gate_proj.weight"), vec![MOE_INTER, h]));
+            v.push(w(format!("{e}.up_proj.weight"), vec![MOE_INTER, h]));
+            v.push(w(format!("{e}.down_proj.weight"), vec![h, MOE_INTER]));
+        }
+        let s = format!("{p}.mlp.shared_expert");
+        v.push(w(format!("{s}.gate_proj.weight"), vec![SHARED_INTER, h]));
+        v.push(w(format!("{s}.up_proj.weight"), vec![SHARED_INTER, h]));
+        v.push(w(format!("{s}.down_proj.weight"), vec![h, SHARED_INTER]));
+        v.push(w(format!("{p}.mlp.shared_expert_gate.weight"), vec![1, h]));
+    }
+    v.push(norm0("model.norm.weight".into(), h));
+    v.push(w("lm_head.weight".into(), vec![vocab, h]));
+    v
 }
 
 /// BF16 bits of element `i` of the tensor whose name hashes to `seed`: mean + std * z, z a sum of
@@ -227,7 +343,60 @@ fn write_checkpoint(
             serde_json::to_vec_pretty(&index)?,
         )?;
     }
-    let config = if family == Family::Glm4Moe {
+    let config = if family == Family::Qwen3_5Moe {
+        // What transformers' Qwen3_5MoeTextConfig reads (Qwen3.5-35B-A3B's text_config, less
+        // the MTP layer and with this file's layer count and vocabulary).
+        let layer_types: Vec<&str> = (0..layers)
+            .map(|l| {
+                if q35_full(l) {
+                    "full_attention"
+                } else {
+                    "linear_attention"
+                }
+            })
+            .collect();
+        serde_json::json!({
+            "architectures": ["Qwen3_5MoeForCausalLM"],
+            "model_type": "qwen3_5_moe_text",
+            "attention_bias": false,
+            "attention_dropout": 0.0,
+            "head_dim": q35::HEAD_DIM,
+            "hidden_act": "silu",
+            "hidden_size": HIDDEN,
+            "initializer_range": 0.02,
+            "layer_types": layer_types,
+            "full_attention_interval": q35::FULL_EVERY,
+            "linear_conv_kernel_dim": q35::CONV_KERNEL,
+            "linear_key_head_dim": q35::LIN_K_DIM,
+            "linear_num_key_heads": q35::LIN_K_HEADS,
+            "linear_num_value_heads": q35::LIN_V_HEADS,
+            "linear_value_head_dim": q35::LIN_V_DIM,
+            "max_position_embeddings": 262144,
+            "moe_intermediate_size": q35::MOE_INTER,
+            "shared_expert_intermediate_size": q35::SHARED_INTER,
+            "num_attention_heads": q35::HEADS,
+            "num_key_value_heads": q35::KV_HEADS,
+            "num_experts": q35::EXPERTS,
+            "num_experts_per_tok": TOP_K,
+            "num_hidden_layers": layers,
+            "rms_norm_eps": 1e-6,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10_000_000.0,
+                "partial_rotary_factor": 0.25,
+                "mrope_section": [11, 11, 10],
+                "mrope_interleaved": true,
+            },
+            "router_aux_loss_coef": 0.001,
+            "output_router_logits": false,
+            "use_cache": true,
+            "tie_word_embeddings": false,
+            "vocab_size": vocab,
+            "bos_token_id": null,
+            "eos_token_id": null,
+            "torch_dtype": "bfloat16",
+        })
+    } else if family == Family::Glm4Moe {
         serde_json::json!({
             "architectures": ["Glm4MoeForCausalLM"],
             "model_type": "glm4_moe",
@@ -308,20 +477,36 @@ fn main() {
     let family = match std::env::var("SYNTH_FAMILY").as_deref() {
         Err(_) | Ok("qwen3_moe") => Family::Qwen3Moe,
         Ok("glm4_moe") => Family::Glm4Moe,
+        Ok("qwen3_5_moe") => Family::Qwen3_5Moe,
         Ok(other) => {
-            eprintln!("error: SYNTH_FAMILY={other:?}: qwen3_moe or glm4_moe");
+            eprintln!("error: SYNTH_FAMILY={other:?}: qwen3_moe, glm4_moe or qwen3_5_moe");
             std::process::exit(2);
         }
     };
+    if family == Family::Qwen3_5Moe && layers < q35::FULL_EVERY {
+        eprintln!(
+            "error: SYNTH_FAMILY=qwen3_5_moe: LAYERS {layers} must be at least {} \
+             (three linear-attention layers, then one full-attention layer)",
+            q35::FULL_EVERY
+        );
+        std::process::exit(2);
+    }
     let t = std::time::Instant::now();
     match write_checkpoint(family, Path::new(dir), layers, shards, vocab) {
-        Ok(total) => println!(
-            "{dir}: {} {layers} layers x {EXPERTS} experts (top-{TOP_K}), {HEADS}x{HEAD_DIM} query / \
-             {KV_HEADS}x{HEAD_DIM} kv heads, vocab {vocab}, {total} bytes in {shards} shards, \
-             written in {:.1} s",
-            if family == Family::Glm4Moe { "glm4_moe" } else { "qwen3_moe" },
-            t.elapsed().as_secs_f64()
-        ),
+        Ok(total) => {
+            let (experts, heads, kv_heads, head_dim) = if family == Family::Qwen3_5Moe {
+                (q35::EXPERTS, q35::HEADS, q35::KV_HEADS, q35::HEAD_DIM)
+            } else {
+                (EXPERTS, HEADS, KV_HEADS, HEAD_DIM)
+            };
+            println!(
+                "{dir}: {} {layers} layers x {experts} experts (top-{TOP_K}), \
+                 {heads}x{head_dim} query / {kv_heads}x{head_dim} kv heads, vocab {vocab}, \
+                 {total} bytes in {shards} shards, written in {:.1} s",
+                family.name(),
+                t.elapsed().as_secs_f64()
+            )
+        }
         Err(e) => {
             eprintln!("error: {dir}: {e}");
             std::process::exit(1);
