@@ -167,23 +167,16 @@ extern "C" {
         qstride: i32,
         gated: i32,
     );
-    fn emu_delta_conv(
-        g: u32,
-        b: u32,
-        s: u32,
-        mixed: *const f32,
-        w: *const u8,
-        wdt: i32,
-        channels: i32,
-        kernel: i32,
-        state: *mut f32,
-        out: *mut f32,
-    );
     fn emu_delta_heads(
         g: u32,
         b: u32,
         s: u32,
-        c: *const f32,
+        mixed: *const f32,
+        conv_w: *const u8,
+        conv_dtype: i32,
+        kernel: i32,
+        hist: *mut f32,
+        params: *const i32,
         z: *const f32,
         bv: *const f32,
         av: *const f32,
@@ -659,14 +652,16 @@ pub struct DeltaIn<'a> {
     pub eps: f32,
 }
 
-/// One token through a DeltaNet layer as the engine launches it: `tarfa_e_delta_conv` (a thread
-/// per channel, blocks of 256) then `tarfa_e_delta_heads` (a block of
-/// [`tarfa_cuda::delta_block`] threads per value head, 2·dk + dv floats of shared memory). `conv_state` (`(kernel − 1) · conv_dim` floats, oldest row
-/// first) and `state` (`v_heads · dv · dk`) are advanced; returns the heads' output.
-#[allow(unsafe_code)] // the FFI calls into the emulation, SAFETY at the calls
+/// One token at position `pos` through a DeltaNet layer as the engine launches it:
+/// `tarfa_e_delta_heads`, a block of [`tarfa_cuda::delta_block`] threads per value head, 2·dk +
+/// 2·dv floats of shared memory. `hist` (the convolution's ring: `kernel · conv_dim` floats,
+/// position p in row p mod kernel) and `state` (`v_heads · dv · dk`) are advanced; returns the
+/// heads' output.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 pub fn delta_step(
     d: &DeltaIn<'_>,
-    conv_state: &mut Vec<f32>,
+    pos: usize,
+    hist: &mut Vec<f32>,
     state: &mut Vec<f32>,
     (mixed, z, b, a): (&[f32], &[f32], &[f32], &[f32]),
 ) -> Vec<f32> {
@@ -677,41 +672,30 @@ pub fn delta_step(
         (mixed.len(), z.len(), b.len(), a.len()),
         (cd, vd, d.v_heads, d.v_heads)
     );
-    assert_eq!(conv_state.len(), (d.kernel - 1).max(1) * cd);
+    assert_eq!(hist.len(), d.kernel * cd);
     assert_eq!(state.len(), d.v_heads * d.dv * d.dk);
     assert_eq!(d.conv.elems(), cd * d.kernel);
     assert_eq!((d.dt_bias.elems(), d.a_log.elems()), (d.v_heads, d.v_heads));
     assert_eq!(d.norm.elems(), d.dv);
-    let (ma, cw, cs, co) = (
-        fl(mixed),
-        d.conv.aligned(),
-        fl(conv_state),
-        fl(&vec![0.0; cd]),
-    );
+    let (ma, cw, hs) = (fl(mixed), d.conv.aligned(), fl(hist));
     let (za, ba, aa) = (fl(z), fl(b), fl(a));
     let (dt, al, nw) = (d.dt_bias.aligned(), d.a_log.aligned(), d.norm.aligned());
     let (st, out) = (fl(state), fl(&vec![0.0; vd]));
-    // SAFETY: sizes asserted above: mixed and the output conv_dim floats, the weights conv_dim ×
-    // kernel elements, the history (kernel − 1) × conv_dim floats; then z and out v_heads·dv,
-    // b and a v_heads, the state v_heads·dv·dk; shared memory 2·dk + dv floats.
+    let params = [0i32, pos as i32];
+    // SAFETY: sizes asserted above: mixed conv_dim floats, the weights conv_dim × kernel
+    // elements, the ring kernel × conv_dim floats; z and out v_heads·dv, b and a v_heads, the
+    // state v_heads·dv·dk; shared memory 2·dk + 2·dv floats.
     unsafe {
-        emu_delta_conv(
-            cd.div_ceil(BLOCK as usize) as u32,
-            BLOCK,
-            0,
-            ma.ptr() as _,
-            cw.ptr(),
-            d.conv.dt.code(),
-            cd as i32,
-            d.kernel as i32,
-            cs.ptr() as *mut f32,
-            co.ptr() as *mut f32,
-        );
         emu_delta_heads(
             d.v_heads as u32,
             tarfa_cuda::delta_block(d.dv),
-            ((2 * d.dk + d.dv) * 4) as u32,
-            co.ptr() as _,
+            ((2 * d.dk + 2 * d.dv) * 4) as u32,
+            ma.ptr() as _,
+            cw.ptr(),
+            d.conv.dt.code(),
+            d.kernel as i32,
+            hs.ptr() as *mut f32,
+            params.as_ptr(),
             za.ptr() as _,
             ba.ptr() as _,
             aa.ptr() as _,
@@ -731,7 +715,7 @@ pub fn delta_step(
             out.ptr() as *mut f32,
         );
     }
-    *conv_state = cs.floats();
+    *hist = hs.floats();
     *state = st.floats();
     out.floats()
 }
@@ -1591,9 +1575,9 @@ impl EngineDevice for EmuDevice {
                         n(24)?,
                     );
                 }
-                Kernel::DeltaConv => {
-                    count(7)?;
-                    emu_delta_conv(
+                Kernel::DeltaHeads => {
+                    count(23)?;
+                    emu_delta_heads(
                         g,
                         b,
                         s,
@@ -1601,35 +1585,25 @@ impl EngineDevice for EmuDevice {
                         p(1)? as _,
                         n(2)?,
                         n(3)?,
-                        n(4)?,
+                        p(4)? as _,
                         p(5)? as _,
                         p(6)? as _,
-                    );
-                }
-                Kernel::DeltaHeads => {
-                    count(18)?;
-                    emu_delta_heads(
-                        g,
-                        b,
-                        s,
-                        p(0)? as _,
-                        p(1)? as _,
-                        p(2)? as _,
-                        p(3)? as _,
-                        p(4)? as _,
-                        n(5)?,
-                        p(6)? as _,
-                        n(7)?,
+                        p(7)? as _,
                         p(8)? as _,
-                        n(9)?,
+                        p(9)? as _,
                         n(10)?,
-                        n(11)?,
+                        p(11)? as _,
                         n(12)?,
-                        n(13)?,
-                        f(14)?,
-                        f(15)?,
-                        p(16)? as _,
-                        p(17)? as _,
+                        p(13)? as _,
+                        n(14)?,
+                        n(15)?,
+                        n(16)?,
+                        n(17)?,
+                        n(18)?,
+                        f(19)?,
+                        f(20)?,
+                        p(21)? as _,
+                        p(22)? as _,
                     );
                 }
                 Kernel::Topk => {

@@ -296,9 +296,9 @@ struct DevAttention<B> {
     vcache: B,
 }
 
-/// [`HostDeltaNet`] on the device, with the layer's state: the convolution's history
-/// (`kernel − 1` rows of `conv_dim` floats, oldest first) and each value head's `S` (`dv` rows
-/// of `dk` floats).
+/// [`HostDeltaNet`] on the device, with the layer's state: the convolution's history (a ring of
+/// `kernel` rows of `conv_dim` floats, position p in row p mod kernel) and each value head's `S`
+/// (`dv` rows of `dk` floats).
 #[derive(Debug)]
 struct DevDelta<B> {
     qkv: DevTensor<B>,
@@ -375,10 +375,9 @@ struct Activations<B> {
     /// The shared experts' gate logit and weight (`sigmoid` of it).
     sgz: B,
     sgw: B,
-    /// A DeltaNet layer's projections (q/k/v before the convolution, z, b, a), the
-    /// convolution's output and the heads' output.
+    /// A DeltaNet layer's projections (q/k/v before the convolution, z, b, a) and the heads'
+    /// output.
     mixed: B,
-    conv_out: B,
     dz: B,
     db: B,
     da: B,
@@ -430,12 +429,13 @@ const BLOCK: u32 = 256;
 const ATTN_BLOCK: u32 = 512;
 
 /// Threads of a DeltaNet head's block (`tarfa_e_delta_heads`) for heads `dv` wide: a warp per
-/// four state rows (each warp loads four rows at once), at least two warps (warps 0 and 1
-/// normalise q and k) and at most 16 (the kernel's launch bound, `TARFA_DELTA_THREADS`: a
-/// thread keeps 48 floats of rows, q and k in registers, which 1,024 threads could not each
-/// have). Geometry only: which warp runs a row changes no bit.
+/// eight state rows (a warp loads eight rows at once where the key heads are at most 128 wide,
+/// four where wider), at least two warps (warps 0 and 1 normalise q and k) and at most 16 (the
+/// kernel's launch bound, `TARFA_DELTA_THREADS`: a thread keeps 48 floats of rows, q and k in
+/// registers, which 1,024 threads could not each have). Geometry only: which warp runs a row
+/// changes no bit.
 pub fn delta_block(dv: usize) -> u32 {
-    (dv.div_ceil(4).clamp(2, 16) * 32) as u32
+    (dv.div_ceil(8).clamp(2, 16) * 32) as u32
 }
 
 /// Threads of the RMSNorm block: with its four elements loaded ahead per thread, a hidden size
@@ -627,7 +627,7 @@ impl<D: EngineDevice> Engine<D> {
                         a_log: up(&t.a_log, &w("A_log"), 1, vh, &mut report)?,
                         norm: up(&t.norm, &w("DeltaNet norm"), 1, ds.dv, &mut report)?,
                         out: up(&t.out, &w("out_proj"), h, vd, &mut report)?,
-                        conv_state: dev.alloc((ds.kernel - 1).max(1) * cd * 4)?,
+                        conv_state: dev.alloc(ds.kernel * cd * 4)?,
                         state: dev.alloc(vh * ds.dv * ds.dk * 4)?,
                     })
                 }
@@ -747,7 +747,6 @@ impl<D: EngineDevice> Engine<D> {
             sgz: z(1)?,
             sgw: z(1)?,
             mixed: z(s.delta.map_or(1, |ds| ds.conv_dim()))?,
-            conv_out: z(s.delta.map_or(1, |ds| ds.conv_dim()))?,
             dz: z(s.delta.map_or(1, |ds| ds.value_dim()))?,
             db: z(s.delta.map_or(1, |ds| ds.v_heads))?,
             da: z(s.delta.map_or(1, |ds| ds.v_heads))?,
@@ -882,7 +881,7 @@ impl<D: EngineDevice> Engine<D> {
         let Some(ds) = self.shape.delta else {
             return Ok(());
         };
-        let conv = vec![0u8; (ds.kernel - 1).max(1) * ds.conv_dim() * 4];
+        let conv = vec![0u8; ds.kernel * ds.conv_dim() * 4];
         let state = vec![0u8; ds.v_heads * ds.dv * ds.dk * 4];
         for l in &mut self.layers {
             if let DevMixer::DeltaNet(t) = &mut l.mixer {
@@ -1332,51 +1331,39 @@ impl<D: EngineDevice> Engine<D> {
         self.matvec(&[self.job(&at.o, attn, x, at.bias[3].as_ref(), true)])
     }
 
-    /// The Gated DeltaNet step of the token (its projections computed): the convolution (its
-    /// history advanced), every value head's recurrence (its state advanced) and gated norm,
-    /// then `out_proj` added to x.
+    /// The Gated DeltaNet step of the token (its projections computed), one launch: the
+    /// convolution (its history advanced), every value head's recurrence (its state advanced)
+    /// and gated norm; then `out_proj` added to x.
     fn deltanet(&self, t: &DevDelta<D::Buf>) -> Result<(), CudaError> {
         let s = self.shape;
         let a = &self.a;
         let ds = s
             .delta
             .ok_or_else(|| CudaError::Usage("a DeltaNet layer without its widths".into()))?;
-        let (cd, x) = (ds.conv_dim(), self.p(&a.x));
-        let (conv_out, dout) = (self.p(&a.conv_out), self.p(&a.dout));
-        // SAFETY: mixed and conv_out hold conv_dim floats, the weights conv_dim × kernel
-        // elements of a one-element type (checked in `new`), the history (kernel − 1) ×
-        // conv_dim floats; a thread per channel, those past the last return.
-        unsafe {
-            self.dev.launch(
-                Kernel::DeltaConv,
-                geo(cd.div_ceil(BLOCK as usize), BLOCK, 0)?,
-                &[
-                    Arg::Ptr(self.p(&a.mixed)),
-                    Arg::Ptr(t.conv.ptr),
-                    Arg::I32(t.conv.dtype.code()),
-                    Arg::I32(cd as i32),
-                    Arg::I32(ds.kernel as i32),
-                    Arg::Ptr(self.p(&t.conv_state)),
-                    Arg::Ptr(conv_out),
-                ],
-            )?;
-        }
+        let (x, dout) = (self.p(&a.x), self.p(&a.dout));
         // q's divisor: common's `(dk as f64).sqrt() as f32`.
         let q_div = (ds.dk as f64).sqrt() as f32;
-        // SAFETY: a block per value head (delta_block: ≥ two warps); conv_out holds conv_dim
-        // floats, z and dout v_heads·dv, b and a v_heads; dt_bias and A_log v_heads elements,
-        // the norm dv; the state v_heads·dv·dk floats; dk ≤ MAX_DELTA_DK (checked in `new`);
-        // shared memory 2·dk + dv floats.
+        // SAFETY: a block per value head (delta_block: ≥ two warps, ≤ the kernel's bound);
+        // mixed holds conv_dim floats, the convolution's weights conv_dim × kernel elements of a
+        // one-element type (checked in `new`), the history kernel × conv_dim floats, params[1] a
+        // position ≥ 0; z and dout v_heads·dv floats, b and a v_heads; dt_bias and A_log v_heads
+        // elements, the norm dv; the state v_heads·dv·dk floats; dk ≤ MAX_DELTA_DK (checked in
+        // `new`); shared memory 2·dk + 2·dv floats.
         unsafe {
             self.dev.launch(
                 Kernel::DeltaHeads,
                 geo(
                     ds.v_heads,
                     delta_block(ds.dv),
-                    ((2 * ds.dk + ds.dv) * 4) as u32,
+                    ((2 * ds.dk + 2 * ds.dv) * 4) as u32,
                 )?,
                 &[
-                    Arg::Ptr(conv_out),
+                    Arg::Ptr(self.p(&a.mixed)),
+                    Arg::Ptr(t.conv.ptr),
+                    Arg::I32(t.conv.dtype.code()),
+                    Arg::I32(ds.kernel as i32),
+                    Arg::Ptr(self.p(&t.conv_state)),
+                    Arg::Ptr(self.p(&a.params)),
                     Arg::Ptr(self.p(&a.dz)),
                     Arg::Ptr(self.p(&a.db)),
                     Arg::Ptr(self.p(&a.da)),
@@ -1787,7 +1774,7 @@ mod tests {
     use super::delta_block;
 
     /// A DeltaNet block is whole warps, at least two (q and k are normalised by warps 0 and 1),
-    /// a warp per four rows up to the kernel's launch bound (`TARFA_DELTA_THREADS`), never past
+    /// a warp per eight rows up to the kernel's launch bound (`TARFA_DELTA_THREADS`), never past
     /// it (a launch past a kernel's bound fails).
     #[test]
     fn deltanet_blocks_stay_within_the_kernels_launch_bound() {
@@ -1799,7 +1786,7 @@ mod tests {
         for dv in 1..=1024 {
             let b = delta_block(dv);
             assert!(b % 32 == 0 && b >= 64 && b <= bound, "dv {dv}: {b}");
-            assert!(dv > 4 * (bound as usize / 32) || b as usize >= 32 * dv.div_ceil(4).max(2));
+            assert!(dv > 8 * (bound as usize / 32) || b as usize >= 32 * dv.div_ceil(8).max(2));
         }
         assert_eq!(delta_block(128), bound);
     }

@@ -174,15 +174,14 @@ pub enum Kernel {
     WarpGateUp,
     /// `tarfa_e_wmoe_down`.
     WarpDown,
-    /// `tarfa_e_delta_conv` (Gated DeltaNet's convolution and its history).
-    DeltaConv,
-    /// `tarfa_e_delta_heads` (Gated DeltaNet's recurrence and gated norm, a block per head).
+    /// `tarfa_e_delta_heads` (Gated DeltaNet: convolution, recurrence and gated norm, a block per
+    /// value head).
     DeltaHeads,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 18] = [
+    pub const ALL: [Kernel; 17] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -199,7 +198,6 @@ impl Kernel {
         Kernel::WarpMatvec,
         Kernel::WarpGateUp,
         Kernel::WarpDown,
-        Kernel::DeltaConv,
         Kernel::DeltaHeads,
     ];
 
@@ -222,7 +220,6 @@ impl Kernel {
             Kernel::WarpMatvec => "tarfa_e_wmatvec",
             Kernel::WarpGateUp => "tarfa_e_wmoe_gate_up",
             Kernel::WarpDown => "tarfa_e_wmoe_down",
-            Kernel::DeltaConv => "tarfa_e_delta_conv",
             Kernel::DeltaHeads => "tarfa_e_delta_heads",
         }
     }

@@ -335,7 +335,7 @@ pub fn open(
             .iter()
             .filter(|&&m| m == MixerPlan::DeltaNet)
             .count();
-        let per = d.v_heads * d.dv * d.dk + d.kernel.saturating_sub(1) * d.conv_dim();
+        let per = d.v_heads * d.dv * d.dk + d.kernel * d.conv_dim();
         (layers * per * 4) as u64
     });
     let need = parts.bytes + state + experts.total_bytes() + VRAM_MARGIN;
