@@ -667,7 +667,7 @@ pub fn delta_step(
 ) -> Vec<f32> {
     let cd = 2 * d.k_heads * d.dk + d.v_heads * d.dv;
     let vd = d.v_heads * d.dv;
-    assert!(d.kernel >= 1 && d.v_heads % d.k_heads == 0);
+    assert!(d.kernel >= 1 && d.v_heads.is_multiple_of(d.k_heads));
     assert_eq!(
         (mixed.len(), z.len(), b.len(), a.len()),
         (cd, vd, d.v_heads, d.v_heads)
