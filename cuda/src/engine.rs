@@ -1785,7 +1785,10 @@ mod tests {
             .expect("kernels/deltanet.cu defines TARFA_DELTA_THREADS");
         for dv in 1..=1024 {
             let b = delta_block(dv);
-            assert!(b.is_multiple_of(32) && b >= 64 && b <= bound, "dv {dv}: {b}");
+            assert!(
+                b.is_multiple_of(32) && b >= 64 && b <= bound,
+                "dv {dv}: {b}"
+            );
             assert!(dv > 8 * (bound as usize / 32) || b as usize >= 32 * dv.div_ceil(8).max(2));
         }
         assert_eq!(delta_block(128), bound);
