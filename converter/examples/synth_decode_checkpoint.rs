@@ -77,8 +77,9 @@ impl Tensor {
     }
 }
 
-/// The architectures written.
+/// The architectures written (named as their `model_type`s: every one a MoE).
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[allow(clippy::enum_variant_names)]
 enum Family {
     Qwen3Moe,
     Glm4Moe,
