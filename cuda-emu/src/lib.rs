@@ -626,8 +626,7 @@ pub fn combine_norm(
     (xa.floats(), out.floats())
 }
 
-/// A Gated DeltaNet layer's widths and weights, as `tarfa_e_delta_conv` and
-/// `tarfa_e_delta_heads` take them.
+/// A Gated DeltaNet layer's widths and weights, as `tarfa_e_delta_heads` takes them.
 #[derive(Clone, Debug)]
 pub struct DeltaIn<'a> {
     /// Key heads, value heads, key width, value width, convolution length.

@@ -1012,9 +1012,9 @@ fn the_engines_types_have_the_decoders_blocks() {
     }
 }
 
-/// Qwen3.5's Gated DeltaNet step on the GPU (`tarfa_e_delta_conv`, then `tarfa_e_delta_heads`
-/// as the engine launches them) is the CPU's `delta_step` bit for bit — the heads' output, the
-/// convolution's history and every head's state — over tokens that carry the state: key heads
+/// Qwen3.5's Gated DeltaNet step on the GPU (`tarfa_e_delta_heads` as the engine launches it) is
+/// the CPU's `delta_step` bit for bit — the heads' output, the convolution's history (read back
+/// from the GPU's ring) and every head's state — over tokens that carry the state: key heads
 /// of 128 (four elements a lane, as Qwen3.5's) and of 40 (some lanes two, some one), value heads
 /// of 128 and 72, two and three value heads a key head, convolutions of 4 and 3 (and 1: no
 /// history), BF16 and F32 weights, and softplus's three branches (above its threshold 20, the

@@ -130,7 +130,7 @@ impl DeltaShape {
 /// elements in registers, 8 a lane).
 pub const MAX_DELTA_DK: usize = 256;
 
-/// The longest DeltaNet convolution the kernels take (`tarfa_e_delta_conv`: a lane each).
+/// The longest DeltaNet convolution the kernels take (`tarfa_delta_conv_at`: a lane each).
 pub const MAX_DELTA_KERNEL: usize = 32;
 
 /// One layer's Gated DeltaNet weights (names under `linear_attn.`).
