@@ -239,6 +239,34 @@ fn shared_experts_of_the_routed_width_are_folded_into_their_launches() {
     }
 }
 
+/// Qwen3.5's gated shared expert of another width than the routed experts' (32 against 16) is not
+/// folded: it runs in launches of its own and the combine weighs its output by the gate the
+/// top-k launch wrote (`tarfa_e_moe_combine`/`tarfa_e_combine_norm`'s `shw`), with the CPU's
+/// bits at every step.
+#[test]
+fn a_gated_shared_expert_of_its_own_width_runs_apart_with_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = common::wide_shared_expert_model(tmp.path());
+    let name = "qwen3_5_moe_text";
+    let cpu = run_prompts(
+        &mut common::open(&dir, &DecoderOptions::default()),
+        name,
+        STEPS,
+        1,
+    );
+    let mut report = None;
+    let mut dec = Decoder::open_with(&dir, &DecoderOptions::default(), |c, t, e| {
+        let f =
+            tarfa_decode::gpu_resident::build(EmuDevice::default(), c, t, e, true)?.expect("taken");
+        report = Some(f.engine_report());
+        Ok(Some(Box::new(f) as Box<dyn Family>))
+    })
+    .expect("open");
+    assert_eq!(report.expect("a report").folded_layers, 0);
+    assert_eq!(run_prompts(&mut dec, name, STEPS, 1), cpu);
+}
+
 /// Why `build_or_decline` leaves the model in `dir` to the CPU's layers, if it does.
 fn declined(dir: &std::path::Path) -> Option<Declined> {
     let mut why = None;

@@ -138,6 +138,55 @@ pub fn mixed_type_expert_model(tmp: &Path) -> PathBuf {
     out
 }
 
+/// qwen3_5_moe_text with its shared expert twice as wide (`shared_expert_intermediate_size` 16 →
+/// 32, gate and up rows 16..32 rows 0..16 reversed, down's columns 16..32 its columns 0..16
+/// reversed), converted into `tmp/jnf`: a gated shared expert of another width than the routed
+/// experts', which the GPU's engine runs in launches of its own (not folded into the routed ones).
+pub fn wide_shared_expert_model(tmp: &Path) -> PathBuf {
+    let mut wide = 0;
+    let out = rewritten_model(
+        tmp,
+        "qwen3_5_moe_text",
+        |config| {
+            assert_eq!(config["shared_expert_intermediate_size"], 16);
+            config["shared_expert_intermediate_size"] = 32.into();
+        },
+        |name, dtype, shape, b| {
+            if !name.contains(".mlp.shared_expert.") {
+                return;
+            }
+            *b = doubled(name, dtype, shape, b);
+            wide += 1;
+        },
+    );
+    assert!(wide > 0, "the fixture has shared experts");
+    out
+}
+
+/// A BF16 SwiGLU matrix twice as wide: a gate or up matrix's rows followed by the same rows in
+/// reverse order (its `shape[0]` doubled), a down matrix's columns followed by the same columns
+/// reversed (its `shape[1]` doubled).
+fn doubled(name: &str, dtype: &str, shape: &mut [u64], b: &[u8]) -> Vec<u8> {
+    assert_eq!(dtype, "BF16", "{name}");
+    let (rows, cols) = (shape[0] as usize, shape[1] as usize);
+    let el = |r: usize, c: usize| &b[(r * cols + c) * 2..(r * cols + c) * 2 + 2];
+    let mut w = Vec::with_capacity(b.len() * 2);
+    if name.ends_with("down_proj.weight") {
+        for r in 0..rows {
+            (0..cols)
+                .chain((0..cols).rev())
+                .for_each(|c| w.extend_from_slice(el(r, c)));
+        }
+        shape[1] *= 2;
+    } else {
+        for r in (0..rows).chain((0..rows).rev()) {
+            (0..cols).for_each(|c| w.extend_from_slice(el(r, c)));
+        }
+        shape[0] *= 2;
+    }
+    w
+}
+
 /// qwen3_moe with experts twice as wide and top-3 (`moe_intermediate_size` 16 → 32: gate and up rows
 /// 16..32 are rows 0..16 of the same matrix in reverse order, down's columns 16..32 its columns
 /// 0..16 reversed), converted into `tmp/jnf`: a model whose experts the GPU's tiled kernels take
@@ -158,24 +207,7 @@ pub fn wide_expert_model(tmp: &Path) -> PathBuf {
             if !name.contains(".mlp.experts.") {
                 return;
             }
-            assert_eq!(*dtype, "BF16", "{name}");
-            let (rows, cols) = (shape[0] as usize, shape[1] as usize);
-            let el = |r: usize, c: usize| &b[(r * cols + c) * 2..(r * cols + c) * 2 + 2];
-            let mut w = Vec::with_capacity(b.len() * 2);
-            if name.ends_with("down_proj.weight") {
-                for r in 0..rows {
-                    (0..cols)
-                        .chain((0..cols).rev())
-                        .for_each(|c| w.extend_from_slice(el(r, c)));
-                }
-                shape[1] *= 2;
-            } else {
-                for r in (0..rows).chain((0..rows).rev()) {
-                    (0..cols).for_each(|c| w.extend_from_slice(el(r, c)));
-                }
-                shape[0] *= 2;
-            }
-            *b = w;
+            *b = doubled(name, dtype, shape, b);
             wide += 1;
         },
     );
