@@ -308,7 +308,10 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
 /// mistake: a typed error naming the limit and what to run instead, before anything is copied.
 #[test]
 fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
-    use tarfa_cuda::{CudaError, Engine, EngineShape, GpuDtype, HostTensor, MAX_HEAD_DIM};
+    use tarfa_cuda::{
+        CudaError, Engine, EngineShape, GpuDtype, HostAttention, HostLayer, HostMixer, HostMlp,
+        HostTensor, MAX_HEAD_DIM,
+    };
     let head_dim = MAX_HEAD_DIM * 2;
     let shape = EngineShape {
         vocab: 4,
@@ -332,13 +335,28 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
         rows,
         cols,
     };
+    // One attention layer (the limit is the attention kernel's: refused before any tensor is
+    // looked at, so these need not have the shape's sizes).
+    let layer = HostLayer {
+        in_norm: t(1, head_dim),
+        post_norm: t(1, head_dim),
+        mixer: HostMixer::Attention(HostAttention {
+            q: t(1, 1),
+            k: t(1, 1),
+            v: t(1, 1),
+            o: t(1, 1),
+            bias: [None; 4],
+            qk_norm: None,
+        }),
+        mlp: HostMlp::Dense([t(1, 1), t(1, 1), t(1, 1)]),
+    };
     let e = Engine::new(
         EmuDevice::default(),
         shape,
         t(4, head_dim),
         t(1, head_dim),
         None,
-        &[],
+        &[layer],
         1,
     )
     .expect_err("head_dim 512");
