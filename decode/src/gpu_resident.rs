@@ -29,7 +29,7 @@ use crate::blocks::{self, Batch};
 use crate::config::RopeConfig;
 use crate::error::{DecodeError, OptionsFault, Result};
 use crate::experts::ExpertStore;
-use crate::family::common::{AttnSpec, NormStyle};
+use crate::family::common::{AttnSpec, NormStyle, StatePosition};
 use crate::family::{Ctx, Family};
 use crate::offload::OffloadReport;
 use crate::quant::QuantType;
@@ -171,9 +171,8 @@ pub struct GpuWhole<D: EngineDevice> {
     top_k: usize,
     rope: Rope,
     engine: Engine<D>,
-    /// Positions the recurrent state holds (a model with DeltaNet layers; `usize::MAX` while a
-    /// pass is under way or after one failed: only a fresh start continues).
-    len: usize,
+    /// Where the recurrent state stands (a model with DeltaNet layers).
+    pos: StatePosition,
 }
 
 /// The engine's type for a quantised (or F16) weight, if its kernels take it.
@@ -571,7 +570,8 @@ fn upload<D: EngineDevice>(
     engine.finish()?;
     Ok(Ok(GpuWhole {
         family: plan.family,
-        len: 0,
+        // The engine's state buffers are allocated zeroed.
+        pos: StatePosition::START,
         vocab: plan.vocab,
         hidden: plan.hidden,
         layers: plan.mlps.len(),
@@ -855,7 +855,7 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
     fn reset(&mut self) {
         // The KV cache is indexed by position and every step writes its own; a recurrent state
         // is zeroed by the next pass from position 0 (which alone may follow).
-        self.len = 0;
+        self.pos = StatePosition::UNKNOWN;
     }
 
     fn device_report(&self) -> Option<OffloadReport> {
@@ -880,25 +880,11 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
         // zeroed) or continues where the last one ended, as the CPU's family does.
         let recurrent = self.engine.recurrent();
         if recurrent {
-            if start == 0 {
-                // Unknown until every layer's state is zeroed (a failed reset leaves it so).
-                self.len = usize::MAX;
-                self.engine.reset_state()?;
-                self.len = 0;
-            }
-            if self.len == usize::MAX {
-                return Err(DecodeError::Options(OptionsFault::StateUnknown {
-                    family: self.family,
-                }));
-            }
-            if start != self.len {
-                return Err(DecodeError::Options(OptionsFault::CannotRewind {
-                    family: self.family,
-                    at: self.len,
-                    asked: start,
-                }));
-            }
-            self.len = usize::MAX;
+            let mut pos = self.pos;
+            let engine = &mut self.engine;
+            let begun = pos.begin(self.family, start, || Ok(engine.reset_state()?));
+            self.pos = pos;
+            begun?;
         }
         let mut out = Vec::new();
         for (i, &t) in tokens.iter().enumerate() {
@@ -911,7 +897,7 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
             }
         }
         if recurrent {
-            self.len = start + tokens.len();
+            self.pos.end(start + tokens.len());
         }
         ctx.profile
             .add("whole forward pass on the GPU", t0.elapsed());

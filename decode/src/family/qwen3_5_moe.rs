@@ -26,8 +26,8 @@ use rayon::prelude::*;
 use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::canon;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::{ConfigFault, DecodeError, OptionsFault, Result};
-use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
+use crate::error::{ConfigFault, DecodeError, Result};
+use crate::family::common::{self, AttnSpec, NormStyle, Skeleton, StatePosition};
 use crate::family::{Ctx, Family};
 use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
 use crate::kernels::Isa;
@@ -259,7 +259,7 @@ pub struct Qwen3_5Moe {
     rope: Rope,
     kv: Vec<KvCache>,
     delta: Vec<Option<DeltaState>>,
-    len: usize,
+    pos: StatePosition,
 }
 
 impl Qwen3_5Moe {
@@ -269,7 +269,7 @@ impl Qwen3_5Moe {
             rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
             kv: vec![KvCache::default(); cfg.num_layers],
             delta: Vec::new(),
-            len: 0,
+            pos: StatePosition::START,
             cfg,
         };
         m.check(store)?;
@@ -573,6 +573,26 @@ pub fn delta_step(
     heads.concat()
 }
 
+impl Qwen3_5Moe {
+    /// Every KV cache emptied and every DeltaNet state zeroed.
+    fn zero_state(&mut self) {
+        let c = &self.cfg;
+        for kv in &mut self.kv {
+            *kv = KvCache::default();
+        }
+        self.delta = c
+            .layer_types
+            .iter()
+            .map(|t| {
+                (*t == LayerType::Linear).then(|| DeltaState {
+                    conv: vec![vec![0.0; c.conv_dim()]; c.conv_kernel - 1],
+                    s: vec![vec![0.0; c.lin_k_dim * c.lin_v_dim]; c.lin_v_heads],
+                })
+            })
+            .collect();
+    }
+}
+
 impl Family for Qwen3_5Moe {
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size
@@ -636,21 +656,8 @@ impl Family for Qwen3_5Moe {
     }
 
     fn reset(&mut self) {
-        let c = &self.cfg;
-        for kv in &mut self.kv {
-            *kv = KvCache::default();
-        }
-        self.delta = c
-            .layer_types
-            .iter()
-            .map(|t| {
-                (*t == LayerType::Linear).then(|| DeltaState {
-                    conv: vec![vec![0.0; c.conv_dim()]; c.conv_kernel - 1],
-                    s: vec![vec![0.0; c.lin_k_dim * c.lin_v_dim]; c.lin_v_heads],
-                })
-            })
-            .collect();
-        self.len = 0;
+        self.zero_state();
+        self.pos = StatePosition::START;
     }
 
     fn forward(
@@ -661,24 +668,13 @@ impl Family for Qwen3_5Moe {
         all_logits: bool,
     ) -> Result<Batch> {
         // The recurrent state cannot be rewound: a run either starts over or continues.
-        if start == 0 && self.len != 0 {
-            self.reset();
-        }
-        if self.len == usize::MAX {
-            return Err(DecodeError::Options(OptionsFault::StateUnknown {
-                family: "qwen3_5_moe",
-            }));
-        }
-        if start != self.len {
-            return Err(DecodeError::Options(OptionsFault::CannotRewind {
-                family: "qwen3_5_moe",
-                at: self.len,
-                asked: start,
-            }));
-        }
-        // Until this pass completes, the state is neither before nor after it: a failed pass
-        // leaves it marked so that only a fresh start (position 0) continues.
-        self.len = usize::MAX;
+        let mut pos = self.pos;
+        let begun = pos.begin("qwen3_5_moe", start, || {
+            self.zero_state();
+            Ok(())
+        });
+        self.pos = pos;
+        begun?;
         let c = self.cfg.clone();
         let spec = self.attn_spec();
         let sk = Skeleton {
@@ -705,7 +701,7 @@ impl Family for Qwen3_5Moe {
             },
             |ctx, l, xn| Self::moe(&c, ctx, l, xn),
         )?;
-        self.len = start + tokens.len();
+        self.pos.end(start + tokens.len());
         Ok(logits)
     }
 }
