@@ -388,7 +388,7 @@ struct Measured {
 }
 
 fn measure(dec: &mut Decoder, prompt: &[u32], n: usize) -> anyhow::Result<Measured> {
-    dec.reset();
+    dec.reset()?;
     let mut logits = Vec::new();
     let (p, d) = dec.generate(prompt, n, |_, _, l| {
         logits.push(l.iter().map(|v| v.to_bits()).collect());

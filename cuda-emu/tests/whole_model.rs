@@ -372,3 +372,22 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
     );
     assert!(e.to_string().contains("--gpu-offload-only"), "{e}");
 }
+
+/// Sequences apart from the model on the emulated GPU decoder: two sequences' steps interleaved
+/// with each other and the decoder's own (each a set of device buffers, the step's graph and
+/// kernels given the one it runs), a fork (its device state copied), a truncation (attention)
+/// or its refusal (a recurrent state), and a truncation to 0 (the DeltaNet state zeroed on the
+/// device) each give every position the bits a fresh CPU decoder gives that sequence alone. On
+/// the fixture with both kinds of layer state (KV caches and DeltaNet states); the CPU's test
+/// runs every family.
+#[test]
+fn gpu_sequences_interleaved_forked_and_truncated_give_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    {
+        let name = "qwen3_5_moe_text";
+        let mut dec = emulated(&common::model(name), true);
+        common::sequences_hold(name, &mut dec);
+        let r = dec.offload_report().expect("a device report");
+        assert!(r.whole_model && r.steps > 0, "{name}: {r:?}");
+    }
+}

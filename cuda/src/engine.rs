@@ -249,7 +249,8 @@ pub struct EngineReport {
     pub steps: u64,
     /// Steps run by replaying a captured graph.
     pub graph_steps: u64,
-    /// Graph captures (one, plus one each time the KV cache grew).
+    /// Graph captures (one per sequence stepped, plus one each time its KV cache or the
+    /// engine's tables grew, or its graphs had been let go for other sequences').
     pub captures: u64,
     /// Layers whose shared experts run as one more slot of the routed launches.
     pub folded_layers: u64,
@@ -283,7 +284,7 @@ struct ExpertTable<B> {
     dev: Option<[B; 3]>,
 }
 
-/// [`HostAttention`] on the device, with the layer's KV cache.
+/// [`HostAttention`] on the device (its KV cache is a sequence's, [`EngineSeq`]).
 #[derive(Debug)]
 struct DevAttention<B> {
     q: DevTensor<B>,
@@ -292,13 +293,9 @@ struct DevAttention<B> {
     o: DevTensor<B>,
     bias: [Option<DevTensor<B>>; 4],
     qk_norm: Option<(DevTensor<B>, DevTensor<B>)>,
-    kcache: B,
-    vcache: B,
 }
 
-/// [`HostDeltaNet`] on the device, with the layer's state: the convolution's history (a ring of
-/// `kernel` rows of `conv_dim` floats, position p in row p mod kernel) and each value head's `S`
-/// (`dv` rows of `dk` floats).
+/// [`HostDeltaNet`] on the device (its state is a sequence's, [`EngineSeq`]).
 #[derive(Debug)]
 struct DevDelta<B> {
     qkv: DevTensor<B>,
@@ -310,8 +307,6 @@ struct DevDelta<B> {
     a_log: DevTensor<B>,
     norm: DevTensor<B>,
     out: DevTensor<B>,
-    conv_state: B,
-    state: B,
 }
 
 #[derive(Debug)]
@@ -385,9 +380,56 @@ struct Activations<B> {
     logits: B,
 }
 
+/// Engines and sequences are numbered from one counter, so a sequence names the engine that
+/// made it and a captured graph the sequence it was captured for.
+static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+fn next_id() -> u64 {
+    NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A sequence's state on the device, apart from the model: each attention layer's KV cache
+/// (`cap` positions of `kv_heads·head_dim` floats for k and for v) and each DeltaNet layer's
+/// convolution history (a ring of `kernel` rows of `conv_dim` floats, position p in row
+/// p mod kernel) and each value head's `S` (`dv` rows of `dk` floats). Made by
+/// [`Engine::sequence`] or [`Engine::fork`]; [`Engine::step`] runs a token of it. Any number
+/// may exist beside one engine; each holds its own device memory, freed when it is dropped.
+#[derive(Debug)]
+pub struct EngineSeq<B> {
+    id: u64,
+    engine: u64,
+    cap: usize,
+    layers: Vec<SeqLayer<B>>,
+}
+
+#[derive(Debug)]
+enum SeqLayer<B> {
+    Kv { k: B, v: B },
+    Delta { conv: B, state: B },
+}
+
+impl<B> EngineSeq<B> {
+    /// Positions its KV caches have room for (they grow as steps need).
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+}
+
+/// The graphs captured for one sequence: the step without and with the logits, and the
+/// sequence, its KV capacity and the engine's at the capture (the addresses they bake in).
+struct Captured<G> {
+    body: G,
+    head: G,
+    seq: u64,
+    seq_cap: usize,
+    cap: usize,
+}
+
 /// The resident decoder. Build with [`Engine::new`], give it every expert
-/// ([`Engine::put_expert`]), [`Engine::finish`], then [`Engine::step`] per token.
+/// ([`Engine::put_expert`]), [`Engine::finish`], make a sequence ([`Engine::sequence`]), then
+/// [`Engine::step`] it per token.
 pub struct Engine<D: EngineDevice> {
+    id: u64,
     dev: D,
     shape: EngineShape,
     embed: DevTensor<D::Buf>,
@@ -396,14 +438,16 @@ pub struct Engine<D: EngineDevice> {
     lm_head: Option<DevTensor<D::Buf>>,
     layers: Vec<Layer<D::Buf>>,
     a: Activations<D::Buf>,
-    /// Positions the KV caches, scores and RoPE tables have room for.
+    /// Positions the scores and RoPE tables have room for (at least every sequence's
+    /// capacity that has stepped).
     cap: usize,
     scores: D::Buf,
     cos: D::Buf,
     sin: D::Buf,
     rope_rows: usize,
-    /// Captured steps (without, with the logits) and the cache size they were captured at.
-    graphs: Option<(D::Graph, D::Graph, usize)>,
+    /// The steps captured for the sequences that stepped last ([`GRAPH_SETS`] at most), the
+    /// latest last.
+    graphs: Vec<Captured<D::Graph>>,
     use_graphs: bool,
     /// Take RMSNorms into the tiled products that read them (`norm_matvec`).
     fuse_norms: bool,
@@ -451,6 +495,10 @@ const MATVEC_BLOCK: u32 = 128;
 const MAX_STAGE: i32 = 12 * 1024;
 const FIRST_CAP: usize = 256;
 
+/// Sequences whose captured steps the engine keeps: a sequence stepped again after others
+/// replays its own graphs instead of capturing them anew.
+const GRAPH_SETS: usize = 8;
+
 /// The widest attention head the kernels take: `tarfa_e_attention` keeps 36 × `head_dim`
 /// floats of a block in shared memory (36 KiB at 256).
 pub const MAX_HEAD_DIM: usize = 256;
@@ -470,6 +518,12 @@ fn geo(blocks: usize, block: u32, shared: u32) -> Result<Geometry, CudaError> {
 fn int(v: usize, what: &str) -> Result<i32, CudaError> {
     i32::try_from(v)
         .map_err(|_| CudaError::Usage(format!("{what} {v} is too large for the GPU kernels")))
+}
+
+fn foreign_layout(layer: usize) -> CudaError {
+    CudaError::Usage(format!(
+        "layer {layer} of the sequence is not the engine's kind of layer"
+    ))
 }
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
@@ -599,8 +653,6 @@ impl<D: EngineDevice> Engine<D> {
                         o: up(&a.o, &w("o_proj"), h, qd, &mut report)?,
                         bias,
                         qk_norm,
-                        kcache: dev.alloc(FIRST_CAP * kvd * 4)?,
-                        vcache: dev.alloc(FIRST_CAP * kvd * 4)?,
                     })
                 }
                 HostMixer::DeltaNet(t) => {
@@ -627,8 +679,6 @@ impl<D: EngineDevice> Engine<D> {
                         a_log: up(&t.a_log, &w("A_log"), 1, vh, &mut report)?,
                         norm: up(&t.norm, &w("DeltaNet norm"), 1, ds.dv, &mut report)?,
                         out: up(&t.out, &w("out_proj"), h, vd, &mut report)?,
-                        conv_state: dev.alloc(ds.kernel * cd * 4)?,
-                        state: dev.alloc(vh * ds.dv * ds.dk * 4)?,
                     })
                 }
             };
@@ -755,6 +805,7 @@ impl<D: EngineDevice> Engine<D> {
         };
         let half = s.rotary_dim / 2;
         Ok(Engine {
+            id: next_id(),
             scores: z(s.heads * FIRST_CAP)?,
             cos: z(FIRST_CAP * half)?,
             sin: z(FIRST_CAP * half)?,
@@ -766,7 +817,7 @@ impl<D: EngineDevice> Engine<D> {
             lm_head: head_d,
             layers: dev_layers,
             a,
-            graphs: None,
+            graphs: Vec::new(),
             use_graphs: true,
             fuse_norms: true,
             finished: false,
@@ -852,14 +903,14 @@ impl<D: EngineDevice> Engine<D> {
     /// launch its kernels one by one. The same kernels with the same arguments either way.
     pub fn set_graphs(&mut self, on: bool) {
         self.use_graphs = on;
-        self.graphs = None;
+        self.graphs.clear();
     }
 
     /// Take each RMSNorm into the tiled product launch that reads it (the default), or give it
     /// a launch of its own. The same operations in the same order either way.
     pub fn set_norm_fusion(&mut self, on: bool) {
         self.fuse_norms = on;
-        self.graphs = None;
+        self.graphs.clear();
     }
 
     /// What the engine holds and did.
@@ -867,36 +918,126 @@ impl<D: EngineDevice> Engine<D> {
         self.report.clone()
     }
 
-    /// Whether a layer carries recurrent state (a DeltaNet layer): its steps then cannot be
-    /// rewound, only continued or started over ([`Engine::reset_state`]).
+    /// Whether a layer carries recurrent state (a DeltaNet layer): a sequence's steps then
+    /// cannot be rewound, only continued or started over ([`Engine::reset_state`]).
     pub fn recurrent(&self) -> bool {
         self.layers
             .iter()
             .any(|l| matches!(l.mixer, DevMixer::DeltaNet(_)))
     }
 
-    /// Forget every position: the DeltaNet layers' convolution histories and states back to
-    /// zeros (the KV caches need nothing: a step writes its own row and reads rows up to it).
-    pub fn reset_state(&mut self) -> Result<(), CudaError> {
+    /// A new sequence: empty KV caches of the first capacity, DeltaNet states zero.
+    pub fn sequence(&self) -> Result<EngineSeq<D::Buf>, CudaError> {
+        self.seq_with(FIRST_CAP, None, 0)
+    }
+
+    /// A copy of `seq` whose first `len` positions are `seq`'s (its KV rows `0..len`, its
+    /// DeltaNet states as they stand: the caller holds `len` to be where they stand).
+    pub fn fork(
+        &self,
+        seq: &EngineSeq<D::Buf>,
+        len: usize,
+    ) -> Result<EngineSeq<D::Buf>, CudaError> {
+        self.check_seq(seq)?;
+        if len > seq.cap {
+            return Err(CudaError::Usage(format!(
+                "a fork of {len} positions from a sequence with room for {}",
+                seq.cap
+            )));
+        }
+        self.seq_with(seq.cap, Some(seq), len)
+    }
+
+    /// A sequence of `cap` positions: zeros, or `from`'s first `len` KV rows and its states.
+    fn seq_with(
+        &self,
+        cap: usize,
+        from: Option<&EngineSeq<D::Buf>>,
+        len: usize,
+    ) -> Result<EngineSeq<D::Buf>, CudaError> {
+        let s = self.shape;
+        let kvd = s.kv_heads * s.head_dim;
+        let dev = &self.dev;
+        let mut layers = Vec::with_capacity(self.layers.len());
+        for (i, l) in self.layers.iter().enumerate() {
+            let old = from.map(|f| &f.layers[i]);
+            let made = match (&l.mixer, old) {
+                (DevMixer::Attention(_), None) => SeqLayer::Kv {
+                    k: dev.alloc(cap * kvd * 4)?,
+                    v: dev.alloc(cap * kvd * 4)?,
+                },
+                (DevMixer::Attention(_), Some(SeqLayer::Kv { k, v })) => {
+                    let (mut k2, mut v2) = (dev.alloc(cap * kvd * 4)?, dev.alloc(cap * kvd * 4)?);
+                    dev.copy(k, &mut k2, len * kvd * 4)?;
+                    dev.copy(v, &mut v2, len * kvd * 4)?;
+                    SeqLayer::Kv { k: k2, v: v2 }
+                }
+                (DevMixer::DeltaNet(_), old) => {
+                    let ds = s.delta.ok_or_else(|| {
+                        CudaError::Usage("a DeltaNet layer without its widths".into())
+                    })?;
+                    let (cb, sb) = (
+                        ds.kernel * ds.conv_dim() * 4,
+                        ds.v_heads * ds.dv * ds.dk * 4,
+                    );
+                    let (mut conv, mut state) = (dev.alloc(cb)?, dev.alloc(sb)?);
+                    match old {
+                        None => {}
+                        Some(SeqLayer::Delta { conv: c, state: st }) => {
+                            dev.copy(c, &mut conv, cb)?;
+                            dev.copy(st, &mut state, sb)?;
+                        }
+                        Some(SeqLayer::Kv { .. }) => return Err(foreign_layout(i)),
+                    }
+                    SeqLayer::Delta { conv, state }
+                }
+                (DevMixer::Attention(_), Some(SeqLayer::Delta { .. })) => {
+                    return Err(foreign_layout(i))
+                }
+            };
+            layers.push(made);
+        }
+        Ok(EngineSeq {
+            id: next_id(),
+            engine: self.id,
+            cap,
+            layers,
+        })
+    }
+
+    /// `seq` was made by this engine.
+    fn check_seq(&self, seq: &EngineSeq<D::Buf>) -> Result<(), CudaError> {
+        if seq.engine != self.id || seq.layers.len() != self.layers.len() {
+            return Err(CudaError::Usage("a sequence of another GPU decoder".into()));
+        }
+        Ok(())
+    }
+
+    /// Forget every position of `seq`: its DeltaNet layers' convolution histories and states
+    /// back to zeros (the KV caches need nothing: a step writes its own row and reads rows up
+    /// to it).
+    pub fn reset_state(&mut self, seq: &mut EngineSeq<D::Buf>) -> Result<(), CudaError> {
+        self.check_seq(seq)?;
         let Some(ds) = self.shape.delta else {
             return Ok(());
         };
         let conv = vec![0u8; ds.kernel * ds.conv_dim() * 4];
         let state = vec![0u8; ds.v_heads * ds.dv * ds.dk * 4];
-        for l in &mut self.layers {
-            if let DevMixer::DeltaNet(t) = &mut l.mixer {
-                self.dev.write(&mut t.conv_state, 0, &conv)?;
-                self.dev.write(&mut t.state, 0, &state)?;
+        for l in &mut seq.layers {
+            if let SeqLayer::Delta { conv: c, state: st } = l {
+                self.dev.write(c, 0, &conv)?;
+                self.dev.write(st, 0, &state)?;
             }
         }
         Ok(())
     }
 
-    /// Run `token` at position `pos` (positions from `pos` on are overwritten); the logits when
-    /// `want_logits`. `cos`/`sin` are the RoPE tables of positions `0..=pos` at least
-    /// (`rotary_dim / 2` per position, as the CPU decoder computes them).
+    /// Run `token` of `seq` at position `pos` (positions from `pos` on are overwritten); the
+    /// logits when `want_logits`. `cos`/`sin` are the RoPE tables of positions `0..=pos` at
+    /// least (`rotary_dim / 2` per position, as the CPU decoder computes them).
     pub fn step(
         &mut self,
+        seq: &mut EngineSeq<D::Buf>,
         token: u32,
         pos: usize,
         cos: &[f32],
@@ -906,6 +1047,7 @@ impl<D: EngineDevice> Engine<D> {
         if !self.finished {
             return Err(CudaError::Usage("the GPU decoder was not finished".into()));
         }
+        self.check_seq(seq)?;
         if token as usize >= self.shape.vocab {
             return Err(CudaError::Usage(format!(
                 "token {token} is outside the vocabulary of {}",
@@ -924,7 +1066,7 @@ impl<D: EngineDevice> Engine<D> {
             )));
         }
         int(pos, "a position")?;
-        self.ensure_cap(pos + 1)?;
+        self.ensure_cap(seq, pos + 1)?;
         if self.rope_rows < pos + 1 {
             let (a, b) = (self.rope_rows * half, (pos + 1) * half);
             if b > a {
@@ -935,36 +1077,55 @@ impl<D: EngineDevice> Engine<D> {
             }
             self.rope_rows = pos + 1;
         }
-        // Rows at or after `pos` may hold an earlier sequence's: never read (attention reads
+        // Rows at or after `pos` may hold an earlier pass's: never read (attention reads
         // 0..=pos) and overwritten as positions are run.
         let params: Vec<u8> = [token as i32, pos as i32]
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();
         self.dev.write(&mut self.a.params, 0, &params)?;
-        if self.use_graphs && self.graphs.as_ref().is_none_or(|g| g.2 != self.cap) {
-            self.graphs = None;
-            let body = self.dev.capture(&mut || self.launch_body())?;
+        // The graphs of this sequence at these capacities (the addresses they bake in), most
+        // recent last; captured when there are none (a new sequence, or a cache that grew).
+        let current = self
+            .graphs
+            .iter()
+            .position(|g| g.seq == seq.id && g.seq_cap == seq.cap && g.cap == self.cap);
+        if let Some(i) = current {
+            let g = self.graphs.remove(i);
+            self.graphs.push(g);
+        } else if self.use_graphs {
+            if self.graphs.len() >= GRAPH_SETS {
+                self.graphs.remove(0);
+            }
+            let seq = &*seq;
+            let body = self.dev.capture(&mut || self.launch_body(seq))?;
             let head = self.dev.capture(&mut || {
-                self.launch_body()?;
+                self.launch_body(seq)?;
                 self.launch_head()
             })?;
             match (body, head) {
-                (Some(b), Some(h)) => {
-                    self.graphs = Some((b, h, self.cap));
+                (Some(body), Some(head)) => {
+                    self.graphs.push(Captured {
+                        body,
+                        head,
+                        seq: seq.id,
+                        seq_cap: seq.cap,
+                        cap: self.cap,
+                    });
                     self.report.captures += 1;
                 }
                 // A device without graphs: launch one by one.
                 _ => self.use_graphs = false,
             }
         }
-        match &self.graphs {
-            Some((body, head, _)) if self.use_graphs => {
-                self.dev.replay(if want_logits { head } else { body })?;
+        match self.graphs.last() {
+            Some(g) if self.use_graphs => {
+                self.dev
+                    .replay(if want_logits { &g.head } else { &g.body })?;
                 self.report.graph_steps += 1;
             }
             _ => {
-                self.launch_body()?;
+                self.launch_body(seq)?;
                 if want_logits {
                     self.launch_head()?;
                 }
@@ -983,39 +1144,46 @@ impl<D: EngineDevice> Engine<D> {
         ))
     }
 
-    /// Grow the KV caches, scores and RoPE tables to hold `n` positions (doubling), keeping
-    /// what they hold.
-    fn ensure_cap(&mut self, n: usize) -> Result<(), CudaError> {
-        if n <= self.cap {
-            return Ok(());
-        }
-        let mut cap = self.cap;
-        while cap < n {
-            cap = cap
-                .checked_mul(2)
-                .ok_or_else(|| CudaError::Usage("context too long".into()))?;
-        }
-        int(cap, "a context length")?;
-        int(cap.saturating_mul(self.shape.heads), "the attention scores")?;
+    /// Grow `seq`'s KV caches to hold `n` positions, and the scores and RoPE tables with them
+    /// (doubling), keeping what they hold.
+    fn ensure_cap(&mut self, seq: &mut EngineSeq<D::Buf>, n: usize) -> Result<(), CudaError> {
+        let grown = |from: usize| -> Result<usize, CudaError> {
+            let mut cap = from;
+            while cap < n {
+                cap = cap
+                    .checked_mul(2)
+                    .ok_or_else(|| CudaError::Usage("context too long".into()))?;
+            }
+            int(cap, "a context length")?;
+            Ok(cap)
+        };
         let s = self.shape;
-        let kvd = s.kv_heads * s.head_dim;
-        let half = s.rotary_dim / 2;
         let dev = &self.dev;
         let grow = |old: &D::Buf, old_len: usize, len: usize| -> Result<D::Buf, CudaError> {
             let mut new = dev.alloc(len.max(1) * 4)?;
             dev.copy(old, &mut new, old_len.min(len) * 4)?;
             Ok(new)
         };
-        for l in &mut self.layers {
-            if let DevMixer::Attention(at) = &mut l.mixer {
-                at.kcache = grow(&at.kcache, self.cap * kvd, cap * kvd)?;
-                at.vcache = grow(&at.vcache, self.cap * kvd, cap * kvd)?;
+        if n > seq.cap {
+            let cap = grown(seq.cap)?;
+            let kvd = s.kv_heads * s.head_dim;
+            for l in &mut seq.layers {
+                if let SeqLayer::Kv { k, v } = l {
+                    *k = grow(k, seq.cap * kvd, cap * kvd)?;
+                    *v = grow(v, seq.cap * kvd, cap * kvd)?;
+                }
             }
+            seq.cap = cap;
         }
-        self.cos = grow(&self.cos, self.cap * half, cap * half)?;
-        self.sin = grow(&self.sin, self.cap * half, cap * half)?;
-        self.scores = dev.alloc((s.heads * cap).max(1) * 4)?;
-        self.cap = cap;
+        if seq.cap > self.cap {
+            let cap = seq.cap;
+            int(cap.saturating_mul(s.heads), "the attention scores")?;
+            let half = s.rotary_dim / 2;
+            self.cos = grow(&self.cos, self.cap * half, cap * half)?;
+            self.sin = grow(&self.sin, self.cap * half, cap * half)?;
+            self.scores = dev.alloc((s.heads * cap).max(1) * 4)?;
+            self.cap = cap;
+        }
         Ok(())
     }
 
@@ -1204,8 +1372,8 @@ impl<D: EngineDevice> Engine<D> {
         }
     }
 
-    /// Embedding, then every layer; `x` holds the residual stream after it.
-    fn launch_body(&self) -> Result<(), CudaError> {
+    /// Embedding, then every layer over `seq`'s state; `x` holds the residual stream after it.
+    fn launch_body(&self, seq: &EngineSeq<D::Buf>) -> Result<(), CudaError> {
         let s = self.shape;
         let a = &self.a;
         let h = s.hidden;
@@ -1235,9 +1403,12 @@ impl<D: EngineDevice> Engine<D> {
             } else {
                 self.norm_matvec(x, &l.in_norm, xn, false, &first)?;
             }
-            match &l.mixer {
-                DevMixer::Attention(at) => self.attention(at)?,
-                DevMixer::DeltaNet(t) => self.deltanet(t)?,
+            match (&l.mixer, &seq.layers[i]) {
+                (DevMixer::Attention(at), SeqLayer::Kv { k, v }) => self.attention(at, k, v)?,
+                (DevMixer::DeltaNet(t), SeqLayer::Delta { conv, state }) => {
+                    self.deltanet(t, conv, state)?
+                }
+                _ => return Err(foreign_layout(i)),
             }
             let next = self.layers.get(i + 1);
             let next = next.filter(|n| !self.norm_fuses(&n.in_norm, &self.mixer_inputs(n)));
@@ -1267,9 +1438,14 @@ impl<D: EngineDevice> Engine<D> {
         }
     }
 
-    /// Attention of the token (its q, k, v computed) over the layer's KV cache, then `o` added
-    /// to x.
-    fn attention(&self, at: &DevAttention<D::Buf>) -> Result<(), CudaError> {
+    /// Attention of the token (its q, k, v computed) over the sequence's KV cache of the layer
+    /// (`kcache`, `vcache`), then `o` added to x.
+    fn attention(
+        &self,
+        at: &DevAttention<D::Buf>,
+        kcache: &D::Buf,
+        vcache: &D::Buf,
+    ) -> Result<(), CudaError> {
         let s = self.shape;
         let a = &self.a;
         let d = s.head_dim;
@@ -1279,7 +1455,7 @@ impl<D: EngineDevice> Engine<D> {
         let half = (s.rotary_dim / 2) as i32;
         let window = s.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
         let (cos, sin, scores) = (self.p(&self.cos), self.p(&self.sin), self.p(&self.scores));
-        let (kc, vc) = (self.p(&at.kcache), self.p(&at.vcache));
+        let (kc, vc) = (self.p(kcache), self.p(vcache));
         let (norm, qn, kn, ndt) = match &at.qk_norm {
             Some((qn, kn)) => (1i32, qn.ptr, kn.ptr, qn.dtype.code()),
             None => (0, 0, 0, 0),
@@ -1291,9 +1467,9 @@ impl<D: EngineDevice> Engine<D> {
         // context keeps them in `scores`.
         let sh_scores = (SHARED_MAX / 4).saturating_sub(36 * d).min(self.cap);
         // SAFETY: one block per head (ATTN_BLOCK ≥ two warps); q holds heads·qstride floats, k
-        // and v kv_heads·d; the norm weights d elements; the caches `cap × kv_heads·d` floats
-        // and the RoPE tables `cap × half`, with params[1] < cap (ensure_cap in `step`); scores
-        // hold heads × cap floats; shared memory 36 × d floats (d ≤ 256: 36 KiB) and
+        // and v kv_heads·d; the norm weights d elements; the sequence's caches
+        // `seq.cap × kv_heads·d` floats and the RoPE tables `cap × half` (cap ≥ seq.cap), with
+        // params[1] < seq.cap (ensure_cap in `step`); scores hold heads × cap floats; shared memory 36 × d floats (d ≤ 256: 36 KiB) and
         // sh_scores more (within 48 KiB).
         unsafe {
             self.dev.launch(
@@ -1334,7 +1510,12 @@ impl<D: EngineDevice> Engine<D> {
     /// The Gated DeltaNet step of the token (its projections computed), one launch: the
     /// convolution (its history advanced), every value head's recurrence (its state advanced)
     /// and gated norm; then `out_proj` added to x.
-    fn deltanet(&self, t: &DevDelta<D::Buf>) -> Result<(), CudaError> {
+    fn deltanet(
+        &self,
+        t: &DevDelta<D::Buf>,
+        conv_state: &D::Buf,
+        state: &D::Buf,
+    ) -> Result<(), CudaError> {
         let s = self.shape;
         let a = &self.a;
         let ds = s
@@ -1362,7 +1543,7 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::Ptr(t.conv.ptr),
                     Arg::I32(t.conv.dtype.code()),
                     Arg::I32(ds.kernel as i32),
-                    Arg::Ptr(self.p(&t.conv_state)),
+                    Arg::Ptr(self.p(conv_state)),
                     Arg::Ptr(self.p(&a.params)),
                     Arg::Ptr(self.p(&a.dz)),
                     Arg::Ptr(self.p(&a.db)),
@@ -1379,7 +1560,7 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::I32(ds.dv as i32),
                     Arg::F32(q_div),
                     Arg::F32(s.eps),
-                    Arg::Ptr(self.p(&t.state)),
+                    Arg::Ptr(self.p(state)),
                     Arg::Ptr(dout),
                 ],
             )?;

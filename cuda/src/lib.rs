@@ -51,9 +51,9 @@ pub mod offload;
 
 pub use abi::{MatJob, MatJobs, MoeArgs, MAX_JOBS};
 pub use engine::{
-    delta_block, DeltaShape, Engine, EngineReport, EngineShape, HostAttention, HostDeltaNet,
-    HostLayer, HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK, MAX_DELTA_KERNEL,
-    MAX_HEAD_DIM,
+    delta_block, DeltaShape, Engine, EngineReport, EngineSeq, EngineShape, HostAttention,
+    HostDeltaNet, HostLayer, HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK,
+    MAX_DELTA_KERNEL, MAX_HEAD_DIM,
 };
 #[cfg(feature = "driver")]
 pub use error::drv;

@@ -108,6 +108,15 @@ impl KvCache {
         self.len == 0
     }
 
+    /// Keep the first `n` positions (forget every one at and after `n`).
+    pub fn keep(&mut self, n: usize) {
+        if n >= self.len {
+            return;
+        }
+        let width = self.k.len() / self.len.max(1);
+        self.truncate(n, width);
+    }
+
     /// Forget every position at and after `pos`.
     pub fn truncate(&mut self, pos: usize, width: usize) {
         self.len = self.len.min(pos);

@@ -16,6 +16,9 @@ pub enum DecodeError {
     /// The GPU could not be used or failed.
     #[error("GPU: {0}")]
     Gpu(#[from] tarfa_cuda::CudaError),
+    /// A sequence asked what it cannot do.
+    #[error(transparent)]
+    Sequence(#[from] SequenceFault),
     /// A file of the model directory is not the one its manifest records.
     #[error("{}: not the file the model's manifest names: {fault}; the directory was changed after conversion (tarfa verify names every fault)", path.display())]
     NotInManifest {
@@ -743,24 +746,6 @@ pub enum OptionsFault {
     /// A generation asked with an empty prompt.
     #[error("the prompt has no tokens")]
     EmptyPrompt,
-    /// A recurrent state left unknown by a pass that failed part-way.
-    #[error("{family}: an earlier pass failed part-way, so its recurrent state is unknown; start a new sequence (position 0)")]
-    StateUnknown {
-        /// The family.
-        family: &'static str,
-    },
-    /// A pass asked from another position than where a recurrent state stands.
-    #[error(
-        "{family} continues from position {at} (its recurrent state cannot be rewound to {asked})"
-    )]
-    CannotRewind {
-        /// The family.
-        family: &'static str,
-        /// Where its state stands.
-        at: usize,
-        /// The position asked.
-        asked: usize,
-    },
     /// The whole forward pass on the GPU asked of a model whose MoE layer does not hold exactly
     /// the experts `0..num_experts` (the kernels read a layer's experts as one array).
     #[error("layer {layer} does not hold experts 0..{num_experts} (the config's num_experts)")]
@@ -769,6 +754,44 @@ pub enum OptionsFault {
         layer: usize,
         /// The config's `num_experts`.
         num_experts: usize,
+    },
+}
+
+/// Why a [`crate::Sequence`] cannot do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SequenceFault {
+    /// A recurrent state left unknown by a pass that failed part-way.
+    #[error("{family}: an earlier pass failed part-way, so this sequence's recurrent state is unknown; truncate it to 0 (or start a new one)")]
+    Unknown {
+        /// The family.
+        family: &'static str,
+    },
+    /// A truncation that would rewind a recurrent state.
+    #[error("{family}: this sequence holds {at} positions and its recurrent state cannot be rewound to {asked}; only truncating to {at} or 0 is possible (fork the sequence before tokens you may take back)")]
+    CannotRewind {
+        /// The family.
+        family: &'static str,
+        /// Where its state stands.
+        at: usize,
+        /// The length asked.
+        asked: usize,
+    },
+    /// A truncation past the end.
+    #[error("a sequence of {len} positions cannot be truncated to {asked}")]
+    Beyond {
+        /// Positions held.
+        len: usize,
+        /// The length asked.
+        asked: usize,
+    },
+    /// A sequence another decoder made.
+    #[error("this sequence was made by another decoder")]
+    Foreign,
+    /// A sequence whose layer does not hold the state its layer kind needs.
+    #[error("layer {layer} of the sequence does not hold the state of the model's layer")]
+    Layout {
+        /// The layer.
+        layer: usize,
     },
 }
 

@@ -20,20 +20,21 @@
 use std::collections::HashMap;
 
 use tarfa_cuda::{
-    DeltaShape, Engine, EngineDevice, EngineShape, GpuDtype, HostAttention, HostDeltaNet,
-    HostLayer, HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK, MAX_DELTA_KERNEL,
-    MAX_HEAD_DIM,
+    DeltaShape, Engine, EngineDevice, EngineSeq, EngineShape, GpuDtype, HostAttention,
+    HostDeltaNet, HostLayer, HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK,
+    MAX_DELTA_KERNEL, MAX_HEAD_DIM,
 };
 
 use crate::blocks::{self, Batch};
 use crate::config::RopeConfig;
 use crate::error::{DecodeError, OptionsFault, Result};
 use crate::experts::ExpertStore;
-use crate::family::common::{AttnSpec, NormStyle, StatePosition};
+use crate::family::common::{AttnSpec, NormStyle};
 use crate::family::{Ctx, Family};
 use crate::offload::OffloadReport;
 use crate::quant::QuantType;
 use crate::rope::Rope;
+use crate::sequence::{State, Truncation};
 use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 
 /// VRAM left free beside the model.
@@ -171,8 +172,6 @@ pub struct GpuWhole<D: EngineDevice> {
     top_k: usize,
     rope: Rope,
     engine: Engine<D>,
-    /// Where the recurrent state stands (a model with DeltaNet layers).
-    pos: StatePosition,
 }
 
 /// The engine's type for a quantised (or F16) weight, if its kernels take it.
@@ -571,7 +570,6 @@ fn upload<D: EngineDevice>(
     Ok(Ok(GpuWhole {
         family: plan.family,
         // The engine's state buffers are allocated zeroed.
-        pos: StatePosition::START,
         vocab: plan.vocab,
         hidden: plan.hidden,
         layers: plan.mlps.len(),
@@ -835,7 +833,14 @@ impl<D: EngineDevice> GpuWhole<D> {
     }
 }
 
-impl<D: EngineDevice> Family for GpuWhole<D> {
+impl<D: EngineDevice> Family for GpuWhole<D>
+where
+    D::Buf: 'static,
+{
+    fn name(&self) -> &'static str {
+        self.family
+    }
+
     fn vocab_size(&self) -> usize {
         self.vocab
     }
@@ -852,10 +857,27 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
         self.top_k
     }
 
-    fn reset(&mut self) {
-        // The KV cache is indexed by position and every step writes its own; a recurrent state
-        // is zeroed by the next pass from position 0 (which alone may follow).
-        self.pos = StatePosition::UNKNOWN;
+    fn recurrent(&self) -> bool {
+        self.engine.recurrent()
+    }
+
+    fn new_state(&mut self) -> Result<State> {
+        Ok(State::Device(Box::new(self.engine.sequence()?)))
+    }
+
+    fn fork_state(&mut self, state: &State, len: usize) -> Result<State> {
+        let seq = state.device_ref::<EngineSeq<D::Buf>>()?;
+        Ok(State::Device(Box::new(self.engine.fork(seq, len)?)))
+    }
+
+    fn truncate_state(&mut self, state: &mut State, t: Truncation) -> Result<()> {
+        let seq = state.device::<EngineSeq<D::Buf>>()?;
+        match t {
+            // The KV caches are indexed by position and a step writes its own row and reads
+            // rows up to it: nothing to do.
+            Truncation::None | Truncation::Keep(_) => Ok(()),
+            Truncation::Zero => Ok(self.engine.reset_state(seq)?),
+        }
     }
 
     fn device_report(&self) -> Option<OffloadReport> {
@@ -865,6 +887,7 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
     fn forward(
         &mut self,
         ctx: &mut Ctx<'_>,
+        state: &mut State,
         tokens: &[u32],
         start: usize,
         all_logits: bool,
@@ -876,28 +899,16 @@ impl<D: EngineDevice> Family for GpuWhole<D> {
                 vocab: self.vocab,
             });
         }
-        // A recurrent state (DeltaNet layers) cannot be rewound: a pass starts over (its state
-        // zeroed) or continues where the last one ended, as the CPU's family does.
-        let recurrent = self.engine.recurrent();
-        if recurrent {
-            let mut pos = self.pos;
-            let engine = &mut self.engine;
-            let begun = pos.begin(self.family, start, || Ok(engine.reset_state()?));
-            self.pos = pos;
-            begun?;
-        }
+        let seq = state.device::<EngineSeq<D::Buf>>()?;
         let mut out = Vec::new();
         for (i, &t) in tokens.iter().enumerate() {
             let pos = start + i;
             self.rope.ensure(pos + 1);
             let (cos, sin) = self.rope.tables();
             let want = all_logits || i + 1 == tokens.len();
-            if let Some(l) = self.engine.step(t, pos, cos, sin, want)? {
+            if let Some(l) = self.engine.step(seq, t, pos, cos, sin, want)? {
                 out.push(l);
             }
-        }
-        if recurrent {
-            self.pos.end(start + tokens.len());
         }
         ctx.profile
             .add("whole forward pass on the GPU", t0.elapsed());

@@ -28,6 +28,8 @@
 //!   bytes either way, so the logits are the same bits as the safetensors-sourced model's.
 //! - [`offload`]: where routed experts are computed: the CPU, or (feature `cuda`, module `gpu`)
 //!   the GPU for all or a share of them, with a VRAM cache; the same bits either way.
+//! - [`sequence`]: [`Sequence`], a sequence's state apart from the model (KV caches, DeltaNet
+//!   states, position): created, forked and truncated; any number share one [`Decoder`].
 //! - [`session`]: [`Decoder`], greedy generation and its figures; [`npy`] for logits files.
 //!
 //! `unsafe` lives only in `kernels/x86.rs` (intrinsics behind run-time feature detection).
@@ -49,6 +51,7 @@ pub mod npy;
 pub mod offload;
 pub mod quant;
 pub mod rope;
+pub mod sequence;
 pub mod session;
 pub mod weights;
 
@@ -56,5 +59,6 @@ pub use error::{DecodeError, Result};
 pub use experts::{ExpertMode, ExpertOptions, ExpertStats};
 pub use kernels::Isa;
 pub use offload::{Device, GpuOptions, OffloadReport};
+pub use sequence::Sequence;
 pub use session::{argmax, AuxFile, Decoder, DecoderOptions, PhaseStats};
 pub use weights::TensorStore;

@@ -1,5 +1,8 @@
 //! [`Decoder`]: a model directory opened for decoding — manifest, every file held to it, resident
-//! tensors, the expert store, the family, a thread pool — and greedy generation over it.
+//! tensors, the expert store, the family, a thread pool — and greedy generation over it. Its
+//! sequences ([`Sequence`]) are values apart from it: the decoder keeps one of its own for
+//! [`Decoder::feed`] and [`Decoder::generate`], and makes, forks and truncates any number more
+//! ([`Decoder::new_sequence`], [`Decoder::fork`], [`Decoder::truncate`], [`Decoder::feed_in`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -8,10 +11,11 @@ use sha2::{Digest, Sha256};
 use tarfa_format::manifest::{FileKind, Manifest};
 use tarfa_runtime::{ExpertSource, ModelExperts, SourceOptions, SourceReport};
 
-use crate::error::{DecodeError, ManifestMismatch, OptionsFault, Result};
+use crate::error::{DecodeError, ManifestMismatch, OptionsFault, Result, SequenceFault};
 use crate::experts::{ExpertOptions, ExpertStats, ExpertStore};
 use crate::family::{self, Ctx, Family, Profile};
 use crate::kernels::Isa;
+use crate::sequence::{new_owner, Sequence, Truncation};
 use crate::weights::TensorStore;
 
 /// How to open a [`Decoder`].
@@ -70,7 +74,10 @@ pub struct Decoder {
     threads: usize,
     isa: Isa,
     batch_prompt: bool,
-    pos: usize,
+    /// Numbers this decoder's sequences.
+    id: u64,
+    /// The sequence of [`Decoder::feed`] and [`Decoder::generate`].
+    seq: Sequence,
     profile: Profile,
     offload: Option<Box<dyn crate::offload::ExpertOffload>>,
     /// Why the whole forward pass is not on the device it was asked of.
@@ -157,6 +164,8 @@ impl Decoder {
                 }
             }
         }
+        let id = new_owner();
+        let seq = Sequence::new(id, family.name(), family.recurrent(), family.new_state()?);
         Ok(Decoder {
             dir: dir.to_path_buf(),
             manifest,
@@ -167,7 +176,8 @@ impl Decoder {
             threads,
             isa,
             batch_prompt: opts.batch_prompt,
-            pos: 0,
+            id,
+            seq,
             profile: Profile::default(),
             offload,
             declined: None,
@@ -233,9 +243,10 @@ impl Decoder {
         self.family.vocab_size()
     }
 
-    /// Positions run so far.
-    pub fn position(&self) -> usize {
-        self.pos
+    /// Positions its own sequence holds (`None` after a pass failed part-way through a
+    /// recurrent state: [`Decoder::reset`] it).
+    pub fn position(&self) -> Option<usize> {
+        self.seq.len()
     }
 
     /// Experts selected per token.
@@ -248,10 +259,64 @@ impl Decoder {
         &self.profile
     }
 
-    /// Start a new sequence.
-    pub fn reset(&mut self) {
-        self.family.reset();
-        self.pos = 0;
+    /// Start its own sequence over (every position forgotten).
+    pub fn reset(&mut self) -> Result<()> {
+        self.with_own(|dec, seq| dec.truncate(seq, 0))
+    }
+
+    /// `f` of its own sequence (taken out while `f` runs).
+    fn with_own<R>(&mut self, f: impl FnOnce(&mut Self, &mut Sequence) -> R) -> R {
+        let mut seq = std::mem::replace(&mut self.seq, Sequence::detached());
+        let r = f(self, &mut seq);
+        self.seq = seq;
+        r
+    }
+
+    /// `seq` is one of this decoder's.
+    fn owns(&self, seq: &Sequence) -> Result<()> {
+        if seq.owner != self.id {
+            return Err(DecodeError::Sequence(SequenceFault::Foreign));
+        }
+        Ok(())
+    }
+
+    /// A new, empty sequence of this model. Any number may exist beside the decoder's own;
+    /// each holds its own KV caches and recurrent states (on the GPU when the decoder runs its
+    /// whole forward pass there), and its bits never depend on the others.
+    pub fn new_sequence(&mut self) -> Result<Sequence> {
+        Ok(Sequence::new(
+            self.id,
+            self.family.name(),
+            self.family.recurrent(),
+            self.family.new_state()?,
+        ))
+    }
+
+    /// A copy of `seq` that then goes its own way: both continue from its positions with the
+    /// same bits as `seq` alone would. Fork before tokens you may take back from a recurrent
+    /// model (its sequences truncate only to their length or to 0).
+    pub fn fork(&mut self, seq: &Sequence) -> Result<Sequence> {
+        self.owns(seq)?;
+        let len = seq.start()?;
+        let state = self.family.fork_state(&seq.state, len)?;
+        let mut copy = Sequence::new(self.id, seq.family, seq.recurrent, state);
+        copy.len = Some(len);
+        Ok(copy)
+    }
+
+    /// Keep the first `n` positions of `seq` (the next token runs at position `n`): any prefix
+    /// of a model that only attends; of one with recurrent state (Gated DeltaNet), only its
+    /// length or 0. Truncating to 0 also makes a sequence whose pass failed usable again.
+    pub fn truncate(&mut self, seq: &mut Sequence, n: usize) -> Result<()> {
+        self.owns(seq)?;
+        let t = seq.truncation(n)?;
+        if t == Truncation::None {
+            return Ok(());
+        }
+        seq.len = None;
+        self.family.truncate_state(&mut seq.state, t)?;
+        seq.len = Some(n);
+        Ok(())
     }
 
     /// The aux file `name` (e.g. `tokenizer.json`) after checking its size and SHA-256 against
@@ -290,13 +355,38 @@ impl Decoder {
             .then(|| crate::gguf_model::tokenizer_json(&self.manifest.architecture.config))
     }
 
-    /// Run `tokens` from the current position; the logits of the last one (or of each, when
-    /// `all_logits`). A prompt runs as one batch or token by token per the options.
+    /// Run `tokens` of its own sequence from its position; the logits of the last one (or of
+    /// each, when `all_logits`). A prompt runs as one batch or token by token per the options.
     pub fn feed(&mut self, tokens: &[u32], all_logits: bool) -> Result<Vec<Vec<f32>>> {
+        self.with_own(|dec, seq| dec.feed_in(seq, tokens, all_logits))
+    }
+
+    /// Run `tokens` of `seq` from its position ([`Decoder::feed`] of another sequence).
+    pub fn feed_in(
+        &mut self,
+        seq: &mut Sequence,
+        tokens: &[u32],
+        all_logits: bool,
+    ) -> Result<Vec<Vec<f32>>> {
+        self.owns(seq)?;
         if tokens.is_empty() {
             return Ok(Vec::new());
         }
-        let start = self.pos;
+        // Checked before the state is touched, so a bad id leaves the sequence as it was.
+        let vocab = self.family.vocab_size();
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(DecodeError::TokenOutOfRange { id, vocab });
+        }
+        let start = seq.start()?;
+        let end = start
+            .checked_add(tokens.len())
+            .ok_or(DecodeError::Sequence(SequenceFault::Beyond {
+                len: start,
+                asked: usize::MAX,
+            }))?;
+        // Unknown until the pass ends: one that fails part-way leaves a recurrent state
+        // advanced by some layers and not others.
+        seq.len = None;
         let mut ctx = Ctx {
             isa: self.isa,
             tensors: &self.tensors,
@@ -305,30 +395,59 @@ impl Decoder {
             offload: self.offload.as_deref_mut().map(|o| o as _),
         };
         let family = &mut self.family;
+        let state = &mut seq.state;
         let batch = self.batch_prompt;
         let out = self.pool.install(|| -> Result<Vec<Vec<f32>>> {
             if batch {
-                family.forward(&mut ctx, tokens, start, all_logits)
+                family.forward(&mut ctx, state, tokens, start, all_logits)
             } else {
                 let mut all = Vec::new();
                 for (i, &t) in tokens.iter().enumerate() {
-                    let mut l = family.forward(&mut ctx, &[t], start + i, true)?;
+                    let mut l = family.forward(&mut ctx, state, &[t], start + i, true)?;
                     if all_logits || i + 1 == tokens.len() {
                         all.append(&mut l);
                     }
                 }
                 Ok(all)
             }
-        })?;
-        self.pos = start + tokens.len();
-        Ok(out)
+        });
+        match out {
+            Ok(out) => {
+                seq.len = Some(end);
+                Ok(out)
+            }
+            Err(e) => {
+                // Attention alone: the caches keep their rows up to `start` (the next pass
+                // rewrites from there), so the sequence stands where it stood.
+                if !seq.recurrent
+                    && family
+                        .truncate_state(&mut seq.state, Truncation::Keep(start))
+                        .is_ok()
+                {
+                    seq.len = Some(start);
+                }
+                Err(e)
+            }
+        }
     }
 
-    /// Greedy decoding: run `prompt`, then choose `n` tokens, each the argmax of the logits
-    /// (lowest id on ties) and fed back. `on_step(i, token, logits)` sees every step as it is
-    /// decided (step 0's logits are the prompt's last position). Returns per-phase figures.
+    /// Greedy decoding of its own sequence: run `prompt`, then choose `n` tokens, each the
+    /// argmax of the logits (lowest id on ties) and fed back. `on_step(i, token, logits)` sees
+    /// every step as it is decided (step 0's logits are the prompt's last position). Returns
+    /// per-phase figures.
     pub fn generate(
         &mut self,
+        prompt: &[u32],
+        n: usize,
+        on_step: impl FnMut(usize, u32, &[f32]) -> Result<()>,
+    ) -> Result<(PhaseStats, PhaseStats)> {
+        self.with_own(|dec, seq| dec.generate_in(seq, prompt, n, on_step))
+    }
+
+    /// [`Decoder::generate`] of `seq`.
+    pub fn generate_in(
+        &mut self,
+        seq: &mut Sequence,
         prompt: &[u32],
         n: usize,
         mut on_step: impl FnMut(usize, u32, &[f32]) -> Result<()>,
@@ -343,7 +462,7 @@ impl Decoder {
         }
         let s0 = self.experts.stats();
         let t0 = Instant::now();
-        let mut logits = self.feed(prompt, false)?.pop().unwrap_or_default();
+        let mut logits = self.feed_in(seq, prompt, false)?.pop().unwrap_or_default();
         prompt_phase.time = t0.elapsed();
         prompt_phase.tokens = prompt.len() as u64;
         let s1 = self.experts.stats();
@@ -353,7 +472,7 @@ impl Decoder {
             let tok = argmax(&logits);
             on_step(i, tok, &logits)?;
             if i + 1 < n {
-                logits = self.feed(&[tok], false)?.pop().unwrap_or_default();
+                logits = self.feed_in(seq, &[tok], false)?.pop().unwrap_or_default();
                 decode_phase.tokens += 1;
             }
         }

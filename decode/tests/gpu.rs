@@ -108,6 +108,28 @@ fn the_whole_forward_pass_on_the_gpu_gives_the_cpu_bits() {
     }
 }
 
+/// Sequences apart from the model on the GPU decoder (CUDA graphs on and off): two sequences'
+/// steps interleaved with each other and the decoder's own (each its own device buffers; a graph
+/// captured for one is never replayed for another), a fork (device state copied), a
+/// truncation or its refusal (a recurrent state), and a truncation to 0 (DeltaNet state zeroed
+/// on the device) give every position the bits a fresh CPU decoder gives that sequence alone,
+/// on every family's fixture.
+#[test]
+fn gpu_sequences_interleaved_forked_and_truncated_give_the_cpu_bits() {
+    if !gpu_here() {
+        return;
+    }
+    for name in ["qwen3_moe_b", "glm4_moe_b", "mixtral", "qwen3_5_moe_text"] {
+        for graphs in [true, false] {
+            let mut dec = common::open(&common::model(name), &whole(graphs, true));
+            common::sequences_hold(name, &mut dec);
+            let r = dec.offload_report().expect("a GPU report");
+            assert!(r.whole_model, "{name}: {r:?}");
+            assert_eq!(r.graph_steps > 0, graphs, "{name}: {r:?}");
+        }
+    }
+}
+
 /// The whole pass on the GPU (CUDA graphs on) with RMSNorms taken into the products or not.
 fn fused(dir: &std::path::Path, norms: bool) -> Decoder {
     let opts = DecoderOptions::default();

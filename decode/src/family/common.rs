@@ -6,55 +6,15 @@
 
 use crate::blocks::{self, AttnShape, Batch, KvCache, MoeOutputs, Route};
 use crate::canon;
-use crate::error::{DecodeError, OptionsFault, Result};
+use crate::error::{DecodeError, Result};
 use crate::family::Ctx;
 use crate::rope::Rope;
+use crate::sequence::{LayerState, State};
 use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 
-/// Where a recurrent state (Qwen3.5's DeltaNet layers) stands, and the one rule for moving it,
-/// which the CPU's family and the GPU's engine share: it cannot be rewound, so a pass starts over
-/// at position 0 (the state zeroed first) or continues where the last one ended; while a pass
-/// runs, and after one failed, the state is unknown and only a fresh start continues.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StatePosition(Option<usize>);
-
-impl StatePosition {
-    /// A zeroed state: position 0.
-    pub const START: StatePosition = StatePosition(Some(0));
-    /// A state no one knows (until a pass from position 0 zeroes it).
-    pub const UNKNOWN: StatePosition = StatePosition(None);
-
-    /// Begin a pass of `family` at `start`: from 0, the state zeroed by `zero` unless it is
-    /// already; else only where the last pass ended. The state is unknown until [`Self::end`].
-    pub fn begin(
-        &mut self,
-        family: &'static str,
-        start: usize,
-        zero: impl FnOnce() -> Result<()>,
-    ) -> Result<()> {
-        if start == 0 && *self != Self::START {
-            *self = Self::UNKNOWN;
-            zero()?;
-            *self = Self::START;
-        }
-        match self.0 {
-            None => Err(DecodeError::Options(OptionsFault::StateUnknown { family })),
-            Some(at) if at != start => Err(DecodeError::Options(OptionsFault::CannotRewind {
-                family,
-                at,
-                asked: start,
-            })),
-            Some(_) => {
-                *self = Self::UNKNOWN;
-                Ok(())
-            }
-        }
-    }
-
-    /// The pass ended with the state holding `len` positions.
-    pub fn end(&mut self, len: usize) {
-        *self = StatePosition(Some(len));
-    }
+/// A new sequence's state of a model whose `layers` layers all attend: empty KV caches.
+pub fn attention_state(layers: usize) -> State {
+    State::Host(vec![LayerState::Attention(KvCache::default()); layers])
 }
 
 /// How an RMSNorm applies its weight.
@@ -460,57 +420,4 @@ pub fn routed_experts(ctx: &mut Ctx<'_>, layer: u32, routes: &[Route], x: &Batch
     ctx.profile
         .add("experts (read, check, compute)", t.elapsed());
     Ok(outs.combine())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::StatePosition;
-    use crate::error::{DecodeError, OptionsFault};
-
-    /// A recurrent state is zeroed for a pass from position 0 (unless it is zero already),
-    /// continues only where the last pass ended, and is unknown while a pass runs, after one
-    /// failed, and after its zeroing failed: then only a fresh start continues.
-    #[test]
-    fn a_recurrent_state_starts_over_or_continues_never_rewinds() {
-        let mut zeroed = 0;
-        let mut pos = StatePosition::START;
-        pos.begin("f", 0, || {
-            zeroed += 1;
-            Ok(())
-        })
-        .expect("from 0");
-        assert_eq!(zeroed, 0, "already zero");
-        pos.end(5);
-        let rewind = pos.begin("f", 3, || Ok(())).expect_err("rewound");
-        assert!(matches!(
-            rewind,
-            DecodeError::Options(OptionsFault::CannotRewind {
-                at: 5,
-                asked: 3,
-                ..
-            })
-        ));
-        pos.begin("f", 5, || Ok(())).expect("continues");
-        // That pass never ended (it failed): unknown.
-        let lost = pos.begin("f", 5, || Ok(())).expect_err("unknown");
-        assert!(matches!(
-            lost,
-            DecodeError::Options(OptionsFault::StateUnknown { .. })
-        ));
-        pos.begin("f", 0, || {
-            zeroed += 1;
-            Ok(())
-        })
-        .expect("a fresh start");
-        assert_eq!(zeroed, 1);
-        pos.end(2);
-        pos.begin("f", 0, || {
-            Err(DecodeError::Options(OptionsFault::StateUnknown {
-                family: "z",
-            }))
-        })
-        .expect_err("zeroing failed");
-        assert_eq!(pos, StatePosition::UNKNOWN);
-        assert!(pos.begin("f", 2, || Ok(())).is_err());
-    }
 }

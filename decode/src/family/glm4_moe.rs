@@ -6,13 +6,14 @@
 //! only, group-limited top-k, unbiased weights renormalised and scaled) plus shared experts:
 //! `routed + shared`. The nextn (MTP) layers past `num_hidden_layers` are not run.
 
-use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
+use crate::blocks::{self, AttnShape, Batch, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
 use crate::rope::Rope;
+use crate::sequence::State;
 use crate::weights::{MatrixRef, TensorStore};
 
 /// The config keys the forward pass reads.
@@ -155,12 +156,11 @@ impl Glm4MoeConfig {
     }
 }
 
-/// The glm4_moe decoder: config, RoPE tables, one KV cache per layer.
+/// The glm4_moe decoder: config and RoPE tables (a sequence holds the KV caches).
 #[derive(Debug)]
 pub struct Glm4Moe {
     cfg: Glm4MoeConfig,
     rope: Rope,
-    kv: Vec<KvCache>,
 }
 
 const EMBED: &str = "model.embed_tokens.weight";
@@ -170,7 +170,6 @@ impl Glm4Moe {
     pub fn new(cfg: Glm4MoeConfig, store: &TensorStore) -> Result<Glm4Moe> {
         let m = Glm4Moe {
             rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
-            kv: vec![KvCache::default(); cfg.num_layers],
             cfg,
         };
         m.check(store)?;
@@ -275,6 +274,10 @@ impl Glm4Moe {
 }
 
 impl Family for Glm4Moe {
+    fn name(&self) -> &'static str {
+        "glm4_moe"
+    }
+
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size
     }
@@ -327,15 +330,14 @@ impl Family for Glm4Moe {
         })
     }
 
-    fn reset(&mut self) {
-        for kv in &mut self.kv {
-            *kv = KvCache::default();
-        }
+    fn new_state(&mut self) -> Result<State> {
+        Ok(common::attention_state(self.cfg.num_layers))
     }
 
     fn forward(
         &mut self,
         ctx: &mut Ctx<'_>,
+        state: &mut State,
         tokens: &[u32],
         start: usize,
         all_logits: bool,
@@ -351,7 +353,7 @@ impl Family for Glm4Moe {
             eps: c.rms_norm_eps,
             head: self.lm_head(ctx.tensors)?,
         };
-        let (rope, kv) = (&mut self.rope, &mut self.kv);
+        let (rope, kv) = (&mut self.rope, state.host()?);
         let mlp = |ctx: &mut Ctx<'_>, l, xn: &Batch| Self::mlp(&c, ctx, l, xn);
         common::decoder_forward(
             ctx,
@@ -366,7 +368,7 @@ impl Family for Glm4Moe {
                     &spec,
                     c.hidden_size,
                     rope,
-                    &mut kv[l],
+                    kv[l].kv(l)?,
                     start,
                     xn,
                 )

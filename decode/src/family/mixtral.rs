@@ -3,13 +3,14 @@
 //! NeoX RoPE, an optional sliding window, a softmax top-k router always renormalised, SwiGLU
 //! experts (`w1` gate, `w3` up, `w2` down) combined in selection-slot order.
 
-use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
+use crate::blocks::{self, AttnShape, Batch, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
 use crate::rope::Rope;
+use crate::sequence::State;
 use crate::weights::{MatrixRef, TensorStore};
 
 /// The config keys the forward pass reads.
@@ -82,13 +83,12 @@ impl MixtralConfig {
     }
 }
 
-/// The mixtral decoder: config, RoPE tables, one KV cache per layer, and where the router is
-/// (`block_sparse_moe.gate` as checkpoints store it, or `mlp.gate`).
+/// The mixtral decoder: config, RoPE tables, and where the router is (`block_sparse_moe.gate`
+/// as checkpoints store it, or `mlp.gate`); a sequence holds the KV caches.
 #[derive(Debug)]
 pub struct Mixtral {
     cfg: MixtralConfig,
     rope: Rope,
-    kv: Vec<KvCache>,
     router: &'static str,
 }
 
@@ -108,7 +108,6 @@ impl Mixtral {
         };
         let m = Mixtral {
             rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
-            kv: vec![KvCache::default(); cfg.num_layers],
             cfg,
             router,
         };
@@ -163,6 +162,10 @@ impl Mixtral {
 }
 
 impl Family for Mixtral {
+    fn name(&self) -> &'static str {
+        "mixtral"
+    }
+
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size
     }
@@ -208,15 +211,14 @@ impl Family for Mixtral {
         })
     }
 
-    fn reset(&mut self) {
-        for kv in &mut self.kv {
-            *kv = KvCache::default();
-        }
+    fn new_state(&mut self) -> Result<State> {
+        Ok(common::attention_state(self.cfg.num_layers))
     }
 
     fn forward(
         &mut self,
         ctx: &mut Ctx<'_>,
+        state: &mut State,
         tokens: &[u32],
         start: usize,
         all_logits: bool,
@@ -232,7 +234,7 @@ impl Family for Mixtral {
             eps: c.rms_norm_eps,
             head: self.lm_head(ctx.tensors)?,
         };
-        let (rope, kv) = (&mut self.rope, &mut self.kv);
+        let (rope, kv) = (&mut self.rope, state.host()?);
         let router = self.router;
         // Router: softmax(z) in f32, the top k, always renormalised; weights stay f32.
         let mlp = |ctx: &mut Ctx<'_>, l: usize, xn: &Batch| -> Result<Batch> {
@@ -260,7 +262,7 @@ impl Family for Mixtral {
                     &spec,
                     c.hidden_size,
                     rope,
-                    &mut kv[l],
+                    kv[l].kv(l)?,
                     start,
                     xn,
                 )

@@ -1,6 +1,7 @@
 //! Model families: one module each over the shared [`crate::blocks`]. A family parses its config
-//! once into a typed struct, checks every tensor it will read before the first token, holds its
-//! own state (KV cache, later recurrent state) and computes a forward pass over a batch of tokens.
+//! once into a typed struct, checks every tensor it will read before the first token, makes the
+//! state of a sequence ([`crate::sequence`]: KV caches, recurrent states), and computes a forward
+//! pass of a sequence over a batch of tokens; the state lives in the sequence, not the family.
 //! Adding a family is a new module and a row in [`REGISTRY`]; a family the whole-model GPU
 //! engine can run also gives its [`Family::whole_plan`].
 
@@ -11,9 +12,10 @@ pub mod qwen3_5_moe;
 pub mod qwen3_moe;
 
 use crate::blocks::Batch;
-use crate::error::{DecodeError, Result};
+use crate::error::{DecodeError, Result, SequenceFault};
 use crate::experts::ExpertStore;
 use crate::kernels::Isa;
+use crate::sequence::{State, Truncation};
 use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 
 /// What a forward pass computes with: kernels, resident tensors, experts.
@@ -136,6 +138,8 @@ impl Profile {
 
 /// A model family's decoder.
 pub trait Family: Send + std::fmt::Debug {
+    /// The family's name (its `model_type`, as messages name it).
+    fn name(&self) -> &'static str;
     /// Vocabulary size (logits per position).
     fn vocab_size(&self) -> usize;
     /// Hidden size.
@@ -144,8 +148,26 @@ pub trait Family: Send + std::fmt::Debug {
     fn num_layers(&self) -> usize;
     /// Experts selected per token.
     fn top_k(&self) -> usize;
-    /// Forget every position.
-    fn reset(&mut self);
+    /// Whether a layer holds recurrent state (Gated DeltaNet): its sequences cannot be rewound.
+    fn recurrent(&self) -> bool {
+        false
+    }
+    /// A new sequence's state: every KV cache empty, every recurrent state zero.
+    fn new_state(&mut self) -> Result<State>;
+    /// A copy of `state`, which holds `len` positions.
+    fn fork_state(&mut self, state: &State, len: usize) -> Result<State> {
+        let _ = len;
+        match state {
+            State::Host(layers) => Ok(State::Host(layers.clone())),
+            State::Device(_) => Err(DecodeError::Sequence(SequenceFault::Foreign)),
+        }
+    }
+    /// `state` truncated as `t` says (which [`crate::Sequence`] has held to what its layers
+    /// allow).
+    fn truncate_state(&mut self, state: &mut State, t: Truncation) -> Result<()> {
+        crate::sequence::truncate_host(state.host()?, t);
+        Ok(())
+    }
     /// This family's forward pass as the whole-model engine runs it
     /// ([`crate::gpu_resident`]), if it is one the engine computes.
     fn whole_plan(&self) -> Option<crate::gpu_resident::WholePlan> {
@@ -155,11 +177,13 @@ pub trait Family: Send + std::fmt::Debug {
     fn device_report(&self) -> Option<crate::offload::OffloadReport> {
         None
     }
-    /// Run `tokens` at positions `start..start + tokens.len()` (positions from `start` on are
-    /// overwritten). Returns the `f32` logits of every position when `all_logits`, else of the last.
+    /// Run `tokens` of the sequence whose state is `state` and which holds `start` positions,
+    /// at positions `start..start + tokens.len()`. Returns the `f32` logits of every position
+    /// when `all_logits`, else of the last.
     fn forward(
         &mut self,
         ctx: &mut Ctx<'_>,
+        state: &mut State,
         tokens: &[u32],
         start: usize,
         all_logits: bool,

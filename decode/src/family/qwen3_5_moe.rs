@@ -27,11 +27,12 @@ use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::canon;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, DecodeError, Result};
-use crate::family::common::{self, AttnSpec, NormStyle, Skeleton, StatePosition};
+use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
 use crate::kernels::Isa;
 use crate::rope::Rope;
+use crate::sequence::{LayerState, State};
 use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 use tarfa_cuda::DeltaShape;
 
@@ -251,29 +252,31 @@ pub struct DeltaState {
     pub s: Vec<Vec<f32>>,
 }
 
-/// The decoder: config, RoPE tables, a KV cache per full-attention layer, a DeltaNet state per
-/// linear-attention layer, and how many positions the states hold.
+impl DeltaState {
+    /// Back to zeros (no position seen), its shape kept.
+    pub fn zero(&mut self) {
+        for v in self.conv.iter_mut().chain(self.s.iter_mut()) {
+            v.fill(0.0);
+        }
+    }
+}
+
+/// The decoder: config and RoPE tables. A sequence holds a KV cache per full-attention layer
+/// and a DeltaNet state per linear-attention layer.
 #[derive(Debug)]
 pub struct Qwen3_5Moe {
     cfg: Qwen3_5MoeConfig,
     rope: Rope,
-    kv: Vec<KvCache>,
-    delta: Vec<Option<DeltaState>>,
-    pos: StatePosition,
 }
 
 impl Qwen3_5Moe {
     /// Check the config against the resident tensors (names and shapes) and build the state.
     pub fn new(cfg: Qwen3_5MoeConfig, store: &TensorStore) -> Result<Qwen3_5Moe> {
-        let mut m = Qwen3_5Moe {
+        let m = Qwen3_5Moe {
             rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
-            kv: vec![KvCache::default(); cfg.num_layers],
-            delta: Vec::new(),
-            pos: StatePosition::START,
             cfg,
         };
         m.check(store)?;
-        m.reset();
         Ok(m)
     }
 
@@ -346,7 +349,13 @@ impl Qwen3_5Moe {
     }
 
     /// One Gated DeltaNet layer over the batch, token after token.
-    fn linear_attention(&mut self, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
+    fn linear_attention(
+        &self,
+        ctx: &mut Ctx<'_>,
+        state: &mut DeltaState,
+        l: usize,
+        x: &Batch,
+    ) -> Result<Batch> {
         let c = self.cfg.clone();
         let s = ctx.tensors;
         let h = c.hidden_size;
@@ -371,9 +380,6 @@ impl Qwen3_5Moe {
         let zv = proj.pop().expect("four outputs");
         let mixed = proj.pop().expect("four outputs");
         let t0 = std::time::Instant::now();
-        let state = self.delta[l]
-            .as_mut()
-            .expect("a linear-attention layer has a DeltaNet state");
         let dims = DeltaDims {
             kernel: c.conv_kernel,
             k_heads: c.lin_k_heads,
@@ -573,27 +579,11 @@ pub fn delta_step(
     heads.concat()
 }
 
-impl Qwen3_5Moe {
-    /// Every KV cache emptied and every DeltaNet state zeroed.
-    fn zero_state(&mut self) {
-        let c = &self.cfg;
-        for kv in &mut self.kv {
-            *kv = KvCache::default();
-        }
-        self.delta = c
-            .layer_types
-            .iter()
-            .map(|t| {
-                (*t == LayerType::Linear).then(|| DeltaState {
-                    conv: vec![vec![0.0; c.conv_dim()]; c.conv_kernel - 1],
-                    s: vec![vec![0.0; c.lin_k_dim * c.lin_v_dim]; c.lin_v_heads],
-                })
-            })
-            .collect();
-    }
-}
-
 impl Family for Qwen3_5Moe {
+    fn name(&self) -> &'static str {
+        "qwen3_5_moe"
+    }
+
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size
     }
@@ -655,26 +645,35 @@ impl Family for Qwen3_5Moe {
         })
     }
 
-    fn reset(&mut self) {
-        self.zero_state();
-        self.pos = StatePosition::START;
+    fn recurrent(&self) -> bool {
+        self.cfg.layer_types.contains(&LayerType::Linear)
+    }
+
+    fn new_state(&mut self) -> Result<State> {
+        let c = &self.cfg;
+        Ok(State::Host(
+            c.layer_types
+                .iter()
+                .map(|t| match t {
+                    LayerType::Full => LayerState::Attention(KvCache::default()),
+                    LayerType::Linear => LayerState::DeltaNet(DeltaState {
+                        conv: vec![vec![0.0; c.conv_dim()]; c.conv_kernel - 1],
+                        s: vec![vec![0.0; c.lin_k_dim * c.lin_v_dim]; c.lin_v_heads],
+                    }),
+                })
+                .collect(),
+        ))
     }
 
     fn forward(
         &mut self,
         ctx: &mut Ctx<'_>,
+        state: &mut State,
         tokens: &[u32],
         start: usize,
         all_logits: bool,
     ) -> Result<Batch> {
-        // The recurrent state cannot be rewound: a run either starts over or continues.
-        let mut pos = self.pos;
-        let begun = pos.begin("qwen3_5_moe", start, || {
-            self.zero_state();
-            Ok(())
-        });
-        self.pos = pos;
-        begun?;
+        let layers = state.host()?;
         let c = self.cfg.clone();
         let spec = self.attn_spec();
         let sk = Skeleton {
@@ -694,14 +693,16 @@ impl Family for Qwen3_5Moe {
             |ctx, l, xn| match c.layer_types[l] {
                 LayerType::Full => {
                     let prefix = format!("{}layers.{l}.self_attn", c.prefix);
-                    let (rope, kv) = (&mut self.rope, &mut self.kv[l]);
+                    let (rope, kv) = (&mut self.rope, layers[l].kv(l)?);
                     common::attention(ctx, &prefix, &spec, c.hidden_size, rope, kv, start, xn)
                 }
-                LayerType::Linear => self.linear_attention(ctx, l, xn),
+                LayerType::Linear => {
+                    let d = layers[l].delta(l)?;
+                    self.linear_attention(ctx, d, l, xn)
+                }
             },
             |ctx, l, xn| Self::moe(&c, ctx, l, xn),
         )?;
-        self.pos.end(start + tokens.len());
         Ok(logits)
     }
 }

@@ -4,13 +4,14 @@
 //! SwiGLU experts combined in selection-slot order, dense MLP layers per `mlp_only_layers` and
 //! `decoder_sparse_step`, final norm, `lm_head` (or the tied embedding).
 
-use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
+use crate::blocks::{self, AttnShape, Batch, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
 use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
 use crate::rope::Rope;
+use crate::sequence::State;
 use crate::weights::{MatrixRef, TensorStore};
 
 /// The config keys the forward pass reads.
@@ -119,12 +120,11 @@ impl Qwen3MoeConfig {
     }
 }
 
-/// The qwen3_moe decoder: config, RoPE tables, one KV cache per layer.
+/// The qwen3_moe decoder: config and RoPE tables (a sequence holds the KV caches).
 #[derive(Debug)]
 pub struct Qwen3Moe {
     cfg: Qwen3MoeConfig,
     rope: Rope,
-    kv: Vec<KvCache>,
 }
 
 const EMBED: &str = "model.embed_tokens.weight";
@@ -134,7 +134,6 @@ impl Qwen3Moe {
     pub fn new(cfg: Qwen3MoeConfig, store: &TensorStore) -> Result<Qwen3Moe> {
         let m = Qwen3Moe {
             rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
-            kv: vec![KvCache::default(); cfg.num_layers],
             cfg,
         };
         m.check(store)?;
@@ -217,6 +216,10 @@ impl Qwen3Moe {
 }
 
 impl Family for Qwen3Moe {
+    fn name(&self) -> &'static str {
+        "qwen3_moe"
+    }
+
     fn vocab_size(&self) -> usize {
         self.cfg.vocab_size
     }
@@ -263,15 +266,14 @@ impl Family for Qwen3Moe {
         })
     }
 
-    fn reset(&mut self) {
-        for kv in &mut self.kv {
-            *kv = KvCache::default();
-        }
+    fn new_state(&mut self) -> Result<State> {
+        Ok(common::attention_state(self.cfg.num_layers))
     }
 
     fn forward(
         &mut self,
         ctx: &mut Ctx<'_>,
+        state: &mut State,
         tokens: &[u32],
         start: usize,
         all_logits: bool,
@@ -287,7 +289,7 @@ impl Family for Qwen3Moe {
             eps: c.rms_norm_eps,
             head: self.lm_head(ctx.tensors)?,
         };
-        let (rope, kv) = (&mut self.rope, &mut self.kv);
+        let (rope, kv) = (&mut self.rope, state.host()?);
         let mlp = |ctx: &mut Ctx<'_>, l, xn: &Batch| Self::mlp(&c, ctx, l, xn);
         common::decoder_forward(
             ctx,
@@ -302,7 +304,7 @@ impl Family for Qwen3Moe {
                     &spec,
                     c.hidden_size,
                     rope,
-                    &mut kv[l],
+                    kv[l].kv(l)?,
                     start,
                     xn,
                 )

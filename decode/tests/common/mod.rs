@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use tarfa_decode::{Decoder, DecoderOptions};
+use tarfa_decode::{Decoder, DecoderOptions, Sequence};
 
 pub fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -58,7 +58,7 @@ pub fn open(dir: &Path, opts: &DecoderOptions) -> Decoder {
 
 /// Logits of `n` greedy steps after `prompt`.
 pub fn greedy(dec: &mut Decoder, prompt: &[u32], n: usize) -> (Vec<u32>, Vec<Vec<f32>>) {
-    dec.reset();
+    dec.reset().expect("reset");
     let mut toks = Vec::new();
     let mut rows = Vec::new();
     dec.generate(prompt, n, |_, t, l| {
@@ -270,4 +270,100 @@ pub fn rewritten_model(
     let out = tmp.join("jnf");
     convert(&edited, &out);
     out
+}
+
+/// The logits of every position of `tokens`, run alone on a fresh CPU decoder of `name`.
+pub fn alone(name: &'static str, tokens: &[u32]) -> Vec<Vec<u32>> {
+    let mut dec = open(&model(name), &DecoderOptions::default());
+    bits(&dec.feed(tokens, true).expect("feed"))
+}
+
+fn feed_bits(dec: &mut Decoder, seq: &mut Sequence, tokens: &[u32]) -> Vec<Vec<u32>> {
+    bits(&dec.feed_in(seq, tokens, true).expect("feed"))
+}
+
+/// A prompt (the first three tokens of the fixture's first reference prompt: the emulated GPU
+/// runs every step of these checks) and two continuations (ids within every fixture's
+/// vocabulary).
+pub fn sequence_prompts(name: &str) -> (Vec<u32>, Vec<u32>, Vec<u32>) {
+    let r = &reference(name)[0].prompt_ids;
+    let p = r[..r.len().min(3)].to_vec();
+    (p, vec![7, 3, 11], vec![2, 19])
+}
+
+/// Sequences apart from the model, on `dec` (a decoder of fixture `name`, on any device): every
+/// position has the bits a fresh CPU decoder gives it running that sequence alone —
+/// - two sequences run token by token, alternating, with the decoder's own sequence stepped
+///   between them (no state shared, none leaking);
+/// - a fork of a prompt, run before the original continues (each its own continuation);
+/// - a sequence truncated to its prompt, then continued otherwise (attention only: a recurrent
+///   state refuses, and stands where it stood), and truncated to 0 and run again.
+pub fn sequences_hold(name: &'static str, dec: &mut Decoder) {
+    let (p, x, y) = sequence_prompts(name);
+    let px = [p.clone(), x.clone()].concat();
+    let py = [p.clone(), y.clone()].concat();
+    let (want_px, want_py) = (alone(name, &px), alone(name, &py));
+
+    let xyp = [x.clone(), y.clone(), p.clone()].concat();
+    let mut a = dec.new_sequence().expect("sequence a");
+    let mut b = dec.new_sequence().expect("sequence b");
+    let (mut ra, mut rb) = (Vec::new(), Vec::new());
+    for i in 0..px.len().max(xyp.len()) {
+        if let Some(&t) = px.get(i) {
+            ra.extend(feed_bits(dec, &mut a, &[t]));
+        }
+        dec.feed(&[1], false).expect("the decoder's own sequence");
+        if let Some(&t) = xyp.get(i) {
+            rb.extend(feed_bits(dec, &mut b, &[t]));
+        }
+    }
+    assert_eq!(a.len(), Some(px.len()), "{name}");
+    assert_eq!(ra, want_px, "{name}: interleaved sequence a");
+    assert_eq!(rb, alone(name, &xyp), "{name}: interleaved sequence b");
+    drop(b);
+
+    let mut c = dec.new_sequence().expect("sequence c");
+    feed_bits(dec, &mut c, &p);
+    let mut f = dec.fork(&c).expect("fork");
+    assert_eq!(f.len(), Some(p.len()), "{name}");
+    // The fork runs first: the original's state must not move with it.
+    assert_eq!(
+        feed_bits(dec, &mut f, &y),
+        want_py[p.len()..],
+        "{name}: the fork"
+    );
+    assert_eq!(
+        feed_bits(dec, &mut c, &x),
+        want_px[p.len()..],
+        "{name}: the original, after its fork ran"
+    );
+
+    if c.is_recurrent() {
+        let e = dec.truncate(&mut c, p.len()).expect_err("rewound");
+        assert!(
+            matches!(
+                e,
+                tarfa_decode::DecodeError::Sequence(
+                    tarfa_decode::error::SequenceFault::CannotRewind { .. }
+                )
+            ),
+            "{name}: {e}"
+        );
+        assert_eq!(c.len(), Some(px.len()), "{name}: refused, it stands");
+    } else {
+        dec.truncate(&mut c, p.len()).expect("truncate");
+        assert_eq!(c.len(), Some(p.len()), "{name}");
+        assert_eq!(
+            feed_bits(dec, &mut c, &y),
+            want_py[p.len()..],
+            "{name}: truncated to the prompt"
+        );
+    }
+    dec.truncate(&mut c, 0).expect("truncate to 0");
+    assert!(c.is_empty(), "{name}");
+    assert_eq!(
+        feed_bits(dec, &mut c, &py),
+        want_py,
+        "{name}: truncated to 0"
+    );
 }
