@@ -563,7 +563,7 @@ pub enum GgufFault {
     #[error("the array value is not a list")]
     NotAList,
     /// An architecture this build does not run.
-    #[error("{arch:?} is not run by this build (GGUF architectures run: {})", crate::gguf_model::SUPPORTED.iter().map(|(g, f)| format!("{g} (as {f})")).collect::<Vec<_>>().join(", "))]
+    #[error("{arch:?} is not run by this build (GGUF architectures run: {})", crate::gguf_model::supported().map(|(g, f)| format!("{g} (as {f})")).collect::<Vec<_>>().join(", "))]
     UnsupportedArch {
         /// The architecture.
         arch: String,

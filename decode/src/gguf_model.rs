@@ -13,6 +13,11 @@
 //! - rebuilds a `tokenizers` tokenizer.json from `tokenizer.ggml.*` for a byte-level BPE
 //!   (`tokenizer.ggml.model = "gpt2"`) ([`tokenizer_json`]), or says what is missing.
 //!
+//! What is particular to a family — llama.cpp's architecture name, its own layer tensor names
+//! and config keys — is its [`crate::family::REGISTRY`] row's [`crate::family::GgufRow`], in the
+//! family's module (`qwen3_moe::gguf_config`, `glm4_moe::gguf_config`); this module holds what
+//! every family shares.
+//!
 //! Where llama.cpp's graph hard-codes behaviour, the GGUF means what llama.cpp computes:
 //!
 //! - `qwen3moe`: the top-k router weights are always renormalised (llama.cpp's qwen3moe graph
@@ -39,40 +44,19 @@
 use serde_json::{json, Map, Value};
 
 use crate::error::{DecodeError, GgufFault as G, Result, TensorFault};
+use crate::family::{FamilyRow, GgufRow, REGISTRY};
 use crate::weights::TensorStore;
 
-/// GGUF architectures (`general.architecture`) this build runs, with the family each maps to.
-pub const SUPPORTED: &[(&str, &str)] = &[("qwen3moe", "qwen3_moe"), ("glm4moe", "glm4_moe")];
+/// GGUF architectures (`general.architecture`) this build runs, each with the `model_type` of
+/// the family that runs it: the [`crate::family::REGISTRY`] rows that have a GGUF row.
+pub fn supported() -> impl Iterator<Item = (&'static str, &'static str)> {
+    REGISTRY
+        .iter()
+        .filter_map(|r| r.gguf.as_ref().map(|g| (g.arch, r.model_types[0])))
+}
 
 /// The most tokens a rebuilt tokenizer holds (the decoder's vocabulary limit).
 const MAX_TOKENS: usize = crate::config::limits::MAX_VOCAB;
-
-/// A GGUF architecture this module maps.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Arch {
-    /// `qwen3moe` → `qwen3_moe`.
-    Qwen3Moe,
-    /// `glm4moe` → `glm4_moe`.
-    Glm4Moe,
-}
-
-impl Arch {
-    /// The GGUF name.
-    pub fn gguf_name(self) -> &'static str {
-        match self {
-            Arch::Qwen3Moe => "qwen3moe",
-            Arch::Glm4Moe => "glm4moe",
-        }
-    }
-
-    /// The transformers `model_type` of its family.
-    pub fn model_type(self) -> &'static str {
-        match self {
-            Arch::Qwen3Moe => "qwen3_moe",
-            Arch::Glm4Moe => "glm4_moe",
-        }
-    }
-}
 
 fn wrong_type(key: &str, found: &str, expected: &'static str) -> DecodeError {
     err(
@@ -98,6 +82,11 @@ pub struct Kv<'a> {
 }
 
 impl<'a> Kv<'a> {
+    /// Whether `key` is present (of any type).
+    pub fn has(&self, key: &str) -> bool {
+        self.map.contains_key(key)
+    }
+
     /// Over the manifest's `architecture.config` of a GGUF source.
     pub fn new(config: &'a Value) -> Result<Kv<'a>> {
         config
@@ -225,21 +214,42 @@ impl<'a> Kv<'a> {
     }
 }
 
+/// A GGUF architecture this build runs: the family's registry row and its GGUF row.
+#[derive(Clone, Copy, Debug)]
+pub struct Arch {
+    /// The family.
+    pub family: &'static FamilyRow,
+    /// How it reads the GGUF.
+    pub gguf: &'static GgufRow,
+}
+
+impl Arch {
+    /// The GGUF name.
+    pub fn gguf_name(self) -> &'static str {
+        self.gguf.arch
+    }
+
+    /// The transformers `model_type` of its family.
+    pub fn model_type(self) -> &'static str {
+        self.family.model_types[0]
+    }
+}
+
 /// The architecture of a GGUF source, or an error naming it and the supported list.
 pub fn arch(kv: &Kv<'_>) -> Result<Arch> {
     let a = kv
         .str("general.architecture")?
         .ok_or_else(|| err("general.architecture", G::Missing))?;
-    match a {
-        "qwen3moe" => Ok(Arch::Qwen3Moe),
-        "glm4moe" => Ok(Arch::Glm4Moe),
-        other => Err(err(
-            "general.architecture",
-            G::UnsupportedArch {
-                arch: other.to_string(),
-            },
-        )),
-    }
+    crate::family::gguf_row(a)
+        .and_then(|family| family.gguf.as_ref().map(|gguf| Arch { family, gguf }))
+        .ok_or_else(|| {
+            err(
+                "general.architecture",
+                G::UnsupportedArch {
+                    arch: a.to_string(),
+                },
+            )
+        })
 }
 
 /// Decoder layers (`block_count` less `nextn_predict_layers`) of a GGUF source.
@@ -278,33 +288,14 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<String> {
         ("attn_k", _) if wb => format!("self_attn.k_proj.{suffix}"),
         ("attn_v", _) if wb => format!("self_attn.v_proj.{suffix}"),
         ("attn_output", "weight") => "self_attn.o_proj.weight".into(),
-        // GLM's o_proj never has a bias (model-families.md §4.1).
-        ("attn_output", "bias") if arch == Arch::Qwen3Moe => "self_attn.o_proj.bias".into(),
         ("attn_q_norm", "weight") => "self_attn.q_norm.weight".into(),
         ("attn_k_norm", "weight") => "self_attn.k_norm.weight".into(),
-        ("ffn_norm", "weight") if arch == Arch::Qwen3Moe => {
-            "post_attention_layernorm.weight".into()
-        }
-        ("post_attention_norm", "weight") if arch == Arch::Glm4Moe => {
-            "post_attention_layernorm.weight".into()
-        }
         ("ffn_gate_inp", "weight") => "mlp.gate.weight".into(),
-        ("exp_probs_b", "bias") if arch == Arch::Glm4Moe => {
-            "mlp.gate.e_score_correction_bias".into()
-        }
-        ("ffn_gate_shexp", "weight") if arch == Arch::Glm4Moe => {
-            "mlp.shared_experts.gate_proj.weight".into()
-        }
-        ("ffn_up_shexp", "weight") if arch == Arch::Glm4Moe => {
-            "mlp.shared_experts.up_proj.weight".into()
-        }
-        ("ffn_down_shexp", "weight") if arch == Arch::Glm4Moe => {
-            "mlp.shared_experts.down_proj.weight".into()
-        }
         ("ffn_gate", "weight") => "mlp.gate_proj.weight".into(),
         ("ffn_up", "weight") => "mlp.up_proj.weight".into(),
         ("ffn_down", "weight") => "mlp.down_proj.weight".into(),
-        _ => return None,
+        // The family's own names.
+        _ => (arch.gguf.layer_name)(stem, suffix)?.to_string(),
     };
     Some(format!("model.layers.{l}.{hf}"))
 }
@@ -340,7 +331,58 @@ pub fn adapt(config: &Value, tensors: &mut TensorStore) -> Result<Value> {
     hf_config(&kv, arch, tensors)
 }
 
-/// The `config.json` of the family, from the key/values and the (renamed) tensors present.
+/// What a GGUF's config.json is made from: the key/values and what every family reads from
+/// them and from the tensors. A family's [`GgufRow::config`] adds its own keys from it.
+#[derive(Debug)]
+pub struct GgufConfig<'a> {
+    /// The key/values.
+    pub kv: Kv<'a>,
+    /// llama.cpp's architecture: the prefix of its keys.
+    pub arch: &'static str,
+    /// Decoder layers (the nextn/MTP layers aside).
+    pub layers: u64,
+    /// `attention.key_length` (default `embedding_length / head_count`).
+    pub head_dim: u64,
+    /// `rope.dimension_count` (default the head dim; at most the head dim, not 0).
+    pub rot: u64,
+    /// `rope.freq_base` (default 10000).
+    pub theta: f64,
+    /// `expert_count`.
+    pub experts: u64,
+    /// The layers without a router (`ffn_gate_inp`): dense MLP layers.
+    pub dense: Vec<u64>,
+    /// `feed_forward_length`, if present.
+    pub ff: Option<u64>,
+    /// Whether layer 0 has q/k norms.
+    pub qk_norm: bool,
+}
+
+impl GgufConfig<'_> {
+    /// The full name of the architecture's key `k`.
+    pub fn key(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    /// The error of the architecture's key `k`.
+    pub fn err(&self, k: &str, fault: G) -> DecodeError {
+        err(&self.key(k), fault)
+    }
+
+    /// `feed_forward_length`, which dense layers need.
+    pub fn dense_width(&self) -> Result<u64> {
+        self.ff.ok_or_else(|| {
+            self.err(
+                "feed_forward_length",
+                G::DenseWithoutWidth {
+                    dense: self.dense.clone(),
+                },
+            )
+        })
+    }
+}
+
+/// The `config.json` of the family, from the key/values and the (renamed) tensors present: what
+/// every family reads, then the family's own keys ([`GgufRow::config`]).
 pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value> {
     let a = arch.gguf_name();
     let key = |k: &str| format!("{a}.{k}");
@@ -411,16 +453,6 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
         .filter(|&l| !has(l, "mlp.gate.weight"))
         .collect();
     let ff = kv.uint(&key("feed_forward_length"))?;
-    let need_ff = || -> Result<u64> {
-        ff.ok_or_else(|| {
-            err(
-                &key("feed_forward_length"),
-                G::DenseWithoutWidth {
-                    dense: dense.clone(),
-                },
-            )
-        })
-    };
 
     let mut c = Map::new();
     c.insert("model_type".into(), json!(arch.model_type()));
@@ -440,128 +472,19 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
     if let Some(n) = kv.uint(&key("expert_feed_forward_length"))? {
         c.insert("moe_intermediate_size".into(), json!(n));
     }
-    match arch {
-        Arch::Qwen3Moe => {
-            if rot != head_dim {
-                return Err(err(
-                    &key("rope.dimension_count"),
-                    G::PartialRotation { rot, head_dim },
-                ));
-            }
-            if kv.bool(&key("expert_weights_norm"))? == Some(false) {
-                return Err(err(&key("expert_weights_norm"), G::NoRenormalisation));
-            }
-            if let Some(g) = kv.uint(&key("expert_gating_func"))? {
-                if g != 1 {
-                    return Err(err(&key("expert_gating_func"), G::NotSoftmax { found: g }));
-                }
-            }
-            if let Some(n) = kv.uint(&key("expert_shared_count"))? {
-                if n != 0 {
-                    return Err(err(
-                        &key("expert_shared_count"),
-                        G::SharedExperts { count: n },
-                    ));
-                }
-            }
-            if !qk_norm {
-                return Err(DecodeError::MissingTensor {
-                    name: "blk.0.attn_q_norm.weight (qwen3moe always has q/k norms)".into(),
-                });
-            }
-            c.insert(
-                "rope_parameters".into(),
-                json!({"rope_type": "default", "rope_theta": theta}),
-            );
-            c.insert("num_experts".into(), json!(experts));
-            // llama.cpp's qwen3moe graph: build_moe_ffn(..., norm_w = true, ...).
-            c.insert("norm_topk_prob".into(), json!(true));
-            c.insert("decoder_sparse_step".into(), json!(1));
-            c.insert("mlp_only_layers".into(), json!(dense));
-            if !dense.is_empty() {
-                c.insert("intermediate_size".into(), json!(need_ff()?));
-            } else if let Some(f) = ff {
-                c.insert("intermediate_size".into(), json!(f));
-            }
-            c.insert("use_sliding_window".into(), json!(false));
-        }
-        Arch::Glm4Moe => {
-            // llama.cpp: an absent (or 0, "none") gating function means sigmoid for glm4moe.
-            match kv.uint(&key("expert_gating_func"))? {
-                None | Some(0) | Some(2) => {}
-                Some(g) => return Err(err(&key("expert_gating_func"), G::NotSigmoid { found: g })),
-            }
-            if kv.map.contains_key(&key("rope.dimension_sections")) {
-                return Err(err(&key("rope.dimension_sections"), G::MRope));
-            }
-            let partial = rot as f64 / head_dim as f64;
-            // transformers: int(head_dim * partial_rotary_factor) must give back `rot`.
-            if (head_dim as f64 * partial) as u64 != rot {
-                return Err(err(
-                    &key("rope.dimension_count"),
-                    G::RotaryFactor { rot, head_dim },
-                ));
-            }
-            let moe_i = kv.uint_req(&key("expert_feed_forward_length"))?;
-            let shared = kv.uint_req(&key("expert_shared_count"))?;
-            if let Some(s) = kv.uint(&key("expert_shared_feed_forward_length"))? {
-                if Some(s) != moe_i.checked_mul(shared) {
-                    return Err(err(
-                        &key("expert_shared_feed_forward_length"),
-                        G::SharedWidth {
-                            found: s,
-                            width: moe_i,
-                            count: shared,
-                        },
-                    ));
-                }
-            }
-            // llama.cpp's default: no leading dense layer (checked against the tensors below).
-            let lead = kv.uint(&key("leading_dense_block_count"))?.unwrap_or(0);
-            // llama.cpp's default 0.0 would scale the routed output to nothing: no safe default.
-            let scale = kv
-                .float(&key("expert_weights_scale"))?
-                .ok_or_else(|| err(&key("expert_weights_scale"), G::MissingNoDefault))?;
-            let groups = kv.uint(&key("expert_group_count"))?.unwrap_or(1);
-            let groups_used = kv.uint(&key("expert_group_used_count"))?.unwrap_or(1);
-            let nextn = kv.uint(&key("nextn_predict_layers"))?.unwrap_or(0);
-            // Dense layers are exactly the leading ones.
-            let want: Vec<u64> = (0..lead.min(layers)).collect();
-            if dense != want {
-                return Err(err(
-                    &key("leading_dense_block_count"),
-                    G::DenseLayers {
-                        lead,
-                        dense: dense.clone(),
-                    },
-                ));
-            }
-            c.insert(
-                "rope_parameters".into(),
-                json!({"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": partial}),
-            );
-            c.insert("partial_rotary_factor".into(), json!(partial));
-            c.insert("n_routed_experts".into(), json!(experts));
-            c.insert("n_shared_experts".into(), json!(shared));
-            c.insert("moe_intermediate_size".into(), json!(moe_i));
-            c.insert("first_k_dense_replace".into(), json!(lead));
-            c.insert("routed_scaling_factor".into(), json!(scale));
-            // llama.cpp's default when the key is absent: no renormalisation.
-            c.insert(
-                "norm_topk_prob".into(),
-                json!(kv.bool(&key("expert_weights_norm"))?.unwrap_or(false)),
-            );
-            c.insert("n_group".into(), json!(groups));
-            c.insert("topk_group".into(), json!(groups_used));
-            c.insert("num_nextn_predict_layers".into(), json!(nextn));
-            c.insert("use_qk_norm".into(), json!(qk_norm));
-            if lead > 0 {
-                c.insert("intermediate_size".into(), json!(need_ff()?));
-            } else if let Some(f) = ff {
-                c.insert("intermediate_size".into(), json!(f));
-            }
-        }
-    }
+    let g = GgufConfig {
+        kv: *kv,
+        arch: a,
+        layers,
+        head_dim,
+        rot,
+        theta,
+        experts,
+        dense,
+        ff,
+        qk_norm,
+    };
+    (arch.gguf.config)(&g, &mut c)?;
     Ok(Value::Object(c))
 }
 
@@ -721,10 +644,20 @@ pub fn tokenizer_json(config: &Value) -> Result<Value> {
 mod tests {
     use super::*;
 
+    /// The architecture named `a` (one this build runs).
+    fn named(a: &str) -> Arch {
+        let family = crate::family::gguf_row(a).expect("a registered GGUF architecture");
+        Arch {
+            family,
+            gguf: family.gguf.as_ref().expect("its GGUF row"),
+        }
+    }
+
     #[test]
     fn every_llama_cpp_layer_name_maps() {
-        let q = Arch::Qwen3Moe;
-        let g = Arch::Glm4Moe;
+        let q = named("qwen3moe");
+        let g = named("glm4moe");
+        assert_eq!((q.model_type(), g.model_type()), ("qwen3_moe", "glm4_moe"));
         assert_eq!(
             hf_name(q, "token_embd.weight").as_deref(),
             Some("model.embed_tokens.weight")
@@ -806,20 +739,20 @@ mod tests {
         let v = Value::Object(m.clone());
         let kv = Kv::new(&v).expect("ok");
         assert_eq!(
-            fault(main_layers(&kv, Arch::Glm4Moe)),
+            fault(main_layers(&kv, named("glm4moe"))),
             ("glm4moe.block_count".into(), G::MissingNoDefault)
         );
         m.insert("glm4moe.block_count".into(), u32v(4));
         m.insert("glm4moe.nextn_predict_layers".into(), u32v(1));
         let v = Value::Object(m.clone());
         assert_eq!(
-            main_layers(&Kv::new(&v).expect("ok"), Arch::Glm4Moe).expect("ok"),
+            main_layers(&Kv::new(&v).expect("ok"), named("glm4moe")).expect("ok"),
             3
         );
         m.insert("glm4moe.nextn_predict_layers".into(), u32v(4));
         let v = Value::Object(m.clone());
         assert_eq!(
-            fault(main_layers(&Kv::new(&v).expect("ok"), Arch::Glm4Moe)),
+            fault(main_layers(&Kv::new(&v).expect("ok"), named("glm4moe"))),
             (
                 "glm4moe.nextn_predict_layers".into(),
                 G::NoDecoderLayer {

@@ -6,11 +6,14 @@
 //! only, group-limited top-k, unbiased weights renormalised and scaled) plus shared experts:
 //! `routed + shared`. The nextn (MTP) layers past `num_hidden_layers` are not run.
 
+use serde_json::{json, Map, Value};
+
 use crate::blocks::{self, AttnShape, Batch, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::{ConfigFault, Result};
+use crate::error::{ConfigFault, GgufFault as G, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
+use crate::gguf_model::GgufConfig;
 use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
 use crate::rope::Rope;
 use crate::sequence::State;
@@ -271,6 +274,98 @@ impl Glm4Moe {
         }
         Ok(out)
     }
+}
+
+/// The transformers names of glm4moe's own GGUF layer tensors (below `model.layers.N.`).
+pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
+    Some(match (stem, suffix) {
+        // GLM's o_proj never has a bias (model-families.md §4.1): `attn_output.bias` has none.
+        ("post_attention_norm", "weight") => "post_attention_layernorm.weight",
+        ("exp_probs_b", "bias") => "mlp.gate.e_score_correction_bias",
+        ("ffn_gate_shexp", "weight") => "mlp.shared_experts.gate_proj.weight",
+        ("ffn_up_shexp", "weight") => "mlp.shared_experts.up_proj.weight",
+        ("ffn_down_shexp", "weight") => "mlp.shared_experts.down_proj.weight",
+        _ => return None,
+    })
+}
+
+/// glm4_moe's keys of a glm4moe GGUF's config, with llama.cpp's defaults where it has a usable
+/// one (`crate::gguf_model`).
+pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()> {
+    let kv = &g.kv;
+    let (rot, head_dim) = (g.rot, g.head_dim);
+    // llama.cpp: an absent (or 0, "none") gating function means sigmoid for glm4moe.
+    match kv.uint(&g.key("expert_gating_func"))? {
+        None | Some(0) | Some(2) => {}
+        Some(f) => return Err(g.err("expert_gating_func", G::NotSigmoid { found: f })),
+    }
+    if kv.has(&g.key("rope.dimension_sections")) {
+        return Err(g.err("rope.dimension_sections", G::MRope));
+    }
+    let partial = rot as f64 / head_dim as f64;
+    // transformers: int(head_dim * partial_rotary_factor) must give back `rot`.
+    if (head_dim as f64 * partial) as u64 != rot {
+        return Err(g.err("rope.dimension_count", G::RotaryFactor { rot, head_dim }));
+    }
+    let moe_i = kv.uint_req(&g.key("expert_feed_forward_length"))?;
+    let shared = kv.uint_req(&g.key("expert_shared_count"))?;
+    if let Some(s) = kv.uint(&g.key("expert_shared_feed_forward_length"))? {
+        if Some(s) != moe_i.checked_mul(shared) {
+            return Err(g.err(
+                "expert_shared_feed_forward_length",
+                G::SharedWidth {
+                    found: s,
+                    width: moe_i,
+                    count: shared,
+                },
+            ));
+        }
+    }
+    // llama.cpp's default: no leading dense layer (checked against the tensors below).
+    let lead = kv.uint(&g.key("leading_dense_block_count"))?.unwrap_or(0);
+    // llama.cpp's default 0.0 would scale the routed output to nothing: no safe default.
+    let scale = kv
+        .float(&g.key("expert_weights_scale"))?
+        .ok_or_else(|| g.err("expert_weights_scale", G::MissingNoDefault))?;
+    let groups = kv.uint(&g.key("expert_group_count"))?.unwrap_or(1);
+    let groups_used = kv.uint(&g.key("expert_group_used_count"))?.unwrap_or(1);
+    let nextn = kv.uint(&g.key("nextn_predict_layers"))?.unwrap_or(0);
+    // Dense layers are exactly the leading ones.
+    let want: Vec<u64> = (0..lead.min(g.layers)).collect();
+    if g.dense != want {
+        return Err(g.err(
+            "leading_dense_block_count",
+            G::DenseLayers {
+                lead,
+                dense: g.dense.clone(),
+            },
+        ));
+    }
+    c.insert(
+        "rope_parameters".into(),
+        json!({"rope_type": "default", "rope_theta": g.theta, "partial_rotary_factor": partial}),
+    );
+    c.insert("partial_rotary_factor".into(), json!(partial));
+    c.insert("n_routed_experts".into(), json!(g.experts));
+    c.insert("n_shared_experts".into(), json!(shared));
+    c.insert("moe_intermediate_size".into(), json!(moe_i));
+    c.insert("first_k_dense_replace".into(), json!(lead));
+    c.insert("routed_scaling_factor".into(), json!(scale));
+    // llama.cpp's default when the key is absent: no renormalisation.
+    c.insert(
+        "norm_topk_prob".into(),
+        json!(kv.bool(&g.key("expert_weights_norm"))?.unwrap_or(false)),
+    );
+    c.insert("n_group".into(), json!(groups));
+    c.insert("topk_group".into(), json!(groups_used));
+    c.insert("num_nextn_predict_layers".into(), json!(nextn));
+    c.insert("use_qk_norm".into(), json!(g.qk_norm));
+    if lead > 0 {
+        c.insert("intermediate_size".into(), json!(g.dense_width()?));
+    } else if let Some(f) = g.ff {
+        c.insert("intermediate_size".into(), json!(f));
+    }
+    Ok(())
 }
 
 impl Family for Glm4Moe {

@@ -191,16 +191,35 @@ pub trait Family: Send + std::fmt::Debug {
 }
 
 /// One family in [`REGISTRY`]: the `model_type`s it reads, how to open it (config parsed,
-/// tensors checked) and its RoPE parameters. Whether the whole-model GPU path runs it is the
-/// family's own answer ([`Family::whole_plan`]).
+/// tensors checked), its RoPE parameters, and how it reads a GGUF of llama.cpp's. Whether the
+/// whole-model GPU path runs it is the family's own answer ([`Family::whole_plan`]).
 #[derive(Debug)]
 pub struct FamilyRow {
-    /// The config's `model_type` values it reads.
+    /// The config's `model_type` values it reads (the first is the one a GGUF's config gets).
     pub model_types: &'static [&'static str],
     /// The decoder of a config, checked against the resident tensors.
     pub open: fn(&serde_json::Value, &TensorStore) -> Result<Box<dyn Family>>,
     /// Its RoPE parameters (the family's defaults applied).
     pub rope: fn(&serde_json::Value) -> Result<crate::config::RopeConfig>,
+    /// llama.cpp's architecture of the family's GGUFs, if this build reads them.
+    pub gguf: Option<GgufRow>,
+}
+
+/// How a family reads a GGUF of llama.cpp's ([`crate::gguf_model`]): what is particular to it.
+/// The names and keys every family shares are `gguf_model`'s.
+#[derive(Debug)]
+pub struct GgufRow {
+    /// llama.cpp's `general.architecture`.
+    pub arch: &'static str,
+    /// The transformers name, below `model.layers.N.`, of a llama.cpp layer tensor
+    /// `blk.N.STEM.SUFFIX` that is this family's own (`None`: no meaning in this family).
+    pub layer_name: fn(stem: &str, suffix: &str) -> Option<&'static str>,
+    /// The family's own keys of the config.json it parses, from the GGUF's key/values and
+    /// tensors (what every family reads is already in `config`).
+    pub config: fn(
+        &crate::gguf_model::GgufConfig<'_>,
+        &mut serde_json::Map<String, serde_json::Value>,
+    ) -> Result<()>,
 }
 
 /// Every family this build decodes: adding one is its module and a row here.
@@ -212,6 +231,11 @@ pub const REGISTRY: &[FamilyRow] = &[
             Ok(Box::new(qwen3_moe::Qwen3Moe::new(cfg, t)?))
         },
         rope: |c| Ok(qwen3_moe::Qwen3MoeConfig::parse(c)?.rope),
+        gguf: Some(GgufRow {
+            arch: "qwen3moe",
+            layer_name: qwen3_moe::gguf_layer_name,
+            config: qwen3_moe::gguf_config,
+        }),
     },
     FamilyRow {
         model_types: &["qwen3_5_moe_text", "qwen3_5_moe"],
@@ -220,6 +244,7 @@ pub const REGISTRY: &[FamilyRow] = &[
             Ok(Box::new(qwen3_5_moe::Qwen3_5Moe::new(cfg, t)?))
         },
         rope: |c| Ok(qwen3_5_moe::Qwen3_5MoeConfig::parse(c)?.rope),
+        gguf: None,
     },
     FamilyRow {
         model_types: &["glm4_moe"],
@@ -228,6 +253,11 @@ pub const REGISTRY: &[FamilyRow] = &[
             Ok(Box::new(glm4_moe::Glm4Moe::new(cfg, t)?))
         },
         rope: |c| Ok(glm4_moe::Glm4MoeConfig::parse(c)?.rope),
+        gguf: Some(GgufRow {
+            arch: "glm4moe",
+            layer_name: glm4_moe::gguf_layer_name,
+            config: glm4_moe::gguf_config,
+        }),
     },
     FamilyRow {
         model_types: &["mixtral"],
@@ -236,6 +266,7 @@ pub const REGISTRY: &[FamilyRow] = &[
             Ok(Box::new(mixtral::Mixtral::new(cfg, t)?))
         },
         rope: |c| Ok(mixtral::MixtralConfig::parse(c)?.rope),
+        gguf: None,
     },
 ];
 
@@ -263,7 +294,50 @@ pub fn open(config: &serde_json::Value, tensors: &TensorStore) -> Result<Box<dyn
     (row(config)?.open)(config, tensors)
 }
 
+/// The row of the family that reads GGUFs of llama.cpp's architecture `arch`, if any.
+pub fn gguf_row(arch: &str) -> Option<&'static FamilyRow> {
+    REGISTRY
+        .iter()
+        .find(|r| r.gguf.as_ref().is_some_and(|g| g.arch == arch))
+}
+
 /// The RoPE parameters `config`'s family uses (its `model_type`'s defaults applied).
 pub fn rope_config(config: &serde_json::Value) -> Result<crate::config::RopeConfig> {
     (row(config)?.rope)(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::REGISTRY;
+
+    /// No `model_type` and no GGUF architecture is claimed by two rows (the lookups take the
+    /// first), and a family's own GGUF layer names are not names every family maps.
+    #[test]
+    fn every_model_type_and_gguf_architecture_has_one_row() {
+        let types: Vec<&str> = REGISTRY
+            .iter()
+            .flat_map(|r| r.model_types.iter().copied())
+            .collect();
+        let archs: Vec<&str> = REGISTRY
+            .iter()
+            .filter_map(|r| r.gguf.as_ref().map(|g| g.arch))
+            .collect();
+        for list in [&types, &archs] {
+            let mut sorted = list.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            assert_eq!(sorted.len(), list.len(), "{list:?}");
+        }
+        assert_eq!(archs, ["qwen3moe", "glm4moe"]);
+        for r in REGISTRY {
+            let Some(g) = &r.gguf else { continue };
+            for (stem, suffix) in [
+                ("attn_q", "weight"),
+                ("ffn_gate_inp", "weight"),
+                ("attn_norm", "weight"),
+            ] {
+                assert_eq!((g.layer_name)(stem, suffix), None, "{}: {stem}", g.arch);
+            }
+        }
+    }
 }

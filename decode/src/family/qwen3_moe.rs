@@ -4,11 +4,14 @@
 //! SwiGLU experts combined in selection-slot order, dense MLP layers per `mlp_only_layers` and
 //! `decoder_sparse_step`, final norm, `lm_head` (or the tied embedding).
 
+use serde_json::{json, Map, Value};
+
 use crate::blocks::{self, AttnShape, Batch, Route};
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::{ConfigFault, Result};
+use crate::error::{ConfigFault, DecodeError, GgufFault as G, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::{Ctx, Family};
+use crate::gguf_model::GgufConfig;
 use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
 use crate::rope::Rope;
 use crate::sequence::State;
@@ -213,6 +216,59 @@ impl Qwen3Moe {
             .collect();
         common::routed_experts(ctx, l as u32, &routes, x)
     }
+}
+
+/// The transformers names of qwen3moe's own GGUF layer tensors (below `model.layers.N.`).
+pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
+    Some(match (stem, suffix) {
+        ("attn_output", "bias") => "self_attn.o_proj.bias",
+        ("ffn_norm", "weight") => "post_attention_layernorm.weight",
+        _ => return None,
+    })
+}
+
+/// qwen3_moe's keys of a qwen3moe GGUF's config: what llama.cpp's qwen3moe graph computes
+/// (`crate::gguf_model`).
+pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()> {
+    let kv = &g.kv;
+    let (rot, head_dim) = (g.rot, g.head_dim);
+    if rot != head_dim {
+        return Err(g.err("rope.dimension_count", G::PartialRotation { rot, head_dim }));
+    }
+    if kv.bool(&g.key("expert_weights_norm"))? == Some(false) {
+        return Err(g.err("expert_weights_norm", G::NoRenormalisation));
+    }
+    if let Some(f) = kv.uint(&g.key("expert_gating_func"))? {
+        if f != 1 {
+            return Err(g.err("expert_gating_func", G::NotSoftmax { found: f }));
+        }
+    }
+    if let Some(n) = kv.uint(&g.key("expert_shared_count"))? {
+        if n != 0 {
+            return Err(g.err("expert_shared_count", G::SharedExperts { count: n }));
+        }
+    }
+    if !g.qk_norm {
+        return Err(DecodeError::MissingTensor {
+            name: "blk.0.attn_q_norm.weight (qwen3moe always has q/k norms)".into(),
+        });
+    }
+    c.insert(
+        "rope_parameters".into(),
+        json!({"rope_type": "default", "rope_theta": g.theta}),
+    );
+    c.insert("num_experts".into(), json!(g.experts));
+    // llama.cpp's qwen3moe graph: build_moe_ffn(..., norm_w = true, ...).
+    c.insert("norm_topk_prob".into(), json!(true));
+    c.insert("decoder_sparse_step".into(), json!(1));
+    c.insert("mlp_only_layers".into(), json!(g.dense));
+    if !g.dense.is_empty() {
+        c.insert("intermediate_size".into(), json!(g.dense_width()?));
+    } else if let Some(f) = g.ff {
+        c.insert("intermediate_size".into(), json!(f));
+    }
+    c.insert("use_sliding_window".into(), json!(false));
+    Ok(())
 }
 
 impl Family for Qwen3Moe {
