@@ -48,7 +48,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     // The GPU was asked for its whole forward pass and cannot take it: say why, before the run.
     if let Some(why) = dec.offload_report().and_then(|g| g.whole_model_declined) {
         eprintln!(
-            "warning: the whole forward pass does not run on the GPU: {why}; the layers run on the CPU, with the experts and matrix products on the GPU"
+            "warning: the whole forward pass does not run on the GPU: {why}; the layers run on the CPU, with the experts and matrix products on the GPU{}",
+            if a.n_cpu_moe.is_some() { " (--n-cpu-moe does not apply)" } else { "" }
         );
     }
     // Why there is no tokenizer, said only if --prompt needs one (--tokens runs without).
@@ -176,6 +177,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 "steps": g.steps,
                 "graph_steps": g.graph_steps,
                 "whole_model_declined": g.whole_model_declined,
+                "cpu_moe_layers": g.cpu_moe_layers,
             })),
             "prompt": phase_json(&pp),
             "decode": phase_json(&dp),
@@ -222,6 +224,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         // The whole pass on the GPU leaves the CPU's kernels only the prompt's ids and the
         // greedy choice: say where the layers ran.
         match dec.offload_report().filter(|g| g.whole_model) {
+            Some(g) if g.cpu_moe_layers > 0 => eprintln!(
+                "compute: every layer on the GPU but {} MoE layers' routed experts (on the CPU), fp32 logits, exact (canonical reduction order)",
+                g.cpu_moe_layers
+            ),
             Some(_) => eprintln!(
                 "compute: every layer on the GPU, fp32 logits, exact (canonical reduction order)"
             ),
@@ -232,8 +238,17 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             ),
         }
         if let Some(g) = dec.offload_report().filter(|g| g.whole_model) {
+            let cpu_moe = match g.cpu_moe_layers {
+                0 => String::new(),
+                n => format!(
+                    "; the routed experts of the first {n} MoE layer{} on the CPU ({} kernels, {} threads)",
+                    if n == 1 { "" } else { "s" },
+                    dec.isa(),
+                    dec.threads()
+                ),
+            };
             eprintln!(
-                "gpu: {}: whole forward pass there ({} tokens, {} replayed from a CUDA graph), {} of weights resident",
+                "gpu: {}: whole forward pass there ({} tokens, {} replayed from a CUDA graph), {} of weights resident{cpu_moe}",
                 g.device,
                 g.steps,
                 g.graph_steps,
@@ -317,7 +332,11 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
         trunk: !a.cpu_trunk,
         whole_model: !a.gpu_offload_only,
         graphs: !a.no_cuda_graphs,
+        cpu_moe_layers: a.n_cpu_moe,
     };
+    if a.n_cpu_moe.is_some() && (a.gpu_offload_only || a.cpu_trunk || a.gpu_experts.is_some()) {
+        bail!("--n-cpu-moe: places experts of the whole forward pass on the GPU; it does not apply with --gpu-offload-only, --cpu-trunk or --gpu-experts");
+    }
     let device = match a.device.as_str() {
         "cpu" => {
             // A GPU flag with the CPU is a mistake to say, not to drop.
@@ -327,6 +346,7 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
                 ("--cpu-trunk", a.cpu_trunk),
                 ("--gpu-offload-only", a.gpu_offload_only),
                 ("--no-cuda-graphs", a.no_cuda_graphs),
+                ("--n-cpu-moe", a.n_cpu_moe.is_some()),
             ];
             if let Some((flag, _)) = given.iter().find(|g| g.1) {
                 bail!("{flag}: applies with --device cuda or auto only (the device is cpu)");

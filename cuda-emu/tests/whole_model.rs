@@ -391,3 +391,60 @@ fn gpu_sequences_interleaved_forked_and_truncated_give_the_cpu_bits() {
         assert!(r.whole_model && r.steps > 0, "{name}: {r:?}");
     }
 }
+
+/// The decoder on the emulated device with the routed experts of the first `cpu_moe` MoE
+/// layers computed on the CPU.
+fn emulated_placed(dir: &std::path::Path, cpu_moe: usize) -> Decoder {
+    Decoder::open_with(
+        dir,
+        &DecoderOptions::default(),
+        |config, tensors, experts| {
+            let dev = EmuDevice::with_tile(TileGeometry::DEFAULT)?;
+            let f = tarfa_decode::gpu_resident::build_placed(
+                dev, config, tensors, experts, true, cpu_moe,
+            )?;
+            Ok(f.ok().map(|f| Box::new(f) as Box<dyn Family>))
+        },
+    )
+    .expect("open the emulated GPU decoder")
+}
+
+/// The whole forward pass on the emulated GPU with the routed experts of some MoE layers (the
+/// first, or all) computed on the CPU — the step stopped after their top-k, the normed x and the
+/// slots read back, the CPU's outputs weighed and combined on the device with the shared
+/// experts' — gives the CPU decoder's bits: on Qwen3-MoE (no shared expert), GLM-4.5 (a dense
+/// first layer, the sigmoid group router, shared experts) and Qwen3.5 (a gated shared expert,
+/// DeltaNet layers).
+#[test]
+fn experts_of_some_layers_on_the_cpu_give_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    for (name, placements) in [
+        ("qwen3_moe_b", &[1, 99][..]),
+        ("glm4_moe_b", &[1][..]),
+        ("qwen3_5_moe_text", &[1][..]),
+    ] {
+        let dir = common::model(name);
+        let cpu = run_prompts(
+            &mut common::open(&dir, &DecoderOptions::default()),
+            name,
+            STEPS,
+            1,
+        );
+        for &n in placements {
+            let mut dec = emulated_placed(&dir, n);
+            let r = dec.offload_report().expect("a device report");
+            assert!(r.whole_model, "{name}: {r:?}");
+            let read = dec.expert_stats().reads;
+            assert_eq!(
+                run_prompts(&mut dec, name, STEPS, 1),
+                cpu,
+                "{name}: the first {n} MoE layers' experts on the CPU"
+            );
+            let r = dec.offload_report().expect("a device report");
+            assert!(r.cpu_moe_layers >= 1 && r.steps > 0, "{name}: {r:?}");
+            // Experts of those layers were read by the CPU as tokens chose them (the GPU's were
+            // read once, when the decoder was opened).
+            assert!(dec.expert_stats().reads > read, "{name}");
+        }
+    }
+}

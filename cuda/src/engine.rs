@@ -332,6 +332,9 @@ struct Layer<B> {
     /// id `n` and weight 1 preset after the router's `k` slots (with a shared gate, the router's
     /// launch writes that weight, `sigmoid(gate · x)`, each step).
     fold: bool,
+    /// Its routed experts are computed by the host ([`Engine::host_experts`]): a step stops
+    /// after its top-k and hands the host the normed x and the slots' experts.
+    host: bool,
 }
 
 /// [`HostRoute`] on the device.
@@ -525,6 +528,19 @@ fn foreign_layout(layer: usize) -> CudaError {
         "layer {layer} of the sequence is not the engine's kind of layer"
     ))
 }
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// The host's routed experts of a layer placed there ([`Engine::host_experts`]): given the
+/// layer, its normed x (`hidden` floats) and the slots' expert numbers (`top_k`, in slot order),
+/// write each slot's output — `down(silu(gate·x) ⊙ up·x)`, unweighted, computed as the kernels
+/// compute it — into `y` (`top_k × hidden` floats, slot after slot).
+pub type HostExperts<'a> =
+    dyn FnMut(usize, &[f32], &[u32], &mut [f32]) -> Result<(), CudaError> + 'a;
 
 fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
@@ -770,6 +786,7 @@ impl<D: EngineDevice> Engine<D> {
                 shared,
                 shared_gate,
                 fold: false,
+                host: false,
             });
         }
         let z = |n: usize| dev.alloc(n.max(1) * 4);
@@ -826,6 +843,36 @@ impl<D: EngineDevice> Engine<D> {
         })
     }
 
+    /// Have the host compute `layer`'s routed experts (before [`Engine::finish`]): none of them
+    /// is copied to the device; each step stops after the layer's top-k, hands the host the
+    /// normed x and the slots' expert numbers, and takes back the slots' outputs, which the
+    /// device then weighs and combines in slot order with the shared experts' as for any layer
+    /// (the same bits: the host computes each expert's output as the kernels do).
+    pub fn host_experts(&mut self, layer: usize) -> Result<(), CudaError> {
+        if self.finished {
+            return Err(CudaError::Usage(
+                "experts placed on the host after the GPU decoder was finished".into(),
+            ));
+        }
+        match self.layers.get_mut(layer) {
+            Some(l) if l.router.is_some() => {
+                l.host = true;
+                Ok(())
+            }
+            Some(_) => Err(CudaError::Usage(format!(
+                "layer {layer} has no routed experts"
+            ))),
+            None => Err(CudaError::Usage(format!("no layer {layer}"))),
+        }
+    }
+
+    /// The layers whose routed experts the host computes.
+    pub fn host_layers(&self) -> Vec<usize> {
+        (0..self.layers.len())
+            .filter(|&i| self.layers[i].host)
+            .collect()
+    }
+
     /// Copy expert `e` of `layer` (gate, up `[inter, hidden]`, down `[hidden, inter]`) to the
     /// device.
     pub fn put_expert(
@@ -840,9 +887,9 @@ impl<D: EngineDevice> Engine<D> {
         let Some(l) = self.layers.get_mut(layer) else {
             return Err(CudaError::Usage(format!("no layer {layer}")));
         };
-        if l.router.is_none() {
+        if l.router.is_none() || l.host {
             return Err(CudaError::Usage(format!(
-                "layer {layer} has no routed experts"
+                "layer {layer} has no routed experts on the device"
             )));
         }
         l.experts
@@ -859,6 +906,14 @@ impl<D: EngineDevice> Engine<D> {
         let (mut max_inter, mut max_shared) = (1, 1);
         for (i, l) in self.layers.iter_mut().enumerate() {
             max_inter = max_inter.max(l.experts.inter);
+            if l.host {
+                // No routed expert on the device; its shared experts run alone.
+                if let Some(t) = l.shared.as_mut() {
+                    max_shared = max_shared.max(t.inter);
+                    t.upload_tables(&self.dev)?;
+                }
+                continue;
+            }
             if let Some(e) = l.experts.bufs.iter().position(|b| b.is_none()) {
                 return Err(CudaError::Usage(format!(
                     "layer {i}: expert {e} was never copied to the GPU"
@@ -1033,16 +1088,18 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     /// Run `token` of `seq` at position `pos` (positions from `pos` on are overwritten); the
-    /// logits when `want_logits`. `cos`/`sin` are the RoPE tables of positions `0..=pos` at
-    /// least (`rotary_dim / 2` per position, as the CPU decoder computes them).
+    /// logits when `want_logits`. `(cos, sin)` are the RoPE tables of positions `0..=pos` at
+    /// least (`rotary_dim / 2` per position, as the CPU decoder computes them). `host` computes
+    /// the routed experts of the layers placed on the host ([`Engine::host_experts`]; never
+    /// called when there are none).
     pub fn step(
         &mut self,
         seq: &mut EngineSeq<D::Buf>,
         token: u32,
         pos: usize,
-        cos: &[f32],
-        sin: &[f32],
+        (cos, sin): (&[f32], &[f32]),
         want_logits: bool,
+        host: &mut HostExperts<'_>,
     ) -> Result<Option<Vec<f32>>, CudaError> {
         if !self.finished {
             return Err(CudaError::Usage("the GPU decoder was not finished".into()));
@@ -1084,6 +1141,18 @@ impl<D: EngineDevice> Engine<D> {
             .flat_map(|v| v.to_le_bytes())
             .collect();
         self.dev.write(&mut self.a.params, 0, &params)?;
+        if self.layers.iter().any(|l| l.host) {
+            // In parts, the host's experts between them; launched one by one.
+            let mut after = None;
+            while let Some(l) = self.launch_part(seq, after)? {
+                self.host_layer(l, host)?;
+                after = Some(l);
+            }
+            if want_logits {
+                self.launch_head()?;
+            }
+            return self.finish_step(want_logits);
+        }
         // The graphs of this sequence at these capacities (the addresses they bake in), most
         // recent last; captured when there are none (a new sequence, or a cache that grew).
         let current = self
@@ -1131,6 +1200,30 @@ impl<D: EngineDevice> Engine<D> {
                 }
             }
         }
+        self.finish_step(want_logits)
+    }
+
+    /// Layer `l`'s routed experts on the host: the normed x and the slots' experts read back
+    /// (after everything issued), their outputs computed by `host` and written to `y`.
+    fn host_layer(&mut self, l: usize, host: &mut HostExperts<'_>) -> Result<(), CudaError> {
+        let (h, k) = (self.shape.hidden, self.shape.top_k);
+        let n = self.layers[l].experts.n;
+        let xn = f32s(&self.dev.read(&self.a.xn, h * 4)?);
+        let ids: Vec<u32> = self
+            .dev
+            .read(&self.a.ids, k * 4)?
+            .chunks_exact(4)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .map(|e| u32::try_from(e).ok().filter(|&e| (e as usize) < n))
+            .collect::<Option<_>>()
+            .ok_or_else(|| CudaError::Usage(format!("layer {l}: the top-k chose no expert")))?;
+        let mut y = vec![0.0f32; k * h];
+        host(l, &xn, &ids, &mut y)?;
+        self.dev.write(&mut self.a.y, 0, &f32_bytes(&y))
+    }
+
+    /// Count the step, and read its logits when wanted.
+    fn finish_step(&mut self, want_logits: bool) -> Result<Option<Vec<f32>>, CudaError> {
         self.report.steps += 1;
         if !want_logits {
             return Ok(None);
@@ -1373,11 +1466,79 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     /// Embedding, then every layer over `seq`'s state; `x` holds the residual stream after it.
+    /// (A model with host-computed experts is launched in parts, [`Engine::launch_part`].)
     fn launch_body(&self, seq: &EngineSeq<D::Buf>) -> Result<(), CudaError> {
-        let s = self.shape;
+        match self.launch_part(seq, None)? {
+            None => Ok(()),
+            Some(l) => Err(CudaError::Usage(format!(
+                "layer {l}'s experts are the host's: the step runs in parts"
+            ))),
+        }
+    }
+
+    /// The layer after which the next layer's input norm is not taken into its mixer's first
+    /// launch but into layer `i`'s combine: that next layer, if so.
+    fn next_norm(&self, i: usize) -> Option<&DevTensor<D::Buf>> {
+        let next = self.layers.get(i + 1);
+        next.filter(|n| !self.norm_fuses(&n.in_norm, &self.mixer_inputs(n)))
+            .map(|n| &n.in_norm)
+    }
+
+    /// Launch the step from its start (`after` none: the embedding) or from the rest of layer
+    /// `after`'s MLP (its routed experts' outputs written to `y` by the host), up to the end
+    /// of the last layer — `None` — or up to the top-k of the next layer whose routed experts
+    /// the host computes — `Some(that layer)`.
+    fn launch_part(
+        &self,
+        seq: &EngineSeq<D::Buf>,
+        after: Option<usize>,
+    ) -> Result<Option<usize>, CudaError> {
         let a = &self.a;
-        let h = s.hidden;
         let (x, xn, params) = (self.p(&a.x), self.p(&a.xn), self.p(&a.params));
+        // A layer's input norm is taken into its mixer's first launch (norm_matvec); where it
+        // cannot be, into the layer before's combine (its MLP's last launch).
+        let (first, mut normed) = match after {
+            Some(i) => {
+                let l = &self.layers[i];
+                let next = self.next_norm(i);
+                let (ids, wts, k) = self.slots(l);
+                self.mlp_rest(l, (ids, wts, k), xn, x, next)?;
+                (i + 1, next.is_some())
+            }
+            None => {
+                self.embed(params, x)?;
+                (0, false)
+            }
+        };
+        for i in first..self.layers.len() {
+            let l = &self.layers[i];
+            let inputs = self.mixer_inputs(l);
+            if normed {
+                self.matvec(&inputs)?;
+            } else {
+                self.norm_matvec(x, &l.in_norm, xn, false, &inputs)?;
+            }
+            match (&l.mixer, &seq.layers[i]) {
+                (DevMixer::Attention(at), SeqLayer::Kv { k, v }) => self.attention(at, k, v)?,
+                (DevMixer::DeltaNet(t), SeqLayer::Delta { conv, state }) => {
+                    self.deltanet(t, conv, state)?
+                }
+                _ => return Err(foreign_layout(i)),
+            }
+            let next = self.next_norm(i);
+            let slots = self.route(l, xn, x)?;
+            if l.host {
+                return Ok(Some(i));
+            }
+            self.mlp_rest(l, slots, xn, x, next)?;
+            normed = next.is_some();
+        }
+        Ok(None)
+    }
+
+    /// The embedding row of the token `params[0]` into `x`.
+    fn embed(&self, params: u64, x: u64) -> Result<(), CudaError> {
+        let h = self.shape.hidden;
         // SAFETY: params[0] < vocab (checked in `step`), the table is `vocab × hidden`, x holds
         // `hidden` floats.
         unsafe {
@@ -1391,31 +1552,8 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::Ptr(params),
                     Arg::Ptr(x),
                 ],
-            )?;
+            )
         }
-        // A layer's input norm is taken into its mixer's first launch (norm_matvec); where it
-        // cannot be, into the layer before's combine (its MLP's last launch).
-        let mut normed = false;
-        for (i, l) in self.layers.iter().enumerate() {
-            let first = self.mixer_inputs(l);
-            if normed {
-                self.matvec(&first)?;
-            } else {
-                self.norm_matvec(x, &l.in_norm, xn, false, &first)?;
-            }
-            match (&l.mixer, &seq.layers[i]) {
-                (DevMixer::Attention(at), SeqLayer::Kv { k, v }) => self.attention(at, k, v)?,
-                (DevMixer::DeltaNet(t), SeqLayer::Delta { conv, state }) => {
-                    self.deltanet(t, conv, state)?
-                }
-                _ => return Err(foreign_layout(i)),
-            }
-            let next = self.layers.get(i + 1);
-            let next = next.filter(|n| !self.norm_fuses(&n.in_norm, &self.mixer_inputs(n)));
-            self.mlp(l, xn, x, next.map(|n| &n.in_norm))?;
-            normed = next.is_some();
-        }
-        Ok(())
     }
 
     /// The products of the normed x that open layer `l`'s mixer: q, k, v (attention); the
@@ -1570,16 +1708,22 @@ impl<D: EngineDevice> Engine<D> {
 
     /// The layer's MLP of its post-attention norm of `x` (into `xn`), added to `x`; then, given
     /// the next layer's input norm, `xn` = that norm of the new `x` (in the combine's launch).
-    fn mlp(
-        &self,
-        l: &Layer<D::Buf>,
-        xn: u64,
-        x: u64,
-        next: Option<&DevTensor<D::Buf>>,
-    ) -> Result<(), CudaError> {
+    /// The layer's slots: its experts' numbers and weights and how many (a dense layer: its one
+    /// MLP as expert 0, weight 1).
+    fn slots(&self, l: &Layer<D::Buf>) -> (u64, u64, usize) {
+        let a = &self.a;
+        match &l.router {
+            Some(_) => (self.p(&a.ids), self.p(&a.wts), self.shape.top_k),
+            None => (self.p(&a.one_id), self.p(&a.one_wt), 1),
+        }
+    }
+
+    /// The post-attention norm of `x` (into `xn`) and, in a MoE layer, the router and its
+    /// top-k: the slots ([`Engine::slots`]).
+    fn route(&self, l: &Layer<D::Buf>, xn: u64, x: u64) -> Result<(u64, u64, usize), CudaError> {
         let s = self.shape;
         let a = &self.a;
-        let (ids, wts, k) = match &l.router {
+        match &l.router {
             Some(router) => {
                 let (z, probs) = (self.p(&a.z), self.p(&a.probs));
                 // The experts read the normed x too: block 0 keeps it. The shared experts'
@@ -1647,21 +1791,35 @@ impl<D: EngineDevice> Engine<D> {
                         )?;
                     },
                 }
-                (ids, wts, s.top_k)
             }
-            None => {
-                self.rms_norm(x, &l.post_norm, xn)?;
-                (self.p(&a.one_id), self.p(&a.one_wt), 1)
-            }
-        };
+            None => self.rms_norm(x, &l.post_norm, xn)?,
+        }
+        Ok(self.slots(l))
+    }
+
+    /// The rest of the layer's MLP, its slots chosen ([`Engine::route`]): the routed experts
+    /// (unless the host computed their outputs into `y`), the shared experts, and the combine
+    /// added to `x`; then, given the next layer's input norm, `xn` = that norm of the new `x`
+    /// (in the combine's launch).
+    fn mlp_rest(
+        &self,
+        l: &Layer<D::Buf>,
+        (ids, wts, k): (u64, u64, usize),
+        xn: u64,
+        x: u64,
+        next: Option<&DevTensor<D::Buf>>,
+    ) -> Result<(), CudaError> {
+        let a = &self.a;
         let (hb, yb) = (self.p(&a.h), self.p(&a.y));
-        let hi = s.hidden as i32;
+        let hi = self.shape.hidden as i32;
         if l.fold {
             // The shared experts as slot k (id n, weight 1 or their gate's: `Layer::fold`).
             self.swiglu_slots(&l.experts, ids, k + 1, xn, hb, yb)?;
             return self.combine(yb, wts, k as i32 + 1, hi, (0, 0), x, next.map(|w| (w, xn)));
         }
-        self.swiglu_slots(&l.experts, ids, k, xn, hb, yb)?;
+        if !l.host {
+            self.swiglu_slots(&l.experts, ids, k, xn, hb, yb)?;
+        }
         let sh = match &l.shared {
             Some(t) => {
                 let ys = self.p(&a.ys);

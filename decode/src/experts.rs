@@ -301,6 +301,15 @@ impl ExpertStore {
         self.layouts.values().map(|l| l.extent_len as u64).sum()
     }
 
+    /// Bytes of the extents of `layer`'s experts.
+    pub fn layer_bytes(&self, layer: u32) -> u64 {
+        self.layouts
+            .iter()
+            .filter(|(k, _)| k.0 == layer)
+            .map(|(_, l)| l.extent_len as u64)
+            .sum()
+    }
+
     /// Bytes held in RAM.
     pub fn cached_bytes(&self) -> u64 {
         self.cache.used

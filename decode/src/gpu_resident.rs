@@ -336,20 +336,31 @@ pub fn open(
         let per = d.v_heads * d.dv * d.dk + d.kernel * d.conv_dim();
         (layers * per * 4) as u64
     });
-    let need = parts.bytes + state + experts.total_bytes() + VRAM_MARGIN;
-    if let Some(b) = o.vram_bytes.filter(|b| b + VRAM_MARGIN < need) {
-        return Ok(Err(Declined::VramLimit { need, limit: b }));
-    }
+    let base = parts.bytes + state + VRAM_MARGIN;
+    // Each MoE layer's experts, in layer order: the first `n` stay on the CPU.
+    let moe: Vec<u64> = (0..plan.mlps.len())
+        .filter(|&l| matches!(plan.mlps[l], MlpPlan::Moe { .. }))
+        .map(|l| experts.layer_bytes(l as u32))
+        .collect();
+    let need = |n: usize| base + moe[n.min(moe.len())..].iter().sum::<u64>();
     let gpu = tarfa_cuda::Gpu::open(o.ordinal)?;
     let (free, _) = gpu.mem_info()?;
-    if (free as u64) < need {
-        return Ok(Err(Declined::DeviceMemory {
-            need,
-            free: free as u64,
+    let free = free as u64;
+    let limit = o.vram_bytes.map_or(free, |b| (b + VRAM_MARGIN).min(free));
+    // As asked, or the fewest leading layers that leave the rest room (as llama.cpp's
+    // --n-cpu-moe counts them).
+    let on_cpu = o
+        .cpu_moe_layers
+        .unwrap_or_else(|| (0..=moe.len()).find(|&n| need(n) <= limit).unwrap_or(moe.len()));
+    if need(on_cpu) > limit {
+        let need = need(on_cpu);
+        return Ok(Err(match o.vram_bytes {
+            Some(b) if b + VRAM_MARGIN < need => Declined::VramLimit { need, limit: b },
+            _ => Declined::DeviceMemory { need, free },
         }));
     }
     let dev = tarfa_cuda::CudaDevice::open(&gpu)?;
-    upload(dev, &plan, parts, experts, o.graphs)
+    upload(dev, &plan, parts, experts, o.graphs, on_cpu)
 }
 
 /// The family's plan, if the engine takes it and the experts' types.
@@ -480,25 +491,40 @@ pub fn build_or_decline<D: EngineDevice>(
     experts: &mut ExpertStore,
     graphs: bool,
 ) -> Result<std::result::Result<GpuWhole<D>, Declined>> {
+    build_placed(dev, config, tensors, experts, graphs, 0)
+}
+
+/// [`build_or_decline`] with the routed experts of the first `cpu_moe_layers` MoE layers
+/// computed on the CPU (none of them copied to the device).
+pub fn build_placed<D: EngineDevice>(
+    dev: D,
+    config: &serde_json::Value,
+    tensors: &TensorStore,
+    experts: &mut ExpertStore,
+    graphs: bool,
+    cpu_moe_layers: usize,
+) -> Result<std::result::Result<GpuWhole<D>, Declined>> {
     let plan = match prepare(config, tensors, experts)? {
         Ok(p) => p,
         Err(d) => return Ok(Err(d)),
     };
     let widened = Widened::of(&plan, tensors)?;
     match trunk(&plan, tensors, &widened)? {
-        Some(parts) => upload(dev, &plan, parts, experts, graphs),
+        Some(parts) => upload(dev, &plan, parts, experts, graphs, cpu_moe_layers),
         None => Ok(Err(Declined::Weights)),
     }
 }
 
-/// The engine on `dev` with the plan's trunk and every expert (read once, checked as it lands),
-/// or why a layer's experts do not take it.
+/// The engine on `dev` with the plan's trunk and every expert (read once, checked as it lands)
+/// but those of the first `on_cpu` MoE layers, which the CPU computes; or why a layer's experts
+/// do not take it.
 fn upload<D: EngineDevice>(
     dev: D,
     plan: &WholePlan,
     parts: Trunk<'_>,
     experts: &mut ExpertStore,
     graphs: bool,
+    on_cpu: usize,
 ) -> Result<std::result::Result<GpuWhole<D>, Declined>> {
     let a = &plan.attn.shape;
     let shape = EngineShape {
@@ -533,6 +559,7 @@ fn upload<D: EngineDevice>(
     // One element type per role (gate, up, down) across a layer's experts (the kernels read a
     // layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;
+    let mut cpu_moe = 0;
     for (l, mlp) in plan.mlps.iter().enumerate() {
         if !matches!(mlp, MlpPlan::Moe { .. }) {
             continue;
@@ -543,6 +570,12 @@ fn upload<D: EngineDevice>(
                 layer: l,
                 num_experts: plan.num_experts,
             }));
+        }
+        if cpu_moe < on_cpu {
+            // Read when a token selects them, from RAM or disk as the options hold them.
+            engine.host_experts(l)?;
+            cpu_moe += 1;
+            continue;
         }
         let mut types = None;
         experts.with_experts(l as u32, &want, |views| {
@@ -577,6 +610,34 @@ fn upload<D: EngineDevice>(
         rope: Rope::new(plan.rope.theta, plan.rope.rotary_dim),
         engine,
     }))
+}
+
+/// Layer `layer`'s routed experts of one token on the CPU (the engine's host layers): each
+/// slot's unweighted output into `y` (`ids.len() × hidden`), computed as the CPU's layers
+/// compute it — the same bits as the kernels'.
+fn cpu_experts(
+    store: &mut ExpertStore,
+    isa: crate::kernels::Isa,
+    hidden: usize,
+    layer: usize,
+    xn: &[f32],
+    ids: &[u32],
+    y: &mut [f32],
+) -> Result<()> {
+    let mut wanted = ids.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let x = vec![xn.to_vec()];
+    store.with_experts(layer as u32, &wanted, |views| {
+        let items: Vec<_> = views.iter().map(|v| (v.clone(), x.as_slice())).collect();
+        let outs = blocks::experts_swiglu(isa, &items, hidden)?;
+        for (v, out) in views.iter().zip(outs) {
+            for (slot, _) in ids.iter().enumerate().filter(|(_, &e)| e == v.expert) {
+                y[slot * hidden..(slot + 1) * hidden].copy_from_slice(&out[0]);
+            }
+        }
+        Ok(())
+    })
 }
 
 /// The trunk and layers' host tensors, and their bytes.
@@ -828,6 +889,7 @@ impl<D: EngineDevice> GpuWhole<D> {
             trunk_bytes: r.weight_bytes,
             steps: r.steps,
             graph_steps: r.graph_steps,
+            cpu_moe_layers: self.engine.host_layers().len() as u64,
             ..OffloadReport::default()
         }
     }
@@ -900,16 +962,35 @@ where
             });
         }
         let seq = state.device::<EngineSeq<D::Buf>>()?;
+        // The CPU's share (experts of the layers placed there): its error kept to be returned
+        // as it is, the engine told only that the host failed.
+        let (isa, hidden) = (ctx.isa, self.hidden);
+        let store = &mut *ctx.experts;
+        let mut failed = None;
+        let mut host = |layer: usize, xn: &[f32], ids: &[u32], y: &mut [f32]| {
+            cpu_experts(store, isa, hidden, layer, xn, ids, y).map_err(|e| {
+                failed = Some(e);
+                tarfa_cuda::CudaError::Usage("the CPU's experts failed".into())
+            })
+        };
         let mut out = Vec::new();
-        for (i, &t) in tokens.iter().enumerate() {
-            let pos = start + i;
-            self.rope.ensure(pos + 1);
-            let (cos, sin) = self.rope.tables();
-            let want = all_logits || i + 1 == tokens.len();
-            if let Some(l) = self.engine.step(seq, t, pos, cos, sin, want)? {
-                out.push(l);
+        let mut run = || -> Result<()> {
+            for (i, &t) in tokens.iter().enumerate() {
+                let pos = start + i;
+                self.rope.ensure(pos + 1);
+                let (cos, sin) = self.rope.tables();
+                let want = all_logits || i + 1 == tokens.len();
+                if let Some(l) = self.engine.step(seq, t, pos, (cos, sin), want, &mut host)? {
+                    out.push(l);
+                }
             }
+            Ok(())
+        };
+        let ran = run();
+        if let Some(e) = failed {
+            return Err(e);
         }
+        ran?;
         ctx.profile
             .add("whole forward pass on the GPU", t0.elapsed());
         Ok(out)

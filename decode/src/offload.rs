@@ -27,8 +27,10 @@ pub enum Device {
 pub struct GpuOptions {
     /// CUDA device number.
     pub ordinal: usize,
-    /// VRAM for the expert cache in bytes (`None`: the free VRAM less 1 GiB; 0: no cache, each
-    /// expert copied for each use).
+    /// VRAM the GPU may use, in bytes. The whole forward pass on the GPU keeps the routed
+    /// experts of as many leading MoE layers on the CPU as this needs (`cpu_moe_layers`);
+    /// offloading from the CPU's layers, it is the expert cache's size (`None`: the free VRAM
+    /// less 1 GiB; 0: no cache, each expert copied for each use).
     pub vram_bytes: Option<u64>,
     /// Share of experts placed on the GPU, chosen per (layer, expert) by a fixed hash (1.0: all;
     /// the rest run on the CPU: mixed placement for models larger than VRAM).
@@ -37,14 +39,18 @@ pub struct GpuOptions {
     /// shared MLPs, `lm_head`) on the GPU too, their weights resident in VRAM once used.
     pub trunk: bool,
     /// The whole forward pass on the GPU (attention, norms, router, experts, combine; the
-    /// activations kept there) when the family has that path and the whole model fits in VRAM
-    /// with all experts and the trunk placed there; else the layers run on the CPU with experts
-    /// and products offloaded. The same bits either way: held to the CPU's on the H200 by
+    /// activations kept there) when the family has that path and its trunk fits in VRAM (the
+    /// routed experts of leading MoE layers left to the CPU where they do not all fit); else the
+    /// layers run on the CPU with experts and products offloaded. The same bits either way: held to the CPU's on the H200 by
     /// `decode/tests/gpu.rs` and, in CI, by `cuda-emu`'s emulation of its kernels.
     pub whole_model: bool,
     /// With the whole forward pass on the GPU: replay each token's kernels from a captured CUDA
     /// graph (else launch them one by one; the same kernels and bits).
     pub graphs: bool,
+    /// With the whole forward pass on the GPU: the routed experts of the first this many MoE
+    /// layers computed on the CPU (llama.cpp's `--n-cpu-moe`), everything else on the GPU;
+    /// `None`: as few as the VRAM (or `vram_bytes`) needs. The same bits either way.
+    pub cpu_moe_layers: Option<usize>,
 }
 
 impl Default for GpuOptions {
@@ -56,6 +62,7 @@ impl Default for GpuOptions {
             trunk: true,
             whole_model: true,
             graphs: true,
+            cpu_moe_layers: None,
         }
     }
 }
@@ -92,6 +99,8 @@ pub struct OffloadReport {
     pub steps: u64,
     /// Of those, replayed from a captured CUDA graph.
     pub graph_steps: u64,
+    /// With the whole forward pass there: the MoE layers whose routed experts the CPU computed.
+    pub cpu_moe_layers: u64,
     /// Why the whole forward pass is not on the device, when the options asked for it and it
     /// could not be (a family the engine does not run, a quantised weight, too little VRAM).
     pub whole_model_declined: Option<String>,
