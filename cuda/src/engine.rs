@@ -418,14 +418,17 @@ impl<B> EngineSeq<B> {
     }
 }
 
-/// The graphs captured for one sequence: the step without and with the logits, and the
-/// sequence, its KV capacity and the engine's at the capture (the addresses they bake in).
+/// The graphs captured for one part of a sequence's step ([`Engine::launch_part`]: from the
+/// start, or after a layer whose experts the host computes): the part without and, for the last
+/// part, with the logits; and the sequence, its KV capacity, the engine's and the part at the
+/// capture (the addresses and the launches they bake in).
 struct Captured<G> {
     body: G,
-    head: G,
+    head: Option<G>,
     seq: u64,
     seq_cap: usize,
     cap: usize,
+    part: Option<usize>,
 }
 
 /// The resident decoder. Build with [`Engine::new`], give it every expert
@@ -498,8 +501,9 @@ const MATVEC_BLOCK: u32 = 128;
 const MAX_STAGE: i32 = 12 * 1024;
 const FIRST_CAP: usize = 256;
 
-/// Sequences whose captured steps the engine keeps: a sequence stepped again after others
-/// replays its own graphs instead of capturing them anew.
+/// Sequences whose captured steps the engine keeps (each step's parts, one per layer whose
+/// experts the host computes and one more): a sequence stepped again after others replays its
+/// own graphs instead of capturing them anew.
 const GRAPH_SETS: usize = 8;
 
 /// The widest attention head the kernels take: `tarfa_e_attention` keeps 36 × `head_dim`
@@ -1141,45 +1145,75 @@ impl<D: EngineDevice> Engine<D> {
             .flat_map(|v| v.to_le_bytes())
             .collect();
         self.dev.write(&mut self.a.params, 0, &params)?;
-        if self.layers.iter().any(|l| l.host) {
-            // In parts, the host's experts between them; launched one by one.
-            let mut after = None;
-            while let Some(l) = self.launch_part(seq, after)? {
-                self.host_layer(l, host)?;
-                after = Some(l);
+        // The step in parts, the host's experts between them (one part without host layers).
+        let mut after = None;
+        let mut replayed = true;
+        loop {
+            let next = self.next_host(after);
+            replayed &= self.run_part(seq, after, want_logits && next.is_none())?;
+            match next {
+                Some(l) => {
+                    self.host_layer(l, host)?;
+                    after = Some(l);
+                }
+                None => break,
             }
-            if want_logits {
-                self.launch_head()?;
-            }
-            return self.finish_step(want_logits);
         }
-        // The graphs of this sequence at these capacities (the addresses they bake in), most
-        // recent last; captured when there are none (a new sequence, or a cache that grew).
-        let current = self
-            .graphs
-            .iter()
-            .position(|g| g.seq == seq.id && g.seq_cap == seq.cap && g.cap == self.cap);
-        if let Some(i) = current {
+        if replayed {
+            self.report.graph_steps += 1;
+        }
+        self.finish_step(want_logits)
+    }
+
+    /// The first layer after `after` (from the first, `None`) whose experts are the host's.
+    fn next_host(&self, after: Option<usize>) -> Option<usize> {
+        let from = after.map_or(0, |l| l + 1);
+        (from..self.layers.len()).find(|&i| self.layers[i].host)
+    }
+
+    /// Launch the part of the step after `after` ([`Engine::launch_part`]), and the head after it
+    /// when `head` (the last part only): replayed from the graphs captured for this sequence at
+    /// these capacities (the addresses they bake in), captured when there are none (a new
+    /// sequence, or a cache that grew); or launched one by one. Whether it was replayed.
+    fn run_part(
+        &mut self,
+        seq: &EngineSeq<D::Buf>,
+        after: Option<usize>,
+        head: bool,
+    ) -> Result<bool, CudaError> {
+        let cap = self.cap;
+        let found = self.graphs.iter().position(|g| {
+            g.seq == seq.id && g.seq_cap == seq.cap && g.cap == cap && g.part == after
+        });
+        if let Some(i) = found {
+            // Most recently used last.
             let g = self.graphs.remove(i);
             self.graphs.push(g);
         } else if self.use_graphs {
-            if self.graphs.len() >= GRAPH_SETS {
+            let parts = 1 + self.layers.iter().filter(|l| l.host).count();
+            if self.graphs.len() >= GRAPH_SETS * parts {
                 self.graphs.remove(0);
             }
-            let seq = &*seq;
-            let body = self.dev.capture(&mut || self.launch_body(seq))?;
-            let head = self.dev.capture(&mut || {
-                self.launch_body(seq)?;
-                self.launch_head()
-            })?;
-            match (body, head) {
-                (Some(body), Some(head)) => {
+            let last = self.next_host(after).is_none();
+            let body = self
+                .dev
+                .capture(&mut || self.launch_part(seq, after).map(|_| ()))?;
+            let with_head = match last {
+                true => self.dev.capture(&mut || {
+                    self.launch_part(seq, after)?;
+                    self.launch_head()
+                })?,
+                false => None,
+            };
+            match (body, with_head.is_some() == last) {
+                (Some(body), true) => {
                     self.graphs.push(Captured {
                         body,
-                        head,
+                        head: with_head,
                         seq: seq.id,
                         seq_cap: seq.cap,
-                        cap: self.cap,
+                        cap,
+                        part: after,
                     });
                     self.report.captures += 1;
                 }
@@ -1189,18 +1223,21 @@ impl<D: EngineDevice> Engine<D> {
         }
         match self.graphs.last() {
             Some(g) if self.use_graphs => {
-                self.dev
-                    .replay(if want_logits { &g.head } else { &g.body })?;
-                self.report.graph_steps += 1;
+                match (&g.head, head) {
+                    (Some(h), true) => self.dev.replay(h)?,
+                    (_, true) => return Err(CudaError::Usage("a part without its head".into())),
+                    (_, false) => self.dev.replay(&g.body)?,
+                }
+                Ok(true)
             }
             _ => {
-                self.launch_body(seq)?;
-                if want_logits {
+                self.launch_part(seq, after)?;
+                if head {
                     self.launch_head()?;
                 }
+                Ok(false)
             }
         }
-        self.finish_step(want_logits)
     }
 
     /// Layer `l`'s routed experts on the host: the normed x and the slots' experts read back
@@ -1465,17 +1502,6 @@ impl<D: EngineDevice> Engine<D> {
         }
     }
 
-    /// Embedding, then every layer over `seq`'s state; `x` holds the residual stream after it.
-    /// (A model with host-computed experts is launched in parts, [`Engine::launch_part`].)
-    fn launch_body(&self, seq: &EngineSeq<D::Buf>) -> Result<(), CudaError> {
-        match self.launch_part(seq, None)? {
-            None => Ok(()),
-            Some(l) => Err(CudaError::Usage(format!(
-                "layer {l}'s experts are the host's: the step runs in parts"
-            ))),
-        }
-    }
-
     /// The layer after which the next layer's input norm is not taken into its mixer's first
     /// launch but into layer `i`'s combine: that next layer, if so.
     fn next_norm(&self, i: usize) -> Option<&DevTensor<D::Buf>> {
@@ -1484,7 +1510,8 @@ impl<D: EngineDevice> Engine<D> {
             .map(|n| &n.in_norm)
     }
 
-    /// Launch the step from its start (`after` none: the embedding) or from the rest of layer
+    /// Launch the step — embedding, then every layer over `seq`'s state; `x` holds the residual
+    /// stream after it — from its start (`after` none: the embedding) or from the rest of layer
     /// `after`'s MLP (its routed experts' outputs written to `y` by the host), up to the end
     /// of the last layer — `None` — or up to the top-k of the next layer whose routed experts
     /// the host computes — `Some(that layer)`.

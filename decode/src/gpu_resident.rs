@@ -349,9 +349,11 @@ pub fn open(
     let limit = o.vram_bytes.map_or(free, |b| (b + VRAM_MARGIN).min(free));
     // As asked, or the fewest leading layers that leave the rest room (as llama.cpp's
     // --n-cpu-moe counts them).
-    let on_cpu = o
-        .cpu_moe_layers
-        .unwrap_or_else(|| (0..=moe.len()).find(|&n| need(n) <= limit).unwrap_or(moe.len()));
+    let on_cpu = o.cpu_moe_layers.unwrap_or_else(|| {
+        (0..=moe.len())
+            .find(|&n| need(n) <= limit)
+            .unwrap_or(moe.len())
+    });
     if need(on_cpu) > limit {
         let need = need(on_cpu);
         return Ok(Err(match o.vram_bytes {

@@ -132,8 +132,9 @@ fn gpu_sequences_interleaved_forked_and_truncated_give_the_cpu_bits() {
 }
 
 /// The whole forward pass on the GPU with the routed experts of the first MoE layer, or of every
-/// one, computed on the CPU (`--n-cpu-moe`): every family's fixture gives the CPU's logits bit
-/// for bit at every step, and says where the experts ran.
+/// one, computed on the CPU (`--n-cpu-moe`), each part of a step between them replayed from a
+/// CUDA graph or launched one by one: every family's fixture gives the CPU's logits bit for bit
+/// at every step, and says where the experts ran.
 #[test]
 fn experts_of_some_layers_on_the_cpu_give_the_cpu_bits_on_the_gpu() {
     if !gpu_here() {
@@ -142,19 +143,26 @@ fn experts_of_some_layers_on_the_cpu_give_the_cpu_bits_on_the_gpu() {
     for name in ["qwen3_moe_b", "glm4_moe_b", "mixtral", "qwen3_5_moe_text"] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
-        for n in [1, 99] {
+        for (n, graphs) in [(1, true), (99, true), (1, false)] {
             let opts = DecoderOptions {
                 device: Device::Cuda(GpuOptions {
                     cpu_moe_layers: Some(n),
+                    graphs,
                     ..GpuOptions::default()
                 }),
                 ..DecoderOptions::default()
             };
             let mut dec = common::open(&dir, &opts);
-            assert_eq!(run(&mut dec, name), cpu, "{name}: --n-cpu-moe {n}");
+            assert_eq!(
+                run(&mut dec, name),
+                cpu,
+                "{name}: --n-cpu-moe {n}, graphs {graphs}"
+            );
             let r = dec.offload_report().expect("a GPU report");
             assert!(r.whole_model && r.cpu_moe_layers >= 1, "{name}: {r:?}");
             assert!(n == 99 || r.cpu_moe_layers == 1, "{name}: {r:?}");
+            // Each part of a step between the CPU's layers replayed from its own graph.
+            assert_eq!(r.graph_steps > 0, graphs, "{name}: {r:?}");
         }
     }
 }

@@ -1,0 +1,1 @@
+bash bench/gpu-placement-run.sh /tmp/w 10 4 2
