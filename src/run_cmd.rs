@@ -178,6 +178,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 "graph_steps": g.graph_steps,
                 "whole_model_declined": g.whole_model_declined,
                 "cpu_moe_layers": g.cpu_moe_layers,
+                "host_round_trips": g.host_round_trips,
             })),
             "prompt": phase_json(&pp),
             "decode": phase_json(&dp),
@@ -248,10 +249,11 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 ),
             };
             eprintln!(
-                "gpu: {}: whole forward pass there ({} tokens, {} replayed from a CUDA graph), {} of weights resident{cpu_moe}",
+                "gpu: {}: whole forward pass there ({} tokens, {} replayed from a CUDA graph, {} round trips to the host within them), {} of weights resident{cpu_moe}",
                 g.device,
                 g.steps,
                 g.graph_steps,
+                g.host_round_trips,
                 HumanBytes(g.trunk_bytes),
             );
         } else if let Some(g) = dec.offload_report() {

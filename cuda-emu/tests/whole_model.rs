@@ -132,7 +132,11 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
                 );
             }
             let r = dec.offload_report().expect("a device report");
-            assert!(r.steps > 0 && r.graph_steps == 0, "{name}: {r:?}");
+            // No round trip to the host within a step: the whole pass on the device.
+            assert!(
+                r.steps > 0 && r.graph_steps == 0 && r.host_round_trips == 0,
+                "{name}: {r:?}"
+            );
         }
     }
 }
@@ -442,6 +446,12 @@ fn experts_of_some_layers_on_the_cpu_give_the_cpu_bits() {
             );
             let r = dec.offload_report().expect("a device report");
             assert!(r.cpu_moe_layers >= 1 && r.steps > 0, "{name}: {r:?}");
+            // A round trip per token and CPU layer, and no other.
+            assert_eq!(
+                r.host_round_trips,
+                r.steps * r.cpu_moe_layers,
+                "{name}: {r:?}"
+            );
             // Experts of those layers were read by the CPU as tokens chose them (the GPU's were
             // read once, when the decoder was opened).
             assert!(dec.expert_stats().reads > read, "{name}");

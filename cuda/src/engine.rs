@@ -254,6 +254,9 @@ pub struct EngineReport {
     pub captures: u64,
     /// Layers whose shared experts run as one more slot of the routed launches.
     pub folded_layers: u64,
+    /// Round trips to the host within steps: one per layer whose routed experts the host
+    /// computed, per token (the logits' read at a step's end not counted).
+    pub host_round_trips: u64,
 }
 
 /// A tensor on the device.
@@ -1256,6 +1259,7 @@ impl<D: EngineDevice> Engine<D> {
             .ok_or_else(|| CudaError::Usage(format!("layer {l}: the top-k chose no expert")))?;
         let mut y = vec![0.0f32; k * h];
         host(l, &xn, &ids, &mut y)?;
+        self.report.host_round_trips += 1;
         self.dev.write(&mut self.a.y, 0, &f32_bytes(&y))
     }
 

@@ -892,6 +892,7 @@ impl<D: EngineDevice> GpuWhole<D> {
             steps: r.steps,
             graph_steps: r.graph_steps,
             cpu_moe_layers: self.engine.host_layers().len() as u64,
+            host_round_trips: r.host_round_trips,
             ..OffloadReport::default()
         }
     }

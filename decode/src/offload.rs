@@ -101,6 +101,9 @@ pub struct OffloadReport {
     pub graph_steps: u64,
     /// With the whole forward pass there: the MoE layers whose routed experts the CPU computed.
     pub cpu_moe_layers: u64,
+    /// With the whole forward pass there: round trips to the host within steps (one per token
+    /// and layer whose experts the CPU computed; none otherwise).
+    pub host_round_trips: u64,
     /// Why the whole forward pass is not on the device, when the options asked for it and it
     /// could not be (a family the engine does not run, a quantised weight, too little VRAM).
     pub whole_model_declined: Option<String>,
