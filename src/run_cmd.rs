@@ -98,6 +98,31 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     if prompt.is_empty() {
         bail!("the prompt has no tokens");
     }
+    // Checked before anything runs, -n 0 included.
+    let vocab = dec.vocab_size();
+    if let Some(&id) = prompt.iter().find(|&&t| t as usize >= vocab) {
+        bail!("token {id} is outside the model's vocabulary of {vocab} (ids 0..{vocab})");
+    }
+    // The prompt and every generated token but the last are run: that many positions.
+    let positions = (prompt.len() as u64).saturating_add((a.max_tokens as u64).saturating_sub(1));
+    if let Some(ctx) = dec.context_length().filter(|&c| prompt.len() > c) {
+        bail!(
+            "the prompt's {} tokens exceed the model's context of {ctx} positions (max_position_embeddings)",
+            prompt.len()
+        );
+    }
+    if let Some(ctx) = dec
+        .context_length()
+        .filter(|&c| a.max_tokens > 0 && positions > c as u64)
+    {
+        bail!(
+            "-n {}: the prompt's {} tokens and {} generated take {positions} positions, beyond the model's context of {ctx} (max_position_embeddings); ask for at most {} tokens",
+            a.max_tokens,
+            prompt.len(),
+            a.max_tokens,
+            (ctx + 1).saturating_sub(prompt.len())
+        );
+    }
     let text_mode = a.prompt.is_some() && !a.json;
     let mut out = std::io::stdout().lock();
     let mut generated: Vec<u32> = Vec::new();

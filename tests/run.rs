@@ -261,6 +261,7 @@ fn bad_arguments_are_usage_errors() {
         vec!["--tokens", "1", "--cpu-trunk"],
         vec!["--tokens", "1", "--gpu-offload-only"],
         vec!["--tokens", "1", "--no-cuda-graphs"],
+        vec!["--tokens", "1", "--n-cpu-moe", "1"],
     ] {
         let mut a = vec!["run", path(&model)];
         a.extend_from_slice(&args);
@@ -271,14 +272,64 @@ fn bad_arguments_are_usage_errors() {
     }
 }
 
+/// Issue 26, finding 12: `run` reads the model's context (the fixture's
+/// `max_position_embeddings` is 256) and refuses, before any token is computed, a prompt and
+/// `-n` that would run past it — `-n 2^64−1` included — saying how many it may ask; a prompt of
+/// more positions than the context; and an id outside the vocabulary even with `-n 0`. Up to the
+/// context exactly, it runs.
+#[test]
+fn run_refuses_more_positions_than_the_context_and_ids_outside_the_vocabulary() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe", &model, &[]);
+    let long: Vec<String> = (0..257).map(|i| (i % 100).to_string()).collect();
+    let long = long.join(",");
+    for (args, says) in [
+        (vec!["--tokens", "1,2", "-n", "300"], "at most 255 tokens"),
+        (
+            vec!["--tokens", "1", "-n", "18446744073709551615"],
+            "context of 256",
+        ),
+        (
+            vec!["--tokens", long.as_str(), "-n", "1"],
+            "exceed the model's context of 256",
+        ),
+        (vec!["--tokens", "999", "-n", "0"], "token 999 is outside"),
+    ] {
+        let mut a = vec!["run", path(&model)];
+        a.extend_from_slice(&args);
+        let (code, out, err) = tarfa(&a);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.trim().is_empty(), "{args:?}: no token printed: {out}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // 2 prompt tokens and 255 generated take 256 positions: the whole context.
+    let (code, out, err) = tarfa(&["run", path(&model), "--tokens", "1,2", "-n", "255"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.split_whitespace().count(), 255, "{out}");
+}
+
 #[test]
 fn a_closed_stdout_ends_run_quietly_with_the_sigpipe_status() {
     use std::io::Read;
     let tmp = tempfile::tempdir().expect("tmp");
+    // The fixture with a context of a million positions, so that the run outlasts the pipe.
+    let src = tmp.path().join("src");
+    std::fs::create_dir(&src).expect("mkdir");
+    for f in std::fs::read_dir(fixture("qwen3_moe")).expect("fixture") {
+        let f = f.expect("entry").path();
+        std::fs::copy(&f, src.join(f.file_name().expect("name"))).expect("copy");
+    }
+    let cfg = src.join("config.json");
+    let mut c: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&cfg).expect("config")).expect("json");
+    c["max_position_embeddings"] = 1_000_000.into();
+    std::fs::write(&cfg, serde_json::to_vec(&c).expect("json")).expect("write");
     let model = tmp.path().join("m");
-    convert("qwen3_moe", &model, &[]);
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&model), "--quiet"]);
+    assert_eq!(code, 0, "convert: {err}");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tarfa"))
-        .args(["run", path(&model), "--tokens", "1,2", "-n", "1000000"])
+        .args(["run", path(&model), "--tokens", "1,2", "-n", "900000"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -787,6 +787,14 @@ pub enum SequenceFault {
     /// A sequence another decoder made.
     #[error("this sequence was made by another decoder")]
     Foreign,
+    /// A pass that would take a sequence past the model's context.
+    #[error("{asked} positions exceed the model's context of {limit} (max_position_embeddings)")]
+    ContextFull {
+        /// The model's context.
+        limit: usize,
+        /// Positions the pass would take the sequence to.
+        asked: usize,
+    },
     /// A sequence whose layer does not hold the state its layer kind needs.
     #[error("layer {layer} of the sequence does not hold the state of the model's layer")]
     Layout {

@@ -76,6 +76,9 @@ pub struct Decoder {
     batch_prompt: bool,
     /// Numbers this decoder's sequences.
     id: u64,
+    /// Positions a sequence may hold: the config's `max_position_embeddings` (a VL checkpoint's
+    /// text model's), if it says.
+    context: Option<usize>,
     /// The sequence of [`Decoder::feed`] and [`Decoder::generate`].
     seq: Sequence,
     profile: Profile,
@@ -139,6 +142,12 @@ impl Decoder {
             config
         };
         let mut family = family::open(config, &tensors)?;
+        let context = config
+            .get("max_position_embeddings")
+            .or_else(|| config.get("text_config")?.get("max_position_embeddings"))
+            .and_then(|v| v.as_u64())
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|&n| n > 0);
         // Queue depth 0: sized for decoding, twice the experts one layer selects per token (a
         // prompt's larger sets wait for slots); the ring a few slots beyond what is in flight.
         let mut src_opts = opts.source.clone();
@@ -177,6 +186,7 @@ impl Decoder {
             isa,
             batch_prompt: opts.batch_prompt,
             id,
+            context,
             seq,
             profile: Profile::default(),
             offload,
@@ -241,6 +251,12 @@ impl Decoder {
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
         self.family.vocab_size()
+    }
+
+    /// Positions a sequence may hold (the model's context: `max_position_embeddings`), if the
+    /// config says; a pass beyond it is refused.
+    pub fn context_length(&self) -> Option<usize> {
+        self.context
     }
 
     /// Positions its own sequence holds (`None` after a pass failed part-way through a
@@ -378,12 +394,13 @@ impl Decoder {
             return Err(DecodeError::TokenOutOfRange { id, vocab });
         }
         let start = seq.start()?;
-        let end = start
-            .checked_add(tokens.len())
-            .ok_or(DecodeError::Sequence(SequenceFault::Beyond {
-                len: start,
-                asked: usize::MAX,
-            }))?;
+        let end = start.saturating_add(tokens.len());
+        if let Some(limit) = self.context.filter(|&c| end > c) {
+            return Err(DecodeError::Sequence(SequenceFault::ContextFull {
+                limit,
+                asked: end,
+            }));
+        }
         // Unknown until the pass ends: one that fails part-way leaves a recurrent state
         // advanced by some layers and not others.
         seq.len = None;
