@@ -212,18 +212,21 @@ pub struct RunArgs {
     /// usable). The same bits on every device; the GPU flags below apply only with it.
     #[arg(long, default_value = "cpu")]
     pub device: String,
-    /// VRAM the GPU may use, in GiB (default: the free VRAM). With the whole forward pass on the
-    /// GPU, a model that does not fit keeps the routed experts of its first MoE layers on the CPU,
-    /// as few as needed (see --n-cpu-moe). Offloading from the CPU's layers (a family or weight
-    /// the whole pass does not take, --gpu-offload-only), it is the expert cache's size (less
-    /// 1 GiB by default; 0: copy each expert for each use), resident trunk matrices taken out of
-    /// it; a trunk matrix that does not fit runs on the CPU. The same bits either way.
+    /// VRAM for the model, in GiB (default: the free VRAM). With the whole forward pass on the
+    /// GPU, it bounds the weights and DeltaNet state kept there (the activations, KV caches and
+    /// the CUDA context take about 1 GiB more), and a model that does not fit keeps the routed
+    /// experts of its first layers on the CPU, as few as needed (see --n-cpu-moe). Offloading
+    /// from the CPU's layers (a family or weight the whole pass does not take,
+    /// --gpu-offload-only), it is the expert cache's size (less 1 GiB by default; 0: copy each
+    /// expert for each use), resident trunk matrices taken out of it; a trunk matrix that does
+    /// not fit runs on the CPU. The same bits either way.
     #[arg(long)]
     pub vram_gib: Option<f64>,
-    /// With the whole forward pass on the GPU: compute the routed experts of the first N MoE
-    /// layers on the CPU (read from RAM or disk per --experts), everything else on the GPU — as
-    /// llama.cpp's --n-cpu-moe. Default: as few as the VRAM needs (0 when the model fits). The
-    /// same bits for every N.
+    /// With the whole forward pass on the GPU: compute the routed experts of layers 0..N on the
+    /// CPU (read from RAM or disk per --experts; a dense layer among them has none), everything
+    /// else on the GPU — llama.cpp's --n-cpu-moe, counted as it counts. Default: as few as the
+    /// VRAM needs (0 when the model fits); more layers than the model has, or too few for the
+    /// VRAM, is an error. The same bits for every N.
     #[arg(long, value_name = "N")]
     pub n_cpu_moe: Option<usize>,
     /// Share of the experts computed on the GPU (0..=1, fixed per expert; the rest on the CPU;

@@ -251,7 +251,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         // greedy choice: say where the layers ran.
         match dec.offload_report().filter(|g| g.whole_model) {
             Some(g) if g.cpu_moe_layers > 0 => eprintln!(
-                "compute: every layer on the GPU but {} MoE layers' routed experts (on the CPU), fp32 logits, exact (canonical reduction order)",
+                "compute: every layer on the GPU but the routed experts of layers 0..{} (on the CPU), fp32 logits, exact (canonical reduction order)",
                 g.cpu_moe_layers
             ),
             Some(_) => eprintln!(
@@ -267,8 +267,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             let cpu_moe = match g.cpu_moe_layers {
                 0 => String::new(),
                 n => format!(
-                    "; the routed experts of the first {n} MoE layer{} on the CPU ({} kernels, {} threads)",
-                    if n == 1 { "" } else { "s" },
+                    "; the routed experts of layers 0..{n} on the CPU ({} kernels, {} threads)",
                     dec.isa(),
                     dec.threads()
                 ),

@@ -378,8 +378,8 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
 }
 
 /// Sequences apart from the model on the emulated GPU decoder: two sequences' steps interleaved
-/// with each other and the decoder's own (each a set of device buffers, the step's graph and
-/// kernels given the one it runs), a fork (its device state copied), a truncation (attention)
+/// with each other and the decoder's own (each a set of device buffers, the step's kernels given
+/// the one it runs; each sequence's KV caches growing from room for 2 positions), a fork (its device state copied), a truncation (attention)
 /// or its refusal (a recurrent state), and a truncation to 0 (the DeltaNet state zeroed on the
 /// device) each give every position the bits a fresh CPU decoder gives that sequence alone. On
 /// the fixture with both kinds of layer state (KV caches and DeltaNet states); the CPU's test
@@ -389,32 +389,50 @@ fn gpu_sequences_interleaved_forked_and_truncated_give_the_cpu_bits() {
     let _one = one_engine_at_a_time();
     {
         let name = "qwen3_5_moe_text";
-        let mut dec = emulated(&common::model(name), true);
+        // Room for 2 positions at first: every sequence's KV caches grow (to 4, then 8) while
+        // the others hold theirs.
+        let mut dec = Decoder::open_with(
+            &common::model(name),
+            &DecoderOptions::default(),
+            |config, tensors, experts| {
+                let dev = EmuDevice::with_tile(TileGeometry::DEFAULT)?;
+                let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
+                if let Some(f) = f.as_mut() {
+                    f.set_first_capacity(2);
+                }
+                Ok(f.map(|f| Box::new(f) as Box<dyn Family>))
+            },
+        )
+        .expect("open the emulated GPU decoder");
         common::sequences_hold(name, &mut dec);
         let r = dec.offload_report().expect("a device report");
         assert!(r.whole_model && r.steps > 0, "{name}: {r:?}");
     }
 }
 
-/// The decoder on the emulated device with the routed experts of the first `cpu_moe` MoE
-/// layers computed on the CPU.
-fn emulated_placed(dir: &std::path::Path, cpu_moe: usize) -> Decoder {
+/// The decoder on the emulated device with the routed experts of layers `0..cpu_moe` computed
+/// on the CPU, RMSNorms taken into the products or not (`fuse_norms`: without, a layer's input
+/// norm is computed in the combine of the layer before, a CPU layer's too).
+fn emulated_placed(dir: &std::path::Path, cpu_moe: usize, fuse_norms: bool) -> Decoder {
     Decoder::open_with(
         dir,
         &DecoderOptions::default(),
         |config, tensors, experts| {
             let dev = EmuDevice::with_tile(TileGeometry::DEFAULT)?;
-            let f = tarfa_decode::gpu_resident::build_placed(
+            let mut f = tarfa_decode::gpu_resident::build_placed(
                 dev, config, tensors, experts, true, cpu_moe,
             )?;
+            if let Ok(f) = f.as_mut() {
+                f.set_norm_fusion(fuse_norms);
+            }
             Ok(f.ok().map(|f| Box::new(f) as Box<dyn Family>))
         },
     )
     .expect("open the emulated GPU decoder")
 }
 
-/// The whole forward pass on the emulated GPU with the routed experts of some MoE layers (the
-/// first, or all) computed on the CPU — the step stopped after their top-k, the normed x and the
+/// The whole forward pass on the emulated GPU with the routed experts of layers 0..n (the first
+/// MoE layer's, or every one's, as llama.cpp's --n-cpu-moe counts layers) computed on the CPU — the step stopped after their top-k, the normed x and the
 /// slots read back, the CPU's outputs weighed and combined on the device with the shared
 /// experts' — gives the CPU decoder's bits: on Qwen3-MoE (no shared expert), GLM-4.5 (a dense
 /// first layer, the sigmoid group router, shared experts) and Qwen3.5 (a gated shared expert,
@@ -422,10 +440,15 @@ fn emulated_placed(dir: &std::path::Path, cpu_moe: usize) -> Decoder {
 #[test]
 fn experts_of_some_layers_on_the_cpu_give_the_cpu_bits() {
     let _one = one_engine_at_a_time();
+    // (layers 0..n, norms fused, MoE layers among them): qwen3_moe_b's layer 1 and glm4_moe_b's
+    // layers 0 and 1 are dense.
     for (name, placements) in [
-        ("qwen3_moe_b", &[1, 99][..]),
-        ("glm4_moe_b", &[1][..]),
-        ("qwen3_5_moe_text", &[1][..]),
+        (
+            "qwen3_moe_b",
+            &[(1, true, 1), (3, true, 2), (1, false, 1)][..],
+        ),
+        ("glm4_moe_b", &[(3, true, 1)][..]),
+        ("qwen3_5_moe_text", &[(1, true, 1)][..]),
     ] {
         let dir = common::model(name);
         let cpu = run_prompts(
@@ -434,27 +457,40 @@ fn experts_of_some_layers_on_the_cpu_give_the_cpu_bits() {
             STEPS,
             1,
         );
-        for &n in placements {
-            let mut dec = emulated_placed(&dir, n);
+        for &(n, fuse, moe_on_cpu) in placements {
+            let mut dec = emulated_placed(&dir, n, fuse);
             let r = dec.offload_report().expect("a device report");
             assert!(r.whole_model, "{name}: {r:?}");
             let read = dec.expert_stats().reads;
             assert_eq!(
                 run_prompts(&mut dec, name, STEPS, 1),
                 cpu,
-                "{name}: the first {n} MoE layers' experts on the CPU"
+                "{name}: the experts of layers 0..{n} on the CPU, norms fused {fuse}"
             );
             let r = dec.offload_report().expect("a device report");
-            assert!(r.cpu_moe_layers >= 1 && r.steps > 0, "{name}: {r:?}");
-            // A round trip per token and CPU layer, and no other.
-            assert_eq!(
-                r.host_round_trips,
-                r.steps * r.cpu_moe_layers,
-                "{name}: {r:?}"
-            );
+            assert!(r.cpu_moe_layers == n as u64 && r.steps > 0, "{name}: {r:?}");
+            // A round trip per token and MoE layer on the CPU, and no other.
+            assert_eq!(r.host_round_trips, r.steps * moe_on_cpu, "{name}: {r:?}");
             // Experts of those layers were read by the CPU as tokens chose them (the GPU's were
             // read once, when the decoder was opened).
             assert!(dec.expert_stats().reads > read, "{name}");
         }
     }
+    // More layers than the model has: refused, naming both.
+    let e = Decoder::open_with(
+        &common::model("qwen3_moe_b"),
+        &DecoderOptions::default(),
+        |config, tensors, experts| {
+            let dev = EmuDevice::with_tile(TileGeometry::DEFAULT)?;
+            let f =
+                tarfa_decode::gpu_resident::build_placed(dev, config, tensors, experts, true, 4)?;
+            Ok(f.ok().map(|f| Box::new(f) as Box<dyn Family>))
+        },
+    )
+    .expect_err("4 of 3 layers");
+    assert!(
+        e.to_string()
+            .contains("--n-cpu-moe 4: the model has 3 layers"),
+        "{e}"
+    );
 }

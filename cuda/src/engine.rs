@@ -450,6 +450,8 @@ pub struct Engine<D: EngineDevice> {
     /// Positions the scores and RoPE tables have room for (at least every sequence's
     /// capacity that has stepped).
     cap: usize,
+    /// Positions a new sequence's KV caches have room for.
+    first_cap: usize,
     scores: D::Buf,
     cos: D::Buf,
     sin: D::Buf,
@@ -835,6 +837,7 @@ impl<D: EngineDevice> Engine<D> {
             sin: z(FIRST_CAP * half)?,
             rope_rows: 0,
             cap: FIRST_CAP,
+            first_cap: FIRST_CAP,
             shape: s,
             embed: embed_d,
             final_norm: final_d,
@@ -990,7 +993,7 @@ impl<D: EngineDevice> Engine<D> {
 
     /// A new sequence: empty KV caches of the first capacity, DeltaNet states zero.
     pub fn sequence(&self) -> Result<EngineSeq<D::Buf>, CudaError> {
-        self.seq_with(FIRST_CAP, None, 0)
+        self.seq_with(self.first_cap, None, 0)
     }
 
     /// A copy of `seq` whose first `len` positions are `seq`'s (its KV rows `0..len`, its
@@ -1298,27 +1301,53 @@ impl<D: EngineDevice> Engine<D> {
             dev.copy(old, &mut new, old_len.min(len) * 4)?;
             Ok(new)
         };
+        // Every new buffer is made (and filled) before any old one is let go, so a failure
+        // leaves the sequence and the tables as they were, and the graphs that bake them in
+        // still right; the graphs of what is replaced are dropped with it.
         if n > seq.cap {
             let cap = grown(seq.cap)?;
             let kvd = s.kv_heads * s.head_dim;
+            let mut made = Vec::new();
+            for l in &seq.layers {
+                if let SeqLayer::Kv { k, v } = l {
+                    made.push((
+                        grow(k, seq.cap * kvd, cap * kvd)?,
+                        grow(v, seq.cap * kvd, cap * kvd)?,
+                    ));
+                }
+            }
+            let mut made = made.into_iter();
             for l in &mut seq.layers {
                 if let SeqLayer::Kv { k, v } = l {
-                    *k = grow(k, seq.cap * kvd, cap * kvd)?;
-                    *v = grow(v, seq.cap * kvd, cap * kvd)?;
+                    let (k2, v2) = made.next().ok_or_else(|| {
+                        CudaError::Usage("fewer new KV caches than attention layers".into())
+                    })?;
+                    *k = k2;
+                    *v = v2;
                 }
             }
             seq.cap = cap;
+            self.graphs.retain(|g| g.seq != seq.id);
         }
         if seq.cap > self.cap {
             let cap = seq.cap;
             int(cap.saturating_mul(s.heads), "the attention scores")?;
             let half = s.rotary_dim / 2;
-            self.cos = grow(&self.cos, self.cap * half, cap * half)?;
-            self.sin = grow(&self.sin, self.cap * half, cap * half)?;
-            self.scores = dev.alloc((s.heads * cap).max(1) * 4)?;
+            let cos = grow(&self.cos, self.cap * half, cap * half)?;
+            let sin = grow(&self.sin, self.cap * half, cap * half)?;
+            let scores = dev.alloc((s.heads * cap).max(1) * 4)?;
+            (self.cos, self.sin, self.scores) = (cos, sin, scores);
             self.cap = cap;
+            self.graphs.clear();
         }
         Ok(())
+    }
+
+    /// Give every new sequence room for `n` positions to begin with (at least 1; the default
+    /// 256), for tests that make the caches grow within a few steps. Geometry only: how often
+    /// a cache grows changes no bit.
+    pub fn set_first_capacity(&mut self, n: usize) {
+        self.first_cap = n.max(1);
     }
 
     fn p(&self, b: &D::Buf) -> u64 {

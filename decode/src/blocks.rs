@@ -456,6 +456,25 @@ impl MoeOutputs {
 mod tests {
     use super::*;
 
+    /// A KV cache keeps the first n positions (its rows for k and v), forgets the rest, and
+    /// keeping more than it holds changes nothing.
+    #[test]
+    fn a_kv_cache_keeps_a_prefix() {
+        let mut c = KvCache {
+            k: (0..10).map(|i| i as f32).collect(),
+            v: (10..20).map(|i| i as f32).collect(),
+            len: 5,
+        };
+        c.keep(9);
+        assert_eq!((c.len(), c.k.len(), c.v.len()), (5, 10, 10));
+        c.keep(2);
+        assert_eq!(c.len(), 2);
+        assert_eq!(c.k, [0.0, 1.0, 2.0, 3.0]);
+        assert_eq!(c.v, [10.0, 11.0, 12.0, 13.0]);
+        c.keep(0);
+        assert!(c.is_empty() && c.k.is_empty() && c.v.is_empty());
+    }
+
     fn logit(p: f32) -> f32 {
         // sigmoid⁻¹, so tests can state scores directly.
         (p / (1.0 - p)).ln()

@@ -743,6 +743,26 @@ pub enum OptionsFault {
         /// Bytes of memory available.
         available: u64,
     },
+    /// `--n-cpu-moe` beyond the model's layers.
+    #[error("--n-cpu-moe {asked}: the model has {layers} layers")]
+    CpuMoeLayers {
+        /// Layers asked.
+        asked: usize,
+        /// Layers the model has.
+        layers: usize,
+    },
+    /// `--n-cpu-moe` leaving more on the GPU than the VRAM it may use holds.
+    #[error("--n-cpu-moe {asked} leaves {:.2} GiB on the GPU, beyond the {:.2} GiB it may use (the weights and a margin of 1 GiB); the experts of the first {fewest} layers on the CPU fit", gib(*need), gib(*limit))]
+    CpuMoeTooFew {
+        /// Layers asked.
+        asked: usize,
+        /// Bytes that leaves on the GPU (with the margin).
+        need: u64,
+        /// Bytes it may use (with the margin).
+        limit: u64,
+        /// The fewest layers that fit.
+        fewest: usize,
+    },
     /// A generation asked with an empty prompt.
     #[error("the prompt has no tokens")]
     EmptyPrompt,

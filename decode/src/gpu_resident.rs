@@ -337,30 +337,48 @@ pub fn open(
         (layers * per * 4) as u64
     });
     let base = parts.bytes + state + VRAM_MARGIN;
-    // Each MoE layer's experts, in layer order: the first `n` stay on the CPU.
-    let moe: Vec<u64> = (0..plan.mlps.len())
-        .filter(|&l| matches!(plan.mlps[l], MlpPlan::Moe { .. }))
-        .map(|l| experts.layer_bytes(l as u32))
+    // Each layer's experts (0 for a dense layer): those of layers 0..n stay on the CPU.
+    let layers = plan.mlps.len();
+    let bytes: Vec<u64> = (0..layers)
+        .map(|l| match plan.mlps[l] {
+            MlpPlan::Moe { .. } => experts.layer_bytes(l as u32),
+            _ => 0,
+        })
         .collect();
-    let need = |n: usize| base + moe[n.min(moe.len())..].iter().sum::<u64>();
+    let need = |n: usize| base + bytes[n.min(layers)..].iter().sum::<u64>();
     let gpu = tarfa_cuda::Gpu::open(o.ordinal)?;
     let (free, _) = gpu.mem_info()?;
     let free = free as u64;
     let limit = o.vram_bytes.map_or(free, |b| (b + VRAM_MARGIN).min(free));
-    // As asked, or the fewest leading layers that leave the rest room (as llama.cpp's
-    // --n-cpu-moe counts them).
-    let on_cpu = o.cpu_moe_layers.unwrap_or_else(|| {
-        (0..=moe.len())
-            .find(|&n| need(n) <= limit)
-            .unwrap_or(moe.len())
-    });
-    if need(on_cpu) > limit {
-        let need = need(on_cpu);
-        return Ok(Err(match o.vram_bytes {
-            Some(b) if b + VRAM_MARGIN < need => Declined::VramLimit { need, limit: b },
-            _ => Declined::DeviceMemory { need, free },
-        }));
-    }
+    // The fewest leading layers whose experts leave the rest room (as llama.cpp's --n-cpu-moe
+    // counts layers: dense ones too).
+    let fewest = (0..=layers).find(|&n| need(n) <= limit);
+    let on_cpu = match (o.cpu_moe_layers, fewest) {
+        (Some(n), _) if n > layers => {
+            return Err(DecodeError::Options(OptionsFault::CpuMoeLayers {
+                asked: n,
+                layers,
+            }))
+        }
+        (Some(n), Some(f)) if n < f => {
+            return Err(DecodeError::Options(OptionsFault::CpuMoeTooFew {
+                asked: n,
+                need: need(n),
+                limit,
+                fewest: f,
+            }))
+        }
+        (Some(n), Some(_)) => n,
+        (None, Some(f)) => f,
+        // Not even the trunk fits.
+        (_, None) => {
+            let need = need(layers);
+            return Ok(Err(match o.vram_bytes {
+                Some(b) if b + VRAM_MARGIN < need => Declined::VramLimit { need, limit: b },
+                _ => Declined::DeviceMemory { need, free },
+            }));
+        }
+    };
     let dev = tarfa_cuda::CudaDevice::open(&gpu)?;
     upload(dev, &plan, parts, experts, o.graphs, on_cpu)
 }
@@ -496,8 +514,8 @@ pub fn build_or_decline<D: EngineDevice>(
     build_placed(dev, config, tensors, experts, graphs, 0)
 }
 
-/// [`build_or_decline`] with the routed experts of the first `cpu_moe_layers` MoE layers
-/// computed on the CPU (none of them copied to the device).
+/// [`build_or_decline`] with the routed experts of layers `0..cpu_moe_layers` computed on the
+/// CPU (none of them copied to the device; as llama.cpp's `--n-cpu-moe` counts layers).
 pub fn build_placed<D: EngineDevice>(
     dev: D,
     config: &serde_json::Value,
@@ -518,8 +536,8 @@ pub fn build_placed<D: EngineDevice>(
 }
 
 /// The engine on `dev` with the plan's trunk and every expert (read once, checked as it lands)
-/// but those of the first `on_cpu` MoE layers, which the CPU computes; or why a layer's experts
-/// do not take it.
+/// but those of layers `0..on_cpu`, which the CPU computes; or why a layer's experts do not take
+/// it.
 fn upload<D: EngineDevice>(
     dev: D,
     plan: &WholePlan,
@@ -561,7 +579,12 @@ fn upload<D: EngineDevice>(
     // One element type per role (gate, up, down) across a layer's experts (the kernels read a
     // layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;
-    let mut cpu_moe = 0;
+    if on_cpu > plan.mlps.len() {
+        return Err(DecodeError::Options(OptionsFault::CpuMoeLayers {
+            asked: on_cpu,
+            layers: plan.mlps.len(),
+        }));
+    }
     for (l, mlp) in plan.mlps.iter().enumerate() {
         if !matches!(mlp, MlpPlan::Moe { .. }) {
             continue;
@@ -573,10 +596,9 @@ fn upload<D: EngineDevice>(
                 num_experts: plan.num_experts,
             }));
         }
-        if cpu_moe < on_cpu {
+        if l < on_cpu {
             // Read when a token selects them, from RAM or disk as the options hold them.
             engine.host_experts(l)?;
-            cpu_moe += 1;
             continue;
         }
         let mut types = None;
@@ -876,6 +898,12 @@ impl<D: EngineDevice> GpuWhole<D> {
         self.engine.set_norm_fusion(on);
     }
 
+    /// Give every new sequence room for `n` positions to begin with ([`Engine::set_first_capacity`]:
+    /// for tests that make the caches grow within a few steps).
+    pub fn set_first_capacity(&mut self, n: usize) {
+        self.engine.set_first_capacity(n);
+    }
+
     /// What the engine holds and did, in its own terms (e.g. the layers whose shared experts
     /// it folded into the routed launches).
     pub fn engine_report(&self) -> tarfa_cuda::EngineReport {
@@ -891,7 +919,12 @@ impl<D: EngineDevice> GpuWhole<D> {
             trunk_bytes: r.weight_bytes,
             steps: r.steps,
             graph_steps: r.graph_steps,
-            cpu_moe_layers: self.engine.host_layers().len() as u64,
+            // Layers 0..N (as llama.cpp counts them): the last whose experts the CPU computes, + 1.
+            cpu_moe_layers: self
+                .engine
+                .host_layers()
+                .last()
+                .map_or(0, |&l| l as u64 + 1),
             host_round_trips: r.host_round_trips,
             ..OffloadReport::default()
         }

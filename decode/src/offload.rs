@@ -27,10 +27,12 @@ pub enum Device {
 pub struct GpuOptions {
     /// CUDA device number.
     pub ordinal: usize,
-    /// VRAM the GPU may use, in bytes. The whole forward pass on the GPU keeps the routed
-    /// experts of as many leading MoE layers on the CPU as this needs (`cpu_moe_layers`);
-    /// offloading from the CPU's layers, it is the expert cache's size (`None`: the free VRAM
-    /// less 1 GiB; 0: no cache, each expert copied for each use).
+    /// VRAM for the model, in bytes. With the whole forward pass on the GPU, the weights and
+    /// DeltaNet state that stay there (a margin of 1 GiB for the activations, KV caches and the
+    /// CUDA context comes on top), the routed experts of as many leading layers kept on the
+    /// CPU as this needs (`cpu_moe_layers`); offloading from the CPU's layers, the expert
+    /// cache's size (`None`: the free VRAM less 1 GiB; 0: no cache, each expert copied for each
+    /// use).
     pub vram_bytes: Option<u64>,
     /// Share of experts placed on the GPU, chosen per (layer, expert) by a fixed hash (1.0: all;
     /// the rest run on the CPU: mixed placement for models larger than VRAM).
@@ -47,9 +49,11 @@ pub struct GpuOptions {
     /// With the whole forward pass on the GPU: replay each token's kernels from a captured CUDA
     /// graph (else launch them one by one; the same kernels and bits).
     pub graphs: bool,
-    /// With the whole forward pass on the GPU: the routed experts of the first this many MoE
-    /// layers computed on the CPU (llama.cpp's `--n-cpu-moe`), everything else on the GPU;
-    /// `None`: as few as the VRAM (or `vram_bytes`) needs. The same bits either way.
+    /// With the whole forward pass on the GPU: the routed experts of layers `0..n` computed on
+    /// the CPU (llama.cpp's `--n-cpu-moe`, counting layers as it does: dense ones too),
+    /// everything else on the GPU; `None`: as few as the VRAM (or `vram_bytes`) needs; more
+    /// layers than the model has, or too few for the VRAM, is an error. The same bits either
+    /// way.
     pub cpu_moe_layers: Option<usize>,
 }
 
@@ -99,7 +103,8 @@ pub struct OffloadReport {
     pub steps: u64,
     /// Of those, replayed from a captured CUDA graph.
     pub graph_steps: u64,
-    /// With the whole forward pass there: the MoE layers whose routed experts the CPU computed.
+    /// With the whole forward pass there: the CPU computed the routed experts of layers 0..this
+    /// (as llama.cpp's `--n-cpu-moe` counts layers: a dense one among them has none).
     pub cpu_moe_layers: u64,
     /// With the whole forward pass there: round trips to the host within steps (one per token
     /// and layer whose experts the CPU computed; none otherwise).

@@ -131,8 +131,8 @@ fn gpu_sequences_interleaved_forked_and_truncated_give_the_cpu_bits() {
     }
 }
 
-/// The whole forward pass on the GPU with the routed experts of the first MoE layer, or of every
-/// one, computed on the CPU (`--n-cpu-moe`), each part of a step between them replayed from a
+/// The whole forward pass on the GPU with the routed experts of layers 0..n computed on the CPU
+/// (`--n-cpu-moe`: all layers but the last, or all), each part of a step between them replayed from a
 /// CUDA graph or launched one by one: every family's fixture gives the CPU's logits bit for bit
 /// at every step, and says where the experts ran.
 #[test]
@@ -143,7 +143,17 @@ fn experts_of_some_layers_on_the_cpu_give_the_cpu_bits_on_the_gpu() {
     for name in ["qwen3_moe_b", "glm4_moe_b", "mixtral", "qwen3_5_moe_text"] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
-        for (n, graphs) in [(1, true), (99, true), (1, false)] {
+        let cfg = std::fs::read(
+            common::repo()
+                .join("fixtures/hf")
+                .join(name)
+                .join("config.json"),
+        );
+        let cfg: serde_json::Value = serde_json::from_slice(&cfg.expect("config")).expect("json");
+        let layers = cfg["num_hidden_layers"].as_u64().expect("layers") as usize;
+        // Layers 0..n as llama.cpp counts them: all but the last (each fixture's last layer is
+        // a MoE layer, and so is another before it), and all.
+        for (n, graphs) in [(layers - 1, true), (layers, true), (layers - 1, false)] {
             let opts = DecoderOptions {
                 device: Device::Cuda(GpuOptions {
                     cpu_moe_layers: Some(n),
@@ -160,8 +170,69 @@ fn experts_of_some_layers_on_the_cpu_give_the_cpu_bits_on_the_gpu() {
             );
             let r = dec.offload_report().expect("a GPU report");
             assert!(r.whole_model && r.cpu_moe_layers >= 1, "{name}: {r:?}");
-            assert!(n == 99 || r.cpu_moe_layers == 1, "{name}: {r:?}");
+            assert!(r.cpu_moe_layers <= n as u64, "{name}: {r:?}");
+            assert!(
+                r.host_round_trips > 0 && r.host_round_trips.is_multiple_of(r.steps),
+                "{name}: {r:?}"
+            );
             // Each part of a step between the CPU's layers replayed from its own graph.
+            assert_eq!(r.graph_steps > 0, graphs, "{name}: {r:?}");
+        }
+    }
+}
+
+/// The whole pass on the GPU whose sequences begin with room for 2 positions, with or without
+/// CUDA graphs.
+fn small_caches(dir: &std::path::Path, graphs: bool) -> Decoder {
+    Decoder::open_with(
+        dir,
+        &DecoderOptions::default(),
+        |config, tensors, experts| {
+            let gpu = tarfa_runtime::Gpu::open(0)?;
+            let dev = tarfa_cuda::CudaDevice::open(&gpu)?;
+            let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, graphs)?;
+            if let Some(f) = f.as_mut() {
+                f.set_first_capacity(2);
+            }
+            Ok(f.map(|f| Box::new(f) as Box<dyn tarfa_decode::family::Family>))
+        },
+    )
+    .expect("open the GPU decoder")
+}
+
+/// The graphs of a sequence whose KV caches grow (from room for 2 positions: to 4, to 8) while
+/// other sequences hold theirs are never replayed with the old caches' addresses, and more
+/// sequences than the engine keeps graphs for (8), stepped in turn, each capture theirs again:
+/// every position has the bits a fresh CPU decoder gives that sequence alone.
+#[test]
+fn gpu_sequences_whose_caches_grow_and_more_than_the_graphs_kept_give_the_cpu_bits() {
+    if !gpu_here() {
+        return;
+    }
+    for name in ["qwen3_moe_b", "qwen3_5_moe_text"] {
+        for graphs in [true, false] {
+            let mut dec = small_caches(&common::model(name), graphs);
+            common::sequences_hold(name, &mut dec);
+            // Ten sequences, a token of each in turn.
+            let mut seqs: Vec<_> = (0..10).map(|_| dec.new_sequence().expect("seq")).collect();
+            let mut got = vec![Vec::new(); seqs.len()];
+            for step in 0..5u32 {
+                for (i, seq) in seqs.iter_mut().enumerate() {
+                    let t = (i as u32 * 7 + step * 3) % 100;
+                    let rows = dec.feed_in(seq, &[t], true).expect("feed");
+                    got[i].extend(common::bits(&rows));
+                }
+            }
+            for (i, g) in got.iter().enumerate() {
+                let toks: Vec<u32> = (0..5u32).map(|s| (i as u32 * 7 + s * 3) % 100).collect();
+                assert_eq!(
+                    *g,
+                    common::alone(name, &toks),
+                    "{name}: sequence {i}, graphs {graphs}"
+                );
+            }
+            let r = dec.offload_report().expect("a GPU report");
+            assert!(r.whole_model, "{name}: {r:?}");
             assert_eq!(r.graph_steps > 0, graphs, "{name}: {r:?}");
         }
     }
