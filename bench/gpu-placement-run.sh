@@ -6,7 +6,8 @@
 # placement: the first N layers' experts on the CPU), on the same weights (a BF16 GGUF written
 # with the gguf package), each side's peak VRAM sampled by nvidia-smi. Also tarfa's offload path
 # (layers on the CPU) under the same --vram-gib, and the experts of 0, 1, half and all layers on
-# the CPU checked for logits `cmp`-equal to the CPU's. Exits 1 when any logits differ.
+# the CPU checked for logits `cmp`-equal to the CPU's, each run's placement read back from its
+# JSON. Exits 1 when any logits differ or a placement is not the one asked.
 #   [NOGRAPH=1] [TG32=1] bash bench/gpu-placement-run.sh WORKDIR [LAYERS] [VRAM_GIB] [ROUNDS]
 # NOGRAPH=1: each round also times tarfa with --no-cuda-graphs (its logits checked too).
 # TG32=1: also the whole model in VRAM, tarfa's bench-decode tg32 shape and llama-bench -ngl 99.
@@ -55,8 +56,11 @@ echo "== logits (untimed): CPU, then --device cuda with the experts of 0, 1, hal
 t "${RUN[@]}" --logits-out "$O/cpu.npy" > /dev/null
 DIFFER=0
 for n in 0 1 $((LAYERS / 2)) "$LAYERS"; do
-  "${RUN[@]}" --device cuda --n-cpu-moe "$n" --logits-out "$O/ncmoe-$n.npy" > /dev/null 2> "$O/ncmoe-$n.log"
-  if cmp "$O/cpu.npy" "$O/ncmoe-$n.npy"; then echo "logits: --n-cpu-moe $n == cpu, byte for byte"
+  "${RUN[@]}" --device cuda --n-cpu-moe "$n" --logits-out "$O/ncmoe-$n.npy" --json > "$O/ncmoe-$n.json" 2> "$O/ncmoe-$n.log"
+  # The placement read back: the whole pass on the GPU, the experts of layers 0..n on the CPU.
+  got=$(python3 -c "import json; g=json.load(open('$O/ncmoe-$n.json'))['gpu']; print(g['whole_model'], g['cpu_moe_layers'])" 2> /dev/null)
+  [ "$got" = "True $n" ] || { echo "PLACEMENT: --n-cpu-moe $n ran as ${got:-nothing}"; DIFFER=1; }
+  if cmp "$O/cpu.npy" "$O/ncmoe-$n.npy"; then echo "logits: --n-cpu-moe $n == cpu, byte for byte (placement read back: $got)"
   else echo "LOGITS DIFFER: --n-cpu-moe $n"; tail -3 "$O/ncmoe-$n.log"; DIFFER=1; fi
 done
 "${RUN[@]}" --device cuda --vram-gib "$VRAM" --logits-out "$O/placed.npy" --json > "$O/placed.json" 2> "$O/placed.log"
