@@ -143,11 +143,11 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         if text_mode {
             if let Some(tk) = &tokenizer {
                 // Decode everything so far and print what is new: a token may complete a
-                // character that the previous one began.
+                // character that the previous one began (held back until then).
                 if let Ok(s) = tk.decode(&generated, false) {
-                    if let Some(new) = s.strip_prefix(printed.as_str()) {
-                        write!(out, "{new}").map_err(io)?;
-                        printed = s;
+                    if let Some(stable) = streamed(&printed, &s, false) {
+                        write!(out, "{}", &stable[printed.len()..]).map_err(io)?;
+                        printed = stable.to_string();
                     }
                 }
             }
@@ -157,6 +157,15 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         }
         out.flush().map_err(io)
     })?;
+    // What was held back at the end (a character no later token completed) is printed as it
+    // decodes, so the text printed is the text decoded.
+    if let (true, Some(tk)) = (text_mode, &tokenizer) {
+        if let Ok(s) = tk.decode(&generated, false) {
+            if let Some(stable) = streamed(&printed, &s, true) {
+                write!(out, "{}", &stable[printed.len()..])?;
+            }
+        }
+    }
     if !a.json {
         writeln!(out)?;
     }
@@ -414,6 +423,19 @@ fn gbps(bytes: u64, t: std::time::Duration) -> f64 {
     }
 }
 
+/// Of a generation decoded so far (`decoded`; `printed` of it already out), the text that may
+/// be out now: all of it when `last`, else all but a trailing incomplete UTF-8 sequence — which
+/// a byte-level tokenizer decodes as U+FFFD until the next token completes the character —;
+/// `None` if it does not extend what is printed.
+fn streamed<'a>(printed: &str, decoded: &'a str, last: bool) -> Option<&'a str> {
+    let stable = if last {
+        decoded
+    } else {
+        decoded.trim_end_matches('\u{FFFD}')
+    };
+    stable.starts_with(printed).then_some(stable)
+}
+
 fn phase_json(p: &PhaseStats) -> serde_json::Value {
     serde_json::json!({
         "tokens": p.tokens,
@@ -430,4 +452,29 @@ fn model_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(dir)
         .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::streamed;
+
+    /// Issue 26, finding 7: a character split across two tokens ("é" = C3 A9) decodes as
+    /// U+FFFD after the first; it is held back, not printed, so that the next token's "é"
+    /// follows what was printed and the stream goes on ("ééé" prints "ééé"); at the end what is
+    /// still incomplete is printed as decoded.
+    #[test]
+    fn a_character_split_across_tokens_is_held_back_not_dropped() {
+        let mut printed = String::new();
+        let mut out = String::new();
+        for decoded in ["\u{FFFD}", "é", "é\u{FFFD}", "éé", "éé\u{FFFD}", "ééé"] {
+            if let Some(s) = streamed(&printed, decoded, false) {
+                out.push_str(&s[printed.len()..]);
+                printed = s.to_string();
+            }
+        }
+        assert_eq!(out, "ééé");
+        let s = streamed("ab", "ab\u{FFFD}", true).expect("the end");
+        assert_eq!(&s[2..], "\u{FFFD}");
+        assert_eq!(streamed("abc", "ab", false), None);
+    }
 }
