@@ -62,8 +62,18 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
     let threads = a
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    if threads == 0 || a.tokens < 2 || a.runs == 0 || a.prompt_tokens == 0 {
-        bail!("--threads, --runs and --prompt-tokens must be at least 1, --tokens at least 2");
+    // --threads, --tokens, --runs, --prompt-tokens and the GiB flags are in range: the parser
+    // checks them. The memory probe's buffer must also fit in what is free now.
+    if let Some(avail) = tarfa_decode::experts::mem_available() {
+        let want = a.mem_gib * (1u64 << 30) as f64;
+        if want > avail as f64 * 0.8 {
+            bail!(
+                "--mem-gib {}: the memory probe's buffer would take {:.1} GiB, more than 80% of the {:.1} GiB available now; give a smaller --mem-gib",
+                a.mem_gib,
+                want / (1u64 << 30) as f64,
+                avail as f64 / (1u64 << 30) as f64
+            );
+        }
     }
     let modes: Vec<&str> = a.modes.split(',').map(str::trim).collect();
     for m in &modes {

@@ -68,6 +68,9 @@ impl Row {
 const GPU_COPIES_IN_FLIGHT: usize = 8;
 /// Bytes per run by default: the model's expert bytes, at most this.
 const DEFAULT_RUN_BYTES: u64 = 1 << 30;
+/// The deepest queue --qd takes (each read in flight holds a ring slot of pinned memory).
+const MAX_QD: u32 = 4096;
+
 /// The sweep's time budget by default (with the default work).
 const DEFAULT_BUDGET_SECS: f64 = 60.0;
 
@@ -119,16 +122,8 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
     crate::diagnose::require_model_dir(&a.dir, "bench-io", || {
         crate::diagnose::reads_a_model_dir("bench-io")
     })?;
-    if let Some(g) = a.gib {
-        if !(g.is_finite() && g > 0.0) {
-            bail!("--gib {g}: expected a positive number of GiB");
-        }
-    }
-    if a.tokens == Some(0) {
-        bail!("--tokens 0: a run needs at least one token");
-    }
+    // --gib, --tokens, --budget, --top-k, --slots and --runs are in range: the parser checks them.
     let budget_secs = match a.budget {
-        Some(b) if !(b.is_finite() && b >= 0.0) => bail!("--budget {b}: expected seconds, >= 0"),
         Some(b) => (b > 0.0).then_some(b),
         None if a.tokens.is_none() && a.gib.is_none() => Some(DEFAULT_BUDGET_SECS),
         None => None,
@@ -150,8 +145,8 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
                     .context("--qd takes numbers, e.g. 1,32,256")
             })
             .collect::<anyhow::Result<_>>()?;
-    if depths.contains(&0) {
-        bail!("--qd: a queue depth must be at least 1");
+    if let Some(d) = depths.iter().find(|&&d| !(1..=MAX_QD).contains(&d)) {
+        bail!("--qd: a queue depth is 1..={MAX_QD}, not {d}");
     }
     let verify_modes: &[bool] = match a.verify.as_str() {
         "on" => &[true],
@@ -172,7 +167,6 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
         .filter_map(|(l, e)| model.get(l, e).map(|x| x.len as u64))
         .sum();
     let run_bytes = match a.gib {
-        // Saturates at u64::MAX for an absurd --gib: the budget (or the user) ends it.
         Some(g) => (g * (1u64 << 30) as f64) as u64,
         None => model_bytes.min(DEFAULT_RUN_BYTES),
     };

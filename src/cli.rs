@@ -4,6 +4,45 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
+/// The most compute threads any command takes (a typo guard: more threads than this only slow a
+/// machine down, and 100,000 exhausted it).
+pub const MAX_THREADS: u64 = 1024;
+
+/// The most GiB a cache or VRAM flag takes (a typo guard: 1 PiB).
+pub const MAX_GIB: f64 = 1_048_576.0;
+
+/// A whole-number flag's parser: `lo..=hi`, the range stated in the flag's help. Out of range is
+/// clap's usage error (exit 2), naming the flag and the range, before any work.
+fn count<T>(lo: u64, hi: u64) -> clap::builder::RangedU64ValueParser<T>
+where
+    T: TryFrom<u64> + Clone + Send + Sync + 'static,
+    <T as TryFrom<u64>>::Error: std::error::Error + Send + Sync + 'static,
+{
+    clap::builder::RangedU64ValueParser::<T>::new().range(lo..=hi)
+}
+
+/// A number-with-a-fraction flag's parser: finite, in `lo..=hi` (`lo` itself excluded when
+/// `open_low`), the range stated in the flag's help. NaN, an infinity or a value outside is
+/// clap's usage error (exit 2), naming the flag, before any work.
+fn real(lo: f64, hi: f64, open_low: bool) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |s: &str| {
+        let v: f64 = s
+            .trim()
+            .parse()
+            .map_err(|_| format!("not a number: {s:?}"))?;
+        let low_ok = if open_low { v > lo } else { v >= lo };
+        if v.is_finite() && low_ok && v <= hi {
+            Ok(v)
+        } else if open_low {
+            Err(format!(
+                "{v} is not in ({lo}, {hi}]: above {lo}, at most {hi}"
+            ))
+        } else {
+            Err(format!("{v} is not in {lo}..={hi}"))
+        }
+    }
+}
+
 /// tarfa: run huge Mixture-of-Experts checkpoints exactly. JNF v1 files, their converter,
 /// verifier and runtime.
 #[derive(Debug, Parser)]
@@ -130,30 +169,31 @@ pub struct BenchDecodeArgs {
     /// are checked against the first run's, across modes.
     #[arg(long, default_value = "resident,stream")]
     pub modes: String,
-    /// Prompt tokens (deterministic ids).
-    #[arg(long, default_value_t = 8)]
+    /// Prompt tokens (deterministic ids), 1..=1048576 (and within the model's context).
+    #[arg(long, default_value_t = 8, value_parser = count::<usize>(1, 1 << 20))]
     pub prompt_tokens: usize,
-    /// Greedy steps per run.
-    #[arg(long, default_value_t = 32)]
+    /// Greedy steps per run, 2..=1048576.
+    #[arg(long, default_value_t = 32, value_parser = count::<usize>(2, 1 << 20))]
     pub tokens: usize,
-    /// Runs per mode (medians are reported).
-    #[arg(long, default_value_t = 3)]
+    /// Runs per mode (medians are reported), 1..=1000.
+    #[arg(long, default_value_t = 3, value_parser = count::<usize>(1, 1000))]
     pub runs: usize,
-    /// Compute threads (default: one per core).
-    #[arg(long)]
+    /// Compute threads, 1..=1024 (default: one per core).
+    #[arg(long, value_parser = count::<usize>(1, MAX_THREADS))]
     pub threads: Option<usize>,
-    /// GiB summed by the memory-bandwidth probe.
-    #[arg(long, default_value_t = 2.0)]
+    /// GiB summed by the memory-bandwidth probe, 0.0625..=256 (and less than the memory
+    /// available now).
+    #[arg(long, default_value_t = 2.0, value_parser = real(0.0625, 256.0, false))]
     pub mem_gib: f64,
-    /// GiB read by each fio run of the storage probe.
-    #[arg(long, default_value_t = 2.0)]
+    /// GiB read by each fio run of the storage probe, above 0, at most 1024.
+    #[arg(long, default_value_t = 2.0, value_parser = real(0.0, 1024.0, true))]
     pub fio_gib: f64,
     /// Skip fio (no storage bound).
     #[arg(long)]
     pub no_fio: bool,
     /// The GPU's memory bandwidth in GB/s for the gpu mode's bound (default: the H200's datasheet
-    /// figure, 4.8 TB/s).
-    #[arg(long, default_value_t = 4800.0)]
+    /// figure, 4.8 TB/s); above 0, at most 1000000.
+    #[arg(long, default_value_t = 4800.0, value_parser = real(0.0, 1e6, true))]
     pub hbm_gbps: f64,
     /// One JSON document on stdout.
     #[arg(long)]
@@ -175,15 +215,15 @@ pub struct RunArgs {
     /// Tokens to generate (greedy).
     #[arg(short = 'n', long = "max-tokens", default_value_t = 64)]
     pub max_tokens: usize,
-    /// Compute threads (default: one per core).
-    #[arg(long)]
+    /// Compute threads, 1..=1024 (default: one per core).
+    #[arg(long, value_parser = count::<usize>(1, MAX_THREADS))]
     pub threads: Option<usize>,
     /// Experts: `stream` (read from disk when selected, a RAM cache of --cache-gib) or `resident`
     /// (all read and checked at start).
     #[arg(long, default_value = "stream")]
     pub experts: String,
-    /// RAM expert cache for `--experts stream`, in GiB (0: none).
-    #[arg(long, default_value_t = 0.0)]
+    /// RAM expert cache for `--experts stream`, in GiB, 0..=1048576 (0: none).
+    #[arg(long, default_value_t = 0.0, value_parser = real(0.0, MAX_GIB, false))]
     pub cache_gib: f64,
     /// Write the fp32 logits of every generated step as a .npy array [steps, vocab], each row
     /// as it is computed (published atomically at the end). Checked before the model is loaded:
@@ -194,11 +234,11 @@ pub struct RunArgs {
     /// I/O backend: auto, io_uring, pread, mmap (TARFA_IO_BACKEND).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Expert reads in flight (0: twice the model's top-k, at least 8).
-    #[arg(long, default_value_t = 0)]
+    /// Expert reads in flight, 0..=4096 (0: twice the model's top-k, at least 8).
+    #[arg(long, default_value_t = 0, value_parser = count::<u32>(0, 4096))]
     pub qd: u32,
-    /// Ring slots, each the size of the largest expert (0: queue depth + 8).
-    #[arg(long, default_value_t = 0)]
+    /// Ring slots, each the size of the largest expert, 0..=65536 (0: the queue depth + 8).
+    #[arg(long, default_value_t = 0, value_parser = count::<u32>(0, 1 << 16))]
     pub ring_slots: u32,
     /// Kernel path: auto, scalar, avx2, avx512 (TARFA_ISA). Any choice gives the same bits.
     #[arg(long)]
@@ -219,8 +259,8 @@ pub struct RunArgs {
     /// from the CPU's layers (a family or weight the whole pass does not take,
     /// --gpu-offload-only), it is the expert cache's size (less 1 GiB by default; 0: copy each
     /// expert for each use), resident trunk matrices taken out of it; a trunk matrix that does
-    /// not fit runs on the CPU. The same bits either way.
-    #[arg(long)]
+    /// not fit runs on the CPU. The same bits either way. 0..=1048576.
+    #[arg(long, value_parser = real(0.0, MAX_GIB, false))]
     pub vram_gib: Option<f64>,
     /// With the whole forward pass on the GPU: compute the routed experts of layers 0..N on the
     /// CPU (read from RAM or disk per --experts; a dense layer among them has none), everything
@@ -231,7 +271,7 @@ pub struct RunArgs {
     pub n_cpu_moe: Option<usize>,
     /// Share of the experts computed on the GPU (0..=1, fixed per expert; the rest on the CPU;
     /// default 1).
-    #[arg(long)]
+    #[arg(long, value_parser = real(0.0, 1.0, false))]
     pub gpu_experts: Option<f64>,
     /// With --device cuda: keep the trunk's and layers' matrix products (attention projections,
     /// routers, dense and shared MLPs, lm_head) on the CPU; by default they run on the GPU too,
@@ -268,26 +308,26 @@ pub struct BenchIoArgs {
     /// BLAKE3 check of each expert: on, off, or both (one row each).
     #[arg(long, default_value = "both")]
     pub verify: String,
-    /// Experts per layer per token (default: the config's num_experts_per_tok, else 8).
-    #[arg(long)]
+    /// Experts per layer per token, 1..=1024 (default: the config's num_experts_per_tok, else 8).
+    #[arg(long, value_parser = count::<u32>(1, 1024))]
     pub top_k: Option<u32>,
-    /// Tokens per run (default: enough for --gib).
-    #[arg(long)]
+    /// Tokens per run, at least 1 (default: enough for --gib).
+    #[arg(long, value_parser = count::<u64>(1, u64::MAX))]
     pub tokens: Option<u64>,
     /// GiB read per run when --tokens is not given (default: the model's expert bytes, at most
-    /// 1 GiB).
-    #[arg(long)]
+    /// 1 GiB); above 0, at most 1024 (a longer sweep: give --tokens, or --budget to bound it).
+    #[arg(long, value_parser = real(0.0, 1024.0, true))]
     pub gib: Option<f64>,
     /// Seconds for the whole sweep, shared equally by its timed runs (fio's included); a run
     /// whose share is spent ends after the token it is on, and says so. Default: 60 when the
-    /// work is the default, none when --tokens or --gib is given. 0: none.
-    #[arg(long, value_name = "SECS")]
+    /// work is the default, none when --tokens or --gib is given. 0..=1000000; 0: none.
+    #[arg(long, value_name = "SECS", value_parser = real(0.0, 1e6, false))]
     pub budget: Option<f64>,
-    /// Ring slots (default: queue depth + 16).
-    #[arg(long)]
+    /// Ring slots, 1..=65536 (default: the queue depth + 16).
+    #[arg(long, value_parser = count::<u32>(1, 1 << 16))]
     pub slots: Option<u32>,
-    /// Runs of each measurement; the median is printed.
-    #[arg(long, default_value_t = 3)]
+    /// Runs of each measurement, 1..=1000; the median is printed.
+    #[arg(long, default_value_t = 3, value_parser = count::<usize>(1, 1000))]
     pub runs: usize,
     /// Seed of the random expert choice.
     #[arg(long, default_value_t = 1)]
@@ -309,8 +349,8 @@ pub struct BenchIoArgs {
     /// pure host-to-device rate of the registered ring. Needs a build with `--features cuda`.
     #[arg(long)]
     pub to_gpu: bool,
-    /// With --to-gpu: whole-ring host-to-device copies timed for the pure H2D figure.
-    #[arg(long, default_value_t = 20)]
+    /// With --to-gpu: whole-ring host-to-device copies timed for the pure H2D figure, 1..=100000.
+    #[arg(long, default_value_t = 20, value_parser = count::<usize>(1, 100_000))]
     pub h2d_repeats: usize,
     /// No progress output (each run with an ETA, on stderr).
     #[arg(short, long)]
@@ -341,28 +381,28 @@ pub struct FetchArgs {
     /// is written.
     #[arg(short, long)]
     pub output: Option<PathBuf>,
-    /// Parallel range requests.
-    #[arg(long, default_value_t = 4)]
+    /// Parallel range requests, 1..=64.
+    #[arg(long, default_value_t = 4, value_parser = count::<usize>(1, 64))]
     pub jobs: usize,
     /// Bytes per range request (K, M, G suffixes).
     #[arg(long, default_value = "8M")]
     pub chunk_size: String,
     /// Attempts per request on 5xx, timeouts, dropped connections and bodies slower than the
-    /// low-speed limit.
-    #[arg(long, default_value_t = 8)]
+    /// low-speed limit, 0..=1000.
+    #[arg(long, default_value_t = 8, value_parser = count::<u32>(0, 1000))]
     pub retries: u32,
-    /// Delay before the first retry, in milliseconds (doubled each time, with jitter).
-    #[arg(long, default_value_t = 300)]
+    /// Delay before the first retry, in milliseconds (doubled each time, with jitter), 0..=600000.
+    #[arg(long, default_value_t = 300, value_parser = count::<u64>(0, 600_000))]
     pub retry_delay_ms: u64,
-    /// Seconds to wait for a connection, a response, or the next bytes of a body.
-    #[arg(long, default_value_t = 30)]
+    /// Seconds to wait for a connection, a response, or the next bytes of a body, 1..=86400.
+    #[arg(long, default_value_t = 30, value_parser = count::<u64>(1, 86_400))]
     pub timeout: u64,
     /// Low-speed limit, bytes per second (K, M suffixes; 0: none): a response body slower than
     /// this over --speed-time seconds is dropped and retried, as curl's --speed-limit.
     #[arg(long, default_value = "1K", value_name = "BYTES")]
     pub speed_limit: String,
-    /// The period the low-speed limit is averaged over, seconds.
-    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    /// The period the low-speed limit is averaged over, seconds, 1..=86400.
+    #[arg(long, default_value_t = 30, value_name = "SECS", value_parser = count::<u64>(1, 86_400))]
     pub speed_time: u64,
     /// No progress bar.
     #[arg(short, long)]
@@ -418,9 +458,9 @@ pub struct ConvertArgs {
     /// Write through the page cache instead of with O_DIRECT.
     #[arg(long)]
     pub buffered: bool,
-    /// Files converted at once (default: half the cores, at most 4). The output bytes are the
-    /// same for any value.
-    #[arg(short, long, default_value_t = 0, hide_default_value = true)]
+    /// Files converted at once, 0..=64 (0, the default: half the cores, at most 4). The output
+    /// bytes are the same for any value.
+    #[arg(short, long, default_value_t = 0, hide_default_value = true, value_parser = count::<usize>(0, 64))]
     pub jobs: usize,
     /// No progress output (errors and the summary still print).
     #[arg(short, long)]

@@ -411,7 +411,7 @@ impl ExpertStore {
 }
 
 /// `MemAvailable` of `/proc/meminfo`, in bytes (None where it cannot be read).
-fn mem_available() -> Option<u64> {
+pub fn mem_available() -> Option<u64> {
     let text =
         tarfa_format::fsio::read_regular(std::path::Path::new("/proc/meminfo"), 1 << 20).ok()?;
     let text = String::from_utf8_lossy(&text);
