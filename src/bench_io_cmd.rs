@@ -68,6 +68,12 @@ impl Row {
 const GPU_COPIES_IN_FLIGHT: usize = 8;
 /// Bytes per run by default: the model's expert bytes, at most this.
 const DEFAULT_RUN_BYTES: u64 = 1 << 30;
+/// The most GiB per run --gib asks for without --budget.
+const MAX_GIB_UNBUDGETED: f64 = 1024.0;
+
+/// The most tokens per run --tokens asks for without --budget.
+const MAX_TOKENS_UNBUDGETED: u64 = 1 << 32;
+
 /// The deepest queue --qd takes (each read in flight holds a ring slot of pinned memory).
 const MAX_QD: u32 = 4096;
 
@@ -119,6 +125,16 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
     } else {
         None
     };
+    // A request that cannot finish is refused unless a time budget ends it (issue 26,
+    // finding 25: --gib 1e30 was clamped to 18 EB and ran for ever).
+    if a.budget.is_none_or(|b| b == 0.0) {
+        if let Some(g) = a.gib.filter(|&g| g > MAX_GIB_UNBUDGETED) {
+            bail!("--gib {g}: more than {MAX_GIB_UNBUDGETED} GiB per run cannot be asked for without a time limit; give --budget SECS to end the sweep when it is spent");
+        }
+        if let Some(t) = a.tokens.filter(|&t| t > MAX_TOKENS_UNBUDGETED) {
+            bail!("--tokens {t}: more than {MAX_TOKENS_UNBUDGETED} tokens per run cannot be asked for without a time limit; give --budget SECS to end the sweep when it is spent");
+        }
+    }
     crate::diagnose::require_model_dir(&a.dir, "bench-io", || {
         crate::diagnose::reads_a_model_dir("bench-io")
     })?;

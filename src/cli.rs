@@ -181,9 +181,9 @@ pub struct BenchDecodeArgs {
     /// Compute threads, 1..=1024 (default: one per core).
     #[arg(long, value_parser = count::<usize>(1, MAX_THREADS))]
     pub threads: Option<usize>,
-    /// GiB summed by the memory-bandwidth probe, 0.0625..=256 (and less than the memory
-    /// available now).
-    #[arg(long, default_value_t = 2.0, value_parser = real(0.0625, 256.0, false))]
+    /// GiB summed by the memory-bandwidth probe (at least 8 MiB are), above 0, at most 256 (and
+    /// under 80% of the memory available now).
+    #[arg(long, default_value_t = 2.0, value_parser = real(0.0, 256.0, true))]
     pub mem_gib: f64,
     /// GiB read by each fio run of the storage probe, above 0, at most 1024.
     #[arg(long, default_value_t = 2.0, value_parser = real(0.0, 1024.0, true))]
@@ -311,12 +311,13 @@ pub struct BenchIoArgs {
     /// Experts per layer per token, 1..=1024 (default: the config's num_experts_per_tok, else 8).
     #[arg(long, value_parser = count::<u32>(1, 1024))]
     pub top_k: Option<u32>,
-    /// Tokens per run, at least 1 (default: enough for --gib).
+    /// Tokens per run, at least 1, at most 2^32 unless --budget bounds the sweep's time
+    /// (default: enough for --gib).
     #[arg(long, value_parser = count::<u64>(1, u64::MAX))]
     pub tokens: Option<u64>,
     /// GiB read per run when --tokens is not given (default: the model's expert bytes, at most
-    /// 1 GiB); above 0, at most 1024 (a longer sweep: give --tokens, or --budget to bound it).
-    #[arg(long, value_parser = real(0.0, 1024.0, true))]
+    /// 1 GiB); above 0, at most 1024 unless --budget bounds the sweep's time.
+    #[arg(long, value_parser = real(0.0, f64::MAX, true))]
     pub gib: Option<f64>,
     /// Seconds for the whole sweep, shared equally by its timed runs (fio's included); a run
     /// whose share is spent ends after the token it is on, and says so. Default: 60 when the

@@ -49,32 +49,61 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             if a.n_cpu_moe.is_some() { " (--n-cpu-moe does not apply)" } else { "" }
         );
     }
+    // The decoder bounds the ring by the model: say so when that is less than was asked for.
+    let src = dec.source_report();
+    for (flag, asked, took, why) in [
+        (
+            "--qd",
+            a.qd,
+            src.queue_depth,
+            "reads in flight: a layer's experts, each read once",
+        ),
+        (
+            "--ring-slots",
+            a.ring_slots,
+            src.slots,
+            "slots: a layer's experts and 16 more",
+        ),
+    ] {
+        if asked > took {
+            eprintln!(
+                "warning: {flag} {asked}: this model uses at most {took} {why}; using {took}"
+            );
+        }
+    }
     // Why there is no tokenizer, said only if --prompt needs one (--tokens runs without).
     let mut no_tokenizer = "the model has no tokenizer.json".to_string();
-    let tokenizer = match dec.aux_file("tokenizer.json")? {
-        // The bytes checked against the manifest, not the path opened again.
-        Some(f) => Some(
-            tokenizers::Tokenizer::from_bytes(&f.bytes)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", f.path.display()))?,
-        ),
-        // A GGUF source: rebuilt from its tokenizer.ggml.* key/values.
-        None => match dec.gguf_tokenizer_json() {
-            Some(Ok(json)) => {
-                match serde_json::to_string(&json)?.parse::<tokenizers::Tokenizer>() {
-                    Ok(t) => Some(t),
-                    Err(e) => {
-                        no_tokenizer = format!("the tokenizer rebuilt from the GGUF's tokenizer.ggml.* keys does not load: {e}");
-                        None
+    // Loaded only where text is made: from --prompt, or the text of --json. A --tokens run
+    // printing ids never reads it (a tokenizer.json of 66 MB cost 862 MB of memory).
+    let wants_text = a.prompt.is_some() || a.json;
+    let tokenizer = if !wants_text {
+        None
+    } else {
+        match dec.aux_file("tokenizer.json")? {
+            // The bytes checked against the manifest, not the path opened again.
+            Some(f) => Some(
+                tokenizers::Tokenizer::from_bytes(&f.bytes)
+                    .map_err(|e| anyhow::anyhow!("{}: {e}", f.path.display()))?,
+            ),
+            // A GGUF source: rebuilt from its tokenizer.ggml.* key/values.
+            None => match dec.gguf_tokenizer_json() {
+                Some(Ok(json)) => {
+                    match serde_json::to_string(&json)?.parse::<tokenizers::Tokenizer>() {
+                        Ok(t) => Some(t),
+                        Err(e) => {
+                            no_tokenizer = format!("the tokenizer rebuilt from the GGUF's tokenizer.ggml.* keys does not load: {e}");
+                            None
+                        }
                     }
                 }
-            }
-            Some(Err(e)) => {
-                no_tokenizer =
-                    format!("no tokenizer can be rebuilt from the GGUF's key/values: {e}");
-                None
-            }
-            None => None,
-        },
+                Some(Err(e)) => {
+                    no_tokenizer =
+                        format!("no tokenizer can be rebuilt from the GGUF's key/values: {e}");
+                    None
+                }
+                None => None,
+            },
+        }
     };
     let prompt: Vec<u32> = match (&a.prompt, &a.tokens) {
         (Some(text), _) => {

@@ -51,6 +51,31 @@ fn absurd_work_sizes_end_at_the_time_budget_instead_of_panicking() {
     }
 }
 
+/// Issue 26, finding 25: work that cannot finish is refused unless a time budget ends it.
+#[test]
+fn absurd_work_sizes_without_a_budget_are_refused_before_any_work() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let model = tiny_model(tmp.path());
+    for (work, budget) in [
+        (["--gib", "1e30"], None),
+        (["--gib", "1025"], Some("0")),
+        (["--tokens", "18446744073709551615"], None),
+    ] {
+        let mut args = vec!["bench-io", path(&model), "--no-fio", "--no-drop-caches"];
+        args.extend(work);
+        if let Some(b) = budget {
+            args.extend(["--budget", b]);
+        }
+        let (code, out, err) = tarfa_within(30, &args);
+        assert_eq!(code, 2, "{work:?}: {err}");
+        assert!(
+            err.contains(work[0]) && err.contains("--budget SECS"),
+            "{err}"
+        );
+        assert!(out.is_empty(), "{out}");
+    }
+}
+
 #[test]
 fn bad_work_sizes_are_refused() {
     let tmp = tempfile::tempdir().expect("tempdir");

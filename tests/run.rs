@@ -613,3 +613,59 @@ fn a_damaged_layer_file_gets_the_trunks_exit_code_and_hint() {
         );
     }
 }
+
+/// What a run does not use, it does not load (issue 26, finding 11): the expert ring is bounded
+/// by the model — `--qd` and `--ring-slots` far beyond a layer's experts are reduced to what it
+/// can use, with a warning, and the logits are the same bits — and a `--tokens` run printing ids
+/// never reads `tokenizer.json` (here one that fails its check: a `--prompt` run is refused
+/// naming it, a `--tokens` run is not).
+#[test]
+fn a_run_loads_only_what_it_uses_and_bounds_the_ring_by_the_model() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe_b", &model, &[]);
+    let plain = tmp.path().join("plain.npy");
+    let big = tmp.path().join("big.npy");
+    let base = ["run", path(&model), "--tokens", "5,17,99", "-n", "3"];
+    let (code, _, err) = tarfa(&[&base[..], &["--logits-out", path(&plain)]].concat());
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = tarfa(
+        &[
+            &base[..],
+            &["--qd", "4096", "--ring-slots", "65536", "--json"],
+            &["--logits-out", path(&big)],
+        ]
+        .concat(),
+    );
+    assert_eq!(code, 0, "{err}");
+    // 8 experts a layer: 8 reads in flight, 8 + 16 slots.
+    assert!(
+        err.contains("warning: --qd 4096: this model uses at most 8 reads in flight"),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: --ring-slots 65536: this model uses at most 24 slots"),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let backend = doc["experts"]["backend"].as_str().expect("backend");
+    assert!(
+        backend.contains("QD 8)") && backend.contains("ring 24 ×"),
+        "{backend}"
+    );
+    assert_eq!(
+        std::fs::read(&plain).expect("plain"),
+        std::fs::read(&big).expect("big")
+    );
+
+    let tk = model.join("tokenizer.json");
+    let mut bytes = std::fs::read(&tk).expect("tokenizer");
+    bytes[10] ^= 1;
+    std::fs::write(&tk, bytes).expect("write");
+    let (code, out, err) = tarfa(&base);
+    assert_eq!(code, 0, "a --tokens run read tokenizer.json: {err}");
+    assert_eq!(out.split_whitespace().count(), 3, "{out}");
+    let (code, _, err) = tarfa(&["run", path(&model), "--prompt", "hi", "-n", "1"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("tokenizer.json"), "{err}");
+}

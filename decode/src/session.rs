@@ -158,6 +158,18 @@ impl Decoder {
                 src_opts.slots = src_opts.queue_depth + 8;
             }
         }
+        // Bounded by the model: the decoder reads one layer's experts at a time, each at most
+        // once, so more reads in flight than a layer has experts, or more slots than those and
+        // a few being checked, would only pin memory (--qd 100000 pinned 1.2 GB for 96 KiB of
+        // experts). `tarfa run` says when it took less than it was asked for.
+        let per_layer = model.layers().map(|(_, n)| n).max().unwrap_or(0).max(1);
+        src_opts.queue_depth = src_opts.queue_depth.min(per_layer);
+        let slots = if src_opts.slots == 0 {
+            src_opts.queue_depth.saturating_add(16)
+        } else {
+            src_opts.slots
+        };
+        src_opts.slots = slots.min(per_layer.saturating_add(16));
         let source = ExpertSource::with_model(model, &src_opts)?;
         let mut experts = ExpertStore::new(source, &opts.experts)?;
         // The whole forward pass on the GPU when the family has it and the model fits; else
