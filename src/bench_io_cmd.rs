@@ -132,7 +132,7 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
             bail!("--gib {g}: more than {MAX_GIB_UNBUDGETED} GiB per run cannot be asked for without a time limit; give --budget SECS to end the sweep when it is spent");
         }
         if let Some(t) = a.tokens.filter(|&t| t > MAX_TOKENS_UNBUDGETED) {
-            bail!("--tokens {t}: more than {MAX_TOKENS_UNBUDGETED} tokens per run cannot be asked for without a time limit; give --budget SECS to end the sweep when it is spent");
+            bail!("--steps {t}: more than {MAX_TOKENS_UNBUDGETED} steps per run cannot be asked for without a time limit; give --budget SECS to end the sweep when it is spent");
         }
     }
     crate::diagnose::require_model_dir(&a.dir, "bench-io", || {
@@ -168,7 +168,7 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
         "on" => &[true],
         "off" => &[false],
         "both" => &[false, true],
-        v => bail!("--verify takes on, off or both, not {v:?}"),
+        v => bail!("--check takes on, off or both, not {v:?}"),
     };
     let top_k = a.top_k.or(model.top_k()).unwrap_or(8);
     let block = common_extent_len(&model);
@@ -221,7 +221,7 @@ pub fn run(a: &BenchIoArgs) -> anyhow::Result<bool> {
         block as f64 / (1 << 20) as f64,
         per_token.saturating_mul(tokens) as f64 / 1e9,
         if a.tokens.is_none() && a.gib.is_none() {
-            " (the model's expert bytes, at most 1 GiB: --gib or --tokens for more)"
+            " (the model's expert bytes, at most 1 GiB: --gib or --steps for more)"
         } else {
             ""
         }

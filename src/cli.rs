@@ -124,7 +124,7 @@ pub enum Command {
     ///   tarfa run model/ --tokens 1,2,3 -n 8 --logits-out logits.npy
     ///   tarfa run model/ --prompt "hello" --experts resident --threads 4 --json
     #[command(verbatim_doc_comment)]
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print a shell completion script on stdout.
     ///
     /// Examples:
@@ -172,14 +172,17 @@ pub struct BenchDecodeArgs {
     /// Prompt tokens (deterministic ids), 1..=1048576 (and within the model's context).
     #[arg(long, default_value_t = 8, value_parser = count::<usize>(1, 1 << 20))]
     pub prompt_tokens: usize,
-    /// Greedy steps per run, 2..=1048576.
-    #[arg(long, default_value_t = 32, value_parser = count::<usize>(2, 1 << 20))]
+    /// Tokens generated per run (greedy), 2..=1048576; as `run`'s -n.
+    #[arg(short = 'n', long = "max-tokens", default_value_t = 32, value_parser = count::<usize>(2, 1 << 20))]
     pub tokens: usize,
+    /// The old name of -n/--max-tokens (`--tokens` is `run`'s prompt ids): taken, with a warning.
+    #[arg(long = "tokens", hide = true, conflicts_with = "tokens", value_parser = count::<usize>(2, 1 << 20))]
+    pub old_tokens: Option<usize>,
     /// Runs per mode (medians are reported), 1..=1000.
     #[arg(long, default_value_t = 3, value_parser = count::<usize>(1, 1000))]
     pub runs: usize,
     /// Compute threads, 1..=1024 (default: one per core).
-    #[arg(long, value_parser = count::<usize>(1, MAX_THREADS))]
+    #[arg(short = 't', long, value_parser = count::<usize>(1, MAX_THREADS))]
     pub threads: Option<usize>,
     /// GiB summed by the memory-bandwidth probe (at least 8 MiB are), above 0, at most 256 (and
     /// under 80% of the memory available now).
@@ -207,7 +210,7 @@ pub struct RunArgs {
     /// The model directory (a `tarfa convert` output).
     pub dir: PathBuf,
     /// Prompt text, tokenized with the model's tokenizer.json.
-    #[arg(long)]
+    #[arg(short = 'p', long)]
     pub prompt: Option<String>,
     /// Prompt token ids, comma-separated; the generated ids are printed space-separated.
     #[arg(long, value_delimiter = ',')]
@@ -215,8 +218,16 @@ pub struct RunArgs {
     /// Tokens to generate (greedy).
     #[arg(short = 'n', long = "max-tokens", default_value_t = 64)]
     pub max_tokens: usize,
+    /// Positions this run may take, prompt and generated tokens together (llama.cpp's -c), at
+    /// most the model's context (max_position_embeddings), which is the default. A run needing
+    /// more is refused before any token is computed.
+    #[arg(short = 'c', long = "ctx-size", value_name = "N", value_parser = count::<usize>(1, u32::MAX as u64))]
+    pub ctx_size: Option<usize>,
+    /// Sampling flags of other tools, refused by name: `tarfa run` is greedy.
+    #[command(flatten)]
+    pub sampling: SamplingFlags,
     /// Compute threads, 1..=1024 (default: one per core).
-    #[arg(long, value_parser = count::<usize>(1, MAX_THREADS))]
+    #[arg(short = 't', long, value_parser = count::<usize>(1, MAX_THREADS))]
     pub threads: Option<usize>,
     /// Experts: `stream` (read from disk when selected, a RAM cache of --cache-gib) or `resident`
     /// (all read and checked at start).
@@ -234,10 +245,13 @@ pub struct RunArgs {
     /// I/O backend: auto, io_uring, pread, mmap (TARFA_IO_BACKEND).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Expert reads in flight, 0..=4096 (0: twice the model's top-k, at least 8).
+    /// Expert reads in flight, 0..=4096 (0: twice the model's top-k, at least 8); more than
+    /// the model's largest layer has experts is reduced to that, with a warning.
     #[arg(long, default_value_t = 0, value_parser = count::<u32>(0, 4096))]
     pub qd: u32,
-    /// Ring slots, each the size of the largest expert, 0..=65536 (0: the queue depth + 8).
+    /// Ring slots, each the size of the largest expert, 0..=65536 (0: the queue depth + 8, with
+    /// --qd or without); more than the largest layer's experts + 16 is reduced to that, with a
+    /// warning.
     #[arg(long, default_value_t = 0, value_parser = count::<u32>(0, 1 << 16))]
     pub ring_slots: u32,
     /// Kernel path: auto, scalar, avx2, avx512 (TARFA_ISA). Any choice gives the same bits.
@@ -294,6 +308,95 @@ pub struct RunArgs {
     pub json: bool,
 }
 
+/// Flags of sampling decoders (llama.cpp's, vLLM's), which `tarfa run` does not take: it
+/// decodes greedily (the highest logit; ties to the lowest id), so each is refused by name
+/// rather than suggested as the nearest flag of another meaning. `--temp 0`, greedy in
+/// llama.cpp, is taken.
+#[derive(Debug, Default, clap::Args)]
+pub struct SamplingFlags {
+    #[arg(
+        long = "temp",
+        alias = "temperature",
+        hide = true,
+        allow_hyphen_values = true
+    )]
+    pub temperature: Option<String>,
+    #[arg(long = "top-p", hide = true, allow_hyphen_values = true)]
+    pub top_p: Option<String>,
+    #[arg(long = "top-k", hide = true, allow_hyphen_values = true)]
+    pub top_k: Option<String>,
+    #[arg(long = "min-p", hide = true, allow_hyphen_values = true)]
+    pub min_p: Option<String>,
+    #[arg(long = "seed", hide = true, allow_hyphen_values = true)]
+    pub seed: Option<String>,
+    #[arg(long = "repeat-penalty", hide = true, allow_hyphen_values = true)]
+    pub repeat_penalty: Option<String>,
+}
+
+impl SamplingFlags {
+    /// The first sampling flag given, as its name and value (`--temp 0` is greedy: not one).
+    pub fn given(&self) -> Option<(&'static str, &str)> {
+        let greedy_temp = |t: &str| t.trim().parse::<f64>().is_ok_and(|v| v == 0.0);
+        [
+            (
+                "--temp",
+                self.temperature.as_deref().filter(|t| !greedy_temp(t)),
+            ),
+            ("--top-p", self.top_p.as_deref()),
+            ("--top-k", self.top_k.as_deref()),
+            ("--min-p", self.min_p.as_deref()),
+            ("--seed", self.seed.as_deref()),
+            ("--repeat-penalty", self.repeat_penalty.as_deref()),
+        ]
+        .into_iter()
+        .find_map(|(name, v)| Some((name, v?)))
+    }
+}
+
+impl Cli {
+    /// The old spelling of a renamed flag (one meaning per flag name across commands) moved to
+    /// its new name, with a warning on stderr.
+    pub fn settle_renamed(&mut self) {
+        let warn = |cmd: &str, old: &str, new: &str, why: &str| {
+            eprintln!("warning: {cmd} {old} is now {new} ({why}); {old} will go");
+        };
+        match &mut self.command {
+            Command::BenchDecode(a) => {
+                if let Some(t) = a.old_tokens.take() {
+                    warn(
+                        "bench-decode",
+                        "--tokens",
+                        "-n/--max-tokens",
+                        "as in run, where --tokens gives the prompt's ids",
+                    );
+                    a.tokens = t;
+                }
+            }
+            Command::BenchIo(a) => {
+                if let Some(t) = a.old_tokens.take() {
+                    warn(
+                        "bench-io",
+                        "--tokens",
+                        "--steps",
+                        "run's --tokens gives the prompt's ids",
+                    );
+                    a.tokens = Some(t);
+                }
+                if let Some(v) = a.old_verify.take() {
+                    warn(
+                        "bench-io",
+                        "--verify",
+                        "--check",
+                        "convert's --verify re-reads what it wrote",
+                    );
+                    a.verify = v;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// `tarfa bench-io`.
 #[derive(Debug, clap::Args)]
 pub struct BenchIoArgs {
@@ -306,22 +409,29 @@ pub struct BenchIoArgs {
     #[arg(long, default_value = "1,32,64,256")]
     pub qd: String,
     /// BLAKE3 check of each expert: on, off, or both (one row each).
-    #[arg(long, default_value = "both")]
+    #[arg(long = "check", default_value = "both", value_name = "on|off|both")]
     pub verify: String,
-    /// Experts per layer per token, 1..=1024 (default: the config's num_experts_per_tok, else 8).
+    /// The old name of --check (`--verify` is convert's re-read of its output): taken, with a
+    /// warning.
+    #[arg(long = "verify", hide = true, conflicts_with = "verify")]
+    pub old_verify: Option<String>,
+    /// Experts per layer per step, 1..=1024 (default: the config's num_experts_per_tok, else 8).
     #[arg(long, value_parser = count::<u32>(1, 1024))]
     pub top_k: Option<u32>,
-    /// Tokens per run, at least 1, at most 2^32 unless --budget bounds the sweep's time
-    /// (default: enough for --gib).
-    #[arg(long, value_parser = count::<u64>(1, u64::MAX))]
+    /// Decode steps per run (the top-k of every layer each), at least 1, at most 2^32 unless
+    /// --budget bounds the sweep's time (default: enough for --gib).
+    #[arg(long = "steps", value_parser = count::<u64>(1, u64::MAX))]
     pub tokens: Option<u64>,
-    /// GiB read per run when --tokens is not given (default: the model's expert bytes, at most
+    /// The old name of --steps (`--tokens` is `run`'s prompt ids): taken, with a warning.
+    #[arg(long = "tokens", hide = true, conflicts_with = "tokens", value_parser = count::<u64>(1, u64::MAX))]
+    pub old_tokens: Option<u64>,
+    /// GiB read per run when --steps is not given (default: the model's expert bytes, at most
     /// 1 GiB); above 0, at most 1024 unless --budget bounds the sweep's time.
     #[arg(long, value_parser = real(0.0, f64::MAX, true))]
     pub gib: Option<f64>,
     /// Seconds for the whole sweep, shared equally by its timed runs (fio's included); a run
     /// whose share is spent ends after the token it is on, and says so. Default: 60 when the
-    /// work is the default, none when --tokens or --gib is given. 0..=1000000; 0: none.
+    /// work is the default, none when --steps or --gib is given. 0..=1000000; 0: none.
     #[arg(long, value_name = "SECS", value_parser = real(0.0, 1e6, false))]
     pub budget: Option<f64>,
     /// Ring slots, 1..=65536 (default: the queue depth + 16).

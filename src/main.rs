@@ -28,10 +28,11 @@ use clap::FromArgMatches as _;
 
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
-    let args = match cli::Cli::from_arg_matches(&cli::command().get_matches()) {
+    let mut args = match cli::Cli::from_arg_matches(&cli::command().get_matches()) {
         Ok(a) => a,
         Err(e) => e.exit(),
     };
+    args.settle_renamed();
     // Bad TARFA_* values first: exit 2 whatever the command.
     let checked = env_check::check(std::env::vars_os()).map(|warnings| {
         for w in warnings {

@@ -131,18 +131,23 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     }
     // The prompt and every generated token but the last are run: that many positions.
     let positions = (prompt.len() as u64).saturating_add((a.max_tokens as u64).saturating_sub(1));
-    if let Some(ctx) = dec.context_length().filter(|&c| prompt.len() > c) {
+    // The positions this run may take: the model's context, or less with -c.
+    let (context, whose) = match (a.ctx_size, dec.context_length()) {
+        (Some(c), Some(m)) if c > m => bail!(
+            "-c/--ctx-size {c}: the model's context is {m} positions (max_position_embeddings)"
+        ),
+        (Some(c), _) => (Some(c), "-c/--ctx-size"),
+        (None, m) => (m, "the model's context, max_position_embeddings"),
+    };
+    if let Some(ctx) = context.filter(|&c| prompt.len() > c) {
         bail!(
-            "the prompt's {} tokens exceed the model's context of {ctx} positions (max_position_embeddings)",
+            "the prompt's {} tokens exceed the {ctx} positions this run may take ({whose})",
             prompt.len()
         );
     }
-    if let Some(ctx) = dec
-        .context_length()
-        .filter(|&c| a.max_tokens > 0 && positions > c as u64)
-    {
+    if let Some(ctx) = context.filter(|&c| a.max_tokens > 0 && positions > c as u64) {
         bail!(
-            "-n {}: the prompt's {} tokens and {} generated take {positions} positions, beyond the model's context of {ctx} (max_position_embeddings); ask for at most {} tokens",
+            "-n {}: the prompt's {} tokens and {} generated take {positions} positions, beyond the {ctx} this run may take ({whose}); ask for at most {} tokens",
             a.max_tokens,
             prompt.len(),
             a.max_tokens,
@@ -347,6 +352,11 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
 }
 
 fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
+    if let Some((flag, v)) = a.sampling.given() {
+        bail!(
+            "{flag} {v}: tarfa run does not sample; it decodes greedily (each token the highest logit, ties to the lowest id), the same tokens and logits every run (--temp 0 is taken, as greedy)"
+        );
+    }
     let mut source = SourceOptions::from_env()?;
     if let Some(b) = &a.backend {
         source.backend = b

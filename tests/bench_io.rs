@@ -25,7 +25,7 @@ fn json(stdout: &str) -> serde_json::Value {
 fn absurd_work_sizes_end_at_the_time_budget_instead_of_panicking() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let model = tiny_model(tmp.path());
-    for work in [["--tokens", "18446744073709551615"], ["--gib", "1e30"]] {
+    for work in [["--steps", "18446744073709551615"], ["--gib", "1e30"]] {
         let mut args = vec!["bench-io", path(&model)];
         args.extend(work);
         args.extend([
@@ -35,7 +35,7 @@ fn absurd_work_sizes_end_at_the_time_budget_instead_of_panicking() {
             "pread",
             "--qd",
             "1",
-            "--verify",
+            "--check",
             "off",
             "--runs",
             "1",
@@ -59,7 +59,7 @@ fn absurd_work_sizes_without_a_budget_are_refused_before_any_work() {
     for (work, budget) in [
         (["--gib", "1e30"], None),
         (["--gib", "1025"], Some("0")),
-        (["--tokens", "18446744073709551615"], None),
+        (["--steps", "18446744073709551615"], None),
     ] {
         let mut args = vec!["bench-io", path(&model), "--no-fio", "--no-drop-caches"];
         args.extend(work);
@@ -84,7 +84,7 @@ fn bad_work_sizes_are_refused() {
         ["--gib", "nan"],
         ["--gib", "-1"],
         ["--gib", "0"],
-        ["--tokens", "0"],
+        ["--steps", "0"],
         ["--budget", "inf"],
     ] {
         let arg = format!("{}={}", bad[0], bad[1]);

@@ -107,10 +107,7 @@ const OUT_OF_RANGE: &[(&[&str], &str)] = &[
         &["bench-decode", "/nonexistent", "--prompt-tokens", "0"],
         "--prompt-tokens",
     ),
-    (
-        &["bench-decode", "/nonexistent", "--tokens", "1"],
-        "--tokens",
-    ),
+    (&["bench-decode", "/nonexistent", "-n", "1"], "--max-tokens"),
     (&["bench-decode", "/nonexistent", "--runs", "0"], "--runs"),
     (
         &["bench-decode", "/nonexistent", "--fio-gib", "0"],
@@ -128,7 +125,7 @@ const OUT_OF_RANGE: &[(&[&str], &str)] = &[
     (&["bench-io", "/nonexistent", "--runs", "0"], "--runs"),
     (&["bench-io", "/nonexistent", "--top-k", "0"], "--top-k"),
     (&["bench-io", "/nonexistent", "--gib", "0"], "--gib"),
-    (&["bench-io", "/nonexistent", "--tokens", "0"], "--tokens"),
+    (&["bench-io", "/nonexistent", "--steps", "0"], "--steps"),
     (&["bench-io", "/nonexistent", "--slots", "0"], "--slots"),
     (
         &["bench-io", "/nonexistent", "--h2d-repeats", "0"],

@@ -118,7 +118,7 @@ fn bench_decode_prints_one_document_with_its_schema_and_documented_fields() {
         "resident",
         "--runs",
         "1",
-        "--tokens",
+        "-n",
         "2",
         "--mem-gib",
         "0.01",
@@ -157,7 +157,7 @@ fn bench_decode_gpu_stream_without_cuda_says_why_and_unknown_modes_are_listed() 
             mode,
             "--runs",
             "1",
-            "--tokens",
+            "-n",
             "2",
             "--no-fio",
         ])

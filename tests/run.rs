@@ -288,11 +288,19 @@ fn run_refuses_more_positions_than_the_context_and_ids_outside_the_vocabulary() 
         (vec!["--tokens", "1,2", "-n", "300"], "at most 255 tokens"),
         (
             vec!["--tokens", "1", "-n", "18446744073709551615"],
-            "context of 256",
+            "beyond the 256 this run may take (the model's context",
         ),
         (
             vec!["--tokens", long.as_str(), "-n", "1"],
-            "exceed the model's context of 256",
+            "exceed the 256 positions this run may take (the model's context",
+        ),
+        (
+            vec!["--tokens", "1,2", "-n", "8", "-c", "8"],
+            "at most 7 tokens",
+        ),
+        (
+            vec!["--tokens", "1,2", "-n", "1", "-c", "257"],
+            "the model's context is 256 positions",
         ),
         (vec!["--tokens", "999", "-n", "0"], "token 999 is outside"),
     ] {
@@ -668,4 +676,110 @@ fn a_run_loads_only_what_it_uses_and_bounds_the_ring_by_the_model() {
     let (code, _, err) = tarfa(&["run", path(&model), "--prompt", "hi", "-n", "1"]);
     assert_eq!(code, 1, "{err}");
     assert!(err.contains("tokenizer.json"), "{err}");
+}
+
+/// llama.cpp's habits (issue 26, finding 20): `-p`, `-n`, `-t` and `-c` are taken as there;
+/// `--temp 0` (greedy there too) is taken; a sampling flag is refused by name, saying that run is
+/// greedy, not suggested as a flag of another meaning (`--temperature` suggested `--experts`).
+/// And one meaning per flag name (finding 26): bench-decode's steps are `-n/--max-tokens` and
+/// bench-io's `--steps` and `--check`, the old names taken with a warning.
+#[test]
+fn llama_cpp_habits_are_taken_or_refused_by_name() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("qwen3_moe", &model, &[]);
+    let (code, long, err) = tarfa(&[
+        "run",
+        path(&model),
+        "--prompt",
+        "The quick brown fox",
+        "--max-tokens",
+        "4",
+        "--threads",
+        "2",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let (code, short, err) = tarfa(&[
+        "run",
+        path(&model),
+        "-p",
+        "The quick brown fox",
+        "-n",
+        "4",
+        "-t",
+        "2",
+        "-c",
+        "64",
+        "--temp",
+        "0",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(short, long);
+    for (flag, value) in [
+        ("--temperature", "0.8"),
+        ("--temp", "0.7"),
+        ("--top-p", "0.9"),
+        ("--top-k", "40"),
+        ("--min-p", "0.05"),
+        ("--seed", "42"),
+        ("--repeat-penalty", "1.1"),
+    ] {
+        let (code, out, err) = tarfa(&["run", path(&model), "-p", "hi", flag, value]);
+        assert_eq!(code, 2, "{flag}: {err}");
+        assert!(out.is_empty(), "{out}");
+        assert!(
+            err.contains("does not sample; it decodes greedily"),
+            "{flag}: {err}"
+        );
+        assert!(!err.contains("--experts"), "{flag}: {err}");
+    }
+    let (code, _, err) = tarfa(&[
+        "bench-decode",
+        path(&model),
+        "--modes",
+        "resident",
+        "--runs",
+        "1",
+        "--tokens",
+        "2",
+        "--mem-gib",
+        "0.01",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: bench-decode --tokens is now -n/--max-tokens"),
+        "{err}"
+    );
+    let (code, _, err) = tarfa(&["bench-decode", path(&model), "--tokens", "2", "-n", "3"]);
+    assert_eq!(code, 2, "both spellings at once: {err}");
+    let (code, out, err) = tarfa(&[
+        "bench-io",
+        path(&model),
+        "--verify",
+        "off",
+        "--tokens",
+        "2",
+        "--backend",
+        "pread",
+        "--qd",
+        "1",
+        "--runs",
+        "1",
+        "--no-fio",
+        "--no-drop-caches",
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("warning: bench-io --tokens is now --steps"),
+        "{err}"
+    );
+    assert!(
+        err.contains("warning: bench-io --verify is now --check"),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(doc["tokens"], 2, "{doc}");
+    assert_eq!(doc["rows"].as_array().map(Vec::len), Some(1), "{doc}");
 }

@@ -27,8 +27,8 @@ pub struct DecoderOptions {
     pub isa: Option<Isa>,
     /// How experts are held.
     pub experts: ExpertOptions,
-    /// How experts are read from disk (`queue_depth` 0: twice the model's top-k, at least 8,
-    /// with a ring of 8 more slots).
+    /// How experts are read from disk (`queue_depth` 0: twice the model's top-k, at least 8;
+    /// `slots` 0: the queue depth and 8 more; both bounded by the model's largest layer).
     pub source: SourceOptions,
     /// Run a prompt as one batch (each selected expert read once for all its tokens); else token
     /// by token. The logits are the same bits either way.
@@ -154,9 +154,6 @@ impl Decoder {
         if src_opts.queue_depth == 0 {
             let k = family.top_k().max(1) as u32;
             src_opts.queue_depth = (2 * k).max(8);
-            if src_opts.slots == 0 {
-                src_opts.slots = src_opts.queue_depth + 8;
-            }
         }
         // Bounded by the model: the decoder reads one layer's experts at a time, each at most
         // once, so more reads in flight than a layer has experts, or more slots than those and
@@ -164,8 +161,9 @@ impl Decoder {
         // experts). `tarfa run` says when it took less than it was asked for.
         let per_layer = model.layers().map(|(_, n)| n).max().unwrap_or(0).max(1);
         src_opts.queue_depth = src_opts.queue_depth.min(per_layer);
+        // Slots 0: the queue depth and 8 more, whoever chose the depth.
         let slots = if src_opts.slots == 0 {
-            src_opts.queue_depth.saturating_add(16)
+            src_opts.queue_depth.saturating_add(8)
         } else {
             src_opts.slots
         };
