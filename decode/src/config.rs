@@ -249,6 +249,22 @@ pub fn attention_dims(c: &ConfigReader<'_>) -> Result<(usize, usize, usize, usiz
     Ok((hidden_size, heads, kv_heads, head_dim))
 }
 
+/// `hidden_act`: the experts' and MLPs' activation, which every family computes as SiLU —
+/// transformers' `"silu"` or its alias `"swish"` (absent: the classes' default, `"silu"`). Any
+/// other is refused by name rather than run as SiLU.
+pub fn silu_activation(c: &ConfigReader<'_>) -> Result<()> {
+    match c.str("hidden_act")? {
+        None | Some("silu" | "swish") => Ok(()),
+        Some(other) => Err(bad(
+            "hidden_act",
+            F::Unsupported {
+                value: other.to_string(),
+                supported: "silu (or its alias swish)",
+            },
+        )),
+    }
+}
+
 /// `rms_norm_eps`, a finite non-negative number (`default` when absent).
 pub fn rms_eps(c: &ConfigReader<'_>, default: f64) -> Result<f32> {
     let eps = c.f64("rms_norm_eps")?.unwrap_or(default);

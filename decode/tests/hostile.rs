@@ -150,7 +150,7 @@ fn inconsistent_family_configs_are_refused_naming_the_key() {
         refused(q("hidden_act", json!("gelu")), "hidden_act"),
         F::Unsupported {
             value: "gelu".into(),
-            supported: "silu"
+            supported: "silu (or its alias swish)"
         }
     );
     let m = |k: &str, v: Value| MixtralConfig::parse(&with("mixtral", k, v)).map(|_| ());
@@ -162,6 +162,37 @@ fn inconsistent_family_configs_are_refused_naming_the_key() {
         refused(m("num_experts_per_tok", json!(5)), "num_experts_per_tok"),
         F::OutOfRange { value: 5, .. }
     ));
+}
+
+/// Issue 26, finding 6: a config key that changes the function is honoured or refused by name,
+/// in every family — `hidden_act` other than SiLU (the only activation the kernels have) was
+/// ignored by qwen3_moe, glm4_moe and mixtral, running "gelu" as SiLU.
+#[test]
+fn every_family_refuses_an_activation_it_does_not_compute() {
+    type Parse = fn(&Value) -> Result<(), DecodeError>;
+    let families: [(&str, Parse); 4] = [
+        ("qwen3_moe_b", |v| Qwen3MoeConfig::parse(v).map(|_| ())),
+        ("glm4_moe_b", |v| Glm4MoeConfig::parse(v).map(|_| ())),
+        ("mixtral", |v| MixtralConfig::parse(v).map(|_| ())),
+        ("qwen3_5_moe_text", |v| Qwen3_5MoeConfig::parse(v).map(|_| ())),
+    ];
+    for (name, parse) in families {
+        let mut c = fixture_config(name);
+        parse(&c).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for act in ["silu", "swish"] {
+            c["hidden_act"] = json!(act);
+            parse(&c).unwrap_or_else(|e| panic!("{name} {act}: {e}"));
+        }
+        for act in [json!("gelu"), json!("relu"), json!("gelu_pytorch_tanh"), json!(7)] {
+            c["hidden_act"] = act.clone();
+            let e = parse(&c).expect_err(name);
+            assert!(
+                matches!(&e, DecodeError::Config { key, .. } if key == "hidden_act"),
+                "{name} {act}: {e}"
+            );
+            assert!(e.to_string().contains("hidden_act"), "{e}");
+        }
+    }
 }
 
 fn nasty(rng: &mut fastrand::Rng) -> Value {

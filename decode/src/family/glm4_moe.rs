@@ -71,6 +71,7 @@ impl Glm4MoeConfig {
     pub fn parse(v: &serde_json::Value) -> Result<Glm4MoeConfig> {
         use limits::*;
         let c = ConfigReader::new(v)?;
+        crate::config::silu_activation(&c)?;
         let (hidden_size, heads, kv_heads, head_dim) = attention_dims(&c)?;
         let num_experts = c.usize("n_routed_experts", MAX_EXPERTS)?.unwrap_or(128);
         if num_experts == 0 {

@@ -47,6 +47,7 @@ impl MixtralConfig {
     pub fn parse(v: &serde_json::Value) -> Result<MixtralConfig> {
         use limits::*;
         let c = ConfigReader::new(v)?;
+        crate::config::silu_activation(&c)?;
         let (hidden_size, heads, kv_heads, head_dim) = attention_dims(&c)?;
         let num_experts = c.usize("num_local_experts", MAX_EXPERTS)?.unwrap_or(8);
         if num_experts == 0 {

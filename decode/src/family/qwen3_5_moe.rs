@@ -104,17 +104,7 @@ impl Qwen3_5MoeConfig {
         } else {
             (top, "model.")
         };
-        if let Some(act) = c.str("hidden_act")? {
-            if act != "silu" {
-                return Err(bad(
-                    "hidden_act",
-                    ConfigFault::Unsupported {
-                        value: act.to_string(),
-                        supported: "silu",
-                    },
-                ));
-            }
-        }
+        crate::config::silu_activation(&c)?;
         let (hidden_size, heads, kv_heads, _) = attention_dims(&c)?;
         let head_dim = c.usize("head_dim", MAX_DIM)?.unwrap_or(256);
         if head_dim == 0 {

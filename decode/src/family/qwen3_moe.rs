@@ -61,6 +61,7 @@ impl Qwen3MoeConfig {
     pub fn parse(v: &serde_json::Value) -> Result<Qwen3MoeConfig> {
         use limits::*;
         let c = ConfigReader::new(v)?;
+        crate::config::silu_activation(&c)?;
         let (hidden_size, heads, kv_heads, head_dim) = attention_dims(&c)?;
         let num_experts = match c.usize("num_experts", MAX_EXPERTS)? {
             Some(n) => n,
