@@ -188,7 +188,10 @@ fn classify_static(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     }
     if let Some(c) = e.downcast_ref::<C>() {
         match c {
-            C::LfsPointer { .. } | C::SourceChanged { .. } => return (1, None),
+            C::LfsPointer { .. }
+            | C::SourceChanged { .. }
+            | C::LayerCount { .. }
+            | C::NotAnMtpBlock { .. } => return (1, None),
             C::BadSource {
                 fault:
                     SourceFault::NameTooLong { .. }
@@ -221,6 +224,7 @@ fn classify_static(e: &anyhow::Error) -> (u8, Option<&'static str>) {
                 return (1, Some("an expert's bytes on disk are not the ones converted; nothing was computed from them (tarfa verify names every fault)"))
             }
             D::Config { .. }
+            | D::LayerCount { .. }
             | D::Gguf { .. }
             | D::UnsupportedFamily { .. }
             | D::MissingTensor { .. }

@@ -26,6 +26,28 @@ pub enum ConvertError {
         /// already in this one).
         fault: tarfa_format::safetensors::HeaderFault,
     },
+    /// The checkpoint's layers and its config disagree (layers it does not declare, which
+    /// would never run, or a block called an MTP layer that is not one), or a layer count is
+    /// beyond any model's: nothing is written.
+    #[error("{}: {fault}", path.display())]
+    LayerCount {
+        /// The config (HF) or the GGUF.
+        path: PathBuf,
+        /// What disagrees.
+        fault: tarfa_format::manifest::LayerCountFault,
+    },
+    /// A GGUF's `nextn_predict_layers` makes an ordinary block an MTP layer.
+    #[error("{}: {nextn_key} {nextn} makes blk.{block} an MTP (nextn) layer, but it holds no blk.{block}.nextn.* tensor: it is an ordinary block, which would never run", path.display())]
+    NotAnMtpBlock {
+        /// The GGUF.
+        path: PathBuf,
+        /// `{arch}.nextn_predict_layers`.
+        nextn_key: String,
+        /// Its value.
+        nextn: u64,
+        /// The block.
+        block: u64,
+    },
     /// The checkpoint as a whole cannot be converted (layout, names, index).
     #[error("{}: {fault}", path.display())]
     BadSource {

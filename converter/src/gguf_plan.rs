@@ -143,16 +143,6 @@ fn expert_stack(layer: u32, role: Role, t: &SourceTensor) -> Result<Stack, Conve
     })
 }
 
-/// `{general.architecture}.{key}` of a GGUF config (typed values, see `gguf_source`).
-fn arch_u32(config: &serde_json::Value, key: &str) -> Option<u32> {
-    let arch = config.get("general.architecture")?.get("value")?.as_str()?;
-    let v = config
-        .get(format!("{arch}.{key}"))?
-        .get("value")?
-        .as_u64()?;
-    u32::try_from(v).ok()
-}
-
 fn is_known_trunk(name: &str) -> bool {
     matches!(
         name,
@@ -223,11 +213,38 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     plan.sort_by_source();
     // GGUF's block_count counts nextn/MTP layers; nextn_predict_layers of them are the last.
     let seen = plan.layers.keys().max().map_or(0, |m| m + 1);
-    let blocks = arch_u32(&ck.config, "block_count").unwrap_or(seen);
+    let gguf = ck.shards.first().map_or(ck.dir.clone(), |s| s.path.clone());
+    // No block past block_count (it would never run), no absurd count: checked before the
+    // counts size anything.
+    let layer_fault = |fault| ConvertError::LayerCount {
+        path: gguf.clone(),
+        fault,
+    };
+    let declared =
+        tarfa_format::manifest::declared_layers("gguf", &ck.config).map_err(layer_fault)?;
+    tarfa_format::manifest::check_layer_count("gguf", &ck.config, u64::from(seen))
+        .map_err(layer_fault)?;
+    let blocks = declared.as_ref().map_or(seen, |d| (d.main + d.mtp) as u32);
     plan.num_layers = blocks.max(seen);
-    plan.num_hidden_layers = plan
-        .num_layers
-        .saturating_sub(arch_u32(&ck.config, "nextn_predict_layers").unwrap_or(0));
+    plan.num_hidden_layers = declared.as_ref().map_or(blocks, |d| d.main as u32);
+    // The blocks past the decoder layers are MTP layers only if they hold nextn tensors (those
+    // this file holds: a part of a split set or a fetched subset may hold none of a block).
+    if let Some(d) = &declared {
+        for block in d.main..d.main + d.mtp {
+            let ours = format!("blk.{block}.");
+            let nextn = format!("blk.{block}.nextn.");
+            let held = ck.tensors.keys().any(|n| n.starts_with(&ours));
+            if held && !ck.tensors.keys().any(|n| n.starts_with(&nextn)) {
+                let arch = d.key.trim_end_matches(".block_count");
+                return Err(ConvertError::NotAnMtpBlock {
+                    path: gguf,
+                    nextn_key: format!("{arch}.nextn_predict_layers"),
+                    nextn: d.mtp,
+                    block,
+                });
+            }
+        }
+    }
     Ok(plan)
 }
 

@@ -513,6 +513,12 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     plan.check_plain_bounds(ck)?;
     plan.sort_by_source();
     let max_layer = plan.layers.keys().max().map_or(0, |m| m + 1);
+    // No layer past those the config declares (it would never run), no absurd count.
+    tarfa_format::manifest::check_layer_count("safetensors", &ck.config, u64::from(max_layer))
+        .map_err(|fault| ConvertError::LayerCount {
+            path: ck.dir.join("config.json"),
+            fault,
+        })?;
     plan.num_layers = max_layer.max(n_hidden);
     Ok(plan)
 }

@@ -280,7 +280,7 @@ pub mod limits {
     /// Hidden size, heads × head dim, intermediate sizes.
     pub const MAX_DIM: usize = 1 << 20;
     /// Layers.
-    pub const MAX_LAYERS: usize = 1 << 12;
+    pub const MAX_LAYERS: usize = tarfa_format::manifest::MAX_LAYERS as usize;
     /// Heads.
     pub const MAX_HEADS: usize = 1 << 12;
     /// Experts per layer (JNF's own limit is far above real models).

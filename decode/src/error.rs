@@ -39,6 +39,15 @@ pub enum DecodeError {
         /// Layers of the config.
         layers: usize,
     },
+    /// The model's layers and its config disagree (layers the config does not declare, which
+    /// would never run), or a layer count is beyond any model's.
+    #[error("{}: {fault}", dir.display())]
+    LayerCount {
+        /// The model directory.
+        dir: PathBuf,
+        /// What disagrees.
+        fault: tarfa_format::manifest::LayerCountFault,
+    },
     /// The architecture config lacks a key, or holds a value this decoder cannot honour.
     #[error("config.json: {key}: {fault}")]
     Config {
@@ -575,6 +584,15 @@ pub enum GgufFault {
         nextn: u64,
         /// `block_count`.
         blocks: u64,
+    },
+    /// A block the key/values call an MTP (nextn) layer that holds no `nextn.*` tensor: an
+    /// ordinary block, which the decoder would skip.
+    #[error("{nextn} makes blk.{block} an MTP (nextn) layer, but it holds no blk.{block}.nextn.* tensor: it is an ordinary block, which would never run")]
+    NotAnMtpBlock {
+        /// `nextn_predict_layers`.
+        nextn: u64,
+        /// The block.
+        block: u64,
     },
     /// A zero where at least 1 is needed.
     #[error("must be at least 1")]

@@ -314,6 +314,21 @@ pub fn adapt(config: &Value, tensors: &mut TensorStore) -> Result<Value> {
     let kv = Kv::new(config)?;
     let arch = arch(&kv)?;
     let layers = main_layers(&kv, arch)?;
+    // The blocks past them are MTP layers only if they hold nextn tensors: an ordinary block
+    // there would be listed, checked and skipped.
+    let blocks = kv.uint_req(&format!("{}.block_count", arch.gguf_name()))?;
+    for block in layers..blocks {
+        let prefix = format!("blk.{block}.nextn.");
+        if !tensors.names().any(|n| n.starts_with(&prefix)) {
+            return Err(err(
+                &format!("{}.nextn_predict_layers", arch.gguf_name()),
+                G::NotAnMtpBlock {
+                    nextn: blocks - layers,
+                    block,
+                },
+            ));
+        }
+    }
     tensors.rename_with(|name| match block_of(name) {
         // nextn/MTP layers keep their names: not run by the main decode.
         Some(l) if l >= layers => Ok(None),

@@ -114,6 +114,14 @@ impl Decoder {
     ) -> Result<Decoder> {
         let manifest = Manifest::load(dir)?;
         let config = &manifest.architecture.config;
+        // No layer the config does not declare, no absurd count: before anything is sized by it.
+        manifest
+            .architecture
+            .check_layer_count()
+            .map_err(|fault| DecodeError::LayerCount {
+                dir: dir.to_path_buf(),
+                fault,
+            })?;
         check_layers_present(dir, &manifest)?;
         let isa = match opts.isa {
             Some(i) => i

@@ -174,7 +174,9 @@ fn every_family_refuses_an_activation_it_does_not_compute() {
         ("qwen3_moe_b", |v| Qwen3MoeConfig::parse(v).map(|_| ())),
         ("glm4_moe_b", |v| Glm4MoeConfig::parse(v).map(|_| ())),
         ("mixtral", |v| MixtralConfig::parse(v).map(|_| ())),
-        ("qwen3_5_moe_text", |v| Qwen3_5MoeConfig::parse(v).map(|_| ())),
+        ("qwen3_5_moe_text", |v| {
+            Qwen3_5MoeConfig::parse(v).map(|_| ())
+        }),
     ];
     for (name, parse) in families {
         let mut c = fixture_config(name);
@@ -183,7 +185,12 @@ fn every_family_refuses_an_activation_it_does_not_compute() {
             c["hidden_act"] = json!(act);
             parse(&c).unwrap_or_else(|e| panic!("{name} {act}: {e}"));
         }
-        for act in [json!("gelu"), json!("relu"), json!("gelu_pytorch_tanh"), json!(7)] {
+        for act in [
+            json!("gelu"),
+            json!("relu"),
+            json!("gelu_pytorch_tanh"),
+            json!(7),
+        ] {
             c["hidden_act"] = act.clone();
             let e = parse(&c).expect_err(name);
             assert!(

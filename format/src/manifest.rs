@@ -418,6 +418,171 @@ pub fn is_plain_name(s: &str) -> bool {
     !s.is_empty() && !s.contains(['/', '\\', '\0']) && !s.starts_with('.')
 }
 
+/// The most layers (decoder and MTP layers together) a model may have: every layer count read
+/// from a config, a GGUF's key/values or a manifest is bounded by it before anything is sized by
+/// it (a GGUF's `block_count` of 2^64 − 1 grew `run` until the OOM killer came).
+pub const MAX_LAYERS: u64 = 4096;
+
+/// The layers an architecture config declares: its decoder layers and its MTP (nextn) layers,
+/// which a model's layer files follow (`model.layers.{main}..` / `blk.{main}..`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredLayers {
+    /// The key that declares them: `num_hidden_layers` (or `text_config.num_hidden_layers`),
+    /// or a GGUF's `{arch}.block_count`.
+    pub key: String,
+    /// Decoder layers.
+    pub main: u64,
+    /// MTP layers after them: HF `num_nextn_predict_layers`, GGUF `{arch}.nextn_predict_layers`.
+    pub mtp: u64,
+}
+
+/// A model's layer count and its config disagree, or a count is beyond [`MAX_LAYERS`]. Each
+/// would make the decoder compute another model than the checkpoint (layers listed and checked
+/// but never run) or size something by an absurd count; convert, verify and run refuse it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LayerCountFault {
+    /// A count beyond [`MAX_LAYERS`].
+    #[error("{key} is {count}: more layers than any model tarfa takes (at most {MAX_LAYERS})")]
+    TooMany {
+        /// What gave it.
+        key: String,
+        /// The count.
+        count: u64,
+    },
+    /// More MTP layers than layers.
+    #[error(
+        "{key} says {mtp} of the {total} layers are MTP (nextn) layers: no decoder layer is left"
+    )]
+    NoDecoderLayer {
+        /// The MTP key.
+        key: String,
+        /// MTP layers.
+        mtp: u64,
+        /// All layers.
+        total: u64,
+    },
+    /// Layers (files) beyond what the config declares: they would be checked and never run.
+    #[error("the checkpoint has {layers} layers (0..{layers}) but its config declares {} ({key}{}): {} would never run; the config and the weights disagree", main + mtp, if *mtp > 0 { format!(", {mtp} of them MTP layers") } else { String::new() }, layer_span(*main + *mtp, *layers))]
+    BeyondConfig {
+        /// The declaring key.
+        key: String,
+        /// Decoder layers declared.
+        main: u64,
+        /// MTP layers declared.
+        mtp: u64,
+        /// Layers the checkpoint holds.
+        layers: u64,
+    },
+}
+
+fn layer_span(from: u64, to: u64) -> String {
+    if to == from + 1 {
+        format!("layer {from}")
+    } else {
+        format!("layers {from}..{to}")
+    }
+}
+
+/// The layers `config` (of a `source_format` model) declares; `None` where it does not say.
+pub fn declared_layers(
+    source_format: &str,
+    config: &serde_json::Value,
+) -> std::result::Result<Option<DeclaredLayers>, LayerCountFault> {
+    let bounded = |key: String, count: u64| {
+        if count > MAX_LAYERS {
+            Err(LayerCountFault::TooMany { key, count })
+        } else {
+            Ok(count)
+        }
+    };
+    if source_format == "gguf" {
+        let Some(arch) = config
+            .get("general.architecture")
+            .and_then(|a| a.get("value"))
+            .and_then(|a| a.as_str())
+        else {
+            return Ok(None);
+        };
+        let kv = |k: &str| config.get(format!("{arch}.{k}"))?.get("value")?.as_u64();
+        let key = format!("{arch}.block_count");
+        let Some(total) = kv("block_count") else {
+            return Ok(None);
+        };
+        let total = bounded(key.clone(), total)?;
+        let mtp = kv("nextn_predict_layers").unwrap_or(0);
+        if mtp >= total {
+            return Err(LayerCountFault::NoDecoderLayer {
+                key: format!("{arch}.nextn_predict_layers"),
+                mtp,
+                total,
+            });
+        }
+        return Ok(Some(DeclaredLayers {
+            key,
+            main: total - mtp,
+            mtp,
+        }));
+    }
+    let in_text = |k: &str| {
+        config.get(k).map(|v| (k.to_string(), v)).or_else(|| {
+            Some((
+                format!("text_config.{k}"),
+                config.get("text_config")?.get(k)?,
+            ))
+        })
+    };
+    let Some((key, main)) = in_text("num_hidden_layers") else {
+        return Ok(None);
+    };
+    let Some(main) = main.as_u64() else {
+        return Ok(None);
+    };
+    let main = bounded(key.clone(), main)?;
+    let mtp = match in_text("num_nextn_predict_layers") {
+        Some((k, v)) => bounded(k, v.as_u64().unwrap_or(0))?,
+        None => 0,
+    };
+    Ok(Some(DeclaredLayers { key, main, mtp }))
+}
+
+/// The rule convert, verify and run hold a model to: at most [`MAX_LAYERS`] layers, and none
+/// beyond the decoder and MTP layers its config declares (fewer is an incomplete model, a matter
+/// for the completeness checks).
+pub fn check_layer_count(
+    source_format: &str,
+    config: &serde_json::Value,
+    layers: u64,
+) -> std::result::Result<(), LayerCountFault> {
+    if layers > MAX_LAYERS {
+        return Err(LayerCountFault::TooMany {
+            key: "the layer count".into(),
+            count: layers,
+        });
+    }
+    if let Some(d) = declared_layers(source_format, config)? {
+        if layers > d.main + d.mtp {
+            return Err(LayerCountFault::BeyondConfig {
+                key: d.key,
+                main: d.main,
+                mtp: d.mtp,
+                layers,
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Architecture {
+    /// [`check_layer_count`] of this architecture's config and `num_layers`.
+    pub fn check_layer_count(&self) -> std::result::Result<(), LayerCountFault> {
+        check_layer_count(
+            &self.source_format,
+            &self.config,
+            u64::from(self.num_layers),
+        )
+    }
+}
+
 /// What is wrong with a manifest: one variant per rule of §8.1 (and of reading it).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestFault {

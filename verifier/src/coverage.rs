@@ -14,17 +14,17 @@ use crate::report::{Fault, FaultKind};
 /// How many names a fault lists before it says "and N more".
 const NAMES_SHOWN: usize = 8;
 
-/// Layers the model's own config declares: HF `num_hidden_layers` (or `text_config`'s), GGUF
-/// `{arch}.block_count`. `None` when the config does not say.
+/// Layers the model's own config declares and must have: HF `num_hidden_layers` (or
+/// `text_config`'s; its MTP layers may be left out), GGUF `{arch}.block_count` (MTP blocks
+/// included). `None` when the config does not say (or says something absurd, a fault of its own).
 fn declared_layers(m: &Manifest) -> Option<u64> {
-    let c = &m.architecture.config;
-    if m.architecture.source_format == "gguf" {
-        let arch = c.get("general.architecture")?.get("value")?.as_str()?;
-        return c.get(format!("{arch}.block_count"))?.get("value")?.as_u64();
-    }
-    c.get("num_hidden_layers")
-        .or_else(|| c.get("text_config")?.get("num_hidden_layers"))?
-        .as_u64()
+    let a = &m.architecture;
+    let d = tarfa_format::manifest::declared_layers(&a.source_format, &a.config).ok()??;
+    Some(if a.source_format == "gguf" {
+        d.main + d.mtp
+    } else {
+        d.main
+    })
 }
 
 /// Faults for a model that is not whole by its manifest: layers of the config missing (unless
@@ -49,6 +49,14 @@ pub(crate) fn model_faults(m: &Manifest, partial: bool) -> Vec<Fault> {
             FaultKind::Incomplete,
             MANIFEST_NAME,
             "the model is incomplete: no trunk file (embeddings, final norm, output head)",
+        ));
+    }
+    // Layers the config does not declare (they would never run), or an absurd count.
+    if let Err(fault) = m.architecture.check_layer_count() {
+        faults.push(Fault::new(
+            FaultKind::Manifest,
+            MANIFEST_NAME,
+            fault.to_string(),
         ));
     }
     if let Some(declared) = declared_layers(m) {
