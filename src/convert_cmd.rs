@@ -10,7 +10,7 @@ use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use tarfa_converter::{convert, parse_layer_range, Options, Outcome, Progress};
 
 use crate::cli::ConvertArgs;
-use crate::diagnose::{is_safetensors_file, is_url, Refused};
+use crate::diagnose::{is_jnf_file, is_safetensors_file, is_url, Refused};
 
 /// Draws one bar by bytes with ETA, labelled with the current file; or, on a pipe, one line per
 /// file; or nothing with `--quiet`.
@@ -71,7 +71,8 @@ impl Progress for Bars {
 }
 
 /// The common mistakes in naming the source, refused with the hint that fits: a URL, a
-/// `.safetensors` file instead of its directory, a directory holding only a GGUF.
+/// `.safetensors` file instead of its directory, a directory holding only a GGUF, tarfa's own
+/// output (a JNF file or model directory), a file that is neither a GGUF nor a checkpoint.
 fn check_source(src: &Path) -> Result<(), Refused> {
     let s = src.display();
     if is_url(&src.to_string_lossy()) {
@@ -89,6 +90,33 @@ fn check_source(src: &Path) -> Result<(), Refused> {
             code: 1,
             message: format!("{s}: a file of a safetensors checkpoint; convert reads the checkpoint's directory (config.json beside the shards)"),
             hint: format!("give its directory: tarfa convert {dir} -o OUT"),
+        });
+    }
+    const READS: &str = "convert reads a Hugging Face checkpoint directory (config.json beside model.safetensors or the shards of model.safetensors.index.json) or a GGUF file (for a split set, any part)";
+    if src.is_file() && is_jnf_file(src) {
+        return Err(Refused {
+            code: 1,
+            message: format!("{s}: a JNF file (tarfa's output), not a checkpoint"),
+            hint: format!("{READS}; inspect this file as it is (tarfa inspect {s})"),
+        });
+    }
+    if src.is_file() && !crate::inspect_gguf::is_gguf(src) {
+        return Err(Refused {
+            code: 1,
+            message: format!("{s}: neither a GGUF file nor a checkpoint directory"),
+            hint: READS.into(),
+        });
+    }
+    let manifest = tarfa_format::manifest::MANIFEST_NAME;
+    if src.is_dir() && src.join(manifest).symlink_metadata().is_ok() {
+        return Err(Refused {
+            code: 1,
+            message: format!(
+                "{s}: a JNF model directory (it holds {manifest}), already converted; not a checkpoint"
+            ),
+            hint: format!(
+                "use it as it is (tarfa inspect {s}, tarfa verify {s}, tarfa run {s}); to convert again, give the checkpoint it was made from"
+            ),
         });
     }
     if src.is_dir() {
