@@ -149,7 +149,7 @@ fn incomplete_hint(dir: &std::path::Path, missing: &[u32]) -> String {
         })
         .collect();
     format!(
-        "the model was converted for part of its depth: convert the missing layers into it from the same source ({}); the layers already there are checked and kept",
+        "the model was converted for part of its depth: convert the missing layers into it from the same source ({}); the layers already there are checked and kept (a source that holds no tensors of a layer cannot supply it: tarfa convert says so)",
         runs.join("; ")
     )
 }

@@ -302,3 +302,29 @@ fn an_output_inside_the_source_directory_or_naming_a_file_is_refused_before_writ
     assert!(!err.contains("rerun"), "a resume hint for a file: {err}");
     assert_eq!(std::fs::read(&file).expect("read"), b"mine");
 }
+
+#[test]
+fn a_gguf_lacking_a_declared_layer_is_said_so_by_convert_never_hinted_to_add_it_with_layers() {
+    // metadata.gguf: block_count 2, tensors of block 0 only. Converting it said "1 of 2 layers
+    // present" with exit 0, and run then hinted `--layers 1`, which selects no layer of it.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let gguf = gguf_fixture("metadata.gguf");
+    let (c, err) = code_and_err(&["convert", path(&gguf), "-o", path(&out), "--quiet"]);
+    assert_eq!(c, 1, "{err}");
+    assert!(
+        err.contains("holds no tensors of layer 1") && err.contains("(2 layers)"),
+        "{err}"
+    );
+    assert!(!err.contains("--layers 1"), "{err}");
+    for line in err.lines().filter(|l| l.contains("--layers ")) {
+        assert!(
+            line.contains("cannot add them"),
+            "a --layers run is hinted: {line}"
+        );
+    }
+    // What the model's incomplete hint says at run: never that this source can supply it.
+    let (c, _, err) = tarfa(&["run", path(&out), "--tokens", "1", "-n", "1"]);
+    assert_eq!(c, 1, "{err}");
+    assert!(err.contains("cannot supply it"), "{err}");
+}
