@@ -1,6 +1,8 @@
-//! `scripts/example.sh`, README's first command (issue 26, finding 15), run whole: it uses the
-//! binary cargo reports (not `./target/release/tarfa`, missing when `CARGO_TARGET_DIR` or a cargo
-//! config moves the target directory) and puts its model under cargo's target directory.
+//! `scripts/example.sh`, README's first command (issue 26, findings 15 and 16), run whole: it uses
+//! the binary cargo reports (not `./target/release/tarfa`, missing when `CARGO_TARGET_DIR` or a
+//! cargo config moves the target directory), puts its model under cargo's target directory, and
+//! ends by checking the run's token ids against transformers' greedy tokens: "yes" and exit 0
+//! when they are the same, "no" and a non-zero exit when not.
 //!
 //! `cargo` is a stand-in on `PATH` (the script puts `$HOME/.cargo/bin` first; `HOME` is a temp
 //! directory here) that answers the script's two questions — the build's artifact messages and
@@ -59,7 +61,7 @@ fn run_example(home: &Path) -> (i32, String, String) {
 }
 
 #[test]
-fn the_example_runs_the_binary_cargo_reports() {
+fn the_example_runs_the_binary_cargo_reports_and_matches_transformers() {
     let tmp = tempfile::tempdir().expect("tempdir");
     let target: PathBuf = tmp.path().join("target-dir");
     home_with_cargo(tmp.path(), Path::new(env!("CARGO_BIN_EXE_tarfa")), &target);
@@ -68,5 +70,33 @@ fn the_example_runs_the_binary_cargo_reports() {
     assert!(
         target.join("example/qwen3_moe/manifest.json").is_file(),
         "the model is not under cargo's target directory:\n{out}\n{err}"
+    );
+    assert!(out.contains("random weights"), "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l == "matches transformers' greedy tokens: yes"),
+        "{out}\n{err}"
+    );
+}
+
+#[test]
+fn the_example_says_no_and_fails_when_the_tokens_differ() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // A tarfa whose `run --json` reports one more token than it generated.
+    let wrapper = tmp.path().join("tarfa-wrong");
+    script(
+        &wrapper,
+        &format!(
+            "#!/usr/bin/env bash\nif [ \"$1\" = run ] && [[ \" $* \" == *' --json '* ]]; then\n  \"{real}\" \"$@\" | sed 's/\"tokens\": \\[/\"tokens\": [ 127,/'\n  exit \"${{PIPESTATUS[0]}}\"\nfi\nexec \"{real}\" \"$@\"\n",
+            real = env!("CARGO_BIN_EXE_tarfa")
+        ),
+    );
+    home_with_cargo(tmp.path(), &wrapper, &tmp.path().join("target-dir"));
+    let (code, out, err) = run_example(tmp.path());
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        out.lines()
+            .any(|l| l == "matches transformers' greedy tokens: no"),
+        "{out}\n{err}"
     );
 }
