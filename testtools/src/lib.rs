@@ -83,8 +83,14 @@ impl Tool {
     pub fn install(self) -> &'static str {
         match self {
             Tool::Nginx => "apt-get install nginx (scripts/test.sh does, as root)",
-            Tool::PythonGguf => "python3 -m pip install gguf numpy (scripts/test.sh does)",
-            Tool::PythonBlake3 => "python3 -m pip install blake3 (scripts/test.sh does)",
+            Tool::PythonGguf => {
+                "python3 -m pip install gguf numpy, in a venv first on PATH (scripts/test.sh \
+                 makes one: ~/.cache/tarfa/venv)"
+            }
+            Tool::PythonBlake3 => {
+                "python3 -m pip install blake3, in a venv first on PATH (scripts/test.sh makes \
+                 one: ~/.cache/tarfa/venv)"
+            }
             Tool::Tmpfs => "run the tests as root (mount needs CAP_SYS_ADMIN)",
             Tool::IoUring => {
                 "a Linux kernel with io_uring (5.6 or later), not blocked by a seccomp filter \
