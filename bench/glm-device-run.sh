@@ -15,6 +15,7 @@
 # Disk in WORKDIR: source + JNF + GGUF, 3 x 11.7 GB at 10 layers; the source is removed once the
 # JNF and the GGUF are written.
 set -uo pipefail
+source "$(dirname "$0")/claims.sh"
 R=$(pwd)
 B=$R/target/device
 H=$R/bench/llama
@@ -76,5 +77,6 @@ cat "$O/bench-decode.json"
 TARFA_PROFILE=1 t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 64 --experts resident --threads "$T" > /dev/null
 t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 4 --experts resident --logits-out "$O/a.npy" > /dev/null
 t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 4 --threads 1 --isa scalar --backend pread --no-batch-prompt --logits-out "$O/b.npy" > /dev/null
-cmp "$O/a.npy" "$O/b.npy" && echo "logits: $T threads avx512 resident == 1 thread scalar pread streamed token by token, byte for byte"
-echo "== done"; df -h "$W" | tail -1
+same_bytes "$O/a.npy" "$O/b.npy" "$T threads avx512 resident == 1 thread scalar pread streamed token by token"
+df -h "$W" | tail -1
+end_claims

@@ -11,6 +11,7 @@
 #   cargo test --release -p tarfa-decode --features cuda --test gpu --no-run   (strip the binary
 #   it names to target/device/gpu-test)
 set -uo pipefail
+source "$(dirname "$0")/claims.sh"
 B=$(pwd)/target/device
 W=${1:?usage: gpu-device-run.sh WORKDIR [LAYERS]}
 LAYERS=${2:-10}
@@ -20,7 +21,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH
 t() { local s rc; s=$(date +%s%N); "$@"; rc=$?; echo "TIME $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" >&2; return $rc; }
 drop() { sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null && echo "[caches dropped]" || echo "[WARNING: caches NOT dropped]"; }
 echo "== GPU test binary"
-TARFA_REQUIRE_GPU=1 t "$B/gpu-test" --test-threads=1 2>&1 | tail -4
+TARFA_REQUIRE_GPU=1 t "$B/gpu-test" --test-threads=1 2>&1 | tail -4 || claim_failed "the GPU tests"
 echo "== checkpoint: $LAYERS layers"
 rm -rf "$W/src" "$W/jnf"
 t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 > /dev/null || exit 2
@@ -38,6 +39,6 @@ t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --vram-gib 0 --logits-out "$O/gp
 echo "== GPU, half of the experts on the CPU, trunk on the CPU"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --gpu-experts 0.5 --cpu-trunk --logits-out "$O/gpu-mixed.npy" > /dev/null
 for f in gpu gpu-stream gpu-mixed; do
-  cmp "$O/cpu.npy" "$O/$f.npy" && echo "logits: $f == cpu, byte for byte"
+  same_bytes "$O/cpu.npy" "$O/$f.npy" "$f == cpu"
 done
-echo "== done"
+end_claims

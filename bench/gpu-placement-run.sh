@@ -15,6 +15,7 @@
 # bench/llama/llama-cpp-cuda-src.tar.xz (CUDA=1 bash bench/llama/make-llama-src.sh) and
 # bench/llama/wheels/ (the gguf wheel). OUT: where logs and logits go (default WORKDIR/out).
 set -uo pipefail
+source "$(dirname "$0")/claims.sh"
 R=$(pwd)
 B=$R/target/device
 H=$R/bench/llama
@@ -54,22 +55,18 @@ P="--tokens 11,22,33,44,55,66,77,88 -n 64"
 RUN=("$B/tarfa-cuda" run "$W/jnf" $P --experts resident)
 echo "== logits (untimed): CPU, then --device cuda with the experts of 0, 1, half and all MoE layers on the CPU"
 t "${RUN[@]}" --logits-out "$O/cpu.npy" > /dev/null
-DIFFER=0
 for n in 0 1 $((LAYERS / 2)) "$LAYERS"; do
   "${RUN[@]}" --device cuda --n-cpu-moe "$n" --logits-out "$O/ncmoe-$n.npy" --json > "$O/ncmoe-$n.json" 2> "$O/ncmoe-$n.log"
   # The placement read back: the whole pass on the GPU, the experts of layers 0..n on the CPU.
   got=$(python3 -c "import json; g=json.load(open('$O/ncmoe-$n.json'))['gpu']; print(g['whole_model'], g['cpu_moe_layers'])" 2> /dev/null)
-  [ "$got" = "True $n" ] || { echo "PLACEMENT: --n-cpu-moe $n ran as ${got:-nothing}"; DIFFER=1; }
-  if cmp "$O/cpu.npy" "$O/ncmoe-$n.npy"; then echo "logits: --n-cpu-moe $n == cpu, byte for byte (placement read back: $got)"
-  else echo "LOGITS DIFFER: --n-cpu-moe $n"; tail -3 "$O/ncmoe-$n.log"; DIFFER=1; fi
+  [ "$got" = "True $n" ] || claim_failed "--n-cpu-moe $n ran as ${got:-nothing}"
+  same_bytes "$O/cpu.npy" "$O/ncmoe-$n.npy" "--n-cpu-moe $n == cpu (placement read back: $got)" || tail -3 "$O/ncmoe-$n.log"
 done
 "${RUN[@]}" --device cuda --vram-gib "$VRAM" --logits-out "$O/placed.npy" --json > "$O/placed.json" 2> "$O/placed.log"
-if cmp "$O/cpu.npy" "$O/placed.npy"; then echo "logits: --vram-gib $VRAM == cpu, byte for byte"
-else echo "LOGITS DIFFER: --vram-gib $VRAM"; tail -3 "$O/placed.log"; DIFFER=1; fi
+same_bytes "$O/cpu.npy" "$O/placed.npy" "--vram-gib $VRAM == cpu" || tail -3 "$O/placed.log"
 if [ "${NOGRAPH:-0}" = 1 ]; then
   "${RUN[@]}" --device cuda --vram-gib "$VRAM" --no-cuda-graphs --logits-out "$O/placed-nograph.npy" > /dev/null 2> "$O/placed-nograph.log"
-  if cmp "$O/cpu.npy" "$O/placed-nograph.npy"; then echo "logits: --vram-gib $VRAM --no-cuda-graphs == cpu, byte for byte"
-  else echo "LOGITS DIFFER: --vram-gib $VRAM --no-cuda-graphs"; tail -3 "$O/placed-nograph.log"; DIFFER=1; fi
+  same_bytes "$O/cpu.npy" "$O/placed-nograph.npy" "--vram-gib $VRAM --no-cuda-graphs == cpu" || tail -3 "$O/placed-nograph.log"
 fi
 N=$(python3 -c "import json; print(json.load(open('$O/placed.json'))['gpu']['cpu_moe_layers'])")
 echo "--vram-gib $VRAM: tarfa put the experts of the first $N MoE layers on the CPU"
@@ -108,4 +105,4 @@ echo "== tarfa's offload path under the same --vram-gib (layers on the CPU, expe
 peak "${RUN[@]}" --device cuda --gpu-offload-only --vram-gib "$VRAM" --json > "$O/offload.json" 2> /dev/null
 python3 -c "import json; d=json.load(open('$O/offload.json')); print('offload path: decode', d['decode']['tokens_per_s'], 'tokens/s')"
 cat "$O/peak.txt"
-exit $DIFFER
+end_claims

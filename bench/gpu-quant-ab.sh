@@ -9,6 +9,7 @@
 # Needs (carried): target/device/{synth_decode_checkpoint,tarfa-cuda…}, bench/llama/wheels/,
 # bench/llama/llama-cpp-cuda-src.tar.xz. OUT: where logs and logits go (default WORKDIR/out).
 set -uo pipefail
+source "$(dirname "$0")/claims.sh"
 R=$(pwd)
 B=$R/target/device
 H=$R/bench/llama
@@ -44,11 +45,10 @@ t "$first" convert "$W/model-q.gguf" -o "$W/jnf" --quiet || exit 2
 P="--tokens 11,22,33,44,55,66,77,88 -n 64 --experts resident"
 echo "== CPU reference logits"
 t "$first" run "$W/jnf" $P --logits-out "$O/cpu.npy" > /dev/null || exit 2
-DIFFER=0
 for spec in "$@"; do
   label=${spec%%:*} bin=${spec#*:}
   t "$bin" run "$W/jnf" $P --device cuda --logits-out "$O/$label.npy" | grep -E "^(decode|gpu|prompt)" 
-  if cmp "$O/cpu.npy" "$O/$label.npy"; then echo "logits: $label == cpu, byte for byte"; else echo "LOGITS DIFFER: $label"; DIFFER=1; fi
+  same_bytes "$O/cpu.npy" "$O/$label.npy" "$label == cpu"
 done
 for round in $(seq 1 "$ROUNDS"); do
   for spec in "$@"; do
@@ -59,5 +59,4 @@ for round in $(seq 1 "$ROUNDS"); do
   # The next round starts with the other side.
   set -- "${@:2}" "$1"
 done
-[ "$DIFFER" = 0 ] || { echo "== done, LOGITS DIFFER"; exit 1; }
-echo "== done"
+end_claims

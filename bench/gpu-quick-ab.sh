@@ -6,6 +6,7 @@
 # Needs (carried): target/device/{tarfa-cuda,gpu-test,synth_decode_checkpoint} and OTHER_BINARY.
 # OUT: where the logits go (default WORKDIR/out).
 set -uo pipefail
+source "$(dirname "$0")/claims.sh"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 B=target/device
 W=${1:?usage: gpu-quick-ab.sh WORKDIR OTHER_BINARY [ROUNDS]}
@@ -13,13 +14,13 @@ OTHER=${2:?other binary}
 ROUNDS=${3:-2}
 O=${OUT:-$W/out}
 mkdir -p "$W" "$O"
-TARFA_REQUIRE_GPU=1 "$B/gpu-test" --test-threads=1 2>&1 | grep -E "^test |test result|panicked"
+TARFA_REQUIRE_GPU=1 "$B/gpu-test" --test-threads=1 2>&1 | grep -E "^test |test result|panicked" || claim_failed "the GPU tests"
 "$B/synth_decode_checkpoint" "$W/src" 10 8 > /dev/null && "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2
 rm -rf "$W/src"
 P="--tokens 11,22,33,44,55,66,77,88 -n 32"
 "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" > /dev/null 2>&1
 "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole.npy" > /dev/null 2>&1
-cmp "$O/cpu.npy" "$O/whole.npy" && echo "logits: whole (new build) == cpu, byte for byte"
+same_bytes "$O/cpu.npy" "$O/whole.npy" "whole (new build) == cpu"
 for r in $(seq 1 "$ROUNDS"); do
   for b in "$B/tarfa-cuda" "$OTHER"; do
     echo "== round $r $b: 128 steps"
@@ -28,3 +29,4 @@ for r in $(seq 1 "$ROUNDS"); do
     "$b" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 --tokens 32 --runs 21 2>&1 | grep -E "\| gpu \||rror"
   done
 done
+end_claims

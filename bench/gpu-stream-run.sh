@@ -7,6 +7,7 @@
 # optionally target/device/tarfa-cuda-base (an earlier build, its gpu-stream run side by side).
 # OUT: where logs and logits go (default WORKDIR/out).
 set -uo pipefail
+source "$(dirname "$0")/claims.sh"
 R=$(pwd)
 B=$R/target/device
 W=${1:?usage: gpu-stream-run.sh WORKDIR [LAYERS] [TOKENS]}
@@ -35,7 +36,7 @@ t "$B/tarfa-cuda" run "$W/jnf" $P --logits-out "$O/s-cpu.npy" > /dev/null
 t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --vram-gib 0 --logits-out "$O/s-gpu0.npy"
 t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --vram-gib 2 --gpu-offload-only --logits-out "$O/s-gpu2.npy"
 for f in s-gpu0 s-gpu2; do
-  cmp "$O/s-cpu.npy" "$O/$f.npy" && echo "logits: $f == cpu, byte for byte"
+  same_bytes "$O/s-cpu.npy" "$O/$f.npy" "$f == cpu"
 done
 if [ -x "$B/tarfa-cuda-base" ]; then
   echo "== earlier build: gpu-stream"
@@ -44,4 +45,4 @@ fi
 echo "== bench-decode: stream, gpu-stream (cold cache, against the storage bound), gpu (all in VRAM, against the HBM bound)"
 t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes stream,gpu-stream --prompt-tokens 2 --tokens "$TOKENS" --runs 3
 t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu --tokens 128 --runs 3
-echo "== done"
+end_claims

@@ -22,6 +22,7 @@
 # with LLAMA=1 also bench/llama/llama-cpp-cuda-src.tar.xz (CUDA=1 bash bench/llama/make-llama-src.sh)
 # and bench/llama/wheels/ (the gguf wheel). OUT: where logs and logits go (default WORKDIR/out).
 set -uo pipefail
+source "$(dirname "$0")/claims.sh"
 R=$(pwd)
 B=$R/target/device
 H=$R/bench/llama
@@ -97,13 +98,8 @@ if [ -n "${TEST_TILE:-}" ]; then
   TARFA_CUDA_TILE=$TEST_TILE t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/whole-tile.npy" > /dev/null
   LOGITS="$LOGITS whole-tile"
 fi
-DIFFER=0
 for f in $LOGITS; do
-  if cmp "$O/cpu.npy" "$O/$f.npy"; then
-    echo "logits: $f == cpu, byte for byte"
-  else
-    echo "LOGITS DIFFER: $f != cpu"; DIFFER=1
-  fi
+  same_bytes "$O/cpu.npy" "$O/$f.npy" "$f == cpu"
 done
 if [ -n "${AB:-}" ]; then
   # While llama.cpp may still be building (niced: the sides alternate, so any disturbance
@@ -139,5 +135,4 @@ for r in json.load(open(sys.argv[1])):
 PY
 fi
 # A mismatch fails the run (after the measurements, so their logs still come back).
-[ "$DIFFER" = 0 ] || { echo "== done, LOGITS DIFFER (see above)"; exit 1; }
-echo "== done"
+end_claims

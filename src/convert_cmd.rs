@@ -10,7 +10,7 @@ use indicatif::{HumanBytes, ProgressBar, ProgressStyle};
 use tarfa_converter::{convert, parse_layer_range, Options, Outcome, Progress};
 
 use crate::cli::ConvertArgs;
-use crate::diagnose::{is_safetensors_file, is_url, Refused};
+use crate::diagnose::{is_jnf_file, is_safetensors_file, is_url, Refused};
 
 /// Draws one bar by bytes with ETA, labelled with the current file; or, on a pipe, one line per
 /// file; or nothing with `--quiet`.
@@ -71,15 +71,17 @@ impl Progress for Bars {
 }
 
 /// The common mistakes in naming the source, refused with the hint that fits: a URL, a
-/// `.safetensors` file instead of its directory, a directory holding only a GGUF.
+/// `.safetensors` file instead of its directory, a directory holding only a GGUF, tarfa's own
+/// output (a JNF file or model directory), a file that is neither a GGUF nor a checkpoint.
 fn check_source(src: &Path) -> Result<(), Refused> {
     let s = src.display();
     if is_url(&src.to_string_lossy()) {
+        let (fetch, file) = fetch_source(&src.to_string_lossy());
         return Err(Refused {
             code: 2,
             message: format!("{s}: convert reads a local checkpoint, not a URL"),
             hint: format!(
-                "download it first: a GGUF with tarfa fetch {s} --tensors '*' -o FILE.gguf, then tarfa convert FILE.gguf -o OUT; a safetensors checkpoint with its config.json into a directory (e.g. huggingface-cli download), then tarfa convert DIR -o OUT"
+                "download it first: a GGUF with tarfa fetch {fetch} --tensors '*' -o {file}, then tarfa convert {file} -o OUT (fetch takes one file: hf://owner/repo[@revision]/path/in/repo, or its URL); a safetensors checkpoint with its config.json into a directory (e.g. huggingface-cli download owner/repo --local-dir DIR), then tarfa convert DIR -o OUT"
             ),
         });
     }
@@ -89,6 +91,33 @@ fn check_source(src: &Path) -> Result<(), Refused> {
             code: 1,
             message: format!("{s}: a file of a safetensors checkpoint; convert reads the checkpoint's directory (config.json beside the shards)"),
             hint: format!("give its directory: tarfa convert {dir} -o OUT"),
+        });
+    }
+    const READS: &str = "convert reads a Hugging Face checkpoint directory (config.json beside model.safetensors or the shards of model.safetensors.index.json) or a GGUF file (for a split set, any part)";
+    if src.is_file() && is_jnf_file(src) {
+        return Err(Refused {
+            code: 1,
+            message: format!("{s}: a JNF file (tarfa's output), not a checkpoint"),
+            hint: format!("{READS}; inspect this file as it is (tarfa inspect {s})"),
+        });
+    }
+    if src.is_file() && !crate::inspect_gguf::is_gguf(src) {
+        return Err(Refused {
+            code: 1,
+            message: format!("{s}: neither a GGUF file nor a checkpoint directory"),
+            hint: READS.into(),
+        });
+    }
+    let manifest = tarfa_format::manifest::MANIFEST_NAME;
+    if src.is_dir() && src.join(manifest).symlink_metadata().is_ok() {
+        return Err(Refused {
+            code: 1,
+            message: format!(
+                "{s}: a JNF model directory (it holds {manifest}), already converted; not a checkpoint"
+            ),
+            hint: format!(
+                "use it as it is (tarfa inspect {s}, tarfa verify {s}, tarfa run {s}); to convert again, give the checkpoint it was made from"
+            ),
         });
     }
     if src.is_dir() {
@@ -113,6 +142,29 @@ fn check_source(src: &Path) -> Result<(), Refused> {
         }
     }
     Ok(())
+}
+
+/// The SOURCE and output file of the `tarfa fetch` that downloads the GGUF `url` names: the URL
+/// itself when fetch takes it, else (`hf://owner/repo[@revision]`, a repository with no file)
+/// the repository's file as `MODEL.gguf`, for the user to name.
+fn fetch_source(url: &str) -> (String, String) {
+    let takes = |u: &str| tarfa_fetch::Location::parse(u, tarfa_fetch::DEFAULT_HF_ENDPOINT).is_ok();
+    let named = |u: &str| {
+        let last = u.rsplit('/').next().unwrap_or("");
+        if last.to_ascii_lowercase().ends_with(".gguf") {
+            last.to_string()
+        } else {
+            "MODEL.gguf".to_string()
+        }
+    };
+    if takes(url) {
+        return (url.to_string(), named(url));
+    }
+    let with_file = format!("{}/MODEL.gguf", url.trim_end_matches('/'));
+    if takes(&with_file) {
+        return (with_file, "MODEL.gguf".into());
+    }
+    ("hf://owner/repo/MODEL.gguf".into(), "MODEL.gguf".into())
 }
 
 /// A conversion that failed on the machine's side while writing `out` (I/O, no space) resumes:
@@ -187,6 +239,32 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
     };
     let passed =
         |r: &Option<tarfa_verifier::Report>| r.as_ref().is_none_or(|r| r.faults.is_empty());
+    // Layers of the range converted (all, without --layers) that are still not there: the source
+    // holds none of their tensors, though its config declares them. No `--layers` run can add
+    // them, so the model will never run: said after the summary, exit 1.
+    let (from, to) = layers.unwrap_or((0, u32::MAX));
+    let absent: Vec<u32> = (from..s.num_layers.min(to.saturating_add(1)))
+        .filter(|l| !s.layers_present.contains(l))
+        .collect();
+    let lacking = |out: &Path| -> anyhow::Result<bool> {
+        if absent.is_empty() {
+            return Ok(true);
+        }
+        let list: Vec<String> = absent.iter().map(u32::to_string).collect();
+        Err(Refused {
+            code: 1,
+            message: format!(
+                "{}: holds no tensors of layer{} {}, which its config declares ({} layers): {} is not a whole model and will not run",
+                args.source.display(),
+                if absent.len() == 1 { "" } else { "s" },
+                list.join(", "),
+                s.num_layers,
+                out.display()
+            ),
+            hint: "a source that lacks layers cannot supply them (--layers cannot add them): convert a checkpoint or GGUF of the whole model (fixtures/gguf/README.md says which fixtures are)".into(),
+        }
+        .into())
+    };
     if args.json {
         let verified = verify()?;
         // One document: the conversion, and the verification inside it (`null` without --verify).
@@ -197,7 +275,7 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
             None => serde_json::Value::Null,
         };
         crate::json::print(&doc)?;
-        return Ok(passed(&verified));
+        return Ok(lacking(&args.output)? && passed(&verified));
     }
     println!(
         "{}: {} layers written, {} skipped (already present and checked){}; {} of {} layers present",
@@ -250,5 +328,49 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
     if let Some(r) = &verified {
         crate::verify_cmd::print_text(r);
     }
-    Ok(passed(&verified))
+    Ok(lacking(&args.output)? && passed(&verified))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::FromArgMatches as _;
+
+    use super::*;
+
+    /// The `tarfa fetch …` command line of `hint`, as the shell would split it.
+    fn fetch_line(hint: &str) -> Vec<String> {
+        let start = hint
+            .find("tarfa fetch ")
+            .expect("a fetch command in the hint");
+        let line = hint[start..].split(", then").next().expect("a command");
+        line.split_whitespace()
+            .map(|w| w.trim_matches('\'').to_string())
+            .collect()
+    }
+
+    #[test]
+    fn convert_of_a_url_hints_a_fetch_that_fetch_accepts() {
+        for url in [
+            "hf://owner/repo",
+            "hf://owner/repo/",
+            "hf://owner/repo@v1.0",
+            "hf://owner/repo/sub/model-Q4_K.gguf",
+            "hf://owner",
+            "https://example.com/m.gguf",
+            "HF://owner/repo",
+        ] {
+            let hint = check_source(Path::new(url)).expect_err("a URL").hint;
+            let line = fetch_line(&hint);
+            let parsed = crate::cli::command()
+                .try_get_matches_from(&line)
+                .map_err(|e| e.to_string())
+                .and_then(|m| crate::cli::Cli::from_arg_matches(&m).map_err(|e| e.to_string()));
+            let cli = parsed.unwrap_or_else(|e| panic!("{url}: {line:?} is refused: {e}"));
+            let crate::cli::Command::Fetch(f) = cli.command else {
+                panic!("{url}: {line:?} is not a fetch");
+            };
+            tarfa_fetch::Location::parse(&f.source, tarfa_fetch::DEFAULT_HF_ENDPOINT)
+                .unwrap_or_else(|e| panic!("{url}: fetch refuses {}: {e}", f.source));
+        }
+    }
 }

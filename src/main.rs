@@ -150,7 +150,7 @@ fn incomplete_hint(dir: &std::path::Path, missing: &[u32]) -> String {
         })
         .collect();
     format!(
-        "the model was converted for part of its depth: convert the missing layers into it from the same source ({}); the layers already there are checked and kept",
+        "the model was converted for part of its depth: convert the missing layers into it from the same source ({}); the layers already there are checked and kept (a source that holds no tensors of a layer cannot supply it: tarfa convert says so)",
         runs.join("; ")
     )
 }
@@ -171,6 +171,8 @@ fn classify_static(e: &anyhow::Error) -> (u8, Option<&'static str>) {
     const NAMES: &str = "a JNF file holds names of 1 to 4096 bytes without NUL, and source paths without ':' components (spec/JNF_V1.md §5.1); rename it in the source";
     const GGUF: &str =
         "the GGUF file breaks a rule of the format; it is damaged, truncated or not a GGUF file";
+    const SOURCE_READ: &str = "the source file named could not be read to the end (a media error, or it shrank or was replaced while converting): check or re-download it, then rerun the same tarfa convert; nothing of the failing JNF file was published";
+    const EMPTY: &str = "give the checkpoint's directory with its weights (model.safetensors, or the shards model.safetensors.index.json lists), or a GGUF file of the whole model";
     // A JNF file or manifest that breaks the spec: invalid input. A manifest an older tarfa
     // wrote says itself what to do (convert again), so it gets no "damaged" hint.
     let jnf_hint = |f: &tarfa_format::Error| match f {
@@ -192,6 +194,11 @@ fn classify_static(e: &anyhow::Error) -> (u8, Option<&'static str>) {
             | C::SourceChanged { .. }
             | C::LayerCount { .. }
             | C::NotAnMtpBlock { .. } => return (1, None),
+            C::SourceRead { .. } => return (2, Some(SOURCE_READ)),
+            C::BadSource {
+                fault: SourceFault::NoTensors | SourceFault::NoLayers,
+                ..
+            } => return (1, Some(EMPTY)),
             C::BadSource {
                 fault:
                     SourceFault::NameTooLong { .. }

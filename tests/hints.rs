@@ -188,3 +188,143 @@ fn a_file_given_where_a_model_directory_is_wanted_is_exit_1_with_the_hint_that_f
     let (_, _, err) = tarfa(&["inspect", path(&notes)]);
     assert!(!err.contains("damaged"), "{err}");
 }
+
+/// `tarfa args`: exit code and stderr.
+fn code_and_err(args: &[&str]) -> (i32, String) {
+    let (c, _, err) = tarfa(args);
+    (c, err)
+}
+
+/// A copy of the qwen3_moe fixture at `dir`.
+fn copy_fixture(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("mkdir");
+    for e in std::fs::read_dir(fixture("qwen3_moe")).expect("read fixture") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), dir.join(e.file_name())).expect("copy");
+    }
+}
+
+#[test]
+fn a_source_that_is_not_a_checkpoint_gets_a_source_hint_never_the_damaged_jnf_one() {
+    // Issue 26, finding 14: tarfa's own output, a file of no known kind and a damaged shard,
+    // given to convert as its source.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    copy_fixture(&src);
+    let model = tmp.path().join("model");
+    let (c, err) = code_and_err(&["convert", path(&src), "-o", path(&model), "--quiet"]);
+    assert_eq!(c, 0, "{err}");
+    let out = tmp.path().join("out");
+    let other = tmp.path().join("weights.bin");
+    std::fs::write(&other, [7u8; 10_000]).expect("write");
+    let damaged = tmp.path().join("damaged");
+    copy_fixture(&damaged);
+    let shard = damaged.join("model.safetensors");
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .expect("open");
+    f.set_len(5000).expect("truncate");
+    let cases = [
+        (model.join("layer-00000.jnf"), "tarfa inspect"),
+        (model.clone(), "use it as it is"),
+        (other, "convert reads a Hugging Face checkpoint directory"),
+        (damaged, "the source checkpoint is incomplete or damaged"),
+    ];
+    for (source, hint) in cases {
+        let args = ["convert", path(&source), "-o", path(&out)];
+        let (c, err) = code_and_err(&args);
+        assert_eq!(c, 1, "{args:?}: {err}");
+        let hints: Vec<&str> = err.lines().filter(|l| l.starts_with("hint: ")).collect();
+        assert!(hints.iter().any(|h| h.contains(hint)), "{args:?}: {err}");
+        assert!(
+            !err.contains("spec/JNF_V1.md") && !err.contains("not written by a conforming"),
+            "{args:?}: the damaged-JNF hint for a source: {err}"
+        );
+        assert!(!out.exists(), "{args:?} created {}", out.display());
+    }
+}
+
+#[test]
+fn a_dangling_shard_without_an_index_is_not_said_to_be_listed_in_one() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    copy_fixture(&src);
+    std::fs::remove_file(src.join("model.safetensors")).expect("rm");
+    std::os::unix::fs::symlink(tmp.path().join("gone"), src.join("model.safetensors"))
+        .expect("symlink");
+    let (c, err) = code_and_err(&["convert", path(&src), "-o", path(&tmp.path().join("o"))]);
+    assert_eq!(c, 1, "{err}");
+    assert!(err.contains("dangling symbolic link"), "{err}");
+    assert!(!err.contains("index.json"), "{err}");
+}
+
+#[test]
+fn an_empty_checkpoint_is_refused_not_converted_to_an_empty_model() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    copy_fixture(&src);
+    // A safetensors file with an empty header: no tensors.
+    let mut empty = 8u64.to_le_bytes().to_vec();
+    empty.extend_from_slice(b"{}      ");
+    std::fs::write(src.join("model.safetensors"), empty).expect("write");
+    let out = tmp.path().join("out");
+    let (c, err) = code_and_err(&["convert", path(&src), "-o", path(&out)]);
+    assert_eq!(c, 1, "{err}");
+    assert!(err.contains("no tensors"), "{err}");
+    assert!(
+        !out.join("manifest.json").exists(),
+        "an empty model was written"
+    );
+}
+
+#[test]
+fn an_output_inside_the_source_directory_or_naming_a_file_is_refused_before_writing() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = tmp.path().join("src");
+    copy_fixture(&src);
+    let before: Vec<_> = std::fs::read_dir(&src).expect("ls").collect();
+    for inside in [src.join("out"), src.join("a/b")] {
+        let (c, err) = code_and_err(&["convert", path(&src), "-o", path(&inside)]);
+        assert_eq!(c, 2, "{err}");
+        assert!(err.contains("inside the source directory"), "{err}");
+        assert_eq!(
+            std::fs::read_dir(&src).expect("ls").count(),
+            before.len(),
+            "something was written into the source directory"
+        );
+    }
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"mine").expect("write");
+    let (c, err) = code_and_err(&["convert", path(&src), "-o", path(&file)]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("a file, not a directory"), "{err}");
+    assert!(!err.contains("rerun"), "a resume hint for a file: {err}");
+    assert_eq!(std::fs::read(&file).expect("read"), b"mine");
+}
+
+#[test]
+fn a_gguf_lacking_a_declared_layer_is_said_so_by_convert_never_hinted_to_add_it_with_layers() {
+    // metadata.gguf: block_count 2, tensors of block 0 only. Converting it said "1 of 2 layers
+    // present" with exit 0, and run then hinted `--layers 1`, which selects no layer of it.
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let out = tmp.path().join("out");
+    let gguf = gguf_fixture("metadata.gguf");
+    let (c, err) = code_and_err(&["convert", path(&gguf), "-o", path(&out), "--quiet"]);
+    assert_eq!(c, 1, "{err}");
+    assert!(
+        err.contains("holds no tensors of layer 1") && err.contains("(2 layers)"),
+        "{err}"
+    );
+    assert!(!err.contains("--layers 1"), "{err}");
+    for line in err.lines().filter(|l| l.contains("--layers ")) {
+        assert!(
+            line.contains("cannot add them"),
+            "a --layers run is hinted: {line}"
+        );
+    }
+    // What the model's incomplete hint says at run: never that this source can supply it.
+    let (c, _, err) = tarfa(&["run", path(&out), "--tokens", "1", "-n", "1"]);
+    assert_eq!(c, 1, "{err}");
+    assert!(err.contains("cannot supply it"), "{err}");
+}

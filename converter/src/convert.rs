@@ -286,6 +286,28 @@ impl Ctx<'_> {
         }
     }
 
+    /// The writer's error while it wrote `item`, named as the source's fault when reading the
+    /// source failed (the writer names the JNF file it writes; the fault is the source file's).
+    fn source_fault(&self, item: &Item, e: tarfa_format::Error) -> ConvertError {
+        let source = match e {
+            tarfa_format::Error::Io {
+                op: tarfa_format::writer::READ_SOURCE_OP,
+                source,
+                ..
+            } => source,
+            tarfa_format::Error::Usage {
+                fault: fault @ tarfa_format::error::UsageFault::SourceShort { .. },
+                ..
+            } => std::io::Error::new(std::io::ErrorKind::UnexpectedEof, fault.to_string()),
+            e => return e.into(),
+        };
+        ConvertError::SourceRead {
+            path: self.ck.shards[item.slice.shard].path.clone(),
+            tensor: item.slice.tensor.clone(),
+            source,
+        }
+    }
+
     /// Does the region record `rec` (its strings in `table`) hold `item`, from this source?
     fn region_matches(
         &self,
@@ -508,7 +530,8 @@ impl Ctx<'_> {
             .reserve(self.out, TRUNK_NAME, file_size_estimate(unit, 0))?;
         let mut w = JnfWriter::create_with(&path, FileLayout::trunk(), self.writer_options)?;
         for item in &plan.trunk {
-            w.tensor(&self.spec(item, None), &mut self.reader(item))?;
+            w.tensor(&self.spec(item, None), &mut self.reader(item))
+                .map_err(|e| self.source_fault(item, e))?;
         }
         let written = w.finish()?;
         if !written.direct_io {
@@ -536,7 +559,8 @@ impl Ctx<'_> {
                 .reserve(self.out, &name, file_size_estimate(unit, lp.experts.len()))?;
         let mut w = JnfWriter::create_with(&path, layout, self.writer_options)?;
         for item in &lp.plain {
-            w.tensor(&self.spec(item, Some(layer)), &mut self.reader(item))?;
+            w.tensor(&self.spec(item, Some(layer)), &mut self.reader(item))
+                .map_err(|e| self.source_fault(item, e))?;
         }
         for e in 0..lp.experts.len() {
             let mut x = w.begin_expert(layer, e as u32)?;
@@ -545,7 +569,8 @@ impl Ctx<'_> {
                     item.role,
                     &self.spec(&item, Some(layer)),
                     &mut self.reader(&item),
-                )?;
+                )
+                .map_err(|e| self.source_fault(&item, e))?;
             }
             w = x.end_expert()?;
         }
@@ -614,6 +639,34 @@ fn not_ours(path: &Path) -> ConvertError {
         path: path.to_path_buf(),
         fault: OutputFault::NotFromThisSource,
     }
+}
+
+/// Is `path` (which may not exist yet) strictly inside directory `dir`? Compared by canonical
+/// paths: `path`'s nearest existing ancestor is resolved, the rest appended.
+fn inside_dir(path: &Path, dir: &Path) -> bool {
+    let Ok(dir) = dir.canonicalize() else {
+        return false;
+    };
+    let absolute = match std::path::absolute(path) {
+        Ok(p) => p,
+        Err(_) => return false,
+    };
+    let mut rest = Vec::new();
+    let mut base = absolute.as_path();
+    let resolved = loop {
+        match base.canonicalize() {
+            Ok(b) => break b,
+            Err(_) => match (base.parent(), base.file_name()) {
+                (Some(parent), Some(name)) => {
+                    rest.push(name.to_os_string());
+                    base = parent;
+                }
+                _ => return false,
+            },
+        }
+    };
+    let full = rest.iter().rev().fold(resolved, |p, n| p.join(n));
+    full != dir && full.starts_with(&dir)
 }
 
 fn same_dir(a: &Path, b: &Path) -> bool {
@@ -770,6 +823,35 @@ pub fn convert(
         return Err(ConvertError::BadOutput {
             path: out.to_path_buf(),
             fault: OutputFault::IsSourceDir,
+        });
+    }
+    if !gguf && inside_dir(out, src) {
+        return Err(ConvertError::BadOutput {
+            path: out.to_path_buf(),
+            fault: OutputFault::InsideSourceDir {
+                src: src.to_path_buf(),
+            },
+        });
+    }
+    if out.symlink_metadata().is_ok() && !out.is_dir() {
+        return Err(ConvertError::BadOutput {
+            path: out.to_path_buf(),
+            fault: OutputFault::NotADirectory,
+        });
+    }
+    // A checkpoint without tensors, or without a layer, would convert to a model of nothing. (A
+    // GGUF of trunk tensors alone is a test vector of types, fixtures/gguf/quants.gguf: kept.)
+    let empty = if ck.tensors.is_empty() {
+        Some(SourceFault::NoTensors)
+    } else if plan.layers.is_empty() && !gguf {
+        Some(SourceFault::NoLayers)
+    } else {
+        None
+    };
+    if let Some(fault) = empty {
+        return Err(ConvertError::BadSource {
+            path: src.to_path_buf(),
+            fault,
         });
     }
     // A model directory holds only what its manifest lists (spec §8.3): the GGUF would be an

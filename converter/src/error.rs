@@ -5,11 +5,30 @@ use std::path::PathBuf;
 /// Why a conversion stopped.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
-    /// A shard named by the index (or the single file) does not exist.
-    #[error("{}: missing shard (listed in model.safetensors.index.json, not on disk)", path.display())]
+    /// A shard named by the index, or a `*.safetensors` name listed in the directory without an
+    /// index, does not exist (the second: a dangling symbolic link, or removed while listed).
+    #[error("{}: missing shard ({})", path.display(), if *indexed {
+        "listed in model.safetensors.index.json, not on disk"
+    } else {
+        "its name is in the checkpoint directory, but the file it names is not there: a dangling symbolic link?"
+    })]
     MissingShard {
         /// The shard's path.
         path: PathBuf,
+        /// Whether `model.safetensors.index.json` listed it (else the directory's listing did).
+        indexed: bool,
+    },
+    /// Reading a source tensor's bytes failed while its JNF file was being written: the source
+    /// file is unreadable (a media error) or shrank since its header was read. Nothing of the
+    /// JNF file was published.
+    #[error("{}: reading tensor '{tensor}' failed: {source}", path.display())]
+    SourceRead {
+        /// The source file (shard or GGUF part).
+        path: PathBuf,
+        /// The tensor being read.
+        tensor: String,
+        /// What failed.
+        source: std::io::Error,
     },
     /// A Git LFS pointer where weights should be.
     #[error("{}: this is a Git LFS pointer file, not the weights; fetch the real file (git lfs pull) and retry", path.display())]
@@ -156,6 +175,12 @@ pub enum SourceFault {
     /// Neither an index nor any `*.safetensors` file.
     #[error("no model.safetensors.index.json and no *.safetensors files")]
     NoWeights,
+    /// Shards whose headers hold no tensor at all: nothing to convert.
+    #[error("the checkpoint holds no tensors; there is no model to convert")]
+    NoTensors,
+    /// Tensors, but none of a layer (`model.layers.N.*`, `blk.N.*`): a model without its layers.
+    #[error("the checkpoint holds no layer tensors (model.layers.N.* or GGUF blk.N.*); there is no model to convert")]
+    NoLayers,
     /// A JSON file of the checkpoint does not parse.
     #[error("not valid JSON: {detail}")]
     NotJson {
@@ -376,6 +401,15 @@ pub enum OutputFault {
     /// The output directory is the source directory.
     #[error("the output directory is the source directory; tarfa never writes into its input")]
     IsSourceDir,
+    /// The output directory is inside the source checkpoint's directory.
+    #[error("the output directory is inside the source directory {}; tarfa never writes into its input: choose a directory outside it", src.display())]
+    InsideSourceDir {
+        /// The source directory.
+        src: PathBuf,
+    },
+    /// `-o` names something that is there and is not a directory (a regular file, a device).
+    #[error("it is a file, not a directory: give the directory to write the model into (new, empty, or an earlier output of this source)")]
+    NotADirectory,
     /// The output directory holds a file of the source.
     #[error("the output directory holds the source {rel}; a model directory holds only the files its manifest lists, so the model could never verify: give another directory (e.g. a new subdirectory)")]
     HoldsSource {

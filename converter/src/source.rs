@@ -74,6 +74,7 @@ fn read_shard(
     dir: &Path,
     rel: &str,
     shard_index: usize,
+    indexed: bool,
 ) -> Result<(Shard, Vec<SourceTensor>), ConvertError> {
     let path = dir.join(rel);
     let io = |op: &'static str| {
@@ -83,7 +84,10 @@ fn read_shard(
     let tarfa_format::fsio::RegularFile { file, len } = tarfa_format::fsio::open_regular(&path)
         .map_err(|e| {
             if e.is_not_found() {
-                ConvertError::MissingShard { path: path.clone() }
+                ConvertError::MissingShard {
+                    path: path.clone(),
+                    indexed,
+                }
             } else {
                 e.into()
             }
@@ -230,7 +234,7 @@ impl Checkpoint {
         let mut shards = Vec::with_capacity(names.len());
         let mut tensors = BTreeMap::new();
         for (i, rel) in names.iter().enumerate() {
-            let (shard, ts) = read_shard(dir, rel, i)?;
+            let (shard, ts) = read_shard(dir, rel, i, weight_map.is_some())?;
             for t in ts {
                 if let Some(wm) = &weight_map {
                     if wm.get(&t.name) != Some(rel) {

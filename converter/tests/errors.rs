@@ -65,7 +65,7 @@ fn missing_shard_is_named_and_nothing_is_written() {
     let out = dir.path().join("out");
     let err = convert_err(&src, &out);
     assert!(
-        matches!(&err, ConvertError::MissingShard { path } if path.ends_with(SHARD_2)),
+        matches!(&err, ConvertError::MissingShard { path, indexed: true } if path.ends_with(SHARD_2)),
         "{err:?}"
     );
     let msg = err.to_string();
@@ -429,4 +429,107 @@ fn the_no_space_message_explains_the_margin_it_adds() {
         msg.contains(&format!("needs {} bytes (3 for the file at most, 5 promised to files being written beside it, and {} kept free", 8 + (16 << 20), 16 << 20)),
         "{msg}"
     );
+}
+
+/// Truncates a source shard to its header once the conversion has planned (after every header
+/// was read and checked): the tensors' bytes are then unreadable while their JNF files are written.
+struct TruncateAtStart {
+    shard: PathBuf,
+    keep: u64,
+}
+
+impl tarfa_converter::Progress for TruncateAtStart {
+    fn start(&self, _bytes: u64, _files: usize) {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&self.shard)
+            .expect("open shard");
+        f.set_len(self.keep).expect("truncate shard");
+    }
+}
+
+#[test]
+fn a_source_unreadable_while_converting_is_named_as_the_source_not_the_jnf_file() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small(tmp.path(), SynthSpec::small());
+    let shard = src.join("model.safetensors");
+    let header = 8 + u64::from_le_bytes(
+        std::fs::read(&shard).expect("read shard")[..8]
+            .try_into()
+            .expect("8 bytes"),
+    );
+    let out = tmp.path().join("out");
+    let progress = TruncateAtStart {
+        shard: shard.clone(),
+        keep: header,
+    };
+    let err = tarfa_converter::convert(&src, &out, &tarfa_converter::Options::default(), &progress)
+        .expect_err("the source's bytes are gone");
+    assert!(
+        matches!(&err, ConvertError::SourceRead { path, .. } if path == &shard),
+        "not the source's fault: {err:?}"
+    );
+    let text = err.to_string();
+    assert!(text.starts_with(&shard.display().to_string()), "{text}");
+    assert!(!text.contains(".jnf"), "names a JNF file: {text}");
+    assert_nothing_published(&out);
+}
+
+#[test]
+fn a_checkpoint_without_tensors_or_without_layers_is_refused() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let src = small(tmp.path(), SynthSpec::small());
+    let shard = src.join("model.safetensors");
+    // The same shard with no tensors, then with only a trunk tensor.
+    let bytes = std::fs::read(&shard).expect("read shard");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).expect("header");
+    let write = |entries: serde_json::Map<String, serde_json::Value>, data: &[u8]| {
+        let mut h = serde_json::to_vec(&entries).expect("json");
+        h.resize(h.len().div_ceil(8) * 8, b' ');
+        let mut f = (h.len() as u64).to_le_bytes().to_vec();
+        f.extend_from_slice(&h);
+        f.extend_from_slice(data);
+        std::fs::write(&shard, f).expect("write shard");
+    };
+    write(serde_json::Map::new(), &[]);
+    let err = convert_err(&src, &tmp.path().join("out1"));
+    assert!(
+        matches!(
+            &err,
+            ConvertError::BadSource {
+                fault: SourceFault::NoTensors,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_nothing_published(&tmp.path().join("out1"));
+    let (name, entry) = header
+        .iter()
+        .find(|(k, _)| k.as_str() == "model.embed_tokens.weight")
+        .expect("an embedding");
+    let range = entry["data_offsets"].as_array().expect("offsets");
+    let (a, b) = (
+        range[0].as_u64().expect("u64") as usize,
+        range[1].as_u64().expect("u64") as usize,
+    );
+    let mut only = serde_json::Map::new();
+    let mut e = entry.clone();
+    e["data_offsets"] = serde_json::json!([0, b - a]);
+    only.insert(name.clone(), e);
+    write(only, &bytes[8 + n + a..8 + n + b]);
+    let err = convert_err(&src, &tmp.path().join("out2"));
+    assert!(
+        matches!(
+            &err,
+            ConvertError::BadSource {
+                fault: SourceFault::NoLayers,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_nothing_published(&tmp.path().join("out2"));
 }

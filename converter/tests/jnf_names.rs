@@ -5,7 +5,8 @@
 
 use tarfa_converter::{convert, ConvertError, Options, Quiet, SourceFault};
 
-/// A one-tensor checkpoint whose tensor is called `name`, converted into a fresh directory.
+/// A checkpoint whose tensor is called `name` (beside one layer tensor: a checkpoint without a
+/// layer is refused as a model of nothing), converted into a fresh directory.
 fn convert_named(name: &str) -> Result<(), ConvertError> {
     let t = tempfile::tempdir().expect("tempdir");
     let src = t.path().join("src");
@@ -15,10 +16,14 @@ fn convert_named(name: &str) -> Result<(), ConvertError> {
         name.to_string(),
         serde_json::json!({"dtype": "BF16", "shape": [1], "data_offsets": [0, 2]}),
     );
+    entry.insert(
+        "model.layers.0.input_layernorm.weight".to_string(),
+        serde_json::json!({"dtype": "BF16", "shape": [1], "data_offsets": [2, 4]}),
+    );
     let json = serde_json::to_vec(&entry).expect("json");
     let mut b = (json.len() as u64).to_le_bytes().to_vec();
     b.extend_from_slice(&json);
-    b.extend_from_slice(&[0; 2]);
+    b.extend_from_slice(&[0; 4]);
     std::fs::write(src.join("model.safetensors"), b).expect("write");
     let out = t.path().join("out");
     let r = convert(&src, &out, &Options::default(), &Quiet);

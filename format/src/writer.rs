@@ -603,7 +603,7 @@ impl Core {
         while left > 0 {
             let want = (left.min(CHUNK as u64)) as usize;
             let got = read_full(data, &mut self.buf[..want])
-                .map_err(|e| Error::io(&self.path(), "read region source", e))?;
+                .map_err(|e| Error::io(&self.path(), READ_SOURCE_OP, e))?;
             if got < want {
                 return Err(self.usage(UsageFault::SourceShort {
                     name: spec.name.clone(),
@@ -673,6 +673,10 @@ fn write_pages(pending: &mut PendingFile, bytes: &[u8], pos: u64) -> Result<()> 
     }
     res.map_err(|e| Error::io(pending.dest(), "write", e))
 }
+
+/// The `op` of the [`Error::Io`] of a region's source `Read` failing (its `path` is the JNF file
+/// being written), so that a caller can name the source instead.
+pub const READ_SOURCE_OP: &str = "read region source";
 
 /// Read until `buf` is full or the source ends; returns bytes read.
 fn read_full(r: &mut dyn Read, buf: &mut [u8]) -> std::io::Result<usize> {

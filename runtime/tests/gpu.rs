@@ -1,41 +1,43 @@
 //! The GPU path: without CUDA (no `cuda` feature, no driver, no device) the runtime says CUDA is
 //! absent, never panics; with a GPU, every landed expert reaches VRAM byte-identical, and a slot
-//! stays out of the ring while its copy may run. The GPU tests skip, saying why, where there is
-//! no GPU (CI never builds the feature).
+//! stays out of the ring while its copy may run. Where there is no GPU (CI never builds the
+//! feature) the GPU tests skip through `tarfa_testtools` (`Tool::Gpu`: a `SKIPPED (hardware)` line,
+//! logged for `scripts/test.sh`), and fail instead under `TARFA_REQUIRE_GPU=1` (the GPU machine's
+//! runs set it), as decode/tests/gpu.rs does.
 
 mod common;
 
 use common::{backends, options, pread_reference, write_model};
 use tarfa_runtime::bench::stream_sets_to_gpu;
 use tarfa_runtime::{CudaError, DeviceSink, ExpertSource, Gpu, CUDA_BUILT};
+use tarfa_testtools::{available, Tool};
 
-/// The GPU, or `None` after checking that its absence is said clearly.
-fn gpu_or_skip(test: &str) -> Option<Gpu> {
-    match Gpu::open(0) {
-        Ok(g) => Some(g),
-        Err(e) => {
-            let msg = e.to_string();
-            assert!(matches!(e, CudaError::Absent(_)), "not 'absent': {msg}");
-            assert!(msg.starts_with("CUDA is absent: "), "{msg}");
-            if !CUDA_BUILT {
-                assert!(msg.contains("built without CUDA"), "{msg}");
-            }
-            eprintln!("skipping {test}: {msg}");
-            None
+/// The GPU, or `None` after checking that its absence is said clearly (and skipping, or failing
+/// under `TARFA_REQUIRE_GPU=1`).
+#[track_caller]
+fn gpu_or_skip() -> Option<Gpu> {
+    let probe = Gpu::open(0).map_err(|e| {
+        let msg = e.to_string();
+        assert!(matches!(e, CudaError::Absent(_)), "not 'absent': {msg}");
+        assert!(msg.starts_with("CUDA is absent: "), "{msg}");
+        if !CUDA_BUILT {
+            assert!(msg.contains("built without CUDA"), "{msg}");
         }
-    }
+        msg
+    });
+    available(Tool::Gpu, probe)
 }
 
 #[test]
 fn without_a_gpu_cuda_is_said_absent() {
-    if let Some(g) = gpu_or_skip("without_a_gpu_cuda_is_said_absent") {
+    if let Some(g) = gpu_or_skip() {
         eprintln!("GPU present: {} (device {})", g.name(), g.ordinal());
     }
 }
 
 #[test]
 fn landed_experts_reach_vram_byte_identical_and_slots_wait_for_their_copy() {
-    let Some(gpu) = gpu_or_skip("landed_experts_reach_vram_byte_identical") else {
+    let Some(gpu) = gpu_or_skip() else {
         return;
     };
     let dir = tempfile::tempdir().expect("tempdir");

@@ -15,9 +15,12 @@
 //! need it, `tarfa-gguf` among them, which the converter (home of the other test kit) depends on;
 //! and test code stays out of the shipped libraries (review finding 20). It has no dependencies.
 //!
-//! The GPU tests are not here: a GPU is hardware CI does not have, not a tool to install; they
-//! keep `TARFA_REQUIRE_GPU`, set on the GPU machine. Nor is the NVRTC test inside the runtime
-//! (a unit test, which `scripts/test.sh` runs with `TARFA_REQUIRE_NVRTC=1`).
+//! A GPU ([`Tool::Gpu`]) is hardware CI does not have, not a tool to install: only its own
+//! variable, `TARFA_REQUIRE_GPU` (set on the GPU machine), requires it, never
+//! [`ENV_REQUIRE_TOOLS`] or `CI`; its skip line starts [`SKIPPED_HARDWARE`], which
+//! `scripts/test.sh` lists but does not count as a tool left missing. (decode/tests/gpu.rs keeps
+//! its own check of the same variable.) Nor is the NVRTC test inside the runtime here (a unit
+//! test, which `scripts/test.sh` runs with `TARFA_REQUIRE_NVRTC=1`).
 
 #![forbid(unsafe_code)]
 
@@ -38,6 +41,10 @@ pub const ENV_CI: &str = "CI";
 pub const ENV_SKIP_LOG: &str = "TARFA_SKIP_LOG";
 /// What every skip line starts with; `scripts/test.sh` looks for it.
 pub const SKIPPED: &str = "SKIPPED";
+/// What the skip line of missing hardware ([`Tool::Gpu`]) starts with: a skip that
+/// `TARFA_REQUIRE_TOOLS=1` does not turn into a failure, so `scripts/test.sh` lists it without
+/// failing on it.
+pub const SKIPPED_HARDWARE: &str = "SKIPPED (hardware)";
 
 /// Something a test needs from outside the Rust build.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +61,8 @@ pub enum Tool {
     IoUring,
     /// fio, the baseline of `tarfa bench-io`.
     Fio,
+    /// A usable CUDA GPU: hardware, required only by `TARFA_REQUIRE_GPU`.
+    Gpu,
 }
 
 impl Tool {
@@ -66,6 +75,7 @@ impl Tool {
             Tool::Tmpfs => "mounting a tmpfs",
             Tool::IoUring => "io_uring",
             Tool::Fio => "fio",
+            Tool::Gpu => "a usable CUDA GPU",
         }
     }
 
@@ -73,14 +83,24 @@ impl Tool {
     pub fn install(self) -> &'static str {
         match self {
             Tool::Nginx => "apt-get install nginx (scripts/test.sh does, as root)",
-            Tool::PythonGguf => "python3 -m pip install gguf numpy (scripts/test.sh does)",
-            Tool::PythonBlake3 => "python3 -m pip install blake3 (scripts/test.sh does)",
+            Tool::PythonGguf => {
+                "python3 -m pip install gguf numpy, in a venv first on PATH (scripts/test.sh \
+                 makes one: ~/.cache/tarfa/venv)"
+            }
+            Tool::PythonBlake3 => {
+                "python3 -m pip install blake3, in a venv first on PATH (scripts/test.sh makes \
+                 one: ~/.cache/tarfa/venv)"
+            }
             Tool::Tmpfs => "run the tests as root (mount needs CAP_SYS_ADMIN)",
             Tool::IoUring => {
                 "a Linux kernel with io_uring (5.6 or later), not blocked by a seccomp filter \
                  (docker: --security-opt seccomp=unconfined) or kernel.io_uring_disabled"
             }
             Tool::Fio => "apt-get install fio (scripts/test.sh does, as root)",
+            Tool::Gpu => {
+                "a machine with an NVIDIA GPU and its driver, and the test built with \
+                 --features cuda (CI has none: there this skip is expected)"
+            }
         }
     }
 
@@ -90,8 +110,14 @@ impl Tool {
             // The runtime's own switch (tarfa_runtime::ENV_REQUIRE_IO_URING): it already makes a
             // fallback from io_uring an error in the library; the tests agree with it.
             Tool::IoUring => Some("TARFA_REQUIRE_IO_URING"),
+            Tool::Gpu => Some("TARFA_REQUIRE_GPU"),
             _ => None,
         }
+    }
+
+    /// Hardware, not a tool to install: required only by its own variable.
+    fn is_hardware(self) -> bool {
+        self == Tool::Gpu
     }
 }
 
@@ -109,9 +135,14 @@ fn turns_on(value: &OsString) -> bool {
 /// The `NAME=value` setting that makes `tool` required, if any, with the environment read
 /// through `var`: the tool's own variable, then [`ENV_REQUIRE_TOOLS`], then [`ENV_CI`].
 pub fn required_by(tool: Tool, var: impl Fn(&str) -> Option<OsString>) -> Option<String> {
+    let general: &[&str] = if tool.is_hardware() {
+        &[]
+    } else {
+        &[ENV_REQUIRE_TOOLS, ENV_CI]
+    };
     tool.own_variable()
         .into_iter()
-        .chain([ENV_REQUIRE_TOOLS, ENV_CI])
+        .chain(general.iter().copied())
         .find_map(|name| {
             let value = var(name)?;
             turns_on(&value).then(|| format!("{name}={}", value.to_string_lossy()))
@@ -153,10 +184,22 @@ enum Missing {
 fn missing(tool: Tool, why: &str, test: &str, var: impl Fn(&str) -> Option<OsString>) -> Missing {
     match required_by(tool, var) {
         Some(setting) => Missing::Fail(format!(
-            "{test}: needs {} ({setting} requires every outside tool), which is unavailable: \
-             {why}; install: {}",
+            "{test}: needs {} ({setting} requires {}), which is unavailable: {why}; install: {}",
             tool.what(),
+            if tool.is_hardware() {
+                "it"
+            } else {
+                "every outside tool"
+            },
             tool.install()
+        )),
+        None if tool.is_hardware() => Missing::Skip(format!(
+            "{SKIPPED_HARDWARE} {test}: needs {}, unavailable: {why}; needs: {} (or set {} to \
+             make this a failure)",
+            tool.what(),
+            tool.install(),
+            tool.own_variable()
+                .map_or(String::new(), |v| format!("{v}=1"))
         )),
         None => Missing::Skip(format!(
             "{SKIPPED} {test}: needs {}, unavailable: {why}; install: {} (or set \
@@ -385,6 +428,33 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_gpu_fails_under_require_gpu_and_is_a_hardware_skip_otherwise() {
+        let got = missing(
+            Tool::Gpu,
+            "CUDA is absent: no driver",
+            "t",
+            env(&[("TARFA_REQUIRE_GPU", "1")]),
+        );
+        let Missing::Fail(message) = got else {
+            panic!("TARFA_REQUIRE_GPU=1, yet {got:?}");
+        };
+        assert!(message.contains("TARFA_REQUIRE_GPU=1"), "{message}");
+        assert!(message.contains("CUDA is absent"), "{message}");
+        // The tools' switches do not make CI (no GPU) fail for want of hardware.
+        for setting in [("TARFA_REQUIRE_TOOLS", "1"), ("CI", "true")] {
+            let got = missing(Tool::Gpu, "CUDA is absent", "t", env(&[setting]));
+            let Missing::Skip(line) = got else {
+                panic!("{setting:?} requires a GPU: {got:?}");
+            };
+            assert!(
+                line.starts_with("SKIPPED (hardware) t: needs a usable CUDA GPU"),
+                "{line}"
+            );
+            assert!(line.contains("TARFA_REQUIRE_GPU=1"), "{line}");
+        }
+    }
+
+    #[test]
     fn a_present_tool_gives_its_value() {
         assert_eq!(available(Tool::Nginx, Ok::<_, String>(7)), Some(7));
     }
@@ -398,6 +468,7 @@ mod tests {
             Tool::Tmpfs,
             Tool::IoUring,
             Tool::Fio,
+            Tool::Gpu,
         ] {
             assert!(
                 !tool.what().is_empty() && !tool.install().is_empty(),
