@@ -205,19 +205,28 @@ pub struct BenchDecodeArgs {
 
 /// `tarfa run`.
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("input").required(true).args(["prompt", "tokens"])))]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["prompt", "prompt_file", "tokens"])))]
 pub struct RunArgs {
     /// The model directory (a `tarfa convert` output).
     pub dir: PathBuf,
-    /// Prompt text, tokenized with the model's tokenizer.json.
+    /// Prompt text, tokenized with the model's tokenizer.json as transformers' `tokenizer(text)`
+    /// does (its special tokens, e.g. a BOS, where the tokenizer adds them).
     #[arg(short = 'p', long)]
     pub prompt: Option<String>,
+    /// Read the prompt text from FILE (`-`: standard input), UTF-8, at most 64 MiB.
+    #[arg(short = 'f', long, value_name = "FILE")]
+    pub prompt_file: Option<PathBuf>,
     /// Prompt token ids, comma-separated; the generated ids are printed space-separated.
     #[arg(long, value_delimiter = ',')]
     pub tokens: Option<Vec<u32>>,
-    /// Tokens to generate (greedy).
+    /// Tokens to generate (greedy), at most: the run stops after the model's end-of-sequence
+    /// token (generation_config.json's eos_token_id, the config's, or a GGUF's end-of-generation
+    /// ids) unless --ignore-eos.
     #[arg(short = 'n', long = "max-tokens", default_value_t = 64)]
     pub max_tokens: usize,
+    /// Go on past the end-of-sequence token: exactly -n tokens.
+    #[arg(long)]
+    pub ignore_eos: bool,
     /// Positions this run may take, prompt and generated tokens together (llama.cpp's -c), at
     /// most the model's context (max_position_embeddings), which is the default. A run needing
     /// more is refused before any token is computed.

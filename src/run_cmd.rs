@@ -75,7 +75,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     let mut no_tokenizer = "the model has no tokenizer.json".to_string();
     // Loaded only where text is made: from --prompt, or the text of --json. A --tokens run
     // printing ids never reads it (a tokenizer.json of 66 MB cost 862 MB of memory).
-    let wants_text = a.prompt.is_some() || a.json;
+    let wants_text = a.prompt.is_some() || a.prompt_file.is_some() || a.json;
     let tokenizer = if !wants_text {
         None
     } else {
@@ -105,7 +105,12 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             },
         }
     };
-    let prompt: Vec<u32> = match (&a.prompt, &a.tokens) {
+    let text = match (&a.prompt, &a.prompt_file) {
+        (Some(t), _) => Some(t.clone()),
+        (None, Some(f)) => Some(read_prompt_file(f)?),
+        (None, None) => None,
+    };
+    let prompt: Vec<u32> = match (&text, &a.tokens) {
         (Some(text), _) => {
             let Some(tk) = &tokenizer else {
                 bail!(
@@ -113,13 +118,21 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                     a.dir.display()
                 );
             };
-            tk.encode(text.as_str(), false)
+            // As transformers' tokenizer(text): the tokenizer's post-processor adds its special
+            // tokens (a BOS for Llama/Mistral tokenizers, none for Qwen's).
+            tk.encode(text.as_str(), true)
                 .map_err(|e| anyhow::anyhow!("tokenizing the prompt: {e}"))?
                 .get_ids()
                 .to_vec()
         }
         (None, Some(ids)) => ids.clone(),
-        (None, None) => bail!("give --prompt or --tokens"),
+        (None, None) => bail!("give --prompt, --prompt-file or --tokens"),
+    };
+    // The end-of-sequence set, checked before the run.
+    let eos = if a.ignore_eos {
+        Vec::new()
+    } else {
+        dec.eos_ids()?
     };
     if prompt.is_empty() {
         bail!("the prompt has no tokens");
@@ -154,12 +167,18 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             (ctx + 1).saturating_sub(prompt.len())
         );
     }
-    let text_mode = a.prompt.is_some() && !a.json;
+    let text_mode = text.is_some() && !a.json;
     let mut out = std::io::stdout().lock();
     let mut generated: Vec<u32> = Vec::new();
+    // The text is of the tokens before an end-of-sequence token, which is not printed.
+    let mut texted: Vec<u32> = Vec::new();
     let mut printed = String::new();
-    let (pp, dp) = dec.generate(&prompt, a.max_tokens, |_, tok, logits| {
+    let is_eos = |t: u32| eos.binary_search(&t).is_ok();
+    let (pp, dp) = dec.generate_until(&prompt, a.max_tokens, is_eos, |_, tok, logits| {
         generated.push(tok);
+        if !is_eos(tok) {
+            texted.push(tok);
+        }
         if let Some(w) = &mut logits_out {
             w.push(logits)?;
         }
@@ -175,7 +194,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             if let Some(tk) = &tokenizer {
                 // Decode everything so far and print what is new: a token may complete a
                 // character that the previous one began (held back until then).
-                if let Ok(s) = tk.decode(&generated, false) {
+                if let Ok(s) = tk.decode(&texted, false) {
                     if let Some(stable) = streamed(&printed, &s, false) {
                         write!(out, "{}", &stable[printed.len()..]).map_err(io)?;
                         printed = stable.to_string();
@@ -191,7 +210,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     // What was held back at the end (a character no later token completed) is printed as it
     // decodes, so the text printed is the text decoded.
     if let (true, Some(tk)) = (text_mode, &tokenizer) {
-        if let Ok(s) = tk.decode(&generated, false) {
+        if let Ok(s) = tk.decode(&texted, false) {
             if let Some(stable) = streamed(&printed, &s, true) {
                 write!(out, "{}", &stable[printed.len()..])?;
             }
@@ -205,9 +224,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             .with_context(|| format!("writing {}", p.display()))?;
     }
     let report = dec.source_report().to_string();
+    let stopped = generated.last().is_some_and(|&t| is_eos(t));
     let text = tokenizer
         .as_ref()
-        .and_then(|tk| tk.decode(&generated, false).ok());
+        .and_then(|tk| tk.decode(&texted, false).ok());
     let stats = dec.expert_stats();
     if a.json {
         let doc = serde_json::json!({
@@ -216,6 +236,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             "prompt_tokens": prompt,
             "tokens": generated,
             "text": text,
+            // As OpenAI's: "stop" at an end-of-sequence token (the last of `tokens`), "length"
+            // at -n.
+            "finish_reason": if stopped { "stop" } else { "length" },
+            "eos_token_ids": eos,
             "isa": dec.isa().to_string(),
             "threads": dec.threads(),
             "experts": {
@@ -271,6 +295,12 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             generated.len(),
             if generated.len() == 1 { "" } else { "s" },
         );
+        if let (true, Some(&t)) = (stopped, generated.last()) {
+            eprintln!(
+                "stopped at the end-of-sequence token {t} (of {} asked for; --ignore-eos goes on)",
+                a.max_tokens
+            );
+        }
         let per_tok = dp.experts.bytes_read.checked_div(dp.tokens).unwrap_or(0);
         let held = if a.experts == "resident" {
             "all resident, read at start".to_string()
@@ -349,6 +379,36 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         }
     }
     Ok(true)
+}
+
+/// The most bytes of a --prompt-file.
+const MAX_PROMPT_FILE: u64 = 64 << 20;
+
+/// The prompt text of `--prompt-file` (`-`: standard input), bounded, UTF-8.
+fn read_prompt_file(f: &std::path::Path) -> anyhow::Result<String> {
+    use std::io::Read;
+    let bytes = if f.as_os_str() == "-" {
+        let mut b = Vec::new();
+        std::io::stdin()
+            .lock()
+            .take(MAX_PROMPT_FILE + 1)
+            .read_to_end(&mut b)
+            .context("--prompt-file -: reading standard input")?;
+        if b.len() as u64 > MAX_PROMPT_FILE {
+            bail!("--prompt-file -: more than {MAX_PROMPT_FILE} bytes on standard input");
+        }
+        b
+    } else {
+        tarfa_format::fsio::read_regular(f, MAX_PROMPT_FILE)
+            .with_context(|| "--prompt-file".to_string())?
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "--prompt-file {}: not UTF-8 text (byte {} is not part of a character)",
+            f.display(),
+            e.utf8_error().valid_up_to()
+        )
+    })
 }
 
 fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {

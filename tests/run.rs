@@ -100,6 +100,8 @@ fn run_prints_transformers_text_for_every_family() {
         convert(name, &model, &[]);
         let r = reference(name);
         let p = &r["prompts"][0];
+        // The references were made with no end-of-sequence token (mixtral's, 2, is the 14th
+        // greedy token): --ignore-eos runs as they did.
         let (code, out, err) = tarfa(&[
             "run",
             path(&model),
@@ -107,6 +109,7 @@ fn run_prints_transformers_text_for_every_family() {
             p["text"].as_str().expect("text"),
             "-n",
             "32",
+            "--ignore-eos",
         ]);
         assert_eq!(code, 0, "{name}: {err}");
         assert_eq!(
@@ -115,6 +118,86 @@ fn run_prints_transformers_text_for_every_family() {
             "{name}"
         );
     }
+}
+
+/// Issue 26, finding 19: a run stops after the model's end-of-sequence token (here mixtral's
+/// generation_config.json eos_token_id 2, transformers' 14th greedy token of the reference, made
+/// with no eos), which is not printed as text; --ignore-eos gives exactly -n; --json says why
+/// it stopped. The prompt is read from a file or standard input as from --prompt.
+#[test]
+fn a_run_stops_at_the_models_end_of_sequence_token() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    convert("mixtral", &model, &[]);
+    let r = reference("mixtral");
+    let p = &r["prompts"][0];
+    let text = p["text"].as_str().expect("text");
+    let want = ids(&p["fp32_tokens"]);
+    let eos_at = want
+        .iter()
+        .position(|&t| t == 2)
+        .expect("the reference has eos 2");
+    let run_json = |extra: &[&str]| {
+        let mut args = vec!["run", path(&model), "-n", "32", "--json"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = tarfa(&args);
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
+    };
+    let stopped = run_json(&["--prompt", text]);
+    assert_eq!(ids(&stopped["tokens"]), want[..=eos_at], "{stopped}");
+    assert_eq!(stopped["finish_reason"], "stop", "{stopped}");
+    assert_eq!(
+        stopped["eos_token_ids"],
+        serde_json::json!([2]),
+        "{stopped}"
+    );
+    let full = run_json(&["--prompt", text, "--ignore-eos"]);
+    assert_eq!(ids(&full["tokens"]), want, "{full}");
+    assert_eq!(full["finish_reason"], "length", "{full}");
+    // The text stops before the eos token, which is not printed.
+    let (code, out, err) = tarfa(&["run", path(&model), "-p", text, "-n", "32"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim_end_matches('\n'),
+        stopped["text"].as_str().expect("text")
+    );
+    assert!(
+        p["fp32_text"]
+            .as_str()
+            .expect("fp32_text")
+            .starts_with(out.trim_end_matches('\n')),
+        "{out}"
+    );
+    assert!(
+        err.contains("stopped at the end-of-sequence token 2 (of 32 asked for"),
+        "{err}"
+    );
+    // --prompt-file FILE and - (standard input): the same prompt ids.
+    let file = tmp.path().join("prompt.txt");
+    std::fs::write(&file, text).expect("write");
+    let from_file = run_json(&["--prompt-file", path(&file)]);
+    assert_eq!(from_file["prompt_tokens"], stopped["prompt_tokens"]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tarfa"))
+        .args(["run", path(&model), "-f", "-", "-n", "32", "--json"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(text.as_bytes()).expect("stdin");
+    }
+    let out = child.wait_with_output().expect("wait");
+    assert!(out.status.success());
+    let from_stdin: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(from_stdin["tokens"], stopped["tokens"]);
+    // Not UTF-8: refused by name.
+    std::fs::write(&file, b"ab\xffcd").expect("write");
+    let (code, _, err) = tarfa(&["run", path(&model), "-f", path(&file), "-n", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("not UTF-8 text (byte 2"), "{err}");
 }
 
 #[test]

@@ -72,3 +72,76 @@ fn a_gguf_model_missing_a_key_the_decoder_needs_is_invalid_input_exit_1() {
     assert!(err.contains(key) && err.contains("missing"), "{err}");
     assert!(!err.contains("damaged"), "{err}");
 }
+
+/// Issue 26, finding 19, for a GGUF-sourced model: llama.cpp's end-of-generation ids
+/// (`tokenizer.ggml.eos_token_id`, `eot_token_id`, `eom_token_id`) end a run, and
+/// `tokenizer.ggml.add_bos_token` puts the BOS id before a text prompt, as llama.cpp does. The
+/// key/values are set in the manifest, re-digested as a GGUF holding them would have converted.
+#[test]
+fn a_gguf_models_end_of_generation_ids_stop_a_run_and_its_bos_leads_a_prompt() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    let src = root.join("fixtures/gguf/from_hf/qwen3_moe_b.gguf");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&model), "--quiet"]);
+    assert_eq!(code, 0, "convert: {err}");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", path(&model), "-n", "8", "--json"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = tarfa(&args);
+        assert_eq!(code, 0, "{extra:?}: {err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
+    };
+    let full = run(&["--tokens", "5,17"]);
+    assert_eq!(full["finish_reason"], "length", "{full}");
+    let all = ids(&full["tokens"]);
+    assert_eq!(all.len(), 8);
+    let set = |key: &str, ty: &str, v: serde_json::Value| {
+        let mut m = tarfa_format::manifest::Manifest::load(&model).expect("manifest");
+        m.architecture.config[key] = serde_json::json!({"type": ty, "value": v});
+        m.publish(&model).expect("publish");
+    };
+    for key in ["eos_token_id", "eot_token_id"] {
+        // The fourth greedy token as the end of generation: the run ends at its first place.
+        let stop = all[3];
+        let first = all.iter().position(|&t| t == stop).expect("in it");
+        set(
+            &format!("tokenizer.ggml.{key}"),
+            "u32",
+            serde_json::json!(stop),
+        );
+        let stopped = run(&["--tokens", "5,17"]);
+        assert_eq!(ids(&stopped["tokens"]), all[..=first], "{key}: {stopped}");
+        assert_eq!(stopped["finish_reason"], "stop", "{key}: {stopped}");
+        assert_eq!(
+            ids(&run(&["--tokens", "5,17", "--ignore-eos"])["tokens"]),
+            all
+        );
+        // An id outside the vocabulary is refused by name.
+        set(
+            &format!("tokenizer.ggml.{key}"),
+            "u32",
+            serde_json::json!(5000),
+        );
+        let (code, _, err) = tarfa(&["run", path(&model), "--tokens", "5", "-n", "1"]);
+        assert_eq!(code, 1, "{err}");
+        assert!(err.contains(&format!("tokenizer.ggml.{key}")), "{err}");
+        let mut m = tarfa_format::manifest::Manifest::load(&model).expect("manifest");
+        m.architecture
+            .config
+            .as_object_mut()
+            .expect("kv")
+            .remove(&format!("tokenizer.ggml.{key}"));
+        m.publish(&model).expect("publish");
+    }
+    let plain = ids(&run(&["-p", "hi"])["prompt_tokens"]);
+    set("tokenizer.ggml.bos_token_id", "u32", serde_json::json!(7));
+    set(
+        "tokenizer.ggml.add_bos_token",
+        "bool",
+        serde_json::json!(true),
+    );
+    let with_bos = ids(&run(&["-p", "hi"])["prompt_tokens"]);
+    assert_eq!(with_bos[0], 7, "{with_bos:?}");
+    assert_eq!(with_bos[1..], plain[..], "{with_bos:?} {plain:?}");
+}

@@ -364,6 +364,12 @@ pub enum ConfigFault {
     /// The config itself is not a JSON object.
     #[error("the architecture config is not a JSON object")]
     NotAnObject,
+    /// A config file of the model directory that is not a JSON object.
+    #[error("not a JSON object: {detail}")]
+    FileNotJson {
+        /// The parser's words.
+        detail: String,
+    },
     /// A required key is absent.
     #[error("missing")]
     Missing,

@@ -625,6 +625,61 @@ pub fn tokenizer_json(config: &Value) -> Result<Value> {
             }
         }
     }
+    // llama.cpp adds the BOS (and EOS) ids to a prompt where tokenizer.ggml.add_bos_token
+    // (add_eos_token) says so: a post-processor that does the same.
+    let special = |flag: &str, id_key: &str| -> Result<Option<(u64, String)>> {
+        if kv.bool(flag)? != Some(true) {
+            return Ok(None);
+        }
+        let id = kv.uint(id_key)?.ok_or_else(|| err(id_key, G::Missing))?;
+        let name = usize::try_from(id)
+            .ok()
+            .and_then(|i| tokens.get(i))
+            .and_then(|t| t.as_str())
+            .ok_or_else(|| {
+                err(
+                    id_key,
+                    G::TokenCount {
+                        count: usize::try_from(id).unwrap_or(usize::MAX),
+                        max: tokens.len().saturating_sub(1),
+                    },
+                )
+            })?;
+        Ok(Some((id, name.to_string())))
+    };
+    let bos = special(
+        "tokenizer.ggml.add_bos_token",
+        "tokenizer.ggml.bos_token_id",
+    )?;
+    let eos = special(
+        "tokenizer.ggml.add_eos_token",
+        "tokenizer.ggml.eos_token_id",
+    )?;
+    let post_processor = if bos.is_none() && eos.is_none() {
+        Value::Null
+    } else {
+        let piece = |t: &(u64, String)| json!({"SpecialToken": {"id": t.1, "type_id": 0}});
+        let mut single = Vec::new();
+        let mut specials = Map::new();
+        for (t, first) in [(&bos, true), (&eos, false)] {
+            if let Some(t) = t {
+                specials.insert(
+                    t.1.clone(),
+                    json!({"id": t.1, "ids": [t.0], "tokens": [t.1]}),
+                );
+                if first {
+                    single.push(piece(t));
+                }
+            }
+        }
+        single.push(json!({"Sequence": {"id": "A", "type_id": 0}}));
+        if let Some(t) = &eos {
+            single.push(piece(t));
+        }
+        let mut pair = single.clone();
+        pair.push(json!({"Sequence": {"id": "B", "type_id": 1}}));
+        json!({"type": "TemplateProcessing", "single": single, "pair": pair, "special_tokens": specials})
+    };
     Ok(json!({
         "version": "1.0",
         "truncation": null,
@@ -638,7 +693,7 @@ pub fn tokenizer_json(config: &Value) -> Result<Value> {
                 {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
             ],
         },
-        "post_processor": null,
+        "post_processor": post_processor,
         "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},
         "model": {
             "type": "BPE",

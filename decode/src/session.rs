@@ -271,6 +271,88 @@ impl Decoder {
         self.family.vocab_size()
     }
 
+    /// The model's end-of-sequence set, sorted: `generation_config.json`'s `eos_token_id` (an id
+    /// or a list), else the config's (or its `text_config`'s), else a GGUF's
+    /// `tokenizer.ggml.eos_token_id`, `eot_token_id` and `eom_token_id` (llama.cpp's
+    /// end-of-generation ids). Empty when none says: only the length ends a generation. An id
+    /// outside the vocabulary, or a value that is not an id, is refused by name.
+    pub fn eos_ids(&self) -> Result<Vec<u32>> {
+        use crate::error::ConfigFault as F;
+        let vocab = self.vocab_size();
+        let mut ids = Vec::new();
+        let mut take = |key: &str, v: &serde_json::Value| -> Result<()> {
+            let one = |x: &serde_json::Value| -> Result<u32> {
+                match x.as_u64() {
+                    Some(id) if (id as usize) < vocab => Ok(id as u32),
+                    Some(id) => Err(crate::config::bad(
+                        key,
+                        F::OutOfRange {
+                            value: usize::try_from(id).unwrap_or(usize::MAX),
+                            max: vocab.saturating_sub(1),
+                        },
+                    )),
+                    None => Err(crate::config::bad(
+                        key,
+                        F::ElementNotInteger {
+                            value: x.to_string(),
+                        },
+                    )),
+                }
+            };
+            match v {
+                serde_json::Value::Null => {}
+                serde_json::Value::Array(a) => {
+                    for x in a {
+                        ids.push(one(x)?);
+                    }
+                }
+                x => ids.push(one(x)?),
+            }
+            Ok(())
+        };
+        let config = &self.manifest.architecture.config;
+        if self.manifest.architecture.source_format == "gguf" {
+            for k in ["eos_token_id", "eot_token_id", "eom_token_id"] {
+                let key = format!("tokenizer.ggml.{k}");
+                if let Some(v) = config.get(&key).and_then(|e| e.get("value")) {
+                    take(&key, v)?;
+                }
+            }
+        } else if let Some(v) = match self.aux_file("generation_config.json")? {
+            Some(f) => match serde_json::from_slice::<serde_json::Value>(&f.bytes) {
+                Ok(g) if g.is_object() => g.get("eos_token_id").filter(|v| !v.is_null()).cloned(),
+                Ok(g) => {
+                    return Err(crate::config::bad(
+                        "generation_config.json",
+                        F::FileNotJson {
+                            detail: format!("a {}", json_kind(&g)),
+                        },
+                    ))
+                }
+                Err(e) => {
+                    return Err(crate::config::bad(
+                        "generation_config.json",
+                        F::FileNotJson {
+                            detail: e.to_string(),
+                        },
+                    ))
+                }
+            },
+            None => None,
+        } {
+            take("generation_config.json: eos_token_id", &v)?;
+        } else if let Some(v) = config
+            .get("eos_token_id")
+            .filter(|v| !v.is_null())
+            .or_else(|| config.get("text_config")?.get("eos_token_id"))
+        {
+            take("eos_token_id", v)?;
+        }
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
     /// Positions a sequence may hold (the model's context: `max_position_embeddings`), if the
     /// config says; a pass beyond it is refused.
     pub fn context_length(&self) -> Option<usize> {
@@ -479,12 +561,37 @@ impl Decoder {
         self.with_own(|dec, seq| dec.generate_in(seq, prompt, n, on_step))
     }
 
+    /// [`Decoder::generate`], ending after the first token `stop` holds (the model's
+    /// end-of-sequence set, [`Decoder::eos_ids`]): that token is handed to `on_step`, and no
+    /// position is computed after it.
+    pub fn generate_until(
+        &mut self,
+        prompt: &[u32],
+        n: usize,
+        stop: impl Fn(u32) -> bool,
+        on_step: impl FnMut(usize, u32, &[f32]) -> Result<()>,
+    ) -> Result<(PhaseStats, PhaseStats)> {
+        self.with_own(|dec, seq| dec.generate_in_until(seq, prompt, n, stop, on_step))
+    }
+
     /// [`Decoder::generate`] of `seq`.
     pub fn generate_in(
         &mut self,
         seq: &mut Sequence,
         prompt: &[u32],
         n: usize,
+        on_step: impl FnMut(usize, u32, &[f32]) -> Result<()>,
+    ) -> Result<(PhaseStats, PhaseStats)> {
+        self.generate_in_until(seq, prompt, n, |_| false, on_step)
+    }
+
+    /// [`Decoder::generate_until`] of `seq`.
+    pub fn generate_in_until(
+        &mut self,
+        seq: &mut Sequence,
+        prompt: &[u32],
+        n: usize,
+        stop: impl Fn(u32) -> bool,
         mut on_step: impl FnMut(usize, u32, &[f32]) -> Result<()>,
     ) -> Result<(PhaseStats, PhaseStats)> {
         if prompt.is_empty() {
@@ -506,6 +613,9 @@ impl Decoder {
         for i in 0..n {
             let tok = argmax(&logits);
             on_step(i, tok, &logits)?;
+            if stop(tok) {
+                break;
+            }
             if i + 1 < n {
                 logits = self.feed_in(seq, &[tok], false)?.pop().unwrap_or_default();
                 decode_phase.tokens += 1;
@@ -514,6 +624,18 @@ impl Decoder {
         decode_phase.time = t1.elapsed();
         decode_phase.experts = diff(self.experts.stats(), s1);
         Ok((prompt_phase, decode_phase))
+    }
+}
+
+/// What a JSON value is, in words.
+fn json_kind(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "boolean",
+        serde_json::Value::Number(_) => "number",
+        serde_json::Value::String(_) => "string",
+        serde_json::Value::Array(_) => "list",
+        serde_json::Value::Object(_) => "object",
     }
 }
 
