@@ -232,6 +232,7 @@ fn classify_static(e: &anyhow::Error) -> (u8, Option<&'static str>) {
             }
             D::Config { .. }
             | D::LayerCount { .. }
+            | D::ConfigFileDiffers { .. }
             | D::Gguf { .. }
             | D::UnsupportedFamily { .. }
             | D::MissingTensor { .. }

@@ -39,6 +39,14 @@ pub enum DecodeError {
         /// Layers of the config.
         layers: usize,
     },
+    /// The manifest's config (the one computed with) is not the model directory's config.json.
+    #[error("{}: the manifest's config differs from the model directory's config.json at {}: one of them was edited after conversion; tarfa verify --source compares both with the checkpoint", dir.display(), keys.join(", "))]
+    ConfigFileDiffers {
+        /// The model directory.
+        dir: PathBuf,
+        /// The keys that differ (at most 8).
+        keys: Vec<String>,
+    },
     /// The model's layers and its config disagree (layers the config does not declare, which
     /// would never run), or a layer count is beyond any model's.
     #[error("{}: {fault}", dir.display())]

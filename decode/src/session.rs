@@ -123,6 +123,7 @@ impl Decoder {
                 fault,
             })?;
         check_layers_present(dir, &manifest)?;
+        check_config_file(dir, &manifest)?;
         let isa = match opts.isa {
             Some(i) => i
                 .checked()
@@ -440,27 +441,7 @@ impl Decoder {
     /// checked, so use them rather than opening the path again (the file may have been swapped
     /// since). `Ok(None)` if the model has none.
     pub fn aux_file(&self, name: &str) -> Result<Option<AuxFile>> {
-        let Some(entry) = self
-            .manifest
-            .files
-            .iter()
-            .find(|f| f.kind == FileKind::Aux && f.path == name)
-        else {
-            return Ok(None);
-        };
-        let path = self.dir.join(&entry.path);
-        let bytes = read_regular_bounded(&path, entry.size)?;
-        let got = hex::encode(Sha256::digest(&bytes));
-        if got != entry.sha256 {
-            return Err(DecodeError::NotInManifest {
-                path,
-                fault: ManifestMismatch::Sha256 {
-                    found: got,
-                    recorded: entry.sha256.clone(),
-                },
-            });
-        }
-        Ok(Some(AuxFile { path, bytes }))
+        read_aux(&self.dir, &self.manifest, name)
     }
 
     /// The tokenizer.json of a GGUF-sourced model, rebuilt from its `tokenizer.ggml.*` key/values
@@ -724,6 +705,54 @@ pub struct AuxFile {
     pub path: PathBuf,
     /// Its bytes: the ones whose size and SHA-256 match the manifest.
     pub bytes: Vec<u8>,
+}
+
+/// The aux file `name` of the manifest `m` of `dir`, its size and SHA-256 checked; `None` when
+/// the manifest lists none.
+fn read_aux(dir: &Path, m: &Manifest, name: &str) -> Result<Option<AuxFile>> {
+    let Some(entry) = m
+        .files
+        .iter()
+        .find(|f| f.kind == FileKind::Aux && f.path == name)
+    else {
+        return Ok(None);
+    };
+    let path = dir.join(&entry.path);
+    let bytes = read_regular_bounded(&path, entry.size)?;
+    let got = hex::encode(Sha256::digest(&bytes));
+    if got != entry.sha256 {
+        return Err(DecodeError::NotInManifest {
+            path,
+            fault: ManifestMismatch::Sha256 {
+                found: got,
+                recorded: entry.sha256.clone(),
+            },
+        });
+    }
+    Ok(Some(AuxFile { path, bytes }))
+}
+
+/// The manifest's config — the one the decoder computes with — is the model directory's own
+/// `config.json` (the converter copies both from the source): a config edited in one and not
+/// the other (top-k, rope_theta, an epsilon, then the manifest re-digested) would compute
+/// another model than the directory says it holds.
+fn check_config_file(dir: &Path, m: &Manifest) -> Result<()> {
+    let Some(f) = read_aux(dir, m, "config.json")? else {
+        return Ok(());
+    };
+    let own: serde_json::Value =
+        serde_json::from_slice(&f.bytes).map_err(|e| DecodeError::ConfigFileDiffers {
+            dir: dir.to_path_buf(),
+            keys: vec![format!("(config.json is not JSON: {e})")],
+        })?;
+    let keys = tarfa_format::manifest::config_differences(&m.architecture.config, &own, 8);
+    if keys.is_empty() {
+        return Ok(());
+    }
+    Err(DecodeError::ConfigFileDiffers {
+        dir: dir.to_path_buf(),
+        keys,
+    })
 }
 
 /// Every layer `0..num_hidden_layers` of the config has its file in the manifest: a model converted

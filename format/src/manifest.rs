@@ -572,6 +572,56 @@ pub fn check_layer_count(
     Ok(())
 }
 
+/// The keys (dotted paths: `rope_parameters.rope_theta`) whose values differ between two
+/// architecture configs, or that one has and the other lacks, in key order; at most `limit`.
+/// Empty when the configs are equal. Used to hold the manifest's config — the one the decoder
+/// computes with — to the model directory's `config.json` and to the source's.
+pub fn config_differences(
+    a: &serde_json::Value,
+    b: &serde_json::Value,
+    limit: usize,
+) -> Vec<String> {
+    fn walk(
+        a: &serde_json::Value,
+        b: &serde_json::Value,
+        at: &str,
+        out: &mut Vec<String>,
+        limit: usize,
+    ) {
+        if out.len() >= limit || a == b {
+            return;
+        }
+        match (a, b) {
+            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+                let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+                for k in keys {
+                    let path = if at.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{at}.{k}")
+                    };
+                    match (x.get(k), y.get(k)) {
+                        (Some(p), Some(q)) => walk(p, q, &path, out, limit),
+                        _ => {
+                            if out.len() < limit {
+                                out.push(path)
+                            }
+                        }
+                    }
+                }
+            }
+            _ => out.push(if at.is_empty() {
+                "(the whole config)".into()
+            } else {
+                at.to_string()
+            }),
+        }
+    }
+    let mut out = Vec::new();
+    walk(a, b, "", &mut out, limit);
+    out
+}
+
 impl Architecture {
     /// [`check_layer_count`] of this architecture's config and `num_layers`.
     pub fn check_layer_count(&self) -> std::result::Result<(), LayerCountFault> {

@@ -74,6 +74,39 @@ pub(crate) fn model_faults(m: &Manifest, partial: bool) -> Vec<Fault> {
     faults
 }
 
+/// A fault when the manifest's config (the one the decoder computes with) is not the model
+/// directory's own `config.json` (issue 26, finding 3). A config.json that cannot be read or is
+/// not the bytes the manifest lists is a fault of its own (missing file, size, file hash).
+pub(crate) fn config_file_faults(m: &Manifest, dir: &Path) -> Vec<Fault> {
+    let Some(entry) = m
+        .files
+        .iter()
+        .find(|f| f.kind == FileKind::Aux && f.path == "config.json")
+    else {
+        return Vec::new();
+    };
+    let Ok(bytes) = tarfa_format::fsio::read_regular(&dir.join(&entry.path), entry.size) else {
+        return Vec::new();
+    };
+    let keys = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(own) => tarfa_format::manifest::config_differences(&m.architecture.config, &own, 8),
+        Err(e) => vec![format!("(config.json is not JSON: {e})")],
+    };
+    if keys.is_empty() {
+        return Vec::new();
+    }
+    let mut x = Fault::new(
+        FaultKind::Config,
+        MANIFEST_NAME,
+        format!(
+            "the manifest's config differs from the model directory's config.json at {}: the model computes with the manifest's",
+            keys.join(", ")
+        ),
+    );
+    x.expected = Some("config.json's values".into());
+    vec![x]
+}
+
 /// The source byte ranges the regions of the model name, by (source file, tensor).
 #[derive(Debug, Default)]
 pub(crate) struct Provenances(HashMap<(String, String), Vec<(u64, u64)>>);
@@ -146,6 +179,25 @@ pub(crate) fn source_faults(m: &Manifest, source_dir: &Path, held: &Provenances)
         }
     };
     let mut faults = Vec::new();
+    // The config computed with is the source's (issue 26, finding 3).
+    let keys = tarfa_format::manifest::config_differences(&m.architecture.config, &ck.config, 8);
+    if !keys.is_empty() {
+        let what = if m.architecture.source_format == "gguf" {
+            "key/values"
+        } else {
+            "config.json"
+        };
+        let mut x = Fault::new(
+            FaultKind::Config,
+            MANIFEST_NAME,
+            format!(
+                "the manifest's config differs from the source's {what} at {}: the model computes with the manifest's",
+                keys.join(", ")
+            ),
+        );
+        x.expected = Some(format!("the source's {what}"));
+        faults.push(x);
+    }
     let mut absent: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
     for t in ck.tensors.values() {
         let file = ck.shards[t.shard].rel.as_str();

@@ -299,6 +299,7 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
         Ok(m) => {
             report.missing_layers = m.missing_layers();
             faults.extend(coverage::model_faults(m, opts.partial));
+            faults.extend(coverage::config_file_faults(m, dir));
             faults.extend(mixed_sources(m));
             for f in &m.files {
                 listed.insert(f.path.clone());

@@ -41,6 +41,10 @@ pub enum FaultKind {
     /// The model is not whole: layers of its config, the trunk, or (with a source) source
     /// tensors are in no file of it.
     Incomplete,
+    /// The manifest's architecture config (the one the decoder computes with) differs from the
+    /// model directory's `config.json`, or, with `--source`, from the source's config (HF
+    /// `config.json`, a GGUF's key/values).
+    Config,
     /// Files of the model were checked against different versions of one source file: their
     /// manifest entries record another identity (size, mtime, ctime) of it than the
     /// conversion's (spec §8.2) — layers of two generations of a source presented as one model.
@@ -69,6 +73,7 @@ impl FaultKind {
             FaultKind::Source => "source",
             FaultKind::ReadError => "read error",
             FaultKind::Incomplete => "incomplete",
+            FaultKind::Config => "config",
             FaultKind::MixedSources => "mixed sources",
             FaultKind::Unchecked => "unchecked",
         }
