@@ -11,7 +11,10 @@ const ALLOWED: [(&str, &str); 12] = [
         "runtime/src/pinned.rs",
         "the pinned ring handed to the kernel",
     ),
-    ("runtime/src/mapped.rs", "the mmap backend's one map"),
+    (
+        "runtime/src/mapped.rs",
+        "the mmap backend's maps and SIGBUS handler",
+    ),
     (
         "runtime/src/device_sink.rs",
         "host registration and host-to-device copies (the driver FFI)",

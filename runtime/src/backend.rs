@@ -246,13 +246,13 @@ impl Drop for PreadPool {
 /// Copies each extent out of a read-only map of its file, on the calling thread, at `start`.
 #[derive(Debug)]
 pub struct MmapCopy {
-    maps: Vec<memmap2::Mmap>,
+    maps: Vec<crate::mapped::FileMap>,
     done: Vec<DoneRead>,
 }
 
 impl MmapCopy {
     /// Over the maps of the layer files, by file index.
-    pub fn new(maps: Vec<memmap2::Mmap>) -> MmapCopy {
+    pub(crate) fn new(maps: Vec<crate::mapped::FileMap>) -> MmapCopy {
         MmapCopy {
             maps,
             done: Vec::new(),
@@ -271,15 +271,8 @@ impl ReadBackend for MmapCopy {
                 .get(read.file as usize)
                 .ok_or_else(|| io::Error::other("no such file index"))?;
             let start = usize::try_from(read.offset).map_err(io::Error::other)?;
-            let src = start
-                .checked_add(read.len)
-                .and_then(|end| map.get(start..end))
-                .ok_or_else(|| {
-                    io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "extent past the end of the file",
-                    )
-                })?;
+            // Still held by the file (not truncated since it was mapped).
+            let src = map.bytes(start, read.len)?;
             let dst = slot.as_mut_slice();
             if read.len > dst.len() {
                 return Err(io::Error::new(

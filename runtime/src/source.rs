@@ -320,10 +320,12 @@ impl ExpertSource {
                 let maps = (0..model.file_count() as u32)
                     .map(|f| {
                         let r = model.reader(f);
-                        crate::mapped::map_read_only(r.file()).map_err(|source| StreamError::Io {
-                            path: r.path().to_path_buf(),
-                            op: "mmap",
-                            source,
+                        crate::mapped::FileMap::new(r.file(), r.path()).map_err(|source| {
+                            StreamError::Io {
+                                path: r.path().to_path_buf(),
+                                op: "mmap",
+                                source,
+                            }
                         })
                     })
                     .collect::<Result<Vec<_>, _>>()?;

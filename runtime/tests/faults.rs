@@ -268,3 +268,31 @@ fn a_queue_depth_of_zero_is_zero_queue_depth_for_every_backend() {
         assert!(e.to_string().contains("queue depth 0"), "{e}");
     }
 }
+
+/// Issue 26, finding 8: a layer file truncated while the mmap backend has it mapped is an error
+/// naming the file (the size is checked before each copy), not a SIGBUS; the other backends see
+/// the short read as an error too. (The race past the check — a truncation between the check
+/// and the copy — is the SIGBUS handler's: runtime/src/mapped.rs's own test.)
+#[test]
+fn a_layer_file_truncated_during_the_run_is_an_error_naming_it_on_every_backend() {
+    for kind in backends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        write_model(dir.path());
+        let mut src = ExpertSource::open(dir.path(), &options(kind, 4, 16)).expect("open");
+        assert!(src.read_expert(1, 1).is_ok(), "{kind}");
+        let x = src.model().get(1, 5).expect("expert").clone();
+        let path = src.model().path(x.file).to_path_buf();
+        OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .expect("open rw")
+            .set_len(x.offset)
+            .expect("truncate");
+        let e = src.read_expert(1, 5).expect_err("truncated");
+        let msg = e.to_string();
+        assert!(msg.contains("layer-00001.jnf"), "{kind}: {msg}");
+        if kind == BackendKind::Mmap {
+            assert!(msg.contains("shrank to"), "{kind}: {msg}");
+        }
+    }
+}
