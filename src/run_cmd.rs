@@ -81,15 +81,19 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     } else {
         match dec.aux_file("tokenizer.json")? {
             // The bytes checked against the manifest, not the path opened again.
-            Some(f) => Some(
-                tokenizers::Tokenizer::from_bytes(&f.bytes)
+            Some(f) => Some(Text {
+                tk: tokenizers::Tokenizer::from_bytes(&f.bytes)
                     .map_err(|e| anyhow::anyhow!("{}: {e}", f.path.display()))?,
-            ),
+                own: None,
+            }),
             // A GGUF source: rebuilt from its tokenizer.ggml.* key/values.
             None => match dec.gguf_tokenizer_json() {
                 Some(Ok(json)) => {
                     match serde_json::to_string(&json)?.parse::<tokenizers::Tokenizer>() {
-                        Ok(t) => Some(t),
+                        Ok(tk) => Some(Text {
+                            tk,
+                            own: dec.gguf_token_strings().transpose()?,
+                        }),
                         Err(e) => {
                             no_tokenizer = format!("the tokenizer rebuilt from the GGUF's tokenizer.ggml.* keys does not load: {e}");
                             None
@@ -120,7 +124,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             };
             // As transformers' tokenizer(text): the tokenizer's post-processor adds its special
             // tokens (a BOS for Llama/Mistral tokenizers, none for Qwen's).
-            tk.encode(text.as_str(), true)
+            tk.tk
+                .encode(text.as_str(), true)
                 .map_err(|e| anyhow::anyhow!("tokenizing the prompt: {e}"))?
                 .get_ids()
                 .to_vec()
@@ -194,7 +199,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             if let Some(tk) = &tokenizer {
                 // Decode everything so far and print what is new: a token may complete a
                 // character that the previous one began (held back until then).
-                if let Ok(s) = tk.decode(&texted, false) {
+                if let Some(s) = tk.decode(&texted) {
                     if let Some(stable) = streamed(&printed, &s, false) {
                         write!(out, "{}", &stable[printed.len()..]).map_err(io)?;
                         printed = stable.to_string();
@@ -210,7 +215,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     // What was held back at the end (a character no later token completed) is printed as it
     // decodes, so the text printed is the text decoded.
     if let (true, Some(tk)) = (text_mode, &tokenizer) {
-        if let Ok(s) = tk.decode(&texted, false) {
+        if let Some(s) = tk.decode(&texted) {
             if let Some(stable) = streamed(&printed, &s, true) {
                 write!(out, "{}", &stable[printed.len()..])?;
             }
@@ -225,9 +230,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     }
     let report = dec.source_report().to_string();
     let stopped = generated.last().is_some_and(|&t| is_eos(t));
-    let text = tokenizer
-        .as_ref()
-        .and_then(|tk| tk.decode(&texted, false).ok());
+    let text = tokenizer.as_ref().and_then(|tk| tk.decode(&texted));
     let stats = dec.expert_stats();
     if a.json {
         let doc = serde_json::json!({
@@ -379,6 +382,34 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
         }
     }
     Ok(true)
+}
+
+/// The model's tokenizer, and for a GGUF-sourced model each id's own string.
+struct Text {
+    tk: tokenizers::Tokenizer,
+    /// A GGUF's `tokenizer.ggml.tokens`: the rebuilt vocabulary maps each string to one id, so
+    /// the later id of a string two ids share has none there and the tokenizer's decode dropped
+    /// it from the text (issue 26, finding 13); decoding each id's own string, as llama.cpp
+    /// does, keeps it.
+    own: Option<Vec<String>>,
+}
+
+impl Text {
+    /// The text of `ids` (special tokens included); `None` where it cannot be made.
+    fn decode(&self, ids: &[u32]) -> Option<String> {
+        use tokenizers::Decoder;
+        let Some(own) = &self.own else {
+            return self.tk.decode(ids, false).ok();
+        };
+        let pieces = ids
+            .iter()
+            .map(|&i| own.get(i as usize).cloned())
+            .collect::<Option<Vec<String>>>()?;
+        match self.tk.get_decoder() {
+            Some(d) => d.decode(pieces).ok(),
+            None => Some(pieces.concat()),
+        }
+    }
 }
 
 /// The most bytes of a --prompt-file.

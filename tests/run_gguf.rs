@@ -145,3 +145,62 @@ fn a_gguf_models_end_of_generation_ids_stop_a_run_and_its_bos_leads_a_prompt() {
     assert_eq!(with_bos[0], 7, "{with_bos:?}");
     assert_eq!(with_bos[1..], plain[..], "{with_bos:?} {plain:?}");
 }
+
+/// Issue 26, finding 13: a GGUF whose token list gives two ids one string prints both ids' text
+/// (the rebuilt tokenizer's vocabulary holds the string once, under the first id, and its decode
+/// dropped the later id from the printed text); each id decodes to its own string, as llama.cpp.
+#[test]
+fn a_gguf_token_string_shared_by_two_ids_is_printed_for_both() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = tmp.path().join("m");
+    let src = root.join("fixtures/gguf/from_hf/qwen3_moe_b.gguf");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&model), "--quiet"]);
+    assert_eq!(code, 0, "convert: {err}");
+    let run = || {
+        let (code, out, err) = tarfa(&[
+            "run",
+            path(&model),
+            "--tokens",
+            "5,17",
+            "-n",
+            "8",
+            "--json",
+            "--ignore-eos",
+        ]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("json")
+    };
+    let base = run();
+    let generated = ids(&base["tokens"]);
+    let text = base["text"].as_str().expect("text").to_string();
+    let mut m = tarfa_format::manifest::Manifest::load(&model).expect("manifest");
+    let strings: Vec<String> = m.architecture.config["tokenizer.ggml.tokens"]["value"]
+        .as_array()
+        .expect("tokens")
+        .iter()
+        .map(|s| s.as_str().expect("string").to_string())
+        .collect();
+    // The later id: the largest generated; the string it takes: a one-letter token of a
+    // smaller id that the text does not hold.
+    let later = *generated.iter().max().expect("tokens") as usize;
+    let (first, letter) = strings[..later]
+        .iter()
+        .enumerate()
+        .find(|(_, s)| {
+            s.len() == 1 && s.chars().all(|c| c.is_ascii_alphabetic()) && !text.contains(s.as_str())
+        })
+        .map(|(i, s)| (i, s.clone()))
+        .expect("a letter the text lacks");
+    m.architecture.config["tokenizer.ggml.tokens"]["value"][later] = serde_json::json!(letter);
+    m.publish(&model).expect("publish");
+    let dup = run();
+    assert_eq!(dup["tokens"], base["tokens"], "the same computation");
+    let shown = dup["text"].as_str().expect("text");
+    let times = generated.iter().filter(|&&t| t as usize == later).count();
+    assert_eq!(
+        shown.matches(letter.as_str()).count(),
+        times,
+        "id {later} now shares {letter:?} with id {first}: {shown:?} (was {text:?})"
+    );
+}

@@ -521,6 +521,34 @@ const TOKEN_USER_DEFINED: i64 = 4;
 /// `merges` in rank order, CONTROL tokens as special added tokens and USER_DEFINED ones as
 /// added tokens. Encoding adds no BOS (as `tarfa run` encodes a prompt). An error names the
 /// missing or unsupported key.
+/// The GGUF's token strings, by id (`tokenizer.ggml.tokens`), as llama.cpp decodes: every id
+/// its own string, a string that two ids share included (the rebuilt tokenizer's vocabulary
+/// maps a string to one id, so the later id of a shared string has no string there).
+pub fn token_strings(config: &Value) -> Result<Vec<String>> {
+    let kv = Kv::new(config)?;
+    let tokens = kv
+        .array("tokenizer.ggml.tokens", &["string"])?
+        .ok_or_else(|| err("tokenizer.ggml.tokens", G::Missing))?;
+    if tokens.len() > MAX_TOKENS {
+        return Err(err(
+            "tokenizer.ggml.tokens",
+            G::TokenCount {
+                count: tokens.len(),
+                max: MAX_TOKENS,
+            },
+        ));
+    }
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(id, t)| {
+            t.as_str()
+                .map(str::to_string)
+                .ok_or_else(|| err("tokenizer.ggml.tokens", G::ElementNotAString { index: id }))
+        })
+        .collect()
+}
+
 pub fn tokenizer_json(config: &Value) -> Result<Value> {
     let kv = Kv::new(config)?;
     let model = kv

@@ -444,6 +444,13 @@ impl Decoder {
         read_aux(&self.dir, &self.manifest, name)
     }
 
+    /// A GGUF-sourced model's token strings by id (`crate::gguf_model::token_strings`: every
+    /// id its own, as llama.cpp decodes); `None` for another source.
+    pub fn gguf_token_strings(&self) -> Option<Result<Vec<String>>> {
+        (self.manifest.architecture.source_format == "gguf")
+            .then(|| crate::gguf_model::token_strings(&self.manifest.architecture.config))
+    }
+
     /// The tokenizer.json of a GGUF-sourced model, rebuilt from its `tokenizer.ggml.*` key/values
     /// (`crate::gguf_model::tokenizer_json`); `None` for another source (its tokenizer is the
     /// aux file `tokenizer.json`, [`Decoder::aux_file`]).
