@@ -11,6 +11,7 @@ use tarfa_decode::{
 use tarfa_runtime::{BackendChoice, SourceOptions};
 
 use crate::cli::RunArgs;
+use tarfa_decode::text::{streamed, NoText, Text};
 
 pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     // Bad arguments (a flag's or a TARFA_* variable's value) first: exit 2 whatever the path is.
@@ -71,42 +72,18 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             );
         }
     }
-    // Why there is no tokenizer, said only if --prompt needs one (--tokens runs without).
-    let mut no_tokenizer = "the model has no tokenizer.json".to_string();
     // Loaded only where text is made: from --prompt, or the text of --json. A --tokens run
-    // printing ids never reads it (a tokenizer.json of 66 MB cost 862 MB of memory).
+    // printing ids never reads it (a tokenizer.json of 66 MB cost 862 MB of memory). Why there
+    // is none is said only if --prompt needs one (--tokens runs without).
     let wants_text = a.prompt.is_some() || a.prompt_file.is_some() || a.json;
-    let tokenizer = if !wants_text {
-        None
+    let (tokenizer, no_tokenizer) = if !wants_text {
+        (None, String::new())
     } else {
-        match dec.aux_file("tokenizer.json")? {
-            // The bytes checked against the manifest, not the path opened again.
-            Some(f) => Some(Text {
-                tk: tokenizers::Tokenizer::from_bytes(&f.bytes)
-                    .map_err(|e| anyhow::anyhow!("{}: {e}", f.path.display()))?,
-                own: None,
-            }),
-            // A GGUF source: rebuilt from its tokenizer.ggml.* key/values.
-            None => match dec.gguf_tokenizer_json() {
-                Some(Ok(json)) => {
-                    match serde_json::to_string(&json)?.parse::<tokenizers::Tokenizer>() {
-                        Ok(tk) => Some(Text {
-                            tk,
-                            own: dec.gguf_token_strings().transpose()?,
-                        }),
-                        Err(e) => {
-                            no_tokenizer = format!("the tokenizer rebuilt from the GGUF's tokenizer.ggml.* keys does not load: {e}");
-                            None
-                        }
-                    }
-                }
-                Some(Err(e)) => {
-                    no_tokenizer =
-                        format!("no tokenizer can be rebuilt from the GGUF's key/values: {e}");
-                    None
-                }
-                None => None,
-            },
+        match Text::of(&dec) {
+            Ok(t) => (Some(t), String::new()),
+            Err(NoText::Decode(e)) => return Err(e.into()),
+            Err(NoText::Broken(why)) if dec.gguf_tokenizer_json().is_none() => bail!(why),
+            Err(why) => (None, why.to_string()),
         }
     };
     let text = match (&a.prompt, &a.prompt_file) {
@@ -124,11 +101,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             };
             // As transformers' tokenizer(text): the tokenizer's post-processor adds its special
             // tokens (a BOS for Llama/Mistral tokenizers, none for Qwen's).
-            tk.tk
-                .encode(text.as_str(), true)
+            tk.encode(text.as_str(), true)
                 .map_err(|e| anyhow::anyhow!("tokenizing the prompt: {e}"))?
-                .get_ids()
-                .to_vec()
         }
         (None, Some(ids)) => ids.clone(),
         (None, None) => bail!("give --prompt, --prompt-file or --tokens"),
@@ -384,34 +358,6 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     Ok(true)
 }
 
-/// The model's tokenizer, and for a GGUF-sourced model each id's own string.
-struct Text {
-    tk: tokenizers::Tokenizer,
-    /// A GGUF's `tokenizer.ggml.tokens`: the rebuilt vocabulary maps each string to one id, so
-    /// the later id of a string two ids share has none there and the tokenizer's decode dropped
-    /// it from the text (issue 26, finding 13); decoding each id's own string, as llama.cpp
-    /// does, keeps it.
-    own: Option<Vec<String>>,
-}
-
-impl Text {
-    /// The text of `ids` (special tokens included); `None` where it cannot be made.
-    fn decode(&self, ids: &[u32]) -> Option<String> {
-        use tokenizers::Decoder;
-        let Some(own) = &self.own else {
-            return self.tk.decode(ids, false).ok();
-        };
-        let pieces = ids
-            .iter()
-            .map(|&i| own.get(i as usize).cloned())
-            .collect::<Option<Vec<String>>>()?;
-        match self.tk.get_decoder() {
-            Some(d) => d.decode(pieces).ok(),
-            None => Some(pieces.concat()),
-        }
-    }
-}
-
 /// The most bytes of a --prompt-file.
 const MAX_PROMPT_FILE: u64 = 64 << 20;
 
@@ -534,19 +480,6 @@ fn gbps(bytes: u64, t: std::time::Duration) -> f64 {
     } else {
         0.0
     }
-}
-
-/// Of a generation decoded so far (`decoded`; `printed` of it already out), the text that may
-/// be out now: all of it when `last`, else all but a trailing incomplete UTF-8 sequence — which
-/// a byte-level tokenizer decodes as U+FFFD until the next token completes the character —;
-/// `None` if it does not extend what is printed.
-fn streamed<'a>(printed: &str, decoded: &'a str, last: bool) -> Option<&'a str> {
-    let stable = if last {
-        decoded
-    } else {
-        decoded.trim_end_matches('\u{FFFD}')
-    };
-    stable.starts_with(printed).then_some(stable)
 }
 
 fn phase_json(p: &PhaseStats) -> serde_json::Value {
