@@ -125,6 +125,17 @@ pub enum Command {
     ///   tarfa run model/ --prompt "hello" --experts resident --threads 4 --json
     #[command(verbatim_doc_comment)]
     Run(Box<RunArgs>),
+    /// Serve a model over HTTP with OpenAI's API, exactly: a request's tokens and text are the
+    /// same bytes whatever else the server runs beside it (greedy decoding, each sequence
+    /// computed alone). Routes: POST /v1/completions, GET /v1/models, GET /health (503 while the
+    /// model loads), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.
+    ///
+    /// Examples:
+    ///   tarfa serve model/
+    ///   tarfa serve model/ --port 8089 --parallel 4 --api-key "$KEY"
+    ///   curl -s localhost:8089/v1/completions -d '{"prompt": "The quick brown fox", "max_tokens": 16}'
+    #[command(verbatim_doc_comment)]
+    Serve(Box<ServeArgs>),
     /// Print a shell completion script on stdout.
     ///
     /// Examples:
@@ -235,6 +246,62 @@ pub struct RunArgs {
     /// Sampling flags of other tools, refused by name: `tarfa run` is greedy.
     #[command(flatten)]
     pub sampling: SamplingFlags,
+    /// Write the fp32 logits of every generated step as a .npy array [steps, vocab], each row
+    /// as it is computed (published atomically at the end). Checked before the model is loaded:
+    /// never in the model directory, a symbolic link or a directory; a character device or a
+    /// named pipe (`/dev/null`, a FIFO) is written into, never replaced.
+    #[arg(long)]
+    pub logits_out: Option<PathBuf>,
+    /// Print one JSON document (tokens, text, figures) on stdout instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Where and how the model runs.
+    #[command(flatten)]
+    pub model: ModelFlags,
+}
+
+/// `tarfa serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// The model directory (a `tarfa convert` output).
+    pub dir: PathBuf,
+    /// Address to listen on (loopback by default: reachable from this machine only).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: std::net::IpAddr,
+    /// Port to listen on (0: any free port, printed when listening).
+    #[arg(long, default_value_t = 8089)]
+    pub port: u16,
+    /// Sequences generated at once, 1..=256; each takes a step in turn.
+    #[arg(long, default_value_t = 1, value_parser = count::<usize>(1, 256))]
+    pub parallel: usize,
+    /// Requests waiting for a slot, 0..=65536; one more is refused with 503 and Retry-After.
+    #[arg(long, default_value_t = 64, value_parser = count::<usize>(0, 1 << 16))]
+    pub queue: usize,
+    /// Positions a sequence may take, prompt and answer together (default and most: the
+    /// model's context).
+    #[arg(short = 'c', long = "ctx-size", value_name = "N", value_parser = count::<usize>(1, u32::MAX as u64))]
+    pub ctx_size: Option<usize>,
+    /// Every route but /health needs `Authorization: Bearer KEY` (also TARFA_API_KEY).
+    #[arg(long, env = "TARFA_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// Largest request body in bytes, 1..=268435456; larger is refused with 413.
+    #[arg(long, default_value_t = 8 << 20, value_parser = count::<usize>(1, 1 << 28))]
+    pub max_body: usize,
+    /// Largest max_tokens a request may ask for, 1..=1048576.
+    #[arg(long, default_value_t = 1 << 16, value_parser = count::<usize>(1, 1 << 20))]
+    pub max_tokens_limit: usize,
+    /// The model's name in /v1/models and responses (default: the directory's name).
+    #[arg(long)]
+    pub alias: Option<String>,
+    /// Where and how the model runs.
+    #[command(flatten)]
+    pub model: ModelFlags,
+}
+
+/// How a model runs: threads, experts, I/O, kernels and device — the flags `run` and `serve`
+/// share.
+#[derive(Debug, clap::Args)]
+pub struct ModelFlags {
     /// Compute threads, 1..=1024 (default: one per core).
     #[arg(short = 't', long, value_parser = count::<usize>(1, MAX_THREADS))]
     pub threads: Option<usize>,
@@ -245,12 +312,6 @@ pub struct RunArgs {
     /// RAM expert cache for `--experts stream`, in GiB, 0..=1048576 (0: none).
     #[arg(long, default_value_t = 0.0, value_parser = real(0.0, MAX_GIB, false))]
     pub cache_gib: f64,
-    /// Write the fp32 logits of every generated step as a .npy array [steps, vocab], each row
-    /// as it is computed (published atomically at the end). Checked before the model is loaded:
-    /// never in the model directory, a symbolic link or a directory; a character device or a
-    /// named pipe (`/dev/null`, a FIFO) is written into, never replaced.
-    #[arg(long)]
-    pub logits_out: Option<PathBuf>,
     /// I/O backend: auto, io_uring, pread, mmap (TARFA_IO_BACKEND).
     #[arg(long)]
     pub backend: Option<String>,
@@ -312,9 +373,6 @@ pub struct RunArgs {
     /// replaying a captured CUDA graph (the same kernels and bits; for measuring).
     #[arg(long)]
     pub no_cuda_graphs: bool,
-    /// Print one JSON document (tokens, text, figures) on stdout instead of text.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// Flags of sampling decoders (llama.cpp's, vLLM's), which `tarfa run` does not take: it

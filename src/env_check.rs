@@ -53,7 +53,7 @@ const SWITCHES: &[Switch] = &[
 ];
 
 /// Read by their own parsers (a bad value is an error there).
-const PARSED: &[&str] = &["TARFA_IO_BACKEND", "TARFA_CUDA_TILE"];
+const PARSED: &[&str] = &["TARFA_IO_BACKEND", "TARFA_CUDA_TILE", "TARFA_API_KEY"];
 
 /// Read by the test harness and the scripts around the binary, not by it.
 const HARNESS: &[&str] = &[
@@ -69,6 +69,7 @@ const HARNESS: &[&str] = &[
     "TARFA_MANY_EXPERTS_CASE",
     "TARFA_HOSTILE_INDEX_CASE",
     "TARFA_EMU_GUARD_CHILD",
+    "TARFA_MAPPED_CHILD",
 ];
 
 /// Check `vars` (the process's environment): the first switch with a value it does not take is

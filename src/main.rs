@@ -20,6 +20,7 @@ mod inspect;
 mod inspect_gguf;
 mod json;
 mod run_cmd;
+mod serve_cmd;
 mod verify_cmd;
 
 use std::process::ExitCode;
@@ -46,6 +47,7 @@ fn main() -> ExitCode {
         cli::Command::Fetch(a) => fetch_cmd::run(a),
         cli::Command::BenchIo(a) => bench_io_cmd::run(a),
         cli::Command::Run(a) => run_cmd::run(a),
+        cli::Command::Serve(a) => serve_cmd::run(a),
         cli::Command::BenchDecode(a) => bench_decode_cmd::run(a),
         cli::Command::Completions(a) => docs_cmd::completions(a),
         cli::Command::Man(a) => docs_cmd::man(a),

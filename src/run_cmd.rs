@@ -47,7 +47,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     if let Some(why) = dec.offload_report().and_then(|g| g.whole_model_declined) {
         eprintln!(
             "warning: the whole forward pass does not run on the GPU: {why}; the layers run on the CPU, with the experts and matrix products on the GPU{}",
-            if a.n_cpu_moe.is_some() { " (--n-cpu-moe does not apply)" } else { "" }
+            if a.model.n_cpu_moe.is_some() { " (--n-cpu-moe does not apply)" } else { "" }
         );
     }
     // The decoder bounds the ring by the model: say so when that is less than was asked for.
@@ -55,13 +55,13 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     for (flag, asked, took, why) in [
         (
             "--qd",
-            a.qd,
+            a.model.qd,
             src.queue_depth,
             "reads in flight: a layer's experts, each read once",
         ),
         (
             "--ring-slots",
-            a.ring_slots,
+            a.model.ring_slots,
             src.slots,
             "slots: a layer's experts and 16 more",
         ),
@@ -220,7 +220,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             "isa": dec.isa().to_string(),
             "threads": dec.threads(),
             "experts": {
-                "mode": a.experts,
+                "mode": a.model.experts,
                 "backend": report,
                 "reads": stats.reads,
                 "bytes_read": stats.bytes_read,
@@ -279,7 +279,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             );
         }
         let per_tok = dp.experts.bytes_read.checked_div(dp.tokens).unwrap_or(0);
-        let held = if a.experts == "resident" {
+        let held = if a.model.experts == "resident" {
             "all resident, read at start".to_string()
         } else {
             format!("{} cached", HumanBytes(dec.experts().cached_bytes()))
@@ -394,6 +394,12 @@ fn options(a: &RunArgs) -> anyhow::Result<DecoderOptions> {
             "{flag} {v}: tarfa run does not sample; it decodes greedily (each token the highest logit, ties to the lowest id), the same tokens and logits every run (--temp 0 is taken, as greedy)"
         );
     }
+    decoder_options(&a.model)
+}
+
+/// The decoder's options from the flags `run` and `serve` share; a flag that does not apply
+/// (a GPU flag with the CPU, --cache-gib with resident experts) is an error, never dropped.
+pub fn decoder_options(a: &crate::cli::ModelFlags) -> anyhow::Result<DecoderOptions> {
     let mut source = SourceOptions::from_env()?;
     if let Some(b) = &a.backend {
         source.backend = b

@@ -1,0 +1,745 @@
+//! The HTTP routes, their requests' validation and OpenAI's response and error shapes.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use serde_json::{json, Map, Value};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::engine::{Event, Finish, Job};
+use crate::{ModelInfo, Shared, READY};
+
+/// An error in OpenAI's shape.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+    param: Option<String>,
+    retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            kind,
+            message: message.into(),
+            param: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400 naming the field.
+    fn bad(param: &str, message: impl Into<String>) -> ApiError {
+        let mut e = ApiError::new(StatusCode::BAD_REQUEST, "invalid_request_error", message);
+        e.param = Some(param.to_string());
+        e
+    }
+
+    fn unavailable(message: impl Into<String>, retry_after: u64) -> ApiError {
+        let mut e = ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable_error",
+            message,
+        );
+        e.retry_after = Some(retry_after);
+        e
+    }
+
+    fn body(&self) -> Value {
+        json!({"error": {
+            "message": self.message,
+            "type": self.kind,
+            "param": self.param,
+            "code": self.status.as_u16(),
+        }})
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut r = (self.status, Json(self.body())).into_response();
+        if let Some(s) = self.retry_after {
+            r.headers_mut().insert("retry-after", HeaderValue::from(s));
+        }
+        // A retry of a refused request is useless, except when the server is busy or loading.
+        if self.status.is_client_error() {
+            r.headers_mut()
+                .insert("x-should-retry", HeaderValue::from_static("false"));
+        }
+        r
+    }
+}
+
+/// The routes.
+pub fn router(shared: Arc<Shared>) -> Router {
+    let limit = shared.opts.max_body;
+    Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/v1/health", get(health))
+        .route("/metrics", get(metrics))
+        .route("/tokenize", post(tokenize))
+        .route("/detokenize", post(detokenize))
+        .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            auth,
+        ))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(shared)
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found_error",
+        format!("no route {} {}", req.method(), req.uri().path()),
+    )
+}
+
+/// With `--api-key`, every route but `/health` needs `Authorization: Bearer KEY`.
+async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    if let Some(key) = &s.opts.api_key {
+        let path = req.uri().path();
+        if path != "/health" && path != "/v1/health" {
+            let given = req
+                .headers()
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.strip_prefix("Bearer "));
+            if given != Some(key.as_str()) {
+                return ApiError::new(
+                    StatusCode::UNAUTHORIZED,
+                    "authentication_error",
+                    "invalid or missing API key (Authorization: Bearer KEY)",
+                )
+                .into_response();
+            }
+        }
+    }
+    next.run(req).await
+}
+
+/// The loaded model, or 503 while it loads.
+fn ready(s: &Shared) -> Result<&ModelInfo, ApiError> {
+    match (s.state.load(Ordering::SeqCst), s.model.get()) {
+        (READY, Some(m)) => Ok(m),
+        _ => Err(ApiError::unavailable("Loading model", 5)),
+    }
+}
+
+async fn health(State(s): State<Arc<Shared>>) -> Response {
+    match ready(&s) {
+        Ok(_) => Json(json!({"status": "ok"})).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn models(State(s): State<Arc<Shared>>) -> Result<Json<Value>, ApiError> {
+    let m = ready(&s)?;
+    Ok(Json(json!({
+        "object": "list",
+        "data": [{
+            "id": s.opts.model_id,
+            "object": "model",
+            "created": s.created,
+            "owned_by": "tarfa",
+            "manifest_digest": m.digest,
+            "system_fingerprint": m.fingerprint,
+            "max_model_len": m.context,
+        }],
+    })))
+}
+
+async fn metrics(State(s): State<Arc<Shared>>) -> Response {
+    let m = &s.metrics;
+    let g = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::SeqCst);
+    let ttft_n = g(&m.ttft_count);
+    let busy = g(&m.busy_us) as f64 / 1e6;
+    let generated = g(&m.generated_tokens);
+    let text = format!(
+        "# HELP tarfa_requests_total Requests admitted to the queue.\n# TYPE tarfa_requests_total counter\ntarfa_requests_total {}\n\
+# HELP tarfa_requests_rejected_total Requests refused with 503: the queue was full.\n# TYPE tarfa_requests_rejected_total counter\ntarfa_requests_rejected_total {}\n\
+# HELP tarfa_requests_disconnected_total Requests whose client went away before the end.\n# TYPE tarfa_requests_disconnected_total counter\ntarfa_requests_disconnected_total {}\n\
+# HELP tarfa_requests_finished_total Requests generated to their end.\n# TYPE tarfa_requests_finished_total counter\ntarfa_requests_finished_total {}\n\
+# HELP tarfa_queue_depth Requests waiting for a slot.\n# TYPE tarfa_queue_depth gauge\ntarfa_queue_depth {}\n\
+# HELP tarfa_slots_active Sequences generating.\n# TYPE tarfa_slots_active gauge\ntarfa_slots_active {}\n\
+# HELP tarfa_prompt_tokens_total Prompt tokens computed.\n# TYPE tarfa_prompt_tokens_total counter\ntarfa_prompt_tokens_total {}\n\
+# HELP tarfa_generated_tokens_total Tokens generated.\n# TYPE tarfa_generated_tokens_total counter\ntarfa_generated_tokens_total {}\n\
+# HELP tarfa_time_to_first_token_seconds Time from a request's arrival to its first token.\n# TYPE tarfa_time_to_first_token_seconds summary\ntarfa_time_to_first_token_seconds_sum {}\ntarfa_time_to_first_token_seconds_count {}\n\
+# HELP tarfa_busy_seconds_total Time the engine spent computing.\n# TYPE tarfa_busy_seconds_total counter\ntarfa_busy_seconds_total {}\n\
+# HELP tarfa_tokens_per_second Generated tokens per second of engine time.\n# TYPE tarfa_tokens_per_second gauge\ntarfa_tokens_per_second {}\n\
+# HELP tarfa_expert_bytes_read_total Expert bytes read from disk.\n# TYPE tarfa_expert_bytes_read_total counter\ntarfa_expert_bytes_read_total {}\n\
+# HELP tarfa_expert_bytes_per_token Expert bytes read per generated token.\n# TYPE tarfa_expert_bytes_per_token gauge\ntarfa_expert_bytes_per_token {}\n\
+# HELP tarfa_expert_reads_total Expert reads.\n# TYPE tarfa_expert_reads_total counter\ntarfa_expert_reads_total {}\n\
+# HELP tarfa_expert_cache_hits_total Experts found in the RAM cache.\n# TYPE tarfa_expert_cache_hits_total counter\ntarfa_expert_cache_hits_total {}\n",
+        g(&m.requests),
+        g(&m.rejected),
+        g(&m.disconnected),
+        g(&m.finished),
+        m.queued.load(Ordering::SeqCst),
+        m.active.load(Ordering::SeqCst),
+        g(&m.prompt_tokens),
+        generated,
+        g(&m.ttft_us) as f64 / 1e6,
+        ttft_n,
+        busy,
+        if busy > 0.0 { generated as f64 / busy } else { 0.0 },
+        g(&m.expert_bytes),
+        g(&m.expert_bytes).checked_div(generated).unwrap_or(0),
+        g(&m.expert_reads),
+        g(&m.cache_hits),
+    );
+    ([("content-type", "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// The request's JSON object, or OpenAI-shaped 400 / 413.
+fn object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
+    let bytes = body.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "invalid_request_error",
+                "the request body is larger than this server takes (--max-body)",
+            )
+        } else {
+            ApiError::new(e.status(), "invalid_request_error", e.body_text())
+        }
+    })?;
+    match serde_json::from_slice::<Value>(&bytes) {
+        Ok(Value::Object(o)) => Ok(o),
+        Ok(_) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "the request body must be a JSON object",
+        )),
+        Err(e) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("the request body is not JSON: {e}"),
+        )),
+    }
+}
+
+/// A request's fields, read once each: whatever is left is a field this server does not take.
+struct Fields(Map<String, Value>);
+
+impl Fields {
+    fn take(&mut self, k: &str) -> Option<Value> {
+        self.0.remove(k).filter(|v| !v.is_null())
+    }
+
+    fn bool(&mut self, k: &str) -> Result<Option<bool>, ApiError> {
+        match self.take(k) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(b)),
+            Some(v) => Err(ApiError::bad(k, format!("{k} must be a boolean, not {v}"))),
+        }
+    }
+
+    fn uint(&mut self, k: &str, max: usize) -> Result<Option<usize>, ApiError> {
+        match self.take(k) {
+            None => Ok(None),
+            Some(v) => match v.as_u64() {
+                Some(n) if n as usize <= max && n <= max as u64 => Ok(Some(n as usize)),
+                Some(n) => Err(ApiError::bad(k, format!("{k} is {n}; at most {max}"))),
+                None => Err(ApiError::bad(
+                    k,
+                    format!("{k} must be a non-negative integer, not {v}"),
+                )),
+            },
+        }
+    }
+
+    fn number(&mut self, k: &str) -> Result<Option<f64>, ApiError> {
+        match self.take(k) {
+            None => Ok(None),
+            Some(v) => v
+                .as_f64()
+                .filter(|x| x.is_finite())
+                .map(Some)
+                .ok_or_else(|| ApiError::bad(k, format!("{k} must be a number, not {v}"))),
+        }
+    }
+
+    /// A field that is taken only at the value that means "off" (greedy decoding's).
+    fn only(&mut self, k: &str, off: f64, why: &str) -> Result<(), ApiError> {
+        if let Some(x) = self.number(k)? {
+            if x != off {
+                return Err(ApiError::bad(k, format!("{k} {x}: {why}")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Every field left: each is one this server does not take.
+    fn done(self) -> Result<(), ApiError> {
+        match self.0.keys().next() {
+            None => Ok(()),
+            Some(k) => Err(ApiError::bad(
+                k,
+                format!("{k}: a field this server does not take (it is never silently ignored)"),
+            )),
+        }
+    }
+}
+
+/// What completions and chat requests share: limits, stops, streaming.
+struct Common {
+    max_tokens: Option<usize>,
+    stop: Vec<String>,
+    stream: bool,
+    include_usage: bool,
+    ignore_eos: bool,
+}
+
+const SAMPLING: &str = "tarfa serve decodes greedily (each token the highest logit, ties to the lowest id) for now; sampling is not taken, so only temperature 0 is";
+
+fn common(f: &mut Fields, s: &Shared, m: &ModelInfo) -> Result<Common, ApiError> {
+    if let Some(model) = f.take("model") {
+        match model.as_str() {
+            Some(id) if id == s.opts.model_id => {}
+            Some(id) => {
+                return Err(ApiError::new(
+                    StatusCode::NOT_FOUND,
+                    "not_found_error",
+                    format!(
+                        "the model `{id}` does not exist; this server serves `{}`",
+                        s.opts.model_id
+                    ),
+                ))
+            }
+            None => return Err(ApiError::bad("model", "model must be a string")),
+        }
+    }
+    let max_tokens = match (
+        f.uint("max_completion_tokens", s.opts.max_tokens_limit)?,
+        f.uint("max_tokens", s.opts.max_tokens_limit)?,
+    ) {
+        (Some(a), _) => Some(a),
+        (None, b) => b,
+    };
+    let stop = match f.take("stop") {
+        None => Vec::new(),
+        Some(Value::String(x)) => vec![x],
+        Some(Value::Array(a)) => {
+            if a.len() > 16 {
+                return Err(ApiError::bad("stop", "stop takes at most 16 strings"));
+            }
+            a.into_iter()
+                .map(|x| match x {
+                    Value::String(x) if !x.is_empty() && x.len() <= 256 => Ok(x),
+                    x => Err(ApiError::bad(
+                        "stop",
+                        format!("each stop must be a string of 1 to 256 bytes, not {x}"),
+                    )),
+                })
+                .collect::<Result<_, _>>()?
+        }
+        Some(v) => {
+            return Err(ApiError::bad(
+                "stop",
+                format!("stop must be a string or a list of strings, not {v}"),
+            ))
+        }
+    };
+    let stream = f.bool("stream")?.unwrap_or(false);
+    let include_usage = match f.take("stream_options") {
+        None => false,
+        Some(Value::Object(mut o)) => {
+            let u = match o.remove("include_usage") {
+                None | Some(Value::Null) => false,
+                Some(Value::Bool(b)) => b,
+                Some(v) => {
+                    return Err(ApiError::bad(
+                        "stream_options.include_usage",
+                        format!("include_usage must be a boolean, not {v}"),
+                    ))
+                }
+            };
+            if let Some(k) = o.keys().next() {
+                return Err(ApiError::bad(
+                    &format!("stream_options.{k}"),
+                    format!("stream_options.{k}: a field this server does not take"),
+                ));
+            }
+            if !stream {
+                return Err(ApiError::bad(
+                    "stream_options",
+                    "stream_options is taken only with stream: true",
+                ));
+            }
+            u
+        }
+        Some(v) => {
+            return Err(ApiError::bad(
+                "stream_options",
+                format!("stream_options must be an object, not {v}"),
+            ))
+        }
+    };
+    f.only("temperature", 0.0, SAMPLING)?;
+    f.only("top_p", 1.0, SAMPLING)?;
+    f.only("presence_penalty", 0.0, "penalties are not taken")?;
+    f.only("frequency_penalty", 0.0, "penalties are not taken")?;
+    if let Some(n) = f.uint("n", usize::MAX)? {
+        if n != 1 {
+            return Err(ApiError::bad("n", format!("n {n}: one choice per request")));
+        }
+    }
+    // Greedy decoding is the same for every seed: taken, and it changes nothing.
+    let _ = f.uint("seed", u64::MAX as usize)?;
+    // OpenAI's end-user id: for the operator's logs; nothing here reads it.
+    if let Some(u) = f.take("user") {
+        if !u.is_string() {
+            return Err(ApiError::bad("user", "user must be a string"));
+        }
+    }
+    let ignore_eos = f.bool("ignore_eos")?.unwrap_or(false);
+    let _ = m;
+    Ok(Common {
+        max_tokens,
+        stop,
+        stream,
+        include_usage,
+        ignore_eos,
+    })
+}
+
+/// A prompt as ids: a string (tokenized as transformers' `tokenizer(text)`), or ids.
+fn prompt_ids(v: Value, m: &ModelInfo) -> Result<Vec<u32>, ApiError> {
+    let ids = match v {
+        Value::String(t) => m
+            .text
+            .encode(&t, true)
+            .map_err(|e| ApiError::bad("prompt", format!("tokenizing the prompt: {e}")))?,
+        Value::Array(a) if a.iter().all(|x| x.is_u64()) && !a.is_empty() => a
+            .iter()
+            .map(|x| {
+                x.as_u64()
+                    .filter(|&t| (t as usize) < m.vocab)
+                    .map(|t| t as u32)
+                    .ok_or_else(|| {
+                        ApiError::bad(
+                            "prompt",
+                            format!("token {x} is outside the vocabulary of {}", m.vocab),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+        Value::Array(_) => {
+            return Err(ApiError::bad(
+                "prompt",
+                "one prompt per request: a string or a non-empty list of token ids",
+            ))
+        }
+        v => {
+            return Err(ApiError::bad(
+                "prompt",
+                format!("prompt must be a string or a list of token ids, not {v}"),
+            ))
+        }
+    };
+    if ids.is_empty() {
+        return Err(ApiError::bad("prompt", "the prompt has no tokens"));
+    }
+    if ids.len() >= m.context {
+        return Err(ApiError::bad(
+            "prompt",
+            format!(
+                "the prompt's {} tokens leave no room in the context of {} positions",
+                ids.len(),
+                m.context
+            ),
+        ));
+    }
+    Ok(ids)
+}
+
+fn id(prefix: &str) -> String {
+    use std::sync::atomic::AtomicU64;
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!(
+        "{prefix}-{t:x}{:04x}",
+        N.fetch_add(1, Ordering::SeqCst) & 0xffff
+    )
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// Queue `job`; 503 with Retry-After when the queue is full.
+fn enqueue(s: &Shared, job: Job) -> Result<(), ApiError> {
+    s.metrics.queued.fetch_add(1, Ordering::SeqCst);
+    match s.jobs.try_send(job) {
+        Ok(()) => {
+            s.metrics.requests.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        Err(_) => {
+            s.metrics.queued.fetch_sub(1, Ordering::SeqCst);
+            s.metrics.rejected.fetch_add(1, Ordering::SeqCst);
+            Err(ApiError::unavailable(
+                "the server is busy: every slot is generating and the queue is full; retry later",
+                1,
+            ))
+        }
+    }
+}
+
+async fn completions(
+    State(s): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let m = ready(&s)?;
+    let mut f = Fields(object(body)?);
+    let prompt = f
+        .take("prompt")
+        .ok_or_else(|| ApiError::bad("prompt", "prompt is required"))?;
+    let c = common(&mut f, &s, m)?;
+    if f.bool("echo")? == Some(true) {
+        return Err(ApiError::bad("echo", "echo is not taken"));
+    }
+    if let Some(l) = f.take("logprobs") {
+        return Err(ApiError::bad(
+            "logprobs",
+            format!("logprobs {l}: not taken yet"),
+        ));
+    }
+    if f.take("suffix").is_some() {
+        return Err(ApiError::bad("suffix", "suffix is not taken"));
+    }
+    f.done()?;
+    let ids = prompt_ids(prompt, m)?;
+    // OpenAI's legacy default: 16 tokens.
+    let max_tokens = c.max_tokens.unwrap_or(16);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    enqueue(
+        &s,
+        Job {
+            prompt: ids,
+            max_tokens,
+            stop: c.stop,
+            ignore_eos: c.ignore_eos,
+            tx,
+            arrived: Instant::now(),
+        },
+    )?;
+    let meta = Meta {
+        id: id("cmpl"),
+        created: now(),
+        model: s.opts.model_id.clone(),
+        fingerprint: m.fingerprint.clone(),
+    };
+    if c.stream {
+        Ok(stream_completion(meta, rx, c.include_usage).into_response())
+    } else {
+        whole_completion(meta, rx).await
+    }
+}
+
+#[derive(Clone)]
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+    fingerprint: String,
+}
+
+fn usage(prompt: usize, completion: usize) -> Value {
+    json!({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    })
+}
+
+async fn whole_completion(
+    meta: Meta,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Delta { text: t, .. } => text.push_str(&t),
+            Event::Done {
+                finish,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                return Ok(Json(json!({
+                    "id": meta.id,
+                    "object": "text_completion",
+                    "created": meta.created,
+                    "model": meta.model,
+                    "system_fingerprint": meta.fingerprint,
+                    "choices": [{
+                        "index": 0,
+                        "text": text,
+                        "logprobs": null,
+                        "finish_reason": finish.reason(),
+                    }],
+                    "usage": usage(prompt_tokens, completion_tokens),
+                }))
+                .into_response())
+            }
+            Event::Error(e) => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    e,
+                ))
+            }
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        "the engine stopped",
+    ))
+}
+
+fn stream_completion(
+    meta: Meta,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    include_usage: bool,
+) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
+    let chunk = move |meta: &Meta, text: &str, finish: Option<Finish>| {
+        json!({
+            "id": meta.id,
+            "object": "text_completion",
+            "created": meta.created,
+            "model": meta.model,
+            "system_fingerprint": meta.fingerprint,
+            "choices": [{
+                "index": 0,
+                "text": text,
+                "logprobs": null,
+                "finish_reason": finish.map(Finish::reason),
+            }],
+        })
+    };
+    let events = UnboundedReceiverStream::new(rx).flat_map(move |ev| {
+        let out: Vec<Value> = match ev {
+            Event::Delta { text, .. } if text.is_empty() => Vec::new(),
+            Event::Delta { text, .. } => vec![chunk(&meta, &text, None)],
+            Event::Done {
+                finish,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                let mut v = vec![chunk(&meta, "", Some(finish))];
+                if include_usage {
+                    v.push(json!({
+                        "id": meta.id,
+                        "object": "text_completion",
+                        "created": meta.created,
+                        "model": meta.model,
+                        "system_fingerprint": meta.fingerprint,
+                        "choices": [],
+                        "usage": usage(prompt_tokens, completion_tokens),
+                    }));
+                }
+                v.push(Value::String("[DONE]".into()));
+                v
+            }
+            Event::Error(e) => vec![json!({"error": {
+                "message": e, "type": "server_error", "param": null, "code": 500,
+            }})],
+        };
+        tokio_stream::iter(out.into_iter().map(|v| {
+            Ok(match v {
+                Value::String(done) => SseEvent::default().data(done),
+                v => SseEvent::default().data(v.to_string()),
+            })
+        }))
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+async fn tokenize(
+    State(s): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let m = ready(&s)?;
+    let mut f = Fields(object(body)?);
+    let content = match f.take("content") {
+        Some(Value::String(c)) => c,
+        Some(v) => {
+            return Err(ApiError::bad(
+                "content",
+                format!("content must be a string, not {v}"),
+            ))
+        }
+        None => return Err(ApiError::bad("content", "content is required")),
+    };
+    let special = f.bool("add_special")?.unwrap_or(false);
+    let pieces = f.bool("with_pieces")?.unwrap_or(false);
+    f.done()?;
+    let ids = m
+        .text
+        .encode(&content, special)
+        .map_err(|e| ApiError::bad("content", format!("tokenizing: {e}")))?;
+    let tokens: Vec<Value> = if pieces {
+        ids.iter()
+            .map(|&t| json!({"id": t, "piece": m.text.piece(t)}))
+            .collect()
+    } else {
+        ids.iter().map(|&t| json!(t)).collect()
+    };
+    Ok(Json(json!({"tokens": tokens})))
+}
+
+async fn detokenize(
+    State(s): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let m = ready(&s)?;
+    let mut f = Fields(object(body)?);
+    let tokens = f
+        .take("tokens")
+        .ok_or_else(|| ApiError::bad("tokens", "tokens is required"))?;
+    f.done()?;
+    let ids: Vec<u32> = tokens
+        .as_array()
+        .ok_or_else(|| ApiError::bad("tokens", "tokens must be a list of token ids"))?
+        .iter()
+        .map(|x| {
+            x.as_u64()
+                .filter(|&t| (t as usize) < m.vocab)
+                .map(|t| t as u32)
+                .ok_or_else(|| {
+                    ApiError::bad(
+                        "tokens",
+                        format!("{x} is not a token id of the vocabulary of {}", m.vocab),
+                    )
+                })
+        })
+        .collect::<Result<_, _>>()?;
+    let content = m
+        .text
+        .decode(&ids)
+        .ok_or_else(|| ApiError::bad("tokens", "these ids do not decode to text"))?;
+    Ok(Json(json!({"content": content})))
+}

@@ -1,0 +1,355 @@
+//! The engine: one thread owning the model, stepping up to `parallel` sequences in turn.
+//!
+//! Each request is a [`Job`]: its prompt's ids, its limits and stops, and the channel its
+//! events go to. The engine admits jobs from a bounded queue into free slots, then gives every
+//! active slot one step in turn — a slot's first step runs its whole prompt, each later one a
+//! single token — and sends what the step made. A slot whose receiver is gone (the client
+//! disconnected, stream or not) is freed before its next step. Each sequence is computed alone
+//! from its own state, so the tokens and logits of a request are the same bits whatever else
+//! runs beside it (spec/EXACTNESS.md §4).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::Arc;
+use std::time::Instant;
+
+use tarfa_decode::text::Text;
+use tarfa_decode::{argmax, Decoder, Sequence};
+use tokio::sync::mpsc::UnboundedSender;
+
+/// Why a generation ended, in OpenAI's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finish {
+    /// An end-of-sequence token or a stop string.
+    Stop,
+    /// `max_tokens`, or the context.
+    Length,
+}
+
+impl Finish {
+    /// OpenAI's `finish_reason`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Finish::Stop => "stop",
+            Finish::Length => "length",
+        }
+    }
+}
+
+/// What the engine sends a request.
+#[derive(Debug)]
+pub enum Event {
+    /// New text (possibly empty when a token's text is held back), and the token's id.
+    Delta {
+        /// The text that may be shown now.
+        text: String,
+        /// The token (an end-of-sequence token is not sent as a delta).
+        token: u32,
+    },
+    /// The end: why, and the counts.
+    Done {
+        /// Why it ended.
+        finish: Finish,
+        /// Prompt tokens.
+        prompt_tokens: usize,
+        /// Generated tokens (an end-of-sequence token included).
+        completion_tokens: usize,
+    },
+    /// The request failed after it was admitted.
+    Error(String),
+}
+
+/// One request for the engine.
+#[derive(Debug)]
+pub struct Job {
+    /// The prompt's ids (non-empty, each in the vocabulary, fewer than the context).
+    pub prompt: Vec<u32>,
+    /// Tokens to generate at most.
+    pub max_tokens: usize,
+    /// Stop strings: the text ends before the first that appears.
+    pub stop: Vec<String>,
+    /// Go on past end-of-sequence tokens.
+    pub ignore_eos: bool,
+    /// Where the events go; dropped by the client's side when it goes away.
+    pub tx: UnboundedSender<Event>,
+    /// When the request arrived (for time to first token).
+    pub arrived: Instant,
+}
+
+/// Counters the engine and the handlers share, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// Requests admitted to the queue.
+    pub requests: AtomicU64,
+    /// Requests refused because the queue was full.
+    pub rejected: AtomicU64,
+    /// Requests whose client went away before the end.
+    pub disconnected: AtomicU64,
+    /// Requests finished.
+    pub finished: AtomicU64,
+    /// Jobs waiting in the queue.
+    pub queued: AtomicUsize,
+    /// Slots generating.
+    pub active: AtomicUsize,
+    /// Prompt tokens computed.
+    pub prompt_tokens: AtomicU64,
+    /// Tokens generated.
+    pub generated_tokens: AtomicU64,
+    /// Time to first token, summed, in microseconds, and its count.
+    pub ttft_us: AtomicU64,
+    /// How many time-to-first-token figures are summed.
+    pub ttft_count: AtomicU64,
+    /// Time spent in steps, in microseconds.
+    pub busy_us: AtomicU64,
+    /// Expert bytes read from disk.
+    pub expert_bytes: AtomicU64,
+    /// Expert cache hits.
+    pub cache_hits: AtomicU64,
+    /// Expert reads.
+    pub expert_reads: AtomicU64,
+}
+
+/// A request being generated.
+struct Slot {
+    job: Job,
+    seq: Sequence,
+    /// Every generated id (an end-of-sequence token included).
+    generated: Vec<u32>,
+    /// The ids whose text is shown (no end-of-sequence token).
+    texted: Vec<u32>,
+    /// The text sent so far.
+    sent: String,
+    started: bool,
+}
+
+/// The engine's fixed settings.
+#[derive(Debug)]
+pub struct EngineConfig {
+    /// Sequences generated at once.
+    pub parallel: usize,
+    /// Positions a sequence may take.
+    pub context: usize,
+    /// The model's end-of-sequence set, sorted.
+    pub eos: Vec<u32>,
+}
+
+/// Run the engine until the queue's senders are all gone.
+pub fn run(
+    mut dec: Decoder,
+    text: Arc<Text>,
+    cfg: EngineConfig,
+    jobs: Receiver<Job>,
+    metrics: Arc<Metrics>,
+) {
+    let mut slots: Vec<Slot> = Vec::new();
+    loop {
+        // Admit what waits, up to the free slots; with nothing to do, wait for a job.
+        while slots.len() < cfg.parallel {
+            let job = if slots.is_empty() {
+                match jobs.recv() {
+                    Ok(j) => j,
+                    Err(_) => return,
+                }
+            } else {
+                match jobs.try_recv() {
+                    Ok(j) => j,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => return,
+                }
+            };
+            metrics.queued.fetch_sub(1, Ordering::SeqCst);
+            if job.tx.is_closed() {
+                metrics.disconnected.fetch_add(1, Ordering::SeqCst);
+                continue;
+            }
+            match dec.new_sequence() {
+                Ok(seq) => slots.push(Slot {
+                    job,
+                    seq,
+                    generated: Vec::new(),
+                    texted: Vec::new(),
+                    sent: String::new(),
+                    started: false,
+                }),
+                Err(e) => {
+                    let _ = job.tx.send(Event::Error(e.to_string()));
+                }
+            }
+        }
+        metrics.active.store(slots.len(), Ordering::SeqCst);
+        // One step of each slot, in turn.
+        let mut i = 0;
+        while i < slots.len() {
+            let done = if slots[i].job.tx.is_closed() {
+                metrics.disconnected.fetch_add(1, Ordering::SeqCst);
+                true
+            } else {
+                let t0 = Instant::now();
+                let before = dec.expert_stats();
+                let done = step(&mut dec, &text, &cfg, &mut slots[i], &metrics);
+                let after = dec.expert_stats();
+                metrics
+                    .busy_us
+                    .fetch_add(t0.elapsed().as_micros() as u64, Ordering::SeqCst);
+                metrics.expert_bytes.fetch_add(
+                    after.bytes_read.saturating_sub(before.bytes_read),
+                    Ordering::SeqCst,
+                );
+                metrics
+                    .expert_reads
+                    .fetch_add(after.reads.saturating_sub(before.reads), Ordering::SeqCst);
+                metrics.cache_hits.fetch_add(
+                    after.cache_hits.saturating_sub(before.cache_hits),
+                    Ordering::SeqCst,
+                );
+                done
+            };
+            if done {
+                slots.swap_remove(i);
+                metrics.active.store(slots.len(), Ordering::SeqCst);
+            } else {
+                i += 1;
+            }
+        }
+    }
+}
+
+/// One step of `s`: its prompt, or one token. Whether it is done.
+fn step(
+    dec: &mut Decoder,
+    text: &Text,
+    cfg: &EngineConfig,
+    s: &mut Slot,
+    metrics: &Metrics,
+) -> bool {
+    let input: Vec<u32> = if s.started {
+        vec![*s.generated.last().unwrap_or(&0)]
+    } else {
+        s.job.prompt.clone()
+    };
+    let logits = match dec.feed_in(&mut s.seq, &input, false) {
+        Ok(mut l) => l.pop().unwrap_or_default(),
+        Err(e) => {
+            let _ = s.job.tx.send(Event::Error(e.to_string()));
+            return true;
+        }
+    };
+    if !s.started {
+        s.started = true;
+        metrics
+            .prompt_tokens
+            .fetch_add(s.job.prompt.len() as u64, Ordering::SeqCst);
+        metrics
+            .ttft_us
+            .fetch_add(s.job.arrived.elapsed().as_micros() as u64, Ordering::SeqCst);
+        metrics.ttft_count.fetch_add(1, Ordering::SeqCst);
+    }
+    let tok = argmax(&logits);
+    s.generated.push(tok);
+    metrics.generated_tokens.fetch_add(1, Ordering::SeqCst);
+    let eos = !s.job.ignore_eos && cfg.eos.binary_search(&tok).is_ok();
+    if !eos {
+        s.texted.push(tok);
+    }
+    let full = text.decode(&s.texted).unwrap_or_default();
+    // A stop string ends the text before it; else the text may go out up to what could still
+    // begin one (the least hold-back), and never a trailing incomplete character.
+    let (shown, stopped) = match first_stop(&full, &s.job.stop) {
+        Some(at) => (&full[..at], true),
+        None => {
+            let stable = full.trim_end_matches('\u{FFFD}');
+            let hold = hold_back(stable, &s.job.stop);
+            (&stable[..stable.len() - hold], false)
+        }
+    };
+    let positions = s.job.prompt.len() + s.generated.len();
+    let finish = if eos || stopped {
+        Some(Finish::Stop)
+    } else if s.generated.len() >= s.job.max_tokens || positions >= cfg.context {
+        Some(Finish::Length)
+    } else {
+        None
+    };
+    // At the end, what was held back for a stop string or a character goes out too.
+    let shown = match finish {
+        Some(Finish::Length) | Some(Finish::Stop) if !stopped => full.as_str(),
+        _ => shown,
+    };
+    let delta = if shown.len() > s.sent.len() && shown.starts_with(s.sent.as_str()) {
+        shown[s.sent.len()..].to_string()
+    } else {
+        String::new()
+    };
+    s.sent.push_str(&delta);
+    if !eos
+        && s.job
+            .tx
+            .send(Event::Delta {
+                text: delta,
+                token: tok,
+            })
+            .is_err()
+    {
+        metrics.disconnected.fetch_add(1, Ordering::SeqCst);
+        return true;
+    }
+    if let Some(finish) = finish {
+        metrics.finished.fetch_add(1, Ordering::SeqCst);
+        let _ = s.job.tx.send(Event::Done {
+            finish,
+            prompt_tokens: s.job.prompt.len(),
+            completion_tokens: s.generated.len(),
+        });
+        return true;
+    }
+    false
+}
+
+/// Where the first stop string begins in `text`, if one is there.
+pub fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| text.find(s.as_str()))
+        .min()
+}
+
+/// How many bytes at the end of `text` to hold back: the longest suffix that is a proper prefix
+/// of a stop string (it may become one), on a character boundary.
+pub fn hold_back(text: &str, stops: &[String]) -> usize {
+    let mut best = 0;
+    for s in stops {
+        for (i, _) in s.char_indices().skip(1) {
+            let prefix = &s[..i];
+            if i > best && text.ends_with(prefix) {
+                best = i;
+            }
+        }
+    }
+    best
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn a_stop_string_is_found_and_its_beginning_held_back() {
+        let stops = v(&["\n\n", "END"]);
+        assert_eq!(first_stop("ab\n\ncd", &stops), Some(2));
+        assert_eq!(first_stop("abENDx\n\n", &stops), Some(2));
+        assert_eq!(first_stop("abc", &stops), None);
+        assert_eq!(hold_back("abc\n", &stops), 1);
+        assert_eq!(hold_back("abcEN", &stops), 2);
+        assert_eq!(hold_back("abcE", &stops), 1);
+        assert_eq!(hold_back("abc", &stops), 0);
+        // A multi-byte stop is held back on character boundaries.
+        let stops = v(&["éé"]);
+        assert_eq!(hold_back("aé", &stops), 'é'.len_utf8());
+        assert_eq!(first_stop("", &v(&[""])), None);
+    }
+}

@@ -1,0 +1,227 @@
+//! `tarfa serve`: an OpenAI-compatible HTTP server whose answers are exact.
+//!
+//! The HTTP side is axum on tokio (as mistral.rs and text-generation-inference are): streaming
+//! responses, a thousand idle or slow connections and disconnect detection come from the stack,
+//! not from a thread per connection. The model lives on one engine thread ([`engine`]), fed by a
+//! bounded queue; handlers validate a request, turn it into a [`engine::Job`] and relay the
+//! engine's events as a JSON response or as server-sent events.
+//!
+//! Routes: `POST /v1/completions`, `GET /v1/models`, `GET /health` (503 while the model loads),
+//! `GET /metrics` (Prometheus text), `POST /tokenize`, `POST /detokenize`. Errors have OpenAI's
+//! shape, `{"error": {"message", "type", "param", "code"}}`, with the status that fits: 400 for a
+//! bad or unsupported field (named in `param`; a field this server does not take is never
+//! silently ignored), 401 without the API key, 404 for an unknown route or model, 413 for an
+//! oversize body, 503 with `Retry-After` when the queue is full or the model is loading.
+
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod engine;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use tarfa_decode::text::Text;
+use tarfa_decode::Decoder;
+
+/// How the server runs.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// Address to bind.
+    pub addr: SocketAddr,
+    /// Sequences generated at once.
+    pub parallel: usize,
+    /// Requests waiting beyond them; more get 503.
+    pub queue: usize,
+    /// Positions a sequence may take (default: the model's context).
+    pub ctx: Option<usize>,
+    /// Every route but `/health` needs `Authorization: Bearer KEY`.
+    pub api_key: Option<String>,
+    /// Largest request body, bytes.
+    pub max_body: usize,
+    /// Largest `max_tokens` a request may ask for.
+    pub max_tokens_limit: usize,
+    /// The model's name in `/v1/models` and responses.
+    pub model_id: String,
+}
+
+/// The server's state while the model loads, once it is up, or when it failed.
+pub(crate) const LOADING: u8 = 0;
+pub(crate) const READY: u8 = 1;
+
+/// What the handlers share.
+#[derive(Debug)]
+pub struct Shared {
+    pub(crate) opts: ServeOptions,
+    pub(crate) state: AtomicU8,
+    pub(crate) model: OnceLock<ModelInfo>,
+    pub(crate) jobs: std::sync::mpsc::SyncSender<engine::Job>,
+    pub(crate) metrics: Arc<engine::Metrics>,
+    pub(crate) created: u64,
+}
+
+/// What the handlers know of the loaded model.
+#[derive(Debug)]
+pub struct ModelInfo {
+    pub(crate) text: Arc<Text>,
+    pub(crate) vocab: usize,
+    pub(crate) context: usize,
+    pub(crate) digest: String,
+    pub(crate) fingerprint: String,
+}
+
+/// The numerics version: bumped when a change of kernels could change a bit of any output
+/// (spec/EXACTNESS.md); with the manifest digest it is `system_fingerprint`, so the same
+/// fingerprint and request give the same bytes.
+pub const NUMERICS_VERSION: &str = "1";
+
+/// Serve the model `open` loads: bind first (so `/health` answers 503 while it loads), load it
+/// on the engine thread, then answer until Ctrl-C / SIGTERM. An error loading the model ends the
+/// server with that error.
+pub fn serve(
+    opts: ServeOptions,
+    open: impl FnOnce() -> anyhow_like::Result<Decoder> + Send + 'static,
+    on_ready: impl FnOnce(&SocketAddr) + Send + 'static,
+) -> anyhow_like::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .worker_threads(2)
+        .thread_name("tarfa-http")
+        .build()
+        .map_err(|e| anyhow_like::Error::msg(format!("starting the HTTP runtime: {e}")))?;
+    rt.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(opts.addr)
+            .await
+            .map_err(|e| anyhow_like::Error::msg(format!("binding {}: {e}", opts.addr)))?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| anyhow_like::Error::msg(e.to_string()))?;
+        let (tx, rx) = std::sync::mpsc::sync_channel(opts.queue);
+        let metrics = Arc::new(engine::Metrics::default());
+        let shared = Arc::new(Shared {
+            opts: opts.clone(),
+            state: AtomicU8::new(LOADING),
+            model: OnceLock::new(),
+            jobs: tx,
+            metrics: Arc::clone(&metrics),
+            created: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        });
+        let (fail_tx, mut fail_rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let engine_shared = Arc::clone(&shared);
+        let parallel = opts.parallel.max(1);
+        let ctx = opts.ctx;
+        std::thread::Builder::new()
+            .name("tarfa-engine".into())
+            .spawn(move || {
+                let loaded = (|| -> Result<(Decoder, ModelInfo, engine::EngineConfig), String> {
+                    let dec = open().map_err(|e| e.to_string())?;
+                    let text = Text::of(&dec).map_err(|e| e.to_string())?;
+                    let model_ctx = dec.context_length().unwrap_or(usize::MAX);
+                    let context = match ctx {
+                        Some(c) if c > model_ctx => {
+                            return Err(format!(
+                                "--ctx {c}: the model's context is {model_ctx} positions"
+                            ))
+                        }
+                        Some(c) => c,
+                        None => model_ctx,
+                    };
+                    let eos = dec.eos_ids().map_err(|e| e.to_string())?;
+                    let m = serde_json::to_value(dec.manifest()).map_err(|e| e.to_string())?;
+                    let digest = tarfa_format::manifest::content_digest(&m);
+                    let info = ModelInfo {
+                        text: Arc::new(text),
+                        vocab: dec.vocab_size(),
+                        context,
+                        fingerprint: format!("tarfa-n{NUMERICS_VERSION}-{}", &digest[..16]),
+                        digest,
+                    };
+                    Ok((
+                        dec,
+                        info,
+                        engine::EngineConfig {
+                            parallel,
+                            context,
+                            eos,
+                        },
+                    ))
+                })();
+                match loaded {
+                    Ok((dec, info, cfg)) => {
+                        let text = Arc::clone(&info.text);
+                        let _ = engine_shared.model.set(info);
+                        engine_shared.state.store(READY, Ordering::SeqCst);
+                        drop(engine_shared);
+                        engine::run(dec, text, cfg, rx, metrics);
+                    }
+                    Err(e) => {
+                        let _ = fail_tx.send(e);
+                    }
+                }
+            })
+            .map_err(|e| anyhow_like::Error::msg(format!("starting the engine: {e}")))?;
+        on_ready(&bound);
+        let app = api::router(Arc::clone(&shared));
+        let shutdown = async move {
+            tokio::select! {
+                e = fail_rx.recv() => e,
+                _ = shutdown_signal() => None,
+            }
+        };
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Option<String>>();
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let why = shutdown.await;
+            let _ = stop_tx.send(why);
+        });
+        server
+            .await
+            .map_err(|e| anyhow_like::Error::msg(format!("serving: {e}")))?;
+        match stop_rx.await {
+            Ok(Some(e)) => Err(anyhow_like::Error::msg(format!("loading the model: {e}"))),
+            _ => Ok(()),
+        }
+    })
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+/// A small error type for the server's entry point (the binary wraps it in anyhow).
+pub mod anyhow_like {
+    /// An error with its message.
+    #[derive(Debug)]
+    pub struct Error(String);
+
+    impl Error {
+        /// An error saying `m`.
+        pub fn msg(m: impl Into<String>) -> Error {
+            Error(m.into())
+        }
+    }
+
+    impl std::fmt::Display for Error {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(&self.0)
+        }
+    }
+
+    impl std::error::Error for Error {}
+
+    /// A result of [`Error`].
+    pub type Result<T> = std::result::Result<T, Error>;
+}

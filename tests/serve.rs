@@ -1,0 +1,396 @@
+//! `tarfa serve` (issue 25) as a client meets it, on the bundled fixture served on loopback:
+//! completions whose text equals `tarfa run`'s; the same request alone and among concurrent
+//! ones, identical and different, gives the same bytes; streaming as OpenAI sends it; stop
+//! strings; errors in OpenAI's shape with their statuses; a full queue is 503 with Retry-After;
+//! a client that vanishes frees its slot and the server keeps serving.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use common::{path, tarfa};
+use serde_json::{json, Value};
+
+/// A server on a free port, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(model: &Path, extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tarfa"))
+        .args(["serve", path(model), "--port", "0"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    err.read_line(&mut line).expect("first line");
+    let base = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    // The rest of stderr drained, so the server never blocks on it.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = err.read_to_string(&mut sink);
+    });
+    let s = Server { child, base };
+    // Up when /health says so.
+    for _ in 0..600 {
+        if let Ok((200, _)) = get(&s, "/health") {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the server did not come up");
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+fn get(s: &Server, route: &str) -> Result<(u16, String), ureq::Error> {
+    let mut r = agent().get(format!("{}{route}", s.base)).call()?;
+    let status = r.status().as_u16();
+    Ok((status, r.body_mut().read_to_string()?))
+}
+
+/// POST `body` (JSON text) to `route`: the status, the headers asked for, and the body.
+fn post_raw(
+    s: &Server,
+    route: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, Vec<String>) {
+    let mut req = agent()
+        .post(format!("{}{route}", s.base))
+        .header("content-type", "application/json");
+    for (k, v) in headers {
+        req = req.header(*k, *v);
+    }
+    let mut r = req.send(body).expect("request");
+    let status = r.status().as_u16();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .map(|v| vec![v.to_string()])
+        .unwrap_or_default();
+    (status, r.body_mut().read_to_string().expect("body"), retry)
+}
+
+fn post(s: &Server, route: &str, body: Value) -> (u16, Value) {
+    let (status, text, _) = post_raw(s, route, &body.to_string(), &[]);
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}")),
+    )
+}
+
+/// A response with the parts that differ per request (its id, its time) taken out.
+fn stable(mut v: Value) -> Value {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("id");
+        o.remove("created");
+    }
+    v
+}
+
+fn model(tmp: &Path) -> std::path::PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/qwen3_moe");
+    let m = tmp.join("m");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&m), "--quiet"]);
+    assert_eq!(code, 0, "{err}");
+    m
+}
+
+const PROMPTS: [&str; 3] = ["The quick brown fox", "Hello", "abc def ghi"];
+
+#[test]
+fn completions_are_runs_text_and_the_same_bytes_alone_or_among_others() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let s = start(&m, &["--parallel", "4", "--queue", "64"]);
+    let req = |p: &str| json!({"prompt": p, "max_tokens": 24});
+    let mut alone = Vec::new();
+    for p in PROMPTS {
+        let (status, v) = post(&s, "/v1/completions", req(p));
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+        assert_eq!(v["usage"]["completion_tokens"], 24, "{v}");
+        // The text tarfa run prints for the same prompt.
+        let (code, out, err) = tarfa(&["run", path(&m), "-p", p, "-n", "24"]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(v["choices"][0]["text"], out.trim_end_matches('\n'), "{p}");
+        alone.push(stable(v));
+    }
+    // 12 at once, each prompt four times, over 4 slots: the same bytes as alone.
+    let base = s.base.clone();
+    let handles: Vec<_> = (0..12)
+        .map(|i| {
+            let base = base.clone();
+            let body = req(PROMPTS[i % 3]).to_string();
+            std::thread::spawn(move || {
+                let mut r = agent()
+                    .post(format!("{base}/v1/completions"))
+                    .header("content-type", "application/json")
+                    .send(&body)
+                    .expect("request");
+                assert_eq!(r.status().as_u16(), 200);
+                let v: Value = serde_json::from_str(&r.body_mut().read_to_string().expect("body"))
+                    .expect("json");
+                (i % 3, stable(v))
+            })
+        })
+        .collect();
+    for h in handles {
+        let (k, v) = h.join().expect("thread");
+        assert_eq!(v, alone[k], "prompt {k} among others");
+    }
+    // Streamed: the deltas are the text; a finish chunk, the usage chunk, then [DONE].
+    let (status, text, _) = post_raw(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": PROMPTS[0], "max_tokens": 24, "stream": true,
+                "stream_options": {"include_usage": true}})
+        .to_string(),
+        &[],
+    );
+    assert_eq!(status, 200);
+    let events: Vec<&str> = text
+        .split("\n\n")
+        .filter(|e| !e.is_empty())
+        .map(|e| e.strip_prefix("data: ").unwrap_or_else(|| panic!("{e:?}")))
+        .collect();
+    assert_eq!(events.last(), Some(&"[DONE]"), "{text}");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|e| serde_json::from_str(e).expect("chunk"))
+        .collect();
+    let joined: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["text"].as_str())
+        .collect();
+    assert_eq!(
+        joined,
+        alone[0]["choices"][0]["text"].as_str().expect("text")
+    );
+    let n = chunks.len();
+    assert_eq!(chunks[n - 2]["choices"][0]["finish_reason"], "length");
+    assert_eq!(chunks[n - 1]["choices"], json!([]));
+    assert_eq!(chunks[n - 1]["usage"], alone[0]["usage"]);
+    assert!(chunks[..n - 2]
+        .iter()
+        .all(|c| c["choices"][0]["finish_reason"].is_null()));
+
+    // A stop string: the text ends before it, finish_reason stop.
+    let full = alone[0]["choices"][0]["text"].as_str().expect("text");
+    let stop = &full[5..7];
+    let at = full.find(stop).expect("in it");
+    let (status, v) = post(
+        &s,
+        "/v1/completions",
+        json!({"prompt": PROMPTS[0], "max_tokens": 24, "stop": [stop]}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], &full[..at]);
+    assert_eq!(v["choices"][0]["finish_reason"], "stop");
+
+    // The models list names the model's manifest digest; the fingerprint is in every answer.
+    let (status, body) = get(&s, "/v1/models").expect("models");
+    assert_eq!(status, 200);
+    let models: Value = serde_json::from_str(&body).expect("json");
+    let fp = models["data"][0]["system_fingerprint"]
+        .as_str()
+        .expect("fp");
+    assert_eq!(alone[0]["system_fingerprint"], fp);
+    assert_eq!(
+        models["data"][0]["manifest_digest"].as_str().map(str::len),
+        Some(64)
+    );
+}
+
+#[test]
+fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let s = start(&m, &["--max-body", "4096", "--api-key", "k3y"]);
+    let auth = [("authorization", "Bearer k3y")];
+    let cases: Vec<(String, u16, Option<&str>)> = vec![
+        ("{bad".into(), 400, None),
+        ("[1,2]".into(), 400, None),
+        (json!({"max_tokens": 3}).to_string(), 400, Some("prompt")),
+        (
+            json!({"prompt": "x", "foo": 1}).to_string(),
+            400,
+            Some("foo"),
+        ),
+        (
+            json!({"prompt": "x", "temperature": 0.7}).to_string(),
+            400,
+            Some("temperature"),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": -1}).to_string(),
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            json!({"prompt": "x", "max_tokens": "9"}).to_string(),
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            json!({"prompt": [1, 99999]}).to_string(),
+            400,
+            Some("prompt"),
+        ),
+        (json!({"prompt": "x", "n": 2}).to_string(), 400, Some("n")),
+        (
+            json!({"prompt": "x", "stop": 7}).to_string(),
+            400,
+            Some("stop"),
+        ),
+        (
+            json!({"prompt": "x", "stream_options": {"include_usage": true}}).to_string(),
+            400,
+            Some("stream_options"),
+        ),
+        (
+            json!({"prompt": "x", "model": "other"}).to_string(),
+            404,
+            None,
+        ),
+        (json!({"prompt": "x".repeat(5000)}).to_string(), 413, None),
+    ];
+    for (body, want, param) in cases {
+        let (status, text, _) = post_raw(&s, "/v1/completions", &body, &auth);
+        assert_eq!(status, want, "{body:.80}: {text}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+        assert_eq!(v["error"]["code"], want, "{text}");
+        assert!(v["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty()));
+        if let Some(p) = param {
+            assert_eq!(v["error"]["param"], p, "{text}");
+        }
+    }
+    // Without the key: 401 everywhere but /health.
+    let (status, text, _) = post_raw(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "x"}).to_string(),
+        &[],
+    );
+    assert_eq!(status, 401, "{text}");
+    assert_eq!(get(&s, "/health").expect("health").0, 200);
+    assert_eq!(get(&s, "/v1/models").expect("models").0, 401);
+    let (status, _, _) = post_raw(&s, "/nope", "{}", &auth);
+    assert_eq!(status, 404);
+    // And it still answers.
+    let (status, text, _) = post_raw(
+        &s,
+        "/v1/completions",
+        &json!({"prompt": "Hello", "max_tokens": 3}).to_string(),
+        &auth,
+    );
+    assert_eq!(status, 200, "{text}");
+}
+
+#[test]
+fn a_full_queue_is_503_with_retry_after_and_a_vanished_client_frees_its_slot() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let s = start(&m, &["--parallel", "1", "--queue", "0"]);
+    // 40 requests of 200 tokens at once on one slot and no queue: some are refused.
+    let base = s.base.clone();
+    let handles: Vec<_> = (0..40)
+        .map(|_| {
+            let base = base.clone();
+            std::thread::spawn(move || {
+                let mut r = agent()
+                    .post(format!("{base}/v1/completions"))
+                    .header("content-type", "application/json")
+                    .send(&json!({"prompt": "Hello", "max_tokens": 200}).to_string())
+                    .expect("request");
+                let retry = r.headers().get("retry-after").is_some();
+                let body = r.body_mut().read_to_string().expect("body");
+                (r.status().as_u16(), retry, body)
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    let mut busy = 0;
+    for h in handles {
+        match h.join().expect("thread") {
+            (200, _, _) => ok += 1,
+            (503, true, body) => {
+                assert!(body.contains("\"code\":503"), "{body}");
+                busy += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(ok >= 1 && busy >= 1, "{ok} answered, {busy} refused");
+
+    // A streaming client that reads one chunk and goes away: its slot is freed, counted, and
+    // the next request is answered.
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut c = std::net::TcpStream::connect(&addr).expect("connect");
+    let body = json!({"prompt": "Hello", "max_tokens": 240, "stream": true}).to_string();
+    write!(
+        c,
+        "POST /v1/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut first = [0u8; 256];
+    let n = c.read(&mut first).expect("read");
+    assert!(
+        String::from_utf8_lossy(&first[..n]).contains("200"),
+        "{:?}",
+        &first[..n]
+    );
+    drop(c);
+    let disconnected = || {
+        get(&s, "/metrics")
+            .expect("metrics")
+            .1
+            .lines()
+            .find_map(|l| l.strip_prefix("tarfa_requests_disconnected_total "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .expect("metric")
+    };
+    let mut freed = false;
+    for _ in 0..200 {
+        if disconnected() >= 1 {
+            freed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(freed, "the vanished client's slot was not freed");
+    let (status, v) = post(
+        &s,
+        "/v1/completions",
+        json!({"prompt": "Hello", "max_tokens": 3}),
+    );
+    assert_eq!(status, 200, "{v}");
+}
