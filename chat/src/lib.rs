@@ -24,6 +24,15 @@
 //! empty and falsy as jinja2's default `Undefined`. A template that fails to parse or render is an
 //! error naming the line; there is no fallback rendering.
 //!
+//! Known differences from transformers (none met by the golden cases):
+//! - A JSON integer outside the 64-bit range is read as a float (`1.2345678901234568e+22`), where
+//!   Python keeps the integer's digits.
+//! - Objects that only jinja2 has (namespaces, loops, macros) print in minijinja's spelling; Python
+//!   values (dicts, lists, strings, numbers, booleans, None) print and `tojson` as Python does.
+//! - Where transformers fails outside `raise_exception` (a `TypeError` inside a filter), the render
+//!   fails here too, with minijinja's wording.
+//! - `strftime_now` formats with chrono's strftime, which agrees with C's on the usual specifiers.
+//!
 //! Proof: `tests/golden.rs` renders every case under `fixtures/templates/golden/` (written by
 //! `fixtures/templates/make_goldens.py` with transformers itself) and compares byte for byte.
 
