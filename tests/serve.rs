@@ -6,71 +6,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 
+use common::serve::{agent, get, start, Server};
 use common::{path, tarfa};
 use serde_json::{json, Value};
-
-/// A server on a free port, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(model: &Path, extra: &[&str]) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tarfa"))
-        .args(["serve", path(model), "--port", "0"])
-        .args(extra)
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn");
-    let mut err = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    err.read_line(&mut line).expect("first line");
-    let base = line
-        .split("listening on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
-    // The rest of stderr drained, so the server never blocks on it.
-    std::thread::spawn(move || {
-        let mut sink = String::new();
-        let _ = err.read_to_string(&mut sink);
-    });
-    let s = Server { child, base };
-    // Up when /health says so.
-    for _ in 0..600 {
-        if let Ok((200, _)) = get(&s, "/health") {
-            return s;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    panic!("the server did not come up");
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .build()
-        .into()
-}
-
-fn get(s: &Server, route: &str) -> Result<(u16, String), ureq::Error> {
-    let mut r = agent().get(format!("{}{route}", s.base)).call()?;
-    let status = r.status().as_u16();
-    Ok((status, r.body_mut().read_to_string()?))
-}
 
 /// POST `body` (JSON text) to `route`: the status, the headers asked for, and the body.
 fn post_raw(

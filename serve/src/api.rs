@@ -18,8 +18,9 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::engine::{Event, Finish, Job};
+use crate::engine::{hold_back, Event, Finish, Job};
 use crate::{ModelInfo, Shared, READY};
+use tarfa_chat::{split_reasoning, ChatJson, RenderOptions};
 
 /// An error in OpenAI's shape.
 #[derive(Debug)]
@@ -89,6 +90,8 @@ pub fn router(shared: Arc<Shared>) -> Router {
     let limit = shared.opts.max_body;
     Router::new()
         .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat))
+        .route("/apply-template", post(apply_template))
         .route("/v1/models", get(models))
         .route("/health", get(health))
         .route("/v1/health", get(health))
@@ -210,7 +213,12 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
 
 /// The request's JSON object, or OpenAI-shaped 400 / 413.
 fn object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, ApiError> {
-    let bytes = body.map_err(|e| {
+    object_of(&bytes_of(body)?)
+}
+
+/// The request's bytes, or 413 / 400.
+fn bytes_of(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|e| {
         if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -220,8 +228,12 @@ fn object(body: Result<Bytes, BytesRejection>) -> Result<Map<String, Value>, Api
         } else {
             ApiError::new(e.status(), "invalid_request_error", e.body_text())
         }
-    })?;
-    match serde_json::from_slice::<Value>(&bytes) {
+    })
+}
+
+/// The JSON object of `bytes`, or 400.
+fn object_of(bytes: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    match serde_json::from_slice::<Value>(bytes) {
         Ok(Value::Object(o)) => Ok(o),
         Ok(_) => Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -742,4 +754,372 @@ async fn detokenize(
         .decode(&ids)
         .ok_or_else(|| ApiError::bad("tokens", "these ids do not decode to text"))?;
     Ok(Json(json!({"content": content})))
+}
+
+/// A chat request rendered: the prompt text, and whether it leaves the reply inside an open
+/// `<think>` block (the generation prompt opened it).
+struct Rendered {
+    text: String,
+    opened: bool,
+}
+
+/// The chat fields of a request (`messages`, `tools`, `documents`, `chat_template_kwargs`,
+/// `add_generation_prompt`) taken from `f` and rendered with the model's template, the values in
+/// the order the client wrote them (`ordered`: the body as the template's JSON reads it).
+fn render(f: &mut Fields, ordered: &ChatJson, m: &ModelInfo) -> Result<Rendered, ApiError> {
+    let field = |k: &str| -> Option<ChatJson> {
+        ordered
+            .object_entries()?
+            .into_iter()
+            .rev()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v)
+    };
+    match f.take("messages") {
+        Some(Value::Array(a)) if !a.is_empty() => {}
+        Some(Value::Array(_)) => return Err(ApiError::bad("messages", "messages is empty")),
+        Some(v) => {
+            return Err(ApiError::bad(
+                "messages",
+                format!("messages must be a list of message objects, not {v}"),
+            ))
+        }
+        None => return Err(ApiError::bad("messages", "messages is required")),
+    }
+    let messages = field("messages").unwrap_or_else(|| ChatJson::from(&Value::Null));
+    let list = |f: &mut Fields, k: &str| -> Result<Option<ChatJson>, ApiError> {
+        match f.take(k) {
+            None => Ok(None),
+            Some(Value::Array(_)) => Ok(field(k)),
+            Some(v) => Err(ApiError::bad(k, format!("{k} must be a list, not {v}"))),
+        }
+    };
+    let tools = list(f, "tools")?;
+    let documents = list(f, "documents")?;
+    if let Some(c) = f.take("tool_choice") {
+        match c.as_str() {
+            Some("none" | "auto") => {}
+            _ => {
+                return Err(ApiError::bad(
+                    "tool_choice",
+                    format!("tool_choice {c}: only \"none\" and \"auto\" are taken (the tools are rendered into the prompt; calls are not parsed out of the reply)"),
+                ))
+            }
+        }
+    }
+    let _ = f.bool("parallel_tool_calls")?;
+    let kwargs = match f.take("chat_template_kwargs") {
+        None => Vec::new(),
+        Some(Value::Object(_)) => field("chat_template_kwargs")
+            .and_then(|k| k.object_entries())
+            .unwrap_or_default(),
+        Some(v) => {
+            return Err(ApiError::bad(
+                "chat_template_kwargs",
+                format!("chat_template_kwargs must be an object, not {v}"),
+            ))
+        }
+    };
+    let add_generation_prompt = f.bool("add_generation_prompt")?.unwrap_or(true);
+    let template = match &m.template {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => {
+            return Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                format!("the model's chat template does not load: {e}"),
+            ))
+        }
+        None => {
+            return Err(ApiError::bad(
+                "messages",
+                "the model has no chat template (tokenizer_config.json's chat_template, chat_template.jinja or a GGUF's tokenizer.chat_template); use /v1/completions with a prompt",
+            ))
+        }
+    };
+    let text = template
+        .render(
+            &messages,
+            &RenderOptions {
+                add_generation_prompt,
+                tools,
+                documents,
+                kwargs,
+                now: None,
+            },
+        )
+        .map_err(|e| {
+            ApiError::bad(
+                "messages",
+                format!("the chat template refused the request: {e}"),
+            )
+        })?;
+    let opened = m.think && text.trim_end().ends_with("<think>");
+    Ok(Rendered { text, opened })
+}
+
+/// The body as the chat template's JSON (objects in the client's key order).
+fn ordered(bytes: &[u8]) -> Result<ChatJson, ApiError> {
+    let text = std::str::from_utf8(bytes).map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            "the request body is not UTF-8",
+        )
+    })?;
+    ChatJson::parse(text).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_request_error",
+            format!("the request body is not JSON: {e}"),
+        )
+    })
+}
+
+async fn apply_template(
+    State(s): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let m = ready(&s)?;
+    let bytes = bytes_of(body)?;
+    let mut f = Fields(object_of(&bytes)?);
+    let r = render(&mut f, &ordered(&bytes)?, m)?;
+    f.done()?;
+    Ok(Json(json!({"prompt": r.text})))
+}
+
+/// `(reasoning, content)` of a reply so far: split at `<think>` blocks where the template writes
+/// them (the reply starting inside one when the prompt opened it), else all content.
+fn split(m: &ModelInfo, opened: bool, text: &str) -> (Option<String>, String) {
+    if !m.think {
+        return (None, text.to_string());
+    }
+    if opened {
+        split_reasoning(&format!("<think>{text}"))
+    } else {
+        split_reasoning(text)
+    }
+}
+
+async fn chat(
+    State(s): State<Arc<Shared>>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let m = ready(&s)?;
+    let bytes = bytes_of(body)?;
+    let mut f = Fields(object_of(&bytes)?);
+    let rendered = render(&mut f, &ordered(&bytes)?, m)?;
+    let c = common(&mut f, &s, m)?;
+    for k in ["logprobs", "top_logprobs"] {
+        if let Some(v) = f.take(k) {
+            if v != Value::Bool(false) {
+                return Err(ApiError::bad(k, format!("{k} {v}: not taken yet")));
+            }
+        }
+    }
+    f.done()?;
+    // As transformers' apply_chat_template(tokenize=True): the rendered text's own special
+    // tokens, nothing added.
+    let ids = m
+        .text
+        .encode(&rendered.text, false)
+        .map_err(|e| ApiError::bad("messages", format!("tokenizing the prompt: {e}")))?;
+    if ids.is_empty() || ids.len() >= m.context {
+        return Err(ApiError::bad(
+            "messages",
+            format!(
+                "the rendered prompt's {} tokens leave no room in the context of {} positions",
+                ids.len(),
+                m.context
+            ),
+        ));
+    }
+    let max_tokens = c.max_tokens.unwrap_or(m.context - ids.len());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    enqueue(
+        &s,
+        Job {
+            prompt: ids,
+            max_tokens,
+            stop: c.stop,
+            ignore_eos: c.ignore_eos,
+            tx,
+            arrived: Instant::now(),
+        },
+    )?;
+    let meta = Meta {
+        id: id("chatcmpl"),
+        created: now(),
+        model: s.opts.model_id.clone(),
+        fingerprint: m.fingerprint.clone(),
+    };
+    if c.stream {
+        Ok(stream_chat(meta, rx, c.include_usage, s.clone(), rendered.opened).into_response())
+    } else {
+        whole_chat(meta, rx, m, rendered.opened).await
+    }
+}
+
+fn chat_message(m: &ModelInfo, opened: bool, text: &str) -> Value {
+    let (reasoning, content) = split(m, opened, text);
+    let mut msg = json!({"role": "assistant", "content": content});
+    if let Some(r) = reasoning {
+        msg["reasoning_content"] = json!(r);
+    }
+    msg
+}
+
+async fn whole_chat(
+    meta: Meta,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    m: &ModelInfo,
+    opened: bool,
+) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            Event::Delta { text: t, .. } => text.push_str(&t),
+            Event::Done {
+                finish,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                return Ok(Json(json!({
+                    "id": meta.id,
+                    "object": "chat.completion",
+                    "created": meta.created,
+                    "model": meta.model,
+                    "system_fingerprint": meta.fingerprint,
+                    "choices": [{
+                        "index": 0,
+                        "message": chat_message(m, opened, &text),
+                        "logprobs": null,
+                        "finish_reason": finish.reason(),
+                    }],
+                    "usage": usage(prompt_tokens, completion_tokens),
+                }))
+                .into_response())
+            }
+            Event::Error(e) => {
+                return Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    e,
+                ))
+            }
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "server_error",
+        "the engine stopped",
+    ))
+}
+
+/// What a chat stream has sent of the reply: the text, and of it the reasoning and content.
+#[derive(Default)]
+struct ChatSent {
+    text: String,
+    reasoning: String,
+    content: String,
+}
+
+fn stream_chat(
+    meta: Meta,
+    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    include_usage: bool,
+    s: Arc<Shared>,
+    opened: bool,
+) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
+    let chunk = |meta: &Meta, delta: Value, finish: Option<Finish>| {
+        json!({
+            "id": meta.id,
+            "object": "chat.completion.chunk",
+            "created": meta.created,
+            "model": meta.model,
+            "system_fingerprint": meta.fingerprint,
+            "choices": [{
+                "index": 0,
+                "delta": delta,
+                "logprobs": null,
+                "finish_reason": finish.map(Finish::reason),
+            }],
+        })
+    };
+    let first = chunk(&meta, json!({"role": "assistant", "content": ""}), None);
+    let mut sent = ChatSent::default();
+    let events = UnboundedReceiverStream::new(rx).flat_map(move |ev| {
+        let Some(m) = s.model.get() else {
+            return tokio_stream::iter(Vec::new());
+        };
+        // The deltas of reasoning and content that extend what was sent, of `view`.
+        let deltas = |view: &str, sent: &mut ChatSent| -> Vec<Value> {
+            let (r, c) = split(m, opened, view);
+            let r = r.unwrap_or_default();
+            let mut out = Vec::new();
+            if r.len() > sent.reasoning.len() && r.starts_with(sent.reasoning.as_str()) {
+                out.push(chunk(
+                    &meta,
+                    json!({"reasoning_content": &r[sent.reasoning.len()..]}),
+                    None,
+                ));
+                sent.reasoning = r;
+            }
+            if c.len() > sent.content.len() && c.starts_with(sent.content.as_str()) {
+                out.push(chunk(
+                    &meta,
+                    json!({"content": &c[sent.content.len()..]}),
+                    None,
+                ));
+                sent.content = c;
+            }
+            out
+        };
+        let out: Vec<Value> = match ev {
+            Event::Delta { text, .. } => {
+                sent.text.push_str(&text);
+                // A tag that may be arriving is held back until it is whole.
+                let all = sent.text.clone();
+                let hold = if m.think {
+                    hold_back(&all, &["<think>".to_string(), "</think>".to_string()])
+                } else {
+                    0
+                };
+                deltas(&all[..all.len() - hold], &mut sent)
+            }
+            Event::Done {
+                finish,
+                prompt_tokens,
+                completion_tokens,
+            } => {
+                let all = sent.text.clone();
+                let mut v = deltas(&all, &mut sent);
+                v.push(chunk(&meta, json!({}), Some(finish)));
+                if include_usage {
+                    v.push(json!({
+                        "id": meta.id,
+                        "object": "chat.completion.chunk",
+                        "created": meta.created,
+                        "model": meta.model,
+                        "system_fingerprint": meta.fingerprint,
+                        "choices": [],
+                        "usage": usage(prompt_tokens, completion_tokens),
+                    }));
+                }
+                v.push(Value::String("[DONE]".into()));
+                v
+            }
+            Event::Error(e) => vec![json!({"error": {
+                "message": e, "type": "server_error", "param": null, "code": 500,
+            }})],
+        };
+        tokio_stream::iter(out)
+    });
+    let all = tokio_stream::iter(vec![first]).chain(events).map(|v| {
+        Ok(match v {
+            Value::String(done) => SseEvent::default().data(done),
+            v => SseEvent::default().data(v.to_string()),
+        })
+    });
+    Sse::new(all).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
 }

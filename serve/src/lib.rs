@@ -69,6 +69,85 @@ pub struct ModelInfo {
     pub(crate) context: usize,
     pub(crate) digest: String,
     pub(crate) fingerprint: String,
+    /// The chat template (`None`: the model has none; an error: it does not compile, said on
+    /// every chat request).
+    pub(crate) template: Option<Result<tarfa_chat::ChatTemplate, String>>,
+    /// Whether the template writes `<think>` blocks: replies are then split into
+    /// `reasoning_content` and `content`.
+    pub(crate) think: bool,
+}
+
+/// The model's chat template as transformers' AutoTokenizer finds it: `chat_template.jinja`, else
+/// `tokenizer_config.json`'s `chat_template`; for a GGUF-sourced model `tokenizer.chat_template`
+/// with the BOS and EOS strings of its token list. Whether its text knows `<think>` blocks.
+fn chat_template(dec: &Decoder) -> (Option<Result<tarfa_chat::ChatTemplate, String>>, bool) {
+    let aux = |name: &str| -> Result<Option<Vec<u8>>, String> {
+        dec.aux_file(name)
+            .map(|f| f.map(|f| f.bytes))
+            .map_err(|e| e.to_string())
+    };
+    let m = dec.manifest();
+    let found = (|| -> Result<Option<(String, tarfa_chat::ChatTemplate)>, String> {
+        if m.architecture.source_format == "gguf" {
+            let c = &m.architecture.config;
+            let Some(src) = c
+                .get("tokenizer.chat_template")
+                .and_then(|v| v.get("value"))
+                .and_then(|v| v.as_str())
+            else {
+                return Ok(None);
+            };
+            let strings = dec
+                .gguf_token_strings()
+                .transpose()
+                .map_err(|e| e.to_string())?;
+            let token = |key: &str| -> Option<String> {
+                let id = c.get(key)?.get("value")?.as_u64()?;
+                strings.as_ref()?.get(usize::try_from(id).ok()?).cloned()
+            };
+            let mut sp = tarfa_chat::SpecialTokens::new();
+            for (name, key) in [
+                ("bos_token", "tokenizer.ggml.bos_token_id"),
+                ("eos_token", "tokenizer.ggml.eos_token_id"),
+                ("pad_token", "tokenizer.ggml.padding_token_id"),
+                ("unk_token", "tokenizer.ggml.unknown_token_id"),
+            ] {
+                if let Some(t) = token(key) {
+                    sp = sp.with(name, &t);
+                }
+            }
+            let t = tarfa_chat::ChatTemplate::new(src, sp).map_err(|e| e.to_string())?;
+            return Ok(Some((src.to_string(), t)));
+        }
+        let config: serde_json::Value = match aux("tokenizer_config.json")? {
+            Some(b) => {
+                serde_json::from_slice(&b).map_err(|e| format!("tokenizer_config.json: {e}"))?
+            }
+            None => serde_json::Value::Object(Default::default()),
+        };
+        let jinja = match aux("chat_template.jinja")? {
+            Some(b) => Some(
+                String::from_utf8(b).map_err(|_| "chat_template.jinja is not UTF-8".to_string())?,
+            ),
+            None => None,
+        };
+        let source = jinja
+            .clone()
+            .or_else(|| config.get("chat_template").map(|t| t.to_string()));
+        match tarfa_chat::ChatTemplate::from_tokenizer_config(&config, jinja.as_deref()) {
+            Ok(Some(t)) => Ok(Some((source.unwrap_or_default(), t))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    })();
+    match found {
+        Ok(None) => (None, false),
+        Ok(Some((src, t))) => {
+            let think = src.contains("<think>");
+            (Some(Ok(t)), think)
+        }
+        Err(e) => (Some(Err(e)), false),
+    }
 }
 
 /// The numerics version: bumped when a change of kernels could change a bit of any output
@@ -132,7 +211,13 @@ pub fn serve(
                     let eos = dec.eos_ids().map_err(|e| e.to_string())?;
                     let m = serde_json::to_value(dec.manifest()).map_err(|e| e.to_string())?;
                     let digest = tarfa_format::manifest::content_digest(&m);
+                    let (template, think) = chat_template(&dec);
+                    if let Some(Err(e)) = &template {
+                        eprintln!("warning: the model's chat template does not load ({e}); /v1/chat/completions will refuse every request");
+                    }
                     let info = ModelInfo {
+                        template,
+                        think,
                         text: Arc::new(text),
                         vocab: dec.vocab_size(),
                         context,

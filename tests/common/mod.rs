@@ -4,6 +4,8 @@
 // Each test file uses its own part of this module.
 #![allow(dead_code)]
 
+pub mod serve;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -55,6 +55,8 @@ pub enum Tool {
     PythonGguf,
     /// python3 with the `blake3` package: the second JNF reader, `tests/jnf_reader.py`.
     PythonBlake3,
+    /// python3 with the `openai` package: the client `tarfa serve` is tested with.
+    PythonOpenai,
     /// A tmpfs the test mounts itself (a small, fillable filesystem): needs root.
     Tmpfs,
     /// io_uring in this kernel and allowed by this process's seccomp filter.
@@ -72,6 +74,7 @@ impl Tool {
             Tool::Nginx => "nginx",
             Tool::PythonGguf => "python3 with the gguf and numpy packages",
             Tool::PythonBlake3 => "python3 with the blake3 package",
+            Tool::PythonOpenai => "python3 with the openai package",
             Tool::Tmpfs => "mounting a tmpfs",
             Tool::IoUring => "io_uring",
             Tool::Fio => "fio",
@@ -89,6 +92,10 @@ impl Tool {
             }
             Tool::PythonBlake3 => {
                 "python3 -m pip install blake3, in a venv first on PATH (scripts/test.sh makes \
+                 one: ~/.cache/tarfa/venv)"
+            }
+            Tool::PythonOpenai => {
+                "python3 -m pip install openai, in a venv first on PATH (scripts/test.sh makes \
                  one: ~/.cache/tarfa/venv)"
             }
             Tool::Tmpfs => "run the tests as root (mount needs CAP_SYS_ADMIN)",
@@ -253,6 +260,16 @@ pub fn python_gguf() -> bool {
     .is_some()
 }
 
+/// python3 with the `openai` package, or the skip/fail of [`available`].
+#[track_caller]
+pub fn python_openai() -> bool {
+    available(
+        Tool::PythonOpenai,
+        runs("python3", &["-c", "import openai"]),
+    )
+    .is_some()
+}
+
 /// python3 with the `blake3` package, or the skip/fail of [`available`].
 #[track_caller]
 pub fn python_blake3() -> bool {
@@ -312,6 +329,7 @@ mod tests {
             Tool::Nginx,
             Tool::PythonGguf,
             Tool::PythonBlake3,
+            Tool::PythonOpenai,
             Tool::Tmpfs,
             Tool::IoUring,
             Tool::Fio,

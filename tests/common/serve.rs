@@ -1,0 +1,90 @@
+//! A `tarfa serve` on a free loopback port for the server's tests, and the requests they make.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use super::path;
+
+/// A server on a free port, killed when dropped.
+pub struct Server {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Start `tarfa serve MODEL --port 0 EXTRA…` and wait for `/health` to say it is up.
+pub fn start(model: &Path, extra: &[&str]) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tarfa"))
+        .args(["serve", path(model), "--port", "0"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    err.read_line(&mut line).expect("first line");
+    let base = line
+        .split("listening on ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    // The rest of stderr drained, so the server never blocks on it.
+    std::thread::spawn(move || {
+        let mut sink = String::new();
+        let _ = err.read_to_string(&mut sink);
+    });
+    let s = Server { child, base };
+    // Up when /health says so.
+    for _ in 0..600 {
+        if let Ok((200, _)) = get(&s, "/health") {
+            return s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("the server did not come up");
+}
+
+/// A client that hands back every status as a response.
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// GET `route`: the status and the body.
+pub fn get(s: &Server, route: &str) -> Result<(u16, String), ureq::Error> {
+    let mut r = agent().get(format!("{}{route}", s.base)).call()?;
+    let status = r.status().as_u16();
+    Ok((status, r.body_mut().read_to_string()?))
+}
+
+/// A copy of the `qwen3_moe` fixture whose tokenizer_config.json holds Qwen3's chat template
+/// (fixtures/templates), converted into `tmp/chat`.
+pub fn chat_model(tmp: &Path) -> std::path::PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let src = tmp.join("chat-src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    for e in std::fs::read_dir(root.join("fixtures/hf/qwen3_moe")).expect("fixture") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), src.join(e.file_name())).expect("copy");
+    }
+    let template = std::fs::read_to_string(root.join("fixtures/templates/Qwen-Qwen3-0.6B.jinja"))
+        .expect("template");
+    let config = serde_json::json!({"chat_template": template, "eos_token": "<|im_end|>"});
+    std::fs::write(src.join("tokenizer_config.json"), config.to_string()).expect("write");
+    let out = tmp.join("chat");
+    let (code, _, err) = super::tarfa(&["convert", path(&src), "-o", path(&out), "--quiet"]);
+    assert_eq!(code, 0, "{err}");
+    out
+}
