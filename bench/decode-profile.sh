@@ -13,6 +13,6 @@ nproc; grep -m1 'model name' /proc/cpuinfo; cat /sys/kernel/mm/transparent_hugep
 [ -d "$W/jnf" ] || { t "$B/synth_decode_checkpoint" "$W/src" 10 8 && t "$B/tarfa" convert "$W/src" -o "$W/jnf" --quiet; } || exit 2
 for th in 16 8; do "$B/matvec_rate" 32768 2048 "$th"; "$B/matvec_rate" 768 2048 "$th"; done
 for th in 16 8 4; do
-  TARFA_PROFILE=1 t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 64 --experts resident --threads "$th" > /dev/null
+  TARFA_PROFILE=1 t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 64 --ignore-eos --experts resident --threads "$th" > /dev/null
 done
 t "$B/tarfa" bench-decode "$W/jnf" --modes resident --runs 3 --tokens 32

@@ -71,12 +71,12 @@ EOF
 echo "== tarfa bench-decode"
 # The first resident pass on a fresh VM has been seen at half speed: warm the machine's memory
 # once with a short resident run before measuring.
-t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 4 --experts resident --threads "$T" > /dev/null
+t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 4 --ignore-eos --experts resident --threads "$T" > /dev/null
 t "$B/tarfa" bench-decode "$W/jnf" --threads "$T" --runs 2 --tokens 32 --prompt-tokens 8 --json > "$O/bench-decode.json"
 cat "$O/bench-decode.json"
-TARFA_PROFILE=1 t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 64 --experts resident --threads "$T" > /dev/null
-t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 4 --experts resident --logits-out "$O/a.npy" > /dev/null
-t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 4 --threads 1 --isa scalar --backend pread --no-batch-prompt --logits-out "$O/b.npy" > /dev/null
+TARFA_PROFILE=1 t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 64 --ignore-eos --experts resident --threads "$T" > /dev/null
+t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 4 --ignore-eos --experts resident --logits-out "$O/a.npy" > /dev/null
+t "$B/tarfa" run "$W/jnf" --tokens 1,2,3,4,5,6,7,8 -n 4 --ignore-eos --threads 1 --isa scalar --backend pread --no-batch-prompt --logits-out "$O/b.npy" > /dev/null
 same_bytes "$O/a.npy" "$O/b.npy" "$T threads avx512 resident == 1 thread scalar pread streamed token by token"
 df -h "$W" | tail -1
 end_claims

@@ -27,7 +27,7 @@ rm -rf "$W/src" "$W/jnf"
 t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 > /dev/null || exit 2
 t "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2
 rm -rf "$W/src"
-P="--tokens 11,22,33,44,55,66,77,88 -n 64"
+P="--tokens 11,22,33,44,55,66,77,88 -n 64 --ignore-eos"
 echo "== CPU, 16 threads, experts resident"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" > /dev/null
 echo "== GPU: experts and trunk on the H200, VRAM cache (default size)"

@@ -17,5 +17,5 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 "$NCU" --clock-control none -k "regex:$RE" --launch-skip "$SKIP" --launch-count "$COUNT" \
   --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
   --section WarpStateStats --section LaunchStats \
-  "${TARFA_BIN:-$B/tarfa-cuda}" run "$J" --tokens 11,22,33,44 -n 8 --experts resident --device cuda \
+  "${TARFA_BIN:-$B/tarfa-cuda}" run "$J" --tokens 11,22,33,44 -n 8 --ignore-eos --experts resident --device cuda \
   --no-cuda-graphs 2>&1 | grep -E "tarfa_e_|Duration|DRAM Throughput|Memory Throughput|L2 Hit|Achieved Occupancy|Theoretical Occupancy|Registers Per|Block Limit|Warp Cycles Per Issued|Stall|stall|One or More|Grid Size|Shared Memory Configuration Size|Dynamic Shared" | head -${LINES_MAX:-200}

@@ -16,7 +16,7 @@ NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -
 [ -n "$NCU" ] || { echo "no ncu here" >&2; exit 2; }
 "$NCU" --clock-control none --metrics gpu__time_duration.sum --launch-skip "$SKIP" \
   --launch-count "$COUNT" --csv --page raw \
-  "${TARFA_BIN:-$B/tarfa-cuda}" run "$J" --tokens 11,22,33,44,55,66,77,88 -n 24 --experts resident \
+  "${TARFA_BIN:-$B/tarfa-cuda}" run "$J" --tokens 11,22,33,44,55,66,77,88 -n 24 --ignore-eos --experts resident \
   --device cuda --no-cuda-graphs > /tmp/ncu.out 2> /tmp/ncu.err || { tail -20 /tmp/ncu.err; exit 2; }
 # ncu's own lines (==PROF==) and tarfa's summary share stdout with the CSV, whose lines are quoted
 grep '^"' /tmp/ncu.out > "${OUT:-/tmp}/ncu.csv"

@@ -51,7 +51,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 PYTHONPATH=/tmp/site t python3 "$H/safetensors_to_gguf.py" "$W/src" "$W/model.gguf" || exit 2
 rm -rf "$W/src"
 du -sb "$W/jnf" | awk '{printf "model: %.2f GB (%.2f GiB)\n", $1/1e9, $1/2^30}'
-P="--tokens 11,22,33,44,55,66,77,88 -n 64"
+P="--tokens 11,22,33,44,55,66,77,88 -n 64 --ignore-eos"
 RUN=("$B/tarfa-cuda" run "$W/jnf" $P --experts resident)
 echo "== logits (untimed): CPU, then --device cuda with the experts of 0, 1, half and all MoE layers on the CPU"
 t "${RUN[@]}" --logits-out "$O/cpu.npy" > /dev/null

@@ -42,6 +42,7 @@ grep -E "model size|quant size" "$O/llama-quantize.log"
 rm -f "$W/model.gguf"
 first=${1#*:}
 t "$first" convert "$W/model-q.gguf" -o "$W/jnf" --quiet || exit 2
+# No --ignore-eos here: the A/B builds may predate it; the synthetic checkpoints have no end-of-sequence token, so -n is always run whole.
 P="--tokens 11,22,33,44,55,66,77,88 -n 64 --experts resident"
 echo "== CPU reference logits"
 t "$first" run "$W/jnf" $P --logits-out "$O/cpu.npy" > /dev/null || exit 2

@@ -30,7 +30,7 @@ t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 > /dev/null || exit 2
 t "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2
 rm -rf "$W/src"
 du -sb "$W/jnf" | awk '{printf "model: %.2f GB (%.2f GiB)\n", $1/1e9, $1/2^30}'
-P="--tokens 11,22,33,44 -n 8"
+P="--tokens 11,22,33,44 -n 8 --ignore-eos"
 echo "== logits: CPU streamed (reference) against the GPU streamed (no VRAM cache) and a VRAM cache of 2 GiB"
 t "$B/tarfa-cuda" run "$W/jnf" $P --logits-out "$O/s-cpu.npy" > /dev/null
 t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --vram-gib 0 --logits-out "$O/s-gpu0.npy"

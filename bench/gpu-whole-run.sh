@@ -79,7 +79,7 @@ if [ "${VIA_GGUF:-0}" = 1 ]; then
   t "$B/tarfa-cuda" convert "$W/model.gguf" -o "$W/jnf" --quiet || exit 2
 fi
 du -sb "$W/jnf" | awk '{printf "model: %.2f GB (%.2f GiB)\n", $1/1e9, $1/2^30}'
-P="--tokens 11,22,33,44,55,66,77,88 -n 64"
+P="--tokens 11,22,33,44,55,66,77,88 -n 64 --ignore-eos"
 echo "== CPU, experts resident (reference logits)"
 t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" > /dev/null
 echo "== GPU, whole forward pass, CUDA graphs (twice)"

@@ -62,7 +62,9 @@ if [ "${TARFA_REQUIRE_TOOLS:-}" = 1 ]; then
   TARFA_SKIP_LOG=$skip_log cargo test --workspace --locked -- --show-output 2>&1 | tee "$test_log"
   # A missing GPU is hardware CI does not have, skipped with a "SKIPPED (hardware)" line (its
   # own TARFA_REQUIRE_GPU=1 makes it a failure on the GPU machine): listed below, not an error.
-  if grep SKIPPED "$test_log" | grep -qv 'SKIPPED (hardware)'; then
+  # (Counted, not `grep -q`: under pipefail a -q that exits at its first match can kill the
+  # first grep with SIGPIPE and turn a real skip into a pass.)
+  if [ "$(grep SKIPPED "$test_log" | grep -cv 'SKIPPED (hardware)')" != 0 ]; then
     echo "error: TARFA_REQUIRE_TOOLS=1, yet tests were skipped:" >&2
     grep SKIPPED "$test_log" | grep -v 'SKIPPED (hardware)' >&2
     exit 1

@@ -187,7 +187,7 @@ pub struct BenchDecodeArgs {
     #[arg(short = 'n', long = "max-tokens", default_value_t = 32, value_parser = count::<usize>(2, 1 << 20))]
     pub tokens: usize,
     /// The old name of -n/--max-tokens (`--tokens` is `run`'s prompt ids): taken, with a warning.
-    #[arg(long = "tokens", hide = true, conflicts_with = "tokens", value_parser = count::<usize>(2, 1 << 20))]
+    #[arg(long = "tokens", value_name = "N", hide = true, conflicts_with = "tokens", value_parser = count::<usize>(2, 1 << 20))]
     pub old_tokens: Option<usize>,
     /// Runs per mode (medians are reported), 1..=1000.
     #[arg(long, default_value_t = 3, value_parser = count::<usize>(1, 1000))]
@@ -480,7 +480,12 @@ pub struct BenchIoArgs {
     pub verify: String,
     /// The old name of --check (`--verify` is convert's re-read of its output): taken, with a
     /// warning.
-    #[arg(long = "verify", hide = true, conflicts_with = "verify")]
+    #[arg(
+        long = "verify",
+        value_name = "on|off|both",
+        hide = true,
+        conflicts_with = "verify"
+    )]
     pub old_verify: Option<String>,
     /// Experts per layer per step, 1..=1024 (default: the config's num_experts_per_tok, else 8).
     #[arg(long, value_parser = count::<u32>(1, 1024))]
@@ -490,7 +495,7 @@ pub struct BenchIoArgs {
     #[arg(long = "steps", value_parser = count::<u64>(1, u64::MAX))]
     pub tokens: Option<u64>,
     /// The old name of --steps (`--tokens` is `run`'s prompt ids): taken, with a warning.
-    #[arg(long = "tokens", hide = true, conflicts_with = "tokens", value_parser = count::<u64>(1, u64::MAX))]
+    #[arg(long = "tokens", value_name = "N", hide = true, conflicts_with = "tokens", value_parser = count::<u64>(1, u64::MAX))]
     pub old_tokens: Option<u64>,
     /// GiB read per run when --steps is not given (default: the model's expert bytes, at most
     /// 1 GiB); above 0, at most 1024 unless --budget bounds the sweep's time.
@@ -673,7 +678,7 @@ pub fn command() -> clap::Command {
     use clap::CommandFactory;
     Cli::command().mut_subcommand("bench-decode", |c| {
         c.after_long_help(
-            "Examples:\n  tarfa bench-decode model/\n  tarfa bench-decode model/ --modes resident --runs 5 --tokens 64 --json\n  tarfa bench-decode model/ --modes resident,gpu --tokens 128   # a cuda build",
+            "Examples:\n  tarfa bench-decode model/\n  tarfa bench-decode model/ --modes resident --runs 5 -n 64 --json\n  tarfa bench-decode model/ --modes resident,gpu -n 128   # a cuda build",
         )
     })
 }

@@ -243,7 +243,10 @@ pub fn run(args: &ConvertArgs) -> anyhow::Result<bool> {
     // holds none of their tensors, though its config declares them. No `--layers` run can add
     // them, so the model will never run: said after the summary, exit 1.
     let (from, to) = layers.unwrap_or((0, u32::MAX));
-    let absent: Vec<u32> = (from..s.num_layers.min(to.saturating_add(1)))
+    // The decoder layers: MTP layers after them may be left out of a model.
+    let required = tarfa_format::manifest::Manifest::load(&args.output)
+        .map_or(s.num_layers, |m| m.architecture.required_layers());
+    let absent: Vec<u32> = (from..required.min(to.saturating_add(1)))
         .filter(|l| !s.layers_present.contains(l))
         .collect();
     let lacking = |out: &Path| -> anyhow::Result<bool> {

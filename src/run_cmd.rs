@@ -52,6 +52,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     }
     // The decoder bounds the ring by the model: say so when that is less than was asked for.
     let src = dec.source_report();
+    // (Resident experts are all read at start: the ring's bounds are not theirs to warn of.)
+    let streams = a.model.experts != "resident";
     for (flag, asked, took, why) in [
         (
             "--qd",
@@ -66,7 +68,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             "slots: a layer's experts and 16 more",
         ),
     ] {
-        if asked > took {
+        if streams && asked > took {
             eprintln!(
                 "warning: {flag} {asked}: this model uses at most {took} {why}; using {took}"
             );
@@ -364,17 +366,30 @@ const MAX_PROMPT_FILE: u64 = 64 << 20;
 /// The prompt text of `--prompt-file` (`-`: standard input), bounded, UTF-8.
 fn read_prompt_file(f: &std::path::Path) -> anyhow::Result<String> {
     use std::io::Read;
-    let bytes = if f.as_os_str() == "-" {
+    // A stream, bounded: standard input, or a pipe or character device by name (`<(…)`,
+    // `/dev/stdin`); anything else must be a regular file.
+    let bounded = |r: &mut dyn Read, what: &str| -> anyhow::Result<Vec<u8>> {
         let mut b = Vec::new();
-        std::io::stdin()
-            .lock()
-            .take(MAX_PROMPT_FILE + 1)
+        r.take(MAX_PROMPT_FILE + 1)
             .read_to_end(&mut b)
-            .context("--prompt-file -: reading standard input")?;
+            .with_context(|| format!("--prompt-file {what}: reading"))?;
         if b.len() as u64 > MAX_PROMPT_FILE {
-            bail!("--prompt-file -: more than {MAX_PROMPT_FILE} bytes on standard input");
+            bail!("--prompt-file {what}: more than {MAX_PROMPT_FILE} bytes");
         }
-        b
+        Ok(b)
+    };
+    let stream = || {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::metadata(f)
+            .map(|m| m.file_type().is_fifo() || m.file_type().is_char_device())
+            .unwrap_or(false)
+    };
+    let bytes = if f.as_os_str() == "-" {
+        bounded(&mut std::io::stdin().lock(), "-")?
+    } else if stream() {
+        let mut file =
+            std::fs::File::open(f).with_context(|| format!("--prompt-file {}", f.display()))?;
+        bounded(&mut file, &f.display().to_string())?
     } else {
         tarfa_format::fsio::read_regular(f, MAX_PROMPT_FILE)
             .with_context(|| "--prompt-file".to_string())?

@@ -180,3 +180,33 @@ fn an_hf_config_declaring_fewer_layers_than_the_checkpoint_is_refused_at_convert
     edit_config(&model, |c| c["num_hidden_layers"] = json!(1u64 << 40));
     run_and_verify_refuse(&model, "more layers than any model tarfa takes");
 }
+
+/// An MTP (nextn) block the key/values declare may be left out of a GGUF, as an HF checkpoint
+/// may leave out its MTP layers: the model converts, verifies and runs its decoder layers (it
+/// was refused as incomplete, with a `--layers` hint that could not work).
+#[test]
+fn a_gguf_without_its_declared_mtp_block_converts_and_runs() {
+    if !tarfa_testtools::python_gguf() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("glm.gguf");
+    let ok = std::process::Command::new("python3")
+        .arg(root().join("fixtures/gguf/set_kv.py"))
+        .arg(root().join("fixtures/gguf/from_hf/glm4_moe.gguf"))
+        .arg(&src)
+        .args([
+            "glm4moe.block_count=u32:4",
+            "glm4moe.nextn_predict_layers=u32:1",
+        ])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "set_kv.py");
+    let model = tmp.path().join("m");
+    convert_ok(&src, &model);
+    let (code, _, err) = tarfa(&["verify", path(&model), "-q"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = tarfa(&["run", path(&model), "--tokens", "1,2", "-n", "3"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.split_whitespace().count(), 3, "{out}");
+}

@@ -178,21 +178,23 @@ fn a_run_stops_at_the_models_end_of_sequence_token() {
     std::fs::write(&file, text).expect("write");
     let from_file = run_json(&["--prompt-file", path(&file)]);
     assert_eq!(from_file["prompt_tokens"], stopped["prompt_tokens"]);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tarfa"))
-        .args(["run", path(&model), "-f", "-", "-n", "32", "--json"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin.write_all(text.as_bytes()).expect("stdin");
+    for name in ["-", "/dev/stdin"] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tarfa"))
+            .args(["run", path(&model), "-f", name, "-n", "32", "--json"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().expect("stdin");
+            stdin.write_all(text.as_bytes()).expect("stdin");
+        }
+        let out = child.wait_with_output().expect("wait");
+        assert!(out.status.success());
+        let from_stdin: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+        assert_eq!(from_stdin["tokens"], stopped["tokens"], "{name}");
     }
-    let out = child.wait_with_output().expect("wait");
-    assert!(out.status.success());
-    let from_stdin: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(from_stdin["tokens"], stopped["tokens"]);
     // Not UTF-8: refused by name.
     std::fs::write(&file, b"ab\xffcd").expect("write");
     let (code, _, err) = tarfa(&["run", path(&model), "-f", path(&file), "-n", "1"]);

@@ -513,7 +513,17 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     plan.check_plain_bounds(ck)?;
     plan.sort_by_source();
     let max_layer = plan.layers.keys().max().map_or(0, |m| m + 1);
-    // No layer past those the config declares (it would never run), no absurd count.
+    // No absurd count from the tensors' own names (model.layers.999999999.*), said as such.
+    if u64::from(max_layer) > tarfa_format::manifest::MAX_LAYERS {
+        return Err(ConvertError::LayerCount {
+            path: ck.dir.clone(),
+            fault: tarfa_format::manifest::LayerCountFault::TooMany {
+                key: "the highest layer its tensor names give (model.layers.N.*, + 1)".into(),
+                count: u64::from(max_layer),
+            },
+        });
+    }
+    // No layer past those the config declares (it would never run), no absurd count there.
     tarfa_format::manifest::check_layer_count("safetensors", &ck.config, u64::from(max_layer))
         .map_err(|fault| ConvertError::LayerCount {
             path: ck.dir.join("config.json"),

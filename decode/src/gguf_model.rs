@@ -318,8 +318,11 @@ pub fn adapt(config: &Value, tensors: &mut TensorStore) -> Result<Value> {
     // there would be listed, checked and skipped.
     let blocks = kv.uint_req(&format!("{}.block_count", arch.gguf_name()))?;
     for block in layers..blocks {
+        // An MTP block left out of the model is fine; one that is there must be one.
+        let ours = format!("blk.{block}.");
         let prefix = format!("blk.{block}.nextn.");
-        if !tensors.names().any(|n| n.starts_with(&prefix)) {
+        let held = tensors.names().any(|n| n.starts_with(&ours));
+        if held && !tensors.names().any(|n| n.starts_with(&prefix)) {
             return Err(err(
                 &format!("{}.nextn_predict_layers", arch.gguf_name()),
                 G::NotAnMtpBlock {
@@ -515,12 +518,6 @@ pub const SUPPORTED_PRE: &[&str] = &["qwen2", "glm4", "chatglm-bpe", "gpt-2"];
 const TOKEN_CONTROL: i64 = 3;
 const TOKEN_USER_DEFINED: i64 = 4;
 
-/// A `tokenizers` tokenizer.json for the GGUF's `tokenizer.ggml.*` keys: byte-level BPE
-/// (`tokenizer.ggml.model = "gpt2"`) with the pre-tokenizer regex llama.cpp uses for
-/// `tokenizer.ggml.pre`, tokens as the vocabulary (the first id of a repeated token wins),
-/// `merges` in rank order, CONTROL tokens as special added tokens and USER_DEFINED ones as
-/// added tokens. Encoding adds no BOS (as `tarfa run` encodes a prompt). An error names the
-/// missing or unsupported key.
 /// The GGUF's token strings, by id (`tokenizer.ggml.tokens`), as llama.cpp decodes: every id
 /// its own string, a string that two ids share included (the rebuilt tokenizer's vocabulary
 /// maps a string to one id, so the later id of a shared string has no string there).
@@ -549,6 +546,13 @@ pub fn token_strings(config: &Value) -> Result<Vec<String>> {
         .collect()
 }
 
+/// A `tokenizers` tokenizer.json for the GGUF's `tokenizer.ggml.*` keys: byte-level BPE
+/// (`tokenizer.ggml.model = "gpt2"`) with the pre-tokenizer regex llama.cpp uses for
+/// `tokenizer.ggml.pre`, tokens as the vocabulary (the first id of a repeated token wins; the
+/// text of each id is [`token_strings`]'), `merges` in rank order, CONTROL tokens as special
+/// added tokens and USER_DEFINED ones as added tokens. Encoding with special tokens adds the BOS
+/// (EOS) where `tokenizer.ggml.add_bos_token` (`add_eos_token`) says so, as llama.cpp does: a
+/// `TemplateProcessing` post-processor. An error names the missing or unsupported key.
 pub fn tokenizer_json(config: &Value) -> Result<Value> {
     let kv = Kv::new(config)?;
     let model = kv

@@ -765,7 +765,8 @@ fn check_config_file(dir: &Path, m: &Manifest) -> Result<()> {
 /// Every layer `0..num_hidden_layers` of the config has its file in the manifest: a model converted
 /// with `--layers` for part of its depth does not run (it would compute a different function).
 fn check_layers_present(dir: &Path, m: &Manifest) -> Result<()> {
-    let n = m.architecture.num_layers;
+    // The decoder layers; MTP layers after them may be absent (they do not run here).
+    let n = m.architecture.required_layers();
     let listed = m.missing_layers();
     let missing: Vec<u32> = (0..n)
         .filter(|&l| m.layer_file(l).is_none() || listed.contains(&l))

@@ -623,6 +623,18 @@ pub fn config_differences(
 }
 
 impl Architecture {
+    /// The layers the model needs to run: `0..` its decoder layers as its config declares them;
+    /// the MTP (nextn) layers after them may be left out of a model (they serve speculative
+    /// decoding, not the forward pass). `num_layers` where the config does not say.
+    pub fn required_layers(&self) -> u32 {
+        match declared_layers(&self.source_format, &self.config) {
+            Ok(Some(d)) => {
+                u32::try_from(d.main).map_or(self.num_layers, |m| m.min(self.num_layers))
+            }
+            _ => self.num_layers,
+        }
+    }
+
     /// [`check_layer_count`] of this architecture's config and `num_layers`.
     pub fn check_layer_count(&self) -> std::result::Result<(), LayerCountFault> {
         check_layer_count(

@@ -18,16 +18,20 @@
 use std::fs::File;
 use std::io;
 use std::path::Path;
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::Once;
 
 /// Maps whose address range the handler knows; a map beyond them is still guarded by the size
 /// check, and a SIGBUS inside it is reported without its file's name.
 const SLOTS: usize = 4096;
 
-/// Each slot's range `[start, end)` (0, 0: free) and the name of its file (a leaked, NUL-free
-/// byte string with its length), read by the handler with plain atomic loads.
+/// Each slot: whether a map owns it, its range `[start, end)` (0, 0: none the handler should
+/// match) and the name of its file (a leaked, NUL-free byte string with its length). A slot is
+/// claimed by `used`, then its name and range are published; it is released in the reverse
+/// order — range cleared, name freed, `used` cleared last — so a map being created can never
+/// take a slot whose name is still being freed. The handler reads them with atomic loads only.
 struct Slot {
+    used: AtomicBool,
     start: AtomicUsize,
     end: AtomicUsize,
     name: AtomicPtr<u8>,
@@ -36,15 +40,19 @@ struct Slot {
 
 static MAPS: [Slot; SLOTS] = [const {
     Slot {
+        used: AtomicBool::new(false),
         start: AtomicUsize::new(0),
         end: AtomicUsize::new(0),
         name: AtomicPtr::new(std::ptr::null_mut()),
         name_len: AtomicUsize::new(0),
     }
 }; SLOTS];
-/// Maps made when every slot was taken: a SIGBUS in no slot's range is then taken as one of
+/// Maps alive while every slot was taken: a SIGBUS in no slot's range is then taken as one of
 /// theirs, reported without the file's name.
 static UNSLOTTED: AtomicUsize = AtomicUsize::new(0);
+/// The SIGBUS action before ours (Rust's own, or another library's), restored for a SIGBUS that
+/// is not a lost page of our maps; a leaked box, set once.
+static PREVIOUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
 static INSTALL: Once = Once::new();
 
 /// One file, mapped read-only whole, its range known to the SIGBUS handler while it lives.
@@ -95,18 +103,25 @@ impl FileMap {
 
 impl Drop for FileMap {
     fn drop(&mut self) {
-        if let Some(i) = self.slot {
-            MAPS[i].end.store(0, Ordering::SeqCst);
-            MAPS[i].start.store(0, Ordering::SeqCst);
-            let name = MAPS[i].name.swap(std::ptr::null_mut(), Ordering::SeqCst);
-            let len = MAPS[i].name_len.swap(0, Ordering::SeqCst);
-            if !name.is_null() {
-                // SAFETY: `name` came from `Box::leak` of a boxed slice of `len` bytes in
-                // `claim`, and the swap above took it out of the slot, so nothing else frees it
-                // or (the range being cleared first) reads it from the handler.
-                drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(name, len)) });
-            }
+        let Some(i) = self.slot else {
+            UNSLOTTED.fetch_sub(1, Ordering::SeqCst);
+            return;
+        };
+        let slot = &MAPS[i];
+        // The range first: the handler no longer matches an address of this map.
+        slot.end.store(0, Ordering::SeqCst);
+        slot.start.store(0, Ordering::SeqCst);
+        let name = slot.name.swap(std::ptr::null_mut(), Ordering::SeqCst);
+        let len = slot.name_len.swap(0, Ordering::SeqCst);
+        if !name.is_null() {
+            // SAFETY: `name` came from `Box::leak` of a boxed slice of `len` bytes in `claim`,
+            // published with that length before the range; this map owns the slot (`used`), so
+            // no other map wrote them since, and the range is already cleared, so the handler
+            // reads the name only for a fault inside a range that no longer exists.
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(name, len)) });
         }
+        // Last: the slot is free for another map.
+        slot.used.store(false, Ordering::SeqCst);
     }
 }
 
@@ -114,18 +129,18 @@ impl Drop for FileMap {
 fn claim(map: &memmap2::Mmap, path: &Path) -> Option<usize> {
     let start = map.as_ptr() as usize;
     let end = start + map.len();
-    let name: Box<[u8]> = path
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .copied()
-        .filter(|&b| b != 0)
-        .collect();
     for (i, s) in MAPS.iter().enumerate() {
-        if s.end
-            .compare_exchange(0, usize::MAX, Ordering::SeqCst, Ordering::SeqCst)
+        if s.used
+            .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
             .is_ok()
         {
+            let name: Box<[u8]> = path
+                .as_os_str()
+                .as_encoded_bytes()
+                .iter()
+                .copied()
+                .filter(|&b| b != 0)
+                .collect();
             let len = name.len();
             s.name_len.store(len, Ordering::SeqCst);
             s.name.store(Box::leak(name).as_mut_ptr(), Ordering::SeqCst);
@@ -141,13 +156,36 @@ fn claim(map: &memmap2::Mmap, path: &Path) -> Option<usize> {
 fn install_handler() {
     // SAFETY: a zeroed `sigaction` is a valid "no flags, empty mask" value; the handler is an
     // `extern "C"` function of the signature SA_SIGINFO asks for, and does only what a signal
-    // handler may (atomic loads, write(2), _exit, resetting its own disposition).
+    // handler may (atomic loads, write(2), sigaction, raise, _exit). The previous action is kept
+    // in a leaked box, published before ours is installed.
     unsafe {
+        let previous: &'static mut libc::sigaction = Box::leak(Box::new(std::mem::zeroed()));
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_sigbus as *const () as usize;
         sa.sa_flags = libc::SA_SIGINFO;
         libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGBUS, std::ptr::null(), previous) == 0 {
+            PREVIOUS.store(previous, Ordering::SeqCst);
+        }
         libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+    }
+}
+
+/// Hand a SIGBUS that is not ours back: the action before ours (the default if none was
+/// kept); a fault repeats its access and meets it, a sent signal is raised again.
+fn not_ours(sent: bool) {
+    let previous = PREVIOUS.load(Ordering::SeqCst);
+    // SAFETY: sigaction, signal and raise are async-signal-safe; `previous` is null or a leaked
+    // sigaction read before ours was installed.
+    unsafe {
+        if previous.is_null() {
+            libc::signal(libc::SIGBUS, libc::SIG_DFL);
+        } else {
+            libc::sigaction(libc::SIGBUS, previous, std::ptr::null_mut());
+        }
+        if sent {
+            libc::raise(libc::SIGBUS);
+        }
     }
 }
 
@@ -160,20 +198,20 @@ fn say(bytes: &[u8]) {
 }
 
 extern "C" fn on_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // SAFETY: the kernel hands a SA_SIGINFO handler a valid siginfo_t; for SIGBUS `si_addr` is
-    // the faulting address.
-    let addr = unsafe { (*info).si_addr() } as usize;
+    // SAFETY: the kernel hands a SA_SIGINFO handler a valid siginfo_t; for a SIGBUS of a fault
+    // (si_code BUS_ADRERR / BUS_OBJERR, a lost page of a map) `si_addr` is the faulting address.
+    let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as usize) };
+    if code != libc::BUS_ADRERR && code != libc::BUS_OBJERR {
+        // Sent by kill/sigqueue, or another kind of bus error: not a page a map lost.
+        not_ours(code <= 0);
+        return;
+    }
     let hit = MAPS.iter().find(|s| {
         let (a, b) = (s.start.load(Ordering::SeqCst), s.end.load(Ordering::SeqCst));
-        b != usize::MAX && a <= addr && addr < b
+        b != 0 && a <= addr && addr < b
     });
-    let unnamed = hit.is_none() && UNSLOTTED.load(Ordering::SeqCst) > 0;
-    if hit.is_none() && !unnamed {
-        // Not a file this module mapped: the default action, when the faulting access repeats.
-        // SAFETY: resetting SIGBUS's disposition is async-signal-safe.
-        unsafe {
-            libc::signal(libc::SIGBUS, libc::SIG_DFL);
-        }
+    if hit.is_none() && UNSLOTTED.load(Ordering::SeqCst) == 0 {
+        not_ours(false);
         return;
     }
     say(b"error: ");

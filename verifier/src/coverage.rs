@@ -31,7 +31,13 @@ fn declared_layers(m: &Manifest) -> Option<u64> {
 /// `partial`), no trunk, fewer layers than the config declares.
 pub(crate) fn model_faults(m: &Manifest, partial: bool) -> Vec<Fault> {
     let mut faults = Vec::new();
-    let missing = m.missing_layers();
+    // The decoder layers: MTP layers after them may be left out of a model.
+    let required = m.architecture.required_layers();
+    let missing: Vec<u32> = m
+        .missing_layers()
+        .into_iter()
+        .filter(|&l| l < required)
+        .collect();
     if !missing.is_empty() && !partial {
         faults.push(Fault::new(
             FaultKind::Incomplete,

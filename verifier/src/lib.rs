@@ -297,7 +297,13 @@ pub fn verify(dir: &Path, opts: &Options, progress: &dyn Progress) -> Result<Rep
     let manifest = Manifest::load(dir);
     match &manifest {
         Ok(m) => {
-            report.missing_layers = m.missing_layers();
+            // The decoder layers missing (MTP layers after them may be left out).
+            let required = m.architecture.required_layers();
+            report.missing_layers = m
+                .missing_layers()
+                .into_iter()
+                .filter(|&l| l < required)
+                .collect();
             faults.extend(coverage::model_faults(m, opts.partial));
             faults.extend(coverage::config_file_faults(m, dir));
             faults.extend(mixed_sources(m));
