@@ -184,9 +184,29 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             Some("foo"),
         ),
         (
-            json!({"prompt": "x", "temperature": 0.7}).to_string(),
+            json!({"prompt": "x", "temperature": 101}).to_string(),
             400,
             Some("temperature"),
+        ),
+        (
+            json!({"prompt": "x", "top_p": 0}).to_string(),
+            400,
+            Some("top_p"),
+        ),
+        (
+            json!({"prompt": "x", "top_k": 1000}).to_string(),
+            400,
+            Some("top_k"),
+        ),
+        (
+            json!({"prompt": "x", "presence_penalty": 0.5}).to_string(),
+            400,
+            Some("presence_penalty"),
+        ),
+        (
+            json!({"prompt": "x", "logprobs": 21}).to_string(),
+            400,
+            Some("logprobs"),
         ),
         (
             json!({"prompt": "x", "max_tokens": -1}).to_string(),
@@ -334,4 +354,99 @@ fn a_full_queue_is_503_with_retry_after_and_a_vanished_client_frees_its_slot() {
         json!({"prompt": "Hello", "max_tokens": 3}),
     );
     assert_eq!(status, 200, "{v}");
+}
+
+/// Sampling is a function of the request alone: the same seed gives the same bytes alone and
+/// among other requests, another seed (almost surely) other text, and the response says it was
+/// sampled and with what; logprobs are the fp32 log-softmax of `tarfa run`'s logits, the same
+/// bits every time.
+#[test]
+fn sampling_and_logprobs_are_the_requests_own() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let s = start(&m, &["--parallel", "3"]);
+    let sampled = |seed: u64| {
+        json!({"prompt": "Hello", "max_tokens": 24, "temperature": 1.5, "top_k": 50,
+               "top_p": 0.95, "min_p": 0.01, "seed": seed})
+    };
+    let (status, a) = post(&s, "/v1/completions", sampled(5));
+    assert_eq!(status, 200, "{a}");
+    assert_eq!(a["sampling"]["seed"], 5, "{a}");
+    assert_eq!(a["sampling"]["temperature"], 1.5, "{a}");
+    let base = s.base.clone();
+    let handles: Vec<_> = (0..6u64)
+        .map(|i| {
+            let base = base.clone();
+            let body = if i % 2 == 0 {
+                sampled(5)
+            } else {
+                sampled(100 + i)
+            }
+            .to_string();
+            std::thread::spawn(move || {
+                let mut r = agent()
+                    .post(format!("{base}/v1/completions"))
+                    .header("content-type", "application/json")
+                    .send(&body)
+                    .expect("request");
+                let v: Value = serde_json::from_str(&r.body_mut().read_to_string().expect("body"))
+                    .expect("json");
+                (i, stable(v))
+            })
+        })
+        .collect();
+    let mut others = Vec::new();
+    for h in handles {
+        let (i, v) = h.join().expect("thread");
+        if i % 2 == 0 {
+            assert_eq!(v, stable(a.clone()), "seed 5 among others");
+        } else {
+            others.push(v["choices"][0]["text"].clone());
+        }
+    }
+    assert!(
+        others.iter().any(|t| *t != a["choices"][0]["text"]),
+        "three other seeds all gave seed 5's text"
+    );
+    let (_, greedy) = post(
+        &s,
+        "/v1/completions",
+        json!({"prompt": "Hello", "max_tokens": 4}),
+    );
+    assert!(greedy.get("sampling").is_none(), "{greedy}");
+
+    // Logprobs of a greedy run: the chosen token is the likeliest, and its logprob is the
+    // log-softmax of the logits tarfa run writes, the same bits every request.
+    let req = json!({"prompt": [5, 17, 99], "max_tokens": 4, "logprobs": 3});
+    let (status, v) = post(&s, "/v1/completions", req.clone());
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(post(&s, "/v1/completions", req).1["choices"], v["choices"]);
+    let npy = tmp.path().join("l.npy");
+    let (code, _, err) = tarfa(&[
+        "run",
+        path(&m),
+        "--tokens",
+        "5,17,99",
+        "-n",
+        "4",
+        "--logits-out",
+        path(&npy),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let logits = tarfa_decode::npy::read(&npy).expect("npy");
+    assert_eq!(logits.rows, 4);
+    let lp = &v["choices"][0]["logprobs"];
+    for (step, row) in logits.data.chunks(logits.cols).enumerate() {
+        let best = row.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let z: f64 = row.iter().map(|&l| (l - best).exp()).sum();
+        let want = -z.ln();
+        let got = lp["token_logprobs"][step].as_f64().expect("logprob");
+        assert!((got - want).abs() < 1e-5, "step {step}: {got} vs {want}");
+        let tops = lp["top_logprobs"][step].as_object().expect("top");
+        assert_eq!(tops.len(), 3, "{tops:?}");
+        assert!(
+            tops.values().all(|x| x.as_f64().expect("lp") <= got + 1e-9),
+            "{tops:?}"
+        );
+    }
 }

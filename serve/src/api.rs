@@ -18,7 +18,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::engine::{hold_back, Event, Finish, Job};
+use crate::engine::{hold_back, Event, Finish, Job, TokenLogprob};
 use crate::{ModelInfo, Shared, READY};
 use tarfa_chat::{split_reasoning, ChatJson, RenderOptions};
 
@@ -318,9 +318,91 @@ struct Common {
     stream: bool,
     include_usage: bool,
     ignore_eos: bool,
+    sampling: Option<crate::sample::Sampling>,
 }
 
-const SAMPLING: &str = "tarfa serve decodes greedily (each token the highest logit, ties to the lowest id) for now; sampling is not taken, so only temperature 0 is";
+/// A number in `lo..=hi` (`lo` excluded when `open`), or 400 naming the field.
+fn in_range(
+    f: &mut Fields,
+    k: &str,
+    lo: f64,
+    hi: f64,
+    open: bool,
+) -> Result<Option<f64>, ApiError> {
+    match f.number(k)? {
+        Some(x) if (if open { x > lo } else { x >= lo }) && x <= hi => Ok(Some(x)),
+        Some(x) => Err(ApiError::bad(
+            k,
+            format!(
+                "{k} {x} is not in {}{lo}, {hi}]",
+                if open { "(" } else { "[" }
+            ),
+        )),
+        None => Ok(None),
+    }
+}
+
+/// The sampling fields: `None` (greedy) at temperature 0 or without one; else the settings,
+/// the seed drawn from the clock when none is given (and said in the response).
+fn sampling(f: &mut Fields, vocab: usize) -> Result<Option<crate::sample::Sampling>, ApiError> {
+    let temperature = in_range(f, "temperature", 0.0, 100.0, false)?.unwrap_or(0.0);
+    let top_p = in_range(f, "top_p", 0.0, 1.0, true)?.unwrap_or(1.0);
+    let min_p = in_range(f, "min_p", 0.0, 1.0, false)?.unwrap_or(0.0);
+    let top_k = match f.take("top_k") {
+        None => 0,
+        Some(v) => match v.as_i64() {
+            // -1 (vLLM's and SGLang's "off") and 0 both mean all.
+            Some(-1 | 0) => 0,
+            Some(k) if k > 0 && (k as u64) <= vocab as u64 => k as usize,
+            _ => {
+                return Err(ApiError::bad(
+                    "top_k",
+                    format!(
+                        "top_k {v}: an integer from 1 to the vocabulary's {vocab} (0 or -1: all)"
+                    ),
+                ))
+            }
+        },
+    };
+    let seed = match f.take("seed") {
+        None => None,
+        Some(v) => Some(
+            v.as_i64()
+                .map(|x| x as u64)
+                .or_else(|| v.as_u64())
+                .ok_or_else(|| {
+                    ApiError::bad("seed", format!("seed must be an integer, not {v}"))
+                })?,
+        ),
+    };
+    if temperature == 0.0 {
+        // Greedy: the highest logit whatever the filters and the seed.
+        return Ok(None);
+    }
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+    });
+    Ok(Some(crate::sample::Sampling {
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        seed,
+    }))
+}
+
+/// The settings a sampled response carries (`None` when greedy).
+fn sampling_json(s: &Option<crate::sample::Sampling>) -> Value {
+    match s {
+        None => Value::Null,
+        Some(s) => json!({
+            "temperature": s.temperature, "top_p": s.top_p, "top_k": s.top_k,
+            "min_p": s.min_p, "seed": s.seed,
+        }),
+    }
+}
 
 fn common(f: &mut Fields, s: &Shared, m: &ModelInfo) -> Result<Common, ApiError> {
     if let Some(model) = f.take("model") {
@@ -405,8 +487,7 @@ fn common(f: &mut Fields, s: &Shared, m: &ModelInfo) -> Result<Common, ApiError>
             ))
         }
     };
-    f.only("temperature", 0.0, SAMPLING)?;
-    f.only("top_p", 1.0, SAMPLING)?;
+    let sampling = sampling(f, m.vocab)?;
     f.only("presence_penalty", 0.0, "penalties are not taken")?;
     f.only("frequency_penalty", 0.0, "penalties are not taken")?;
     if let Some(n) = f.uint("n", usize::MAX)? {
@@ -414,8 +495,6 @@ fn common(f: &mut Fields, s: &Shared, m: &ModelInfo) -> Result<Common, ApiError>
             return Err(ApiError::bad("n", format!("n {n}: one choice per request")));
         }
     }
-    // Greedy decoding is the same for every seed: taken, and it changes nothing.
-    let _ = f.uint("seed", u64::MAX as usize)?;
     // OpenAI's end-user id: for the operator's logs; nothing here reads it.
     if let Some(u) = f.take("user") {
         if !u.is_string() {
@@ -423,13 +502,13 @@ fn common(f: &mut Fields, s: &Shared, m: &ModelInfo) -> Result<Common, ApiError>
         }
     }
     let ignore_eos = f.bool("ignore_eos")?.unwrap_or(false);
-    let _ = m;
     Ok(Common {
         max_tokens,
         stop,
         stream,
         include_usage,
         ignore_eos,
+        sampling,
     })
 }
 
@@ -533,12 +612,8 @@ async fn completions(
     if f.bool("echo")? == Some(true) {
         return Err(ApiError::bad("echo", "echo is not taken"));
     }
-    if let Some(l) = f.take("logprobs") {
-        return Err(ApiError::bad(
-            "logprobs",
-            format!("logprobs {l}: not taken yet"),
-        ));
-    }
+    // OpenAI's completions: the number of alternatives, 0 to 20 (0: the token's own alone).
+    let logprobs = f.uint("logprobs", 20)?;
     if f.take("suffix").is_some() {
         return Err(ApiError::bad("suffix", "suffix is not taken"));
     }
@@ -554,6 +629,8 @@ async fn completions(
             max_tokens,
             stop: c.stop,
             ignore_eos: c.ignore_eos,
+            sampling: c.sampling.clone(),
+            logprobs,
             tx,
             arrived: Instant::now(),
         },
@@ -563,11 +640,13 @@ async fn completions(
         created: now(),
         model: s.opts.model_id.clone(),
         fingerprint: m.fingerprint.clone(),
+        sampling: sampling_json(&c.sampling),
+        text: Arc::clone(&m.text),
     };
     if c.stream {
         Ok(stream_completion(meta, rx, c.include_usage).into_response())
     } else {
-        whole_completion(meta, rx).await
+        whole_completion(meta, rx, logprobs.is_some()).await
     }
 }
 
@@ -577,6 +656,69 @@ struct Meta {
     created: u64,
     model: String,
     fingerprint: String,
+    /// The sampling settings (null when greedy), on every response that is sampled.
+    sampling: Value,
+    text: Arc<tarfa_decode::text::Text>,
+}
+
+impl Meta {
+    /// A response object's head: id, object, time, model, fingerprint (and sampling).
+    fn head(&self, object: &str) -> Map<String, Value> {
+        let mut o = Map::new();
+        o.insert("id".into(), json!(self.id));
+        o.insert("object".into(), json!(object));
+        o.insert("created".into(), json!(self.created));
+        o.insert("model".into(), json!(self.model));
+        o.insert("system_fingerprint".into(), json!(self.fingerprint));
+        if !self.sampling.is_null() {
+            o.insert("sampling".into(), self.sampling.clone());
+        }
+        o
+    }
+
+    /// A token's text as the logprobs show it.
+    fn piece(&self, t: u32) -> String {
+        self.text.piece(t).unwrap_or_default()
+    }
+
+    /// OpenAI's completions `logprobs` object of `entries` (tokens in order).
+    fn completion_logprobs(&self, entries: &[(u32, TokenLogprob)]) -> Value {
+        let mut offset = 0usize;
+        let mut tokens = Vec::new();
+        let mut lps = Vec::new();
+        let mut tops = Vec::new();
+        let mut offsets = Vec::new();
+        for (t, lp) in entries {
+            let piece = self.piece(*t);
+            offsets.push(offset);
+            offset += piece.len();
+            tokens.push(json!(piece));
+            lps.push(json!(lp.logprob));
+            let mut top = Map::new();
+            for (id, l) in &lp.top {
+                top.insert(self.piece(*id), json!(l));
+            }
+            tops.push(Value::Object(top));
+        }
+        json!({"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+    }
+
+    /// OpenAI's chat `logprobs` object of `entries`.
+    fn chat_logprobs(&self, entries: &[(u32, TokenLogprob)]) -> Value {
+        let one = |t: u32, l: f32| {
+            let piece = self.piece(t);
+            json!({"token": piece, "logprob": l, "bytes": piece.as_bytes()})
+        };
+        let content: Vec<Value> = entries
+            .iter()
+            .map(|(t, lp)| {
+                let mut e = one(*t, lp.logprob);
+                e["top_logprobs"] = Value::Array(lp.top.iter().map(|(i, l)| one(*i, *l)).collect());
+                e
+            })
+            .collect();
+        json!({"content": content})
+    }
 }
 
 fn usage(prompt: usize, completion: usize) -> Value {
@@ -590,31 +732,39 @@ fn usage(prompt: usize, completion: usize) -> Value {
 async fn whole_completion(
     meta: Meta,
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    logprobs: bool,
 ) -> Result<Response, ApiError> {
     let mut text = String::new();
+    let mut lps = Vec::new();
     while let Some(ev) = rx.recv().await {
         match ev {
-            Event::Delta { text: t, .. } => text.push_str(&t),
+            Event::Delta {
+                text: t,
+                token,
+                logprob,
+            } => {
+                text.push_str(&t);
+                if let Some(l) = logprob {
+                    lps.push((token, l));
+                }
+            }
             Event::Done {
                 finish,
                 prompt_tokens,
                 completion_tokens,
             } => {
-                return Ok(Json(json!({
-                    "id": meta.id,
-                    "object": "text_completion",
-                    "created": meta.created,
-                    "model": meta.model,
-                    "system_fingerprint": meta.fingerprint,
-                    "choices": [{
+                let mut o = meta.head("text_completion");
+                o.insert(
+                    "choices".into(),
+                    json!([{
                         "index": 0,
                         "text": text,
-                        "logprobs": null,
+                        "logprobs": if logprobs { meta.completion_logprobs(&lps) } else { Value::Null },
                         "finish_reason": finish.reason(),
-                    }],
-                    "usage": usage(prompt_tokens, completion_tokens),
-                }))
-                .into_response())
+                    }]),
+                );
+                o.insert("usage".into(), usage(prompt_tokens, completion_tokens));
+                return Ok(Json(Value::Object(o)).into_response());
             }
             Event::Error(e) => {
                 return Err(ApiError::new(
@@ -637,41 +787,45 @@ fn stream_completion(
     rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
     include_usage: bool,
 ) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
-    let chunk = move |meta: &Meta, text: &str, finish: Option<Finish>| {
-        json!({
-            "id": meta.id,
-            "object": "text_completion",
-            "created": meta.created,
-            "model": meta.model,
-            "system_fingerprint": meta.fingerprint,
-            "choices": [{
+    let chunk = move |meta: &Meta, text: &str, lp: Value, finish: Option<Finish>| {
+        let mut o = meta.head("text_completion");
+        o.insert(
+            "choices".into(),
+            json!([{
                 "index": 0,
                 "text": text,
-                "logprobs": null,
+                "logprobs": lp,
                 "finish_reason": finish.map(Finish::reason),
-            }],
-        })
+            }]),
+        );
+        Value::Object(o)
     };
     let events = UnboundedReceiverStream::new(rx).flat_map(move |ev| {
         let out: Vec<Value> = match ev {
-            Event::Delta { text, .. } if text.is_empty() => Vec::new(),
-            Event::Delta { text, .. } => vec![chunk(&meta, &text, None)],
+            Event::Delta {
+                text,
+                logprob: None,
+                ..
+            } if text.is_empty() => Vec::new(),
+            Event::Delta {
+                text,
+                token,
+                logprob,
+            } => {
+                let lp = logprob.map_or(Value::Null, |l| meta.completion_logprobs(&[(token, l)]));
+                vec![chunk(&meta, &text, lp, None)]
+            }
             Event::Done {
                 finish,
                 prompt_tokens,
                 completion_tokens,
             } => {
-                let mut v = vec![chunk(&meta, "", Some(finish))];
+                let mut v = vec![chunk(&meta, "", Value::Null, Some(finish))];
                 if include_usage {
-                    v.push(json!({
-                        "id": meta.id,
-                        "object": "text_completion",
-                        "created": meta.created,
-                        "model": meta.model,
-                        "system_fingerprint": meta.fingerprint,
-                        "choices": [],
-                        "usage": usage(prompt_tokens, completion_tokens),
-                    }));
+                    let mut o = meta.head("text_completion");
+                    o.insert("choices".into(), json!([]));
+                    o.insert("usage".into(), usage(prompt_tokens, completion_tokens));
+                    v.push(Value::Object(o));
                 }
                 v.push(Value::String("[DONE]".into()));
                 v
@@ -910,13 +1064,18 @@ async fn chat(
     let mut f = Fields(object_of(&bytes)?);
     let rendered = render(&mut f, &ordered(&bytes)?, m)?;
     let c = common(&mut f, &s, m)?;
-    for k in ["logprobs", "top_logprobs"] {
-        if let Some(v) = f.take(k) {
-            if v != Value::Bool(false) {
-                return Err(ApiError::bad(k, format!("{k} {v}: not taken yet")));
-            }
+    // OpenAI's chat: logprobs true, with top_logprobs 0 to 20 alternatives.
+    let top_logprobs = f.uint("top_logprobs", 20)?;
+    let logprobs = match (f.bool("logprobs")?, top_logprobs) {
+        (Some(true), n) => Some(n.unwrap_or(0)),
+        (_, Some(_)) => {
+            return Err(ApiError::bad(
+                "top_logprobs",
+                "top_logprobs is taken only with logprobs: true",
+            ))
         }
-    }
+        _ => None,
+    };
     f.done()?;
     // As transformers' apply_chat_template(tokenize=True): the rendered text's own special
     // tokens, nothing added.
@@ -943,6 +1102,8 @@ async fn chat(
             max_tokens,
             stop: c.stop,
             ignore_eos: c.ignore_eos,
+            sampling: c.sampling.clone(),
+            logprobs,
             tx,
             arrived: Instant::now(),
         },
@@ -952,11 +1113,13 @@ async fn chat(
         created: now(),
         model: s.opts.model_id.clone(),
         fingerprint: m.fingerprint.clone(),
+        sampling: sampling_json(&c.sampling),
+        text: Arc::clone(&m.text),
     };
     if c.stream {
         Ok(stream_chat(meta, rx, c.include_usage, s.clone(), rendered.opened).into_response())
     } else {
-        whole_chat(meta, rx, m, rendered.opened).await
+        whole_chat(meta, rx, m, rendered.opened, logprobs.is_some()).await
     }
 }
 
@@ -974,31 +1137,39 @@ async fn whole_chat(
     mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
     m: &ModelInfo,
     opened: bool,
+    logprobs: bool,
 ) -> Result<Response, ApiError> {
     let mut text = String::new();
+    let mut lps = Vec::new();
     while let Some(ev) = rx.recv().await {
         match ev {
-            Event::Delta { text: t, .. } => text.push_str(&t),
+            Event::Delta {
+                text: t,
+                token,
+                logprob,
+            } => {
+                text.push_str(&t);
+                if let Some(l) = logprob {
+                    lps.push((token, l));
+                }
+            }
             Event::Done {
                 finish,
                 prompt_tokens,
                 completion_tokens,
             } => {
-                return Ok(Json(json!({
-                    "id": meta.id,
-                    "object": "chat.completion",
-                    "created": meta.created,
-                    "model": meta.model,
-                    "system_fingerprint": meta.fingerprint,
-                    "choices": [{
+                let mut o = meta.head("chat.completion");
+                o.insert(
+                    "choices".into(),
+                    json!([{
                         "index": 0,
                         "message": chat_message(m, opened, &text),
-                        "logprobs": null,
+                        "logprobs": if logprobs { meta.chat_logprobs(&lps) } else { Value::Null },
                         "finish_reason": finish.reason(),
-                    }],
-                    "usage": usage(prompt_tokens, completion_tokens),
-                }))
-                .into_response())
+                    }]),
+                );
+                o.insert("usage".into(), usage(prompt_tokens, completion_tokens));
+                return Ok(Json(Value::Object(o)).into_response());
             }
             Event::Error(e) => {
                 return Err(ApiError::new(
@@ -1032,19 +1203,17 @@ fn stream_chat(
     opened: bool,
 ) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
     let chunk = |meta: &Meta, delta: Value, finish: Option<Finish>| {
-        json!({
-            "id": meta.id,
-            "object": "chat.completion.chunk",
-            "created": meta.created,
-            "model": meta.model,
-            "system_fingerprint": meta.fingerprint,
-            "choices": [{
+        let mut o = meta.head("chat.completion.chunk");
+        o.insert(
+            "choices".into(),
+            json!([{
                 "index": 0,
                 "delta": delta,
                 "logprobs": null,
                 "finish_reason": finish.map(Finish::reason),
-            }],
-        })
+            }]),
+        );
+        Value::Object(o)
     };
     let first = chunk(&meta, json!({"role": "assistant", "content": ""}), None);
     let mut sent = ChatSent::default();
@@ -1076,8 +1245,13 @@ fn stream_chat(
             out
         };
         let out: Vec<Value> = match ev {
-            Event::Delta { text, .. } => {
+            Event::Delta {
+                text,
+                token,
+                logprob,
+            } => {
                 sent.text.push_str(&text);
+                let lp = logprob.map(|l| meta.chat_logprobs(&[(token, l)]));
                 // A tag that may be arriving is held back until it is whole.
                 let all = sent.text.clone();
                 let hold = if m.think {
@@ -1085,7 +1259,16 @@ fn stream_chat(
                 } else {
                     0
                 };
-                deltas(&all[..all.len() - hold], &mut sent)
+                let mut out = deltas(&all[..all.len() - hold], &mut sent);
+                // A token's logprobs ride on the chunk of its step (an empty delta if its text
+                // is held back).
+                if let Some(lp) = lp {
+                    if out.is_empty() {
+                        out.push(chunk(&meta, json!({}), None));
+                    }
+                    out[0]["choices"][0]["logprobs"] = lp;
+                }
+                out
             }
             Event::Done {
                 finish,
@@ -1096,15 +1279,10 @@ fn stream_chat(
                 let mut v = deltas(&all, &mut sent);
                 v.push(chunk(&meta, json!({}), Some(finish)));
                 if include_usage {
-                    v.push(json!({
-                        "id": meta.id,
-                        "object": "chat.completion.chunk",
-                        "created": meta.created,
-                        "model": meta.model,
-                        "system_fingerprint": meta.fingerprint,
-                        "choices": [],
-                        "usage": usage(prompt_tokens, completion_tokens),
-                    }));
+                    let mut o = meta.head("chat.completion.chunk");
+                    o.insert("choices".into(), json!([]));
+                    o.insert("usage".into(), usage(prompt_tokens, completion_tokens));
+                    v.push(Value::Object(o));
                 }
                 v.push(Value::String("[DONE]".into()));
                 v

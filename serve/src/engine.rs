@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tarfa_decode::text::Text;
-use tarfa_decode::{argmax, Decoder, Sequence};
+use tarfa_decode::{Decoder, Sequence};
 use tokio::sync::mpsc::UnboundedSender;
 
 /// Why a generation ended, in OpenAI's words.
@@ -45,6 +45,8 @@ pub enum Event {
         text: String,
         /// The token (an end-of-sequence token is not sent as a delta).
         token: u32,
+        /// Its log-probability and the likeliest alternatives', when asked for.
+        logprob: Option<TokenLogprob>,
     },
     /// The end: why, and the counts.
     Done {
@@ -59,6 +61,15 @@ pub enum Event {
     Error(String),
 }
 
+/// A token's fp32 log-probability and the `n` likeliest tokens' (with theirs).
+#[derive(Debug, Clone)]
+pub struct TokenLogprob {
+    /// The token's log-probability.
+    pub logprob: f32,
+    /// The likeliest tokens and their log-probabilities, highest first.
+    pub top: Vec<(u32, f32)>,
+}
+
 /// One request for the engine.
 #[derive(Debug)]
 pub struct Job {
@@ -70,6 +81,10 @@ pub struct Job {
     pub stop: Vec<String>,
     /// Go on past end-of-sequence tokens.
     pub ignore_eos: bool,
+    /// Sampling settings; `None`: greedy.
+    pub sampling: Option<crate::sample::Sampling>,
+    /// Log-probabilities: `Some(n)` for each token's and the `n` likeliest.
+    pub logprobs: Option<usize>,
     /// Where the events go; dropped by the client's side when it goes away.
     pub tx: UnboundedSender<Event>,
     /// When the request arrived (for time to first token).
@@ -244,7 +259,19 @@ fn step(
             .fetch_add(s.job.arrived.elapsed().as_micros() as u64, Ordering::SeqCst);
         metrics.ttft_count.fetch_add(1, Ordering::SeqCst);
     }
-    let tok = argmax(&logits);
+    let tok = crate::sample::choose(
+        &logits,
+        s.job.sampling.as_ref(),
+        0,
+        s.generated.len() as u64,
+    );
+    let logprob = s.job.logprobs.map(|n| {
+        let lp = crate::sample::log_softmax(&logits);
+        TokenLogprob {
+            logprob: lp[tok as usize],
+            top: crate::sample::top(&lp, n),
+        }
+    });
     s.generated.push(tok);
     metrics.generated_tokens.fetch_add(1, Ordering::SeqCst);
     let eos = !s.job.ignore_eos && cfg.eos.binary_search(&tok).is_ok();
@@ -287,6 +314,7 @@ fn step(
             .send(Event::Delta {
                 text: delta,
                 token: tok,
+                logprob,
             })
             .is_err()
     {

@@ -17,6 +17,7 @@
 
 pub mod api;
 pub mod engine;
+pub mod sample;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -63,10 +63,19 @@ def main() -> int:
     # Errors as the client types them: 400 naming the field, 404 for another model, 401 without
     # the key.
     try:
-        c.chat.completions.create(model=model, messages=msgs, temperature=0.9)
-        check(False, "temperature 0.9 was taken")
+        c.chat.completions.create(model=model, messages=msgs, presence_penalty=0.5)
+        check(False, "presence_penalty 0.5 was taken")
     except openai.BadRequestError as e:
-        check(e.status_code == 400 and e.body.get("param") == "temperature", f"temperature {e.body}")
+        check(e.status_code == 400 and e.body.get("param") == "presence_penalty", f"penalty {e.body}")
+
+    # Sampled with a seed: the same text twice; logprobs as the client types them.
+    a = c.chat.completions.create(model=model, messages=msgs, max_tokens=10, temperature=1.2, seed=3)
+    b = c.chat.completions.create(model=model, messages=msgs, max_tokens=10, temperature=1.2, seed=3)
+    check(a.choices[0].message.content == b.choices[0].message.content, "seeded sampling differs")
+    r = c.chat.completions.create(model=model, messages=msgs, max_tokens=3, logprobs=True, top_logprobs=2)
+    lp = r.choices[0].logprobs.content
+    check(len(lp) == 3 and all(len(t.top_logprobs) == 2 for t in lp), f"logprobs {lp}")
+    check(all(t.logprob >= t.top_logprobs[1].logprob for t in lp), f"greedy logprobs {lp}")
     try:
         c.chat.completions.create(model=model, messages=msgs, extra_body={"frobnicate": 1})
         check(False, "an unknown field was taken")
