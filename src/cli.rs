@@ -293,6 +293,11 @@ pub struct ServeArgs {
     /// The model's name in /v1/models and responses (default: the directory's name).
     #[arg(long)]
     pub alias: Option<String>,
+    /// Finished sequences kept so a later prompt sharing a prefix computes only the rest,
+    /// 0..=1024 (0: no prompt cache). Each holds its KV cache (and DeltaNet state) in memory.
+    /// Reusing a prefix changes no bit.
+    #[arg(long, default_value_t = 8, value_parser = count::<usize>(0, 1024))]
+    pub prompt_cache: usize,
     /// Where and how the model runs.
     #[command(flatten)]
     pub model: ModelFlags,

@@ -23,6 +23,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<bool> {
         max_body: a.max_body,
         max_tokens_limit: a.max_tokens_limit,
         model_id,
+        prompt_cache: a.prompt_cache,
     };
     let dir = a.dir.clone();
     let parallel = a.parallel;

@@ -45,11 +45,15 @@ fn post(s: &Server, route: &str, body: Value) -> (u16, Value) {
     )
 }
 
-/// A response with the parts that differ per request (its id, its time) taken out.
+/// A response with the parts that differ per request (its id, its time, how much of its prompt
+/// the prompt cache held) taken out.
 fn stable(mut v: Value) -> Value {
     if let Some(o) = v.as_object_mut() {
         o.remove("id");
         o.remove("created");
+        if let Some(u) = o.get_mut("usage").and_then(Value::as_object_mut) {
+            u.remove("prompt_tokens_details");
+        }
     }
     v
 }
@@ -136,7 +140,10 @@ fn completions_are_runs_text_and_the_same_bytes_alone_or_among_others() {
     let n = chunks.len();
     assert_eq!(chunks[n - 2]["choices"][0]["finish_reason"], "length");
     assert_eq!(chunks[n - 1]["choices"], json!([]));
-    assert_eq!(chunks[n - 1]["usage"], alone[0]["usage"]);
+    assert_eq!(
+        stable(json!({"usage": chunks[n - 1]["usage"]})),
+        json!({"usage": alone[0]["usage"]})
+    );
     assert!(chunks[..n - 2]
         .iter()
         .all(|c| c["choices"][0]["finish_reason"].is_null()));
@@ -449,4 +456,48 @@ fn sampling_and_logprobs_are_the_requests_own() {
             "{tops:?}"
         );
     }
+}
+
+/// The prompt cache reuses a finished request's sequence for a later prompt sharing its prefix,
+/// and changes no bit: each answer equals a server's without a cache, the usage says how many
+/// prompt tokens came from the cache, and /metrics counts the hits.
+#[test]
+fn a_cached_prefix_changes_no_bit() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let cached = start(&m, &["--prompt-cache", "4"]);
+    let plain = start(&m, &["--prompt-cache", "0"]);
+    let reqs = [
+        json!({"prompt": [5, 17, 99, 3, 42, 7], "max_tokens": 8}),
+        // The same again: all but the last prompt token from the cache.
+        json!({"prompt": [5, 17, 99, 3, 42, 7], "max_tokens": 8}),
+        // A longer prompt sharing the first six tokens.
+        json!({"prompt": [5, 17, 99, 3, 42, 7, 11, 12], "max_tokens": 8}),
+        // A prompt that runs into the first request's answer.
+        json!({"prompt": [5, 17, 99], "max_tokens": 8, "temperature": 1.3, "seed": 4}),
+        json!({"prompt": [9, 9], "max_tokens": 8}),
+    ];
+    let mut hits = 0;
+    for (i, r) in reqs.iter().enumerate() {
+        let (sa, a) = post(&cached, "/v1/completions", r.clone());
+        let (sb, b) = post(&plain, "/v1/completions", r.clone());
+        assert_eq!((sa, sb), (200, 200), "{a} {b}");
+        assert_eq!(a["choices"], b["choices"], "request {i}");
+        let used = a["usage"]["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .expect("cached_tokens");
+        assert_eq!(b["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+        match i {
+            0 | 4 => assert_eq!(used, 0, "request {i}"),
+            1 => assert_eq!(used, 5, "request {i}"),
+            2 => assert_eq!(used, 6, "request {i}"),
+            _ => assert_eq!(used, 2, "request {i}"),
+        }
+        hits += u64::from(used > 0);
+    }
+    let metrics = get(&cached, "/metrics").expect("metrics").1;
+    assert!(
+        metrics.contains(&format!("tarfa_prompt_cache_hits_total {hits}")),
+        "{metrics}"
+    );
 }

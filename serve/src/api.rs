@@ -190,7 +190,9 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
 # HELP tarfa_expert_bytes_read_total Expert bytes read from disk.\n# TYPE tarfa_expert_bytes_read_total counter\ntarfa_expert_bytes_read_total {}\n\
 # HELP tarfa_expert_bytes_per_token Expert bytes read per generated token.\n# TYPE tarfa_expert_bytes_per_token gauge\ntarfa_expert_bytes_per_token {}\n\
 # HELP tarfa_expert_reads_total Expert reads.\n# TYPE tarfa_expert_reads_total counter\ntarfa_expert_reads_total {}\n\
-# HELP tarfa_expert_cache_hits_total Experts found in the RAM cache.\n# TYPE tarfa_expert_cache_hits_total counter\ntarfa_expert_cache_hits_total {}\n",
+# HELP tarfa_expert_cache_hits_total Experts found in the RAM cache.\n# TYPE tarfa_expert_cache_hits_total counter\ntarfa_expert_cache_hits_total {}\n\
+# HELP tarfa_prompt_cache_hits_total Requests that reused a cached prompt prefix.\n# TYPE tarfa_prompt_cache_hits_total counter\ntarfa_prompt_cache_hits_total {}\n\
+# HELP tarfa_prompt_cache_tokens_total Prompt tokens taken from the prompt cache.\n# TYPE tarfa_prompt_cache_tokens_total counter\ntarfa_prompt_cache_tokens_total {}\n",
         g(&m.requests),
         g(&m.rejected),
         g(&m.disconnected),
@@ -207,6 +209,8 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
         g(&m.expert_bytes).checked_div(generated).unwrap_or(0),
         g(&m.expert_reads),
         g(&m.cache_hits),
+        g(&m.prompt_cache_hits),
+        g(&m.prompt_cache_tokens),
     );
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
@@ -721,11 +725,12 @@ impl Meta {
     }
 }
 
-fn usage(prompt: usize, completion: usize) -> Value {
+fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
     json!({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": cached},
     })
 }
 
@@ -752,6 +757,7 @@ async fn whole_completion(
                 finish,
                 prompt_tokens,
                 completion_tokens,
+                cached_tokens,
             } => {
                 let mut o = meta.head("text_completion");
                 o.insert(
@@ -763,7 +769,10 @@ async fn whole_completion(
                         "finish_reason": finish.reason(),
                     }]),
                 );
-                o.insert("usage".into(), usage(prompt_tokens, completion_tokens));
+                o.insert(
+                    "usage".into(),
+                    usage(prompt_tokens, completion_tokens, cached_tokens),
+                );
                 return Ok(Json(Value::Object(o)).into_response());
             }
             Event::Error(e) => {
@@ -819,12 +828,16 @@ fn stream_completion(
                 finish,
                 prompt_tokens,
                 completion_tokens,
+                cached_tokens,
             } => {
                 let mut v = vec![chunk(&meta, "", Value::Null, Some(finish))];
                 if include_usage {
                     let mut o = meta.head("text_completion");
                     o.insert("choices".into(), json!([]));
-                    o.insert("usage".into(), usage(prompt_tokens, completion_tokens));
+                    o.insert(
+                        "usage".into(),
+                        usage(prompt_tokens, completion_tokens, cached_tokens),
+                    );
                     v.push(Value::Object(o));
                 }
                 v.push(Value::String("[DONE]".into()));
@@ -1157,6 +1170,7 @@ async fn whole_chat(
                 finish,
                 prompt_tokens,
                 completion_tokens,
+                cached_tokens,
             } => {
                 let mut o = meta.head("chat.completion");
                 o.insert(
@@ -1168,7 +1182,10 @@ async fn whole_chat(
                         "finish_reason": finish.reason(),
                     }]),
                 );
-                o.insert("usage".into(), usage(prompt_tokens, completion_tokens));
+                o.insert(
+                    "usage".into(),
+                    usage(prompt_tokens, completion_tokens, cached_tokens),
+                );
                 return Ok(Json(Value::Object(o)).into_response());
             }
             Event::Error(e) => {
@@ -1274,6 +1291,7 @@ fn stream_chat(
                 finish,
                 prompt_tokens,
                 completion_tokens,
+                cached_tokens,
             } => {
                 let all = sent.text.clone();
                 let mut v = deltas(&all, &mut sent);
@@ -1281,7 +1299,10 @@ fn stream_chat(
                 if include_usage {
                     let mut o = meta.head("chat.completion.chunk");
                     o.insert("choices".into(), json!([]));
-                    o.insert("usage".into(), usage(prompt_tokens, completion_tokens));
+                    o.insert(
+                        "usage".into(),
+                        usage(prompt_tokens, completion_tokens, cached_tokens),
+                    );
                     v.push(Value::Object(o));
                 }
                 v.push(Value::String("[DONE]".into()));

@@ -56,6 +56,8 @@ pub enum Event {
         prompt_tokens: usize,
         /// Generated tokens (an end-of-sequence token included).
         completion_tokens: usize,
+        /// Prompt tokens taken from the prompt cache.
+        cached_tokens: usize,
     },
     /// The request failed after it was admitted.
     Error(String),
@@ -122,6 +124,10 @@ pub struct Metrics {
     pub cache_hits: AtomicU64,
     /// Expert reads.
     pub expert_reads: AtomicU64,
+    /// Requests that reused a cached prefix.
+    pub prompt_cache_hits: AtomicU64,
+    /// Prompt tokens not computed again: taken from the cache.
+    pub prompt_cache_tokens: AtomicU64,
 }
 
 /// A request being generated.
@@ -135,11 +141,57 @@ struct Slot {
     /// The text sent so far.
     sent: String,
     started: bool,
+    /// Prompt tokens the sequence already holds (from the prompt cache).
+    cached: usize,
+}
+
+/// A finished sequence kept for its tokens' prefixes: the tokens it holds, the sequence.
+struct Cached {
+    tokens: Vec<u32>,
+    seq: Sequence,
+}
+
+/// A sequence for `prompt`: a fork of the cached sequence sharing its longest prefix, truncated
+/// to that prefix (at least one prompt token is left to compute, for the logits), or a new one.
+/// Computing the rest of the prompt after the prefix gives the bits of computing it whole (each
+/// token is computed as alone: spec/EXACTNESS.md §4), so a hit changes no bit.
+fn sequence_for(
+    dec: &mut Decoder,
+    cache: &mut Vec<Cached>,
+    prompt: &[u32],
+) -> tarfa_decode::Result<(Sequence, usize)> {
+    let best = cache
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let common = c
+                .tokens
+                .iter()
+                .zip(prompt)
+                .take_while(|(a, b)| a == b)
+                .count();
+            (i, common.min(prompt.len().saturating_sub(1)))
+        })
+        .filter(|&(_, n)| n > 0)
+        .max_by_key(|&(i, n)| (n, std::cmp::Reverse(i)));
+    if let Some((i, n)) = best {
+        let mut seq = dec.fork(&cache[i].seq)?;
+        // A recurrent model's state truncates only to its length: then it is no hit.
+        if dec.truncate(&mut seq, n).is_ok() {
+            // Most recently used last.
+            let hit = cache.remove(i);
+            cache.push(hit);
+            return Ok((seq, n));
+        }
+    }
+    Ok((dec.new_sequence()?, 0))
 }
 
 /// The engine's fixed settings.
 #[derive(Debug)]
 pub struct EngineConfig {
+    /// Finished sequences kept for their prompts' prefixes (0: none).
+    pub prompt_cache: usize,
     /// Sequences generated at once.
     pub parallel: usize,
     /// Positions a sequence may take.
@@ -157,6 +209,7 @@ pub fn run(
     metrics: Arc<Metrics>,
 ) {
     let mut slots: Vec<Slot> = Vec::new();
+    let mut cache: Vec<Cached> = Vec::new();
     loop {
         // Admit what waits, up to the free slots; with nothing to do, wait for a job.
         while slots.len() < cfg.parallel {
@@ -177,15 +230,29 @@ pub fn run(
                 metrics.disconnected.fetch_add(1, Ordering::SeqCst);
                 continue;
             }
-            match dec.new_sequence() {
-                Ok(seq) => slots.push(Slot {
-                    job,
-                    seq,
-                    generated: Vec::new(),
-                    texted: Vec::new(),
-                    sent: String::new(),
-                    started: false,
-                }),
+            let seq = if cfg.prompt_cache > 0 {
+                sequence_for(&mut dec, &mut cache, &job.prompt)
+            } else {
+                dec.new_sequence().map(|s| (s, 0))
+            };
+            match seq {
+                Ok((seq, cached)) => {
+                    if cached > 0 {
+                        metrics.prompt_cache_hits.fetch_add(1, Ordering::SeqCst);
+                        metrics
+                            .prompt_cache_tokens
+                            .fetch_add(cached as u64, Ordering::SeqCst);
+                    }
+                    slots.push(Slot {
+                        job,
+                        seq,
+                        generated: Vec::new(),
+                        texted: Vec::new(),
+                        sent: String::new(),
+                        started: false,
+                        cached,
+                    })
+                }
                 Err(e) => {
                     let _ = job.tx.send(Event::Error(e.to_string()));
                 }
@@ -197,7 +264,7 @@ pub fn run(
         while i < slots.len() {
             let done = if slots[i].job.tx.is_closed() {
                 metrics.disconnected.fetch_add(1, Ordering::SeqCst);
-                true
+                Some(false)
             } else {
                 let t0 = Instant::now();
                 let before = dec.expert_stats();
@@ -219,41 +286,54 @@ pub fn run(
                 );
                 done
             };
-            if done {
-                slots.swap_remove(i);
-                metrics.active.store(slots.len(), Ordering::SeqCst);
-            } else {
-                i += 1;
+            match done {
+                None => i += 1,
+                Some(finished) => {
+                    let s = slots.swap_remove(i);
+                    metrics.active.store(slots.len(), Ordering::SeqCst);
+                    // A finished sequence is kept for its prefixes: the prompt and every
+                    // generated token but the last (never fed).
+                    if finished && cfg.prompt_cache > 0 {
+                        let mut tokens = s.job.prompt.clone();
+                        tokens
+                            .extend_from_slice(&s.generated[..s.generated.len().saturating_sub(1)]);
+                        cache.push(Cached { tokens, seq: s.seq });
+                        if cache.len() > cfg.prompt_cache {
+                            cache.remove(0);
+                        }
+                    }
+                }
             }
         }
     }
 }
 
-/// One step of `s`: its prompt, or one token. Whether it is done.
+/// One step of `s`: its prompt (what the cache did not hold), or one token. `None` while it
+/// goes on; `Some(true)` when it finished, `Some(false)` when it failed or its client left.
 fn step(
     dec: &mut Decoder,
     text: &Text,
     cfg: &EngineConfig,
     s: &mut Slot,
     metrics: &Metrics,
-) -> bool {
+) -> Option<bool> {
     let input: Vec<u32> = if s.started {
         vec![*s.generated.last().unwrap_or(&0)]
     } else {
-        s.job.prompt.clone()
+        s.job.prompt[s.cached..].to_vec()
     };
     let logits = match dec.feed_in(&mut s.seq, &input, false) {
         Ok(mut l) => l.pop().unwrap_or_default(),
         Err(e) => {
             let _ = s.job.tx.send(Event::Error(e.to_string()));
-            return true;
+            return Some(false);
         }
     };
     if !s.started {
         s.started = true;
         metrics
             .prompt_tokens
-            .fetch_add(s.job.prompt.len() as u64, Ordering::SeqCst);
+            .fetch_add(input.len() as u64, Ordering::SeqCst);
         metrics
             .ttft_us
             .fetch_add(s.job.arrived.elapsed().as_micros() as u64, Ordering::SeqCst);
@@ -319,7 +399,7 @@ fn step(
             .is_err()
     {
         metrics.disconnected.fetch_add(1, Ordering::SeqCst);
-        return true;
+        return Some(false);
     }
     if let Some(finish) = finish {
         metrics.finished.fetch_add(1, Ordering::SeqCst);
@@ -327,10 +407,11 @@ fn step(
             finish,
             prompt_tokens: s.job.prompt.len(),
             completion_tokens: s.generated.len(),
+            cached_tokens: s.cached,
         });
-        return true;
+        return Some(true);
     }
-    false
+    None
 }
 
 /// Where the first stop string begins in `text`, if one is there.

@@ -45,6 +45,8 @@ pub struct ServeOptions {
     pub max_tokens_limit: usize,
     /// The model's name in `/v1/models` and responses.
     pub model_id: String,
+    /// Finished sequences kept so a later prompt sharing a prefix computes only the rest.
+    pub prompt_cache: usize,
 }
 
 /// The server's state while the model loads, once it is up, or when it failed.
@@ -193,6 +195,7 @@ pub fn serve(
         let engine_shared = Arc::clone(&shared);
         let parallel = opts.parallel.max(1);
         let ctx = opts.ctx;
+        let prompt_cache = opts.prompt_cache;
         std::thread::Builder::new()
             .name("tarfa-engine".into())
             .spawn(move || {
@@ -229,6 +232,7 @@ pub fn serve(
                         dec,
                         info,
                         engine::EngineConfig {
+                            prompt_cache,
                             parallel,
                             context,
                             eos,
