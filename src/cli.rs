@@ -136,6 +136,17 @@ pub enum Command {
     ///   curl -s localhost:8089/v1/completions -d '{"prompt": "The quick brown fox", "max_tokens": 16}'
     #[command(verbatim_doc_comment)]
     Serve(Box<ServeArgs>),
+    /// Chat with a model in the terminal, on its chat template (as transformers renders it),
+    /// the answer streamed as it is generated: greedy unless --temp is above 0 (seeded, counter-based
+    /// sampling). Ctrl-C stops an answer (not the program); /reset starts a new conversation,
+    /// /stats prints the last answer's figures, /quit (or Ctrl-D) ends.
+    ///
+    /// Examples:
+    ///   tarfa chat model/
+    ///   tarfa chat model/ --system "Answer in one sentence." --temp 0.7 --seed 1
+    ///   echo "Hello" | tarfa chat model/ -n 64
+    #[command(verbatim_doc_comment)]
+    Chat(Box<ChatArgs>),
     /// Print a shell completion script on stdout.
     ///
     /// Examples:
@@ -298,6 +309,45 @@ pub struct ServeArgs {
     /// Reusing a prefix changes no bit.
     #[arg(long, default_value_t = 8, value_parser = count::<usize>(0, 1024))]
     pub prompt_cache: usize,
+    /// Where and how the model runs.
+    #[command(flatten)]
+    pub model: ModelFlags,
+}
+
+/// `tarfa chat`.
+#[derive(Debug, clap::Args)]
+pub struct ChatArgs {
+    /// The model directory (a `tarfa convert` output with a chat template).
+    pub dir: PathBuf,
+    /// A system message that opens the conversation.
+    #[arg(long)]
+    pub system: Option<String>,
+    /// Tokens an answer may take at most (default: until the end-of-sequence token or the
+    /// context).
+    #[arg(short = 'n', long = "max-tokens", value_parser = count::<usize>(1, u32::MAX as u64))]
+    pub max_tokens: Option<usize>,
+    /// Positions the conversation may take (default and most: the model's context).
+    #[arg(short = 'c', long = "ctx-size", value_name = "N", value_parser = count::<usize>(1, u32::MAX as u64))]
+    pub ctx_size: Option<usize>,
+    /// Sampling temperature, 0..=100 (0, the default: greedy).
+    #[arg(long = "temp", alias = "temperature", default_value_t = 0.0, value_parser = real(0.0, 100.0, false))]
+    pub temperature: f64,
+    /// Keep the k likeliest tokens when sampling (0: all).
+    #[arg(long, default_value_t = 0, value_parser = count::<usize>(0, 1 << 24))]
+    pub top_k: usize,
+    /// Keep the likeliest tokens whose probability reaches this when sampling, above 0, at
+    /// most 1.
+    #[arg(long, default_value_t = 1.0, value_parser = real(0.0, 1.0, true))]
+    pub top_p: f64,
+    /// Keep the tokens at least this share of the likeliest's probability, 0..=1.
+    #[arg(long, default_value_t = 0.0, value_parser = real(0.0, 1.0, false))]
+    pub min_p: f64,
+    /// The sampling generator's seed (default: from the clock, printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Variables for the chat template, as a JSON object (e.g. '{"enable_thinking": false}').
+    #[arg(long, value_name = "JSON")]
+    pub chat_template_kwargs: Option<String>,
     /// Where and how the model runs.
     #[command(flatten)]
     pub model: ModelFlags,

@@ -10,6 +10,7 @@
 
 mod bench_decode_cmd;
 mod bench_io_cmd;
+mod chat_cmd;
 mod cli;
 mod convert_cmd;
 mod diagnose;
@@ -48,6 +49,7 @@ fn main() -> ExitCode {
         cli::Command::BenchIo(a) => bench_io_cmd::run(a),
         cli::Command::Run(a) => run_cmd::run(a),
         cli::Command::Serve(a) => serve_cmd::run(a),
+        cli::Command::Chat(a) => chat_cmd::run(a),
         cli::Command::BenchDecode(a) => bench_decode_cmd::run(a),
         cli::Command::Completions(a) => docs_cmd::completions(a),
         cli::Command::Man(a) => docs_cmd::man(a),

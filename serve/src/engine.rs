@@ -15,7 +15,13 @@ use std::time::Instant;
 
 use tarfa_decode::text::Text;
 use tarfa_decode::{Decoder, Sequence};
-use tokio::sync::mpsc::UnboundedSender;
+pub use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
+
+/// A request's channel: the engine sends into the first, the request reads the second (and
+/// dropping it tells the engine the request is gone).
+pub fn channel() -> (UnboundedSender<Event>, UnboundedReceiver<Event>) {
+    tokio::sync::mpsc::unbounded_channel()
+}
 
 /// Why a generation ended, in OpenAI's words.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

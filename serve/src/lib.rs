@@ -83,7 +83,7 @@ pub struct ModelInfo {
 /// The model's chat template as transformers' AutoTokenizer finds it: `chat_template.jinja`, else
 /// `tokenizer_config.json`'s `chat_template`; for a GGUF-sourced model `tokenizer.chat_template`
 /// with the BOS and EOS strings of its token list. Whether its text knows `<think>` blocks.
-fn chat_template(dec: &Decoder) -> (Option<Result<tarfa_chat::ChatTemplate, String>>, bool) {
+pub fn chat_template(dec: &Decoder) -> (Option<Result<tarfa_chat::ChatTemplate, String>>, bool) {
     let aux = |name: &str| -> Result<Option<Vec<u8>>, String> {
         dec.aux_file(name)
             .map(|f| f.map(|f| f.bytes))
