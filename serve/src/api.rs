@@ -625,13 +625,32 @@ async fn completions(
     let ids = prompt_ids(prompt, m)?;
     // OpenAI's legacy default: 16 tokens.
     let max_tokens = c.max_tokens.unwrap_or(16);
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (meta, rx) = submit(&s, m, "cmpl", ids, max_tokens, &c, logprobs)?;
+    if c.stream {
+        Ok(stream_completion(meta, rx, c.include_usage).into_response())
+    } else {
+        whole_completion(meta, rx, logprobs.is_some()).await
+    }
+}
+
+/// Queue a request's job (503 when the queue is full): what its response is headed with, and
+/// the channel its events come on.
+fn submit(
+    s: &Shared,
+    m: &ModelInfo,
+    prefix: &str,
+    prompt: Vec<u32>,
+    max_tokens: usize,
+    c: &Common,
+    logprobs: Option<usize>,
+) -> Result<(Meta, crate::engine::UnboundedReceiver<Event>), ApiError> {
+    let (tx, rx) = crate::engine::channel();
     enqueue(
-        &s,
+        s,
         Job {
-            prompt: ids,
+            prompt,
             max_tokens,
-            stop: c.stop,
+            stop: c.stop.clone(),
             ignore_eos: c.ignore_eos,
             sampling: c.sampling.clone(),
             logprobs,
@@ -640,18 +659,14 @@ async fn completions(
         },
     )?;
     let meta = Meta {
-        id: id("cmpl"),
+        id: id(prefix),
         created: now(),
         model: s.opts.model_id.clone(),
         fingerprint: m.fingerprint.clone(),
         sampling: sampling_json(&c.sampling),
         text: Arc::clone(&m.text),
     };
-    if c.stream {
-        Ok(stream_completion(meta, rx, c.include_usage).into_response())
-    } else {
-        whole_completion(meta, rx, logprobs.is_some()).await
-    }
+    Ok((meta, rx))
 }
 
 #[derive(Clone)]
@@ -1107,28 +1122,7 @@ async fn chat(
         ));
     }
     let max_tokens = c.max_tokens.unwrap_or(m.context - ids.len());
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    enqueue(
-        &s,
-        Job {
-            prompt: ids,
-            max_tokens,
-            stop: c.stop,
-            ignore_eos: c.ignore_eos,
-            sampling: c.sampling.clone(),
-            logprobs,
-            tx,
-            arrived: Instant::now(),
-        },
-    )?;
-    let meta = Meta {
-        id: id("chatcmpl"),
-        created: now(),
-        model: s.opts.model_id.clone(),
-        fingerprint: m.fingerprint.clone(),
-        sampling: sampling_json(&c.sampling),
-        text: Arc::clone(&m.text),
-    };
+    let (meta, rx) = submit(&s, m, "chatcmpl", ids, max_tokens, &c, logprobs)?;
     if c.stream {
         Ok(stream_chat(meta, rx, c.include_usage, s.clone(), rendered.opened).into_response())
     } else {
