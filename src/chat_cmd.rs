@@ -212,6 +212,7 @@ pub fn run(a: &ChatArgs) -> anyhow::Result<bool> {
             ignore_eos: false,
             sampling: sampling.clone(),
             logprobs: None,
+            choice: 0,
             tx,
             arrived: Instant::now(),
         })

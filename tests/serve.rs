@@ -230,7 +230,8 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             400,
             Some("prompt"),
         ),
-        (json!({"prompt": "x", "n": 2}).to_string(), 400, Some("n")),
+        (json!({"prompt": "x", "n": 17}).to_string(), 400, Some("n")),
+        (json!({"prompt": "x", "n": 0}).to_string(), 400, Some("n")),
         (
             json!({"prompt": "x", "stop": 7}).to_string(),
             400,
@@ -500,4 +501,46 @@ fn a_cached_prefix_changes_no_bit() {
         metrics.contains(&format!("tarfa_prompt_cache_hits_total {hits}")),
         "{metrics}"
     );
+}
+
+/// `n` choices: each its own sequence, its draws keyed by its index — choice 0 is the request
+/// with `n` 1, the others differ (sampled), streamed or not the same texts, usage summed.
+#[test]
+fn n_choices_are_each_their_own() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let s = start(&m, &["--parallel", "2"]);
+    let req = |n: u64, stream: bool| {
+        json!({"prompt": "Hello", "max_tokens": 16, "temperature": 1.4, "seed": 11, "n": n,
+               "stream": stream})
+    };
+    let (_, one) = post(&s, "/v1/completions", req(1, false));
+    let (status, three) = post(&s, "/v1/completions", req(3, false));
+    assert_eq!(status, 200, "{three}");
+    let texts: Vec<&str> = (0..3)
+        .map(|i| {
+            assert_eq!(three["choices"][i]["index"], i);
+            three["choices"][i]["text"].as_str().expect("text")
+        })
+        .collect();
+    assert_eq!(texts[0], one["choices"][0]["text"].as_str().expect("text"));
+    assert!(texts[1] != texts[0] || texts[2] != texts[0], "{texts:?}");
+    assert_eq!(three["usage"]["completion_tokens"], 48, "{three}");
+    assert_eq!(
+        three["usage"]["prompt_tokens"],
+        one["usage"]["prompt_tokens"]
+    );
+    // Streamed: each index's deltas are its text; one [DONE] at the end.
+    let (status, text, _) = post_raw(&s, "/v1/completions", &req(3, true).to_string(), &[]);
+    assert_eq!(status, 200);
+    let mut joined = vec![String::new(); 3];
+    let events: Vec<&str> = text.split("\n\n").filter(|e| !e.is_empty()).collect();
+    assert_eq!(events.last(), Some(&"data: [DONE]"), "{text}");
+    assert_eq!(events.iter().filter(|e| e.contains("[DONE]")).count(), 1);
+    for e in &events[..events.len() - 1] {
+        let v: Value = serde_json::from_str(e.trim_start_matches("data: ")).expect("chunk");
+        let i = v["choices"][0]["index"].as_u64().expect("index") as usize;
+        joined[i].push_str(v["choices"][0]["text"].as_str().expect("text"));
+    }
+    assert_eq!(joined, texts);
 }

@@ -323,7 +323,11 @@ struct Common {
     include_usage: bool,
     ignore_eos: bool,
     sampling: Option<crate::sample::Sampling>,
+    n: usize,
 }
+
+/// The most choices (`n`) a request may ask for.
+const MAX_CHOICES: usize = 16;
 
 /// A number in `lo..=hi` (`lo` excluded when `open`), or 400 naming the field.
 fn in_range(
@@ -494,11 +498,12 @@ fn common(f: &mut Fields, s: &Shared, m: &ModelInfo) -> Result<Common, ApiError>
     let sampling = sampling(f, m.vocab)?;
     f.only("presence_penalty", 0.0, "penalties are not taken")?;
     f.only("frequency_penalty", 0.0, "penalties are not taken")?;
-    if let Some(n) = f.uint("n", usize::MAX)? {
-        if n != 1 {
-            return Err(ApiError::bad("n", format!("n {n}: one choice per request")));
-        }
-    }
+    // Choices: each its own sequence, its draws keyed by its index.
+    let n = match f.uint("n", MAX_CHOICES)? {
+        Some(0) => return Err(ApiError::bad("n", "n must be at least 1")),
+        Some(n) => n,
+        None => 1,
+    };
     // OpenAI's end-user id: for the operator's logs; nothing here reads it.
     if let Some(u) = f.take("user") {
         if !u.is_string() {
@@ -513,6 +518,7 @@ fn common(f: &mut Fields, s: &Shared, m: &ModelInfo) -> Result<Common, ApiError>
         include_usage,
         ignore_eos,
         sampling,
+        n,
     })
 }
 
@@ -625,16 +631,17 @@ async fn completions(
     let ids = prompt_ids(prompt, m)?;
     // OpenAI's legacy default: 16 tokens.
     let max_tokens = c.max_tokens.unwrap_or(16);
-    let (meta, rx) = submit(&s, m, "cmpl", ids, max_tokens, &c, logprobs)?;
+    let (meta, rxs) = submit(&s, m, "cmpl", ids, max_tokens, &c, logprobs)?;
     if c.stream {
-        Ok(stream_completion(meta, rx, c.include_usage).into_response())
+        Ok(stream_completion(meta, rxs, c.include_usage).into_response())
     } else {
-        whole_completion(meta, rx, logprobs.is_some()).await
+        whole_completion(meta, rxs, logprobs.is_some()).await
     }
 }
 
-/// Queue a request's job (503 when the queue is full): what its response is headed with, and
-/// the channel its events come on.
+/// Queue a request's jobs, one per choice (503 when the queue cannot take them all; the ones
+/// queued are then dropped with their channels): what its response is headed with, and the
+/// channels its choices' events come on.
 fn submit(
     s: &Shared,
     m: &ModelInfo,
@@ -643,21 +650,26 @@ fn submit(
     max_tokens: usize,
     c: &Common,
     logprobs: Option<usize>,
-) -> Result<(Meta, crate::engine::UnboundedReceiver<Event>), ApiError> {
-    let (tx, rx) = crate::engine::channel();
-    enqueue(
-        s,
-        Job {
-            prompt,
-            max_tokens,
-            stop: c.stop.clone(),
-            ignore_eos: c.ignore_eos,
-            sampling: c.sampling.clone(),
-            logprobs,
-            tx,
-            arrived: Instant::now(),
-        },
-    )?;
+) -> Result<(Meta, Vec<crate::engine::UnboundedReceiver<Event>>), ApiError> {
+    let mut rxs = Vec::with_capacity(c.n);
+    for choice in 0..c.n {
+        let (tx, rx) = crate::engine::channel();
+        enqueue(
+            s,
+            Job {
+                prompt: prompt.clone(),
+                max_tokens,
+                stop: c.stop.clone(),
+                ignore_eos: c.ignore_eos,
+                sampling: c.sampling.clone(),
+                logprobs,
+                choice: choice as u64,
+                tx,
+                arrived: Instant::now(),
+            },
+        )?;
+        rxs.push(rx);
+    }
     let meta = Meta {
         id: id(prefix),
         created: now(),
@@ -666,7 +678,7 @@ fn submit(
         sampling: sampling_json(&c.sampling),
         text: Arc::clone(&m.text),
     };
-    Ok((meta, rx))
+    Ok((meta, rxs))
 }
 
 #[derive(Clone)]
@@ -749,13 +761,20 @@ fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
     })
 }
 
-async fn whole_completion(
-    meta: Meta,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
-    logprobs: bool,
-) -> Result<Response, ApiError> {
+/// One choice's whole answer: its text, its tokens' logprobs, why it ended and its counts.
+struct Answer {
+    text: String,
+    logprobs: Vec<(u32, TokenLogprob)>,
+    finish: Finish,
+    prompt: usize,
+    completion: usize,
+    cached: usize,
+}
+
+/// The answer on `rx`, to its end; 500 when the engine failed it.
+async fn answer(mut rx: crate::engine::UnboundedReceiver<Event>) -> Result<Answer, ApiError> {
     let mut text = String::new();
-    let mut lps = Vec::new();
+    let mut logprobs = Vec::new();
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Delta {
@@ -765,7 +784,7 @@ async fn whole_completion(
             } => {
                 text.push_str(&t);
                 if let Some(l) = logprob {
-                    lps.push((token, l));
+                    logprobs.push((token, l));
                 }
             }
             Event::Done {
@@ -774,21 +793,14 @@ async fn whole_completion(
                 completion_tokens,
                 cached_tokens,
             } => {
-                let mut o = meta.head("text_completion");
-                o.insert(
-                    "choices".into(),
-                    json!([{
-                        "index": 0,
-                        "text": text,
-                        "logprobs": if logprobs { meta.completion_logprobs(&lps) } else { Value::Null },
-                        "finish_reason": finish.reason(),
-                    }]),
-                );
-                o.insert(
-                    "usage".into(),
-                    usage(prompt_tokens, completion_tokens, cached_tokens),
-                );
-                return Ok(Json(Value::Object(o)).into_response());
+                return Ok(Answer {
+                    text,
+                    logprobs,
+                    finish,
+                    prompt: prompt_tokens,
+                    completion: completion_tokens,
+                    cached: cached_tokens,
+                })
             }
             Event::Error(e) => {
                 return Err(ApiError::new(
@@ -806,17 +818,122 @@ async fn whole_completion(
     ))
 }
 
+/// Every choice's answer, in choice order, and their usage (the prompt counted once).
+async fn answers(
+    rxs: Vec<crate::engine::UnboundedReceiver<Event>>,
+) -> Result<(Vec<Answer>, Value), ApiError> {
+    let mut all = Vec::with_capacity(rxs.len());
+    for rx in rxs {
+        all.push(answer(rx).await?);
+    }
+    let prompt = all.first().map_or(0, |a| a.prompt);
+    let cached = all.first().map_or(0, |a| a.cached);
+    let completion = all.iter().map(|a| a.completion).sum();
+    Ok((all, usage(prompt, completion, cached)))
+}
+
+async fn whole_completion(
+    meta: Meta,
+    rxs: Vec<crate::engine::UnboundedReceiver<Event>>,
+    logprobs: bool,
+) -> Result<Response, ApiError> {
+    let (all, usage) = answers(rxs).await?;
+    let choices: Vec<Value> = all
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            json!({
+                "index": i,
+                "text": a.text,
+                "logprobs": if logprobs { meta.completion_logprobs(&a.logprobs) } else { Value::Null },
+                "finish_reason": a.finish.reason(),
+            })
+        })
+        .collect();
+    let mut o = meta.head("text_completion");
+    o.insert("choices".into(), Value::Array(choices));
+    o.insert("usage".into(), usage);
+    Ok(Json(Value::Object(o)).into_response())
+}
+
+/// The events of every choice, each with its index, as they come.
+fn merged(
+    rxs: Vec<crate::engine::UnboundedReceiver<Event>>,
+) -> impl tokio_stream::Stream<Item = (usize, Event)> {
+    futures_util::stream::select_all(
+        rxs.into_iter()
+            .enumerate()
+            .map(|(i, rx)| UnboundedReceiverStream::new(rx).map(move |e| (i, e))),
+    )
+}
+
+/// What a stream has counted of its choices' ends: how many ended, and their usage.
+#[derive(Default)]
+struct Ends {
+    done: usize,
+    prompt: usize,
+    completion: usize,
+    cached: usize,
+}
+
+impl Ends {
+    /// Count a choice's end; after the last of `n`, the usage chunk (when asked for) and
+    /// `[DONE]`.
+    fn end(
+        &mut self,
+        n: usize,
+        (prompt, completion, cached): (usize, usize, usize),
+        meta: &Meta,
+        object: &str,
+        include_usage: bool,
+    ) -> Vec<Value> {
+        self.done += 1;
+        self.prompt = prompt;
+        self.cached = cached;
+        self.completion += completion;
+        if self.done < n {
+            return Vec::new();
+        }
+        let mut v = Vec::new();
+        if include_usage {
+            let mut o = meta.head(object);
+            o.insert("choices".into(), json!([]));
+            o.insert(
+                "usage".into(),
+                usage(self.prompt, self.completion, self.cached),
+            );
+            v.push(Value::Object(o));
+        }
+        v.push(Value::String("[DONE]".into()));
+        v
+    }
+}
+
+/// A stream's values as server-sent events (`[DONE]` as itself), kept alive by comments.
+fn sse(
+    values: impl tokio_stream::Stream<Item = Value> + Send + 'static,
+) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
+    let events = values.map(|v| {
+        Ok(match v {
+            Value::String(done) => SseEvent::default().data(done),
+            v => SseEvent::default().data(v.to_string()),
+        })
+    });
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
 fn stream_completion(
     meta: Meta,
-    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    rxs: Vec<crate::engine::UnboundedReceiver<Event>>,
     include_usage: bool,
 ) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
-    let chunk = move |meta: &Meta, text: &str, lp: Value, finish: Option<Finish>| {
+    let n = rxs.len();
+    let chunk = move |meta: &Meta, i: usize, text: &str, lp: Value, finish: Option<Finish>| {
         let mut o = meta.head("text_completion");
         o.insert(
             "choices".into(),
             json!([{
-                "index": 0,
+                "index": i,
                 "text": text,
                 "logprobs": lp,
                 "finish_reason": finish.map(Finish::reason),
@@ -824,7 +941,8 @@ fn stream_completion(
         );
         Value::Object(o)
     };
-    let events = UnboundedReceiverStream::new(rx).flat_map(move |ev| {
+    let mut ends = Ends::default();
+    let values = merged(rxs).flat_map(move |(i, ev)| {
         let out: Vec<Value> = match ev {
             Event::Delta {
                 text,
@@ -837,7 +955,7 @@ fn stream_completion(
                 logprob,
             } => {
                 let lp = logprob.map_or(Value::Null, |l| meta.completion_logprobs(&[(token, l)]));
-                vec![chunk(&meta, &text, lp, None)]
+                vec![chunk(&meta, i, &text, lp, None)]
             }
             Event::Done {
                 finish,
@@ -845,31 +963,23 @@ fn stream_completion(
                 completion_tokens,
                 cached_tokens,
             } => {
-                let mut v = vec![chunk(&meta, "", Value::Null, Some(finish))];
-                if include_usage {
-                    let mut o = meta.head("text_completion");
-                    o.insert("choices".into(), json!([]));
-                    o.insert(
-                        "usage".into(),
-                        usage(prompt_tokens, completion_tokens, cached_tokens),
-                    );
-                    v.push(Value::Object(o));
-                }
-                v.push(Value::String("[DONE]".into()));
+                let mut v = vec![chunk(&meta, i, "", Value::Null, Some(finish))];
+                v.extend(ends.end(
+                    n,
+                    (prompt_tokens, completion_tokens, cached_tokens),
+                    &meta,
+                    "text_completion",
+                    include_usage,
+                ));
                 v
             }
             Event::Error(e) => vec![json!({"error": {
                 "message": e, "type": "server_error", "param": null, "code": 500,
             }})],
         };
-        tokio_stream::iter(out.into_iter().map(|v| {
-            Ok(match v {
-                Value::String(done) => SseEvent::default().data(done),
-                v => SseEvent::default().data(v.to_string()),
-            })
-        }))
+        tokio_stream::iter(out)
     });
-    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    sse(values)
 }
 
 async fn tokenize(
@@ -1122,11 +1232,11 @@ async fn chat(
         ));
     }
     let max_tokens = c.max_tokens.unwrap_or(m.context - ids.len());
-    let (meta, rx) = submit(&s, m, "chatcmpl", ids, max_tokens, &c, logprobs)?;
+    let (meta, rxs) = submit(&s, m, "chatcmpl", ids, max_tokens, &c, logprobs)?;
     if c.stream {
-        Ok(stream_chat(meta, rx, c.include_usage, s.clone(), rendered.opened).into_response())
+        Ok(stream_chat(meta, rxs, c.include_usage, s.clone(), rendered.opened).into_response())
     } else {
-        whole_chat(meta, rx, m, rendered.opened, logprobs.is_some()).await
+        whole_chat(meta, rxs, m, rendered.opened, logprobs.is_some()).await
     }
 }
 
@@ -1141,65 +1251,33 @@ fn chat_message(m: &ModelInfo, opened: bool, text: &str) -> Value {
 
 async fn whole_chat(
     meta: Meta,
-    mut rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    rxs: Vec<crate::engine::UnboundedReceiver<Event>>,
     m: &ModelInfo,
     opened: bool,
     logprobs: bool,
 ) -> Result<Response, ApiError> {
-    let mut text = String::new();
-    let mut lps = Vec::new();
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            Event::Delta {
-                text: t,
-                token,
-                logprob,
-            } => {
-                text.push_str(&t);
-                if let Some(l) = logprob {
-                    lps.push((token, l));
-                }
-            }
-            Event::Done {
-                finish,
-                prompt_tokens,
-                completion_tokens,
-                cached_tokens,
-            } => {
-                let mut o = meta.head("chat.completion");
-                o.insert(
-                    "choices".into(),
-                    json!([{
-                        "index": 0,
-                        "message": chat_message(m, opened, &text),
-                        "logprobs": if logprobs { meta.chat_logprobs(&lps) } else { Value::Null },
-                        "finish_reason": finish.reason(),
-                    }]),
-                );
-                o.insert(
-                    "usage".into(),
-                    usage(prompt_tokens, completion_tokens, cached_tokens),
-                );
-                return Ok(Json(Value::Object(o)).into_response());
-            }
-            Event::Error(e) => {
-                return Err(ApiError::new(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "server_error",
-                    e,
-                ))
-            }
-        }
-    }
-    Err(ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        "server_error",
-        "the engine stopped",
-    ))
+    let (all, usage) = answers(rxs).await?;
+    let choices: Vec<Value> = all
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            json!({
+                "index": i,
+                "message": chat_message(m, opened, &a.text),
+                "logprobs": if logprobs { meta.chat_logprobs(&a.logprobs) } else { Value::Null },
+                "finish_reason": a.finish.reason(),
+            })
+        })
+        .collect();
+    let mut o = meta.head("chat.completion");
+    o.insert("choices".into(), Value::Array(choices));
+    o.insert("usage".into(), usage);
+    Ok(Json(Value::Object(o)).into_response())
 }
 
-/// What a chat stream has sent of the reply: the text, and of it the reasoning and content.
-#[derive(Default)]
+/// What a chat stream has sent of one choice's reply: the text, and of it the reasoning and
+/// content.
+#[derive(Default, Clone)]
 struct ChatSent {
     text: String,
     reasoning: String,
@@ -1208,17 +1286,18 @@ struct ChatSent {
 
 fn stream_chat(
     meta: Meta,
-    rx: tokio::sync::mpsc::UnboundedReceiver<Event>,
+    rxs: Vec<crate::engine::UnboundedReceiver<Event>>,
     include_usage: bool,
     s: Arc<Shared>,
     opened: bool,
 ) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
-    let chunk = |meta: &Meta, delta: Value, finish: Option<Finish>| {
+    let n = rxs.len();
+    let chunk = |meta: &Meta, i: usize, delta: Value, finish: Option<Finish>| {
         let mut o = meta.head("chat.completion.chunk");
         o.insert(
             "choices".into(),
             json!([{
-                "index": 0,
+                "index": i,
                 "delta": delta,
                 "logprobs": null,
                 "finish_reason": finish.map(Finish::reason),
@@ -1226,9 +1305,12 @@ fn stream_chat(
         );
         Value::Object(o)
     };
-    let first = chunk(&meta, json!({"role": "assistant", "content": ""}), None);
-    let mut sent = ChatSent::default();
-    let events = UnboundedReceiverStream::new(rx).flat_map(move |ev| {
+    let first: Vec<Value> = (0..n)
+        .map(|i| chunk(&meta, i, json!({"role": "assistant", "content": ""}), None))
+        .collect();
+    let mut sent = vec![ChatSent::default(); n];
+    let mut ends = Ends::default();
+    let events = merged(rxs).flat_map(move |(i, ev)| {
         let Some(m) = s.model.get() else {
             return tokio_stream::iter(Vec::new());
         };
@@ -1240,6 +1322,7 @@ fn stream_chat(
             if r.len() > sent.reasoning.len() && r.starts_with(sent.reasoning.as_str()) {
                 out.push(chunk(
                     &meta,
+                    i,
                     json!({"reasoning_content": &r[sent.reasoning.len()..]}),
                     None,
                 ));
@@ -1248,6 +1331,7 @@ fn stream_chat(
             if c.len() > sent.content.len() && c.starts_with(sent.content.as_str()) {
                 out.push(chunk(
                     &meta,
+                    i,
                     json!({"content": &c[sent.content.len()..]}),
                     None,
                 ));
@@ -1261,21 +1345,21 @@ fn stream_chat(
                 token,
                 logprob,
             } => {
-                sent.text.push_str(&text);
+                sent[i].text.push_str(&text);
                 let lp = logprob.map(|l| meta.chat_logprobs(&[(token, l)]));
                 // A tag that may be arriving is held back until it is whole.
-                let all = sent.text.clone();
+                let all = sent[i].text.clone();
                 let hold = if m.think {
                     hold_back(&all, &["<think>".to_string(), "</think>".to_string()])
                 } else {
                     0
                 };
-                let mut out = deltas(&all[..all.len() - hold], &mut sent);
+                let mut out = deltas(&all[..all.len() - hold], &mut sent[i]);
                 // A token's logprobs ride on the chunk of its step (an empty delta if its text
                 // is held back).
                 if let Some(lp) = lp {
                     if out.is_empty() {
-                        out.push(chunk(&meta, json!({}), None));
+                        out.push(chunk(&meta, i, json!({}), None));
                     }
                     out[0]["choices"][0]["logprobs"] = lp;
                 }
@@ -1287,19 +1371,16 @@ fn stream_chat(
                 completion_tokens,
                 cached_tokens,
             } => {
-                let all = sent.text.clone();
-                let mut v = deltas(&all, &mut sent);
-                v.push(chunk(&meta, json!({}), Some(finish)));
-                if include_usage {
-                    let mut o = meta.head("chat.completion.chunk");
-                    o.insert("choices".into(), json!([]));
-                    o.insert(
-                        "usage".into(),
-                        usage(prompt_tokens, completion_tokens, cached_tokens),
-                    );
-                    v.push(Value::Object(o));
-                }
-                v.push(Value::String("[DONE]".into()));
+                let all = sent[i].text.clone();
+                let mut v = deltas(&all, &mut sent[i]);
+                v.push(chunk(&meta, i, json!({}), Some(finish)));
+                v.extend(ends.end(
+                    n,
+                    (prompt_tokens, completion_tokens, cached_tokens),
+                    &meta,
+                    "chat.completion.chunk",
+                    include_usage,
+                ));
                 v
             }
             Event::Error(e) => vec![json!({"error": {
@@ -1308,11 +1389,5 @@ fn stream_chat(
         };
         tokio_stream::iter(out)
     });
-    let all = tokio_stream::iter(vec![first]).chain(events).map(|v| {
-        Ok(match v {
-            Value::String(done) => SseEvent::default().data(done),
-            v => SseEvent::default().data(v.to_string()),
-        })
-    });
-    Sse::new(all).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    sse(tokio_stream::iter(first).chain(events))
 }

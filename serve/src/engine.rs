@@ -93,6 +93,8 @@ pub struct Job {
     pub sampling: Option<crate::sample::Sampling>,
     /// Log-probabilities: `Some(n)` for each token's and the `n` likeliest.
     pub logprobs: Option<usize>,
+    /// The request's choice this job is (0 for the first): sampling's draws are keyed by it.
+    pub choice: u64,
     /// Where the events go; dropped by the client's side when it goes away.
     pub tx: UnboundedSender<Event>,
     /// When the request arrived (for time to first token).
@@ -348,7 +350,7 @@ fn step(
     let tok = crate::sample::choose(
         &logits,
         s.job.sampling.as_ref(),
-        0,
+        s.job.choice,
         s.generated.len() as u64,
     );
     let logprob = s.job.logprobs.map(|n| {
