@@ -544,3 +544,104 @@ fn n_choices_are_each_their_own() {
     }
     assert_eq!(joined, texts);
 }
+
+/// Under abuse the server answers clearly and keeps serving: 300 requests at once against a
+/// queue of 4 (each a 200 or a 503 in OpenAI's shape, none lost), a client that sends a long
+/// prompt and vanishes before its first token, and one that holds a stream open without reading
+/// while another request is answered.
+#[test]
+fn abuse_gets_clear_answers_and_the_server_keeps_serving() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let s = start(&m, &["--parallel", "2", "--queue", "4"]);
+    let base = s.base.clone();
+    let handles: Vec<_> = (0..300)
+        .map(|i| {
+            let base = base.clone();
+            std::thread::spawn(move || {
+                let body = json!({"prompt": [1 + i % 100, 7], "max_tokens": 2}).to_string();
+                match agent()
+                    .post(format!("{base}/v1/completions"))
+                    .header("content-type", "application/json")
+                    .send(&body)
+                {
+                    Ok(mut r) => {
+                        let status = r.status().as_u16();
+                        let v: Value =
+                            serde_json::from_str(&r.body_mut().read_to_string().expect("body"))
+                                .expect("json");
+                        (status, v)
+                    }
+                    Err(e) => panic!("request {i}: {e}"),
+                }
+            })
+        })
+        .collect();
+    let (mut ok, mut busy) = (0, 0);
+    for h in handles {
+        match h.join().expect("thread") {
+            (200, v) => {
+                assert_eq!(v["usage"]["completion_tokens"], 2, "{v}");
+                ok += 1;
+            }
+            (503, v) => {
+                assert_eq!(v["error"]["type"], "unavailable_error", "{v}");
+                busy += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(ok + busy, 300);
+    assert!(ok >= 6, "{ok} answered");
+
+    // A long prompt, and the client gone before its first token.
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let disconnected = || -> u64 {
+        get(&s, "/metrics")
+            .expect("metrics")
+            .1
+            .lines()
+            .find_map(|l| l.strip_prefix("tarfa_requests_disconnected_total "))
+            .and_then(|v| v.parse().ok())
+            .expect("metric")
+    };
+    let before = disconnected();
+    {
+        let long: Vec<u32> = (0..250).map(|i| 1 + i % 120).collect();
+        let body = json!({"prompt": long, "max_tokens": 5, "stream": true}).to_string();
+        let mut c = std::net::TcpStream::connect(&addr).expect("connect");
+        write!(
+            c,
+            "POST /v1/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .expect("send");
+    }
+    let mut freed = false;
+    for _ in 0..200 {
+        if disconnected() > before {
+            freed = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(25));
+    }
+    assert!(freed, "the client that vanished mid-prompt was not counted");
+
+    // A stream held open and never read: another request is answered meanwhile.
+    let mut held = std::net::TcpStream::connect(&addr).expect("connect");
+    let body = json!({"prompt": "Hello", "max_tokens": 200, "stream": true}).to_string();
+    write!(
+        held,
+        "POST /v1/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let (status, v) = post(
+        &s,
+        "/v1/completions",
+        json!({"prompt": "Hi", "max_tokens": 3}),
+    );
+    assert_eq!(status, 200, "{v}");
+    drop(held);
+    assert_eq!(get(&s, "/health").expect("health").0, 200);
+}
