@@ -24,6 +24,8 @@ if [ "$(id -u)" = 0 ]; then
   missing=()
   command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || missing+=(nginx)
   command -v fio >/dev/null || missing+=(fio)
+  # tests/serve.rs reads a golden SSE transcript with curl, as a user would.
+  command -v curl >/dev/null || missing+=(curl)
   if [ ${#missing[@]} -gt 0 ]; then
     apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
   fi

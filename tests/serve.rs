@@ -645,3 +645,44 @@ fn abuse_gets_clear_answers_and_the_server_keeps_serving() {
     drop(held);
     assert_eq!(get(&s, "/health").expect("health").0, 200);
 }
+
+/// The stream a user reads with `curl -N` is OpenAI's, byte for byte the committed transcript
+/// (fixtures/golden/serve/completion-stream.txt; its per-request id and time, and the
+/// fingerprint of this conversion, written as ID, TIME and FINGERPRINT): data lines, a finish chunk, the usage chunk, `data: [DONE]`. TARFA_BLESS=1 rewrites it.
+#[test]
+fn a_streamed_completion_is_the_golden_transcript() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let s = start(&m, &["--alias", "fixture"]);
+    let body = json!({"prompt": "The quick brown fox", "max_tokens": 6, "stream": true,
+                      "stream_options": {"include_usage": true}})
+    .to_string();
+    let out = std::process::Command::new("curl")
+        .args(["-sN", "-H", "content-type: application/json", "-d", &body])
+        .arg(format!("{}/v1/completions", s.base))
+        .output()
+        .expect("curl (scripts/test.sh installs it)");
+    assert!(out.status.success(), "curl failed");
+    let text = String::from_utf8(out.stdout).expect("utf-8");
+    let mut normal = String::new();
+    for line in text.split_inclusive('\n') {
+        let mut l = line.to_string();
+        if let Some(json) = l.strip_prefix("data: {") {
+            let mut v: Value =
+                serde_json::from_str(&format!("{{{}", json.trim_end())).expect("json");
+            v["id"] = json!("ID");
+            v["created"] = json!("TIME");
+            // The manifest digest in it records the conversion's source file times.
+            v["system_fingerprint"] = json!("FINGERPRINT");
+            l = format!("data: {v}\n");
+        }
+        normal.push_str(&l);
+    }
+    let golden =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/golden/serve/completion-stream.txt");
+    if std::env::var_os("TARFA_BLESS").is_some() {
+        std::fs::write(&golden, &normal).expect("bless");
+    }
+    let want = std::fs::read_to_string(&golden).expect("golden transcript");
+    assert_eq!(normal, want);
+}
