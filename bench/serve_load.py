@@ -18,7 +18,8 @@ completion time, the completion tokens (the usage chunk's, else the count of tex
 the text. Aggregate tokens/s = the sum of completion tokens / the wall time from the first
 request sent to the last one finished. One summary line on stdout; --out writes the JSON (every
 request's prompt, text, times). --compare FILE.json: exit 1, naming the first request whose text
-differs from FILE.json's request of the same index (--report-only: say so, exit 0).
+differs from FILE.json's request of the same index (--report-only: say so, exit 0); a failed
+request or an unusable FILE.json exits 2.
 
 Standard library only (http.client, threads): the GPU machine has no network and no `openai`.
 """
@@ -33,6 +34,12 @@ import sys
 import threading
 import time
 import urllib.parse
+
+
+def die(msg: str) -> None:
+    """A failed load or an unusable file: exit 2, apart from a texts-differ exit 1."""
+    print(f"serve_load: {msg}", file=sys.stderr)
+    sys.exit(2)
 
 
 def prompts(count: int, length: int, seed: int, vocab: int) -> list[list[int]]:
@@ -135,7 +142,7 @@ def run_load(base: str, ps: list[list[int]], args, extra: dict) -> tuple[list[di
         t.join()
     wall = time.perf_counter() - t0
     if errors:
-        sys.exit("serve_load: " + "; ".join(errors[:5]))
+        die("; ".join(errors[:5]))
     return results, wall
 
 
@@ -154,12 +161,12 @@ def compare(mine: list[dict], path: str, label: str, report_only: bool) -> int:
         if o is None:
             continue  # the other run sent fewer requests: only the shared ones are compared
         if o["prompt"] != r["prompt"]:
-            sys.exit(f"serve_load: request {r['index']} had another prompt in {path}: not comparable")
+            die(f"request {r['index']} had another prompt in {path}: not comparable")
         if o["text"] != r["text"]:
             differ.append((r["index"], o["text"], r["text"]))
     shared = sum(1 for r in mine if r["index"] in theirs)
     if shared == 0:
-        sys.exit(f"serve_load: no request of this run is in {path}")
+        die(f"no request of this run is in {path}")
     what = f"{label} against {other.get('label', path)}"
     if not differ:
         print(f"texts identical: {what}: all {shared} shared requests, byte for byte")
