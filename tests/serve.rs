@@ -231,6 +231,21 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
             Some("prompt"),
         ),
         (json!({"prompt": "x", "n": 17}).to_string(), 400, Some("n")),
+        (
+            json!({"prompt": "x", "max_tokens": 0}).to_string(),
+            400,
+            Some("max_tokens"),
+        ),
+        (
+            json!({"prompt": "x", "stop": ""}).to_string(),
+            400,
+            Some("stop"),
+        ),
+        (
+            json!({"prompt": "x", "stop": "s".repeat(300)}).to_string(),
+            400,
+            Some("stop"),
+        ),
         (json!({"prompt": "x", "n": 0}).to_string(), 400, Some("n")),
         (
             json!({"prompt": "x", "stop": 7}).to_string(),
@@ -273,6 +288,16 @@ fn bad_requests_get_openai_errors_and_the_server_keeps_serving() {
     assert_eq!(get(&s, "/v1/models").expect("models").0, 401);
     let (status, _, _) = post_raw(&s, "/nope", "{}", &auth);
     assert_eq!(status, 404);
+    // A wrong method: OpenAI's error shape too.
+    let mut r = agent()
+        .get(format!("{}/v1/completions", s.base))
+        .header("authorization", "Bearer k3y")
+        .call()
+        .expect("request");
+    assert_eq!(r.status().as_u16(), 405);
+    let v: Value =
+        serde_json::from_str(&r.body_mut().read_to_string().expect("body")).expect("json");
+    assert_eq!(v["error"]["code"], 405, "{v}");
     // And it still answers.
     let (status, text, _) = post_raw(
         &s,
@@ -547,8 +572,8 @@ fn n_choices_are_each_their_own() {
 
 /// Under abuse the server answers clearly and keeps serving: 300 requests at once against a
 /// queue of 4 (each a 200 or a 503 in OpenAI's shape, none lost), a client that sends a long
-/// prompt and vanishes before its first token, and one that holds a stream open without reading
-/// while another request is answered.
+/// prompt and vanishes before its first token (nothing of it stays in a slot or the queue), and
+/// one that holds a stream open without reading while another request is answered.
 #[test]
 fn abuse_gets_clear_answers_and_the_server_keeps_serving() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -594,21 +619,22 @@ fn abuse_gets_clear_answers_and_the_server_keeps_serving() {
     assert_eq!(ok + busy, 300);
     assert!(ok >= 6, "{ok} answered");
 
-    // A long prompt, and the client gone before its first token.
+    // A long prompt, and the client gone before its first token: dropped (hyper cancels the
+    // handler of a connection its client closed) or freed by the engine — either way nothing
+    // stays in a slot or the queue.
     let addr = s.base.trim_start_matches("http://").to_string();
-    let disconnected = || -> u64 {
+    let gauge = |name: &str| -> u64 {
         get(&s, "/metrics")
             .expect("metrics")
             .1
             .lines()
-            .find_map(|l| l.strip_prefix("tarfa_requests_disconnected_total "))
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .and_then(|v| v.parse().ok())
             .expect("metric")
     };
-    let before = disconnected();
     {
         let long: Vec<u32> = (0..250).map(|i| 1 + i % 120).collect();
-        let body = json!({"prompt": long, "max_tokens": 5, "stream": true}).to_string();
+        let body = json!({"prompt": long, "max_tokens": 200, "stream": true}).to_string();
         let mut c = std::net::TcpStream::connect(&addr).expect("connect");
         write!(
             c,
@@ -617,15 +643,18 @@ fn abuse_gets_clear_answers_and_the_server_keeps_serving() {
         )
         .expect("send");
     }
-    let mut freed = false;
+    let mut idle = false;
     for _ in 0..200 {
-        if disconnected() > before {
-            freed = true;
+        if gauge("tarfa_slots_active") == 0 && gauge("tarfa_queue_depth") == 0 {
+            idle = true;
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(25));
     }
-    assert!(freed, "the client that vanished mid-prompt was not counted");
+    assert!(
+        idle,
+        "the vanished client's request still holds a slot or the queue"
+    );
 
     // A stream held open and never read: another request is answered meanwhile.
     let mut held = std::net::TcpStream::connect(&addr).expect("connect");
@@ -685,4 +714,35 @@ fn a_streamed_completion_is_the_golden_transcript() {
     }
     let want = std::fs::read_to_string(&golden).expect("golden transcript");
     assert_eq!(normal, want);
+}
+
+/// A free slot is never refused: with --parallel 2 and no queue, two requests at a time are
+/// both answered, round after round (the queue's bound counts the slots too).
+#[test]
+fn a_free_slot_is_never_refused() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let s = start(&m, &["--parallel", "2", "--queue", "0"]);
+    for round in 0..10 {
+        let base = s.base.clone();
+        let pair: Vec<_> = (0..2)
+            .map(|_| {
+                let base = base.clone();
+                std::thread::spawn(move || {
+                    agent()
+                        .post(format!("{base}/v1/completions"))
+                        .header("content-type", "application/json")
+                        .send(&json!({"prompt": "Hello", "max_tokens": 8}).to_string())
+                        .expect("request")
+                        .status()
+                        .as_u16()
+                })
+            })
+            .collect();
+        let statuses: Vec<u16> = pair
+            .into_iter()
+            .map(|h| h.join().expect("thread"))
+            .collect();
+        assert_eq!(statuses, [200, 200], "round {round}");
+    }
 }

@@ -20,7 +20,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::engine::{hold_back, Event, Finish, Job, TokenLogprob};
 use crate::{ModelInfo, Shared, READY};
-use tarfa_chat::{split_reasoning, ChatJson, RenderOptions};
+use tarfa_chat::{ChatJson, RenderOptions};
 
 /// An error in OpenAI's shape.
 #[derive(Debug)]
@@ -99,12 +99,21 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/tokenize", post(tokenize))
         .route("/detokenize", post(detokenize))
         .fallback(not_found)
+        .method_not_allowed_fallback(not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&shared),
             auth,
         ))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(shared)
+}
+
+async fn not_allowed(req: Request) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "invalid_request_error",
+        format!("{} is not a method of {}", req.method(), req.uri().path()),
+    )
 }
 
 async fn not_found(req: Request) -> ApiError {
@@ -125,7 +134,7 @@ async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respons
                 .get("authorization")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| v.strip_prefix("Bearer "));
-            if given != Some(key.as_str()) {
+            if !given.is_some_and(|g| same_secret(g.as_bytes(), key.as_bytes())) {
                 return ApiError::new(
                     StatusCode::UNAUTHORIZED,
                     "authentication_error",
@@ -138,10 +147,20 @@ async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respons
     next.run(req).await
 }
 
-/// The loaded model, or 503 while it loads.
+/// Whether `a` is `b`, in a time that depends on their lengths only (not on where they differ).
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |d, (x, y)| d | (x ^ y)) == 0
+}
+
+/// The loaded model, or 503 while it loads (or after the engine stopped).
 fn ready(s: &Shared) -> Result<&ModelInfo, ApiError> {
     match (s.state.load(Ordering::SeqCst), s.model.get()) {
         (READY, Some(m)) => Ok(m),
+        (crate::STOPPED, _) => {
+            let mut e = ApiError::unavailable("the engine has stopped; restart the server", 0);
+            e.retry_after = None;
+            Err(e)
+        }
         _ => Err(ApiError::unavailable("Loading model", 5)),
     }
 }
@@ -433,25 +452,26 @@ fn common(f: &mut Fields, s: &Shared, m: &ModelInfo) -> Result<Common, ApiError>
         f.uint("max_completion_tokens", s.opts.max_tokens_limit)?,
         f.uint("max_tokens", s.opts.max_tokens_limit)?,
     ) {
+        (Some(0), _) => return Err(ApiError::bad("max_completion_tokens", "must be at least 1")),
+        (None, Some(0)) => return Err(ApiError::bad("max_tokens", "must be at least 1")),
         (Some(a), _) => Some(a),
         (None, b) => b,
     };
+    let one_stop = |x: Value| match x {
+        Value::String(x) if !x.is_empty() && x.len() <= 256 => Ok(x),
+        x => Err(ApiError::bad(
+            "stop",
+            format!("each stop must be a string of 1 to 256 bytes, not {x}"),
+        )),
+    };
     let stop = match f.take("stop") {
         None => Vec::new(),
-        Some(Value::String(x)) => vec![x],
+        Some(x @ Value::String(_)) => vec![one_stop(x)?],
         Some(Value::Array(a)) => {
             if a.len() > 16 {
                 return Err(ApiError::bad("stop", "stop takes at most 16 strings"));
             }
-            a.into_iter()
-                .map(|x| match x {
-                    Value::String(x) if !x.is_empty() && x.len() <= 256 => Ok(x),
-                    x => Err(ApiError::bad(
-                        "stop",
-                        format!("each stop must be a string of 1 to 256 bytes, not {x}"),
-                    )),
-                })
-                .collect::<Result<_, _>>()?
+            a.into_iter().map(one_stop).collect::<Result<_, _>>()?
         }
         Some(v) => {
             return Err(ApiError::bad(
@@ -501,6 +521,15 @@ fn common(f: &mut Fields, s: &Shared, m: &ModelInfo) -> Result<Common, ApiError>
     // Choices: each its own sequence, its draws keyed by its index.
     let n = match f.uint("n", MAX_CHOICES)? {
         Some(0) => return Err(ApiError::bad("n", "n must be at least 1")),
+        Some(n) if n > s.opts.parallel.max(1) + s.opts.queue => {
+            return Err(ApiError::bad(
+                "n",
+                format!(
+                    "n {n}: more choices than this server's slots and queue ({}) can ever hold",
+                    s.opts.parallel.max(1) + s.opts.queue
+                ),
+            ))
+        }
         Some(n) => n,
         None => 1,
     };
@@ -592,19 +621,45 @@ fn now() -> u64 {
 
 /// Queue `job`; 503 with Retry-After when the queue is full.
 fn enqueue(s: &Shared, job: Job) -> Result<(), ApiError> {
+    // Admitted while the jobs in the server (in slots or queued) are fewer than the slots and
+    // the queue together: a free slot is never refused.
+    let limit = s.opts.parallel.max(1) + s.opts.queue;
+    let admitted = s
+        .metrics
+        .admitted
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+            (n < limit).then_some(n + 1)
+        });
+    if admitted.is_err() {
+        s.metrics.rejected.fetch_add(1, Ordering::SeqCst);
+        return Err(ApiError::unavailable(
+            "the server is busy: every slot is generating and the queue is full; retry later",
+            1,
+        ));
+    }
     s.metrics.queued.fetch_add(1, Ordering::SeqCst);
     match s.jobs.try_send(job) {
         Ok(()) => {
             s.metrics.requests.fetch_add(1, Ordering::SeqCst);
             Ok(())
         }
-        Err(_) => {
+        Err(e) => {
             s.metrics.queued.fetch_sub(1, Ordering::SeqCst);
-            s.metrics.rejected.fetch_add(1, Ordering::SeqCst);
-            Err(ApiError::unavailable(
-                "the server is busy: every slot is generating and the queue is full; retry later",
-                1,
-            ))
+            s.metrics.admitted.fetch_sub(1, Ordering::SeqCst);
+            match e {
+                std::sync::mpsc::TrySendError::Disconnected(_) => Err(ApiError::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "server_error",
+                    "the engine has stopped (see the server's log); restart the server",
+                )),
+                std::sync::mpsc::TrySendError::Full(_) => {
+                    s.metrics.rejected.fetch_add(1, Ordering::SeqCst);
+                    Err(ApiError::unavailable(
+                        "the server is busy: every slot is generating and the queue is full; retry later",
+                        1,
+                    ))
+                }
+            }
         }
     }
 }
@@ -1180,16 +1235,42 @@ async fn apply_template(
     Ok(Json(json!({"prompt": r.text})))
 }
 
-/// `(reasoning, content)` of a reply so far: split at `<think>` blocks where the template writes
-/// them (the reply starting inside one when the prompt opened it), else all content.
+/// `(reasoning, content)` of a reply so far, where the template writes `<think>` blocks (else all
+/// content): the reply is reasoning when the prompt opened a block (`opened`: its generation
+/// prompt ends in `<think>`) or when it begins with `<think>` (after whitespace), up to the first
+/// `</think>`, and content after it (its leading whitespace dropped); otherwise it is all content,
+/// a later tag included. The rule only ever extends what it gave for a shorter prefix (a tag
+/// still arriving is held back by the stream), so what a stream has sent is never taken back, and
+/// a whole response splits exactly as its stream did.
 fn split(m: &ModelInfo, opened: bool, text: &str) -> (Option<String>, String) {
-    if !m.think {
+    split_think(m.think, opened, text)
+}
+
+/// [`split`] for a template that writes `<think>` blocks (`think`) or not.
+fn split_think(think: bool, opened: bool, text: &str) -> (Option<String>, String) {
+    const OPEN: &str = "<think>";
+    const CLOSE: &str = "</think>";
+    if !think {
         return (None, text.to_string());
     }
-    if opened {
-        split_reasoning(&format!("<think>{text}"))
+    let trimmed = text.trim_start();
+    let inside = if opened {
+        text
+    } else if let Some(rest) = trimmed.strip_prefix(OPEN) {
+        rest
+    } else if trimmed.is_empty() || OPEN.starts_with(trimmed) {
+        // Nothing yet but whitespace, or a tag on its way: undecided.
+        return (None, String::new());
     } else {
-        split_reasoning(text)
+        return (None, text.to_string());
+    };
+    let nonempty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    match inside.find(CLOSE) {
+        Some(end) => (
+            nonempty(inside[..end].trim()),
+            inside[end + CLOSE.len()..].trim_start().to_string(),
+        ),
+        None => (nonempty(inside.trim()), String::new()),
     }
 }
 
@@ -1231,7 +1312,10 @@ async fn chat(
             ),
         ));
     }
-    let max_tokens = c.max_tokens.unwrap_or(m.context - ids.len());
+    // The rest of the context by default, within --max-tokens-limit.
+    let max_tokens = c
+        .max_tokens
+        .unwrap_or((m.context - ids.len()).min(s.opts.max_tokens_limit));
     let (meta, rxs) = submit(&s, m, "chatcmpl", ids, max_tokens, &c, logprobs)?;
     if c.stream {
         Ok(stream_chat(meta, rxs, c.include_usage, s.clone(), rendered.opened).into_response())
@@ -1390,4 +1474,65 @@ fn stream_chat(
         tokio_stream::iter(out)
     });
     sse(tokio_stream::iter(first).chain(events))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream sends the split of each prefix (less a tag on its way) where it extends what was
+    /// sent; the whole reply's split must then be exactly what was sent — never taken back.
+    #[test]
+    fn the_reasoning_split_only_extends_so_a_stream_is_its_whole_answer() {
+        let tags = ["<think>".to_string(), "</think>".to_string()];
+        for (opened, reply) in [
+            (false, "  <think>\nplan a\n</think>\n\nThe answer."),
+            (false, "Sure.</think>Answer"),
+            (false, "plain answer <think>not reasoning</think>"),
+            (true, "still thinking</think>\n\nDone"),
+            (true, "never closed"),
+            (false, " <think> open only"),
+            (false, "   "),
+        ] {
+            let (mut r_sent, mut c_sent) = (String::new(), String::new());
+            let mut text = String::new();
+            for ch in reply.chars() {
+                text.push(ch);
+                let hold = hold_back(&text, &tags);
+                let (r, c) = split_think(true, opened, &text[..text.len() - hold]);
+                let r = r.unwrap_or_default();
+                assert!(
+                    r.starts_with(r_sent.as_str()),
+                    "{reply:?}: {r:?} after {r_sent:?}"
+                );
+                assert!(
+                    c.starts_with(c_sent.as_str()),
+                    "{reply:?}: {c:?} after {c_sent:?}"
+                );
+                (r_sent, c_sent) = (r, c);
+            }
+            let (r, c) = split_think(true, opened, reply);
+            assert_eq!((r.unwrap_or_default(), c), (r_sent, c_sent), "{reply:?}");
+        }
+        assert_eq!(
+            split_think(true, false, "<think>a</think>b"),
+            (Some("a".into()), "b".into())
+        );
+        assert_eq!(
+            split_think(true, false, "Sure.</think>Answer"),
+            (None, "Sure.</think>Answer".into())
+        );
+        assert_eq!(
+            split_think(false, true, "<think>a"),
+            (None, "<think>a".into())
+        );
+    }
+
+    #[test]
+    fn a_secret_is_compared_whole() {
+        assert!(same_secret(b"k3y", b"k3y"));
+        assert!(!same_secret(b"k3y", b"k3z"));
+        assert!(!same_secret(b"k3", b"k3y"));
+        assert!(!same_secret(b"", b"k"));
+    }
 }

@@ -114,6 +114,9 @@ pub struct Metrics {
     pub finished: AtomicU64,
     /// Jobs waiting in the queue.
     pub queued: AtomicUsize,
+    /// Jobs in the server: queued or in a slot. Requests are admitted while it is below
+    /// `--parallel` + `--queue` (and it goes down when a job leaves, whichever way).
+    pub admitted: AtomicUsize,
     /// Slots generating.
     pub active: AtomicUsize,
     /// Prompt tokens computed.
@@ -236,6 +239,7 @@ pub fn run(
             metrics.queued.fetch_sub(1, Ordering::SeqCst);
             if job.tx.is_closed() {
                 metrics.disconnected.fetch_add(1, Ordering::SeqCst);
+                metrics.admitted.fetch_sub(1, Ordering::SeqCst);
                 continue;
             }
             let seq = if cfg.prompt_cache > 0 {
@@ -263,6 +267,7 @@ pub fn run(
                 }
                 Err(e) => {
                     let _ = job.tx.send(Event::Error(e.to_string()));
+                    metrics.admitted.fetch_sub(1, Ordering::SeqCst);
                 }
             }
         }
@@ -276,7 +281,16 @@ pub fn run(
             } else {
                 let t0 = Instant::now();
                 let before = dec.expert_stats();
-                let done = step(&mut dec, &text, &cfg, &mut slots[i], &metrics);
+                // A step that panics fails its request alone; the engine goes on.
+                let done = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    step(&mut dec, &text, &cfg, &mut slots[i], &metrics)
+                }))
+                .unwrap_or_else(|_| {
+                    let _ = slots[i].job.tx.send(Event::Error(
+                        "the engine failed computing this request (a bug: please report it)".into(),
+                    ));
+                    Some(false)
+                });
                 let after = dec.expert_stats();
                 metrics
                     .busy_us
@@ -299,6 +313,7 @@ pub fn run(
                 Some(finished) => {
                     let s = slots.swap_remove(i);
                     metrics.active.store(slots.len(), Ordering::SeqCst);
+                    metrics.admitted.fetch_sub(1, Ordering::SeqCst);
                     // A finished sequence is kept for its prefixes: the prompt and every
                     // generated token but the last (never fed).
                     if finished && cfg.prompt_cache > 0 {

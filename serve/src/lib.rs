@@ -52,6 +52,7 @@ pub struct ServeOptions {
 /// The server's state while the model loads, once it is up, or when it failed.
 pub(crate) const LOADING: u8 = 0;
 pub(crate) const READY: u8 = 1;
+pub(crate) const STOPPED: u8 = 2;
 
 /// What the handlers share.
 #[derive(Debug)]
@@ -179,7 +180,9 @@ pub fn serve(
         let bound = listener
             .local_addr()
             .map_err(|e| anyhow_like::Error::msg(e.to_string()))?;
-        let (tx, rx) = std::sync::mpsc::sync_channel(opts.queue);
+        // Admission is counted (engine::Metrics::admitted against parallel + queue): the channel
+        // never holds more.
+        let (tx, rx) = std::sync::mpsc::sync_channel(opts.parallel.max(1) + opts.queue);
         let metrics = Arc::new(engine::Metrics::default());
         let shared = Arc::new(Shared {
             opts: opts.clone(),
@@ -244,8 +247,11 @@ pub fn serve(
                         let text = Arc::clone(&info.text);
                         let _ = engine_shared.model.set(info);
                         engine_shared.state.store(READY, Ordering::SeqCst);
-                        drop(engine_shared);
-                        engine::run(dec, text, cfg, rx, metrics);
+                        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            engine::run(dec, text, cfg, rx, metrics)
+                        }));
+                        // Whatever ended it, the server says so rather than "busy".
+                        engine_shared.state.store(STOPPED, Ordering::SeqCst);
                     }
                     Err(e) => {
                         let _ = fail_tx.send(e);

@@ -55,11 +55,12 @@ pub fn choose(logits: &[f32], s: Option<&Sampling>, choice: u64, position: u64) 
         return tarfa_decode::argmax(logits);
     };
     let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
-    // A NaN sorts last: it never wins a draw.
+    // Highest first, a NaN last (it never wins a draw), ties to the lower id: a total order.
     ids.sort_by(|&a, &b| {
         let (x, y) = (logits[a as usize], logits[b as usize]);
-        y.partial_cmp(&x)
-            .unwrap_or_else(|| x.is_nan().cmp(&y.is_nan()))
+        x.is_nan()
+            .cmp(&y.is_nan())
+            .then(y.total_cmp(&x))
             .then(a.cmp(&b))
     });
     if s.top_k > 0 {
@@ -123,11 +124,14 @@ pub fn top(lp: &[f32], n: usize) -> Vec<(u32, f32)> {
     if n == 0 {
         return Vec::new();
     }
+    // A total order (a NaN last), so the selection never meets an inconsistent comparison.
+    let key = |i: u32| {
+        let v = lp[i as usize];
+        (v.is_nan(), -v)
+    };
     let cmp = |a: &u32, b: &u32| {
-        lp[*b as usize]
-            .partial_cmp(&lp[*a as usize])
-            .unwrap_or(std::cmp::Ordering::Equal)
-            .then(a.cmp(b))
+        let (x, y) = (key(*a), key(*b));
+        x.0.cmp(&y.0).then(x.1.total_cmp(&y.1)).then(a.cmp(b))
     };
     ids.select_nth_unstable_by(n - 1, cmp);
     ids.truncate(n);
