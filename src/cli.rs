@@ -126,8 +126,9 @@ pub enum Command {
     #[command(verbatim_doc_comment)]
     Run(Box<RunArgs>),
     /// Serve a model over HTTP with OpenAI's API, exactly: a request's tokens and text are the
-    /// same bytes whatever else the server runs beside it (greedy decoding, each sequence
-    /// computed alone). Routes: POST /v1/completions, GET /v1/models, GET /health (503 while the
+    /// same bytes whatever else the server runs beside it (each sequence computed alone; greedy,
+    /// or sampling keyed by the request's seed). Routes: POST /v1/chat/completions (the model's
+    /// chat template), POST /apply-template, POST /v1/completions, GET /v1/models, GET /health (503 while the
     /// model loads), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.
     ///
     /// Examples:
