@@ -212,7 +212,7 @@ for server in ("tarfa", "llama"):
         d = json.load(open(f"{o}/{server}-c{c}.json"))
         rows[server, c] = d
         name = "tarfa serve" if server == "tarfa" else "llama-server"
-        print(f"| {name} | {c} | {d['requests']} | {d['ttft_median_s'] * 1e3:.1f} ms | {d['ttft_p90_s'] * 1e3:.1f} ms "
+        print(f"| {name} | {c} | {len(d['requests'])} | {d['ttft_median_s'] * 1e3:.1f} ms | {d['ttft_p90_s'] * 1e3:.1f} ms "
               f"| {d['aggregate_tokens_per_s']:.1f} | {same} |")
 print()
 for c in (1, 8):

@@ -1,0 +1,1 @@
+set -o pipefail; bash bench/serve-run.sh /tmp/sv 2>&1 | tee $OUT/serve-run.log   # run tool (an H100 came), build fd90703 (--features cuda, release); carry target/device, bench/llama/llama-cpp-cuda-src.tar.xz, bench/llama/llama-server-src.tar.xz, bench/llama/wheels
