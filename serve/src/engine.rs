@@ -154,6 +154,19 @@ struct Slot {
     started: bool,
     /// Prompt tokens the sequence already holds (from the prompt cache).
     cached: usize,
+    /// Whether its admission was given back (before its end was sent, so a client that sends
+    /// its next request on reading the end finds the slot free).
+    released: bool,
+}
+
+impl Slot {
+    /// Give the slot's admission back, once.
+    fn release(&mut self, metrics: &Metrics) {
+        if !self.released {
+            self.released = true;
+            metrics.admitted.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
 }
 
 /// A finished sequence kept for its tokens' prefixes: the tokens it holds, the sequence.
@@ -263,6 +276,7 @@ pub fn run(
                         sent: String::new(),
                         started: false,
                         cached,
+                        released: false,
                     })
                 }
                 Err(e) => {
@@ -311,9 +325,9 @@ pub fn run(
             match done {
                 None => i += 1,
                 Some(finished) => {
-                    let s = slots.swap_remove(i);
+                    let mut s = slots.swap_remove(i);
                     metrics.active.store(slots.len(), Ordering::SeqCst);
-                    metrics.admitted.fetch_sub(1, Ordering::SeqCst);
+                    s.release(&metrics);
                     // A finished sequence is kept for its prefixes: the prompt and every
                     // generated token but the last (never fed).
                     if finished && cfg.prompt_cache > 0 {
@@ -348,6 +362,7 @@ fn step(
     let logits = match dec.feed_in(&mut s.seq, &input, false) {
         Ok(mut l) => l.pop().unwrap_or_default(),
         Err(e) => {
+            s.release(metrics);
             let _ = s.job.tx.send(Event::Error(e.to_string()));
             return Some(false);
         }
@@ -426,6 +441,7 @@ fn step(
     }
     if let Some(finish) = finish {
         metrics.finished.fetch_add(1, Ordering::SeqCst);
+        s.release(metrics);
         let _ = s.job.tx.send(Event::Done {
             finish,
             prompt_tokens: s.job.prompt.len(),
