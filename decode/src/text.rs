@@ -91,11 +91,6 @@ impl Text {
         }
     }
 
-    /// The id of a token string (a special token's, say), if the vocabulary has it.
-    pub fn token_id(&self, token: &str) -> Option<u32> {
-        self.tk.token_to_id(token)
-    }
-
     /// Each id's own piece of text, for `/tokenize`'s pieces.
     pub fn piece(&self, id: u32) -> Option<String> {
         self.decode(&[id])

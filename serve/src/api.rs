@@ -1028,9 +1028,9 @@ fn stream_completion(
                 ));
                 v
             }
-            Event::Error(e) => vec![json!({"error": {
-                "message": e, "type": "server_error", "param": null, "code": 500,
-            }})],
+            Event::Error(e) => {
+                vec![ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e).body()]
+            }
         };
         tokio_stream::iter(out)
     });
@@ -1467,9 +1467,9 @@ fn stream_chat(
                 ));
                 v
             }
-            Event::Error(e) => vec![json!({"error": {
-                "message": e, "type": "server_error", "param": null, "code": 500,
-            }})],
+            Event::Error(e) => {
+                vec![ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", e).body()]
+            }
         };
         tokio_stream::iter(out)
     });
