@@ -11,7 +11,7 @@ use tarfa_decode::{
 use tarfa_runtime::{BackendChoice, SourceOptions};
 
 use crate::cli::RunArgs;
-use tarfa_decode::text::{streamed, NoText, Text};
+use tarfa_decode::text::{Detokenizer, NoText, Text};
 
 pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     // Bad arguments (a flag's or a TARFA_* variable's value) first: exit 2 whatever the path is.
@@ -151,15 +151,16 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     let text_mode = text.is_some() && !a.json;
     let mut out = std::io::stdout().lock();
     let mut generated: Vec<u32> = Vec::new();
-    // The text is of the tokens before an end-of-sequence token, which is not printed.
-    let mut texted: Vec<u32> = Vec::new();
-    let mut printed = String::new();
+    // The text is of the tokens before an end-of-sequence token, which is not printed; made
+    // token by token, a character split across tokens held back until it is whole.
+    let mut detok = Detokenizer::new();
     let is_eos = |t: u32| eos.binary_search(&t).is_ok();
     let (pp, dp) = dec.generate_until(&prompt, a.max_tokens, is_eos, |_, tok, logits| {
         generated.push(tok);
-        if !is_eos(tok) {
-            texted.push(tok);
-        }
+        let made = match &tokenizer {
+            Some(tk) if !is_eos(tok) => detok.push(tk, tok),
+            _ => "",
+        };
         if let Some(w) = &mut logits_out {
             w.push(logits)?;
         }
@@ -172,16 +173,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
             source: e,
         };
         if text_mode {
-            if let Some(tk) = &tokenizer {
-                // Decode everything so far and print what is new: a token may complete a
-                // character that the previous one began (held back until then).
-                if let Some(s) = tk.decode(&texted) {
-                    if let Some(stable) = streamed(&printed, &s, false) {
-                        write!(out, "{}", &stable[printed.len()..]).map_err(io)?;
-                        printed = stable.to_string();
-                    }
-                }
-            }
+            write!(out, "{made}").map_err(io)?;
         } else {
             let sep = if generated.len() == 1 { "" } else { " " };
             write!(out, "{sep}{tok}").map_err(io)?;
@@ -190,11 +182,10 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     })?;
     // What was held back at the end (a character no later token completed) is printed as it
     // decodes, so the text printed is the text decoded.
-    if let (true, Some(tk)) = (text_mode, &tokenizer) {
-        if let Some(s) = tk.decode(&texted) {
-            if let Some(stable) = streamed(&printed, &s, true) {
-                write!(out, "{}", &stable[printed.len()..])?;
-            }
+    if let Some(tk) = &tokenizer {
+        let rest = detok.finish(tk);
+        if text_mode {
+            write!(out, "{rest}")?;
         }
     }
     if !a.json {
@@ -206,7 +197,7 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
     }
     let report = dec.source_report().to_string();
     let stopped = generated.last().is_some_and(|&t| is_eos(t));
-    let text = tokenizer.as_ref().and_then(|tk| tk.decode(&texted));
+    let text = tokenizer.as_ref().map(|_| detok.text());
     let stats = dec.expert_stats();
     if a.json {
         let doc = serde_json::json!({
@@ -519,29 +510,4 @@ fn model_files(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     std::fs::read_dir(dir)
         .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::streamed;
-
-    /// Issue 26, finding 7: a character split across two tokens ("é" = C3 A9) decodes as
-    /// U+FFFD after the first; it is held back, not printed, so that the next token's "é"
-    /// follows what was printed and the stream goes on ("ééé" prints "ééé"); at the end what is
-    /// still incomplete is printed as decoded.
-    #[test]
-    fn a_character_split_across_tokens_is_held_back_not_dropped() {
-        let mut printed = String::new();
-        let mut out = String::new();
-        for decoded in ["\u{FFFD}", "é", "é\u{FFFD}", "éé", "éé\u{FFFD}", "ééé"] {
-            if let Some(s) = streamed(&printed, decoded, false) {
-                out.push_str(&s[printed.len()..]);
-                printed = s.to_string();
-            }
-        }
-        assert_eq!(out, "ééé");
-        let s = streamed("ab", "ab\u{FFFD}", true).expect("the end");
-        assert_eq!(&s[2..], "\u{FFFD}");
-        assert_eq!(streamed("abc", "ab", false), None);
-    }
 }

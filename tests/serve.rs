@@ -746,3 +746,103 @@ fn a_free_slot_is_never_refused() {
         assert_eq!(statuses, [200, 200], "round {round}");
     }
 }
+
+/// Each token's own text: /tokenize's pieces joined are the content (and /detokenize gives it
+/// back), and the chat logprobs' `bytes` joined are the answer `tarfa run` prints, byte for
+/// byte — a token's bytes are its own, not the decode of it alone.
+#[test]
+fn token_pieces_and_logprob_bytes_join_to_the_text() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = common::serve::chat_model(tmp.path());
+    let s = start(&m, &[]);
+    let content = "Hello world, how are you? 1 + 1 = 2";
+    let (status, v) = post(
+        &s,
+        "/tokenize",
+        json!({"content": content, "with_pieces": true}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let tokens = v["tokens"].as_array().expect("tokens");
+    assert!(tokens.len() > 5, "{v}");
+    let joined: String = tokens
+        .iter()
+        .map(|t| t["piece"].as_str().expect("a piece"))
+        .collect();
+    assert_eq!(joined, content);
+    let ids: Vec<Value> = tokens.iter().map(|t| t["id"].clone()).collect();
+    let (status, d) = post(&s, "/detokenize", json!({ "tokens": ids }));
+    assert_eq!(status, 200, "{d}");
+    assert_eq!(d["content"], content);
+
+    let (_, t) = post(
+        &s,
+        "/apply-template",
+        json!({"messages": [{"role": "user", "content": "Hi"}]}),
+    );
+    let prompt = t["prompt"].as_str().expect("prompt");
+    let (code, out, err) = tarfa(&["run", path(&m), "-p", prompt, "-n", "12"]);
+    assert_eq!(code, 0, "{err}");
+    let (status, c) = post(
+        &s,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 12,
+               "logprobs": true, "top_logprobs": 2}),
+    );
+    assert_eq!(status, 200, "{c}");
+    let entries = c["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .expect("logprobs");
+    assert_eq!(entries.len(), 12, "{c}");
+    let bytes: Vec<u8> = entries
+        .iter()
+        .flat_map(|e| e["bytes"].as_array().expect("bytes").clone())
+        .map(|b| b.as_u64().expect("a byte") as u8)
+        .collect();
+    assert_eq!(String::from_utf8_lossy(&bytes), out.trim_end_matches('\n'));
+}
+
+/// Text held back for a stop string that never completes goes out when the answer ends at an
+/// end-of-sequence token, streamed or not: the answer is `tarfa run`'s text whole. (The
+/// mixtral fixture's reference answer ends with its eos 2.)
+#[test]
+fn text_held_back_for_a_stop_string_goes_out_at_the_end_of_sequence() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/mixtral");
+    let m = tmp.path().join("m");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&m), "--quiet"]);
+    assert_eq!(code, 0, "{err}");
+    let reference: Value = serde_json::from_slice(
+        &std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/reference/mixtral/reference.json"),
+        )
+        .expect("reference"),
+    )
+    .expect("json");
+    let prompt = reference["prompts"][0]["text"].as_str().expect("prompt");
+    let (code, out, err) = tarfa(&["run", path(&m), "-p", prompt, "-n", "32", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let run: Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(run["finish_reason"], "stop", "{run}");
+    let text = run["text"].as_str().expect("text");
+    // A stop string that begins with the answer's last character and never appears.
+    let last = text.chars().last().expect("an answer");
+    let stop = format!("{last}\u{1}never");
+    let s = start(&m, &[]);
+    let req = json!({"prompt": prompt, "max_tokens": 32, "stop": [stop]});
+    let (status, v) = post(&s, "/v1/completions", req.clone());
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["choices"][0]["text"], text, "{v}");
+    assert_eq!(v["choices"][0]["finish_reason"], "stop", "{v}");
+    let mut streamed = req;
+    streamed["stream"] = json!(true);
+    let (status, body, _) = post_raw(&s, "/v1/completions", &streamed.to_string(), &[]);
+    assert_eq!(status, 200, "{body}");
+    let joined: String = body
+        .split("\n\n")
+        .filter_map(|e| e.strip_prefix("data: "))
+        .filter(|e| *e != "[DONE]")
+        .map(|e| serde_json::from_str::<Value>(e).expect("chunk"))
+        .filter_map(|c| c["choices"][0]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(joined, text, "{body}");
+}

@@ -2,6 +2,8 @@
 //! manifest, or the one rebuilt from a GGUF's `tokenizer.ggml.*` key/values) and the decoding
 //! of ids to text. `tarfa run` and `tarfa serve` both read text through it.
 
+use tokenizers::DecoderWrapper;
+
 use crate::session::Decoder;
 
 /// The model's tokenizer, and for a GGUF-sourced model each id's own string.
@@ -41,9 +43,8 @@ impl Text {
     pub fn of(dec: &Decoder) -> Result<Text, NoText> {
         if let Some(f) = dec.aux_file("tokenizer.json")? {
             // The bytes checked against the manifest, not the path opened again.
-            let tk = tokenizers::Tokenizer::from_bytes(&f.bytes)
-                .map_err(|e| NoText::Broken(format!("{}: {e}", f.path.display())))?;
-            return Ok(Text { tk, own: None });
+            return Text::from_tokenizer_json(&f.bytes)
+                .map_err(|e| NoText::Broken(format!("{}: {e}", f.path.display())));
         }
         match dec.gguf_tokenizer_json() {
             Some(Ok(json)) => {
@@ -63,6 +64,12 @@ impl Text {
             ))),
             None => Err(NoText::NoTokenizer),
         }
+    }
+
+    /// The tokenizer of a `tokenizer.json`'s bytes.
+    pub fn from_tokenizer_json(bytes: &[u8]) -> Result<Text, String> {
+        let tk = tokenizers::Tokenizer::from_bytes(bytes).map_err(|e| e.to_string())?;
+        Ok(Text { tk, own: None })
     }
 
     /// The ids of `text`, as transformers' `tokenizer(text)` makes them when `special` (the
@@ -91,21 +98,198 @@ impl Text {
         }
     }
 
-    /// Each id's own piece of text, for `/tokenize`'s pieces.
+    /// A token's text as it reads within a text (its leading space kept, which a decoder drops
+    /// from a text's first token), `None` for an id with no text: the token's bytes read as
+    /// UTF-8, U+FFFD for a part of a character.
     pub fn piece(&self, id: u32) -> Option<String> {
-        self.decode(&[id])
+        self.token_bytes(id)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+    }
+
+    /// A token's bytes within a text, before they are read as UTF-8: a byte-level token's bytes
+    /// (GPT-2's map of characters to bytes), a byte-fallback token's byte (`<0xE2>`), else its
+    /// text after another token — where a decoder drops the first token's leading space, a
+    /// token's own text keeps it ("▁the" is " the"). What OpenAI's logprobs call `bytes`.
+    pub fn token_bytes(&self, id: u32) -> Option<Vec<u8>> {
+        let token = match &self.own {
+            Some(own) => own.get(id as usize)?.clone(),
+            None => self.tk.id_to_token(id)?,
+        };
+        let decoders = match self.tk.get_decoder() {
+            Some(DecoderWrapper::Sequence(s)) => s.get_decoders().iter().collect(),
+            Some(d) => vec![d],
+            None => Vec::new(),
+        };
+        if decoders
+            .iter()
+            .any(|d| matches!(d, DecoderWrapper::ByteLevel(_)))
+        {
+            // As the byte-level decoder reads a token: a character outside the map makes the
+            // token its own UTF-8.
+            let map = byte_level_bytes();
+            return Some(
+                token
+                    .chars()
+                    .map(|c| map.get(&c).copied())
+                    .collect::<Option<Vec<u8>>>()
+                    .unwrap_or_else(|| token.clone().into_bytes()),
+            );
+        }
+        if decoders
+            .iter()
+            .any(|d| matches!(d, DecoderWrapper::ByteFallback(_)))
+        {
+            if let Some(b) = token
+                .strip_prefix("<0x")
+                .and_then(|h| h.strip_suffix('>'))
+                .filter(|h| h.len() == 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
+                return Some(vec![b]);
+            }
+        }
+        // Per-token decoders treat the first token apart: the token after itself is its text.
+        let one = self.decode(&[id])?;
+        let two = self.decode(&[id, id])?;
+        Some(match two.strip_prefix(one.as_str()) {
+            Some(own) if !own.is_empty() => own.as_bytes().to_vec(),
+            _ => one.into_bytes(),
+        })
     }
 }
 
-/// Of a generation decoded so far (`decoded`; `printed` of it already out), the text that may
-/// be out now: all of it when `last`, else all but a trailing incomplete UTF-8 sequence — which
-/// a byte-level tokenizer decodes as U+FFFD until the next token completes the character —;
-/// `None` if it does not extend what is printed.
-pub fn streamed<'a>(printed: &str, decoded: &'a str, last: bool) -> Option<&'a str> {
-    let stable = if last {
-        decoded
-    } else {
-        decoded.trim_end_matches('\u{FFFD}')
-    };
-    stable.starts_with(printed).then_some(stable)
+/// GPT-2's byte-level alphabet read back: each printable character to its byte.
+fn byte_level_bytes() -> &'static std::collections::HashMap<char, u8> {
+    static MAP: std::sync::OnceLock<std::collections::HashMap<char, u8>> =
+        std::sync::OnceLock::new();
+    MAP.get_or_init(|| {
+        let printable = |b: u8| matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+        let mut next = 256u32;
+        (0..=255u8)
+            .map(|b| {
+                let c = if printable(b) {
+                    char::from(b)
+                } else {
+                    next += 1;
+                    char::from_u32(next - 1).unwrap_or('\0')
+                };
+                (c, b)
+            })
+            .collect()
+    })
+}
+
+/// The most tokens text is held back over while it ends in U+FFFD. An incomplete character
+/// decodes as U+FFFD until the token that completes it; so does a U+FFFD the text really has
+/// (invalid UTF-8 among the bytes, or the character itself), which no token changes. Past this
+/// bound the text is made up to the last 3 tokens (an incomplete character has at most 3 of its
+/// bytes there), which bounds the work a token costs and changes no text.
+const MAX_PENDING: usize = 64;
+
+/// A generation's text, made token by token in time linear in its length: each token's text is
+/// the decode of a small window (the tokens of the text made last, for context, then the new
+/// ones) less the decode of the window's context — the way vLLM and text-generation-inference
+/// detokenize, not the decode of the whole answer at every token.
+///
+/// The text is the tokenizer's decode of every id pushed (`Text::decode`), for every decoder a
+/// tokenizer.json or a GGUF has (byte-level, Metaspace, byte fallback, WordPiece: their
+/// decoders act per token, but for the first token's leading space, which the window's context
+/// absorbs, and for bytes joined into characters, which are held back while the text ends in an
+/// incomplete character: U+FFFD). One case differs, in invalid UTF-8: a byte-fallback run of
+/// bytes that was valid UTF-8 when shown and that later bytes make invalid (the whole decode then
+/// turns the shown characters into U+FFFD too, while here what was shown stays and the new bytes'
+/// own text follows). Ids with no text (beyond the tokenizer's vocabulary) add none, as in the whole
+/// decode.
+#[derive(Debug, Clone, Default)]
+pub struct Detokenizer {
+    ids: Vec<u32>,
+    /// Where the window begins: the first of the tokens whose text was made last.
+    prefix: usize,
+    /// Where the tokens with text still to make begin.
+    read: usize,
+    /// The decode of `ids[prefix..read]`.
+    base: String,
+    /// Text made so far of `ids[read..]` (all of it but a trailing incomplete character).
+    pending: usize,
+    text: String,
+}
+
+impl Detokenizer {
+    /// No text yet.
+    pub fn new() -> Detokenizer {
+        Detokenizer::default()
+    }
+
+    /// The text made so far.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// Add `id`; the text it made (empty while a character is incomplete).
+    pub fn push(&mut self, text: &Text, id: u32) -> &str {
+        if text.decode(&[id]).is_none() {
+            // An id with no text: the whole decode leaves it out, so does the window.
+            return "";
+        }
+        self.ids.push(id);
+        self.make(text, false)
+    }
+
+    /// The end: the text still held back (an incomplete character, as the decode gives it).
+    pub fn finish(&mut self, text: &Text) -> &str {
+        self.make(text, true)
+    }
+
+    fn make(&mut self, text: &Text, last: bool) -> &str {
+        let start = self.text.len();
+        if self.read == self.ids.len() {
+            return "";
+        }
+        let mut end = self.ids.len();
+        let mut decoded = text.decode(&self.ids[self.prefix..]).unwrap_or_default();
+        let mut complete = last || !decoded.ends_with('\u{FFFD}');
+        if !complete && end - self.read > MAX_PENDING {
+            // A long run ending in U+FFFD: its text is made up to the last 3 tokens, which may
+            // hold the beginning of a character still to complete (at most 3 of its bytes);
+            // what is before them is final.
+            end -= 3;
+            decoded = text.decode(&self.ids[self.prefix..end]).unwrap_or_default();
+            complete = true;
+        }
+        let stable = if complete {
+            decoded.as_str()
+        } else {
+            decoded.trim_end_matches('\u{FFFD}')
+        };
+        let shown = &self.text[self.text.len() - self.pending..];
+        let made = stable
+            .strip_prefix(self.base.as_str())
+            .filter(|rest| rest.starts_with(shown));
+        match made {
+            Some(rest) => {
+                self.text.push_str(&rest[self.pending..]);
+                self.pending = rest.len();
+            }
+            None if complete => {
+                // The new tokens changed text already made (a byte-fallback run made invalid):
+                // what was made stays, and the new tokens' own text follows it.
+                let own = text.decode(&self.ids[self.read..end]).unwrap_or_default();
+                let from = if own.starts_with(shown) {
+                    shown.len()
+                } else {
+                    0
+                };
+                let own = own[from..].to_string();
+                self.text.push_str(&own);
+            }
+            None => {}
+        }
+        if complete {
+            self.base = text.decode(&self.ids[self.read..end]).unwrap_or_default();
+            self.prefix = self.read;
+            self.read = end;
+            self.pending = 0;
+        }
+        &self.text[start..]
+    }
 }

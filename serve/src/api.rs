@@ -768,14 +768,14 @@ impl Meta {
     }
 
     /// OpenAI's completions `logprobs` object of `entries` (tokens in order).
-    fn completion_logprobs(&self, entries: &[(u32, TokenLogprob)]) -> Value {
+    fn completion_logprobs(&self, entries: &[TokenLogprob]) -> Value {
         let mut offset = 0usize;
         let mut tokens = Vec::new();
         let mut lps = Vec::new();
         let mut tops = Vec::new();
         let mut offsets = Vec::new();
-        for (t, lp) in entries {
-            let piece = self.piece(*t);
+        for lp in entries {
+            let piece = self.piece(lp.token);
             offsets.push(offset);
             offset += piece.len();
             tokens.push(json!(piece));
@@ -790,15 +790,15 @@ impl Meta {
     }
 
     /// OpenAI's chat `logprobs` object of `entries`.
-    fn chat_logprobs(&self, entries: &[(u32, TokenLogprob)]) -> Value {
+    fn chat_logprobs(&self, entries: &[TokenLogprob]) -> Value {
         let one = |t: u32, l: f32| {
-            let piece = self.piece(t);
-            json!({"token": piece, "logprob": l, "bytes": piece.as_bytes()})
+            let bytes = self.text.token_bytes(t).unwrap_or_default();
+            json!({"token": String::from_utf8_lossy(&bytes), "logprob": l, "bytes": bytes})
         };
         let content: Vec<Value> = entries
             .iter()
-            .map(|(t, lp)| {
-                let mut e = one(*t, lp.logprob);
+            .map(|lp| {
+                let mut e = one(lp.token, lp.logprob);
                 e["top_logprobs"] = Value::Array(lp.top.iter().map(|(i, l)| one(*i, *l)).collect());
                 e
             })
@@ -819,7 +819,7 @@ fn usage(prompt: usize, completion: usize, cached: usize) -> Value {
 /// One choice's whole answer: its text, its tokens' logprobs, why it ended and its counts.
 struct Answer {
     text: String,
-    logprobs: Vec<(u32, TokenLogprob)>,
+    logprobs: Vec<TokenLogprob>,
     finish: Finish,
     prompt: usize,
     completion: usize,
@@ -832,15 +832,9 @@ async fn answer(mut rx: crate::engine::UnboundedReceiver<Event>) -> Result<Answe
     let mut logprobs = Vec::new();
     while let Some(ev) = rx.recv().await {
         match ev {
-            Event::Delta {
-                text: t,
-                token,
-                logprob,
-            } => {
+            Event::Delta { text: t, logprob } => {
                 text.push_str(&t);
-                if let Some(l) = logprob {
-                    logprobs.push((token, l));
-                }
+                logprobs.extend(logprob);
             }
             Event::Done {
                 finish,
@@ -1002,14 +996,9 @@ fn stream_completion(
             Event::Delta {
                 text,
                 logprob: None,
-                ..
             } if text.is_empty() => Vec::new(),
-            Event::Delta {
-                text,
-                token,
-                logprob,
-            } => {
-                let lp = logprob.map_or(Value::Null, |l| meta.completion_logprobs(&[(token, l)]));
+            Event::Delta { text, logprob } => {
+                let lp = logprob.map_or(Value::Null, |l| meta.completion_logprobs(&[l]));
                 vec![chunk(&meta, i, &text, lp, None)]
             }
             Event::Done {
@@ -1062,7 +1051,16 @@ async fn tokenize(
         .map_err(|e| ApiError::bad("content", format!("tokenizing: {e}")))?;
     let tokens: Vec<Value> = if pieces {
         ids.iter()
-            .map(|&t| json!({"id": t, "piece": m.text.piece(t)}))
+            .map(|&t| {
+                // As llama-server gives it: the text, or the bytes where they are not UTF-8
+                // (a part of a character).
+                let bytes = m.text.token_bytes(t).unwrap_or_default();
+                let piece = match String::from_utf8(bytes) {
+                    Ok(p) => json!(p),
+                    Err(e) => json!(e.into_bytes()),
+                };
+                json!({"id": t, "piece": piece})
+            })
             .collect()
     } else {
         ids.iter().map(|&t| json!(t)).collect()
@@ -1424,13 +1422,9 @@ fn stream_chat(
             out
         };
         let out: Vec<Value> = match ev {
-            Event::Delta {
-                text,
-                token,
-                logprob,
-            } => {
+            Event::Delta { text, logprob } => {
                 sent[i].text.push_str(&text);
-                let lp = logprob.map(|l| meta.chat_logprobs(&[(token, l)]));
+                let lp = logprob.map(|l| meta.chat_logprobs(&[l]));
                 // A tag that may be arriving is held back until it is whole.
                 let all = sent[i].text.clone();
                 let hold = if m.think {

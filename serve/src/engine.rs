@@ -13,7 +13,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tarfa_decode::text::Text;
+use tarfa_decode::text::{Detokenizer, Text};
 use tarfa_decode::{Decoder, Sequence};
 pub use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 
@@ -45,13 +45,14 @@ impl Finish {
 /// What the engine sends a request.
 #[derive(Debug)]
 pub enum Event {
-    /// New text (possibly empty when a token's text is held back), and the token's id.
+    /// A generated token's text that may be shown now (possibly empty: held back while it may
+    /// begin a stop string or is an incomplete character), or, just before the end, the text
+    /// held back until then.
     Delta {
         /// The text that may be shown now.
         text: String,
-        /// The token (an end-of-sequence token is not sent as a delta).
-        token: u32,
-        /// Its log-probability and the likeliest alternatives', when asked for.
+        /// The token's log-probability and the likeliest alternatives', when asked for (none
+        /// for an end-of-sequence token, which is not part of the answer).
         logprob: Option<TokenLogprob>,
     },
     /// The end: why, and the counts.
@@ -72,7 +73,9 @@ pub enum Event {
 /// A token's fp32 log-probability and the `n` likeliest tokens' (with theirs).
 #[derive(Debug, Clone)]
 pub struct TokenLogprob {
-    /// The token's log-probability.
+    /// The token.
+    pub token: u32,
+    /// Its log-probability.
     pub logprob: f32,
     /// The likeliest tokens and their log-probabilities, highest first.
     pub top: Vec<(u32, f32)>,
@@ -147,10 +150,10 @@ struct Slot {
     seq: Sequence,
     /// Every generated id (an end-of-sequence token included).
     generated: Vec<u32>,
-    /// The ids whose text is shown (no end-of-sequence token).
-    texted: Vec<u32>,
-    /// The text sent so far.
-    sent: String,
+    /// The text of the ids before an end-of-sequence token, made token by token.
+    detok: Detokenizer,
+    /// Bytes of that text sent so far.
+    sent: usize,
     started: bool,
     /// Prompt tokens the sequence already holds (from the prompt cache).
     cached: usize,
@@ -272,8 +275,8 @@ pub fn run(
                         job,
                         seq,
                         generated: Vec::new(),
-                        texted: Vec::new(),
-                        sent: String::new(),
+                        detok: Detokenizer::new(),
+                        sent: 0,
                         started: false,
                         cached,
                         released: false,
@@ -386,6 +389,7 @@ fn step(
     let logprob = s.job.logprobs.map(|n| {
         let lp = crate::sample::log_softmax(&logits);
         TokenLogprob {
+            token: tok,
             logprob: lp[tok as usize],
             top: crate::sample::top(&lp, n),
         }
@@ -393,45 +397,38 @@ fn step(
     s.generated.push(tok);
     metrics.generated_tokens.fetch_add(1, Ordering::SeqCst);
     let eos = !s.job.ignore_eos && cfg.eos.binary_search(&tok).is_ok();
+    let grew_from = s.detok.text().len();
     if !eos {
-        s.texted.push(tok);
+        s.detok.push(text, tok);
     }
-    let full = text.decode(&s.texted).unwrap_or_default();
-    // A stop string ends the text before it; else the text may go out up to what could still
-    // begin one (the least hold-back), and never a trailing incomplete character.
-    let (shown, stopped) = match first_stop(&full, &s.job.stop) {
-        Some(at) => (&full[..at], true),
-        None => {
-            let stable = full.trim_end_matches('\u{FFFD}');
-            let hold = hold_back(stable, &s.job.stop);
-            (&stable[..stable.len() - hold], false)
-        }
-    };
     let positions = s.job.prompt.len() + s.generated.len();
-    let finish = if eos || stopped {
-        Some(Finish::Stop)
-    } else if s.generated.len() >= s.job.max_tokens || positions >= cfg.context {
-        Some(Finish::Length)
-    } else {
-        None
+    let at_limit = s.generated.len() >= s.job.max_tokens || positions >= cfg.context;
+    if eos || at_limit {
+        // The end: a character no token completed goes out as it decodes.
+        s.detok.finish(text);
+    }
+    let full = s.detok.text();
+    // A stop string ends the text before it; else the text may go out up to what could still
+    // begin one (the least hold-back). At the end what was held back goes out too.
+    let (shown, finish) = match first_stop(full, &s.job.stop, grew_from) {
+        Some(at) => (at, Some(Finish::Stop)),
+        None if eos => (full.len(), Some(Finish::Stop)),
+        None if at_limit => (full.len(), Some(Finish::Length)),
+        None => (full.len() - hold_back(full, &s.job.stop), None),
     };
-    // At the end, what was held back for a stop string or a character goes out too.
-    let shown = match finish {
-        Some(Finish::Length) | Some(Finish::Stop) if !stopped => full.as_str(),
-        _ => shown,
-    };
-    let delta = if shown.len() > s.sent.len() && shown.starts_with(s.sent.as_str()) {
-        shown[s.sent.len()..].to_string()
-    } else {
-        String::new()
-    };
-    s.sent.push_str(&delta);
-    if !eos
+    let delta = full
+        .get(s.sent..shown)
+        .filter(|d| !d.is_empty())
+        .map(str::to_string)
+        .unwrap_or_default();
+    s.sent += delta.len();
+    // An end-of-sequence token sends only the text held back until the end, if any.
+    let logprob = if eos { None } else { logprob };
+    if (!eos || !delta.is_empty())
         && s.job
             .tx
             .send(Event::Delta {
                 text: delta,
-                token: tok,
                 logprob,
             })
             .is_err()
@@ -453,12 +450,20 @@ fn step(
     None
 }
 
-/// Where the first stop string begins in `text`, if one is there.
-pub fn first_stop(text: &str, stops: &[String]) -> Option<usize> {
+/// Where the first stop string begins in `text`, if one is there, given that none was in
+/// `text[..grown_from]` (the text before the last token's): only the part a new one can be in
+/// is searched, so a token's search does not grow with the answer.
+pub fn first_stop(text: &str, stops: &[String], grown_from: usize) -> Option<usize> {
     stops
         .iter()
         .filter(|s| !s.is_empty())
-        .filter_map(|s| text.find(s.as_str()))
+        .filter_map(|s| {
+            let mut from = grown_from.min(text.len()).saturating_sub(s.len() - 1);
+            while !text.is_char_boundary(from) {
+                from -= 1;
+            }
+            text[from..].find(s.as_str()).map(|at| from + at)
+        })
         .min()
 }
 
@@ -488,9 +493,16 @@ mod tests {
     #[test]
     fn a_stop_string_is_found_and_its_beginning_held_back() {
         let stops = v(&["\n\n", "END"]);
-        assert_eq!(first_stop("ab\n\ncd", &stops), Some(2));
-        assert_eq!(first_stop("abENDx\n\n", &stops), Some(2));
-        assert_eq!(first_stop("abc", &stops), None);
+        assert_eq!(first_stop("ab\n\ncd", &stops, 0), Some(2));
+        assert_eq!(first_stop("abENDx\n\n", &stops, 0), Some(2));
+        assert_eq!(first_stop("abc", &stops, 0), None);
+        // Only what the last token's text could complete is searched: a stop string may begin
+        // up to its length less one before it.
+        assert_eq!(first_stop("abcEND", &stops, 4), Some(3));
+        assert_eq!(first_stop("abcEND", &stops, 3), Some(3));
+        assert_eq!(first_stop("abcEND", &stops, 6), None);
+        assert_eq!(first_stop("ééEND", &v(&["éEND"]), 5), Some(2));
+        assert_eq!(first_stop("x\n\n", &stops, 100), None);
         assert_eq!(hold_back("abc\n", &stops), 1);
         assert_eq!(hold_back("abcEN", &stops), 2);
         assert_eq!(hold_back("abcE", &stops), 1);
@@ -498,6 +510,6 @@ mod tests {
         // A multi-byte stop is held back on character boundaries.
         let stops = v(&["éé"]);
         assert_eq!(hold_back("aé", &stops), 'é'.len_utf8());
-        assert_eq!(first_stop("", &v(&[""])), None);
+        assert_eq!(first_stop("", &v(&[""]), 0), None);
     }
 }
