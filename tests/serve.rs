@@ -846,3 +846,74 @@ fn text_held_back_for_a_stop_string_goes_out_at_the_end_of_sequence() {
         .collect();
     assert_eq!(joined, text, "{body}");
 }
+
+/// A metric of /metrics.
+fn metric(s: &Server, name: &str) -> u64 {
+    get(s, "/metrics")
+        .expect("metrics")
+        .1
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("no metric {name}")) as u64
+}
+
+/// A long prompt runs in chunks: a client that leaves mid-prompt frees its slot within a chunk,
+/// not at the prompt's end, and the next request is answered. (The fixture with a 64k context,
+/// a 12,000-token prompt: seconds whole, a few chunks before the leaving is seen.)
+#[test]
+fn a_client_that_leaves_mid_prompt_frees_its_slot_within_a_chunk() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = tmp.path().join("src");
+    std::fs::create_dir_all(&src).expect("mkdir");
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/qwen3_moe");
+    for e in std::fs::read_dir(&fixture).expect("fixture") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), src.join(e.file_name())).expect("copy");
+    }
+    let mut config: Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).expect("config"))
+            .expect("json");
+    config["max_position_embeddings"] = json!(65536);
+    std::fs::write(src.join("config.json"), config.to_string()).expect("write");
+    let m = tmp.path().join("m");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&m), "--quiet"]);
+    assert_eq!(code, 0, "{err}");
+    let s = start(&m, &["--parallel", "1"]);
+    const LONG: u64 = 12_000;
+    let prompt: Vec<u64> = (0..LONG).map(|i| 5 + i % 100).collect();
+    let body = json!({"prompt": prompt, "max_tokens": 4, "stream": true}).to_string();
+    let addr = s.base.trim_start_matches("http://").to_string();
+    let mut c = std::net::TcpStream::connect(&addr).expect("connect");
+    write!(
+        c,
+        "POST /v1/completions HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    let mut first = [0u8; 256];
+    let n = c.read(&mut first).expect("read");
+    assert!(String::from_utf8_lossy(&first[..n]).contains("200"));
+    // Computing has begun: drop the connection mid-prompt.
+    let t0 = std::time::Instant::now();
+    while metric(&s, "tarfa_prompt_tokens_total") == 0 {
+        assert!(t0.elapsed().as_secs() < 60, "the prompt never began");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    drop(c);
+    while metric(&s, "tarfa_requests_disconnected_total") == 0 {
+        assert!(t0.elapsed().as_secs() < 120, "the leaving was never seen");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let computed = metric(&s, "tarfa_prompt_tokens_total");
+    assert!(
+        computed < LONG / 2,
+        "{computed} of the prompt's {LONG} tokens computed before the leaving was seen"
+    );
+    let (status, v) = post(
+        &s,
+        "/v1/completions",
+        json!({"prompt": "Hello", "max_tokens": 3}),
+    );
+    assert_eq!(status, 200, "{v}");
+}

@@ -2,8 +2,8 @@
 //!
 //! Each request is a [`Job`]: its prompt's ids, its limits and stops, and the channel its
 //! events go to. The engine admits jobs from a bounded queue into free slots, then gives every
-//! active slot one step in turn — a slot's first step runs its whole prompt, each later one a
-//! single token — and sends what the step made. A slot whose receiver is gone (the client
+//! active slot one step in turn — a slot's first steps run its prompt, [`PROMPT_CHUNK`] tokens
+//! each, each later one a single token — and sends what the step made. A slot whose receiver is gone (the client
 //! disconnected, stream or not) is freed before its next step. Each sequence is computed alone
 //! from its own state, so the tokens and logits of a request are the same bits whatever else
 //! runs beside it (spec/EXACTNESS.md §4).
@@ -157,6 +157,8 @@ struct Slot {
     started: bool,
     /// Prompt tokens the sequence already holds (from the prompt cache).
     cached: usize,
+    /// Prompt tokens the sequence holds (the cached ones and those computed so far).
+    fed: usize,
     /// Whether its admission was given back (before its end was sent, so a client that sends
     /// its next request on reading the end finds the slot free).
     released: bool,
@@ -279,6 +281,7 @@ pub fn run(
                         sent: 0,
                         started: false,
                         cached,
+                        fed: cached,
                         released: false,
                     })
                 }
@@ -348,8 +351,14 @@ pub fn run(
     }
 }
 
-/// One step of `s`: its prompt (what the cache did not hold), or one token. `None` while it
-/// goes on; `Some(true)` when it finished, `Some(false)` when it failed or its client left.
+/// Prompt tokens a step computes at most: a long prompt takes several steps, so the other
+/// slots' tokens go on between its chunks and a client that leaves mid-prompt frees its slot
+/// within one chunk. Each token is computed as alone, so the chunking changes no bit.
+pub const PROMPT_CHUNK: usize = 32;
+
+/// One step of `s`: a chunk of its prompt (what the cache did not hold), or one token. `None`
+/// while it goes on; `Some(true)` when it finished, `Some(false)` when it failed or its client
+/// left.
 fn step(
     dec: &mut Decoder,
     text: &Text,
@@ -360,7 +369,8 @@ fn step(
     let input: Vec<u32> = if s.started {
         vec![*s.generated.last().unwrap_or(&0)]
     } else {
-        s.job.prompt[s.cached..].to_vec()
+        let end = (s.fed + PROMPT_CHUNK).min(s.job.prompt.len());
+        s.job.prompt[s.fed..end].to_vec()
     };
     let logits = match dec.feed_in(&mut s.seq, &input, false) {
         Ok(mut l) => l.pop().unwrap_or_default(),
@@ -371,10 +381,14 @@ fn step(
         }
     };
     if !s.started {
-        s.started = true;
+        s.fed += input.len();
         metrics
             .prompt_tokens
             .fetch_add(input.len() as u64, Ordering::SeqCst);
+        if s.fed < s.job.prompt.len() {
+            return None;
+        }
+        s.started = true;
         metrics
             .ttft_us
             .fetch_add(s.job.arrived.elapsed().as_micros() as u64, Ordering::SeqCst);
