@@ -62,7 +62,7 @@ pub fn run(a: &ChatArgs) -> anyhow::Result<bool> {
     eprintln!("loading {} …", a.dir.display());
     let dec = tarfa_decode::Decoder::open(&a.dir, &opts)?;
     let text = Arc::new(Text::of(&dec).map_err(|e| anyhow::anyhow!("{}: {e}", a.dir.display()))?);
-    let template = match tarfa_serve::chat_template(&dec).0 {
+    let template = match tarfa_serve::chat_template(&dec).template {
         Some(Ok(t)) => t,
         Some(Err(e)) => bail!("{}: the chat template does not load: {e}", a.dir.display()),
         None => bail!(

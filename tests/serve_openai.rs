@@ -53,3 +53,32 @@ fn the_openai_client_gets_what_tarfa_run_gives() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Tool calls as the `openai` client reads them, whole and streamed, on the scripted model
+/// (fixtures/hf/make_scripted.py), whose greedy reply is a reasoning block, a line of content
+/// and a get_weather call in Qwen3's format (tests/serve/openai_tools.py).
+#[test]
+fn the_openai_client_reads_tool_calls() {
+    if !tarfa_testtools::python_openai() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/hf/scripted");
+    let m = tmp.path().join("scripted");
+    let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&m), "--quiet"]);
+    assert_eq!(code, 0, "{err}");
+    let s = start(&m, &["--alias", "scripted"]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/openai_tools.py");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(&s.base)
+        .arg("scripted")
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

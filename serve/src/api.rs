@@ -1106,7 +1106,12 @@ async fn detokenize(
 struct Rendered {
     text: String,
     opened: bool,
+    /// Where the reply's tool calls are parsed: the template's format and the request's tools.
+    tools: Option<Tools>,
 }
+
+/// A chat request's tools, and the format its template's calls come in.
+type Tools = (crate::tools::ToolFormat, Vec<Value>);
 
 /// The chat fields of a request (`messages`, `tools`, `documents`, `chat_template_kwargs`,
 /// `add_generation_prompt`) taken from `f` and rendered with the model's template, the values in
@@ -1139,19 +1144,28 @@ fn render(f: &mut Fields, ordered: &ChatJson, m: &ModelInfo) -> Result<Rendered,
             Some(v) => Err(ApiError::bad(k, format!("{k} must be a list, not {v}"))),
         }
     };
+    let tool_values = f.0.get("tools").and_then(Value::as_array).cloned();
     let tools = list(f, "tools")?;
     let documents = list(f, "documents")?;
+    let mut choice_none = false;
     if let Some(c) = f.take("tool_choice") {
         match c.as_str() {
-            Some("none" | "auto") => {}
+            Some("auto") => {}
+            Some("none") => choice_none = true,
             _ => {
                 return Err(ApiError::bad(
                     "tool_choice",
-                    format!("tool_choice {c}: only \"none\" and \"auto\" are taken (the tools are rendered into the prompt; calls are not parsed out of the reply)"),
+                    format!("tool_choice {c}: only \"none\" and \"auto\" are taken (the model is not forced to call a tool: its reply is what it chose)"),
                 ))
             }
         }
     }
+    // Calls are parsed out of the reply where the request gave tools, did not say "none", and
+    // the template's format is one tarfa reads.
+    let parsed_tools = match (m.tool_format, tool_values) {
+        (Some(format), Some(list)) if !list.is_empty() && !choice_none => Some((format, list)),
+        _ => None,
+    };
     let _ = f.bool("parallel_tool_calls")?;
     let kwargs = match f.take("chat_template_kwargs") {
         None => Vec::new(),
@@ -1200,7 +1214,11 @@ fn render(f: &mut Fields, ordered: &ChatJson, m: &ModelInfo) -> Result<Rendered,
             )
         })?;
     let opened = m.think && text.trim_end().ends_with("<think>");
-    Ok(Rendered { text, opened })
+    Ok(Rendered {
+        text,
+        opened,
+        tools: parsed_tools,
+    })
 }
 
 /// The body as the chat template's JSON (objects in the client's key order).
@@ -1316,26 +1334,61 @@ async fn chat(
         .unwrap_or((m.context - ids.len()).min(s.opts.max_tokens_limit));
     let (meta, rxs) = submit(&s, m, "chatcmpl", ids, max_tokens, &c, logprobs)?;
     if c.stream {
-        Ok(stream_chat(meta, rxs, c.include_usage, s.clone(), rendered.opened).into_response())
+        Ok(stream_chat(
+            meta,
+            rxs,
+            c.include_usage,
+            s.clone(),
+            rendered.opened,
+            rendered.tools,
+        )
+        .into_response())
     } else {
-        whole_chat(meta, rxs, m, rendered.opened, logprobs.is_some()).await
+        whole_chat(meta, rxs, m, &rendered, logprobs.is_some()).await
     }
 }
 
-fn chat_message(m: &ModelInfo, opened: bool, text: &str) -> Value {
+/// A reply's reasoning and content, and its tool calls where they are parsed and parse (the
+/// content then the text before them).
+fn reply_parts(
+    m: &ModelInfo,
+    opened: bool,
+    tools: Option<&Tools>,
+    text: &str,
+) -> (Option<String>, String, Option<Vec<crate::tools::ToolCall>>) {
     let (reasoning, content) = split(m, opened, text);
+    match tools.and_then(|(f, list)| crate::tools::parse(*f, &content, list)) {
+        Some((content, calls)) => (reasoning, content, Some(calls)),
+        None => (reasoning, content, None),
+    }
+}
+
+/// A whole reply's message, and whether it called tools.
+fn chat_message(m: &ModelInfo, r: &Rendered, choice: usize, text: &str) -> (Value, bool) {
+    let (reasoning, content, calls) = reply_parts(m, r.opened, r.tools.as_ref(), text);
     let mut msg = json!({"role": "assistant", "content": content});
     if let Some(r) = reasoning {
         msg["reasoning_content"] = json!(r);
     }
-    msg
+    let called = calls.is_some();
+    if let Some(calls) = calls {
+        if msg["content"] == "" {
+            msg["content"] = Value::Null;
+        }
+        msg["tool_calls"] = calls
+            .iter()
+            .enumerate()
+            .map(|(k, c)| c.json(choice, k))
+            .collect();
+    }
+    (msg, called)
 }
 
 async fn whole_chat(
     meta: Meta,
     rxs: Vec<crate::engine::UnboundedReceiver<Event>>,
     m: &ModelInfo,
-    opened: bool,
+    rendered: &Rendered,
     logprobs: bool,
 ) -> Result<Response, ApiError> {
     let (all, usage) = answers(rxs).await?;
@@ -1343,11 +1396,13 @@ async fn whole_chat(
         .iter()
         .enumerate()
         .map(|(i, a)| {
+            let (message, called) = chat_message(m, rendered, i, &a.text);
+            let finish = if called { Finish::ToolCalls } else { a.finish };
             json!({
                 "index": i,
-                "message": chat_message(m, opened, &a.text),
+                "message": message,
                 "logprobs": if logprobs { meta.chat_logprobs(&a.logprobs) } else { Value::Null },
-                "finish_reason": a.finish.reason(),
+                "finish_reason": finish.reason(),
             })
         })
         .collect();
@@ -1372,6 +1427,7 @@ fn stream_chat(
     include_usage: bool,
     s: Arc<Shared>,
     opened: bool,
+    tools: Option<Tools>,
 ) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
     let n = rxs.len();
     let chunk = |meta: &Meta, i: usize, delta: Value, finish: Option<Finish>| {
@@ -1396,9 +1452,22 @@ fn stream_chat(
         let Some(m) = s.model.get() else {
             return tokio_stream::iter(Vec::new());
         };
-        // The deltas of reasoning and content that extend what was sent, of `view`.
-        let deltas = |view: &str, sent: &mut ChatSent| -> Vec<Value> {
-            let (r, c) = split(m, opened, view);
+        // The deltas of reasoning and content that extend what was sent, of `view`, and at the
+        // `end` the reply's tool calls where they parse (while tools may be called, content is
+        // sent only up to where a call may begin).
+        let deltas = |view: &str,
+                      sent: &mut ChatSent,
+                      end: bool|
+         -> (Vec<Value>, Option<Vec<crate::tools::ToolCall>>) {
+            let (r, c, calls) = if end {
+                reply_parts(m, opened, tools.as_ref(), view)
+            } else {
+                let (r, mut c) = split(m, opened, view);
+                if tools.is_some() {
+                    c.truncate(crate::tools::streamable(&c));
+                }
+                (r, c, None)
+            };
             let r = r.unwrap_or_default();
             let mut out = Vec::new();
             if r.len() > sent.reasoning.len() && r.starts_with(sent.reasoning.as_str()) {
@@ -1419,7 +1488,7 @@ fn stream_chat(
                 ));
                 sent.content = c;
             }
-            out
+            (out, calls)
         };
         let out: Vec<Value> = match ev {
             Event::Delta { text, logprob } => {
@@ -1432,7 +1501,7 @@ fn stream_chat(
                 } else {
                     0
                 };
-                let mut out = deltas(&all[..all.len() - hold], &mut sent[i]);
+                let (mut out, _) = deltas(&all[..all.len() - hold], &mut sent[i], false);
                 // A token's logprobs ride on the chunk of its step (an empty delta if its text
                 // is held back).
                 if let Some(lp) = lp {
@@ -1450,7 +1519,23 @@ fn stream_chat(
                 cached_tokens,
             } => {
                 let all = sent[i].text.clone();
-                let mut v = deltas(&all, &mut sent[i]);
+                let (mut v, calls) = deltas(&all, &mut sent[i], true);
+                let finish = match calls {
+                    Some(calls) => {
+                        let list: Vec<Value> = calls
+                            .iter()
+                            .enumerate()
+                            .map(|(k, c)| {
+                                let mut e = c.json(i, k);
+                                e["index"] = json!(k);
+                                e
+                            })
+                            .collect();
+                        v.push(chunk(&meta, i, json!({ "tool_calls": list }), None));
+                        Finish::ToolCalls
+                    }
+                    None => finish,
+                };
                 v.push(chunk(&meta, i, json!({}), Some(finish)));
                 v.extend(ends.end(
                     n,

@@ -30,6 +30,8 @@ pub enum Finish {
     Stop,
     /// `max_tokens`, or the context.
     Length,
+    /// A chat reply whose tool calls parsed (the handlers' finding, not the engine's).
+    ToolCalls,
 }
 
 impl Finish {
@@ -38,6 +40,7 @@ impl Finish {
         match self {
             Finish::Stop => "stop",
             Finish::Length => "length",
+            Finish::ToolCalls => "tool_calls",
         }
     }
 }

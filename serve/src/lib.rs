@@ -18,6 +18,7 @@
 pub mod api;
 pub mod engine;
 pub mod sample;
+pub mod tools;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -79,12 +80,26 @@ pub struct ModelInfo {
     /// Whether the template writes `<think>` blocks: replies are then split into
     /// `reasoning_content` and `content`.
     pub(crate) think: bool,
+    /// The tool-call format the template teaches, if tarfa parses it.
+    pub(crate) tool_format: Option<tools::ToolFormat>,
+}
+
+/// A model's chat template, as [`chat_template`] finds it.
+#[derive(Debug)]
+pub struct FoundTemplate {
+    /// The template (`None`: the model has none; an error: it does not compile).
+    pub template: Option<Result<tarfa_chat::ChatTemplate, String>>,
+    /// Whether its text knows `<think>` blocks.
+    pub think: bool,
+    /// The tool-call format its text teaches, if one tarfa parses.
+    pub tool_format: Option<tools::ToolFormat>,
 }
 
 /// The model's chat template as transformers' AutoTokenizer finds it: `chat_template.jinja`, else
 /// `tokenizer_config.json`'s `chat_template`; for a GGUF-sourced model `tokenizer.chat_template`
-/// with the BOS and EOS strings of its token list. Whether its text knows `<think>` blocks.
-pub fn chat_template(dec: &Decoder) -> (Option<Result<tarfa_chat::ChatTemplate, String>>, bool) {
+/// with the BOS and EOS strings of its token list. Whether its text knows `<think>` blocks, and
+/// the tool-call format it teaches.
+pub fn chat_template(dec: &Decoder) -> FoundTemplate {
     let aux = |name: &str| -> Result<Option<Vec<u8>>, String> {
         dec.aux_file(name)
             .map(|f| f.map(|f| f.bytes))
@@ -144,13 +159,19 @@ pub fn chat_template(dec: &Decoder) -> (Option<Result<tarfa_chat::ChatTemplate, 
             Err(e) => Err(e.to_string()),
         }
     })();
-    match found {
-        Ok(None) => (None, false),
-        Ok(Some((src, t))) => {
-            let think = src.contains("<think>");
-            (Some(Ok(t)), think)
-        }
-        Err(e) => (Some(Err(e)), false),
+    let (template, think, tool_format) = match found {
+        Ok(None) => (None, false, None),
+        Ok(Some((src, t))) => (
+            Some(Ok(t)),
+            src.contains("<think>"),
+            tools::ToolFormat::of_template(&src),
+        ),
+        Err(e) => (Some(Err(e)), false, None),
+    };
+    FoundTemplate {
+        template,
+        think,
+        tool_format,
     }
 }
 
@@ -218,13 +239,14 @@ pub fn serve(
                     let eos = dec.eos_ids().map_err(|e| e.to_string())?;
                     let m = serde_json::to_value(dec.manifest()).map_err(|e| e.to_string())?;
                     let digest = tarfa_format::manifest::content_digest(&m);
-                    let (template, think) = chat_template(&dec);
-                    if let Some(Err(e)) = &template {
+                    let found = chat_template(&dec);
+                    if let Some(Err(e)) = &found.template {
                         eprintln!("warning: the model's chat template does not load ({e}); /v1/chat/completions will refuse every request");
                     }
                     let info = ModelInfo {
-                        template,
-                        think,
+                        template: found.template,
+                        think: found.think,
+                        tool_format: found.tool_format,
                         text: Arc::new(text),
                         vocab: dec.vocab_size(),
                         context,
