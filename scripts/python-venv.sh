@@ -1,7 +1,8 @@
 # Sourced by scripts/test.sh (bash, set -euo pipefail): the tests' Python, in a venv.
 # gguf-py cross-checks (gguf/tests/gguf_py_agreement.rs) need the format's own Python library;
 # the second JNF reader (tests/jnf_reader.py, run by tests/python_reader.rs) checks BLAKE3 with
-# the blake3 package; tarfa serve's client tests (tests/serve_openai.rs) use the openai package.
+# the blake3 package; tarfa serve's client tests (tests/serve_openai.rs) use the openai package,
+# and its chat page's test (tests/serve_page.rs) drives Chromium with selenium.
 # They go into a venv of their own, never into the system's Python (Debian 12
 # and Ubuntu 23.04 on refuse that: PEP 668, "externally-managed-environment"), and the venv's
 # python3 comes first on PATH for the tests, which call python3. Debian's python3 makes a venv
@@ -20,7 +21,7 @@ if [ ! -x "$TARFA_VENV_DIR/bin/python3" ]; then
   python3 -m venv "$TARFA_VENV_DIR"
 fi
 export PATH="$TARFA_VENV_DIR/bin:$PATH"
-if ! python3 -c 'import gguf, numpy, blake3, openai' >/dev/null 2>&1; then
-  python3 -m pip install --quiet --disable-pip-version-check gguf numpy blake3 openai
+if ! python3 -c 'import gguf, numpy, blake3, openai, selenium' >/dev/null 2>&1; then
+  python3 -m pip install --quiet --disable-pip-version-check gguf numpy blake3 openai selenium
 fi
 

@@ -12,8 +12,8 @@ if ! command -v cargo >/dev/null; then
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt
 
-# python3 with gguf-py, numpy and blake3 for the tests: a venv of its own, first on PATH
-# (scripts/python-venv.sh says why and where).
+# python3 with gguf-py, numpy, blake3, openai and selenium for the tests: a venv of its own,
+# first on PATH (scripts/python-venv.sh says why and where).
 source scripts/python-venv.sh
 
 # tarfa fetch's range-request tests (fetch/tests/nginx.rs) serve a model with nginx on loopback;
@@ -26,6 +26,10 @@ if [ "$(id -u)" = 0 ]; then
   command -v fio >/dev/null || missing+=(fio)
   # tests/serve.rs reads a golden SSE transcript with curl, as a user would.
   command -v curl >/dev/null || missing+=(curl)
+  # tests/serve_page.rs drives tarfa serve's chat page in headless Chromium, through Debian's
+  # chromedriver (selenium, from scripts/python-venv.sh, talks to it); both at these paths.
+  [ -x /usr/bin/chromium ] || missing+=(chromium)
+  [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
   if [ ${#missing[@]} -gt 0 ]; then
     apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
   fi

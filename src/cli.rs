@@ -129,7 +129,8 @@ pub enum Command {
     /// same bytes whatever else the server runs beside it (each sequence computed alone; greedy,
     /// or sampling keyed by the request's seed). Routes: POST /v1/chat/completions (the model's
     /// chat template), POST /apply-template, POST /v1/completions, GET /v1/models, GET /health (503 while the
-    /// model loads), GET /metrics (Prometheus), POST /tokenize, POST /detokenize.
+    /// model loads), GET /metrics (Prometheus), POST /tokenize, POST /detokenize, and a chat page
+    /// at GET / (open it in a browser; --no-webui turns it off).
     ///
     /// Examples:
     ///   tarfa serve model/
@@ -293,9 +294,13 @@ pub struct ServeArgs {
     /// model's context).
     #[arg(short = 'c', long = "ctx-size", value_name = "N", value_parser = count::<usize>(1, u32::MAX as u64))]
     pub ctx_size: Option<usize>,
-    /// Every route but /health needs `Authorization: Bearer KEY` (also TARFA_API_KEY).
+    /// Every route but /health and the chat page at / needs `Authorization: Bearer KEY` (also
+    /// TARFA_API_KEY); the page asks for the key and sends it.
     #[arg(long, env = "TARFA_API_KEY", hide_env_values = true)]
     pub api_key: Option<String>,
+    /// No chat page at / (then / is an unknown route, 404).
+    #[arg(long)]
+    pub no_webui: bool,
     /// Largest request body in bytes, 1..=268435456; larger is refused with 413.
     #[arg(long, default_value_t = 8 << 20, value_parser = count::<usize>(1, 1 << 28))]
     pub max_body: usize,

@@ -20,6 +20,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<bool> {
         queue: a.queue,
         ctx: a.ctx_size,
         api_key: a.api_key.clone().filter(|k| !k.is_empty()),
+        webui: !a.no_webui,
         max_body: a.max_body,
         max_tokens_limit: a.max_tokens_limit,
         model_id,

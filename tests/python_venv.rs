@@ -24,7 +24,7 @@ fn the_tests_python_packages_go_into_a_venv_first_on_path_never_the_system_pytho
     let venv_python = tmp.path().join("venv-python3");
     script(
         &venv_python,
-        "#!/usr/bin/env bash\necho \"venv $*\" >> \"$STUB_LOG\"\nhere=$(dirname \"$0\")/..\ncase \"$1 $2\" in\n  '-m pip') touch \"$here/installed\";;\n  '-c import gguf, numpy, blake3, openai') [ -e \"$here/installed\" ];;\n  *) exit 1;;\nesac\n",
+        "#!/usr/bin/env bash\necho \"venv $*\" >> \"$STUB_LOG\"\nhere=$(dirname \"$0\")/..\ncase \"$1 $2\" in\n  '-m pip') touch \"$here/installed\";;\n  '-c import gguf, numpy, blake3, openai, selenium') [ -e \"$here/installed\" ];;\n  *) exit 1;;\nesac\n",
     );
     script(
         &stubs.join("python3"),

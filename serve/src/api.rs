@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -88,7 +88,11 @@ impl IntoResponse for ApiError {
 /// The routes.
 pub fn router(shared: Arc<Shared>) -> Router {
     let limit = shared.opts.max_body;
-    Router::new()
+    let mut routes = Router::new();
+    if shared.opts.webui {
+        routes = routes.route("/", get(crate::page::index));
+    }
+    routes
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat))
         .route("/apply-template", post(apply_template))
@@ -124,11 +128,16 @@ async fn not_found(req: Request) -> ApiError {
     )
 }
 
-/// With `--api-key`, every route but `/health` needs `Authorization: Bearer KEY`.
+/// With `--api-key`, every route but `/health` and the chat page (`GET /`, unless `--no-webui`)
+/// needs `Authorization: Bearer KEY`. The page is open as llama-server's web UI is: it holds no
+/// data, and each route it calls asks for the key.
 async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
     if let Some(key) = &s.opts.api_key {
         let path = req.uri().path();
-        if path != "/health" && path != "/v1/health" {
+        let page = s.opts.webui
+            && path == "/"
+            && (req.method() == Method::GET || req.method() == Method::HEAD);
+        if path != "/health" && path != "/v1/health" && !page {
             let given = req
                 .headers()
                 .get("authorization")

@@ -6,8 +6,9 @@
 //! bounded queue; handlers validate a request, turn it into a [`engine::Job`] and relay the
 //! engine's events as a JSON response or as server-sent events.
 //!
-//! Routes: `POST /v1/completions`, `GET /v1/models`, `GET /health` (503 while the model loads),
-//! `GET /metrics` (Prometheus text), `POST /tokenize`, `POST /detokenize`. Errors have OpenAI's
+//! Routes: `POST /v1/chat/completions`, `POST /apply-template`, `POST /v1/completions`,
+//! `GET /v1/models`, `GET /health` (503 while the model loads), `GET /metrics` (Prometheus text),
+//! `POST /tokenize`, `POST /detokenize`, and a chat page at `GET /` ([`page`]). Errors have OpenAI's
 //! shape, `{"error": {"message", "type", "param", "code"}}`, with the status that fits: 400 for a
 //! bad or unsupported field (named in `param`; a field this server does not take is never
 //! silently ignored), 401 without the API key, 404 for an unknown route or model, 413 for an
@@ -17,6 +18,7 @@
 
 pub mod api;
 pub mod engine;
+pub mod page;
 pub mod sample;
 pub mod tools;
 
@@ -38,8 +40,10 @@ pub struct ServeOptions {
     pub queue: usize,
     /// Positions a sequence may take (default: the model's context).
     pub ctx: Option<usize>,
-    /// Every route but `/health` needs `Authorization: Bearer KEY`.
+    /// Every route but `/health` and the chat page needs `Authorization: Bearer KEY`.
     pub api_key: Option<String>,
+    /// Serve the chat page at `GET /` (`--no-webui` turns it off: `/` is then an unknown route).
+    pub webui: bool,
     /// Largest request body, bytes.
     pub max_body: usize,
     /// Largest `max_tokens` a request may ask for.

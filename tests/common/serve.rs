@@ -30,14 +30,17 @@ pub fn start(model: &Path, extra: &[&str]) -> Server {
         .spawn()
         .expect("spawn");
     let mut err = BufReader::new(child.stderr.take().expect("stderr"));
-    let mut line = String::new();
-    err.read_line(&mut line).expect("first line");
-    let base = line
-        .split("listening on ")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .to_string();
+    // The address is on the line that says it listens; a warning may come before it.
+    let mut before = String::new();
+    let base = loop {
+        let mut line = String::new();
+        let read = err.read_line(&mut line).expect("stderr line");
+        if let Some(rest) = line.split("listening on ").nth(1) {
+            break rest.split_whitespace().next().expect("address").to_string();
+        }
+        before.push_str(&line);
+        assert!(read > 0, "the server ended without an address: {before:?}");
+    };
     // The rest of stderr drained, so the server never blocks on it.
     std::thread::spawn(move || {
         let mut sink = String::new();
@@ -72,6 +75,11 @@ pub fn get(s: &Server, route: &str) -> Result<(u16, String), ureq::Error> {
 /// A copy of the `qwen3_moe` fixture whose tokenizer_config.json holds Qwen3's chat template
 /// (fixtures/templates), converted into `tmp/chat`.
 pub fn chat_model(tmp: &Path) -> std::path::PathBuf {
+    chat_model_with(tmp, "Qwen-Qwen3-0.6B.jinja")
+}
+
+/// [`chat_model`] with another template of fixtures/templates, `template` its file's name.
+pub fn chat_model_with(tmp: &Path, template: &str) -> std::path::PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let src = tmp.join("chat-src");
     std::fs::create_dir_all(&src).expect("mkdir");
@@ -79,8 +87,8 @@ pub fn chat_model(tmp: &Path) -> std::path::PathBuf {
         let e = e.expect("entry");
         std::fs::copy(e.path(), src.join(e.file_name())).expect("copy");
     }
-    let template = std::fs::read_to_string(root.join("fixtures/templates/Qwen-Qwen3-0.6B.jinja"))
-        .expect("template");
+    let template =
+        std::fs::read_to_string(root.join("fixtures/templates").join(template)).expect("template");
     let config = serde_json::json!({"chat_template": template, "eos_token": "<|im_end|>"});
     std::fs::write(src.join("tokenizer_config.json"), config.to_string()).expect("write");
     let out = tmp.join("chat");

@@ -1,7 +1,8 @@
 //! The outside tools tarfa's tests need, and the one rule for a test whose tool is missing here.
 //!
 //! A test that needs something outside the Rust build — nginx, python3 with gguf-py, a tmpfs it
-//! can mount, the kernel's io_uring, fio — asks this crate instead of deciding for itself:
+//! can mount, the kernel's io_uring, fio, Chromium — asks this crate instead of deciding for
+//! itself:
 //!
 //! - where tools are *required* ([`ENV_REQUIRE_TOOLS`]`=1`, which `.ci/run` exports; or `CI` set
 //!   to anything but empty, `0` or `false`, as CI services set it; or the tool's own variable,
@@ -57,6 +58,9 @@ pub enum Tool {
     PythonBlake3,
     /// python3 with the `openai` package: the client `tarfa serve` is tested with.
     PythonOpenai,
+    /// Debian's Chromium and its chromedriver, driven by python3's `selenium` package: the
+    /// browser `tarfa serve`'s chat page is tested in.
+    Chromium,
     /// A tmpfs the test mounts itself (a small, fillable filesystem): needs root.
     Tmpfs,
     /// io_uring in this kernel and allowed by this process's seccomp filter.
@@ -75,6 +79,10 @@ impl Tool {
             Tool::PythonGguf => "python3 with the gguf and numpy packages",
             Tool::PythonBlake3 => "python3 with the blake3 package",
             Tool::PythonOpenai => "python3 with the openai package",
+            Tool::Chromium => {
+                "chromium and chromedriver (/usr/bin/chromium, /usr/bin/chromedriver) with \
+                 python3's selenium package"
+            }
             Tool::Tmpfs => "mounting a tmpfs",
             Tool::IoUring => "io_uring",
             Tool::Fio => "fio",
@@ -96,6 +104,11 @@ impl Tool {
             }
             Tool::PythonOpenai => {
                 "python3 -m pip install openai, in a venv first on PATH (scripts/test.sh makes \
+                 one: ~/.cache/tarfa/venv)"
+            }
+            Tool::Chromium => {
+                "apt-get install chromium chromium-driver (scripts/test.sh does, as root), and \
+                 python3 -m pip install selenium, in a venv first on PATH (scripts/test.sh makes \
                  one: ~/.cache/tarfa/venv)"
             }
             Tool::Tmpfs => "run the tests as root (mount needs CAP_SYS_ADMIN)",
@@ -270,6 +283,20 @@ pub fn python_openai() -> bool {
     .is_some()
 }
 
+/// Where Debian's `chromium` and `chromium-driver` packages put the browser and its driver.
+pub const CHROMIUM: &str = "/usr/bin/chromium";
+/// See [`CHROMIUM`].
+pub const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// Chromium, chromedriver and python3's `selenium`, or the skip/fail of [`available`].
+#[track_caller]
+pub fn chromium() -> bool {
+    let probe = runs(CHROMIUM, &["--version"])
+        .and_then(|()| runs(CHROMEDRIVER, &["--version"]))
+        .and_then(|()| runs("python3", &["-c", "import selenium"]));
+    available(Tool::Chromium, probe).is_some()
+}
+
 /// python3 with the `blake3` package, or the skip/fail of [`available`].
 #[track_caller]
 pub fn python_blake3() -> bool {
@@ -330,6 +357,7 @@ mod tests {
             Tool::PythonGguf,
             Tool::PythonBlake3,
             Tool::PythonOpenai,
+            Tool::Chromium,
             Tool::Tmpfs,
             Tool::IoUring,
             Tool::Fio,
@@ -483,6 +511,8 @@ mod tests {
             Tool::Nginx,
             Tool::PythonGguf,
             Tool::PythonBlake3,
+            Tool::PythonOpenai,
+            Tool::Chromium,
             Tool::Tmpfs,
             Tool::IoUring,
             Tool::Fio,
