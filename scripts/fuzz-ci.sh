@@ -10,11 +10,13 @@ cd "$(dirname "$0")/../fuzz"
 export PATH="$HOME/.cargo/bin:$PATH" RUSTC_BOOTSTRAP=1
 S=${TARFA_FUZZ_SECONDS:-10}
 command -v cargo-fuzz >/dev/null || cargo install cargo-fuzz --locked --version 0.13.2
-mkdir -p corpus/gguf_reader corpus/decode_inputs
+mkdir -p corpus/gguf_reader corpus/decode_inputs corpus/chat_inputs
 cargo run --quiet --release --locked --bin seed_corpus -- corpus
 cp ../fixtures/gguf/*.gguf ../fixtures/gguf/hostile/*.gguf corpus/gguf_reader/
 for f in ../fixtures/hf/*/config.json; do cp "$f" "corpus/decode_inputs/$(basename "$(dirname "$f")").json"; done
 cp ../fixtures/reference/qwen3_moe/p0.fp32.npy corpus/decode_inputs/p0.npy
+# Chat requests' messages (the template goldens' cases) and replies with tool calls.
+cp seeds/chat_inputs/* corpus/chat_inputs/
 for t in $(cd fuzz_targets && ls *.rs | sed "s/\.rs$//"); do
   echo "== fuzz $t ($S s)"
   log=$(mktemp)

@@ -304,6 +304,14 @@ pub struct ServeArgs {
     /// Largest request body in bytes, 1..=268435456; larger is refused with 413.
     #[arg(long, default_value_t = 8 << 20, value_parser = count::<usize>(1, 1 << 28))]
     pub max_body: usize,
+    /// Connections open at once, 1..=65536; one more is answered 503 (Retry-After) and closed.
+    /// Each holds a file descriptor: keep it under `ulimit -n`.
+    #[arg(long, default_value_t = 512, value_parser = count::<usize>(1, 1 << 16))]
+    pub max_connections: usize,
+    /// Seconds a request's headers may take to arrive, 1..=3600; a slower client (one that opens
+    /// connections and sends nothing, or a byte at a time) loses its connection.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = count::<u64>(1, 3600))]
+    pub header_timeout: u64,
     /// Largest max_tokens a request may ask for, 1..=1048576.
     #[arg(long, default_value_t = 1 << 16, value_parser = count::<usize>(1, 1 << 20))]
     pub max_tokens_limit: usize,

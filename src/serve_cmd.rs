@@ -22,6 +22,8 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<bool> {
         api_key: a.api_key.clone().filter(|k| !k.is_empty()),
         webui: !a.no_webui,
         max_body: a.max_body,
+        max_connections: a.max_connections,
+        header_timeout: std::time::Duration::from_secs(a.header_timeout),
         max_tokens_limit: a.max_tokens_limit,
         model_id,
         prompt_cache: a.prompt_cache,

@@ -155,6 +155,18 @@ const OUT_OF_RANGE: &[(&[&str], &str)] = &[
         ],
         "--jobs",
     ),
+    (
+        &["serve", "/nonexistent", "--max-connections", "0"],
+        "--max-connections",
+    ),
+    (
+        &["serve", "/nonexistent", "--header-timeout", "0"],
+        "--header-timeout",
+    ),
+    (
+        &["serve", "/nonexistent", "--header-timeout", "100000"],
+        "--header-timeout",
+    ),
 ];
 
 #[test]
@@ -181,6 +193,8 @@ fn each_range_is_stated_in_the_help() {
         ("bench-io", "--budget", "0..=1000000"),
         ("bench-io", "--gib", "at most 1024 unless --budget"),
         ("fetch", "--jobs", "1..=64"),
+        ("serve", "--max-connections", "1..=65536"),
+        ("serve", "--header-timeout", "1..=3600"),
     ] {
         let (code, out, err) = tarfa(&[cmd, "--help"]);
         assert_eq!(code, 0, "{err}");

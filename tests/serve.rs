@@ -86,29 +86,59 @@ fn completions_are_runs_text_and_the_same_bytes_alone_or_among_others() {
         assert_eq!(v["choices"][0]["text"], out.trim_end_matches('\n'), "{p}");
         alone.push(stable(v));
     }
-    // 12 at once, each prompt four times, over 4 slots: the same bytes as alone.
-    let base = s.base.clone();
-    let handles: Vec<_> = (0..12)
-        .map(|i| {
-            let base = base.clone();
-            let body = req(PROMPTS[i % 3]).to_string();
-            std::thread::spawn(move || {
-                let mut r = agent()
-                    .post(format!("{base}/v1/completions"))
-                    .header("content-type", "application/json")
-                    .send(&body)
-                    .expect("request");
-                assert_eq!(r.status().as_u16(), 200);
-                let v: Value = serde_json::from_str(&r.body_mut().read_to_string().expect("body"))
-                    .expect("json");
-                (i % 3, stable(v))
-            })
-        })
-        .collect();
-    for h in handles {
-        let (k, v) = h.join().expect("thread");
-        assert_eq!(v, alone[k], "prompt {k} among others");
+    // 8 and then 32 at once — each prompt again and again, with logprobs — over 4 slots, on this
+    // server (the prompt cache hit: each prompt ran alone first) and on one without a cache: the
+    // same bytes as alone, tokens, text and logprobs.
+    let nocache = start(
+        &m,
+        &["--parallel", "4", "--queue", "64", "--prompt-cache", "0"],
+    );
+    let with_lp = |p: &str| json!({"prompt": p, "max_tokens": 24, "logprobs": 2});
+    let mut alone_lp = Vec::new();
+    for p in PROMPTS {
+        let (status, v) = post(&s, "/v1/completions", with_lp(p));
+        assert_eq!(status, 200, "{v}");
+        assert_eq!(
+            v["choices"][0]["text"],
+            alone[alone_lp.len()]["choices"][0]["text"]
+        );
+        alone_lp.push(stable(v));
     }
+    for (server, n) in [(&s, 8), (&nocache, 8), (&s, 32), (&nocache, 32)] {
+        let base = server.base.clone();
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let base = base.clone();
+                let body = with_lp(PROMPTS[i % 3]).to_string();
+                std::thread::spawn(move || {
+                    let mut r = agent()
+                        .post(format!("{base}/v1/completions"))
+                        .header("content-type", "application/json")
+                        .send(&body)
+                        .expect("request");
+                    assert_eq!(r.status().as_u16(), 200);
+                    let v: Value =
+                        serde_json::from_str(&r.body_mut().read_to_string().expect("body"))
+                            .expect("json");
+                    (i % 3, stable(v))
+                })
+            })
+            .collect();
+        for h in handles {
+            let (k, v) = h.join().expect("thread");
+            assert_eq!(v, alone_lp[k], "prompt {k} among {n} others");
+        }
+    }
+    let hits = get(&s, "/metrics")
+        .expect("metrics")
+        .1
+        .lines()
+        .find_map(|l| l.strip_prefix("tarfa_prompt_cache_hits_total "))
+        .and_then(|v| v.parse::<u64>().ok())
+        .expect("metric");
+    // The longer prompts hit the cache in each of the 40 concurrent requests (a prompt's last
+    // token is always computed, so a one-token prompt has nothing to reuse).
+    assert!(hits >= 20, "{hits} prompt cache hits");
     // Streamed: the deltas are the text; a finish chunk, the usage chunk, then [DONE].
     let (status, text, _) = post_raw(
         &s,
@@ -580,7 +610,8 @@ fn abuse_gets_clear_answers_and_the_server_keeps_serving() {
     let m = model(tmp.path());
     let s = start(&m, &["--parallel", "2", "--queue", "4"]);
     let base = s.base.clone();
-    let handles: Vec<_> = (0..300)
+    // A thousand requests at once: each answered, or refused with 503 while the queue is full.
+    let handles: Vec<_> = (0..1000)
         .map(|i| {
             let base = base.clone();
             std::thread::spawn(move || {
@@ -616,7 +647,7 @@ fn abuse_gets_clear_answers_and_the_server_keeps_serving() {
             other => panic!("{other:?}"),
         }
     }
-    assert_eq!(ok + busy, 300);
+    assert_eq!(ok + busy, 1000);
     assert!(ok >= 6, "{ok} answered");
 
     // A long prompt, and the client gone before its first token: dropped (hyper cancels the
@@ -916,4 +947,73 @@ fn a_client_that_leaves_mid_prompt_frees_its_slot_within_a_chunk() {
         json!({"prompt": "Hello", "max_tokens": 3}),
     );
     assert_eq!(status, 200, "{v}");
+}
+
+/// Connections are bounded: eight clients that open a connection and send part of a request
+/// hold all of `--max-connections 8`; one more is answered 503 (OpenAI's error, Retry-After) at
+/// once rather than left waiting; the slow eight lose their connections when their headers have
+/// not come within `--header-timeout 1`, and requests are answered again.
+#[test]
+fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let m = model(tmp.path());
+    let s = start(&m, &["--max-connections", "8", "--header-timeout", "1"]);
+    let addr = s.base.trim_start_matches("http://").to_string();
+    // Wait until the model is up, so that a refusal below is the bound's, not the loading's.
+    assert_eq!(get(&s, "/health").expect("health").0, 200);
+    let t0 = Instant::now();
+    let slow: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut c = TcpStream::connect(&addr).expect("connect");
+            c.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n")
+                .expect("send");
+            c
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    let mut extra = TcpStream::connect(&addr).expect("connect");
+    extra
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut answer = String::new();
+    extra
+        .read_to_string(&mut answer)
+        .expect("a 503, then the close");
+    assert!(
+        answer.starts_with("HTTP/1.1 503") && answer.contains("retry-after: 1"),
+        "{answer}"
+    );
+    let body: Value =
+        serde_json::from_str(answer.split("\r\n\r\n").nth(1).expect("body")).expect("json");
+    assert_eq!(body["error"]["type"], "unavailable_error", "{body}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(1),
+        "the 503 was not at once"
+    );
+    // The slow ones are closed after the header timeout (hyper answers 408 or just closes).
+    for mut c in slow {
+        c.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        let mut rest = Vec::new();
+        let _ = c.read_to_end(&mut rest);
+        let rest = String::from_utf8_lossy(&rest);
+        assert!(
+            rest.is_empty() || rest.starts_with("HTTP/1.1 408"),
+            "{rest}"
+        );
+    }
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(900) && waited < Duration::from_secs(8),
+        "{waited:?}"
+    );
+    let (status, v) = post(
+        &s,
+        "/v1/completions",
+        json!({"prompt": "Hello", "max_tokens": 3}),
+    );
+    assert_eq!(status, 200, "{v}");
+    assert!(metric(&s, "tarfa_connections_refused_total") >= 1);
 }

@@ -42,6 +42,7 @@ mod error;
 mod json;
 mod reasoning;
 mod template;
+pub mod tools;
 
 pub use error::TemplateError;
 pub use json::ChatJson;

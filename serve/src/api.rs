@@ -220,7 +220,9 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
 # HELP tarfa_expert_reads_total Expert reads.\n# TYPE tarfa_expert_reads_total counter\ntarfa_expert_reads_total {}\n\
 # HELP tarfa_expert_cache_hits_total Experts found in the RAM cache.\n# TYPE tarfa_expert_cache_hits_total counter\ntarfa_expert_cache_hits_total {}\n\
 # HELP tarfa_prompt_cache_hits_total Requests that reused a cached prompt prefix.\n# TYPE tarfa_prompt_cache_hits_total counter\ntarfa_prompt_cache_hits_total {}\n\
-# HELP tarfa_prompt_cache_tokens_total Prompt tokens taken from the prompt cache.\n# TYPE tarfa_prompt_cache_tokens_total counter\ntarfa_prompt_cache_tokens_total {}\n",
+# HELP tarfa_prompt_cache_tokens_total Prompt tokens taken from the prompt cache.\n# TYPE tarfa_prompt_cache_tokens_total counter\ntarfa_prompt_cache_tokens_total {}\n\
+# HELP tarfa_connections Connections open.\n# TYPE tarfa_connections gauge\ntarfa_connections {}\n\
+# HELP tarfa_connections_refused_total Connections refused with 503: --max-connections were open.\n# TYPE tarfa_connections_refused_total counter\ntarfa_connections_refused_total {}\n",
         g(&m.requests),
         g(&m.rejected),
         g(&m.disconnected),
@@ -239,6 +241,8 @@ async fn metrics(State(s): State<Arc<Shared>>) -> Response {
         g(&m.cache_hits),
         g(&m.prompt_cache_hits),
         g(&m.prompt_cache_tokens),
+        m.connections.load(Ordering::SeqCst),
+        g(&m.connections_refused),
     );
     ([("content-type", "text/plain; version=0.0.4")], text).into_response()
 }
@@ -1120,7 +1124,7 @@ struct Rendered {
 }
 
 /// A chat request's tools, and the format its template's calls come in.
-type Tools = (crate::tools::ToolFormat, Vec<Value>);
+type Tools = (tarfa_chat::tools::ToolFormat, Vec<Value>);
 
 /// The chat fields of a request (`messages`, `tools`, `documents`, `chat_template_kwargs`,
 /// `add_generation_prompt`) taken from `f` and rendered with the model's template, the values in
@@ -1364,9 +1368,13 @@ fn reply_parts(
     opened: bool,
     tools: Option<&Tools>,
     text: &str,
-) -> (Option<String>, String, Option<Vec<crate::tools::ToolCall>>) {
+) -> (
+    Option<String>,
+    String,
+    Option<Vec<tarfa_chat::tools::ToolCall>>,
+) {
     let (reasoning, content) = split(m, opened, text);
-    match tools.and_then(|(f, list)| crate::tools::parse(*f, &content, list)) {
+    match tools.and_then(|(f, list)| tarfa_chat::tools::parse(*f, &content, list)) {
         Some((content, calls)) => (reasoning, content, Some(calls)),
         None => (reasoning, content, None),
     }
@@ -1467,13 +1475,13 @@ fn stream_chat(
         let deltas = |view: &str,
                       sent: &mut ChatSent,
                       end: bool|
-         -> (Vec<Value>, Option<Vec<crate::tools::ToolCall>>) {
+         -> (Vec<Value>, Option<Vec<tarfa_chat::tools::ToolCall>>) {
             let (r, c, calls) = if end {
                 reply_parts(m, opened, tools.as_ref(), view)
             } else {
                 let (r, mut c) = split(m, opened, view);
                 if tools.is_some() {
-                    c.truncate(crate::tools::streamable(&c));
+                    c.truncate(tarfa_chat::tools::streamable(&c));
                 }
                 (r, c, None)
             };

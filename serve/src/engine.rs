@@ -141,6 +141,10 @@ pub struct Metrics {
     pub cache_hits: AtomicU64,
     /// Expert reads.
     pub expert_reads: AtomicU64,
+    /// Connections open.
+    pub connections: AtomicUsize,
+    /// Connections refused with 503: `--max-connections` were open.
+    pub connections_refused: AtomicU64,
     /// Requests that reused a cached prefix.
     pub prompt_cache_hits: AtomicU64,
     /// Prompt tokens not computed again: taken from the cache.

@@ -1,8 +1,9 @@
 //! `tarfa serve`: an OpenAI-compatible HTTP server whose answers are exact.
 //!
 //! The HTTP side is axum on tokio (as mistral.rs and text-generation-inference are): streaming
-//! responses, a thousand idle or slow connections and disconnect detection come from the stack,
-//! not from a thread per connection. The model lives on one engine thread ([`engine`]), fed by a
+//! responses, many idle or slow connections and disconnect detection come from the stack, not
+//! from a thread per connection; [`net`] accepts the connections, bounding how many are open and
+//! how long a request's headers may take. The model lives on one engine thread ([`engine`]), fed by a
 //! bounded queue; handlers validate a request, turn it into a [`engine::Job`] and relay the
 //! engine's events as a JSON response or as server-sent events.
 //!
@@ -18,9 +19,9 @@
 
 pub mod api;
 pub mod engine;
+pub mod net;
 pub mod page;
 pub mod sample;
-pub mod tools;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -46,6 +47,10 @@ pub struct ServeOptions {
     pub webui: bool,
     /// Largest request body, bytes.
     pub max_body: usize,
+    /// Connections open at once; one more is answered 503 and closed.
+    pub max_connections: usize,
+    /// Time a request's headers may take to arrive.
+    pub header_timeout: std::time::Duration,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens_limit: usize,
     /// The model's name in `/v1/models` and responses.
@@ -85,7 +90,7 @@ pub struct ModelInfo {
     /// `reasoning_content` and `content`.
     pub(crate) think: bool,
     /// The tool-call format the template teaches, if tarfa parses it.
-    pub(crate) tool_format: Option<tools::ToolFormat>,
+    pub(crate) tool_format: Option<tarfa_chat::tools::ToolFormat>,
 }
 
 /// A model's chat template, as [`chat_template`] finds it.
@@ -96,7 +101,7 @@ pub struct FoundTemplate {
     /// Whether its text knows `<think>` blocks.
     pub think: bool,
     /// The tool-call format its text teaches, if one tarfa parses.
-    pub tool_format: Option<tools::ToolFormat>,
+    pub tool_format: Option<tarfa_chat::tools::ToolFormat>,
 }
 
 /// The model's chat template as transformers' AutoTokenizer finds it: `chat_template.jinja`, else
@@ -168,7 +173,7 @@ pub fn chat_template(dec: &Decoder) -> FoundTemplate {
         Ok(Some((src, t))) => (
             Some(Ok(t)),
             src.contains("<think>"),
-            tools::ToolFormat::of_template(&src),
+            tarfa_chat::tools::ToolFormat::of_template(&src),
         ),
         Err(e) => (Some(Err(e)), false, None),
     };
@@ -209,6 +214,7 @@ pub fn serve(
         // never holds more.
         let (tx, rx) = std::sync::mpsc::sync_channel(opts.parallel.max(1) + opts.queue);
         let metrics = Arc::new(engine::Metrics::default());
+        let metrics_for_net = Arc::clone(&metrics);
         let shared = Arc::new(Shared {
             opts: opts.clone(),
             state: AtomicU8::new(LOADING),
@@ -294,13 +300,16 @@ pub fn serve(
             }
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Option<String>>();
-        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let limits = net::Limits {
+            max_connections: opts.max_connections,
+            header_timeout: opts.header_timeout,
+            drain: std::time::Duration::from_secs(5),
+        };
+        net::serve(listener, app, limits, metrics_for_net, async move {
             let why = shutdown.await;
             let _ = stop_tx.send(why);
-        });
-        server
-            .await
-            .map_err(|e| anyhow_like::Error::msg(format!("serving: {e}")))?;
+        })
+        .await;
         match stop_rx.await {
             Ok(Some(e)) => Err(anyhow_like::Error::msg(format!("loading the model: {e}"))),
             _ => Ok(()),

@@ -1,4 +1,4 @@
-//! Tool calls parsed out of a reply, in the format the model's chat template teaches it (the
+//! Tool calls parsed out of a reply (what `tarfa serve` gives as `tool_calls`), in the format the model's chat template teaches it (the
 //! formats vLLM's `hermes`, `qwen3_coder` and `glm45` parsers read):
 //!
 //! - Hermes (Qwen2.5, Qwen3): `<tool_call>\n{"name": "f", "arguments": {…}}\n</tool_call>`;
@@ -94,7 +94,15 @@ pub fn parse(format: ToolFormat, text: &str, tools: &[Value]) -> Option<(String,
 pub fn streamable(text: &str) -> usize {
     let before = match text.find(OPEN) {
         Some(at) => &text[..at],
-        None => &text[..text.len() - crate::engine::hold_back(text, &[OPEN.to_string()])],
+        None => {
+            // The longest end of the text that may begin a call (OPEN is ASCII: any length of
+            // it ends on a character boundary).
+            let held = (1..OPEN.len())
+                .rev()
+                .find(|&n| text.ends_with(&OPEN[..n]))
+                .unwrap_or(0);
+            &text[..text.len() - held]
+        }
     };
     before.trim_end().len()
 }
