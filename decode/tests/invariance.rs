@@ -75,6 +75,9 @@ fn logits_bits_do_not_depend_on_backend_isa_threads_batching_or_cache() {
     }
 }
 
+/// The fixtures' products are under the kernels' serial threshold: thread counts here change
+/// where the non-product work runs, never who computes a product's rows (which
+/// `thread_counts_that_really_split_the_products_change_no_bit` proves on a model that splits).
 fn backend_isa_threads_batching_cache(name: &'static str) {
     let base = run(
         name,
@@ -204,4 +207,53 @@ fn a_partial_cache_stays_within_its_size_hits_and_evicts() {
     // Reads beyond the distinct experts mean something was evicted and read again.
     assert!(s.reads > 16, "{s:?}");
     assert_eq!(s.reads, s.cache_misses);
+}
+
+/// Thread counts 1, 2, 3 and 7 on a model whose products really split (`common::split_model`):
+/// the same logits bits at every step, for every ISA, prompt batched or not, streamed or resident,
+/// products split in chunks from a counter (the default) and in equal static shares; and with
+/// more than one thread and static shares, products were computed by several threads (counted by
+/// the kernels), so the equality is not that of one thread doing all the work. (With chunks a
+/// thread that starts late may find none left, so only static shares are sure to divide.)
+#[test]
+fn thread_counts_that_really_split_the_products_change_no_bit() {
+    let dir = common::split_model();
+    let prompt: Vec<u32> = vec![5, 17, 99, 3, 42, 7, 11, 64];
+    let run = |o: &DecoderOptions| {
+        let mut dec = common::open(&dir, o);
+        let (t, rows) = common::greedy(&mut dec, &prompt, 6);
+        (t, common::bits(&rows))
+    };
+    let base = run(&opts(
+        BackendKind::Pread,
+        Isa::Scalar,
+        1,
+        false,
+        stream(0),
+        64,
+        0,
+    ));
+    let resident = ExpertOptions {
+        mode: ExpertMode::Resident,
+        cache_bytes: 0,
+    };
+    for static_split in [false, true] {
+        tarfa_decode::kernels::set_static_split(static_split);
+        for &isa in &Isa::available_all() {
+            for threads in [1, 2, 3, 7] {
+                for batch in [false, true] {
+                    for c in [stream(0), resident.clone()] {
+                        let before = tarfa_decode::kernels::products_split();
+                        let o = opts(BackendKind::Pread, isa, threads, batch, c, 64, 0);
+                        assert_eq!(run(&o), base, "static {static_split}: {o:?}");
+                        let split = tarfa_decode::kernels::products_split() - before;
+                        if threads > 1 && static_split {
+                            assert!(split > 0, "no product was split over threads: {o:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+    tarfa_decode::kernels::set_static_split(false);
 }

@@ -270,6 +270,9 @@ impl Isa {
                 mine
             })
         };
+        if shares.iter().filter(|m| !m.is_empty()).count() > 1 {
+            PRODUCTS_SPLIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         for (j, r0, res) in shares.into_iter().flatten() {
             for (o, r) in jobs[j].out.iter_mut().zip(res) {
                 o[r0..r0 + r.len()].copy_from_slice(&r);
@@ -310,6 +313,16 @@ impl Isa {
     }
 }
 
+/// Products (calls of [`Isa::matmul_many`]) whose rows more than one thread computed.
+static PRODUCTS_SPLIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many products so far in this process had their rows computed by more than one thread:
+/// what lets a test of thread-count invariance see that the work was really divided (a product
+/// under [`SERIAL_BYTES`], or one chunk, runs on one thread whatever the thread count).
+pub fn products_split() -> u64 {
+    PRODUCTS_SPLIT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A thread's finished rows: job, first row, outputs per token.
 type RowsDone = (usize, usize, Vec<Vec<f32>>);
 
@@ -317,9 +330,29 @@ type RowsDone = (usize, usize, Vec<Vec<f32>>);
 /// of chunks taken from a counter (for measuring one against the other; the bits are the same).
 pub const ENV_SPLIT: &str = "TARFA_SPLIT";
 
+/// 0: not read yet; 1: chunks from a counter; 2: static shares.
+static SPLIT_MODE: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
 fn split_static() -> bool {
-    static STATIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *STATIC.get_or_init(|| std::env::var(ENV_SPLIT).is_ok_and(|v| v == "static"))
+    use std::sync::atomic::Ordering::Relaxed;
+    match SPLIT_MODE.load(Relaxed) {
+        0 => {
+            let on = std::env::var(ENV_SPLIT).is_ok_and(|v| v == "static");
+            // A mode set meanwhile by `set_static_split` stands.
+            let _ = SPLIT_MODE.compare_exchange(0, if on { 2 } else { 1 }, Relaxed, Relaxed);
+            SPLIT_MODE.load(Relaxed) == 2
+        }
+        m => m == 2,
+    }
+}
+
+/// Split every product into one equal share per thread (`true`, as `TARFA_SPLIT=static`) or into
+/// chunks taken from a counter (`false`, the default), from now on, for the whole process. The
+/// bits are the same either way; a test sets `true` to know that every thread computes part of a
+/// product that is over the serial threshold (with chunks, a thread that starts late may find
+/// none left).
+pub fn set_static_split(on: bool) {
+    SPLIT_MODE.store(if on { 2 } else { 1 }, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// Below this many bytes of weights, [`Isa::matmul_many`] runs on the calling thread. (At 1 MiB

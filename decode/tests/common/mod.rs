@@ -367,3 +367,112 @@ pub fn sequences_hold(name: &'static str, dec: &mut Decoder) {
         "{name}: truncated to 0"
     );
 }
+
+/// A generated qwen3_moe whose products are large enough that any thread count really divides
+/// them (`tarfa_decode::kernels::products_split` counts those that were): hidden 512, 8 query and
+/// 2 key/value heads of 64, 8 experts of 256 (top-2), 2 layers, a vocabulary of 4096 — the
+/// router is 8 KiB, the attention's q/k/v 768 KiB, a token's selected experts 1.5 MiB and the
+/// lm_head 4 MiB of BF16, against the kernels' 64 KiB serial threshold and 256 KiB chunk. Weights
+/// are deterministic (splitmix64 of the tensor's name and index, uniform in ±1/√cols, BF16), norm
+/// weights 1. The fixture tokenizer's ids (< 128) are the prompts'. Converted once per process.
+pub fn split_model() -> PathBuf {
+    static DIR: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let src = tmp.path().join("src");
+        std::fs::create_dir_all(&src).expect("mkdir");
+        let fixture = repo().join("fixtures/hf/qwen3_moe");
+        std::fs::copy(fixture.join("tokenizer.json"), src.join("tokenizer.json")).expect("copy");
+        let (hidden, heads, kv, hd, experts, inter, layers, vocab) =
+            (512u64, 8u64, 2u64, 64u64, 8u64, 256u64, 2u64, 4096u64);
+        let mut cfg: serde_json::Value = serde_json::from_slice(
+            &std::fs::read(fixture.join("config.json")).expect("config"),
+        )
+        .expect("json");
+        for (k, v) in [
+            ("hidden_size", hidden),
+            ("num_attention_heads", heads),
+            ("num_key_value_heads", kv),
+            ("head_dim", hd),
+            ("num_local_experts", experts),
+            ("num_experts_per_tok", 2),
+            ("moe_intermediate_size", inter),
+            ("intermediate_size", 1024),
+            ("num_hidden_layers", layers),
+            ("vocab_size", vocab),
+        ] {
+            cfg[k] = v.into();
+        }
+        std::fs::write(src.join("config.json"), cfg.to_string()).expect("write config");
+        let mut tensors: Vec<(String, Vec<u64>)> = vec![
+            ("model.embed_tokens.weight".into(), vec![vocab, hidden]),
+            ("lm_head.weight".into(), vec![vocab, hidden]),
+            ("model.norm.weight".into(), vec![hidden]),
+        ];
+        for l in 0..layers {
+            let p = format!("model.layers.{l}.");
+            for (n, shape) in [
+                ("input_layernorm.weight", vec![hidden]),
+                ("post_attention_layernorm.weight", vec![hidden]),
+                ("self_attn.q_proj.weight", vec![heads * hd, hidden]),
+                ("self_attn.k_proj.weight", vec![kv * hd, hidden]),
+                ("self_attn.v_proj.weight", vec![kv * hd, hidden]),
+                ("self_attn.o_proj.weight", vec![hidden, heads * hd]),
+                ("self_attn.q_norm.weight", vec![hd]),
+                ("self_attn.k_norm.weight", vec![hd]),
+                ("mlp.gate.weight", vec![experts, hidden]),
+            ] {
+                tensors.push((format!("{p}{n}"), shape));
+            }
+            for e in 0..experts {
+                for (n, shape) in [
+                    ("gate_proj.weight", vec![inter, hidden]),
+                    ("up_proj.weight", vec![inter, hidden]),
+                    ("down_proj.weight", vec![hidden, inter]),
+                ] {
+                    tensors.push((format!("{p}mlp.experts.{e}.{n}"), shape));
+                }
+            }
+        }
+        let mut header = serde_json::Map::new();
+        let mut data: Vec<u8> = Vec::new();
+        for (name, shape) in &tensors {
+            let n: u64 = shape.iter().product();
+            let start = data.len();
+            if shape.len() == 1 {
+                (0..n).for_each(|_| data.extend_from_slice(&0x3F80u16.to_le_bytes()));
+            } else {
+                let scale = 1.0 / (shape[1] as f32).sqrt();
+                let seed = name
+                    .bytes()
+                    .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+                for i in 0..n {
+                    let mut z = seed.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+                    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                    z ^= z >> 31;
+                    let u = (z >> 40) as f32 / (1u64 << 24) as f32;
+                    let v = (2.0 * u - 1.0) * scale;
+                    data.extend_from_slice(&((v.to_bits() >> 16) as u16).to_le_bytes());
+                }
+            }
+            header.insert(
+                name.clone(),
+                serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [start, data.len()]}),
+            );
+        }
+        let mut hdr = serde_json::to_vec(&header).expect("json");
+        while !hdr.len().is_multiple_of(8) {
+            hdr.push(b' ');
+        }
+        let mut file = (hdr.len() as u64).to_le_bytes().to_vec();
+        file.extend_from_slice(&hdr);
+        file.extend_from_slice(&data);
+        std::fs::write(src.join("model.safetensors"), file).expect("write");
+        let out = tmp.path().join("model");
+        convert(&src, &out);
+        (tmp, out)
+    })
+    .1
+    .clone()
+}
