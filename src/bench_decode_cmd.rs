@@ -385,6 +385,7 @@ fn options(threads: usize, mode: ExpertMode) -> anyhow::Result<DecoderOptions> {
         },
         source: SourceOptions::from_env()?,
         batch_prompt: true,
+        prompt_chunk: 0,
         device: Default::default(),
     })
 }

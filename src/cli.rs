@@ -399,6 +399,11 @@ pub struct ModelFlags {
     /// Run the prompt token by token instead of as one batch (the same bits; for testing).
     #[arg(long)]
     pub no_batch_prompt: bool,
+    /// Prompt chunk size, 1..=1048576 (default: the whole prompt as one batch): a longer prompt
+    /// runs in batches of N tokens, each after the one before (llama.cpp's -b). Any N gives the
+    /// same bits.
+    #[arg(short = 'b', long = "batch", value_name = "N", value_parser = count::<usize>(1, 1 << 20))]
+    pub batch: Option<usize>,
     /// Where the model runs: `cpu`, `cuda` (the GPU: the whole forward pass of a Qwen3-MoE,
     /// GLM-4.5-MoE or Mixtral model that fits, else the routed experts and matrix products for
     /// the CPU's layers; an error if this build or machine has none) or `auto` (the GPU when

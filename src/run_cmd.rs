@@ -414,6 +414,9 @@ pub fn decoder_options(a: &crate::cli::ModelFlags) -> anyhow::Result<DecoderOpti
     }
     source.queue_depth = a.qd;
     source.slots = a.ring_slots;
+    if a.batch.is_some() && a.no_batch_prompt {
+        bail!("--batch: a prompt run token by token (--no-batch-prompt) has no batches");
+    }
     let mode: ExpertMode = a
         .experts
         .parse()
@@ -472,6 +475,7 @@ pub fn decoder_options(a: &crate::cli::ModelFlags) -> anyhow::Result<DecoderOpti
         },
         source,
         batch_prompt: !a.no_batch_prompt,
+        prompt_chunk: a.batch.unwrap_or(0),
         device,
     })
 }

@@ -156,6 +156,10 @@ const OUT_OF_RANGE: &[(&[&str], &str)] = &[
         "--jobs",
     ),
     (
+        &["run", "/nonexistent", "--tokens", "1", "--batch", "0"],
+        "--batch",
+    ),
+    (
         &["serve", "/nonexistent", "--max-connections", "0"],
         "--max-connections",
     ),

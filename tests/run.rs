@@ -221,6 +221,8 @@ fn logits_files_are_byte_identical_across_backends_caches_threads_and_kernels() 
         &["--qd", "1", "--ring-slots", "1", "--cache-gib", "0.00001"],
         &["--experts", "resident", "--threads", "3"],
         &["--cache-gib", "1", "--qd", "256"],
+        // The 4-token prompt in batches of 3 then 1 (chunked prefill).
+        &["--batch", "3", "--threads", "2"],
     ];
     let mut files = Vec::new();
     for (i, extra) in configs.iter().enumerate() {

@@ -33,6 +33,10 @@ pub struct DecoderOptions {
     /// Run a prompt as one batch (each selected expert read once for all its tokens); else token
     /// by token. The logits are the same bits either way.
     pub batch_prompt: bool,
+    /// With `batch_prompt`, the most tokens one batch takes (0: the whole prompt): a longer
+    /// prompt runs in chunks of this many, each after the one before (chunked prefill, as
+    /// llama.cpp's `--batch-size`). The chunk size changes no bit.
+    pub prompt_chunk: usize,
     /// Where routed experts are computed (the CPU, or the GPU for all or some of them). The
     /// logits are the same bits either way.
     pub device: crate::offload::Device,
@@ -46,6 +50,7 @@ impl Default for DecoderOptions {
             experts: ExpertOptions::default(),
             source: SourceOptions::default(),
             batch_prompt: true,
+            prompt_chunk: 0,
             device: crate::offload::Device::Cpu,
         }
     }
@@ -74,6 +79,7 @@ pub struct Decoder {
     threads: usize,
     isa: Isa,
     batch_prompt: bool,
+    prompt_chunk: usize,
     /// Numbers this decoder's sequences.
     id: u64,
     /// Positions a sequence may hold: the config's `max_position_embeddings` (a VL checkpoint's
@@ -204,6 +210,7 @@ impl Decoder {
             threads,
             isa,
             batch_prompt: opts.batch_prompt,
+            prompt_chunk: opts.prompt_chunk,
             id,
             context,
             seq,
@@ -502,9 +509,23 @@ impl Decoder {
         let family = &mut self.family;
         let state = &mut seq.state;
         let batch = self.batch_prompt;
+        let chunk = match self.prompt_chunk {
+            0 => tokens.len(),
+            n => n,
+        };
         let out = self.pool.install(|| -> Result<Vec<Vec<f32>>> {
             if batch {
-                family.forward(&mut ctx, state, tokens, start, all_logits)
+                let mut all = Vec::new();
+                let mut at = 0;
+                for c in tokens.chunks(chunk) {
+                    let last = at + c.len() == tokens.len();
+                    let mut l = family.forward(&mut ctx, state, c, start + at, all_logits)?;
+                    if all_logits || last {
+                        all.append(&mut l);
+                    }
+                    at += c.len();
+                }
+                Ok(all)
             } else {
                 let mut all = Vec::new();
                 for (i, &t) in tokens.iter().enumerate() {

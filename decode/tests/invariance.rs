@@ -44,6 +44,7 @@ fn opts(
             ..SourceOptions::default()
         },
         batch_prompt: batch,
+        prompt_chunk: 0,
         device: Default::default(),
     }
 }
@@ -256,4 +257,40 @@ fn thread_counts_that_really_split_the_products_change_no_bit() {
         }
     }
     tarfa_decode::kernels::set_static_split(false);
+}
+
+/// A prompt in chunks of 1, 2, 7, 64 and 512 tokens (`prompt_chunk`, `tarfa run --batch N`)
+/// gives every position the bits of the whole prompt in one batch: on every family's fixture
+/// (their reference prompts), and on the model whose products split over threads with a
+/// 100-token prompt, at 3 threads.
+#[test]
+fn a_prompt_in_chunks_of_any_size_gives_the_same_bits() {
+    let long: Vec<u32> = (0..100u32).map(|i| (i * 37 + 5) % 128).collect();
+    let mut cases: Vec<(String, std::path::PathBuf, Vec<u32>)> = NAMES
+        .iter()
+        .map(|&n| {
+            (
+                n.to_string(),
+                common::model(n),
+                common::reference(n)[0].prompt_ids.clone(),
+            )
+        })
+        .collect();
+    cases.push(("split".into(), common::split_model(), long));
+    for (name, dir, prompt) in cases {
+        let feed = |chunk: usize| {
+            let mut o = opts(BackendKind::Pread, Isa::best(), 3, true, stream(0), 64, 0);
+            o.prompt_chunk = chunk;
+            let mut dec = common::open(&dir, &o);
+            let rows = dec.feed(&prompt, true).expect("feed");
+            assert_eq!(rows.len(), prompt.len());
+            // And the next token's logits, after the chunks.
+            let next = dec.feed(&[3], false).expect("feed");
+            (common::bits(&rows), common::bits(&next))
+        };
+        let whole = feed(0);
+        for chunk in [1, 2, 7, 64, 512] {
+            assert_eq!(feed(chunk), whole, "{name}: chunks of {chunk}");
+        }
+    }
 }

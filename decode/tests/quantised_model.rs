@@ -71,6 +71,7 @@ fn a_quantised_model_gives_the_same_bits_on_every_isa_thread_count_and_expert_mo
                 ..SourceOptions::default()
             },
             batch_prompt: threads != 1,
+            prompt_chunk: 0,
             device: Default::default(),
         };
         let mut dec = common::open(&dir, &opts);
