@@ -83,6 +83,7 @@ pub fn run(a: &ChatArgs) -> anyhow::Result<bool> {
         parallel: 1,
         context,
         eos: dec.eos_ids()?,
+        prompt_chunk: a.model.batch.unwrap_or(engine::PROMPT_CHUNK),
     };
     let metrics = Arc::new(Metrics::default());
     let (jobs, rx) = std::sync::mpsc::sync_channel::<Job>(1);

@@ -27,6 +27,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<bool> {
         max_tokens_limit: a.max_tokens_limit,
         model_id,
         prompt_cache: a.prompt_cache,
+        prompt_chunk: a.model.batch.unwrap_or(tarfa_serve::engine::PROMPT_CHUNK),
     };
     let dir = a.dir.clone();
     let parallel = a.parallel;

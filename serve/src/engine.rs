@@ -2,8 +2,9 @@
 //!
 //! Each request is a [`Job`]: its prompt's ids, its limits and stops, and the channel its
 //! events go to. The engine admits jobs from a bounded queue into free slots, then gives every
-//! active slot one step in turn — a slot's first steps run its prompt, [`PROMPT_CHUNK`] tokens
-//! each, each later one a single token — and sends what the step made. A slot whose receiver is gone (the client
+//! active slot one step in turn — a slot's first steps run its prompt, a chunk of
+//! [`EngineConfig::prompt_chunk`] tokens each, each later one a single token — and sends what the
+//! step made. A slot whose receiver is gone (the client
 //! disconnected, stream or not) is freed before its next step. Each sequence is computed alone
 //! from its own state, so the tokens and logits of a request are the same bits whatever else
 //! runs beside it (spec/EXACTNESS.md §4).
@@ -234,6 +235,10 @@ pub struct EngineConfig {
     pub context: usize,
     /// The model's end-of-sequence set, sorted.
     pub eos: Vec<u32>,
+    /// Prompt tokens a step computes at most: a long prompt takes several steps, so the other
+    /// slots' tokens go on between its chunks and a client that leaves mid-prompt frees its
+    /// slot within one chunk. Each token is computed as alone, so the chunking changes no bit.
+    pub prompt_chunk: usize,
 }
 
 /// Run the engine until the queue's senders are all gone.
@@ -358,10 +363,8 @@ pub fn run(
     }
 }
 
-/// Prompt tokens a step computes at most: a long prompt takes several steps, so the other
-/// slots' tokens go on between its chunks and a client that leaves mid-prompt frees its slot
-/// within one chunk. Each token is computed as alone, so the chunking changes no bit.
-pub const PROMPT_CHUNK: usize = 32;
+/// Prompt tokens a step computes by default ([`EngineConfig::prompt_chunk`]).
+pub const PROMPT_CHUNK: usize = 256;
 
 /// One step of `s`: a chunk of its prompt (what the cache did not hold), or one token. `None`
 /// while it goes on; `Some(true)` when it finished, `Some(false)` when it failed or its client
@@ -376,7 +379,7 @@ fn step(
     let input: Vec<u32> = if s.started {
         vec![*s.generated.last().unwrap_or(&0)]
     } else {
-        let end = (s.fed + PROMPT_CHUNK).min(s.job.prompt.len());
+        let end = (s.fed + cfg.prompt_chunk.max(1)).min(s.job.prompt.len());
         s.job.prompt[s.fed..end].to_vec()
     };
     let logits = match dec.feed_in(&mut s.seq, &input, false) {

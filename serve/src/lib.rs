@@ -57,6 +57,8 @@ pub struct ServeOptions {
     pub model_id: String,
     /// Finished sequences kept so a later prompt sharing a prefix computes only the rest.
     pub prompt_cache: usize,
+    /// Prompt tokens a step computes at most (`--batch`; [`engine::PROMPT_CHUNK`] by default).
+    pub prompt_chunk: usize,
 }
 
 /// The server's state while the model loads, once it is up, or when it failed.
@@ -230,6 +232,7 @@ pub fn serve(
         let parallel = opts.parallel.max(1);
         let ctx = opts.ctx;
         let prompt_cache = opts.prompt_cache;
+        let prompt_chunk = opts.prompt_chunk.max(1);
         std::thread::Builder::new()
             .name("tarfa-engine".into())
             .spawn(move || {
@@ -271,6 +274,7 @@ pub fn serve(
                             parallel,
                             context,
                             eos,
+                            prompt_chunk,
                         },
                     ))
                 })();
