@@ -53,6 +53,43 @@ struct ModeRow {
     #[serde(serialize_with = "crate::json::ser_float_opt")]
     ratio_to_bound: Option<f64>,
     cold_cache: bool,
+    /// llama.cpp's figures on this mode's device, with `--peer`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    peer: Option<PeerFigures>,
+}
+
+/// A mode's figures against llama-bench's tests on its device (`--peer`).
+#[derive(Debug, serde::Serialize)]
+struct PeerFigures {
+    file: String,
+    backends: String,
+    n_threads: u64,
+    #[serde(serialize_with = "crate::json::ser_float_opt")]
+    prompt_tokens_per_s: Option<f64>,
+    #[serde(serialize_with = "crate::json::ser_float_opt")]
+    decode_tokens_per_s: Option<f64>,
+    #[serde(serialize_with = "crate::json::ser_float_opt")]
+    prompt_ratio: Option<f64>,
+    #[serde(serialize_with = "crate::json::ser_float_opt")]
+    decode_ratio: Option<f64>,
+}
+
+/// The peer tests of a mode (`gpu`: a GPU mode) at this run's prompt length and steps: the
+/// first file that has either.
+fn peer_for(
+    peers: &[crate::peer::Peer],
+    gpu: bool,
+    prompt: u64,
+    steps: u64,
+) -> Option<(
+    &crate::peer::Peer,
+    Option<&crate::peer::PeerRow>,
+    Option<&crate::peer::PeerRow>,
+)> {
+    peers.iter().find_map(|p| {
+        let (pp, tg) = (p.prompt(gpu, prompt), p.decode(gpu, steps));
+        (pp.is_some() || tg.is_some()).then_some((p, pp, tg))
+    })
 }
 
 pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
@@ -80,6 +117,40 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
         if !matches!(*m, "resident" | "stream" | "gpu" | "gpu-stream") {
             bail!("--modes: unknown mode {m:?} (resident, stream, gpu, gpu-stream)");
         }
+    }
+    // The peer files, read and matched before anything is measured: a file none of whose tests
+    // is this run's (the prompt length, the steps, a mode's device) is an error now, not a table
+    // of dashes after minutes of measuring.
+    let peers = a
+        .peer
+        .iter()
+        .map(|p| crate::peer::Peer::load(p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let used = |p: &crate::peer::Peer| {
+        modes.iter().any(|m| {
+            let gpu = m.starts_with("gpu");
+            p.prompt(gpu, a.prompt_tokens as u64).is_some()
+                || p.decode(gpu, a.tokens as u64).is_some()
+        })
+    };
+    let unused: Vec<String> = peers
+        .iter()
+        .filter(|p| !used(p))
+        .map(|p| format!("{} ({})", p.file.display(), p.tests()))
+        .collect();
+    if !peers.is_empty() && unused.len() == peers.len() {
+        bail!(
+            "--peer {}: none of its tests is this run's: pp{} or tg{} on the device of --modes {} (llama-bench -p {} -n {}; -ngl 99 for the GPU modes)",
+            unused.join(", "),
+            a.prompt_tokens,
+            a.tokens,
+            a.modes,
+            a.prompt_tokens,
+            a.tokens
+        );
+    }
+    for u in &unused {
+        eprintln!("warning: --peer {u}: none of its tests is this run's; not used");
     }
     // A GPU mode in a build without CUDA: said before any measuring (the disk probe) starts.
     if !cfg!(feature = "cuda") && modes.iter().any(|m| m.starts_with("gpu")) {
@@ -164,6 +235,7 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
             bound_tokens_per_s: bound,
             ratio_to_bound: bound.map(|b| decode / b),
             cold_cache: false,
+            peer: None,
         });
     }
 
@@ -228,6 +300,7 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
                 bound_tokens_per_s: Some(bound),
                 ratio_to_bound: Some(decode / bound),
                 cold_cache: cold,
+                peer: None,
             });
         }
     }
@@ -276,7 +349,24 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
             bound_tokens_per_s: Some(bound),
             ratio_to_bound: Some(decode / bound),
             cold_cache: false,
+            peer: None,
         });
+    }
+
+    for r in &mut rows {
+        let gpu = r.mode.starts_with("gpu");
+        if let Some((p, pp, tg)) = peer_for(&peers, gpu, prompt.len() as u64, a.tokens as u64) {
+            let row = pp.or(tg).expect("one of them");
+            r.peer = Some(PeerFigures {
+                file: p.file.display().to_string(),
+                backends: row.backends.clone(),
+                n_threads: row.n_threads,
+                prompt_tokens_per_s: pp.map(|x| x.avg_ts),
+                decode_tokens_per_s: tg.map(|x| x.avg_ts),
+                prompt_ratio: pp.map(|x| r.prompt_tokens_per_s / x.avg_ts),
+                decode_ratio: tg.map(|x| r.decode_tokens_per_s / x.avg_ts),
+            });
+        }
     }
 
     if a.json {
@@ -318,6 +408,29 @@ pub fn run(a: &BenchDecodeArgs) -> anyhow::Result<bool> {
             "logits bit-identical across all {} runs",
             rows.iter().map(|r| r.runs).sum::<usize>()
         );
+        if rows.iter().any(|r| r.peer.is_some()) {
+            println!();
+            println!(
+                "| mode | llama.cpp | pp{} tok/s | tarfa ÷ llama.cpp | tg{} tok/s | tarfa ÷ llama.cpp |",
+                prompt.len(),
+                a.tokens
+            );
+            println!("|---|---|---:|---:|---:|---:|");
+            for r in &rows {
+                let Some(p) = &r.peer else { continue };
+                let f = |v: Option<f64>, d: usize| v.map_or("-".into(), |v| format!("{v:.d$}"));
+                println!(
+                    "| {} | {}, {} threads | {} | {} | {} | {} |",
+                    r.mode,
+                    p.backends,
+                    p.n_threads,
+                    f(p.prompt_tokens_per_s, 1),
+                    f(p.prompt_ratio, 3),
+                    f(p.decode_tokens_per_s, 2),
+                    f(p.decode_ratio, 3),
+                );
+            }
+        }
     }
     Ok(true)
 }
@@ -495,6 +608,7 @@ mod tests {
             bound_tokens_per_s: Some(f64::INFINITY),
             ratio_to_bound: None,
             cold_cache: false,
+            peer: None,
         };
         let v = serde_json::to_value(&row).expect("json");
         assert_eq!(v["prompt_tokens_per_s"], "NaN");

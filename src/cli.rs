@@ -222,6 +222,12 @@ pub struct BenchDecodeArgs {
     /// figure, 4.8 TB/s); above 0, at most 1000000.
     #[arg(long, default_value_t = 4800.0, value_parser = real(0.0, 1e6, true))]
     pub hbm_gbps: f64,
+    /// llama-bench's JSON (`llama-bench -o json -p P -n N`, the same P as --prompt-tokens and N as
+    /// -n) to print each mode's prompt and decode tokens/s as ratios to llama.cpp's: the CPU
+    /// modes against its CPU tests, the GPU modes against its GPU ones (-ngl above 0). May be
+    /// given twice (a CPU and a CUDA build's files).
+    #[arg(long, value_name = "FILE")]
+    pub peer: Vec<PathBuf>,
     /// One JSON document on stdout.
     #[arg(long)]
     pub json: bool,

@@ -20,6 +20,7 @@ mod fetch_cmd;
 mod inspect;
 mod inspect_gguf;
 mod json;
+mod peer;
 mod run_cmd;
 mod serve_cmd;
 mod verify_cmd;
