@@ -135,3 +135,96 @@ fn weighted_rows_and_sum_follow_the_lane_rule() {
         );
     }
 }
+
+/// A row meets several tokens at once (four on AVX-512, two on AVX2, each part of the row loaded
+/// once for all of them): every output is still that token's canonical dot — and, for a
+/// gate/up pair, `silu(gate·x)·(up·x)` of those dots — bit for bit the scalar reference's, for
+/// batches of 1 to 9 tokens, BF16 and `f32` rows, lengths with and without a tail.
+#[test]
+fn a_row_meeting_several_tokens_at_once_gives_each_its_own_dot() {
+    use tarfa_decode::kernels::MatJob;
+    let mut rng = fastrand::Rng::with_seed(11);
+    let rows = 13;
+    for cols in [32, 64, 301, 1000] {
+        let (gate_f, up_f) = (
+            hostile(&mut rng, rows * cols),
+            hostile(&mut rng, rows * cols),
+        );
+        let (gate_b, up_b) = (bf16_of(&gate_f), bf16_of(&up_f));
+        for batch in 1..=9 {
+            let xs: Vec<Vec<f32>> = (0..batch).map(|_| hostile(&mut rng, cols)).collect();
+            let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
+            for bf16 in [true, false] {
+                let (gate, g) = matrix("gate", bf16, cols, &gate_b, &gate_f, &xs);
+                let (up, u) = matrix("up", bf16, cols, &up_b, &up_f, &xs);
+                let want = bits(&g);
+                let want_g: Vec<Vec<u32>> = g
+                    .iter()
+                    .zip(&u)
+                    .map(|(g, u)| {
+                        g.iter()
+                            .zip(u)
+                            .map(|(&g, &u)| Isa::Scalar.silu_mul_one(g, u).to_bits())
+                            .collect()
+                    })
+                    .collect();
+                for &isa in &Isa::available_all() {
+                    let what = format!("{isa}, cols {cols}, batch {batch}, bf16 {bf16}");
+                    let mut out = vec![vec![0.0f32; rows]; batch];
+                    isa.matmul(gate, &refs, &mut out);
+                    assert_eq!(bits(&out), want, "{what}");
+                    let mut out = vec![vec![0.0f32; rows]; batch];
+                    isa.matmul_many(&mut [MatJob::swiglu_gate(gate, up, &refs, &mut out)]);
+                    assert_eq!(bits(&out), want_g, "{what}, gate/up pair");
+                }
+            }
+        }
+    }
+}
+
+/// 13 rows of `b` (BF16) or `f` as a matrix, and each token's canonical dots with its rows.
+fn matrix<'a>(
+    name: &'static str,
+    bf16: bool,
+    cols: usize,
+    b: &'a [u16],
+    f: &'a [f32],
+    xs: &[Vec<f32>],
+) -> (MatrixRef<'a>, Vec<Vec<f32>>) {
+    let rows = 13;
+    let dots = xs
+        .iter()
+        .map(|x| {
+            (0..rows)
+                .map(|r| {
+                    let span = r * cols..(r + 1) * cols;
+                    if bf16 {
+                        canon::dot_bf16(&b[span], x)
+                    } else {
+                        canon::dot_f32(&f[span], x)
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let data = if bf16 {
+        WeightSlice::Bf16(b)
+    } else {
+        WeightSlice::F32(f)
+    };
+    (
+        MatrixRef {
+            name,
+            rows,
+            cols,
+            data,
+        },
+        dots,
+    )
+}
+
+fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
+    rows.iter()
+        .map(|r| r.iter().map(|v| v.to_bits()).collect())
+        .collect()
+}

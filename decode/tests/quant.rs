@@ -236,7 +236,8 @@ fn quantised_matrices_multiply_to_the_bits_of_their_dequantised_f32_matrix_on_ev
                 );
             }
         }
-        let xs: Vec<Vec<f32>> = (0..3)
+        // Five tokens: a group of four (AVX-512) or two pairs (AVX2) and one alone.
+        let xs: Vec<Vec<f32>> = (0..5)
             .map(|_| (0..c.cols).map(|_| rng.f32() * 2.0 - 1.0).collect())
             .collect();
         let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();

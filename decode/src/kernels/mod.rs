@@ -116,6 +116,67 @@ impl Isa {
         }
     }
 
+    /// `out[i] = self.dot_with(w, xs[i], buf)` for every `i`: the row's canonical dot with each
+    /// vector, the same bits as one at a time, computed four (AVX-512) or two (AVX2) vectors at
+    /// a time so that each part of the row is loaded and widened once for all of them.
+    fn dots_with(
+        self,
+        w: WeightSlice<'_>,
+        xs: &[&[f32]],
+        buf: &[f32],
+        mut out: impl FnMut(usize, f32),
+    ) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (bf16, f32s): (Option<&[u16]>, Option<&[f32]>) = match w {
+                WeightSlice::Bf16(r) => (Some(r), None),
+                WeightSlice::F32(r) => (None, Some(r)),
+                WeightSlice::Quant(_) => (None, Some(buf)),
+            };
+            let mut i = 0;
+            match self {
+                Isa::Avx512 => {
+                    while i + 4 <= xs.len() {
+                        let four = [xs[i], xs[i + 1], xs[i + 2], xs[i + 3]];
+                        let d = match (bf16, f32s) {
+                            (Some(r), _) => x86::dots4_bf16_on_avx512(r, four),
+                            (_, Some(r)) => x86::dots4_f32_on_avx512(r, four),
+                            _ => None,
+                        };
+                        let Some(d) = d else { break };
+                        for (j, v) in d.into_iter().enumerate() {
+                            out(i + j, v);
+                        }
+                        i += 4;
+                    }
+                }
+                Isa::Avx2 => {
+                    while i + 2 <= xs.len() {
+                        let two = [xs[i], xs[i + 1]];
+                        let d = match (bf16, f32s) {
+                            (Some(r), _) => x86::dots2_bf16_on_avx2(r, two),
+                            (_, Some(r)) => x86::dots2_f32_on_avx2(r, two),
+                            _ => None,
+                        };
+                        let Some(d) = d else { break };
+                        for (j, v) in d.into_iter().enumerate() {
+                            out(i + j, v);
+                        }
+                        i += 2;
+                    }
+                }
+                Isa::Scalar => {}
+            }
+            for (j, x) in xs.iter().enumerate().skip(i) {
+                out(j, self.dot_with(w, x, buf));
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        for (j, x) in xs.iter().enumerate() {
+            out(j, self.dot_with(w, x, buf));
+        }
+    }
+
     /// Canonical dot product of BF16 weights and `x`.
     #[inline]
     pub fn dot_bf16(self, w: &[u16], x: &[f32]) -> f32 {
@@ -282,36 +343,49 @@ impl Isa {
 
     /// Rows `r0..r1` of `m` against every `x`, on this thread: one row at a time, so the
     /// weights stream through memory in one sequential run (four interleaved rows measured 27%
-    /// slower: `decode/examples/matvec_rate`, ledger row (h)); each row meets every token while
-    /// it is in L1.
+    /// slower: `decode/examples/matvec_rate`, ledger row (h)); each row meets the tokens while it
+    /// is in L1, four or two at a time ([`Isa::dots_with`]).
     ///
-    /// A quantised row is dequantised once into this thread's buffer (gguf-py's `f32` values),
-    /// then meets every token through the `f32` dot.
+    /// A prompt's tokens are taken in blocks of about [`TOKEN_BLOCK_BYTES`]: every row of the
+    /// share meets one block, then the next — so the block stays in L2 while the share's rows
+    /// (a chunk of at most a few hundred KiB) pass through it, instead of every row reading every
+    /// token from further away. Each output is still one canonical dot.
+    ///
+    /// A quantised row is dequantised into this thread's buffer (gguf-py's `f32` values) for
+    /// each block, then meets the block's tokens through the `f32` dot.
     fn rows_into(self, job: &MatJob<'_, '_>, r0: usize, r1: usize, res: &mut [Vec<f32>]) {
         let (mut buf, mut up_buf) = (Vec::new(), Vec::new());
-        for r in r0..r1 {
-            let row = job.m.row(r);
-            dequantize_row(row, &mut buf);
-            match job.up {
-                None => {
-                    for (x, o) in job.xs.iter().zip(res.iter_mut()) {
-                        o[r - r0] = self.dot_with(row, x, &buf);
-                    }
-                }
-                Some(up) => {
-                    let up_row = up.row(r);
-                    dequantize_row(up_row, &mut up_buf);
-                    for (x, o) in job.xs.iter().zip(res.iter_mut()) {
-                        o[r - r0] = self.silu_mul_one(
-                            self.dot_with(row, x, &buf),
-                            self.dot_with(up_row, x, &up_buf),
-                        );
+        let block = (TOKEN_BLOCK_BYTES / (job.m.cols.max(1) * 4)).max(4) / 4 * 4;
+        let mut t0 = 0;
+        while t0 < job.xs.len() {
+            let t1 = (t0 + block).min(job.xs.len());
+            let xs = &job.xs[t0..t1];
+            for r in r0..r1 {
+                let row = job.m.row(r);
+                dequantize_row(row, &mut buf);
+                match job.up {
+                    None => self.dots_with(row, xs, &buf, |t, v| res[t0 + t][r - r0] = v),
+                    Some(up) => {
+                        let up_row = up.row(r);
+                        dequantize_row(up_row, &mut up_buf);
+                        // The gate's dots into the outputs, then each output the gate's SiLU
+                        // times the up row's dot: the same two dots and product as one token at
+                        // a time.
+                        self.dots_with(row, xs, &buf, |t, v| res[t0 + t][r - r0] = v);
+                        self.dots_with(up_row, xs, &up_buf, |t, u| {
+                            let o = &mut res[t0 + t][r - r0];
+                            *o = self.silu_mul_one(*o, u);
+                        });
                     }
                 }
             }
+            t0 = t1;
         }
     }
 }
+
+/// About how many bytes of a prompt's token vectors one block of [`Isa::rows_into`] holds.
+const TOKEN_BLOCK_BYTES: usize = 32 << 10;
 
 /// Products (calls of [`Isa::matmul_many`]) whose rows more than one thread computed.
 static PRODUCTS_SPLIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);

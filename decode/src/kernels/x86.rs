@@ -164,6 +164,47 @@ impl Weight for f32 {
     }
 }
 
+/// [`fold_lanes`] of the 32 lanes in two 16-lane registers, in registers: `+16` is `a0 + a1`
+/// lane by lane, `+8` the low half plus the high half, then `+4`, `+2`, `+1` the same way — the
+/// tree's additions, each with the same two operands in the same order (the lower lane first).
+///
+/// # Safety
+/// AVX-512F must be available.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn fold512(a0: __m512, a1: __m512) -> f32 {
+    let v = _mm512_add_ps(a0, a1);
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    // SAFETY: AVX-512F implies AVX.
+    unsafe { fold256(_mm256_add_ps(_mm512_castps512_ps256(v), hi)) }
+}
+
+/// [`fold_lanes`] of the 32 lanes in four 8-lane registers (lanes 8j..8j+7 in `a[j]`).
+///
+/// # Safety
+/// AVX is available (AVX2 callers).
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn fold_ymm4(a: [__m256; 4]) -> f32 {
+    let v0 = _mm256_add_ps(a[0], a[2]);
+    let v1 = _mm256_add_ps(a[1], a[3]);
+    // SAFETY: AVX2 implies AVX.
+    unsafe { fold256(_mm256_add_ps(v0, v1)) }
+}
+
+/// The last three steps of the tree (`+4`, `+2`, `+1`) on 8 lanes.
+///
+/// # Safety
+/// AVX is available.
+#[inline]
+#[target_feature(enable = "avx")]
+unsafe fn fold256(v8: __m256) -> f32 {
+    let v4 = _mm_add_ps(_mm256_castps256_ps128(v8), _mm256_extractf128_ps(v8, 1));
+    let v2 = _mm_add_ps(v4, _mm_movehl_ps(v4, v4));
+    let v1 = _mm_add_ss(v2, _mm_shuffle_ps(v2, v2, 1));
+    _mm_cvtss_f32(v1)
+}
+
 /// Spilled register lanes: finish the tail by the scalar lane rule, fold.
 #[inline(always)]
 fn finish<W: Weight>(mut l: [f32; LANES], w: &[W], x: &[f32], from: usize) -> f32 {
@@ -194,6 +235,10 @@ unsafe fn dot_avx2<W: Weight>(w: &[W], x: &[f32]) -> f32 {
             }
         }
         k += LANES;
+    }
+    if n == w.len() {
+        // SAFETY: AVX2 and FMA by this function's contract.
+        return unsafe { fold_ymm4(a) };
     }
     let mut l = [0.0f32; LANES];
     for (j, acc) in a.iter().enumerate() {
@@ -227,6 +272,10 @@ unsafe fn dot_avx512<W: Weight>(w: &[W], x: &[f32]) -> f32 {
         }
         k += LANES;
     }
+    if n == w.len() {
+        // SAFETY: AVX-512F by this function's contract.
+        return unsafe { fold512(a0, a1) };
+    }
     let mut l = [0.0f32; LANES];
     // SAFETY: l has 32 floats.
     unsafe {
@@ -234,4 +283,120 @@ unsafe fn dot_avx512<W: Weight>(w: &[W], x: &[f32]) -> f32 {
         _mm512_storeu_ps(l.as_mut_ptr().add(16), a1);
     }
     finish(l, w, x, n)
+}
+
+/// [`dots_avx512`] of BF16 weights against 4 vectors, where the CPU has AVX-512F.
+pub fn dots4_bf16_on_avx512(w: &[u16], xs: [&[f32]; 4]) -> Option<[f32; 4]> {
+    // SAFETY: as above.
+    has_avx512().then(|| unsafe { dots_avx512(w, xs) })
+}
+
+/// [`dots_avx512`] of `f32` weights against 4 vectors, where the CPU has AVX-512F.
+pub fn dots4_f32_on_avx512(w: &[f32], xs: [&[f32]; 4]) -> Option<[f32; 4]> {
+    // SAFETY: as above.
+    has_avx512().then(|| unsafe { dots_avx512(w, xs) })
+}
+
+/// [`dots_avx2`] of BF16 weights against 2 vectors, where the CPU has AVX2 and FMA.
+pub fn dots2_bf16_on_avx2(w: &[u16], xs: [&[f32]; 2]) -> Option<[f32; 2]> {
+    // SAFETY: as above.
+    has_avx2().then(|| unsafe { dots_avx2(w, xs) })
+}
+
+/// [`dots_avx2`] of `f32` weights against 2 vectors, where the CPU has AVX2 and FMA.
+pub fn dots2_f32_on_avx2(w: &[f32], xs: [&[f32]; 2]) -> Option<[f32; 2]> {
+    // SAFETY: as above.
+    has_avx2().then(|| unsafe { dots_avx2(w, xs) })
+}
+
+/// One row's canonical dots against `T` vectors at once: for each vector, exactly
+/// [`dot_avx512`]'s two 16-lane registers, fused multiply-adds in increasing `k` and the same
+/// tail and fold — so each result is that vector's canonical dot, bit for bit — but each 32
+/// elements of the row are loaded (and, for BF16, widened) once for all `T` vectors.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+unsafe fn dots_avx512<W: Weight, const T: usize>(w: &[W], xs: [&[f32]; T]) -> [f32; T] {
+    for x in &xs {
+        assert_eq!(w.len(), x.len());
+    }
+    let n = w.len() / LANES * LANES;
+    let wp = w.as_ptr();
+    let xp = xs.map(|x| x.as_ptr());
+    let mut a0 = [_mm512_setzero_ps(); T];
+    let mut a1 = [_mm512_setzero_ps(); T];
+    let mut k = 0;
+    while k < n {
+        // SAFETY: k + 32 <= n <= every slice's length; AVX-512F by this function's contract.
+        unsafe {
+            let w0 = W::load16(wp.add(k));
+            let w1 = W::load16(wp.add(k + 16));
+            for t in 0..T {
+                a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp[t].add(k)), a0[t]);
+                a1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp[t].add(k + 16)), a1[t]);
+            }
+        }
+        k += LANES;
+    }
+    let mut out = [0.0f32; T];
+    for t in 0..T {
+        if n == w.len() {
+            // SAFETY: AVX-512F by this function's contract.
+            out[t] = unsafe { fold512(a0[t], a1[t]) };
+            continue;
+        }
+        let mut l = [0.0f32; LANES];
+        // SAFETY: l has 32 floats.
+        unsafe {
+            _mm512_storeu_ps(l.as_mut_ptr(), a0[t]);
+            _mm512_storeu_ps(l.as_mut_ptr().add(16), a1[t]);
+        }
+        out[t] = finish(l, w, xs[t], n);
+    }
+    out
+}
+
+/// [`dot_avx2`]'s four 8-lane registers for each of `T` vectors, the row's elements loaded once
+/// for all of them (as [`dots_avx512`]).
+///
+/// # Safety
+/// AVX2 and FMA must be available.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dots_avx2<W: Weight, const T: usize>(w: &[W], xs: [&[f32]; T]) -> [f32; T] {
+    for x in &xs {
+        assert_eq!(w.len(), x.len());
+    }
+    let n = w.len() / LANES * LANES;
+    let wp = w.as_ptr();
+    let xp = xs.map(|x| x.as_ptr());
+    let mut a = [[_mm256_setzero_ps(); 4]; T];
+    let mut k = 0;
+    while k < n {
+        for j in 0..4 {
+            // SAFETY: k + 8j + 8 <= n <= every slice's length; AVX2 and FMA by contract.
+            unsafe {
+                let wv = W::load8(wp.add(k + 8 * j));
+                for t in 0..T {
+                    a[t][j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(xp[t].add(k + 8 * j)), a[t][j]);
+                }
+            }
+        }
+        k += LANES;
+    }
+    let mut out = [0.0f32; T];
+    for t in 0..T {
+        if n == w.len() {
+            // SAFETY: AVX2 and FMA by this function's contract.
+            out[t] = unsafe { fold_ymm4(a[t]) };
+            continue;
+        }
+        let mut l = [0.0f32; LANES];
+        for j in 0..4 {
+            // SAFETY: l has 32 floats; 8j + 8 <= 32.
+            unsafe { _mm256_storeu_ps(l.as_mut_ptr().add(8 * j), a[t][j]) };
+        }
+        out[t] = finish(l, w, xs[t], n);
+    }
+    out
 }
