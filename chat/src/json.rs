@@ -64,6 +64,36 @@ impl ChatJson {
         }
     }
 
+    /// A list of chat messages with each assistant message's `null` or missing `content` made
+    /// `""`, as vLLM and llama-server take an OpenAI client's tool-calling turn
+    /// (`{"role": "assistant", "content": null, "tool_calls": [...]}`): templates concatenate
+    /// `message.content`, which a `None` would fail. Anything else is returned as it is.
+    pub fn with_assistant_content(&self) -> ChatJson {
+        let Node::Array(items) = &self.0 else {
+            return self.clone();
+        };
+        let items = items
+            .iter()
+            .map(|m| match m {
+                Node::Object(pairs)
+                    if pairs
+                        .iter()
+                        .any(|(k, v)| k == "role" && *v == Node::Str("assistant".into())) =>
+                {
+                    let mut pairs = pairs.clone();
+                    match pairs.iter_mut().find(|(k, _)| k == "content") {
+                        Some((_, v)) if *v == Node::Null => *v = Node::Str(String::new()),
+                        Some(_) => {}
+                        None => pairs.push(("content".into(), Node::Str(String::new()))),
+                    }
+                    Node::Object(pairs)
+                }
+                other => other.clone(),
+            })
+            .collect();
+        ChatJson(Node::Array(items))
+    }
+
     /// The value a template sees.
     pub(crate) fn to_value(&self) -> Value {
         self.0.to_value()

@@ -55,11 +55,15 @@ pub struct ToolCall {
 }
 
 impl ToolCall {
-    /// OpenAI's `tool_calls` entry of the `k`th call of choice `choice`: its id a hash of what it
-    /// is and where (FNV-1a), so the same reply gives the same bytes.
-    pub fn json(&self, choice: usize, k: usize) -> Value {
+    /// OpenAI's `tool_calls` entry of the `k`th call of choice `choice`: its id a hash (FNV-1a)
+    /// of what it is, where, and `context` (a hash of the prompt: the same call in a later turn
+    /// of the conversation gets another id), so the same request gives the same bytes.
+    pub fn json(&self, context: u64, choice: usize, k: usize) -> Value {
         let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-        let key = format!("{choice}\0{k}\0{}\0{}", self.name, self.arguments);
+        let key = format!(
+            "{context}\0{choice}\0{k}\0{}\0{}",
+            self.name, self.arguments
+        );
         for b in key.bytes() {
             h = (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
         }

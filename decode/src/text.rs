@@ -72,6 +72,14 @@ impl Text {
         Ok(Text { tk, own: None })
     }
 
+    /// Whether `id` is a token of the vocabulary (a model's logits may have more ids).
+    pub fn has_token(&self, id: u32) -> bool {
+        match &self.own {
+            Some(own) => own.get(id as usize).is_some(),
+            None => self.tk.id_to_token(id).is_some(),
+        }
+    }
+
     /// The ids of `text`, as transformers' `tokenizer(text)` makes them when `special` (the
     /// tokenizer's post-processor adds its special tokens: a BOS for Llama/Mistral tokenizers,
     /// none for Qwen's), or the bare text's ids.
@@ -183,7 +191,9 @@ fn byte_level_bytes() -> &'static std::collections::HashMap<char, u8> {
 /// decodes as U+FFFD until the token that completes it; so does a U+FFFD the text really has
 /// (invalid UTF-8 among the bytes, or the character itself), which no token changes. Past this
 /// bound the text is made up to the last 3 tokens (an incomplete character has at most 3 of its
-/// bytes there), which bounds the work a token costs and changes no text.
+/// bytes there) where that text goes on from what was shown, which bounds the work a token costs
+/// and changes no text; where it does not, the run waits, up to four times the bound, and is
+/// then shown as it decodes.
 const MAX_PENDING: usize = 64;
 
 /// A generation's text, made token by token in time linear in its length: each token's text is
@@ -198,7 +208,8 @@ const MAX_PENDING: usize = 64;
 /// incomplete character: U+FFFD). One case differs, in invalid UTF-8: a byte-fallback run of
 /// bytes that was valid UTF-8 when shown and that later bytes make invalid (the whole decode then
 /// turns the shown characters into U+FFFD too, while here what was shown stays and the new bytes'
-/// own text follows). Ids with no text (beyond the tokenizer's vocabulary) add none, as in the whole
+/// own text follows), and a run of more than four times [`MAX_PENDING`] tokens whose text never
+/// stops ending in an incomplete character. Ids with no text (beyond the tokenizer's vocabulary) add none, as in the whole
 /// decode.
 #[derive(Debug, Clone, Default)]
 pub struct Detokenizer {
@@ -227,8 +238,10 @@ impl Detokenizer {
 
     /// Add `id`; the text it made (empty while a character is incomplete).
     pub fn push(&mut self, text: &Text, id: u32) -> &str {
-        if text.decode(&[id]).is_none() {
-            // An id with no text: the whole decode leaves it out, so does the window.
+        if !text.has_token(id) {
+            // An id with no token (past the tokenizer's vocabulary: a model's padded logits):
+            // the whole decode leaves it out, so does the window (where it would otherwise
+            // begin a window and make the next token's leading space a first token's).
             return "";
         }
         self.ids.push(id);
@@ -250,11 +263,21 @@ impl Detokenizer {
         let mut complete = last || !decoded.ends_with('\u{FFFD}');
         if !complete && end - self.read > MAX_PENDING {
             // A long run ending in U+FFFD: its text is made up to the last 3 tokens, which may
-            // hold the beginning of a character still to complete (at most 3 of its bytes);
-            // what is before them is final.
-            end -= 3;
-            decoded = text.decode(&self.ids[self.prefix..end]).unwrap_or_default();
-            complete = true;
+            // hold the beginning of a character still to complete (at most 3 of its bytes) —
+            // where that text goes on from what was shown; what is before them is final. Where
+            // it does not (text was shown for those tokens), the run waits for its end, up to
+            // four times the bound.
+            let shown_from = self.text.len() - self.pending;
+            let e = end - 3;
+            let d = text.decode(&self.ids[self.prefix..e]).unwrap_or_default();
+            let goes_on = d
+                .strip_prefix(self.base.as_str())
+                .is_some_and(|rest| rest.starts_with(&self.text[shown_from..]));
+            if goes_on {
+                (end, decoded, complete) = (e, d, true);
+            } else if end - self.read > 4 * MAX_PENDING {
+                complete = true;
+            }
         }
         let stable = if complete {
             decoded.as_str()

@@ -63,6 +63,9 @@ impl ByteLevel {
         for w in &words {
             vocab.push(w.bytes().map(|b| chars[b as usize]).collect());
         }
+        // A token that is a space and the first byte of a 3-byte character (GPT-2's "Ġâ"), id
+        // 256 + words.len().
+        vocab.push([chars[0x20], chars[0xE2]].iter().collect());
         let text = tokenizer(
             bpe(&vocab, false),
             json!({"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true,
@@ -294,4 +297,48 @@ fn a_tokens_bytes_are_its_own_not_its_decode() {
     assert_eq!(sp.piece(id("▁the")).as_deref(), Some(" the"));
     assert_eq!(sp.decode(&[id("▁the")]).as_deref(), Some("the"));
     assert_eq!(sp.token_bytes(id("é")), Some("é".as_bytes().to_vec()));
+}
+
+/// Shown text stays shown across the bound: a long run of tokens that each end in the first byte
+/// of a character (" \xE2", GPT-2's "Ġâ"), which the next token's space makes U+FFFD, then the
+/// last one completed ("€"). The text is the whole decode's, nothing repeated — for runs up to
+/// four times the bound (past it the run is shown as it decodes: the documented difference).
+#[test]
+fn a_long_run_ending_in_an_incomplete_character_is_not_repeated() {
+    let bl = ByteLevel::new();
+    let space_e2 = 256 + bl.words.len() as u32;
+    assert_eq!(bl.text.token_bytes(space_e2), Some(vec![0x20, 0xE2]));
+    for run in [10, 60, 64, 65, 100, 250] {
+        let mut ids = vec![b'a' as u32];
+        ids.extend(std::iter::repeat_n(space_e2, run));
+        ids.extend([0x82, 0xAC, b'z' as u32]);
+        let whole = bl.text.decode(&ids).expect("decode");
+        assert_eq!(incremental(&bl.text, &ids), whole, "run {run}");
+    }
+}
+
+/// Ids past the vocabulary (a model's padded logits) add no text and do not begin a window: a
+/// Metaspace tokenizer that drops the text's first space (prepend_scheme "first") keeps the
+/// space of the token after one.
+#[test]
+fn ids_past_the_vocabulary_neither_add_text_nor_drop_a_space() {
+    let vocab: Vec<String> = ["▁Hi", "▁hello", "a", "▁"]
+        .iter()
+        .map(|w| w.to_string())
+        .collect();
+    let text = tokenizer(
+        bpe(&vocab, false),
+        json!({"type": "Metaspace", "replacement": "▁", "prepend_scheme": "first", "split": true}),
+    );
+    assert!(!text.has_token(999) && text.has_token(1));
+    for ids in [
+        vec![0, 999, 1],
+        vec![0, 999, 999, 1, 2],
+        vec![999, 0, 1],
+        vec![0, 1, 999],
+    ] {
+        let whole = text.decode(&ids).expect("decode");
+        assert_eq!(incremental(&text, &ids), whole, "ids {ids:?}");
+    }
+    assert_eq!(incremental(&text, &[0, 999, 1]), "Hi hello");
 }

@@ -1121,6 +1121,8 @@ struct Rendered {
     opened: bool,
     /// Where the reply's tool calls are parsed: the template's format and the request's tools.
     tools: Option<Tools>,
+    /// A hash of the prompt's ids, which the tool calls' ids include.
+    context: u64,
 }
 
 /// A chat request's tools, and the format its template's calls come in.
@@ -1149,7 +1151,10 @@ fn render(f: &mut Fields, ordered: &ChatJson, m: &ModelInfo) -> Result<Rendered,
         }
         None => return Err(ApiError::bad("messages", "messages is required")),
     }
-    let messages = field("messages").unwrap_or_else(|| ChatJson::from(&Value::Null));
+    // An assistant turn the client sends back with its tool calls has `content: null`.
+    let messages = field("messages")
+        .unwrap_or_else(|| ChatJson::from(&Value::Null))
+        .with_assistant_content();
     let list = |f: &mut Fields, k: &str| -> Result<Option<ChatJson>, ApiError> {
         match f.take(k) {
             None => Ok(None),
@@ -1231,6 +1236,7 @@ fn render(f: &mut Fields, ordered: &ChatJson, m: &ModelInfo) -> Result<Rendered,
         text,
         opened,
         tools: parsed_tools,
+        context: 0,
     })
 }
 
@@ -1310,7 +1316,7 @@ async fn chat(
     let m = ready(&s)?;
     let bytes = bytes_of(body)?;
     let mut f = Fields(object_of(&bytes)?);
-    let rendered = render(&mut f, &ordered(&bytes)?, m)?;
+    let mut rendered = render(&mut f, &ordered(&bytes)?, m)?;
     let c = common(&mut f, &s, m)?;
     // OpenAI's chat: logprobs true, with top_logprobs 0 to 20 alternatives.
     let top_logprobs = f.uint("top_logprobs", 20)?;
@@ -1345,6 +1351,9 @@ async fn chat(
     let max_tokens = c
         .max_tokens
         .unwrap_or((m.context - ids.len()).min(s.opts.max_tokens_limit));
+    rendered.context = ids.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &t| {
+        (h ^ u64::from(t)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
     let (meta, rxs) = submit(&s, m, "chatcmpl", ids, max_tokens, &c, logprobs)?;
     if c.stream {
         Ok(stream_chat(
@@ -1354,6 +1363,7 @@ async fn chat(
             s.clone(),
             rendered.opened,
             rendered.tools,
+            rendered.context,
         )
         .into_response())
     } else {
@@ -1395,7 +1405,7 @@ fn chat_message(m: &ModelInfo, r: &Rendered, choice: usize, text: &str) -> (Valu
         msg["tool_calls"] = calls
             .iter()
             .enumerate()
-            .map(|(k, c)| c.json(choice, k))
+            .map(|(k, c)| c.json(r.context, choice, k))
             .collect();
     }
     (msg, called)
@@ -1445,6 +1455,7 @@ fn stream_chat(
     s: Arc<Shared>,
     opened: bool,
     tools: Option<Tools>,
+    context: u64,
 ) -> Sse<impl tokio_stream::Stream<Item = Result<SseEvent, Infallible>>> {
     let n = rxs.len();
     let chunk = |meta: &Meta, i: usize, delta: Value, finish: Option<Finish>| {
@@ -1543,7 +1554,7 @@ fn stream_chat(
                             .iter()
                             .enumerate()
                             .map(|(k, c)| {
-                                let mut e = c.json(i, k);
+                                let mut e = c.json(context, i, k);
                                 e["index"] = json!(k);
                                 e
                             })

@@ -75,6 +75,20 @@ def main() -> int:
     again = c.chat.completions.create(model=model, messages=msgs, tools=TOOLS, temperature=0)
     check(again.choices[0].message.tool_calls[0].id == call.id, "the call's id changed")
 
+    # The next turn, as a tool-calling loop sends it: the assistant message as the client read it
+    # (its content null where a reply is only a call: here it is "Let me check.") and the tool's
+    # result. Taken; the model's call this turn gets an id of its own.
+    for content in [m.content, None]:
+        turn = m.model_dump(exclude_none=True)
+        turn["content"] = content
+        follow = msgs + [turn, {"role": "tool", "tool_call_id": call.id, "content": "sunny, 21 C"}]
+        r2 = c.chat.completions.create(model=model, messages=follow, tools=TOOLS, temperature=0)
+        c2 = r2.choices[0].message.tool_calls
+        check(r2.choices[0].finish_reason == "tool_calls" and len(c2) == 1, f"turn 2: {r2}")
+        check(c2[0].function.arguments == CALL, f"turn 2 arguments {c2[0]}")
+        check(c2[0].id != call.id, f"turn 2's call has turn 1's id {call.id}")
+        check(r2.usage.prompt_tokens > r.usage.prompt_tokens, f"turn 2's prompt {r2.usage}")
+
     # No tools, or tool_choice "none": the reply is content, as the model wrote it.
     for extra in [{}, {"tools": TOOLS, "tool_choice": "none"}]:
         r = c.chat.completions.create(model=model, messages=msgs, temperature=0, **extra)
