@@ -314,10 +314,11 @@ pub struct ServeArgs {
     /// Each holds a file descriptor: keep it under `ulimit -n`.
     #[arg(long, default_value_t = 512, value_parser = count::<usize>(1, 1 << 16))]
     pub max_connections: usize,
-    /// Seconds a request's headers may take to arrive, 1..=3600; a slower client (one that opens
-    /// connections and sends nothing, or a byte at a time) loses its connection.
+    /// Seconds a request's headers may take to arrive, and then its body, 1..=3600; a slower
+    /// client (one that opens connections and sends nothing, or a byte at a time) loses its
+    /// connection (a late body is answered 408).
     #[arg(long, value_name = "SECONDS", default_value_t = 30, value_parser = count::<u64>(1, 3600))]
-    pub header_timeout: u64,
+    pub read_timeout: u64,
     /// Largest max_tokens a request may ask for, 1..=1048576.
     #[arg(long, default_value_t = 1 << 16, value_parser = count::<usize>(1, 1 << 20))]
     pub max_tokens_limit: usize,

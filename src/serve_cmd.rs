@@ -23,7 +23,7 @@ pub fn run(a: &ServeArgs) -> anyhow::Result<bool> {
         webui: !a.no_webui,
         max_body: a.max_body,
         max_connections: a.max_connections,
-        header_timeout: std::time::Duration::from_secs(a.header_timeout),
+        read_timeout: std::time::Duration::from_secs(a.read_timeout),
         max_tokens_limit: a.max_tokens_limit,
         model_id,
         prompt_cache: a.prompt_cache,

@@ -164,12 +164,12 @@ const OUT_OF_RANGE: &[(&[&str], &str)] = &[
         "--max-connections",
     ),
     (
-        &["serve", "/nonexistent", "--header-timeout", "0"],
-        "--header-timeout",
+        &["serve", "/nonexistent", "--read-timeout", "0"],
+        "--read-timeout",
     ),
     (
-        &["serve", "/nonexistent", "--header-timeout", "100000"],
-        "--header-timeout",
+        &["serve", "/nonexistent", "--read-timeout", "100000"],
+        "--read-timeout",
     ),
 ];
 
@@ -198,7 +198,7 @@ fn each_range_is_stated_in_the_help() {
         ("bench-io", "--gib", "at most 1024 unless --budget"),
         ("fetch", "--jobs", "1..=64"),
         ("serve", "--max-connections", "1..=65536"),
-        ("serve", "--header-timeout", "1..=3600"),
+        ("serve", "--read-timeout", "1..=3600"),
     ] {
         let (code, out, err) = tarfa(&[cmd, "--help"]);
         assert_eq!(code, 0, "{err}");

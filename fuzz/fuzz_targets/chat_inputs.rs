@@ -2,8 +2,8 @@
 //! (`tarfa_chat::ChatJson`, read keeping key order) rendered as messages by real chat templates
 //! (Qwen3's, Qwen3.5's, GLM-4.6's: minijinja with transformers' environment), and a reply's text
 //! read for tool calls in each format. None may panic; a reply's calls each carry a JSON object
-//! of arguments, its content is the text before them, and what a stream may send is a prefix
-//! of the text on a character boundary.
+//! of arguments, its content is the text before them, and what a stream sends of each prefix
+//! never shrinks and never passes the content of the whole reply.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -35,8 +35,19 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    let n = tools::streamable(text);
-    assert!(text.is_char_boundary(n));
+    // What a stream sends of each prefix (its first 512 bytes, at character boundaries) never
+    // shrinks, and never goes past the content a whole reply gives when its calls parse.
+    let whole = tools::parse(ToolFormat::Hermes, text, schema).map(|(c, _)| c.len());
+    let mut sent = 0;
+    for end in (0..=text.len().min(512)).filter(|&i| text.is_char_boundary(i)) {
+        let n = tools::streamable(&text[..end]);
+        assert!(text.is_char_boundary(n) && n <= end);
+        assert!(n >= sent, "{n} after {sent}");
+        if let Some(c) = whole {
+            assert!(n <= c, "{n} past the content's {c}");
+        }
+        sent = n;
+    }
     // A request's messages, through real templates.
     if let Ok(messages) = ChatJson::parse(text) {
         for source in TEMPLATES {

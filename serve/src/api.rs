@@ -106,6 +106,10 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .method_not_allowed_fallback(not_allowed)
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&shared),
+            read_body,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
             auth,
         ))
         .layer(DefaultBodyLimit::max(limit))
@@ -154,6 +158,55 @@ async fn auth(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Respons
         }
     }
     next.run(req).await
+}
+
+/// The request's body, read whole within `--read-timeout` (and at most `--max-body` bytes) before
+/// a handler sees it: a client that sends its body slowly, or never, is answered 408 and its
+/// connection closed, not kept for as long as it likes (the headers' own timeout is hyper's).
+async fn read_body(State(s): State<Arc<Shared>>, req: Request, next: Next) -> Response {
+    let (parts, body) = req.into_parts();
+    let within = s.opts.read_timeout;
+    match tokio::time::timeout(within, axum::body::to_bytes(body, s.opts.max_body)).await {
+        Ok(Ok(bytes)) => {
+            next.run(Request::from_parts(parts, axum::body::Body::from(bytes)))
+                .await
+        }
+        Ok(Err(e)) => {
+            let over = std::error::Error::source(&e)
+                .and_then(|s| s.downcast_ref::<http_body_util::LengthLimitError>())
+                .is_some()
+                || e.to_string().contains("length limit");
+            if over {
+                ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "invalid_request_error",
+                    "the request body is larger than this server takes (--max-body)",
+                )
+                .into_response()
+            } else {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    format!("reading the request body: {e}"),
+                )
+                .into_response()
+            }
+        }
+        Err(_) => {
+            let mut r = ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                format!(
+                    "the request body did not arrive within {} s (--read-timeout)",
+                    within.as_secs()
+                ),
+            )
+            .into_response();
+            r.headers_mut()
+                .insert("connection", HeaderValue::from_static("close"));
+            r
+        }
+    }
 }
 
 /// Whether `a` is `b`, in a time that depends on their lengths only (not on where they differ).

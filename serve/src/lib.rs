@@ -49,8 +49,8 @@ pub struct ServeOptions {
     pub max_body: usize,
     /// Connections open at once; one more is answered 503 and closed.
     pub max_connections: usize,
-    /// Time a request's headers may take to arrive.
-    pub header_timeout: std::time::Duration,
+    /// Time a request's headers may take to arrive, and then its body.
+    pub read_timeout: std::time::Duration,
     /// Largest `max_tokens` a request may ask for.
     pub max_tokens_limit: usize,
     /// The model's name in `/v1/models` and responses.
@@ -300,13 +300,23 @@ pub fn serve(
         let shutdown = async move {
             tokio::select! {
                 e = fail_rx.recv() => e,
-                _ = shutdown_signal() => None,
+                _ = shutdown_signal() => {
+                    eprintln!(
+                        "tarfa serve: shutting down: no new connections; open answers get up to 5 s (Ctrl-C again to quit now)"
+                    );
+                    tokio::spawn(async {
+                        shutdown_signal().await;
+                        eprintln!("tarfa serve: quitting now");
+                        std::process::exit(130);
+                    });
+                    None
+                }
             }
         };
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<Option<String>>();
         let limits = net::Limits {
             max_connections: opts.max_connections,
-            header_timeout: opts.header_timeout,
+            read_timeout: opts.read_timeout,
             drain: std::time::Duration::from_secs(5),
         };
         net::serve(listener, app, limits, metrics_for_net, async move {

@@ -3,12 +3,12 @@
 //! - At most `--max-connections` connections are open at once. One more is answered `503`
 //!   with `Retry-After` and closed at once, never left waiting: a client learns the server is
 //!   busy, and the server never runs out of file descriptors (each connection holds one).
-//! - A request's headers must arrive within `--header-timeout` seconds (hyper's
-//!   `header_read_timeout`, from the first byte of a request or the end of the one before): a
-//!   client that opens connections and sends nothing, or its headers a byte at a time
-//!   (slowloris), loses them and gives its place back. A body, and a response the client reads
-//!   slowly, are not timed: the body is bounded by `--max-body`, and a streamed answer's pace is
-//!   the model's.
+//! - A request's headers must arrive within `--read-timeout` seconds (hyper's
+//!   `header_read_timeout`, from the first byte of a request or the end of the one before), and
+//!   then its body within as long again (`api::read_body`, 408): a client that opens
+//!   connections and sends nothing, or a request a byte at a time (slowloris), loses them and
+//!   gives its place back. A response the client reads slowly is not timed: a streamed answer's
+//!   pace is the model's.
 //!
 //! HTTP/1.1 with keep-alive, as axum serves it (tarfa-serve builds axum with `http1` only).
 
@@ -48,7 +48,7 @@ pub struct Limits {
     /// Connections open at once.
     pub max_connections: usize,
     /// Time a request's headers may take to arrive.
-    pub header_timeout: Duration,
+    pub read_timeout: Duration,
     /// Time open connections are given to finish after a shutdown begins.
     pub drain: Duration,
 }
@@ -92,7 +92,7 @@ pub async fn serve(
         let _ = stream.set_nodelay(true);
         let mut http = hyper::server::conn::http1::Builder::new();
         http.timer(TokioTimer::new())
-            .header_read_timeout(limits.header_timeout)
+            .header_read_timeout(limits.read_timeout)
             .keep_alive(true);
         let conn =
             http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
