@@ -393,15 +393,7 @@ fn a_full_queue_is_503_with_retry_after_and_a_vanished_client_frees_its_slot() {
         &first[..n]
     );
     drop(c);
-    let disconnected = || {
-        get(&s, "/metrics")
-            .expect("metrics")
-            .1
-            .lines()
-            .find_map(|l| l.strip_prefix("tarfa_requests_disconnected_total "))
-            .and_then(|v| v.parse::<u64>().ok())
-            .expect("metric")
-    };
+    let disconnected = || metric(&s, "tarfa_requests_disconnected_total");
     let mut freed = false;
     for _ in 0..200 {
         if disconnected() >= 1 {
@@ -411,12 +403,7 @@ fn a_full_queue_is_503_with_retry_after_and_a_vanished_client_frees_its_slot() {
         std::thread::sleep(std::time::Duration::from_millis(25));
     }
     assert!(freed, "the vanished client's slot was not freed");
-    let (status, v) = post(
-        &s,
-        "/v1/completions",
-        json!({"prompt": "Hello", "max_tokens": 3}),
-    );
-    assert_eq!(status, 200, "{v}");
+    still_serves(&s);
 }
 
 /// Sampling is a function of the request alone: the same seed gives the same bytes alone and
@@ -654,15 +641,7 @@ fn abuse_gets_clear_answers_and_the_server_keeps_serving() {
     // handler of a connection its client closed) or freed by the engine — either way nothing
     // stays in a slot or the queue.
     let addr = s.base.trim_start_matches("http://").to_string();
-    let gauge = |name: &str| -> u64 {
-        get(&s, "/metrics")
-            .expect("metrics")
-            .1
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
-            .and_then(|v| v.parse().ok())
-            .expect("metric")
-    };
+    let gauge = |name: &str| metric(&s, name);
     {
         let long: Vec<u32> = (0..250).map(|i| 1 + i % 120).collect();
         let body = json!({"prompt": long, "max_tokens": 200, "stream": true}).to_string();
@@ -881,6 +860,16 @@ fn text_held_back_for_a_stop_string_goes_out_at_the_end_of_sequence() {
     assert_eq!(joined, text, "{body}");
 }
 
+/// The server answers a request: what each abuse test ends with.
+fn still_serves(s: &Server) {
+    let (status, v) = post(
+        s,
+        "/v1/completions",
+        json!({"prompt": "Hello", "max_tokens": 3}),
+    );
+    assert_eq!(status, 200, "{v}");
+}
+
 /// A metric of /metrics.
 fn metric(s: &Server, name: &str) -> u64 {
     get(s, "/metrics")
@@ -944,12 +933,7 @@ fn a_client_that_leaves_mid_prompt_frees_its_slot_within_a_chunk() {
         computed < LONG / 2,
         "{computed} of the prompt's {LONG} tokens computed before the leaving was seen"
     );
-    let (status, v) = post(
-        &s,
-        "/v1/completions",
-        json!({"prompt": "Hello", "max_tokens": 3}),
-    );
-    assert_eq!(status, 200, "{v}");
+    still_serves(&s);
 }
 
 /// Connections are bounded: eight clients that open a connection and send part of a request
@@ -1029,11 +1013,6 @@ fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("--read-timeout"), "{answer}");
     assert!(t1.elapsed() < Duration::from_secs(5), "{:?}", t1.elapsed());
-    let (status, v) = post(
-        &s,
-        "/v1/completions",
-        json!({"prompt": "Hello", "max_tokens": 3}),
-    );
-    assert_eq!(status, 200, "{v}");
+    still_serves(&s);
     assert!(metric(&s, "tarfa_connections_refused_total") >= 1);
 }

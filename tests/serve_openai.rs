@@ -6,9 +6,8 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
-use common::serve::{chat_model, start};
+use common::serve::{chat_model, python_client, start};
 use common::{path, tarfa};
 
 #[test]
@@ -38,19 +37,9 @@ fn the_openai_client_gets_what_tarfa_run_gives() {
     assert_eq!(code, 0, "{err}");
     let expected = tmp.path().join("expected.txt");
     std::fs::write(&expected, out.trim_end_matches('\n')).expect("write");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/openai_client.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(&s.base)
-        .arg("fixture")
-        .arg(&expected)
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+    python_client(
+        "openai_client.py",
+        &[s.base.as_str(), "fixture", path(&expected)],
     );
 }
 
@@ -68,17 +57,5 @@ fn the_openai_client_reads_tool_calls() {
     let (code, _, err) = tarfa(&["convert", path(&src), "-o", path(&m), "--quiet"]);
     assert_eq!(code, 0, "{err}");
     let s = start(&m, &["--alias", "scripted"]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/serve/openai_tools.py");
-    let out = Command::new("python3")
-        .arg(&script)
-        .arg(&s.base)
-        .arg("scripted")
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    python_client("openai_tools.py", &[s.base.as_str(), "scripted"]);
 }

@@ -13,7 +13,6 @@ mod common;
 
 use std::ffi::OsString;
 use std::path::Path;
-use std::process::Command;
 
 use common::serve::{agent, chat_model, chat_model_with, start, Server};
 use common::{path, tarfa};
@@ -132,22 +131,15 @@ fn tarfa_run_answer(s: &Server, model: &Path) -> String {
 fn drive_the_page(s: &Server, tmp: &Path, expected: &str, extra: &[OsString]) {
     let file = tmp.join("expected.txt");
     std::fs::write(&file, expected).expect("write");
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = Command::new("python3")
-        .arg(root.join("tests/serve/chat_page.py"))
-        .arg(&s.base)
-        .arg("k3y")
-        .arg(&file)
-        .args(["--max-tokens", TOKENS])
-        .args(extra)
-        .output()
-        .expect("python3");
-    assert!(
-        out.status.success(),
-        "tests/serve/chat_page.py: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let mut args: Vec<OsString> = vec![
+        s.base.clone().into(),
+        "k3y".into(),
+        file.into(),
+        "--max-tokens".into(),
+        TOKENS.into(),
+    ];
+    args.extend_from_slice(extra);
+    common::serve::python_client("chat_page.py", &args);
 }
 
 #[test]

@@ -96,3 +96,22 @@ pub fn chat_model_with(tmp: &Path, template: &str) -> std::path::PathBuf {
     assert_eq!(code, 0, "{err}");
     out
 }
+
+/// Run `python3 tests/serve/SCRIPT ARGS…` (a client of a server these tests started) and fail
+/// with everything it printed unless it exits 0.
+pub fn python_client<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) {
+    let file = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/serve")
+        .join(script);
+    let out = Command::new("python3")
+        .arg(&file)
+        .args(args)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "tests/serve/{script}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
