@@ -7,7 +7,6 @@
 //! it offloaded layers (`-ngl` above 0); it is then the peer of bench-decode's GPU modes, else of
 //! its CPU modes.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -47,19 +46,9 @@ impl Peer {
     /// Read `path`: a JSON list of llama-bench tests (at most 16 MiB). A test without
     /// `n_prompt`, `n_gen` or a finite positive `avg_ts` is an error naming it.
     pub fn load(path: &Path) -> anyhow::Result<Peer> {
-        let f = std::fs::File::open(path)
-            .with_context(|| format!("--peer {}: opening", path.display()))?;
-        let mut bytes = Vec::new();
-        f.take(MAX_BYTES + 1)
-            .read_to_end(&mut bytes)
-            .with_context(|| format!("--peer {}: reading", path.display()))?;
-        if bytes.len() as u64 > MAX_BYTES {
-            bail!(
-                "--peer {}: larger than {} MiB; not llama-bench's JSON",
-                path.display(),
-                MAX_BYTES >> 20
-            );
-        }
+        // A regular file of at most 16 MiB (not a FIFO, a device or a directory).
+        let bytes = tarfa_format::fsio::read_regular(path, MAX_BYTES)
+            .with_context(|| format!("--peer {}", path.display()))?;
         let rows = parse(&bytes).with_context(|| {
             format!(
                 "--peer {}: not the JSON of `llama-bench -o json`",
