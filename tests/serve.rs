@@ -787,14 +787,7 @@ fn token_pieces_and_logprob_bytes_join_to_the_text() {
     assert_eq!(status, 200, "{d}");
     assert_eq!(d["content"], content);
 
-    let (_, t) = post(
-        &s,
-        "/apply-template",
-        json!({"messages": [{"role": "user", "content": "Hi"}]}),
-    );
-    let prompt = t["prompt"].as_str().expect("prompt");
-    let (code, out, err) = tarfa(&["run", path(&m), "-p", prompt, "-n", "12"]);
-    assert_eq!(code, 0, "{err}");
+    let (_, out) = common::serve::hi_and_its_run(&s, &m, None, "12");
     let (status, c) = post(
         &s,
         "/v1/chat/completions",
@@ -811,7 +804,7 @@ fn token_pieces_and_logprob_bytes_join_to_the_text() {
         .flat_map(|e| e["bytes"].as_array().expect("bytes").clone())
         .map(|b| b.as_u64().expect("a byte") as u8)
         .collect();
-    assert_eq!(String::from_utf8_lossy(&bytes), out.trim_end_matches('\n'));
+    assert_eq!(String::from_utf8_lossy(&bytes), out);
 }
 
 /// Text held back for a stop string that never completes goes out when the answer ends at an

@@ -7,7 +7,7 @@ mod common;
 
 use std::path::Path;
 
-use common::serve::{chat_model, python_client, start};
+use common::serve::{chat_model, hi_and_its_run, python_client, start};
 use common::{path, tarfa};
 
 #[test]
@@ -19,24 +19,13 @@ fn the_openai_client_gets_what_tarfa_run_gives() {
     let m = chat_model(tmp.path());
     let s = start(&m, &["--api-key", "k3y", "--alias", "fixture"]);
     // The prompt the template renders, run by `tarfa run`: the chat reply's text.
-    let text = ureq::post(format!("{}/apply-template", s.base))
-        .header("authorization", "Bearer k3y")
-        .header("content-type", "application/json")
-        .send(r#"{"messages": [{"role": "user", "content": "Hi"}]}"#)
-        .expect("apply-template")
-        .body_mut()
-        .read_to_string()
-        .expect("body");
-    let rendered: serde_json::Value = serde_json::from_str(&text).expect("json");
-    let prompt = rendered["prompt"].as_str().expect("prompt");
+    let (prompt, text) = hi_and_its_run(&s, &m, Some("k3y"), "12");
     assert_eq!(
         prompt,
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
     );
-    let (code, out, err) = tarfa(&["run", path(&m), "-p", prompt, "-n", "12"]);
-    assert_eq!(code, 0, "{err}");
     let expected = tmp.path().join("expected.txt");
-    std::fs::write(&expected, out.trim_end_matches('\n')).expect("write");
+    std::fs::write(&expected, text).expect("write");
     python_client(
         "openai_client.py",
         &[s.base.as_str(), "fixture", path(&expected)],

@@ -15,7 +15,6 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use common::serve::{agent, chat_model, chat_model_with, start, Server};
-use common::{path, tarfa};
 
 /// The answers' length, in `tarfa run -n` and the page's max tokens.
 const TOKENS: &str = "12";
@@ -112,19 +111,7 @@ fn the_page_is_open_without_the_key_with_a_strict_policy_and_gone_with_no_webui(
 /// What `tarfa run` prints for the prompt `s`'s template renders for "Hi", `TOKENS` long: the
 /// text the page's first answer must be.
 fn tarfa_run_answer(s: &Server, model: &Path) -> String {
-    let text = ureq::post(format!("{}/apply-template", s.base))
-        .header("authorization", "Bearer k3y")
-        .header("content-type", "application/json")
-        .send(r#"{"messages": [{"role": "user", "content": "Hi"}]}"#)
-        .expect("apply-template")
-        .body_mut()
-        .read_to_string()
-        .expect("body");
-    let rendered: serde_json::Value = serde_json::from_str(&text).expect("json");
-    let prompt = rendered["prompt"].as_str().expect("prompt");
-    let (code, out, err) = tarfa(&["run", path(model), "-p", prompt, "-n", TOKENS]);
-    assert_eq!(code, 0, "{err}");
-    out.trim_end_matches('\n').to_string()
+    common::serve::hi_and_its_run(s, model, Some("k3y"), TOKENS).1
 }
 
 /// Run tests/serve/chat_page.py against `s`, expecting `expected`, with `extra` arguments.

@@ -115,3 +115,26 @@ pub fn python_client<S: AsRef<std::ffi::OsStr>>(script: &str, args: &[S]) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The prompt `s`'s chat template renders for one user message "Hi" (`/apply-template`, with
+/// `key` when the server wants one), and the text `tarfa run MODEL -p PROMPT -n N` prints for it:
+/// what a chat answer of `n` tokens must be.
+pub fn hi_and_its_run(s: &Server, model: &Path, key: Option<&str>, n: &str) -> (String, String) {
+    let mut req = agent()
+        .post(format!("{}/apply-template", s.base))
+        .header("content-type", "application/json");
+    if let Some(k) = key {
+        req = req.header("authorization", format!("Bearer {k}"));
+    }
+    let text = req
+        .send(r#"{"messages": [{"role": "user", "content": "Hi"}]}"#)
+        .expect("apply-template")
+        .body_mut()
+        .read_to_string()
+        .expect("body");
+    let rendered: serde_json::Value = serde_json::from_str(&text).expect("json");
+    let prompt = rendered["prompt"].as_str().expect("prompt").to_string();
+    let (code, out, err) = super::tarfa(&["run", path(model), "-p", &prompt, "-n", n]);
+    assert_eq!(code, 0, "{err}");
+    (prompt, out.trim_end_matches('\n').to_string())
+}

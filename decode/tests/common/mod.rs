@@ -259,17 +259,27 @@ pub fn rewritten_model(
         );
         data.extend_from_slice(&b);
     }
-    let mut hdr = serde_json::to_vec(&json).expect("json");
+    write_safetensors(&edited.join("model.safetensors"), &json, &data);
+    let out = tmp.join("jnf");
+    convert(&edited, &out);
+    out
+}
+
+/// A safetensors file: `header` (each tensor's dtype, shape and offsets into `data`), padded with
+/// spaces to a multiple of 8 bytes, then `data`.
+fn write_safetensors(
+    path: &Path,
+    header: &serde_json::Map<String, serde_json::Value>,
+    data: &[u8],
+) {
+    let mut hdr = serde_json::to_vec(header).expect("json");
     while !hdr.len().is_multiple_of(8) {
         hdr.push(b' ');
     }
     let mut file = (hdr.len() as u64).to_le_bytes().to_vec();
     file.extend_from_slice(&hdr);
-    file.extend_from_slice(&data);
-    std::fs::write(edited.join("model.safetensors"), file).expect("write");
-    let out = tmp.join("jnf");
-    convert(&edited, &out);
-    out
+    file.extend_from_slice(data);
+    std::fs::write(path, file).expect("write");
 }
 
 /// The logits of every position of `tokens`, run alone on a fresh CPU decoder of `name`.
@@ -461,14 +471,7 @@ pub fn split_model() -> PathBuf {
                 serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [start, data.len()]}),
             );
         }
-        let mut hdr = serde_json::to_vec(&header).expect("json");
-        while !hdr.len().is_multiple_of(8) {
-            hdr.push(b' ');
-        }
-        let mut file = (hdr.len() as u64).to_le_bytes().to_vec();
-        file.extend_from_slice(&hdr);
-        file.extend_from_slice(&data);
-        std::fs::write(src.join("model.safetensors"), file).expect("write");
+        write_safetensors(&src.join("model.safetensors"), &header, &data);
         let out = tmp.path().join("model");
         convert(&src, &out);
         (tmp, out)
