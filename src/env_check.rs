@@ -36,6 +36,11 @@ const SWITCHES: &[Switch] = &[
         what: "0: no RMSNorm taken into a GPU product (for measuring)",
     },
     Switch {
+        name: "TARFA_CUDA_PROMPT",
+        values: &["0", "1"],
+        what: "0: a prompt's tokens stepped one by one on the GPU, not as matrices (for measuring)",
+    },
+    Switch {
         name: "TARFA_REQUIRE_IO_URING",
         values: &["0", "1", "true", "false", "yes", "no"],
         what: "1: a fallback from io_uring is an error",

@@ -235,6 +235,8 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 "whole_model": g.whole_model,
                 "steps": g.steps,
                 "graph_steps": g.graph_steps,
+                "prompt_passes": g.prompt_passes,
+                "prompt_pass_tokens": g.prompt_pass_tokens,
                 "whole_model_declined": g.whole_model_declined,
                 "cpu_moe_layers": g.cpu_moe_layers,
                 "host_round_trips": g.host_round_trips,
@@ -313,9 +315,11 @@ pub fn run(a: &RunArgs) -> anyhow::Result<bool> {
                 ),
             };
             eprintln!(
-                "gpu: {}: whole forward pass there ({} tokens, {} replayed from a CUDA graph, {} round trips to the host within them), {} of weights resident{cpu_moe}",
+                "gpu: {}: whole forward pass there ({} tokens, {} of them in {} prompt passes as matrices, {} replayed from a CUDA graph, {} round trips to the host within them), {} of weights resident{cpu_moe}",
                 g.device,
                 g.steps,
+                g.prompt_pass_tokens,
+                g.prompt_passes,
                 g.graph_steps,
                 g.host_round_trips,
                 HumanBytes(g.trunk_bytes),

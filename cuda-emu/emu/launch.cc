@@ -131,6 +131,50 @@ void emu_combine(G, const float* y, const float* wts, int k, int hidden, const f
                  const float* shw, float* x) {
     RUN(tarfa_e_moe_combine(y, wts, k, hidden, sh, shw, x));
 }
+// Prompts as matrices (batch.cu).
+void emu_mm(G, const TarfaMatJobs* jobs, int tokens) { TarfaMatJobs j = *jobs; RUN(tarfa_e_mm(j, tokens)); }
+void emu_moe_group(G, const int* ids, int pairs, int n_experts, int* order, int* tiles) {
+    RUN(tarfa_e_moe_group(ids, pairs, n_experts, order, tiles));
+}
+void emu_mm_gate_up(G, const TarfaMoe* m, const int* order, const int* tiles, int max_tiles, int kk,
+                    const float* x, float* h) {
+    TarfaMoe mm = *m;
+    RUN(tarfa_e_mm_gate_up(mm, order, tiles, max_tiles, kk, x, h));
+}
+void emu_mm_down(G, const TarfaMoe* m, const int* order, const int* tiles, int max_tiles,
+                 const float* h, float* y) {
+    TarfaMoe mm = *m;
+    RUN(tarfa_e_mm_down(mm, order, tiles, max_tiles, h, y));
+}
+void emu_embed_many(G, const unsigned char* table, int dtype, int hidden, const int* tokens, int per,
+                    float* x) {
+    RUN(tarfa_e_embed_many(table, dtype, hidden, tokens, per, x));
+}
+void emu_kv_store(G, const float* k, const float* v, const unsigned char* kn, int ndtype, int norm,
+                  float eps, int kv_heads, int d, int half, const float* cos_tab,
+                  const float* sin_tab, int pos0, float* kcache, float* vcache) {
+    RUN(tarfa_e_kv_store(k, v, kn, ndtype, norm, eps, kv_heads, d, half, cos_tab, sin_tab, pos0,
+                         kcache, vcache));
+}
+void emu_attention_many(G, const float* q, const unsigned char* qn, int ndtype, int norm, float eps,
+                        int heads, int kv_heads, int d, int half, const float* cos_tab,
+                        const float* sin_tab, int pos0, float* kcache, float* vcache, int window,
+                        float scaling, float* scores, int cap, float* out, int sh_scores,
+                        int qstride, int gated) {
+    RUN(tarfa_e_attention_many(q, qn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab, sin_tab,
+                               pos0, kcache, vcache, window, scaling, scores, cap, out, sh_scores,
+                               qstride, gated));
+}
+void emu_topk_many(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts,
+                   int stride) {
+    RUN(tarfa_e_topk_many(z, n, k, renorm, probs, ids, wts, stride));
+}
+void emu_sigmoid_topk_many(G, const float* z, int n, const unsigned char* bias, int bias_dtype,
+                           int k, int n_group, int topk_group, int renorm, float scale,
+                           float* scratch, int* ids, float* wts, int stride) {
+    RUN(tarfa_e_sigmoid_topk_many(z, n, bias, bias_dtype, k, n_group, topk_group, renorm, scale,
+                                  scratch, ids, wts, stride));
+}
 // The offload path's kernels (offload.cu). They are launched without programmatic dependent
 // launch (offload.rs: plain cuLaunchKernel, one stream), so they never call tarfa_grid_enter; the
 // emulation's check that every thread enters once is met here, before the body, where a

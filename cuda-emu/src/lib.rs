@@ -336,6 +336,128 @@ extern "C" {
         ids: *mut i32,
         wts: *mut f32,
     );
+    fn emu_mm(g: u32, b: u32, s: u32, jobs: *const MatJobs, tokens: i32);
+    fn emu_moe_group(
+        g: u32,
+        b: u32,
+        s: u32,
+        ids: *const i32,
+        pairs: i32,
+        n: i32,
+        order: *mut i32,
+        tiles: *mut i32,
+    );
+    fn emu_mm_gate_up(
+        g: u32,
+        b: u32,
+        s: u32,
+        m: *const Moe,
+        order: *const i32,
+        tiles: *const i32,
+        max_tiles: i32,
+        kk: i32,
+        x: *const f32,
+        h: *mut f32,
+    );
+    fn emu_mm_down(
+        g: u32,
+        b: u32,
+        s: u32,
+        m: *const Moe,
+        order: *const i32,
+        tiles: *const i32,
+        max_tiles: i32,
+        h: *const f32,
+        y: *mut f32,
+    );
+    fn emu_embed_many(
+        g: u32,
+        b: u32,
+        s: u32,
+        t: *const u8,
+        dt: i32,
+        h: i32,
+        tokens: *const i32,
+        per: i32,
+        x: *mut f32,
+    );
+    fn emu_kv_store(
+        g: u32,
+        b: u32,
+        s: u32,
+        k: *const f32,
+        v: *const f32,
+        kn: *const u8,
+        ndtype: i32,
+        norm: i32,
+        eps: f32,
+        kv_heads: i32,
+        d: i32,
+        half: i32,
+        cos: *const f32,
+        sin: *const f32,
+        pos0: i32,
+        kcache: *mut f32,
+        vcache: *mut f32,
+    );
+    fn emu_attention_many(
+        g: u32,
+        b: u32,
+        s: u32,
+        q: *const f32,
+        qn: *const u8,
+        ndtype: i32,
+        norm: i32,
+        eps: f32,
+        heads: i32,
+        kv_heads: i32,
+        d: i32,
+        half: i32,
+        cos: *const f32,
+        sin: *const f32,
+        pos0: i32,
+        kcache: *mut f32,
+        vcache: *mut f32,
+        window: i32,
+        scaling: f32,
+        scores: *mut f32,
+        cap: i32,
+        out: *mut f32,
+        sh_scores: i32,
+        qstride: i32,
+        gated: i32,
+    );
+    fn emu_topk_many(
+        g: u32,
+        b: u32,
+        s: u32,
+        z: *const f32,
+        n: i32,
+        k: i32,
+        renorm: i32,
+        probs: *mut f32,
+        ids: *mut i32,
+        wts: *mut f32,
+        stride: i32,
+    );
+    fn emu_sigmoid_topk_many(
+        g: u32,
+        b: u32,
+        s: u32,
+        z: *const f32,
+        n: i32,
+        bias: *const u8,
+        bias_dtype: i32,
+        k: i32,
+        n_group: i32,
+        topk_group: i32,
+        renorm: i32,
+        scale: f32,
+        scratch: *mut f32,
+        ids: *mut i32,
+        wts: *mut f32,
+        stride: i32,
+    );
     fn emu_swiglu_gate(
         g: u32,
         b: u32,
@@ -577,6 +699,71 @@ fn matvec_launch(
     let outs = outs.iter().map(|y| y.floats()).collect();
     (outs, xn_out.map(|b| b.floats()))
 }
+
+/// `tarfa_e_mm` (a prompt pass's products): the products (up to four, each with `x` unused)
+/// over the tokens `xs` (each `cols` floats, every product's columns alike); each product's
+/// outputs token after token (`xs.len() × rows`). A product that accumulates adds to its
+/// `accumulate` rows, the same for every token.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
+pub fn mm(products: &[Product], xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+    assert!((1..=4).contains(&products.len()) && !xs.is_empty());
+    let cols = products[0].cols;
+    let x: Vec<f32> = xs
+        .iter()
+        .flat_map(|v| {
+            assert_eq!(v.len(), cols);
+            v.iter().copied()
+        })
+        .collect();
+    let x = fl(&x);
+    let mut keep = Vec::new();
+    let mut outs = Vec::new();
+    let mut m = MatJobs::default();
+    let mut rows = 0;
+    let mut tiles = 0;
+    for (i, p) in products.iter().enumerate() {
+        assert_eq!(p.w.elems(), p.rows * p.cols);
+        assert_eq!(p.cols, cols);
+        assert!(!p.vec || (p.cols % 8 == 0 && p.w.dt.wide()));
+        let w = p.w.aligned();
+        let y0 = p.accumulate.clone().unwrap_or_else(|| vec![0.0; p.rows]);
+        let y = fl(&y0.repeat(xs.len()));
+        let b = p.bias.as_ref().map(|b| {
+            assert_eq!(b.elems(), p.rows);
+            b.aligned()
+        });
+        m.job[i] = MatJob {
+            w: w.addr(),
+            x: x.addr(),
+            y: y.addr(),
+            bias: b.as_ref().map_or(0, |b| b.addr()),
+            rows: p.rows as i32,
+            cols: p.cols as i32,
+            dtype: p.w.dt.code(),
+            bias_dtype: p.bias.as_ref().map_or(0, |b| b.dt.code()),
+            accumulate: i32::from(p.accumulate.is_some()),
+            vec: i32::from(p.vec),
+        };
+        m.row_start[i] = rows;
+        rows += p.rows as i32;
+        tiles += p.rows.div_ceil(MM_ROWS);
+        keep.push((w, b));
+        outs.push(y);
+    }
+    m.row_start[products.len()] = rows;
+    m.n = products.len() as i32;
+    let grid = (tiles * xs.len().div_ceil(MM_TOKENS)) as u32;
+    // SAFETY: every job's buffers are alive (`keep`, `outs`, `x`) and hold rows × cols weights,
+    // tokens × cols inputs, tokens × rows outputs and rows bias elements (asserted above); a
+    // block per row tile and token tile, 256 threads.
+    unsafe { emu_mm(grid, 256, 0, &m, xs.len() as i32) };
+    drop((keep, x));
+    outs.iter().map(|y| y.floats()).collect()
+}
+
+/// Rows and tokens of a `tarfa_e_mm` block (`TARFA_MM_BR`, `TARFA_MM_BT`).
+const MM_ROWS: usize = 32;
+const MM_TOKENS: usize = 16;
 
 /// `tarfa_e_combine_norm`: `x += Σ_s y[s] · wts[s]` (slot order) `+ shared` (when given; with
 /// its weight, `+ weight · shared`), then `w · RMSNorm(x)`; returns the new x and the normed
@@ -1690,6 +1877,126 @@ impl EngineDevice for EmuDevice {
                     count(7)?;
                     let (y, w, sh, shw) = (p(0)? as _, p(1)? as _, p(4)? as _, p(5)? as _);
                     emu_combine(g, b, s, y, w, n(2)?, n(3)?, sh, shw, p(6)? as _);
+                }
+                Kernel::Mm => {
+                    count(2)?;
+                    let Some(Arg::Jobs(j)) = args.first() else {
+                        return Err(CudaError::Usage("mm takes its jobs".into()));
+                    };
+                    emu_mm(g, b, s, j, n(1)?);
+                }
+                Kernel::MoeGroup => {
+                    count(5)?;
+                    emu_moe_group(g, b, s, p(0)? as _, n(1)?, n(2)?, p(3)? as _, p(4)? as _);
+                }
+                Kernel::MmGateUp | Kernel::MmDown => {
+                    let Some(Arg::Moe(m)) = args.first() else {
+                        return Err(CudaError::Usage(
+                            "the experts' kernels take their table".into(),
+                        ));
+                    };
+                    let (order, tiles, max) = (p(1)? as _, p(2)? as _, n(3)?);
+                    if k == Kernel::MmGateUp {
+                        count(7)?;
+                        emu_mm_gate_up(
+                            g,
+                            b,
+                            s,
+                            m,
+                            order,
+                            tiles,
+                            max,
+                            n(4)?,
+                            p(5)? as _,
+                            p(6)? as _,
+                        );
+                    } else {
+                        count(6)?;
+                        emu_mm_down(g, b, s, m, order, tiles, max, p(4)? as _, p(5)? as _);
+                    }
+                }
+                Kernel::EmbedMany => {
+                    count(6)?;
+                    let (t, x) = (p(0)? as _, p(5)? as _);
+                    emu_embed_many(g, b, s, t, n(1)?, n(2)?, p(3)? as _, n(4)?, x);
+                }
+                Kernel::KvStore => {
+                    count(14)?;
+                    emu_kv_store(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        p(2)? as _,
+                        n(3)?,
+                        n(4)?,
+                        f(5)?,
+                        n(6)?,
+                        n(7)?,
+                        n(8)?,
+                        p(9)? as _,
+                        p(10)? as _,
+                        n(11)?,
+                        p(12)? as _,
+                        p(13)? as _,
+                    );
+                }
+                Kernel::AttentionMany => {
+                    count(22)?;
+                    emu_attention_many(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        n(2)?,
+                        n(3)?,
+                        f(4)?,
+                        n(5)?,
+                        n(6)?,
+                        n(7)?,
+                        n(8)?,
+                        p(9)? as _,
+                        p(10)? as _,
+                        n(11)?,
+                        p(12)? as _,
+                        p(13)? as _,
+                        n(14)?,
+                        f(15)?,
+                        p(16)? as _,
+                        n(17)?,
+                        p(18)? as _,
+                        n(19)?,
+                        n(20)?,
+                        n(21)?,
+                    );
+                }
+                Kernel::TopkMany => {
+                    count(8)?;
+                    let (z, pr, ids, w) = (p(0)? as _, p(4)? as _, p(5)? as _, p(6)? as _);
+                    emu_topk_many(g, b, s, z, n(1)?, n(2)?, n(3)?, pr, ids, w, n(7)?);
+                }
+                Kernel::SigmoidTopkMany => {
+                    count(13)?;
+                    emu_sigmoid_topk_many(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        n(1)?,
+                        p(2)? as _,
+                        n(3)?,
+                        n(4)?,
+                        n(5)?,
+                        n(6)?,
+                        n(7)?,
+                        f(8)?,
+                        p(9)? as _,
+                        p(10)? as _,
+                        p(11)? as _,
+                        n(12)?,
+                    );
                 }
                 Kernel::SigmoidTopk => {
                     count(12)?;

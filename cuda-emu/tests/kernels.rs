@@ -730,6 +730,61 @@ fn tiled_matvec_products_are_canonical_dots_for_any_rows_per_block() {
     }
 }
 
+/// A prompt pass's products (`tarfa_e_mm`: a block's 32 rows × 16 tokens, a warp's 8 × 8 dots
+/// folded together) are, for every token, the canonical dot of `canon::dot_f32` with its bias and
+/// residual — the bits of the one-token kernels — for any width (whole chunks or not, a
+/// stage's 64 or not), row count (a part-filled tile), token count (1, part of a tile, several
+/// tiles) and element type (the wide ones and every block type the engine takes).
+#[test]
+fn prompt_products_are_each_tokens_canonical_dots() {
+    let mut r = Rng(0x7070_2026);
+    let cases: &[(usize, &[usize], usize, emu::Dt)] = &[
+        (2048, &[40, 3], 19, emu::Dt::Bf16),
+        (96, &[33, 1, 8, 64], 5, emu::Dt::F32),
+        (72, &[17], 16, emu::Dt::Bf16),
+        (45, &[9, 2], 3, emu::Dt::F32),
+        (256, &[5], 2, emu::Dt::Q4_K),
+        (64, &[7, 3], 17, emu::Dt::Q8_0),
+        (256, &[6], 4, emu::Dt::Q6_K),
+        (64, &[4], 1, emu::Dt::F16),
+    ];
+    for &(cols, rows, tokens, dt) in cases {
+        let xs: Vec<Vec<f32>> = (0..tokens).map(|_| r.vec(cols, 2.0)).collect();
+        let mut products = Vec::new();
+        let mut want = Vec::new();
+        for (j, &rows) in rows.iter().enumerate() {
+            let (w, wv) = weights(&mut r, rows * cols, dt, 1.0);
+            let bias = (j % 2 == 1).then(|| weights(&mut r, rows, emu::Dt::F32, 0.5));
+            let acc = (j >= 2).then(|| r.vec(rows, 4.0));
+            let mut y = Vec::new();
+            for x in &xs {
+                for i in 0..rows {
+                    let mut v = canon::dot_f32(&wv[i * cols..(i + 1) * cols], x);
+                    if let Some((_, b)) = &bias {
+                        v += b[i];
+                    }
+                    y.push(acc.as_ref().map_or(v, |a| a[i] + v));
+                }
+            }
+            want.push(bits(&y));
+            products.push(emu::Product {
+                w,
+                rows,
+                cols,
+                x: Vec::new(),
+                bias: bias.map(|b| b.0),
+                accumulate: acc,
+                vec: dt.wide() && cols % 8 == 0,
+            });
+        }
+        let got: Vec<Vec<u32>> = emu::mm(&products, &xs).iter().map(|y| bits(y)).collect();
+        assert_eq!(
+            got, want,
+            "cols {cols}, rows {rows:?}, {tokens} tokens, {dt:?}"
+        );
+    }
+}
+
 /// A tiled launch that takes its x in through an RMSNorm (each block normalising x itself, as
 /// the engine launches q/k/v, the router and `lm_head`) gives the bits of the norm's own launch
 /// followed by the plain products: the normed x that block 0 stores is `canon::rms_norm`'s, and

@@ -43,8 +43,18 @@ fn emulated_with(
         batch_prompt,
         ..DecoderOptions::default()
     };
+    emulated_opts(dir, &opts, ring, fuse_norms)
+}
+
+/// [`emulated_with`] with the decoder's options `opts`.
+fn emulated_opts(
+    dir: &std::path::Path,
+    opts: &DecoderOptions,
+    ring: TileGeometry,
+    fuse_norms: bool,
+) -> (Decoder, Arc<AtomicU64>) {
     let count = std::sync::Mutex::new(None);
-    let dec = Decoder::open_with(dir, &opts, |config, tensors, experts| {
+    let dec = Decoder::open_with(dir, opts, |config, tensors, experts| {
         let dev = EmuDevice::with_tile(ring)?;
         *count.lock().expect("count") = Some(dev.launch_count());
         let mut f = tarfa_decode::gpu_resident::build(dev, config, tensors, experts, true)?;
@@ -137,6 +147,42 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
                 r.steps > 0 && r.graph_steps == 0 && r.host_round_trips == 0,
                 "{name}: {r:?}"
             );
+            // A batched prompt ran as matrices (Engine::prompt), except where a DeltaNet
+            // layer's recurrence steps it token by token.
+            let matrices = batch && !name.starts_with("qwen3_5");
+            assert_eq!(r.prompt_passes > 0, matrices, "{name}: {r:?}");
+        }
+    }
+}
+
+/// A prompt fed in chunks (`prompt_chunk` 2, 3 and 7: passes of as many tokens, the last
+/// part-filled) gives the CPU decoder's bits: the chunk size changes no bit of a prompt run as
+/// matrices (`Engine::prompt`), on a softmax-routed model and on GLM's (a dense layer, the
+/// sigmoid group router, folded shared experts).
+#[test]
+fn prompt_chunks_of_any_size_give_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    for name in ["qwen3_moe", "glm4_moe_b"] {
+        let dir = common::model(name);
+        let cpu = run_prompts(
+            &mut common::open(&dir, &DecoderOptions::default()),
+            name,
+            2,
+            1,
+        );
+        for chunk in [2, 3, 7] {
+            let opts = DecoderOptions {
+                prompt_chunk: chunk,
+                ..DecoderOptions::default()
+            };
+            let mut dec = emulated_opts(&dir, &opts, TileGeometry::DEFAULT, true).0;
+            assert_eq!(
+                run_prompts(&mut dec, name, 2, 1),
+                cpu,
+                "{name}: chunks of {chunk}"
+            );
+            let r = dec.offload_report().expect("a device report");
+            assert!(r.prompt_passes > 1, "{name}, chunks of {chunk}: {r:?}");
         }
     }
 }

@@ -89,69 +89,28 @@ __device__ void tarfa_head_norm_rope(const float* x, const unsigned char* nw, in
     __syncwarp();
 }
 
-// Attention of one token at position pos = params[1] over the keys first..pos (blocks::attend),
-// with that token's q/k RMSNorm (when `norm`) and RoPE (tarfa_head_norm_rope) in the same launch:
-// one block per query head h. Warp 0 rotates q's head h into shared memory, warp 1 the token's key
-// of h's KV head; the first query head of each KV head's group stores that key and the token's v
-// in the caches' row pos for the steps after. Every block takes row pos from its own shared key
-// and from v (the same bits the cache gets), never from the caches, which other blocks of this
-// launch are writing. Scores (a warp each: the canonical dot of k and q, times scaling), softmax
-// on warp 0 (max, tarfa exp, the canonical sum, divide), then Σ_t a_t v_t for each of the d
-// outputs in the canonical order: 32 lane partials (position index t mod 32, fused multiply-add
-// in increasing t) in shared memory, folded by the fixed tree. The scores are kept in shared
-// memory after the partials when there are at most `sh_scores` of them (else in `scores`); then
-// come q, the key and the two warps' scratch (4·d floats). Each warp's q elements in registers
-// when d ≤ 32·TARFA_HEAD_AHEAD. Query head h is q[h·qstride ..][0..d); with `gated` (Qwen3.5's
-// gated attention: qstride = 2d, each head [q_h | gate_h]) the output is multiplied by
-// sigmoid(gate_h) (canon::sigmoid, one product), as common::attention does before o_proj.
-extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, const float* v,
-                                             const unsigned char* qn, const unsigned char* kn,
-                                             int ndtype, int norm, float eps, int heads,
-                                             int kv_heads, int d, int half, const float* cos_tab,
-                                             const float* sin_tab, const int* params,
-                                             float* kcache, float* vcache, int window,
-                                             float scaling, float* scores, int cap, float* out,
-                                             int sh_scores, int qstride, int gated) {
-    TARFA_DYNAMIC_SHARED(float, part);  // [32][d], sh_scores floats, q, key, 2 × scratch
-    tarfa_grid_enter();
-    int h = blockIdx.x;
+// The attention of one query head at position `pos` once its q is rotated (qh, in shared memory
+// after the 32 × d partials and sh_scores scores of `part`) and its key and value at pos are known
+// (kh, vh: the bits the caches hold at pos): scores over the keys first..pos (a warp each: the
+// canonical dot of k and q, times scaling), softmax on warp 0 (max, tarfa exp, the canonical
+// sum, divide), then Σ_t a_t v_t for each of the d outputs in the canonical order: 32 lane
+// partials (position index t mod 32, fused multiply-add in increasing t) in shared memory, folded
+// by the fixed tree, into out_h (d floats; times sigmoid(gate[i]) when `gated`). Scores past
+// sh_scores go to scores_h. The whole block calls it.
+__device__ void tarfa_attend(const float* qh, const float* kh, const float* vh, const float* kcache,
+                             const float* vcache, int pos, int window, int kvh, int d,
+                             long long width, float scaling, float* scores_h, float* part,
+                             int sh_scores, const float* gate, int gated, float* out_h) {
     int lane = threadIdx.x % 32;
     int warp = threadIdx.x / 32;
     int warps = blockDim.x / 32;
-    int pos = params[1];
     int first = (window > 0 && pos + 1 > window) ? pos + 1 - window : 0;
     int n = pos - first + 1;
-    int group = heads / kv_heads;
-    int kvh = h / group;
-    long long width = (long long)kv_heads * d;
-    float* qh = part + 32 * d + sh_scores;
-    float* kh = qh + d;
-    const float* vh = v + (long long)kvh * d;
-    {
-        const float* c = cos_tab + (long long)pos * half;
-        const float* s = sin_tab + (long long)pos * half;
-        if (warp == 0) {
-            tarfa_head_norm_rope(q + (long long)h * qstride, qn, ndtype, norm, eps, d, half, c, s, lane,
-                                 kh + d, qh);
-        } else if (warp == 1) {
-            tarfa_head_norm_rope(k + (long long)kvh * d, kn, ndtype, norm, eps, d, half, c, s,
-                                 lane, kh + 2 * d, kh);
-            if (h % group == 0) {
-                float* kd = kcache + (long long)pos * width + (long long)kvh * d;
-                float* vd = vcache + (long long)pos * width + (long long)kvh * d;
-                for (int i = lane; i < d; i += 32) {
-                    kd[i] = kh[i];
-                    vd[i] = vh[i];
-                }
-            }
-        }
-    }
-    __syncthreads();
     // Key row i (position first + i): the cache's, the last one this block's own.
     auto key = [&](int i) -> const float* {
         return i == n - 1 ? kh : kcache + (long long)(first + i) * width + (long long)kvh * d;
     };
-    float* sc = n <= sh_scores ? part + 32 * d : scores + (long long)h * cap;
+    float* sc = n <= sh_scores ? part + 32 * d : scores_h;
     if (d <= 32 * TARFA_HEAD_AHEAD) {
         float qv[TARFA_HEAD_AHEAD];
 #pragma unroll
@@ -212,8 +171,67 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, con
         }
         __syncthreads();
     }
-    const float* gate = q + (long long)h * qstride + d;
     for (int dd = threadIdx.x; dd < d; dd += blockDim.x) {
-        out[(long long)h * d + dd] = gated ? __fmul_rn(part[dd], tarfa_sigmoid(gate[dd])) : part[dd];
+        out_h[dd] = gated ? __fmul_rn(part[dd], tarfa_sigmoid(gate[dd])) : part[dd];
     }
+}
+
+// Attention of one token at position pos = params[1] over the keys first..pos (blocks::attend),
+// with that token's q/k RMSNorm (when `norm`) and RoPE (tarfa_head_norm_rope) in the same launch:
+// one block per query head h. Warp 0 rotates q's head h into shared memory, warp 1 the token's key
+// of h's KV head; the first query head of each KV head's group stores that key and the token's v
+// in the caches' row pos for the steps after. Every block takes row pos from its own shared key
+// and from v (the same bits the cache gets), never from the caches, which other blocks of this
+// launch are writing. Scores (a warp each: the canonical dot of k and q, times scaling), softmax
+// on warp 0 (max, tarfa exp, the canonical sum, divide), then Σ_t a_t v_t for each of the d
+// outputs in the canonical order: 32 lane partials (position index t mod 32, fused multiply-add
+// in increasing t) in shared memory, folded by the fixed tree. The scores are kept in shared
+// memory after the partials when there are at most `sh_scores` of them (else in `scores`); then
+// come q, the key and the two warps' scratch (4·d floats). Each warp's q elements in registers
+// when d ≤ 32·TARFA_HEAD_AHEAD. Query head h is q[h·qstride ..][0..d); with `gated` (Qwen3.5's
+// gated attention: qstride = 2d, each head [q_h | gate_h]) the output is multiplied by
+// sigmoid(gate_h) (canon::sigmoid, one product), as common::attention does before o_proj.
+extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, const float* v,
+                                             const unsigned char* qn, const unsigned char* kn,
+                                             int ndtype, int norm, float eps, int heads,
+                                             int kv_heads, int d, int half, const float* cos_tab,
+                                             const float* sin_tab, const int* params,
+                                             float* kcache, float* vcache, int window,
+                                             float scaling, float* scores, int cap, float* out,
+                                             int sh_scores, int qstride, int gated) {
+    TARFA_DYNAMIC_SHARED(float, part);  // [32][d], sh_scores floats, q, key, 2 × scratch
+    tarfa_grid_enter();
+    int h = blockIdx.x;
+    int lane = threadIdx.x % 32;
+    int warp = threadIdx.x / 32;
+    int pos = params[1];
+    int group = heads / kv_heads;
+    int kvh = h / group;
+    long long width = (long long)kv_heads * d;
+    float* qh = part + 32 * d + sh_scores;
+    float* kh = qh + d;
+    const float* vh = v + (long long)kvh * d;
+    {
+        const float* c = cos_tab + (long long)pos * half;
+        const float* s = sin_tab + (long long)pos * half;
+        if (warp == 0) {
+            tarfa_head_norm_rope(q + (long long)h * qstride, qn, ndtype, norm, eps, d, half, c, s, lane,
+                                 kh + d, qh);
+        } else if (warp == 1) {
+            tarfa_head_norm_rope(k + (long long)kvh * d, kn, ndtype, norm, eps, d, half, c, s,
+                                 lane, kh + 2 * d, kh);
+            if (h % group == 0) {
+                float* kd = kcache + (long long)pos * width + (long long)kvh * d;
+                float* vd = vcache + (long long)pos * width + (long long)kvh * d;
+                for (int i = lane; i < d; i += 32) {
+                    kd[i] = kh[i];
+                    vd[i] = vh[i];
+                }
+            }
+        }
+    }
+    __syncthreads();
+    tarfa_attend(qh, kh, vh, kcache, vcache, pos, window, kvh, d, width, scaling,
+                 scores + (long long)h * cap, part, sh_scores, q + (long long)h * qstride + d, gated,
+                 out + (long long)h * d);
 }

@@ -164,6 +164,15 @@ extern "C" __global__ void tarfa_e_combine_norm(const float* y, const float* wts
                                                 const float* sh, const float* shw, float* x,
                                                 const unsigned char* w, int wdtype, float eps,
                                                 float* out) {
+    // Over a chunk of tokens (Engine::prompt) block b is token b: its k slots' outputs, weights,
+    // shared output and gate, residual and norm.
+    long long b = blockIdx.x;
+    y += b * k * n;
+    wts += b * k;
+    x += b * n;
+    out += b * n;
+    if (sh) sh += b * n;
+    if (shw) shw += b;
     if (k > TARFA_COMBINE_AHEAD || n > TARFA_RMS_AHEAD * (int)blockDim.x || n > TARFA_RMS_STAGE) {
         tarfa_block_rms_norm([&](int i) { return tarfa_combine_at(y, wts, k, n, sh, shw, x, i); }, x,
                              w, wdtype, n, eps, out);

@@ -100,8 +100,11 @@ __device__ __forceinline__ void tarfa_block_rms_norm(XVal xval, const float* x,
     tarfa_block_rms_tail(x, staged ? xs : x, w, wdtype, n, eps, wv, xv, out);
 }
 
-// RMSNorm of x into out (tarfa_block_rms_norm), one block.
+// RMSNorm of x into out (tarfa_block_rms_norm), one block; over a chunk of tokens (Engine::prompt)
+// block b normalises the b-th n floats of x into those of out.
 extern "C" __global__ void tarfa_e_rms_norm(const float* x, const unsigned char* w, int wdtype,
                                             int n, float eps, float* out) {
+    x += (long long)blockIdx.x * n;
+    out += (long long)blockIdx.x * n;
     tarfa_block_rms_norm([&](int i) { return x[i]; }, x, w, wdtype, n, eps, out);
 }

@@ -106,9 +106,8 @@ __device__ __forceinline__ void tarfa_topk_held(const float* z, int n, int k, in
 // With `gw` (not null), also *gw = sigmoid(*gz): Qwen3.5's shared-expert gate (the weight of its
 // shared expert's output, `sigmoid(shared_expert_gate · x)`), which may be the folded slot's
 // weight wts[k].
-extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm, float* probs,
-                                        int* ids, float* wts, const float* gz, float* gw) {
-    tarfa_grid_enter();
+__device__ void tarfa_topk(const float* z, int n, int k, int renorm, float* probs, int* ids,
+                           float* wts, const float* gz, float* gw) {
     int lane = threadIdx.x;
     if (gw && lane == 0) *gw = tarfa_sigmoid(*gz);
     if (n <= 32 * TARFA_TOPK_AHEAD) {
@@ -150,6 +149,12 @@ extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm
     }
 }
 
+extern "C" __global__ void tarfa_e_topk(const float* z, int n, int k, int renorm, float* probs,
+                                        int* ids, float* wts, const float* gz, float* gw) {
+    tarfa_grid_enter();
+    tarfa_topk(z, n, k, renorm, probs, ids, wts, gz, gw);
+}
+
 // The key of blocks::sigmoid_group_topk's order (larger first, 0.0 and −0.0 equal: −0.0 + 0.0 is
 // +0.0; otherwise f32::total_cmp's), as tarfa_total_key takes it.
 __device__ __forceinline__ int tarfa_score_key(float v) { return tarfa_total_key(__fadd_rn(v, 0.0f)); }
@@ -188,11 +193,9 @@ __device__ __forceinline__ void tarfa_next_best(Key key, int n, int prev_key, in
 // 3·n floats (s, c, the group scores). The orders are the CPU's `descending` (0.0 and −0.0
 // equal, else f32::total_cmp), so ties fall where they fall there. A NaN logit does not: the
 // GPU's arithmetic gives NaN its own sign and payload (spec/EXACTNESS.md: finite inputs only).
-extern "C" __global__ void tarfa_e_sigmoid_topk(const float* z, int n, const unsigned char* bias,
-                                                int bias_dtype, int k, int n_group,
-                                                int topk_group, int renorm, float scale,
-                                                float* scratch, int* ids, float* wts) {
-    tarfa_grid_enter();
+__device__ void tarfa_sigmoid_topk(const float* z, int n, const unsigned char* bias, int bias_dtype,
+                                   int k, int n_group, int topk_group, int renorm, float scale,
+                                   float* scratch, int* ids, float* wts) {
     int lane = threadIdx.x;
     float* s = scratch;
     float* c = scratch + n;
@@ -265,4 +268,13 @@ extern "C" __global__ void tarfa_e_sigmoid_topk(const float* z, int n, const uns
         if (renorm) w = __fdiv_rn(w, t);
         wts[i] = __fmul_rn(w, scale);
     }
+}
+
+extern "C" __global__ void tarfa_e_sigmoid_topk(const float* z, int n, const unsigned char* bias,
+                                                int bias_dtype, int k, int n_group,
+                                                int topk_group, int renorm, float scale,
+                                                float* scratch, int* ids, float* wts) {
+    tarfa_grid_enter();
+    tarfa_sigmoid_topk(z, n, bias, bias_dtype, k, n_group, topk_group, renorm, scale, scratch, ids,
+                       wts);
 }

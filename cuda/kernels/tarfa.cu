@@ -13,3 +13,4 @@
 #include "route.cu"
 #include "moe.cu"
 #include "tiled.cu"
+#include "batch.cu"

@@ -38,6 +38,9 @@ use crate::hal::{warp_rows, Arg, EngineDevice, Geometry, GpuDtype, Kernel};
 use crate::tile::{tile_norm_shared, tile_rows, SHARED_MAX, TILE_MAX_ROWS, TILE_THREADS};
 use crate::CudaError;
 
+mod prompt;
+pub use prompt::PROMPT_PASS;
+
 /// Host bytes of one tensor to place in VRAM: a row-major `[rows, cols]` matrix (a vector is
 /// one row).
 #[derive(Clone, Copy, Debug)]
@@ -257,6 +260,10 @@ pub struct EngineReport {
     /// Round trips to the host within steps: one per layer whose routed experts the host
     /// computed, per token (the logits' read at a step's end not counted).
     pub host_round_trips: u64,
+    /// Passes of prompt tokens run as matrices ([`Engine::prompt`]), and their tokens (counted in
+    /// `steps` too).
+    pub prompt_passes: u64,
+    pub prompt_pass_tokens: u64,
 }
 
 /// A tensor on the device.
@@ -464,6 +471,10 @@ pub struct Engine<D: EngineDevice> {
     fuse_norms: bool,
     finished: bool,
     report: EngineReport,
+    /// The buffers of [`Engine::prompt`]'s passes (made at the first).
+    pass: Option<prompt::PassBufs<D::Buf>>,
+    /// Run prompts as matrices where the model takes it ([`Engine::prompt`]).
+    prompt_matrices: bool,
 }
 
 impl<D: EngineDevice> std::fmt::Debug for Engine<D> {
@@ -849,6 +860,8 @@ impl<D: EngineDevice> Engine<D> {
             fuse_norms: true,
             finished: false,
             report,
+            pass: None,
+            prompt_matrices: true,
             dev,
         })
     }
@@ -1134,16 +1147,7 @@ impl<D: EngineDevice> Engine<D> {
         }
         int(pos, "a position")?;
         self.ensure_cap(seq, pos + 1)?;
-        if self.rope_rows < pos + 1 {
-            let (a, b) = (self.rope_rows * half, (pos + 1) * half);
-            if b > a {
-                self.dev
-                    .write(&mut self.cos, a * 4, &f32_bytes(&cos[a..b]))?;
-                self.dev
-                    .write(&mut self.sin, a * 4, &f32_bytes(&sin[a..b]))?;
-            }
-            self.rope_rows = pos + 1;
-        }
+        self.ensure_rope(pos + 1, (cos, sin))?;
         // Rows at or after `pos` may hold an earlier pass's: never read (attention reads
         // 0..=pos) and overwritten as positions are run.
         let params: Vec<u8> = [token as i32, pos as i32]
@@ -1279,6 +1283,27 @@ impl<D: EngineDevice> Engine<D> {
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect(),
         ))
+    }
+
+    /// The device's RoPE tables hold rows `0..n` (copied from `cos`, `sin`: `rotary_dim / 2`
+    /// values a position, at least `n` rows; the tables have room, `ensure_cap`).
+    fn ensure_rope(&mut self, n: usize, (cos, sin): (&[f32], &[f32])) -> Result<(), CudaError> {
+        let half = self.shape.rotary_dim / 2;
+        if self.rope_rows < n {
+            let (a, b) = (self.rope_rows * half, n * half);
+            let (Some(c), Some(sn)) = (cos.get(a..b), sin.get(a..b)) else {
+                return Err(CudaError::Usage(format!(
+                    "RoPE tables of {} values for {n} positions",
+                    cos.len().min(sin.len())
+                )));
+            };
+            if b > a {
+                self.dev.write(&mut self.cos, a * 4, &f32_bytes(c))?;
+                self.dev.write(&mut self.sin, a * 4, &f32_bytes(sn))?;
+            }
+            self.rope_rows = n;
+        }
+        Ok(())
     }
 
     /// Grow `seq`'s KV caches to hold `n` positions, and the scores and RoPE tables with them
@@ -1663,7 +1688,7 @@ impl<D: EngineDevice> Engine<D> {
         // The scores in shared memory after the 32 × d partials, as many as 48 KiB leaves
         // room for beside q, the key and two warps' scratch (7,680 at d = 128); a longer
         // context keeps them in `scores`.
-        let sh_scores = (SHARED_MAX / 4).saturating_sub(36 * d).min(self.cap);
+        let sh_scores = prompt::sh_scores(d, self.cap);
         // SAFETY: one block per head (ATTN_BLOCK ≥ two warps); q holds heads·qstride floats, k
         // and v kv_heads·d; the norm weights d elements; the sequence's caches
         // `seq.cap × kv_heads·d` floats and the RoPE tables `cap × half` (cap ≥ seq.cap), with

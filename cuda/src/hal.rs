@@ -177,11 +177,29 @@ pub enum Kernel {
     /// `tarfa_e_delta_heads` (Gated DeltaNet: convolution, recurrence and gated norm, a block per
     /// value head).
     DeltaHeads,
+    /// `tarfa_e_mm` (a chunk's products: rows × tokens, `kernels/batch.cu`).
+    Mm,
+    /// `tarfa_e_moe_group` (a chunk's (token, slot) pairs grouped by expert).
+    MoeGroup,
+    /// `tarfa_e_mm_gate_up` (a chunk's routed gate and up, expert by expert).
+    MmGateUp,
+    /// `tarfa_e_mm_down`.
+    MmDown,
+    /// `tarfa_e_embed_many`.
+    EmbedMany,
+    /// `tarfa_e_kv_store` (a chunk's keys and values into the caches).
+    KvStore,
+    /// `tarfa_e_attention_many`.
+    AttentionMany,
+    /// `tarfa_e_topk_many`.
+    TopkMany,
+    /// `tarfa_e_sigmoid_topk_many`.
+    SigmoidTopkMany,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 17] = [
+    pub const ALL: [Kernel; 26] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -199,6 +217,15 @@ impl Kernel {
         Kernel::WarpGateUp,
         Kernel::WarpDown,
         Kernel::DeltaHeads,
+        Kernel::Mm,
+        Kernel::MoeGroup,
+        Kernel::MmGateUp,
+        Kernel::MmDown,
+        Kernel::EmbedMany,
+        Kernel::KvStore,
+        Kernel::AttentionMany,
+        Kernel::TopkMany,
+        Kernel::SigmoidTopkMany,
     ];
 
     /// Its name in `kernels/`.
@@ -221,6 +248,15 @@ impl Kernel {
             Kernel::WarpGateUp => "tarfa_e_wmoe_gate_up",
             Kernel::WarpDown => "tarfa_e_wmoe_down",
             Kernel::DeltaHeads => "tarfa_e_delta_heads",
+            Kernel::Mm => "tarfa_e_mm",
+            Kernel::MoeGroup => "tarfa_e_moe_group",
+            Kernel::MmGateUp => "tarfa_e_mm_gate_up",
+            Kernel::MmDown => "tarfa_e_mm_down",
+            Kernel::EmbedMany => "tarfa_e_embed_many",
+            Kernel::KvStore => "tarfa_e_kv_store",
+            Kernel::AttentionMany => "tarfa_e_attention_many",
+            Kernel::TopkMany => "tarfa_e_topk_many",
+            Kernel::SigmoidTopkMany => "tarfa_e_sigmoid_topk_many",
         }
     }
 }

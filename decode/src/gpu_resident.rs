@@ -576,6 +576,9 @@ fn upload<D: EngineDevice>(
     // `TARFA_CUDA_NORM_FUSE=0` takes no RMSNorm into a product (each is launched alone or with
     // the combine), for measuring.
     engine.set_norm_fusion(std::env::var("TARFA_CUDA_NORM_FUSE").as_deref() != Ok("0"));
+    // `TARFA_CUDA_PROMPT=0` steps a prompt's tokens one by one (as before prompts ran as
+    // matrices), for measuring.
+    engine.set_prompt_matrices(std::env::var("TARFA_CUDA_PROMPT").as_deref() != Ok("0"));
     // One element type per role (gate, up, down) across a layer's experts (the kernels read a
     // layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;
@@ -919,6 +922,8 @@ impl<D: EngineDevice> GpuWhole<D> {
             trunk_bytes: r.weight_bytes,
             steps: r.steps,
             graph_steps: r.graph_steps,
+            prompt_passes: r.prompt_passes,
+            prompt_pass_tokens: r.prompt_pass_tokens,
             // Layers 0..N (as llama.cpp counts them): the last whose experts the CPU computes, + 1.
             cpu_moe_layers: self
                 .engine
@@ -1011,15 +1016,13 @@ where
         };
         let mut out = Vec::new();
         let mut run = || -> Result<()> {
-            for (i, &t) in tokens.iter().enumerate() {
-                let pos = start + i;
-                self.rope.ensure(pos + 1);
-                let (cos, sin) = self.rope.tables();
-                let want = all_logits || i + 1 == tokens.len();
-                if let Some(l) = self.engine.step(seq, t, pos, (cos, sin), want, &mut host)? {
-                    out.push(l);
-                }
-            }
+            // Several tokens (a prompt): as matrices where the engine takes the model
+            // (`Engine::prompt`: the bits of stepping them one by one).
+            self.rope.ensure(start + tokens.len());
+            let (cos, sin) = self.rope.tables();
+            out = self
+                .engine
+                .prompt(seq, tokens, start, (cos, sin), all_logits, &mut host)?;
             Ok(())
         };
         let ran = run();

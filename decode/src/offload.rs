@@ -103,6 +103,10 @@ pub struct OffloadReport {
     pub steps: u64,
     /// Of those, replayed from a captured CUDA graph.
     pub graph_steps: u64,
+    /// Passes in which prompt tokens ran together as matrices, and their tokens (counted in
+    /// `steps` too).
+    pub prompt_passes: u64,
+    pub prompt_pass_tokens: u64,
     /// With the whole forward pass there: the CPU computed the routed experts of layers 0..this
     /// (as llama.cpp's `--n-cpu-moe` counts layers: a dense one among them has none).
     pub cpu_moe_layers: u64,
