@@ -4,19 +4,27 @@
 # them; --clock-control none leaves the clocks as a plain run has them) and prints, per kernel
 # name, its launches, mean duration and share of the window.
 #   bash bench/gpu-kernel-times.sh JNF_DIR [SKIP] [COUNT]
+# PROMPT=N times a prompt pass instead: N token ids run as matrices (issue 24), one token
+# generated, the launches from SKIP (default then 0).
 # Needs target/device/tarfa-cuda (carried; TARFA_BIN names another build) and ncu on the PATH or
 # in /usr/local/cuda/bin.
 set -uo pipefail
 B=$(pwd)/target/device
 J=${1:?usage: gpu-kernel-times.sh JNF_DIR [SKIP] [COUNT]}
-SKIP=${2:-400}
+SKIP=${2:-$([ -n "${PROMPT:-}" ] && echo 0 || echo 400)}
 COUNT=${3:-300}
+TOKENS=11,22,33,44,55,66,77,88
+N=24
+if [ -n "${PROMPT:-}" ]; then
+  TOKENS=$(python3 -c "import sys; print(','.join(str(11 + (i * 7919) % 8000) for i in range(int(sys.argv[1]))))" "$PROMPT")
+  N=1
+fi
 export PATH=$PATH:/usr/local/cuda/bin
 NCU=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 [ -n "$NCU" ] || { echo "no ncu here" >&2; exit 2; }
 "$NCU" --clock-control none --metrics gpu__time_duration.sum --launch-skip "$SKIP" \
   --launch-count "$COUNT" --csv --page raw \
-  "${TARFA_BIN:-$B/tarfa-cuda}" run "$J" --tokens 11,22,33,44,55,66,77,88 -n 24 --ignore-eos --experts resident \
+  "${TARFA_BIN:-$B/tarfa-cuda}" run "$J" --tokens "$TOKENS" -n "$N" --ignore-eos --experts resident \
   --device cuda --no-cuda-graphs > /tmp/ncu.out 2> /tmp/ncu.err || { tail -20 /tmp/ncu.err; exit 2; }
 # ncu's own lines (==PROF==) and tarfa's summary share stdout with the CSV, whose lines are quoted
 grep '^"' /tmp/ncu.out > "${OUT:-/tmp}/ncu.csv"

@@ -95,8 +95,8 @@ __device__ __forceinline__ void tarfa_mm_fold_level(float* a, int lane, int o) {
 static_assert(TARFA_MM_RW * TARFA_MM_TW == 64, "the fold leaves each lane two dots");
 
 // The tile's BR × BT canonical dots into out[r][c] (shared memory; every thread may read them
-// after the block's barrier at the end). Stages of KC elements pass through two shared buffers:
-// the next stage's loads are issued before this one's multiply-adds. Lane l of warp (wr, wt)
+// after the block's barrier at the end). Stages of KC elements pass through two shared buffers,
+// the loads of the stage two on issued before this one's multiply-adds. Lane l of warp (wr, wt)
 // accumulates elements l, l + 32, … of rows wr·RW + i and columns wt·TW + j in increasing k.
 __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
                                               float (*out)[TARFA_MM_BT]) {
@@ -110,15 +110,18 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
 #pragma unroll
         for (int j = 0; j < TARFA_MM_TW; ++j) acc[i][j] = 0.0f;
     int stages = (t.k + TARFA_MM_KC - 1) / TARFA_MM_KC;
-    float w[8], x[4];
+    // Two stages in flight: stage s + 1's operands (w, x, loaded during stage s − 1) go to shared
+    // memory after stage s's multiply-adds, while stage s + 2's (wn, xn) are loading.
+    float w[8], x[4], wn[8] = {}, xn[4] = {};
     if (stages > 0) {
         tarfa_mm_fetch(t, 0, w, x);
         tarfa_mm_put(ws[0], xs[0], w, x);
     }
+    if (stages > 1) tarfa_mm_fetch(t, TARFA_MM_KC, w, x);
     __syncthreads();
     for (int s = 0; s < stages; ++s) {
         int b = s & 1;
-        if (s + 1 < stages) tarfa_mm_fetch(t, (s + 1) * TARFA_MM_KC, w, x);
+        if (s + 2 < stages) tarfa_mm_fetch(t, (s + 2) * TARFA_MM_KC, wn, xn);
 #pragma unroll
         for (int kk = 0; kk < TARFA_MM_KC; kk += 32) {
             float wv[TARFA_MM_RW], xv[TARFA_MM_TW];
@@ -133,6 +136,10 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
         }
         if (s + 1 < stages) tarfa_mm_put(ws[b ^ 1], xs[b ^ 1], w, x);
         __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 8; ++j) w[j] = wn[j];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x[j] = xn[j];
     }
     // The fold of the warp's RW·TW dots at once: each level of the tree halves the values a lane
     // holds (tarfa_mm_fold_level); the last leaves each lane two dots.
@@ -212,16 +219,26 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm(TarfaM
 // expert, order[first .. first + n). Each selected expert's rows are read once per tile of its
 // pairs; every pair's output is its own canonical dots, so the grouping changes no bit.
 
-// One block: ids[p] for p < pairs (experts < n_experts ≤ 1024), into order and tiles.
+// One block: ids[p] for p < pairs (experts < n_experts ≤ 1024), into order and tiles. The ids are
+// staged in shared memory (up to TARFA_GROUP_STAGE; more are read where they lie), then each
+// expert's thread counts and lists its pairs in increasing p.
+#define TARFA_GROUP_STAGE 8192
 extern "C" __global__ void tarfa_e_moe_group(const int* ids, int pairs, int n_experts, int* order,
                                              int* tiles) {
     __shared__ int count[1024];  // experts ≤ 1024 (the host checks)
     __shared__ int start[1025];
     __shared__ int tile0[1025];
+    __shared__ short staged[TARFA_GROUP_STAGE];
     tarfa_grid_enter();
+    bool fits = pairs <= TARFA_GROUP_STAGE;
+    if (fits) {
+        for (int p = threadIdx.x; p < pairs; p += blockDim.x) staged[p] = (short)ids[p];
+    }
+    __syncthreads();
+    auto id = [&](int p) { return fits ? (int)staged[p] : ids[p]; };
     for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
         int c = 0;
-        for (int p = 0; p < pairs; ++p) c += ids[p] == e;
+        for (int p = 0; p < pairs; ++p) c += id(p) == e;
         count[e] = c;
     }
     __syncthreads();
@@ -240,8 +257,8 @@ extern "C" __global__ void tarfa_e_moe_group(const int* ids, int pairs, int n_ex
     __syncthreads();
     for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
         int at = start[e];
-        for (int p = 0; p < pairs; ++p)
-            if (ids[p] == e) order[at++] = p;
+        for (int p = 0; p < pairs && at < start[e + 1]; ++p)
+            if (id(p) == e) order[at++] = p;
         int tl = tile0[e];
         for (int c = 0; c < count[e]; c += TARFA_MM_BT, ++tl) {
             tiles[1 + 3 * tl] = e;
