@@ -603,6 +603,31 @@ fn matvec_tiled_checks(products: &[Product], nr: usize) {
         && p.x == products[0].x));
 }
 
+/// Product `p`'s job reading `x` and writing `y` (addresses), and the weight and bias buffers it
+/// points into (to be kept alive while it runs).
+fn product_job(p: &Product, x: u64, y: u64) -> (MatJob, Aligned, Option<Aligned>) {
+    assert_eq!(p.w.elems(), p.rows * p.cols);
+    assert!(!p.vec || (p.cols % 8 == 0 && p.w.dt.wide()));
+    let w = p.w.aligned();
+    let b = p.bias.as_ref().map(|b| {
+        assert_eq!(b.elems(), p.rows);
+        b.aligned()
+    });
+    let job = MatJob {
+        w: w.addr(),
+        x,
+        y,
+        bias: b.as_ref().map_or(0, |b| b.addr()),
+        rows: p.rows as i32,
+        cols: p.cols as i32,
+        dtype: p.w.dt.code(),
+        bias_dtype: p.bias.as_ref().map_or(0, |b| b.dt.code()),
+        accumulate: i32::from(p.accumulate.is_some()),
+        vec: i32::from(p.vec),
+    };
+    (job, w, b)
+}
+
 /// Rows of a tiled launch's block at most (`TARFA_TILE_MAX_ROWS`).
 pub const TILE_MAX_ROWS: usize = 32;
 
@@ -618,29 +643,12 @@ fn matvec_launch(
     let mut m = MatJobs::default();
     let mut rows = 0;
     for (i, p) in products.iter().enumerate() {
-        assert_eq!(p.w.elems(), p.rows * p.cols);
         assert_eq!(p.x.len(), p.cols);
-        assert!(!p.vec || (p.cols % 8 == 0 && p.w.dt.wide()));
-        let w = p.w.aligned();
         let x = fl(&p.x);
         let y = fl(p.accumulate.as_deref().unwrap_or(&vec![0.0; p.rows]));
         assert_eq!(y.len, p.rows * 4);
-        let b = p.bias.as_ref().map(|b| {
-            assert_eq!(b.elems(), p.rows);
-            b.aligned()
-        });
-        m.job[i] = MatJob {
-            w: w.addr(),
-            x: x.addr(),
-            y: y.addr(),
-            bias: b.as_ref().map_or(0, |b| b.addr()),
-            rows: p.rows as i32,
-            cols: p.cols as i32,
-            dtype: p.w.dt.code(),
-            bias_dtype: p.bias.as_ref().map_or(0, |b| b.dt.code()),
-            accumulate: i32::from(p.accumulate.is_some()),
-            vec: i32::from(p.vec),
-        };
+        let (job, w, b) = product_job(p, x.addr(), y.addr());
+        m.job[i] = job;
         m.row_start[i] = rows;
         rows += p.rows as i32;
         keep.push((w, x, b));
@@ -722,28 +730,11 @@ pub fn mm(products: &[Product], xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
     let mut rows = 0;
     let mut tiles = 0;
     for (i, p) in products.iter().enumerate() {
-        assert_eq!(p.w.elems(), p.rows * p.cols);
         assert_eq!(p.cols, cols);
-        assert!(!p.vec || (p.cols % 8 == 0 && p.w.dt.wide()));
-        let w = p.w.aligned();
         let y0 = p.accumulate.clone().unwrap_or_else(|| vec![0.0; p.rows]);
         let y = fl(&y0.repeat(xs.len()));
-        let b = p.bias.as_ref().map(|b| {
-            assert_eq!(b.elems(), p.rows);
-            b.aligned()
-        });
-        m.job[i] = MatJob {
-            w: w.addr(),
-            x: x.addr(),
-            y: y.addr(),
-            bias: b.as_ref().map_or(0, |b| b.addr()),
-            rows: p.rows as i32,
-            cols: p.cols as i32,
-            dtype: p.w.dt.code(),
-            bias_dtype: p.bias.as_ref().map_or(0, |b| b.dt.code()),
-            accumulate: i32::from(p.accumulate.is_some()),
-            vec: i32::from(p.vec),
-        };
+        let (job, w, b) = product_job(p, x.addr(), y.addr());
+        m.job[i] = job;
         m.row_start[i] = rows;
         rows += p.rows as i32;
         tiles += p.rows.div_ceil(MM_ROWS);
