@@ -16,7 +16,8 @@
 #   command: set -o pipefail; OUT=$OUT bash bench/gpu-prompt-run.sh /tmp/gp 2>&1 | tee $OUT/run.log
 # llama-bench is built (CUDA, sm_90) in the background while the first checkpoint is made, and
 # waited for before anything is timed. OUT: logs, JSON and logits (default WORKDIR/out).
-# FAMILIES (default "qwen3_moe glm4_moe"). Disk: three copies of one checkpoint at a time.
+# FAMILIES (default "qwen3_moe glm4_moe"); OTHER: another build whose prompts (as matrices) are
+# timed beside this one's (an A/B of a kernel change). Disk: three copies of one checkpoint at a time.
 set -uo pipefail
 source "$(dirname "$0")/claims.sh"
 R=$(pwd)
@@ -80,9 +81,11 @@ for fam in ${FAMILIES:-qwen3_moe glm4_moe}; do
   cat "$W/model.gguf" > /dev/null
   t "$LB" -m "$W/model.gguf" -ngl 99 -p 512 -n 32 -r 3 -o json > "$O/$fam-llama-bench.json" 2> "$O/$fam-llama-bench.log" \
     || { tail -20 "$O/$fam-llama-bench.log"; claim_failed "llama-bench ran"; }
-  for mode in matrices steps; do
+  for mode in matrices steps ${OTHER:+other}; do
     echo "-- tarfa bench-decode, prompt $mode"
-    env $([ $mode = steps ] && echo TARFA_CUDA_PROMPT=0) "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu \
+    bin=$B/tarfa-cuda
+    [ $mode = other ] && bin=$OTHER
+    env $([ $mode = steps ] && echo TARFA_CUDA_PROMPT=0) "$bin" bench-decode "$W/jnf" --modes gpu \
       --prompt-tokens 512 -n 32 --runs 3 --peer "$O/$fam-llama-bench.json" 2>&1 | tee "$O/$fam-bench-$mode.txt" \
       || claim_failed "bench-decode ($fam, $mode)"
   done

@@ -745,7 +745,7 @@ fn prompt_products_are_each_tokens_canonical_dots() {
     let cases: &[(usize, &[usize], usize, emu::Dt)] = &[
         (2048, &[40, 3], 19, emu::Dt::Bf16),
         (96, &[33, 1, 8, 64], 5, emu::Dt::F32),
-        (72, &[17], 16, emu::Dt::Bf16),
+        (72, &[17], 40, emu::Dt::Bf16),
         (45, &[9, 2], 3, emu::Dt::F32),
         (256, &[5], 2, emu::Dt::Q4_K),
         (64, &[7, 3], 17, emu::Dt::Q8_0),
