@@ -17,7 +17,8 @@
 # llama-bench is built (CUDA, sm_90) in the background while the first checkpoint is made, and
 # waited for before anything is timed. OUT: logs, JSON and logits (default WORKDIR/out).
 # FAMILIES (default "qwen3_moe glm4_moe"); OTHER: another build whose prompts (as matrices) are
-# timed beside this one's (an A/B of a kernel change). Disk: three copies of one checkpoint at a time.
+# timed beside this one's (an A/B of a kernel change); MODES (default "matrices steps"); QUICK=1:
+# the exactness check on one pass and chunks of 7 only. Disk: three copies of one checkpoint at a time.
 set -uo pipefail
 source "$(dirname "$0")/claims.sh"
 R=$(pwd)
@@ -35,8 +36,9 @@ done
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 BUILD_PID=
 trap '[ -z "$BUILD_PID" ] || kill "$BUILD_PID" 2> /dev/null || true' EXIT
-# A warm machine keeps WORKDIR: a build that succeeded there is used again.
-if ! { [ -e "$W/lb.done" ] && [ "$(cut -d' ' -f1 "$W/lb.done")" = 0 ]; }; then
+# A warm machine keeps WORKDIR: a build that succeeded there is used again. NO_PEER=1: no
+# llama.cpp (an A/B of tarfa builds alone, when device time is short).
+if [ "${NO_PEER:-0}" != 1 ] && ! { [ -e "$W/lb.done" ] && [ "$(cut -d' ' -f1 "$W/lb.done")" = 0 ]; }; then
   rm -f "$W/lb.done"
   (
     s=$(date +%s)
@@ -53,7 +55,7 @@ for fam in ${FAMILIES:-qwen3_moe glm4_moe}; do
   echo "== $fam: $LAYERS layers"
   rm -rf "$W/src" "$W/jnf" "$W/model.gguf"
   SYNTH_FAMILY=$fam t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 > /dev/null || exit 2
-  t python3 "$H/safetensors_to_gguf.py" "$W/src" "$W/model.gguf" > /dev/null || exit 2
+  [ "${NO_PEER:-0}" = 1 ] || t python3 "$H/safetensors_to_gguf.py" "$W/src" "$W/model.gguf" > /dev/null || exit 2
   t "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2
   rm -rf "$W/src"
   vocab=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['architecture']['config']['vocab_size'])" "$W/jnf/manifest.json")
@@ -62,31 +64,39 @@ for fam in ${FAMILIES:-qwen3_moe glm4_moe}; do
   echo "-- exactness: a 600-token prompt (two passes), 8 greedy steps"
   run --device cuda --logits-out "$O/$fam-gpu.npy"
   run --device cuda -b 7 --logits-out "$O/$fam-gpu-b7.npy"
-  run --device cuda -b 64 --logits-out "$O/$fam-gpu-b64.npy"
-  TARFA_CUDA_PROMPT=0 run --device cuda --logits-out "$O/$fam-gpu-steps.npy"
+  [ "${QUICK:-0}" = 1 ] || run --device cuda -b 64 --logits-out "$O/$fam-gpu-b64.npy"
+  [ "${QUICK:-0}" = 1 ] || TARFA_CUDA_PROMPT=0 run --device cuda --logits-out "$O/$fam-gpu-steps.npy"
   run --device cpu --threads 16 --logits-out "$O/$fam-cpu.npy"
   same_bytes "$O/$fam-gpu.npy" "$O/$fam-cpu.npy" "$fam: GPU prompt as one pass = the CPU's"
   same_bytes "$O/$fam-gpu-b7.npy" "$O/$fam-cpu.npy" "$fam: GPU prompt in chunks of 7 = the CPU's"
-  same_bytes "$O/$fam-gpu-b64.npy" "$O/$fam-cpu.npy" "$fam: GPU prompt in chunks of 64 = the CPU's"
-  same_bytes "$O/$fam-gpu-steps.npy" "$O/$fam-cpu.npy" "$fam: GPU prompt token by token = the CPU's"
-  if [ -n "$BUILD_PID" ]; then
+  if [ "${QUICK:-0}" != 1 ]; then
+    same_bytes "$O/$fam-gpu-b64.npy" "$O/$fam-cpu.npy" "$fam: GPU prompt in chunks of 64 = the CPU's"
+    same_bytes "$O/$fam-gpu-steps.npy" "$O/$fam-cpu.npy" "$fam: GPU prompt token by token = the CPU's"
+  fi
+  peer=()
+  if [ "${NO_PEER:-0}" = 1 ]; then
+    :
+  elif [ -n "$BUILD_PID" ]; then
     echo "== waiting for the llama-bench build"
     wait "$BUILD_PID"
   fi
   BUILD_PID=
-  read -r brc bs < "$W/lb.done"
-  echo "llama-bench build: rc=$brc in $bs s (in the background)"
-  [ "$brc" = 0 ] || { tail -30 "$O/llama-build.log"; exit 1; }
-  echo "-- llama-bench -ngl 99 -p 512 -n 32"
-  cat "$W/model.gguf" > /dev/null
-  t "$LB" -m "$W/model.gguf" -ngl 99 -p 512 -n 32 -r 3 -o json > "$O/$fam-llama-bench.json" 2> "$O/$fam-llama-bench.log" \
-    || { tail -20 "$O/$fam-llama-bench.log"; claim_failed "llama-bench ran"; }
-  for mode in matrices steps ${OTHER:+other}; do
+  if [ "${NO_PEER:-0}" != 1 ]; then
+    read -r brc bs < "$W/lb.done"
+    echo "llama-bench build: rc=$brc in $bs s (in the background)"
+    [ "$brc" = 0 ] || { tail -30 "$O/llama-build.log"; exit 1; }
+    echo "-- llama-bench -ngl 99 -p 512 -n 32"
+    cat "$W/model.gguf" > /dev/null
+    t "$LB" -m "$W/model.gguf" -ngl 99 -p 512 -n 32 -r 3 -o json > "$O/$fam-llama-bench.json" 2> "$O/$fam-llama-bench.log" \
+      || { tail -20 "$O/$fam-llama-bench.log"; claim_failed "llama-bench ran"; }
+    peer=(--peer "$O/$fam-llama-bench.json")
+  fi
+  for mode in ${MODES:-matrices steps} ${OTHER:+other}; do
     echo "-- tarfa bench-decode, prompt $mode"
     bin=$B/tarfa-cuda
     [ $mode = other ] && bin=$OTHER
     env $([ $mode = steps ] && echo TARFA_CUDA_PROMPT=0) "$bin" bench-decode "$W/jnf" --modes gpu \
-      --prompt-tokens 512 -n 32 --runs 3 --peer "$O/$fam-llama-bench.json" 2>&1 | tee "$O/$fam-bench-$mode.txt" \
+      --prompt-tokens 512 -n 32 --runs 3 "${peer[@]}" 2>&1 | tee "$O/$fam-bench-$mode.txt" \
       || claim_failed "bench-decode ($fam, $mode)"
   done
 done

@@ -302,8 +302,7 @@ fn attention_of_the_last_position_is_blocks_attend() {
         (4usize, 2usize, 8usize),
         (4, 2, 16),
         (8, 2, 128),
-        // Heads a block's threads split into 8 and 2 threads a column (tarfa_attend's
-        // weighted sum, as at 128: 4), and widths that take the loop over partials.
+        // Heads of 64 and 256 beside 128 (the widths llama-style models use), and others.
         (4, 2, 64),
         (2, 1, 256),
         (6, 3, 40),

@@ -153,45 +153,16 @@ __device__ void tarfa_attend(const float* qh, const float* kh, const float* vh, 
         tarfa_warp_softmax(sc, sc, n, lane);
     }
     __syncthreads();
-    int groups = blockDim.x / d;  // threads a column dd
-    if (blockDim.x % d == 0 && groups >= 2 && groups <= 8 && 32 % groups == 0) {
-        // Thread (g, dd) holds lanes g, g + G, …, g + 32 − G of column dd (G threads a column):
-        // the positions i ≡ g (mod G), each position's product going to lane i mod 32, so a
-        // lane's chain is still its positions in increasing order; the loads of a round of 32
-        // positions are issued together (the idx loop below waits on each lane's in turn).
-        int g = threadIdx.x / d, dd = threadIdx.x % d;
+    for (int idx = threadIdx.x; idx < 32 * d; idx += blockDim.x) {
+        int l = idx / d, dd = idx % d;
         const float* vc = vcache + (long long)kvh * d + dd;
-        float acc[16];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) acc[j] = 0.0f;
-        for (int i0 = g; i0 < n; i0 += 32) {
-            float vv[16];
-#pragma unroll
-            for (int j = 0; j < 16; ++j) {
-                int i = i0 + groups * j;
-                vv[j] = j < 32 / groups && i < n ? (i == n - 1 ? vh[dd] : vc[(long long)(first + i) * width]) : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < 16; ++j) {
-                int i = i0 + groups * j;
-                if (j < 32 / groups && i < n) acc[j] = __fmaf_rn(sc[i], vv[j], acc[j]);
-            }
-        }
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
-            if (j < 32 / groups) part[(g + groups * j) * d + dd] = acc[j];
-    } else {
-        for (int idx = threadIdx.x; idx < 32 * d; idx += blockDim.x) {
-            int l = idx / d, dd = idx % d;
-            const float* vc = vcache + (long long)kvh * d + dd;
-            float acc = 0.0f;
-            // Positions i ≡ l (mod 32) in increasing order; the last one (i = n − 1, this
-            // token's) from v itself.
+        float acc = 0.0f;
+        // Positions i ≡ l (mod 32) in increasing order; the last one (i = n − 1, this token's)
+        // from v itself.
 #pragma unroll 4
-            for (int i = l; i < n - 1; i += 32) acc = __fmaf_rn(sc[i], vc[(long long)(first + i) * width], acc);
-            if ((n - 1) % 32 == l) acc = __fmaf_rn(sc[n - 1], vh[dd], acc);
-            part[idx] = acc;
-        }
+        for (int i = l; i < n - 1; i += 32) acc = __fmaf_rn(sc[i], vc[(long long)(first + i) * width], acc);
+        if ((n - 1) % 32 == l) acc = __fmaf_rn(sc[n - 1], vh[dd], acc);
+        part[idx] = acc;
     }
     __syncthreads();
     for (int step = 16; step > 0; step /= 2) {

@@ -22,13 +22,10 @@
 #define TARFA_MM_KC 64                                  // elements of k per stage
 static_assert(TARFA_MM_THREADS == 32 * TARFA_MM_WR * TARFA_MM_WT, "a warp per sub-tile");
 static_assert(TARFA_MM_BR * TARFA_MM_KC == 8 * TARFA_MM_THREADS, "eight weights per thread a stage");
-#define TARFA_MM_XPT (TARFA_MM_BT * TARFA_MM_KC / TARFA_MM_THREADS)  // x values a thread loads a stage
-#define TARFA_MM_XCOL (TARFA_MM_KC / TARFA_MM_XPT)                    // threads loading one column
-static_assert(TARFA_MM_XPT % 4 == 0 && TARFA_MM_BT * TARFA_MM_KC == TARFA_MM_XPT * TARFA_MM_THREADS,
-              "whole float4s of x per thread a stage");
+static_assert(TARFA_MM_BT * TARFA_MM_KC == 4 * TARFA_MM_THREADS, "four x values per thread a stage");
 
 // This thread's operands in a block's tile (each thread loads eight weights of row
-// threadIdx.x / 8 and TARFA_MM_XPT x values of column threadIdx.x / TARFA_MM_XCOL a stage): its row of `dtype` (null:
+// threadIdx.x / 8 and four x values of column threadIdx.x / 16 a stage): its row of `dtype` (null:
 // past the matrix, read as +0) and its token column (null: none, +0); K elements each. `vec_w`:
 // every row is 16-byte aligned at each multiple of 8 elements; `vec_x`: every column at each
 // multiple of 4 (checked by the host).
@@ -58,17 +55,14 @@ __device__ __forceinline__ void tarfa_mm_fetch(const TarfaMmTile& t, int k0, flo
 #pragma unroll
         for (int j = 0; j < 8; ++j) w[j] = row && wk + j < t.k ? tarfa_weight(row, dt, wk + j) : 0.0f;
     }
-    int xk = k0 + (threadIdx.x % TARFA_MM_XCOL) * TARFA_MM_XPT;
+    int xk = k0 + (threadIdx.x % 16) * 4;
     const float* col = t.col;
-    if (col && t.vec_x && xk + TARFA_MM_XPT <= t.k) {
-#pragma unroll
-        for (int j = 0; j < TARFA_MM_XPT; j += 4) {
-            float4 a = *(const float4*)(col + xk + j);
-            x[j] = a.x; x[j + 1] = a.y; x[j + 2] = a.z; x[j + 3] = a.w;
-        }
+    if (col && t.vec_x && xk + 4 <= t.k) {
+        float4 a = *(const float4*)(col + xk);
+        x[0] = a.x; x[1] = a.y; x[2] = a.z; x[3] = a.w;
     } else {
 #pragma unroll
-        for (int j = 0; j < TARFA_MM_XPT; ++j) x[j] = col && xk + j < t.k ? col[xk + j] : 0.0f;
+        for (int j = 0; j < 4; ++j) x[j] = col && xk + j < t.k ? col[xk + j] : 0.0f;
     }
 }
 
@@ -77,9 +71,9 @@ __device__ __forceinline__ void tarfa_mm_put(float (*ws)[TARFA_MM_KC], float (*x
     int r = threadIdx.x / 8, wk = (threadIdx.x % 8) * 8;
 #pragma unroll
     for (int j = 0; j < 8; ++j) ws[r][wk + j] = w[j];
-    int c = threadIdx.x / TARFA_MM_XCOL, xk = (threadIdx.x % TARFA_MM_XCOL) * TARFA_MM_XPT;
+    int c = threadIdx.x / 16, xk = (threadIdx.x % 16) * 4;
 #pragma unroll
-    for (int j = 0; j < TARFA_MM_XPT; ++j) xs[c][xk + j] = x[j];
+    for (int j = 0; j < 4; ++j) xs[c][xk + j] = x[j];
 }
 
 // One level of the canonical fold (canon::fold_lanes: lane i += lane i + o, for o = 16, 8, 4, 2, 1)
@@ -87,7 +81,7 @@ __device__ __forceinline__ void tarfa_mm_put(float (*ws)[TARFA_MM_KC], float (*x
 // the lower lane (bit o clear) taking the first N/2 dots' nodes and the upper lane the rest, each
 // adding its own partial to its partner's: every dot's node is still l[i] + l[i + o] of the tree
 // (an addition of two values, in either order the same bits). After the levels 16..1 a lane holds
-// N/32 dots whole: for N = 64, 62 shuffles do the work of 64 warp folds' 320.
+// N/32 dots whole, and 62 shuffles did the work of 64 warp folds' 320.
 template <int N>
 __device__ __forceinline__ void tarfa_mm_fold_level(float* a, int lane, int o) {
     bool hi = (lane & o) != 0;
@@ -98,11 +92,11 @@ __device__ __forceinline__ void tarfa_mm_fold_level(float* a, int lane, int o) {
         a[j] = __fadd_rn(keep, __shfl_xor_sync(TARFA_FULL, send, o));
     }
 }
-static_assert(TARFA_MM_RW * TARFA_MM_TW % 32 == 0, "the fold leaves each lane whole dots");
+static_assert(TARFA_MM_RW * TARFA_MM_TW == 64, "the fold leaves each lane two dots");
 
 // The tile's BR × BT canonical dots into out[r][c] (shared memory; every thread may read them
-// after the block's barrier at the end). Stages of KC elements pass through two shared buffers,
-// the loads of the stage two on issued before this one's multiply-adds. Lane l of warp (wr, wt)
+// after the block's barrier at the end). Stages of KC elements pass through two shared buffers:
+// the next stage's loads are issued before this one's multiply-adds. Lane l of warp (wr, wt)
 // accumulates elements l, l + 32, … of rows wr·RW + i and columns wt·TW + j in increasing k.
 __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
                                               float (*out)[TARFA_MM_BT]) {
@@ -116,18 +110,15 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
 #pragma unroll
         for (int j = 0; j < TARFA_MM_TW; ++j) acc[i][j] = 0.0f;
     int stages = (t.k + TARFA_MM_KC - 1) / TARFA_MM_KC;
-    // Two stages in flight: stage s + 1's operands (w, x, loaded during stage s − 1) go to shared
-    // memory after stage s's multiply-adds, while stage s + 2's (wn, xn) are loading.
-    float w[8], x[TARFA_MM_XPT], wn[8] = {}, xn[TARFA_MM_XPT] = {};
+    float w[8], x[4];
     if (stages > 0) {
         tarfa_mm_fetch(t, 0, w, x);
         tarfa_mm_put(ws[0], xs[0], w, x);
     }
-    if (stages > 1) tarfa_mm_fetch(t, TARFA_MM_KC, w, x);
     __syncthreads();
     for (int s = 0; s < stages; ++s) {
         int b = s & 1;
-        if (s + 2 < stages) tarfa_mm_fetch(t, (s + 2) * TARFA_MM_KC, wn, xn);
+        if (s + 1 < stages) tarfa_mm_fetch(t, (s + 1) * TARFA_MM_KC, w, x);
 #pragma unroll
         for (int kk = 0; kk < TARFA_MM_KC; kk += 32) {
             float wv[TARFA_MM_RW], xv[TARFA_MM_TW];
@@ -142,10 +133,6 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
         }
         if (s + 1 < stages) tarfa_mm_put(ws[b ^ 1], xs[b ^ 1], w, x);
         __syncthreads();
-#pragma unroll
-        for (int j = 0; j < 8; ++j) w[j] = wn[j];
-#pragma unroll
-        for (int j = 0; j < TARFA_MM_XPT; ++j) x[j] = xn[j];
     }
     // The fold of the warp's RW·TW dots at once: each level of the tree halves the values a lane
     // holds (tarfa_mm_fold_level); the last leaves each lane two dots.
@@ -155,13 +142,11 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
     tarfa_mm_fold_level<TARFA_MM_RW * TARFA_MM_TW / 4>(a, lane, 4);
     tarfa_mm_fold_level<TARFA_MM_RW * TARFA_MM_TW / 8>(a, lane, 2);
     tarfa_mm_fold_level<TARFA_MM_RW * TARFA_MM_TW / 16>(a, lane, 1);
-    // Lane bits b4..b0 chose the upper half at levels 16..1: its dots are v = b4 b3 b2 b1 b0 j,
-    // j < PER (the dots left to a lane).
-    const int per = TARFA_MM_RW * TARFA_MM_TW / 32;
-    int v0 = (((lane >> 4 & 1) << 4) | ((lane >> 3 & 1) << 3) | ((lane >> 2 & 1) << 2) |
-              ((lane >> 1 & 1) << 1) | (lane & 1)) * per;
+    // Lane bits b4..b0 chose the upper half at levels 16..1: its dots are v = b4 b3 b2 b1 b0 j.
+    int v0 = ((lane >> 4 & 1) << 5) | ((lane >> 3 & 1) << 4) | ((lane >> 2 & 1) << 3) |
+             ((lane >> 1 & 1) << 2) | ((lane & 1) << 1);
 #pragma unroll
-    for (int j = 0; j < per; ++j) {
+    for (int j = 0; j < 2; ++j) {
         int v = v0 + j;
         out[wr * TARFA_MM_RW + v / TARFA_MM_TW][wt * TARFA_MM_TW + v % TARFA_MM_TW] = a[j];
     }
@@ -201,7 +186,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm(TarfaM
     if (ji == 3) j = jobs.job[3];
     int rows = jobs.row_start[ji + 1] - jobs.row_start[ji];
     TarfaMmTile t;
-    int mr = r0 + threadIdx.x / 8, mc = t0 + threadIdx.x / TARFA_MM_XCOL;
+    int mr = r0 + threadIdx.x / 8, mc = t0 + threadIdx.x / 16;
     t.row = mr < rows ? j.w + (long long)mr * tarfa_row_bytes(j.dtype, j.cols) : nullptr;
     t.dtype = j.dtype;
     t.col = mc < tokens ? j.x + (long long)mc * j.cols : nullptr;
@@ -227,26 +212,16 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm(TarfaM
 // expert, order[first .. first + n). Each selected expert's rows are read once per tile of its
 // pairs; every pair's output is its own canonical dots, so the grouping changes no bit.
 
-// One block: ids[p] for p < pairs (experts < n_experts ≤ 1024), into order and tiles. The ids are
-// staged in shared memory (up to TARFA_GROUP_STAGE; more are read where they lie), then each
-// expert's thread counts and lists its pairs in increasing p.
-#define TARFA_GROUP_STAGE 8192
+// One block: ids[p] for p < pairs (experts < n_experts ≤ 1024), into order and tiles.
 extern "C" __global__ void tarfa_e_moe_group(const int* ids, int pairs, int n_experts, int* order,
                                              int* tiles) {
     __shared__ int count[1024];  // experts ≤ 1024 (the host checks)
     __shared__ int start[1025];
     __shared__ int tile0[1025];
-    __shared__ short staged[TARFA_GROUP_STAGE];
     tarfa_grid_enter();
-    bool fits = pairs <= TARFA_GROUP_STAGE;
-    if (fits) {
-        for (int p = threadIdx.x; p < pairs; p += blockDim.x) staged[p] = (short)ids[p];
-    }
-    __syncthreads();
-    auto id = [&](int p) { return fits ? (int)staged[p] : ids[p]; };
     for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
         int c = 0;
-        for (int p = 0; p < pairs; ++p) c += id(p) == e;
+        for (int p = 0; p < pairs; ++p) c += ids[p] == e;
         count[e] = c;
     }
     __syncthreads();
@@ -265,8 +240,8 @@ extern "C" __global__ void tarfa_e_moe_group(const int* ids, int pairs, int n_ex
     __syncthreads();
     for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
         int at = start[e];
-        for (int p = 0; p < pairs && at < start[e + 1]; ++p)
-            if (id(p) == e) order[at++] = p;
+        for (int p = 0; p < pairs; ++p)
+            if (ids[p] == e) order[at++] = p;
         int tl = tile0[e];
         for (int c = 0; c < count[e]; c += TARFA_MM_BT, ++tl) {
             tiles[1 + 3 * tl] = e;
@@ -300,7 +275,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm_gate_u
     const int half = TARFA_MM_BR / 2;
     int r0 = rt * half;
     TarfaMmTile t;
-    int mr = threadIdx.x / 8, mc = threadIdx.x / TARFA_MM_XCOL;
+    int mr = threadIdx.x / 8, mc = threadIdx.x / 16;
     int rr = r0 + mr % half;
     bool up = mr >= half;
     t.dtype = up ? m.dtype_u : m.dtype_g;
@@ -330,7 +305,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm_down(
     if (!tarfa_mm_pairs(tiles, max_tiles, &e, &first, &n, &rt)) return;
     int r0 = rt * TARFA_MM_BR;
     TarfaMmTile t;
-    int mr = r0 + threadIdx.x / 8, mc = threadIdx.x / TARFA_MM_XCOL;
+    int mr = r0 + threadIdx.x / 8, mc = threadIdx.x / 16;
     t.row = mr < m.hidden ? tarfa_expert_row(m.down, e, mr, m.dtype_d, m.inter) : nullptr;
     t.dtype = m.dtype_d;
     int p = mc < n ? order[first + mc] : -1;
