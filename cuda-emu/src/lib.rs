@@ -607,7 +607,7 @@ fn matvec_tiled_checks(products: &[Product], nr: usize) {
 /// points into (to be kept alive while it runs).
 fn product_job(p: &Product, x: u64, y: u64) -> (MatJob, Aligned, Option<Aligned>) {
     assert_eq!(p.w.elems(), p.rows * p.cols);
-    assert!(!p.vec || (p.cols % 8 == 0 && p.w.dt.wide()));
+    assert!(!p.vec || (p.cols.is_multiple_of(8) && p.w.dt.wide()));
     let w = p.w.aligned();
     let b = p.bias.as_ref().map(|b| {
         assert_eq!(b.elems(), p.rows);
