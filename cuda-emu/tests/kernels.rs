@@ -786,6 +786,28 @@ fn prompt_products_are_each_tokens_canonical_dots() {
             "cols {cols}, rows {rows:?}, {tokens} tokens, {dt:?}"
         );
     }
+    // Products that underflow: every lane's partial is −0, and so is the dot; a width that ends
+    // inside a stage must not step a lane past it (+0 + −0 would be +0).
+    let (cols, rows) = (45, 3);
+    let w = vec![-1e-30f32; rows * cols];
+    let xs = vec![vec![1e-30f32; cols]; 2];
+    let dot = canon::dot_f32(&w[..cols], &xs[0]);
+    assert_eq!(dot.to_bits(), (-0.0f32).to_bits(), "the CPU's dot is −0");
+    let p = emu::Product {
+        w: emu::W::f32(&w),
+        rows,
+        cols,
+        x: Vec::new(),
+        bias: None,
+        accumulate: None,
+        vec: false,
+    };
+    let got = emu::mm(&[p], &xs);
+    assert_eq!(
+        bits(&got[0]),
+        vec![dot.to_bits(); rows * 2],
+        "underflowing products"
+    );
 }
 
 /// A tiled launch that takes its x in through an RMSNorm (each block normalising x itself, as

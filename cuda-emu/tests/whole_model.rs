@@ -187,6 +187,23 @@ fn prompt_chunks_of_any_size_give_the_cpu_bits() {
     }
 }
 
+/// A 48-token prompt on `qwen3_moe` (4 experts, top-2: about 24 of a pass's (token, slot) pairs
+/// an expert, so more than one tile of 16 each), every position's logits asked for (the head as a
+/// matrix product over the pass): each position's bits are the CPU decoder's.
+#[test]
+fn a_pass_with_several_tiles_an_expert_gives_every_positions_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    let name = "qwen3_moe";
+    let tokens: Vec<u32> = (0..48u32).map(|i| (i * 37 + 5) % 128).collect();
+    let cpu = common::alone(name, &tokens);
+    let mut dec = emulated(&common::model(name), true);
+    let got = common::bits(&dec.feed(&tokens, true).expect("feed"));
+    assert_eq!(got.len(), tokens.len());
+    assert_eq!(got, cpu);
+    let r = dec.offload_report().expect("a device report");
+    assert_eq!((r.prompt_passes, r.prompt_pass_tokens), (1, 48), "{r:?}");
+}
+
 /// The quantised GGUF fixture (F32 norms and routers, a BF16 embedding, an F16 head — widened to
 /// F32 at load, so the engine sees F32 —, Q8_0 q/k/v and layer 1 gate experts, Q4_0 o, Q4_K
 /// layer 0 gate and up, Q5_K layer 1 down, Q6_K layer 0 down and layer 1 up: gate and up of one

@@ -8,8 +8,7 @@
 // the 32 lane partials of RW × TW outputs (lane l of the warp is logical lane l of each), so a
 // weight read into shared memory serves TW tokens and a token's x RW rows: the register blocking
 // of a matrix product with the dot's order untouched. Past a row's last element the tiles hold
-// +0 in both operands: fma(+0, +0, acc) is acc exactly (a lane's partial is never −0: it starts
-// at +0 and a sum that cancels rounds to +0), so a width that is not whole chunks changes no bit.
+// +0, and a lane whose element would lie there takes no step, as the CPU's lane has none.
 // ================================================================================================
 
 #define TARFA_MM_THREADS 256
@@ -119,8 +118,12 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
     for (int s = 0; s < stages; ++s) {
         int b = s & 1;
         if (s + 1 < stages) tarfa_mm_fetch(t, (s + 1) * TARFA_MM_KC, w, x);
+        // The last stage may run past K: a lane past it takes no step (the CPU's lane has no
+        // element there; a step of the +0 padding could turn a −0 partial into +0).
+        bool tail = (s + 1) * TARFA_MM_KC > t.k;  // the same for the whole block
 #pragma unroll
         for (int kk = 0; kk < TARFA_MM_KC; kk += 32) {
+            if (tail && s * TARFA_MM_KC + kk + lane >= t.k) continue;
             float wv[TARFA_MM_RW], xv[TARFA_MM_TW];
 #pragma unroll
             for (int i = 0; i < TARFA_MM_RW; ++i) wv[i] = ws[b][wr * TARFA_MM_RW + i][kk + lane];
@@ -386,7 +389,7 @@ extern "C" __global__ void tarfa_e_attention_many(const float* q, const unsigned
     const float* kl = kcache + (long long)pos * width + (long long)kvh * d;
     const float* vl = vcache + (long long)pos * width + (long long)kvh * d;
     tarfa_attend(qh, kl, vl, kcache, vcache, pos, window, kvh, d, width, scaling,
-                 scores + ((long long)t * heads + h) * cap, part, sh_scores, qt + d, gated,
+                 scores ? scores + ((long long)t * heads + h) * cap : nullptr, part, sh_scores, qt + d, gated,
                  out + (long long)t * heads * d + (long long)h * d);
 }
 

@@ -18,6 +18,10 @@ const MM_ROWS: usize = 32;
 const MM_TOKENS: usize = 16;
 const MM_THREADS: u32 = 256;
 
+/// Bytes of attention scores a pass may keep in global memory (a context longer than a block's
+/// shared memory holds: `tokens × heads × cap` floats); a pass takes fewer tokens to stay within.
+const SCORES_BUDGET: usize = 256 << 20;
+
 /// Experts a layer may have for the pass's grouping kernel (`tarfa_e_moe_group`'s tables),
 /// counting the folded shared experts.
 const GROUP_MAX_EXPERTS: usize = 1024;
@@ -109,13 +113,30 @@ impl<D: EngineDevice> Engine<D> {
         }
         let mut at = 0;
         while at < tokens.len() {
-            let n = (tokens.len() - at).min(PROMPT_PASS);
+            let n = (tokens.len() - at).min(self.pass_tokens(pos + at));
             let last = at + n == tokens.len();
             let part = &tokens[at..at + n];
             out.extend(self.pass(seq, part, pos + at, (cos, sin), all_logits, last)?);
             at += n;
         }
         Ok(out)
+    }
+
+    /// Tokens of a pass from position `start`: [`PROMPT_PASS`], or fewer where its context is
+    /// longer than an attention block keeps scores for in shared memory, so that the scores in
+    /// global memory (tokens × heads × the caches' capacity) stay within [`SCORES_BUDGET`].
+    fn pass_tokens(&self, start: usize) -> usize {
+        let s = self.shape;
+        let end = start.saturating_add(PROMPT_PASS);
+        // The capacity the caches will have at `end` (they double).
+        let mut cap = self.cap.max(1);
+        while cap < end {
+            cap = cap.saturating_mul(2);
+        }
+        if end <= sh_scores(s.head_dim, cap) {
+            return PROMPT_PASS;
+        }
+        (SCORES_BUDGET / (4 * s.heads.max(1)).saturating_mul(cap).max(1)).clamp(1, PROMPT_PASS)
     }
 
     /// One pass of [`Engine::prompt`]: its logits (every token's when `all`, else the last
@@ -182,7 +203,7 @@ impl<D: EngineDevice> Engine<D> {
             .as_mut()
             .ok_or_else(|| CudaError::Usage("no pass buffers".into()))?;
         if end > sh_scores(s.head_dim, self.cap) {
-            let need = pb.tokens * s.heads * self.cap;
+            let need = n * s.heads * self.cap;
             if pb.scores.as_ref().is_none_or(|(_, len)| *len < need) {
                 pb.scores = None;
                 pb.scores = Some((dev.alloc(need.max(1) * 4)?, need));
