@@ -1046,6 +1046,101 @@ pub fn attention(sh: Heads, a: &AttnIn<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     (out.floats(), kc.floats(), vc.floats())
 }
 
+/// A prompt pass's attention (`tarfa_e_kv_store`, then `tarfa_e_attention_many`), no q/k norm
+/// and no rotation: the tokens' q, k and v (each token's `heads × d` and `kv_heads × d`) at
+/// positions `pos0..pos0 + q.len()`, the caches' earlier rows `kc`, `vc` (`pos0` rows), the scores
+/// in shared memory or (`shared_scores` false) in global memory. Returns each token's output
+/// (`heads × d`) and the caches after.
+#[allow(unsafe_code, clippy::too_many_arguments)] // the FFI calls into the emulation, SAFETY at each
+pub fn attention_many(
+    sh: Heads,
+    q: &[Vec<f32>],
+    k: &[Vec<f32>],
+    v: &[Vec<f32>],
+    (kc, vc): (&[f32], &[f32]),
+    window: Option<usize>,
+    scaling: f32,
+    shared_scores: bool,
+) -> (Vec<Vec<f32>>, Vec<f32>, Vec<f32>) {
+    let (d, width, t) = (sh.d, sh.kv_heads * sh.d, q.len());
+    assert_eq!(sh.half, 0, "no rotation here");
+    assert!(t >= 1 && k.len() == t && v.len() == t);
+    assert!(q.iter().all(|r| r.len() == sh.heads * d));
+    assert!(k.iter().chain(v).all(|r| r.len() == width));
+    assert!(kc.len() == vc.len() && kc.len().is_multiple_of(width));
+    let pos0 = kc.len() / width;
+    let cap = pos0 + t;
+    let grow = |c: &[f32]| fl(&[c, &vec![f32::NAN; t * width]].concat());
+    let (kca, vca) = (grow(kc), grow(vc));
+    let (qa, ka, va) = (fl(&q.concat()), fl(&k.concat()), fl(&v.concat()));
+    let zero = W::f32(&vec![0.0; d]).aligned();
+    let (ca, sa) = (fl(&[0.0]), fl(&[0.0]));
+    let scores = fl(&vec![0.0; t * sh.heads * cap]);
+    let out = fl(&vec![0.0; t * sh.heads * d]);
+    let sh_scores = if shared_scores { cap } else { 0 };
+    // SAFETY: k and v hold t × width floats, the caches cap × width (rows pos0.. written here),
+    // the norm weight d floats (unused: no norm), the tables one float (no rotation: half 0);
+    // one warp a block, d floats of shared memory.
+    unsafe {
+        emu_kv_store(
+            (sh.kv_heads * t) as u32,
+            32,
+            (d * 4) as u32,
+            ka.ptr() as _,
+            va.ptr() as _,
+            zero.ptr(),
+            Dt::F32.code(),
+            0,
+            1e-6,
+            sh.kv_heads as i32,
+            d as i32,
+            0,
+            ca.ptr() as _,
+            sa.ptr() as _,
+            pos0 as i32,
+            kca.ptr() as *mut f32,
+            vca.ptr() as *mut f32,
+        )
+    };
+    // SAFETY: q holds t × heads·d floats, the caches cap rows (all written), scores
+    // t × heads × cap floats, out t × heads·d; shared memory 36 × d floats and sh_scores more.
+    unsafe {
+        emu_attention_many(
+            (sh.heads * t) as u32,
+            512,
+            ((36 * d + sh_scores) * 4) as u32,
+            qa.ptr() as _,
+            zero.ptr(),
+            Dt::F32.code(),
+            0,
+            1e-6,
+            sh.heads as i32,
+            sh.kv_heads as i32,
+            d as i32,
+            0,
+            ca.ptr() as _,
+            sa.ptr() as _,
+            pos0 as i32,
+            kca.ptr() as *mut f32,
+            vca.ptr() as *mut f32,
+            window.map_or(0, |w| w as i32),
+            scaling,
+            scores.ptr() as *mut f32,
+            cap as i32,
+            out.ptr() as *mut f32,
+            sh_scores as i32,
+            d as i32,
+            0,
+        )
+    };
+    let rows = out
+        .floats()
+        .chunks_exact(sh.heads * d)
+        .map(<[f32]>::to_vec)
+        .collect();
+    (rows, kca.floats(), vca.floats())
+}
+
 /// The `(expert, weight)` slots a router kernel wrote.
 fn route(ids: &[i32], wts: &Aligned) -> Vec<(u32, f32)> {
     ids.iter()

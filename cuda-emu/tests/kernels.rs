@@ -365,6 +365,59 @@ fn attention_of_the_last_position_is_blocks_attend() {
     }
 }
 
+/// A prompt pass's attention (`tarfa_e_kv_store` then `tarfa_e_attention_many`): every token's
+/// output is `blocks::attend`'s at its position, over the earlier rows of the caches and the
+/// pass's own keys, with a window or none, its scores in shared memory or in global memory
+/// (each (token, head) its own row there); the caches hold every key and value after.
+#[test]
+fn a_prompt_pass_attention_is_blocks_attend_at_each_position() {
+    let mut r = Rng(29);
+    for &(heads, kv_heads, d) in &[(4usize, 2usize, 8usize), (8, 2, 128), (6, 3, 40)] {
+        for &(pos0, t) in &[(0usize, 3usize), (33, 7)] {
+            for window in [None, Some(5)] {
+                let n = pos0 + t;
+                let width = kv_heads * d;
+                let q: Vec<Vec<f32>> = (0..n).map(|_| r.vec(heads * d, 1.5)).collect();
+                let k: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
+                let v: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
+                let shape = AttnShape {
+                    heads,
+                    kv_heads,
+                    head_dim: d,
+                    window,
+                };
+                let mut cache = KvCache::default();
+                let cpu = blocks::attend(Isa::Scalar, shape, &mut cache, 0, &q, &k, &v);
+                let scaling = (1.0 / (d as f64).sqrt()) as f32;
+                let (kc, vc) = (k[..pos0].concat(), v[..pos0].concat());
+                for shared in [true, false] {
+                    let (got, gk, gv) = emu::attention_many(
+                        emu::Heads {
+                            heads,
+                            kv_heads,
+                            d,
+                            half: 0,
+                        },
+                        &q[pos0..],
+                        &k[pos0..],
+                        &v[pos0..],
+                        (&kc, &vc),
+                        window,
+                        scaling,
+                        shared,
+                    );
+                    let at = format!("heads {heads}/{kv_heads} d {d} pos0 {pos0} t {t} window {window:?} shared {shared}");
+                    for (i, row) in got.iter().enumerate() {
+                        assert_eq!(bits(row), bits(&cpu[pos0 + i]), "{at}: token {i}");
+                    }
+                    assert_eq!(bits(&gk), bits(&k.concat()), "{at}: k stored");
+                    assert_eq!(bits(&gv), bits(&v.concat()), "{at}: v stored");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn the_router_top_k_is_softmax_topk_ties_included() {
     let mut r = Rng(17);
