@@ -17,7 +17,8 @@
 # llama-bench is built (CUDA, sm_90) in the background while the first checkpoint is made, and
 # waited for before anything is timed. OUT: logs, JSON and logits (default WORKDIR/out).
 # FAMILIES (default "qwen3_moe glm4_moe"); OTHER: another build whose prompts (as matrices) are
-# timed beside this one's (an A/B of a kernel change); MODES (default "matrices steps"); QUICK=1:
+# timed beside this one's (an A/B of a kernel change); MODES (default "matrices steps"; also
+# "noquads": TARFA_CUDA_ATTN_QUADS=0); ROUNDS (default 1): the modes timed in turn that often; QUICK=1:
 # the exactness check on one pass and chunks of 7 only. Disk: three copies of one checkpoint at a time.
 set -uo pipefail
 source "$(dirname "$0")/claims.sh"
@@ -91,13 +92,20 @@ for fam in ${FAMILIES:-qwen3_moe glm4_moe}; do
       || { tail -20 "$O/$fam-llama-bench.log"; claim_failed "llama-bench ran"; }
     peer=(--peer "$O/$fam-llama-bench.json")
   fi
-  for mode in ${MODES:-matrices steps} ${OTHER:+other}; do
-    echo "-- tarfa bench-decode, prompt $mode"
-    bin=$B/tarfa-cuda
-    [ $mode = other ] && bin=$OTHER
-    env $([ $mode = steps ] && echo TARFA_CUDA_PROMPT=0) "$bin" bench-decode "$W/jnf" --modes gpu \
-      --prompt-tokens 512 -n 32 --runs 3 "${peer[@]}" 2>&1 | tee "$O/$fam-bench-$mode.txt" \
-      || claim_failed "bench-decode ($fam, $mode)"
+  for round in $(seq 1 "${ROUNDS:-1}"); do
+    for mode in ${MODES:-matrices steps} ${OTHER:+other}; do
+      echo "-- tarfa bench-decode, prompt $mode (round $round)"
+      bin=$B/tarfa-cuda
+      sw=()
+      case $mode in
+        other) bin=$OTHER ;;
+        steps) sw=(TARFA_CUDA_PROMPT=0) ;;
+        noquads) sw=(TARFA_CUDA_ATTN_QUADS=0) ;;
+      esac
+      env "${sw[@]}" "$bin" bench-decode "$W/jnf" --modes gpu \
+        --prompt-tokens 512 -n 32 --runs 3 "${peer[@]}" 2>&1 | tee "$O/$fam-bench-$mode-$round.txt" \
+        || claim_failed "bench-decode ($fam, $mode)"
+    done
   done
 done
 end_claims

@@ -41,6 +41,11 @@ const SWITCHES: &[Switch] = &[
         what: "0: a prompt's tokens stepped one by one on the GPU, not as matrices (for measuring)",
     },
     Switch {
+        name: "TARFA_CUDA_ATTN_QUADS",
+        values: &["0", "1"],
+        what: "0: a GPU prompt pass's attention a block per query head, not four (for measuring)",
+    },
+    Switch {
         name: "TARFA_REQUIRE_IO_URING",
         values: &["0", "1", "true", "false", "yes", "no"],
         what: "1: a fallback from io_uring is an error",

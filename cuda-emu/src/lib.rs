@@ -427,6 +427,33 @@ extern "C" {
         qstride: i32,
         gated: i32,
     );
+    fn emu_attention_quads(
+        g: u32,
+        b: u32,
+        s: u32,
+        q: *const f32,
+        qn: *const u8,
+        ndtype: i32,
+        norm: i32,
+        eps: f32,
+        heads: i32,
+        kv_heads: i32,
+        d: i32,
+        half: i32,
+        cos: *const f32,
+        sin: *const f32,
+        pos0: i32,
+        kcache: *mut f32,
+        vcache: *mut f32,
+        window: i32,
+        scaling: f32,
+        scores: *mut f32,
+        cap: i32,
+        out: *mut f32,
+        sh_scores: i32,
+        qstride: i32,
+        gated: i32,
+    );
     fn emu_topk_many(
         g: u32,
         b: u32,
@@ -1046,8 +1073,37 @@ pub fn attention(sh: Heads, a: &AttnIn<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     (out.floats(), kc.floats(), vc.floats())
 }
 
-/// A prompt pass's attention (`tarfa_e_kv_store`, then `tarfa_e_attention_many`), no q/k norm
-/// and no rotation: the tokens' q, k and v (each token's `heads × d` and `kv_heads × d`) at
+/// The signature `emu_attention_many` and `emu_attention_quads` share.
+type AttnFn = unsafe extern "C" fn(
+    u32,
+    u32,
+    u32,
+    *const f32,
+    *const u8,
+    i32,
+    i32,
+    f32,
+    i32,
+    i32,
+    i32,
+    i32,
+    *const f32,
+    *const f32,
+    i32,
+    *mut f32,
+    *mut f32,
+    i32,
+    f32,
+    *mut f32,
+    i32,
+    *mut f32,
+    i32,
+    i32,
+    i32,
+);
+
+/// A prompt pass's attention (`tarfa_e_kv_store`, then `tarfa_e_attention_many`, or with `quads`
+/// `tarfa_e_attention_quads`: four query heads of a group a block), no q/k norm and no rotation: the tokens' q, k and v (each token's `heads × d` and `kv_heads × d`) at
 /// positions `pos0..pos0 + q.len()`, the caches' earlier rows `kc`, `vc` (`pos0` rows), the scores
 /// in shared memory or (`shared_scores` false) in global memory. Returns each token's output
 /// (`heads × d`) and the caches after.
@@ -1061,6 +1117,7 @@ pub fn attention_many(
     window: Option<usize>,
     scaling: f32,
     shared_scores: bool,
+    quads: bool,
 ) -> (Vec<Vec<f32>>, Vec<f32>, Vec<f32>) {
     let (d, width, t) = (sh.d, sh.kv_heads * sh.d, q.len());
     assert_eq!(sh.half, 0, "no rotation here");
@@ -1102,13 +1159,32 @@ pub fn attention_many(
             vca.ptr() as *mut f32,
         )
     };
-    // SAFETY: q holds t × heads·d floats, the caches cap rows (all written), scores
-    // t × heads × cap floats, out t × heads·d; shared memory 36 × d floats and sh_scores more.
-    unsafe {
-        emu_attention_many(
-            (sh.heads * t) as u32,
+    // A block per (token, head) with 36 × d floats of shared memory before the scores, or per
+    // (token, KV head, four of its group's heads) with 8 × d floats before four heads' scores.
+    let (run, blocks, threads, shared) = if quads {
+        let per = (sh.heads / sh.kv_heads).div_ceil(4);
+        let shared = 8 * d + 4 * sh_scores;
+        (
+            emu_attention_quads as AttnFn,
+            t * sh.kv_heads * per,
+            256,
+            shared,
+        )
+    } else {
+        (
+            emu_attention_many as AttnFn,
+            t * sh.heads,
             512,
-            ((36 * d + sh_scores) * 4) as u32,
+            36 * d + sh_scores,
+        )
+    };
+    // SAFETY: q holds t × heads·d floats, the caches cap rows (all written), scores
+    // t × heads × cap floats, out t × heads·d; shared memory as the kernel's comment says.
+    unsafe {
+        run(
+            blocks as u32,
+            threads,
+            (shared * 4) as u32,
             qa.ptr() as _,
             zero.ptr(),
             Dt::F32.code(),
@@ -2028,9 +2104,14 @@ impl EngineDevice for EmuDevice {
                         p(13)? as _,
                     );
                 }
-                Kernel::AttentionMany => {
+                Kernel::AttentionMany | Kernel::AttentionQuads => {
                     count(22)?;
-                    emu_attention_many(
+                    let run = if k == Kernel::AttentionQuads {
+                        emu_attention_quads
+                    } else {
+                        emu_attention_many
+                    };
+                    run(
                         g,
                         b,
                         s,

@@ -372,7 +372,13 @@ fn attention_of_the_last_position_is_blocks_attend() {
 #[test]
 fn a_prompt_pass_attention_is_blocks_attend_at_each_position() {
     let mut r = Rng(29);
-    for &(heads, kv_heads, d) in &[(4usize, 2usize, 8usize), (8, 2, 128), (6, 3, 40)] {
+    for &(heads, kv_heads, d) in &[
+        (4usize, 2usize, 8usize),
+        (8, 2, 128),
+        (6, 3, 40),
+        (12, 1, 16),
+        (16, 2, 64),
+    ] {
         for &(pos0, t) in &[(0usize, 3usize), (33, 7)] {
             for window in [None, Some(5)] {
                 let n = pos0 + t;
@@ -390,7 +396,17 @@ fn a_prompt_pass_attention_is_blocks_attend_at_each_position() {
                 let cpu = blocks::attend(Isa::Scalar, shape, &mut cache, 0, &q, &k, &v);
                 let scaling = (1.0 / (d as f64).sqrt()) as f32;
                 let (kc, vc) = (k[..pos0].concat(), v[..pos0].concat());
-                for shared in [true, false] {
+                // A block per query head, or four of a group's (group 2 and 6: the last block
+                // of a group holds fewer).
+                let quads: &[bool] = if d.is_multiple_of(8) {
+                    &[false, true]
+                } else {
+                    &[false]
+                };
+                for (shared, &quads) in [true, false]
+                    .into_iter()
+                    .flat_map(|s| quads.iter().map(move |q| (s, q)))
+                {
                     let (got, gk, gv) = emu::attention_many(
                         emu::Heads {
                             heads,
@@ -405,8 +421,9 @@ fn a_prompt_pass_attention_is_blocks_attend_at_each_position() {
                         window,
                         scaling,
                         shared,
+                        quads,
                     );
-                    let at = format!("heads {heads}/{kv_heads} d {d} pos0 {pos0} t {t} window {window:?} shared {shared}");
+                    let at = format!("heads {heads}/{kv_heads} d {d} pos0 {pos0} t {t} window {window:?} shared {shared} quads {quads}");
                     for (i, row) in got.iter().enumerate() {
                         assert_eq!(bits(row), bits(&cpu[pos0 + i]), "{at}: token {i}");
                     }

@@ -24,10 +24,10 @@ static_assert(TARFA_MM_BR * TARFA_MM_KC == 8 * TARFA_MM_THREADS, "eight weights 
 static_assert(TARFA_MM_BT * TARFA_MM_KC == 4 * TARFA_MM_THREADS, "four x values per thread a stage");
 
 // This thread's operands in a block's tile (each thread loads eight weights of row
-// threadIdx.x / 8 and four x values of column threadIdx.x / 16 a stage): its row of `dtype` (null:
-// past the matrix, read as +0) and its token column (null: none, +0); K elements each. `vec_w`:
-// every row is 16-byte aligned at each multiple of 8 elements; `vec_x`: every column at each
-// multiple of 4 (checked by the host).
+// threadIdx.x mod BR and four x values of column threadIdx.x mod BT a stage): its row of `dtype`
+// (null: past the matrix, read as +0) and its token column (null: none, +0); K elements each.
+// `vec_w`: every row is 16-byte aligned at each multiple of 8 elements; `vec_x`: every column at
+// each multiple of 4 (checked by the host).
 struct TarfaMmTile {
     const unsigned char* row;
     int dtype;
@@ -37,10 +37,22 @@ struct TarfaMmTile {
     int vec_x;
 };
 
-// This thread's share of a stage at k0: eight consecutive weights of one row, four consecutive x
-// values of one column (widened or dequantised as every kernel does: tarfa_weight's values).
+// The tile row and token column whose operands this thread loads (TarfaMmTile::row, ::col).
+__device__ __forceinline__ int tarfa_mm_my_row() { return threadIdx.x % TARFA_MM_BR; }
+__device__ __forceinline__ int tarfa_mm_my_col() { return threadIdx.x % TARFA_MM_BT; }
+
+// A stage in shared memory, element-major: [k][row] and [k][token], each k's line padded by four
+// floats, so that a lane reads its eight rows (or tokens) at its k as two 16-byte loads and the
+// eight lanes of a quarter warp, at k = kk + lane, meet eight different groups of four banks; a
+// warp's stores (32 rows, or 16 tokens at two k, at one k each) meet 32 different banks.
+#define TARFA_MM_WP (TARFA_MM_BR + 4)
+#define TARFA_MM_XP (TARFA_MM_BT + 4)
+static_assert(TARFA_MM_BR == 32 && TARFA_MM_BT == 16, "the stage layout's bank arithmetic");
+
+// This thread's share of a stage at k0: eight consecutive weights of its row, four consecutive x
+// values of its column (widened or dequantised as every kernel does: tarfa_weight's values).
 __device__ __forceinline__ void tarfa_mm_fetch(const TarfaMmTile& t, int k0, float* w, float* x) {
-    int wk = k0 + (threadIdx.x % 8) * 8;
+    int wk = k0 + (threadIdx.x / TARFA_MM_BR) * 8;
     const unsigned char* row = t.row;
     int dt = t.dtype;
     if (row && t.vec_w && wk + 8 <= t.k && dt == TARFA_BF16) {
@@ -54,7 +66,7 @@ __device__ __forceinline__ void tarfa_mm_fetch(const TarfaMmTile& t, int k0, flo
 #pragma unroll
         for (int j = 0; j < 8; ++j) w[j] = row && wk + j < t.k ? tarfa_weight(row, dt, wk + j) : 0.0f;
     }
-    int xk = k0 + (threadIdx.x % 16) * 4;
+    int xk = k0 + (threadIdx.x / TARFA_MM_BT) * 4;
     const float* col = t.col;
     if (col && t.vec_x && xk + 4 <= t.k) {
         float4 a = *(const float4*)(col + xk);
@@ -65,14 +77,14 @@ __device__ __forceinline__ void tarfa_mm_fetch(const TarfaMmTile& t, int k0, flo
     }
 }
 
-__device__ __forceinline__ void tarfa_mm_put(float (*ws)[TARFA_MM_KC], float (*xs)[TARFA_MM_KC],
+__device__ __forceinline__ void tarfa_mm_put(float (*ws)[TARFA_MM_WP], float (*xs)[TARFA_MM_XP],
                                              const float* w, const float* x) {
-    int r = threadIdx.x / 8, wk = (threadIdx.x % 8) * 8;
+    int r = tarfa_mm_my_row(), wk = (threadIdx.x / TARFA_MM_BR) * 8;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) ws[r][wk + j] = w[j];
-    int c = threadIdx.x / 16, xk = (threadIdx.x % 16) * 4;
+    for (int j = 0; j < 8; ++j) ws[wk + j][r] = w[j];
+    int c = tarfa_mm_my_col(), xk = (threadIdx.x / TARFA_MM_BT) * 4;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) xs[c][xk + j] = x[j];
+    for (int j = 0; j < 4; ++j) xs[xk + j][c] = x[j];
 }
 
 // One level of the canonical fold (canon::fold_lanes: lane i += lane i + o, for o = 16, 8, 4, 2, 1)
@@ -92,6 +104,7 @@ __device__ __forceinline__ void tarfa_mm_fold_level(float* a, int lane, int o) {
     }
 }
 static_assert(TARFA_MM_RW * TARFA_MM_TW == 64, "the fold leaves each lane two dots");
+static_assert(TARFA_MM_RW == 8 && TARFA_MM_TW == 8, "a lane's operands: two 16-byte loads each");
 
 // The tile's BR × BT canonical dots into out[r][c] (shared memory; every thread may read them
 // after the block's barrier at the end). Stages of KC elements pass through two shared buffers:
@@ -99,8 +112,11 @@ static_assert(TARFA_MM_RW * TARFA_MM_TW == 64, "the fold leaves each lane two do
 // accumulates elements l, l + 32, … of rows wr·RW + i and columns wt·TW + j in increasing k.
 __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
                                               float (*out)[TARFA_MM_BT]) {
-    __shared__ float ws[2][TARFA_MM_BR][TARFA_MM_KC];
-    __shared__ float xs[2][TARFA_MM_BT][TARFA_MM_KC];
+    // float4 for 16-byte alignment; read as the floats of [2][KC][WP] and [2][KC][XP].
+    __shared__ float4 ws4[2 * TARFA_MM_KC * TARFA_MM_WP / 4];
+    __shared__ float4 xs4[2 * TARFA_MM_KC * TARFA_MM_XP / 4];
+    auto ws = (float(*)[TARFA_MM_KC][TARFA_MM_WP])ws4;
+    auto xs = (float(*)[TARFA_MM_KC][TARFA_MM_XP])xs4;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int wr = warp % TARFA_MM_WR, wt = warp / TARFA_MM_WR;
     float acc[TARFA_MM_RW][TARFA_MM_TW];
@@ -124,11 +140,13 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
 #pragma unroll
         for (int kk = 0; kk < TARFA_MM_KC; kk += 32) {
             if (tail && s * TARFA_MM_KC + kk + lane >= t.k) continue;
-            float wv[TARFA_MM_RW], xv[TARFA_MM_TW];
-#pragma unroll
-            for (int i = 0; i < TARFA_MM_RW; ++i) wv[i] = ws[b][wr * TARFA_MM_RW + i][kk + lane];
-#pragma unroll
-            for (int j = 0; j < TARFA_MM_TW; ++j) xv[j] = xs[b][wt * TARFA_MM_TW + j][kk + lane];
+            // This lane's element k = kk + lane of its eight rows and eight tokens.
+            float4 w0 = *(const float4*)&ws[b][kk + lane][wr * TARFA_MM_RW];
+            float4 w1 = *(const float4*)&ws[b][kk + lane][wr * TARFA_MM_RW + 4];
+            float4 x0 = *(const float4*)&xs[b][kk + lane][wt * TARFA_MM_TW];
+            float4 x1 = *(const float4*)&xs[b][kk + lane][wt * TARFA_MM_TW + 4];
+            float wv[TARFA_MM_RW] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
+            float xv[TARFA_MM_TW] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
 #pragma unroll
             for (int i = 0; i < TARFA_MM_RW; ++i)
 #pragma unroll
@@ -189,7 +207,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm(TarfaM
     if (ji == 3) j = jobs.job[3];
     int rows = jobs.row_start[ji + 1] - jobs.row_start[ji];
     TarfaMmTile t;
-    int mr = r0 + threadIdx.x / 8, mc = t0 + threadIdx.x / 16;
+    int mr = r0 + tarfa_mm_my_row(), mc = t0 + tarfa_mm_my_col();
     t.row = mr < rows ? j.w + (long long)mr * tarfa_row_bytes(j.dtype, j.cols) : nullptr;
     t.dtype = j.dtype;
     t.col = mc < tokens ? j.x + (long long)mc * j.cols : nullptr;
@@ -278,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm_gate_u
     const int half = TARFA_MM_BR / 2;
     int r0 = rt * half;
     TarfaMmTile t;
-    int mr = threadIdx.x / 8, mc = threadIdx.x / 16;
+    int mr = tarfa_mm_my_row(), mc = tarfa_mm_my_col();
     int rr = r0 + mr % half;
     bool up = mr >= half;
     t.dtype = up ? m.dtype_u : m.dtype_g;
@@ -308,7 +326,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm_down(
     if (!tarfa_mm_pairs(tiles, max_tiles, &e, &first, &n, &rt)) return;
     int r0 = rt * TARFA_MM_BR;
     TarfaMmTile t;
-    int mr = r0 + threadIdx.x / 8, mc = threadIdx.x / 16;
+    int mr = r0 + tarfa_mm_my_row(), mc = tarfa_mm_my_col();
     t.row = mr < m.hidden ? tarfa_expert_row(m.down, e, mr, m.dtype_d, m.inter) : nullptr;
     t.dtype = m.dtype_d;
     int p = mc < n ? order[first + mc] : -1;
@@ -391,6 +409,135 @@ extern "C" __global__ void tarfa_e_attention_many(const float* q, const unsigned
     tarfa_attend(qh, kl, vl, kcache, vcache, pos, window, kvh, d, width, scaling,
                  scores ? scores + ((long long)t * heads + h) * cap : nullptr, part, sh_scores, qt + d, gated,
                  out + (long long)t * heads * d + (long long)h * d);
+}
+
+// ---- Attention over a chunk, query heads four at a time --------------------------------------
+// tarfa_e_attention_many's values, with the keys and values a block reads serving up to
+// TARFA_ATTN_Q query heads of one KV head's group (one token): each score is still one canonical
+// dot (element i of the head in lane i mod 32, fused multiply-adds in increasing i, the fixed
+// tree), each output element still Σ_t a_t v_t as 32 lane partials (position index t mod 32, in
+// increasing t) folded by the fixed tree — only the folds of 32 such dots run together
+// (tarfa_mm_fold_level), in registers instead of shared memory.
+#define TARFA_ATTN_Q 4
+// Key rows a warp takes at once for scores, and a head's output elements it takes at once in the
+// weighted sum: with TARFA_ATTN_Q heads, 32 dots, one a lane after the fold.
+#define TARFA_ATTN_QR (32 / TARFA_ATTN_Q)
+#define TARFA_ATTN_QE (32 / TARFA_ATTN_Q)
+#define TARFA_ATTN_Q_THREADS 256
+static_assert(TARFA_ATTN_Q_THREADS / 32 >= TARFA_ATTN_Q, "a warp rotates each head's q");
+static_assert(TARFA_ATTN_QE == 8, "two 16-byte loads of a value row a position");
+
+// Block b: token b / (kv_heads · quads) at position pos0 + that, KV head (b / quads) mod kv_heads,
+// its group's query heads from (b mod quads) · TARFA_ATTN_Q (quads = ⌈group / TARFA_ATTN_Q⌉: the
+// group's last block may hold fewer). The host launches it for d ≤ 32·TARFA_HEAD_AHEAD and
+// d a multiple of 8 (tarfa_e_attention_many otherwise). Shared memory: the heads' rotated q
+// (TARFA_ATTN_Q · d floats), their scratch (as many), then their scores, sh_scores floats a head,
+// when there are at most sh_scores of them (else scores[(t · heads + h) · cap ..], as
+// tarfa_e_attention_many's). Arguments as tarfa_e_attention_many's.
+extern "C" __global__ void __launch_bounds__(TARFA_ATTN_Q_THREADS) tarfa_e_attention_quads(
+    const float* q, const unsigned char* qn, int ndtype, int norm, float eps, int heads, int kv_heads,
+    int d, int half, const float* cos_tab, const float* sin_tab, int pos0, float* kcache,
+    float* vcache, int window, float scaling, float* scores, int cap, float* out, int sh_scores,
+    int qstride, int gated) {
+    TARFA_DYNAMIC_SHARED(float, smem);
+    tarfa_grid_enter();
+    int group = heads / kv_heads;
+    int quads = (group + TARFA_ATTN_Q - 1) / TARFA_ATTN_Q;
+    int t = blockIdx.x / (kv_heads * quads);
+    int kvh = (blockIdx.x / quads) % kv_heads;
+    int g0 = (blockIdx.x % quads) * TARFA_ATTN_Q;
+    int h0 = kvh * group + g0;
+    int nq = group - g0 < TARFA_ATTN_Q ? group - g0 : TARFA_ATTN_Q;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    int pos = pos0 + t;
+    int first = (window > 0 && pos + 1 > window) ? pos + 1 - window : 0;
+    int n = pos - first + 1;
+    long long width = (long long)kv_heads * d;
+    const float* qt = q + (long long)t * heads * qstride;
+    float* qs = smem;
+    float* scratch = qs + TARFA_ATTN_Q * d;
+    // Head h0 + i's scores at sc + i · scs.
+    bool in_shared = n <= sh_scores;
+    float* sc = in_shared ? scratch + TARFA_ATTN_Q * d
+                          : (scores ? scores + ((long long)t * heads + h0) * cap : nullptr);
+    long long scs = in_shared ? sh_scores : cap;
+    if (warp < nq) {
+        tarfa_head_norm_rope(qt + (long long)(h0 + warp) * qstride, qn, ndtype, norm, eps, d, half,
+                             cos_tab + (long long)pos * half, sin_tab + (long long)pos * half, lane,
+                             scratch + warp * d, qs + warp * d);
+    }
+    __syncthreads();
+    // Scores: a warp's rows i0 .. i0 + QR − 1 against the quad's heads, dot (row b, head i) at
+    // b · Q + i; after the fold lane v holds dot v. Rows past the last read the last (not kept).
+    {
+        float qv[TARFA_ATTN_Q][TARFA_HEAD_AHEAD];
+#pragma unroll
+        for (int i = 0; i < TARFA_ATTN_Q; ++i)
+#pragma unroll
+            for (int j = 0; j < TARFA_HEAD_AHEAD; ++j)
+                qv[i][j] = i < nq && lane + 32 * j < d ? qs[i * d + lane + 32 * j] : 0.0f;
+        for (int i0 = warp * TARFA_ATTN_QR; i0 < n; i0 += warps * TARFA_ATTN_QR) {
+            float a[TARFA_ATTN_QR * TARFA_ATTN_Q];
+#pragma unroll
+            for (int b = 0; b < TARFA_ATTN_QR; ++b) {
+                int i = i0 + b < n ? i0 + b : n - 1;
+                const float* kk = kcache + (long long)(first + i) * width + (long long)kvh * d;
+                float kv[TARFA_HEAD_AHEAD];
+#pragma unroll
+                for (int j = 0; j < TARFA_HEAD_AHEAD; ++j) kv[j] = lane + 32 * j < d ? kk[lane + 32 * j] : 0.0f;
+#pragma unroll
+                for (int h = 0; h < TARFA_ATTN_Q; ++h) {
+                    float acc = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < TARFA_HEAD_AHEAD; ++j)
+                        if (lane + 32 * j < d) acc = __fmaf_rn(kv[j], qv[h][j], acc);
+                    a[b * TARFA_ATTN_Q + h] = acc;
+                }
+            }
+            tarfa_mm_fold_level<32>(a, lane, 16);
+            tarfa_mm_fold_level<16>(a, lane, 8);
+            tarfa_mm_fold_level<8>(a, lane, 4);
+            tarfa_mm_fold_level<4>(a, lane, 2);
+            tarfa_mm_fold_level<2>(a, lane, 1);
+            int i = i0 + lane / TARFA_ATTN_Q, h = lane % TARFA_ATTN_Q;
+            if (i < n && h < nq) sc[h * scs + i] = __fmul_rn(a[0], scaling);
+        }
+    }
+    __syncthreads();
+    if (warp < nq) tarfa_warp_softmax(sc + warp * scs, sc + warp * scs, n, lane);
+    __syncthreads();
+    // The weighted sum: a warp's output elements c·QE .. c·QE + QE − 1 of the quad's heads, lane l
+    // the positions i ≡ l (mod 32) in increasing i, (head h, element e) at h · QE + e; after the
+    // fold lane v holds value v.
+    for (int c = warp; c < d / TARFA_ATTN_QE; c += warps) {
+        float a[TARFA_ATTN_Q * TARFA_ATTN_QE];
+#pragma unroll
+        for (int j = 0; j < TARFA_ATTN_Q * TARFA_ATTN_QE; ++j) a[j] = 0.0f;
+        const float* vb = vcache + (long long)kvh * d + c * TARFA_ATTN_QE;
+        for (int i = lane; i < n; i += 32) {
+            const float* vr = vb + (long long)(first + i) * width;
+            float4 v0 = *(const float4*)vr, v1 = *(const float4*)(vr + 4);
+            float vv[TARFA_ATTN_QE] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+            for (int h = 0; h < TARFA_ATTN_Q; ++h) {
+                float s = h < nq ? sc[h * scs + i] : 0.0f;
+#pragma unroll
+                for (int e = 0; e < TARFA_ATTN_QE; ++e)
+                    a[h * TARFA_ATTN_QE + e] = __fmaf_rn(s, vv[e], a[h * TARFA_ATTN_QE + e]);
+            }
+        }
+        tarfa_mm_fold_level<32>(a, lane, 16);
+        tarfa_mm_fold_level<16>(a, lane, 8);
+        tarfa_mm_fold_level<8>(a, lane, 4);
+        tarfa_mm_fold_level<4>(a, lane, 2);
+        tarfa_mm_fold_level<2>(a, lane, 1);
+        int h = lane / TARFA_ATTN_QE, dd = c * TARFA_ATTN_QE + lane % TARFA_ATTN_QE;
+        if (h < nq) {
+            const float* gate = qt + (long long)(h0 + h) * qstride + d;
+            out[((long long)t * heads + h0 + h) * d + dd] =
+                gated ? __fmul_rn(a[0], tarfa_sigmoid(gate[dd])) : a[0];
+        }
+    }
 }
 
 // The routers' top-k over a chunk: block b is token b (its z at b · n, its scratch at b · 3n,

@@ -475,6 +475,9 @@ pub struct Engine<D: EngineDevice> {
     pass: Option<prompt::PassBufs<D::Buf>>,
     /// Run prompts as matrices where the model takes it ([`Engine::prompt`]).
     prompt_matrices: bool,
+    /// A pass's attention four query heads a block where the heads take it
+    /// ([`Engine::set_attention_quads`]).
+    attention_quads: bool,
 }
 
 impl<D: EngineDevice> std::fmt::Debug for Engine<D> {
@@ -862,6 +865,7 @@ impl<D: EngineDevice> Engine<D> {
             report,
             pass: None,
             prompt_matrices: true,
+            attention_quads: true,
             dev,
         })
     }

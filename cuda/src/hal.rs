@@ -191,6 +191,8 @@ pub enum Kernel {
     KvStore,
     /// `tarfa_e_attention_many`.
     AttentionMany,
+    /// `tarfa_e_attention_quads` (a chunk's attention, four query heads of a group a block).
+    AttentionQuads,
     /// `tarfa_e_topk_many`.
     TopkMany,
     /// `tarfa_e_sigmoid_topk_many`.
@@ -199,7 +201,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 26] = [
+    pub const ALL: [Kernel; 27] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -224,6 +226,7 @@ impl Kernel {
         Kernel::EmbedMany,
         Kernel::KvStore,
         Kernel::AttentionMany,
+        Kernel::AttentionQuads,
         Kernel::TopkMany,
         Kernel::SigmoidTopkMany,
     ];
@@ -255,6 +258,7 @@ impl Kernel {
             Kernel::EmbedMany => "tarfa_e_embed_many",
             Kernel::KvStore => "tarfa_e_kv_store",
             Kernel::AttentionMany => "tarfa_e_attention_many",
+            Kernel::AttentionQuads => "tarfa_e_attention_quads",
             Kernel::TopkMany => "tarfa_e_topk_many",
             Kernel::SigmoidTopkMany => "tarfa_e_sigmoid_topk_many",
         }

@@ -579,6 +579,9 @@ fn upload<D: EngineDevice>(
     // `TARFA_CUDA_PROMPT=0` steps a prompt's tokens one by one (as before prompts ran as
     // matrices), for measuring.
     engine.set_prompt_matrices(std::env::var("TARFA_CUDA_PROMPT").as_deref() != Ok("0"));
+    // `TARFA_CUDA_ATTN_QUADS=0` runs a pass's attention a block per query head (as before four
+    // shared a block), for measuring.
+    engine.set_attention_quads(std::env::var("TARFA_CUDA_ATTN_QUADS").as_deref() != Ok("0"));
     // One element type per role (gate, up, down) across a layer's experts (the kernels read a
     // layer's experts as one shape); else the offload path, which places each expert alone.
     let mut fits = true;

@@ -18,6 +18,10 @@ const MM_ROWS: usize = 32;
 const MM_TOKENS: usize = 16;
 const MM_THREADS: u32 = 256;
 
+/// Query heads a `tarfa_e_attention_quads` block takes (`TARFA_ATTN_Q`), and its threads.
+const ATTN_Q: usize = 4;
+const ATTN_Q_THREADS: u32 = 256;
+
 /// Bytes of attention scores a pass may keep in global memory (a context longer than a block's
 /// shared memory holds: `tokens × heads × cap` floats); a pass takes fewer tokens to stay within.
 const SCORES_BUDGET: usize = 256 << 20;
@@ -85,6 +89,29 @@ impl<D: EngineDevice> Engine<D> {
         self.prompt_matrices = on;
     }
 
+    /// Run a pass's attention four query heads of a KV head's group a block, the keys and values
+    /// read once for the four (`tarfa_e_attention_quads`; the default where the heads take it:
+    /// [`quads_take`]), or a block per query head (`false`, for measuring): the same bits.
+    pub fn set_attention_quads(&mut self, on: bool) {
+        self.attention_quads = on;
+    }
+
+    /// Whether this model's passes run their attention four query heads a block.
+    fn quads(&self) -> bool {
+        self.attention_quads && quads_take(self.shape.head_dim)
+    }
+
+    /// Scores an attention block of a pass keeps in shared memory for each of its heads, with
+    /// caches of `cap` rows: a longer context's go to global memory.
+    fn pass_sh_scores(&self, cap: usize) -> usize {
+        let d = self.shape.head_dim;
+        if self.quads() {
+            ((SHARED_MAX / 4).saturating_sub(2 * ATTN_Q * d) / ATTN_Q).min(cap)
+        } else {
+            sh_scores(d, cap)
+        }
+    }
+
     /// Run `tokens` of `seq` at positions `pos..pos + tokens.len()` (positions from `pos` on are
     /// overwritten), as [`Engine::step`] would one by one, in passes of at most [`PROMPT_PASS`]
     /// tokens whose products are matrix products. The logits of every token when `all_logits`,
@@ -133,7 +160,7 @@ impl<D: EngineDevice> Engine<D> {
         while cap < end {
             cap = cap.saturating_mul(2);
         }
-        if end <= sh_scores(s.head_dim, cap) {
+        if end <= self.pass_sh_scores(cap) {
             return PROMPT_PASS;
         }
         (SCORES_BUDGET / (4 * s.heads.max(1)).saturating_mul(cap).max(1)).clamp(1, PROMPT_PASS)
@@ -191,6 +218,7 @@ impl<D: EngineDevice> Engine<D> {
     fn ensure_pass(&mut self, n: usize, end: usize, all: bool) -> Result<(), CudaError> {
         let s = self.shape;
         let have = self.pass.as_ref().map_or(0, |p| p.tokens);
+        let spill = end > self.pass_sh_scores(self.cap);
         // A buffer replaced below may still be read by the last pass's launches.
         self.dev.sync()?;
         if have < n {
@@ -202,7 +230,7 @@ impl<D: EngineDevice> Engine<D> {
             .pass
             .as_mut()
             .ok_or_else(|| CudaError::Usage("no pass buffers".into()))?;
-        if end > sh_scores(s.head_dim, self.cap) {
+        if spill {
             let need = n * s.heads * self.cap;
             if pb.scores.as_ref().is_none_or(|(_, len)| *len < need) {
                 pb.scores = None;
@@ -517,21 +545,30 @@ impl<D: EngineDevice> Engine<D> {
         };
         let qstride = if s.attn_gate { 2 * d } else { d };
         let window = s.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
-        let sh = sh_scores(d, self.cap);
+        let sh = self.pass_sh_scores(self.cap);
         let scores = self
             .pass
             .as_ref()
             .and_then(|p| p.scores.as_ref())
             .map_or(0, |(b, _)| self.dev.addr(b));
-        // SAFETY: a block (ATTN_BLOCK threads) per token and query head; q holds
-        // n × heads·qstride floats, attn n × heads·d, the caches hold rows 0..pos + n (stored by
-        // `kv_store` before), the RoPE tables those rows; a context longer than `sh` has the
-        // pass's scores (n × heads × cap floats, ensure_pass); shared memory as
-        // tarfa_e_attention's.
+        // Four query heads of a group a block (their keys and values read once), or one.
+        let (kernel, blocks, threads, shared) = if self.quads() {
+            let quads = (s.heads / s.kv_heads.max(1)).div_ceil(ATTN_Q);
+            let shared = 2 * ATTN_Q * d + ATTN_Q * sh;
+            let blocks = n * s.kv_heads * quads;
+            (Kernel::AttentionQuads, blocks, ATTN_Q_THREADS, shared)
+        } else {
+            (Kernel::AttentionMany, s.heads * n, ATTN_BLOCK, 36 * d + sh)
+        };
+        // SAFETY: a block per token and query head (or four of a KV head's group, heads
+        // d ≤ 256 wide, a multiple of 8: `quads_take`); q holds n × heads·qstride floats, attn
+        // n × heads·d, the caches hold rows 0..pos + n (stored by `kv_store` before), the RoPE
+        // tables those rows; a context longer than `sh` has the pass's scores (n × heads × cap
+        // floats, ensure_pass); shared memory as the kernel's comment in kernels/batch.cu.
         unsafe {
             self.dev.launch(
-                Kernel::AttentionMany,
-                geo(s.heads * n, ATTN_BLOCK, ((36 * d + sh) * 4) as u32)?,
+                kernel,
+                geo(blocks, threads, (shared * 4) as u32)?,
                 &[
                     Arg::Ptr(q),
                     Arg::Ptr(qn),
@@ -730,6 +767,12 @@ impl<D: EngineDevice> Engine<D> {
             )
         }
     }
+}
+
+/// Whether `tarfa_e_attention_quads` takes heads of `d` elements: at most 32 · TARFA_HEAD_AHEAD
+/// (its lanes hold a head's q in registers), a multiple of 8 (its value rows read 8 at a time).
+pub(super) fn quads_take(d: usize) -> bool {
+    d > 0 && d <= 256 && d.is_multiple_of(8)
 }
 
 /// Scores an attention block keeps in shared memory beside the 36 × d floats of its partials,
