@@ -772,7 +772,7 @@ impl<D: EngineDevice> Engine<D> {
 /// Whether `tarfa_e_attention_quads` takes heads of `d` elements: at most 32 · TARFA_HEAD_AHEAD
 /// (its lanes hold a head's q in registers), a multiple of 8 (its value rows read 8 at a time).
 pub(super) fn quads_take(d: usize) -> bool {
-    d > 0 && d <= 256 && d.is_multiple_of(8)
+    d > 0 && d <= 256 && d % 8 == 0
 }
 
 /// Scores an attention block keeps in shared memory beside the 36 × d floats of its partials,
