@@ -285,16 +285,28 @@ unsafe fn dot_avx512<W: Weight>(w: &[W], x: &[f32]) -> f32 {
     finish(l, w, x, n)
 }
 
-/// [`dots_avx512`] of BF16 weights against 4 vectors, where the CPU has AVX-512F.
+/// [`dots_avx512`] of one BF16 row against 4 vectors, where the CPU has AVX-512F.
 pub fn dots4_bf16_on_avx512(w: &[u16], xs: [&[f32]; 4]) -> Option<[f32; 4]> {
     // SAFETY: as above.
-    has_avx512().then(|| unsafe { dots_avx512(w, xs) })
+    has_avx512().then(|| unsafe { dots_avx512([w], xs)[0] })
 }
 
-/// [`dots_avx512`] of `f32` weights against 4 vectors, where the CPU has AVX-512F.
+/// [`dots_avx512`] of one `f32` row against 4 vectors, where the CPU has AVX-512F.
 pub fn dots4_f32_on_avx512(w: &[f32], xs: [&[f32]; 4]) -> Option<[f32; 4]> {
     // SAFETY: as above.
-    has_avx512().then(|| unsafe { dots_avx512(w, xs) })
+    has_avx512().then(|| unsafe { dots_avx512([w], xs)[0] })
+}
+
+/// [`dots_avx512`] of two BF16 rows against 4 vectors, where the CPU has AVX-512F.
+pub fn dots2x4_bf16_on_avx512(ws: [&[u16]; 2], xs: [&[f32]; 4]) -> Option<[[f32; 4]; 2]> {
+    // SAFETY: as above.
+    has_avx512().then(|| unsafe { dots_avx512(ws, xs) })
+}
+
+/// [`dots_avx512`] of two `f32` rows against 4 vectors, where the CPU has AVX-512F.
+pub fn dots2x4_f32_on_avx512(ws: [&[f32]; 2], xs: [&[f32]; 4]) -> Option<[[f32; 4]; 2]> {
+    // SAFETY: as above.
+    has_avx512().then(|| unsafe { dots_avx512(ws, xs) })
 }
 
 /// [`dots_avx2`] of BF16 weights against 2 vectors, where the CPU has AVX2 and FMA.
@@ -309,50 +321,64 @@ pub fn dots2_f32_on_avx2(w: &[f32], xs: [&[f32]; 2]) -> Option<[f32; 2]> {
     has_avx2().then(|| unsafe { dots_avx2(w, xs) })
 }
 
-/// One row's canonical dots against `T` vectors at once: for each vector, exactly
+/// `R` rows' canonical dots against `T` vectors at once: for each (row, vector), exactly
 /// [`dot_avx512`]'s two 16-lane registers, fused multiply-adds in increasing `k` and the same
-/// tail and fold — so each result is that vector's canonical dot, bit for bit — but each 32
-/// elements of the row are loaded (and, for BF16, widened) once for all `T` vectors.
+/// tail and fold — so each result is that pair's canonical dot, bit for bit — but each 32
+/// elements of a row are loaded (and, for BF16, widened) once for all `T` vectors, and each 32 of
+/// a vector once for all `R` rows (2 × 4: 16 accumulators, 12 loads for 16 multiply-adds).
 ///
 /// # Safety
 /// AVX-512F must be available.
 #[target_feature(enable = "avx512f")]
-unsafe fn dots_avx512<W: Weight, const T: usize>(w: &[W], xs: [&[f32]; T]) -> [f32; T] {
-    for x in &xs {
-        assert_eq!(w.len(), x.len());
+unsafe fn dots_avx512<W: Weight, const R: usize, const T: usize>(
+    ws: [&[W]; R],
+    xs: [&[f32]; T],
+) -> [[f32; T]; R] {
+    let len = ws[0].len();
+    for w in &ws {
+        assert_eq!(w.len(), len);
     }
-    let n = w.len() / LANES * LANES;
-    let wp = w.as_ptr();
+    for x in &xs {
+        assert_eq!(len, x.len());
+    }
+    let n = len / LANES * LANES;
+    let wp = ws.map(|w| w.as_ptr());
     let xp = xs.map(|x| x.as_ptr());
-    let mut a0 = [_mm512_setzero_ps(); T];
-    let mut a1 = [_mm512_setzero_ps(); T];
+    let mut a0 = [[_mm512_setzero_ps(); T]; R];
+    let mut a1 = [[_mm512_setzero_ps(); T]; R];
     let mut k = 0;
     while k < n {
         // SAFETY: k + 32 <= n <= every slice's length; AVX-512F by this function's contract.
         unsafe {
-            let w0 = W::load16(wp.add(k));
-            let w1 = W::load16(wp.add(k + 16));
+            let w0 = wp.map(|p| W::load16(p.add(k)));
+            let w1 = wp.map(|p| W::load16(p.add(k + 16)));
             for t in 0..T {
-                a0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(xp[t].add(k)), a0[t]);
-                a1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(xp[t].add(k + 16)), a1[t]);
+                let x0 = _mm512_loadu_ps(xp[t].add(k));
+                let x1 = _mm512_loadu_ps(xp[t].add(k + 16));
+                for r in 0..R {
+                    a0[r][t] = _mm512_fmadd_ps(w0[r], x0, a0[r][t]);
+                    a1[r][t] = _mm512_fmadd_ps(w1[r], x1, a1[r][t]);
+                }
             }
         }
         k += LANES;
     }
-    let mut out = [0.0f32; T];
-    for t in 0..T {
-        if n == w.len() {
-            // SAFETY: AVX-512F by this function's contract.
-            out[t] = unsafe { fold512(a0[t], a1[t]) };
-            continue;
+    let mut out = [[0.0f32; T]; R];
+    for r in 0..R {
+        for t in 0..T {
+            if n == len {
+                // SAFETY: AVX-512F by this function's contract.
+                out[r][t] = unsafe { fold512(a0[r][t], a1[r][t]) };
+                continue;
+            }
+            let mut l = [0.0f32; LANES];
+            // SAFETY: l has 32 floats.
+            unsafe {
+                _mm512_storeu_ps(l.as_mut_ptr(), a0[r][t]);
+                _mm512_storeu_ps(l.as_mut_ptr().add(16), a1[r][t]);
+            }
+            out[r][t] = finish(l, ws[r], xs[t], n);
         }
-        let mut l = [0.0f32; LANES];
-        // SAFETY: l has 32 floats.
-        unsafe {
-            _mm512_storeu_ps(l.as_mut_ptr(), a0[t]);
-            _mm512_storeu_ps(l.as_mut_ptr().add(16), a1[t]);
-        }
-        out[t] = finish(l, w, xs[t], n);
     }
     out
 }
