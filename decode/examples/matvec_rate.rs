@@ -23,16 +23,13 @@ fn main() {
         cols,
         data: WeightSlice::Bf16(&w),
     };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .expect("pool");
+    let team = tarfa_decode::team::Team::new(threads, "test").expect("team");
     for isa in Isa::available_all() {
         let mut out = vec![vec![0.0f32; rows]];
         let mut best = f64::MAX;
         for _ in 0..10 {
             let t = Instant::now();
-            pool.install(|| isa.matmul(m, &[&x], &mut out));
+            tarfa_decode::team::install(&team, || isa.matmul(m, &[&x], &mut out));
             best = best.min(t.elapsed().as_secs_f64());
         }
         println!(

@@ -3,7 +3,6 @@
 //! a batch of tokens and computes every token exactly as it would alone (batch invariance): the
 //! batch only shares weight reads, never a reduction.
 
-use rayon::prelude::*;
 use tarfa_format::Role;
 
 use crate::canon;
@@ -187,10 +186,7 @@ pub fn attend(
     let heads: Vec<Vec<f32>> = if work < (1 << 15) {
         (0..q.len() * shape.heads).map(head).collect()
     } else {
-        (0..q.len() * shape.heads)
-            .into_par_iter()
-            .map(head)
-            .collect()
+        crate::team::map(q.len() * shape.heads, head)
     };
     heads.chunks(shape.heads).map(|hs| hs.concat()).collect()
 }

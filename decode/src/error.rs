@@ -125,13 +125,13 @@ pub enum DecodeError {
     /// Options this build, this machine or this decoder's state cannot honour.
     #[error("{0}")]
     Options(OptionsFault),
-    /// The decoder's thread pool could not be started.
+    /// The decoder's thread team could not be started.
     #[error("cannot start {threads} threads: {source}")]
     ThreadPool {
         /// Threads asked.
         threads: usize,
-        /// rayon's error.
-        source: rayon::ThreadPoolBuildError,
+        /// The operating system's error.
+        source: std::io::Error,
     },
     /// A `.npy` file that is not a 1-D or 2-D little-endian float array in C order.
     #[error("{}: {fault}", path.display())]

@@ -53,6 +53,7 @@ pub mod quant;
 pub mod rope;
 pub mod sequence;
 pub mod session;
+pub mod team;
 pub mod text;
 pub mod weights;
 

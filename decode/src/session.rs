@@ -75,7 +75,8 @@ pub struct Decoder {
     tensors: TensorStore,
     experts: ExpertStore,
     family: Box<dyn Family>,
-    pool: rayon::ThreadPool,
+    /// The threads every parallel phase of a forward pass runs on.
+    team: crate::team::Team,
     threads: usize,
     isa: Isa,
     batch_prompt: bool,
@@ -141,10 +142,7 @@ impl Decoder {
         } else {
             opts.threads
         };
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("tarfa-decode-{i}"))
-            .build()
+        let team = crate::team::Team::new(threads, "tarfa-decode")
             .map_err(|source| DecodeError::ThreadPool { threads, source })?;
         let model = ModelExperts::open(dir)?;
         let mut tensors = TensorStore::load(dir, &manifest, &model)?;
@@ -206,7 +204,7 @@ impl Decoder {
             tensors,
             experts,
             family,
-            pool,
+            team,
             threads,
             isa,
             batch_prompt: opts.batch_prompt,
@@ -513,7 +511,7 @@ impl Decoder {
             0 => tokens.len(),
             n => n,
         };
-        let out = self.pool.install(|| -> Result<Vec<Vec<f32>>> {
+        let out = crate::team::install(&self.team, || -> Result<Vec<Vec<f32>>> {
             if batch {
                 let mut all = Vec::new();
                 let mut at = 0;

@@ -87,14 +87,11 @@ fn matmul_bits_do_not_depend_on_threads_or_batch() {
         .collect();
     for &isa in &Isa::available_all() {
         for threads in [1, 2, 3, 8] {
-            let pool = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .expect("pool");
+            let team = tarfa_decode::team::Team::new(threads, "test").expect("team");
             // The whole batch at once, and each token alone.
             let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
             let mut out = vec![vec![0.0f32; rows]; xs.len()];
-            pool.install(|| isa.matmul(m, &refs, &mut out));
+            tarfa_decode::team::install(&team, || isa.matmul(m, &refs, &mut out));
             let got: Vec<Vec<u32>> = out
                 .iter()
                 .map(|r| r.iter().map(|v| v.to_bits()).collect())
@@ -102,7 +99,7 @@ fn matmul_bits_do_not_depend_on_threads_or_batch() {
             assert_eq!(got, want, "{isa}, {threads} threads, batch");
             for (x, w) in xs.iter().zip(&want) {
                 let mut one = vec![vec![0.0f32; rows]];
-                pool.install(|| isa.matmul(m, &[x.as_slice()], &mut one));
+                tarfa_decode::team::install(&team, || isa.matmul(m, &[x.as_slice()], &mut one));
                 let got: Vec<u32> = one[0].iter().map(|v| v.to_bits()).collect();
                 assert_eq!(&got, w, "{isa}, {threads} threads, one token");
             }

@@ -245,14 +245,11 @@ fn quantised_matrices_multiply_to_the_bits_of_their_dequantised_f32_matrix_on_ev
         Isa::Scalar.matmul(f, &refs, &mut want);
         for &isa in &isas {
             for threads in [1, 3] {
-                let pool = rayon::ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .build()
-                    .expect("pool");
+                let team = tarfa_decode::team::Team::new(threads, "test").expect("team");
                 let mut got = vec![vec![0.0f32; c.rows]; xs.len()];
-                pool.install(|| isa.matmul(q, &refs, &mut got));
+                tarfa_decode::team::install(&team, || isa.matmul(q, &refs, &mut got));
                 let mut got_f = vec![vec![0.0f32; c.rows]; xs.len()];
-                pool.install(|| isa.matmul(f, &refs, &mut got_f));
+                tarfa_decode::team::install(&team, || isa.matmul(f, &refs, &mut got_f));
                 for (t, ((g, w), gf)) in got.iter().zip(&want).zip(&got_f).enumerate() {
                     for r in 0..c.rows {
                         assert_eq!(
@@ -267,12 +264,12 @@ fn quantised_matrices_multiply_to_the_bits_of_their_dequantised_f32_matrix_on_ev
                 // The fused SwiGLU gate over a quantised pair, too.
                 let mut got = vec![vec![0.0f32; c.rows]; xs.len()];
                 let mut want_g = vec![vec![0.0f32; c.rows]; xs.len()];
-                pool.install(|| {
+                tarfa_decode::team::install(&team, || {
                     isa.matmul_many(&mut [tarfa_decode::kernels::MatJob::swiglu_gate(
                         q, q, &refs, &mut got,
                     )])
                 });
-                pool.install(|| {
+                tarfa_decode::team::install(&team, || {
                     isa.matmul_many(&mut [tarfa_decode::kernels::MatJob::swiglu_gate(
                         f,
                         f,

@@ -21,8 +21,6 @@
 //! ~1e-7. tarfa always runs the recurrence, token by token, in the canonical order: a prompt in
 //! one batch and token by token give the same bits.
 
-use rayon::prelude::*;
-
 use crate::blocks::{self, AttnShape, Batch, KvCache, Route};
 use crate::canon;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
@@ -564,7 +562,7 @@ pub fn delta_step(
     let heads: Vec<Vec<f32>> = if d.v_heads * d.dk * d.dv < (1 << 16) {
         state.s.iter_mut().enumerate().map(head).collect()
     } else {
-        state.s.par_iter_mut().enumerate().map(head).collect()
+        crate::team::map_mut(&mut state.s, |h, s| head((h, s)))
     };
     heads.concat()
 }

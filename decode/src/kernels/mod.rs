@@ -301,10 +301,10 @@ impl Isa {
         self.matmul_many(&mut [MatJob::new(m, xs, out)]);
     }
 
-    /// Several matrix products in one parallel region (e.g. the gate and up projections of every
+    /// Several matrix products in one parallel phase (e.g. the gate and up projections of every
     /// selected expert of a layer). The rows of all jobs, laid end to end and weighed by their
-    /// bytes, are cut into chunks (at multiples of four rows) that every thread of the pool
-    /// (`rayon::broadcast`) takes in order from one counter until none is left: contiguous
+    /// bytes, are cut into chunks (at multiples of four rows) that every thread of the decoder's
+    /// team (`team::broadcast`) takes in order from one counter until none is left: contiguous
     /// sequential streams, and a slowed thread takes fewer. `TARFA_SPLIT=static` gives each
     /// thread one equal share instead. Each output is still one canonical dot on one thread, so
     /// the split changes no bit.
@@ -358,8 +358,7 @@ impl Isa {
             range(0, total, &mut mine);
             vec![mine]
         } else if split_static() {
-            rayon::broadcast(|ctx| {
-                let (i, n) = (ctx.index(), ctx.num_threads());
+            crate::team::broadcast(|i, n| {
                 let mut mine = Vec::new();
                 range(total * i / n, total * (i + 1) / n, &mut mine);
                 mine
@@ -367,10 +366,10 @@ impl Isa {
         } else {
             // Chunks of ~1/16 of a thread's share, taken in order from one counter: a thread
             // that is slowed (another process, an interrupt) takes fewer.
-            let n = rayon::current_num_threads().max(1);
+            let n = crate::team::threads();
             let chunk = (total / (n * 16)).max(256 << 10);
             let next = std::sync::atomic::AtomicUsize::new(0);
-            rayon::broadcast(|_| {
+            crate::team::broadcast(|_, _| {
                 let mut mine = Vec::new();
                 loop {
                     let c = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
