@@ -128,10 +128,12 @@ impl Team {
         }
         inner.job.store(std::ptr::null_mut(), Ordering::Relaxed);
         self.busy.store(false, Ordering::Release);
+        // Cleared whichever panic is raised, so the next phase does not report this one's.
+        let worker_panicked = inner.panicked.swap(false, Ordering::AcqRel);
         if let Err(p) = mine {
             resume_unwind(p);
         }
-        if inner.panicked.swap(false, Ordering::AcqRel) {
+        if worker_panicked {
             panic!("a thread of the decoder's team panicked");
         }
         inner.threads
@@ -184,8 +186,10 @@ fn work(inner: &Inner, i: usize) {
         // SAFETY: the poster stored `job` before bumping the epoch we saw (SeqCst), and waits for
         // this worker's `done` before its stack frame (which holds the `Job`) goes away.
         let f = unsafe { *job };
-        if catch_unwind(AssertUnwindSafe(|| f(i, inner.threads))).is_err() {
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(i, inner.threads))) {
             inner.panicked.store(true, Ordering::Release);
+            // A payload whose drop panics must not end this thread (the caller waits for it).
+            let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));
         }
         inner.done.fetch_add(1, Ordering::AcqRel);
     }
@@ -318,7 +322,8 @@ mod tests {
         );
     }
 
-    /// A worker's panic reaches the caller after the phase, and the team still runs phases.
+    /// A worker's panic reaches the caller after the phase, and the team still runs phases (also
+    /// after a phase in which the caller's share panicked too).
     #[test]
     fn a_panic_on_a_worker_reaches_the_caller() {
         let team = Team::new(2, "test").expect("team");
@@ -326,6 +331,13 @@ mod tests {
             install(&team, || {
                 broadcast(|i, _| assert_ne!(i, 1, "worker 1 fails"))
             })
+        }));
+        assert!(r.is_err());
+        install(&team, || assert_eq!(broadcast(|i, _| i), [0, 1]));
+        // The caller's share and a worker's in the same phase: the caller's panic is raised, and
+        // the next phase reports none.
+        let r = catch_unwind(AssertUnwindSafe(|| {
+            install(&team, || broadcast(|_, _| panic!("every thread fails")))
         }));
         assert!(r.is_err());
         install(&team, || assert_eq!(broadcast(|i, _| i), [0, 1]));

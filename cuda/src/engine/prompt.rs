@@ -96,9 +96,12 @@ impl<D: EngineDevice> Engine<D> {
         self.attention_quads = on;
     }
 
-    /// Whether this model's passes run their attention four query heads a block.
+    /// Whether this model's passes run their attention four query heads a block: heads the
+    /// kernel takes, in groups of two or more (a group of one would leave three of a block's four
+    /// heads empty).
     fn quads(&self) -> bool {
-        self.attention_quads && quads_take(self.shape.head_dim)
+        let s = self.shape;
+        self.attention_quads && quads_take(s.head_dim) && s.heads >= 2 * s.kv_heads.max(1)
     }
 
     /// Scores an attention block of a pass keeps in shared memory for each of its heads, with
