@@ -156,23 +156,21 @@ void emu_kv_store(G, const float* k, const float* v, const unsigned char* kn, in
     RUN(tarfa_e_kv_store(k, v, kn, ndtype, norm, eps, kv_heads, d, half, cos_tab, sin_tab, pos0,
                          kcache, vcache));
 }
+// tarfa_e_attention_many, or with `quads` tarfa_e_attention_quads (the same arguments).
 void emu_attention_many(G, const float* q, const unsigned char* qn, int ndtype, int norm, float eps,
                         int heads, int kv_heads, int d, int half, const float* cos_tab,
                         const float* sin_tab, int pos0, float* kcache, float* vcache, int window,
                         float scaling, float* scores, int cap, float* out, int sh_scores,
-                        int qstride, int gated) {
-    RUN(tarfa_e_attention_many(q, qn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab, sin_tab,
-                               pos0, kcache, vcache, window, scaling, scores, cap, out, sh_scores,
-                               qstride, gated));
-}
-void emu_attention_quads(G, const float* q, const unsigned char* qn, int ndtype, int norm, float eps,
-                         int heads, int kv_heads, int d, int half, const float* cos_tab,
-                         const float* sin_tab, int pos0, float* kcache, float* vcache, int window,
-                         float scaling, float* scores, int cap, float* out, int sh_scores,
-                         int qstride, int gated) {
-    RUN(tarfa_e_attention_quads(q, qn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab,
-                                sin_tab, pos0, kcache, vcache, window, scaling, scores, cap, out,
-                                sh_scores, qstride, gated));
+                        int qstride, int gated, int quads) {
+    if (quads) {
+        RUN(tarfa_e_attention_quads(q, qn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab,
+                                    sin_tab, pos0, kcache, vcache, window, scaling, scores, cap,
+                                    out, sh_scores, qstride, gated));
+    } else {
+        RUN(tarfa_e_attention_many(q, qn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab,
+                                   sin_tab, pos0, kcache, vcache, window, scaling, scores, cap, out,
+                                   sh_scores, qstride, gated));
+    }
 }
 void emu_topk_many(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts,
                    int stride) {

@@ -426,33 +426,7 @@ extern "C" {
         sh_scores: i32,
         qstride: i32,
         gated: i32,
-    );
-    fn emu_attention_quads(
-        g: u32,
-        b: u32,
-        s: u32,
-        q: *const f32,
-        qn: *const u8,
-        ndtype: i32,
-        norm: i32,
-        eps: f32,
-        heads: i32,
-        kv_heads: i32,
-        d: i32,
-        half: i32,
-        cos: *const f32,
-        sin: *const f32,
-        pos0: i32,
-        kcache: *mut f32,
-        vcache: *mut f32,
-        window: i32,
-        scaling: f32,
-        scores: *mut f32,
-        cap: i32,
-        out: *mut f32,
-        sh_scores: i32,
-        qstride: i32,
-        gated: i32,
+        quads: i32,
     );
     fn emu_topk_many(
         g: u32,
@@ -1073,35 +1047,6 @@ pub fn attention(sh: Heads, a: &AttnIn<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     (out.floats(), kc.floats(), vc.floats())
 }
 
-/// The signature `emu_attention_many` and `emu_attention_quads` share.
-type AttnFn = unsafe extern "C" fn(
-    u32,
-    u32,
-    u32,
-    *const f32,
-    *const u8,
-    i32,
-    i32,
-    f32,
-    i32,
-    i32,
-    i32,
-    i32,
-    *const f32,
-    *const f32,
-    i32,
-    *mut f32,
-    *mut f32,
-    i32,
-    f32,
-    *mut f32,
-    i32,
-    *mut f32,
-    i32,
-    i32,
-    i32,
-);
-
 /// A prompt pass's attention (`tarfa_e_kv_store`, then `tarfa_e_attention_many`, or with `quads`
 /// `tarfa_e_attention_quads`: four query heads of a group a block), no q/k norm and no rotation: the tokens' q, k and v (each token's `heads × d` and `kv_heads × d`) at
 /// positions `pos0..pos0 + q.len()`, the caches' earlier rows `kc`, `vc` (`pos0` rows), the scores
@@ -1161,27 +1106,16 @@ pub fn attention_many(
     };
     // A block per (token, head) with 36 × d floats of shared memory before the scores, or per
     // (token, KV head, four of its group's heads) with 8 × d floats before four heads' scores.
-    let (run, blocks, threads, shared) = if quads {
+    let (blocks, threads, shared) = if quads {
         let per = (sh.heads / sh.kv_heads).div_ceil(4);
-        let shared = 8 * d + 4 * sh_scores;
-        (
-            emu_attention_quads as AttnFn,
-            t * sh.kv_heads * per,
-            256,
-            shared,
-        )
+        (t * sh.kv_heads * per, 256, 8 * d + 4 * sh_scores)
     } else {
-        (
-            emu_attention_many as AttnFn,
-            t * sh.heads,
-            512,
-            36 * d + sh_scores,
-        )
+        (t * sh.heads, 512, 36 * d + sh_scores)
     };
     // SAFETY: q holds t × heads·d floats, the caches cap rows (all written), scores
     // t × heads × cap floats, out t × heads·d; shared memory as the kernel's comment says.
     unsafe {
-        run(
+        emu_attention_many(
             blocks as u32,
             threads,
             (shared * 4) as u32,
@@ -1207,6 +1141,7 @@ pub fn attention_many(
             sh_scores as i32,
             d as i32,
             0,
+            i32::from(quads),
         )
     };
     let rows = out
@@ -2106,12 +2041,7 @@ impl EngineDevice for EmuDevice {
                 }
                 Kernel::AttentionMany | Kernel::AttentionQuads => {
                     count(22)?;
-                    let run = if k == Kernel::AttentionQuads {
-                        emu_attention_quads
-                    } else {
-                        emu_attention_many
-                    };
-                    run(
+                    emu_attention_many(
                         g,
                         b,
                         s,
@@ -2137,6 +2067,7 @@ impl EngineDevice for EmuDevice {
                         n(19)?,
                         n(20)?,
                         n(21)?,
+                        i32::from(k == Kernel::AttentionQuads),
                     );
                 }
                 Kernel::TopkMany => {
