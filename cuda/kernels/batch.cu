@@ -24,10 +24,10 @@ static_assert(TARFA_MM_BR * TARFA_MM_KC == 8 * TARFA_MM_THREADS, "eight weights 
 static_assert(TARFA_MM_BT * TARFA_MM_KC == 4 * TARFA_MM_THREADS, "four x values per thread a stage");
 
 // This thread's operands in a block's tile (each thread loads eight weights of row
-// threadIdx.x mod BR and four x values of column threadIdx.x mod BT a stage): its row of `dtype`
-// (null: past the matrix, read as +0) and its token column (null: none, +0); K elements each.
-// `vec_w`: every row is 16-byte aligned at each multiple of 8 elements; `vec_x`: every column at
-// each multiple of 4 (checked by the host).
+// threadIdx.x / 8 and four x values of column threadIdx.x / 16 a stage): its row of `dtype` (null:
+// past the matrix, read as +0) and its token column (null: none, +0); K elements each. `vec_w`:
+// every row is 16-byte aligned at each multiple of 8 elements; `vec_x`: every column at each
+// multiple of 4 (checked by the host).
 struct TarfaMmTile {
     const unsigned char* row;
     int dtype;
@@ -37,22 +37,10 @@ struct TarfaMmTile {
     int vec_x;
 };
 
-// The tile row and token column whose operands this thread loads (TarfaMmTile::row, ::col).
-__device__ __forceinline__ int tarfa_mm_my_row() { return threadIdx.x % TARFA_MM_BR; }
-__device__ __forceinline__ int tarfa_mm_my_col() { return threadIdx.x % TARFA_MM_BT; }
-
-// A stage in shared memory, element-major: [k][row] and [k][token], each k's line padded by four
-// floats, so that a lane reads its eight rows (or tokens) at its k as two 16-byte loads and the
-// eight lanes of a quarter warp, at k = kk + lane, meet eight different groups of four banks; a
-// warp's stores (32 rows, or 16 tokens at two k, at one k each) meet 32 different banks.
-#define TARFA_MM_WP (TARFA_MM_BR + 4)
-#define TARFA_MM_XP (TARFA_MM_BT + 4)
-static_assert(TARFA_MM_BR == 32 && TARFA_MM_BT == 16, "the stage layout's bank arithmetic");
-
-// This thread's share of a stage at k0: eight consecutive weights of its row, four consecutive x
-// values of its column (widened or dequantised as every kernel does: tarfa_weight's values).
+// This thread's share of a stage at k0: eight consecutive weights of one row, four consecutive x
+// values of one column (widened or dequantised as every kernel does: tarfa_weight's values).
 __device__ __forceinline__ void tarfa_mm_fetch(const TarfaMmTile& t, int k0, float* w, float* x) {
-    int wk = k0 + (threadIdx.x / TARFA_MM_BR) * 8;
+    int wk = k0 + (threadIdx.x % 8) * 8;
     const unsigned char* row = t.row;
     int dt = t.dtype;
     if (row && t.vec_w && wk + 8 <= t.k && dt == TARFA_BF16) {
@@ -66,7 +54,7 @@ __device__ __forceinline__ void tarfa_mm_fetch(const TarfaMmTile& t, int k0, flo
 #pragma unroll
         for (int j = 0; j < 8; ++j) w[j] = row && wk + j < t.k ? tarfa_weight(row, dt, wk + j) : 0.0f;
     }
-    int xk = k0 + (threadIdx.x / TARFA_MM_BT) * 4;
+    int xk = k0 + (threadIdx.x % 16) * 4;
     const float* col = t.col;
     if (col && t.vec_x && xk + 4 <= t.k) {
         float4 a = *(const float4*)(col + xk);
@@ -77,14 +65,14 @@ __device__ __forceinline__ void tarfa_mm_fetch(const TarfaMmTile& t, int k0, flo
     }
 }
 
-__device__ __forceinline__ void tarfa_mm_put(float (*ws)[TARFA_MM_WP], float (*xs)[TARFA_MM_XP],
+__device__ __forceinline__ void tarfa_mm_put(float (*ws)[TARFA_MM_KC], float (*xs)[TARFA_MM_KC],
                                              const float* w, const float* x) {
-    int r = tarfa_mm_my_row(), wk = (threadIdx.x / TARFA_MM_BR) * 8;
+    int r = threadIdx.x / 8, wk = (threadIdx.x % 8) * 8;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) ws[wk + j][r] = w[j];
-    int c = tarfa_mm_my_col(), xk = (threadIdx.x / TARFA_MM_BT) * 4;
+    for (int j = 0; j < 8; ++j) ws[r][wk + j] = w[j];
+    int c = threadIdx.x / 16, xk = (threadIdx.x % 16) * 4;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) xs[xk + j][c] = x[j];
+    for (int j = 0; j < 4; ++j) xs[c][xk + j] = x[j];
 }
 
 // One level of the canonical fold (canon::fold_lanes: lane i += lane i + o, for o = 16, 8, 4, 2, 1)
@@ -104,7 +92,6 @@ __device__ __forceinline__ void tarfa_mm_fold_level(float* a, int lane, int o) {
     }
 }
 static_assert(TARFA_MM_RW * TARFA_MM_TW == 64, "the fold leaves each lane two dots");
-static_assert(TARFA_MM_RW == 8 && TARFA_MM_TW == 8, "a lane's operands: two 16-byte loads each");
 
 // The tile's BR × BT canonical dots into out[r][c] (shared memory; every thread may read them
 // after the block's barrier at the end). Stages of KC elements pass through two shared buffers:
@@ -112,11 +99,8 @@ static_assert(TARFA_MM_RW == 8 && TARFA_MM_TW == 8, "a lane's operands: two 16-b
 // accumulates elements l, l + 32, … of rows wr·RW + i and columns wt·TW + j in increasing k.
 __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
                                               float (*out)[TARFA_MM_BT]) {
-    // float4 for 16-byte alignment; read as the floats of [2][KC][WP] and [2][KC][XP].
-    __shared__ float4 ws4[2 * TARFA_MM_KC * TARFA_MM_WP / 4];
-    __shared__ float4 xs4[2 * TARFA_MM_KC * TARFA_MM_XP / 4];
-    auto ws = (float(*)[TARFA_MM_KC][TARFA_MM_WP])ws4;
-    auto xs = (float(*)[TARFA_MM_KC][TARFA_MM_XP])xs4;
+    __shared__ float ws[2][TARFA_MM_BR][TARFA_MM_KC];
+    __shared__ float xs[2][TARFA_MM_BT][TARFA_MM_KC];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     int wr = warp % TARFA_MM_WR, wt = warp / TARFA_MM_WR;
     float acc[TARFA_MM_RW][TARFA_MM_TW];
@@ -140,13 +124,11 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
 #pragma unroll
         for (int kk = 0; kk < TARFA_MM_KC; kk += 32) {
             if (tail && s * TARFA_MM_KC + kk + lane >= t.k) continue;
-            // This lane's element k = kk + lane of its eight rows and eight tokens.
-            float4 w0 = *(const float4*)&ws[b][kk + lane][wr * TARFA_MM_RW];
-            float4 w1 = *(const float4*)&ws[b][kk + lane][wr * TARFA_MM_RW + 4];
-            float4 x0 = *(const float4*)&xs[b][kk + lane][wt * TARFA_MM_TW];
-            float4 x1 = *(const float4*)&xs[b][kk + lane][wt * TARFA_MM_TW + 4];
-            float wv[TARFA_MM_RW] = {w0.x, w0.y, w0.z, w0.w, w1.x, w1.y, w1.z, w1.w};
-            float xv[TARFA_MM_TW] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+            float wv[TARFA_MM_RW], xv[TARFA_MM_TW];
+#pragma unroll
+            for (int i = 0; i < TARFA_MM_RW; ++i) wv[i] = ws[b][wr * TARFA_MM_RW + i][kk + lane];
+#pragma unroll
+            for (int j = 0; j < TARFA_MM_TW; ++j) xv[j] = xs[b][wt * TARFA_MM_TW + j][kk + lane];
 #pragma unroll
             for (int i = 0; i < TARFA_MM_RW; ++i)
 #pragma unroll
@@ -207,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm(TarfaM
     if (ji == 3) j = jobs.job[3];
     int rows = jobs.row_start[ji + 1] - jobs.row_start[ji];
     TarfaMmTile t;
-    int mr = r0 + tarfa_mm_my_row(), mc = t0 + tarfa_mm_my_col();
+    int mr = r0 + threadIdx.x / 8, mc = t0 + threadIdx.x / 16;
     t.row = mr < rows ? j.w + (long long)mr * tarfa_row_bytes(j.dtype, j.cols) : nullptr;
     t.dtype = j.dtype;
     t.col = mc < tokens ? j.x + (long long)mc * j.cols : nullptr;
@@ -296,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm_gate_u
     const int half = TARFA_MM_BR / 2;
     int r0 = rt * half;
     TarfaMmTile t;
-    int mr = tarfa_mm_my_row(), mc = tarfa_mm_my_col();
+    int mr = threadIdx.x / 8, mc = threadIdx.x / 16;
     int rr = r0 + mr % half;
     bool up = mr >= half;
     t.dtype = up ? m.dtype_u : m.dtype_g;
@@ -326,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm_down(
     if (!tarfa_mm_pairs(tiles, max_tiles, &e, &first, &n, &rt)) return;
     int r0 = rt * TARFA_MM_BR;
     TarfaMmTile t;
-    int mr = r0 + tarfa_mm_my_row(), mc = tarfa_mm_my_col();
+    int mr = r0 + threadIdx.x / 8, mc = threadIdx.x / 16;
     t.row = mr < m.hidden ? tarfa_expert_row(m.down, e, mr, m.dtype_d, m.inter) : nullptr;
     t.dtype = m.dtype_d;
     int p = mc < n ? order[first + mc] : -1;
