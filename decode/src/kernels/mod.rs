@@ -432,18 +432,6 @@ impl Isa {
                         self.dots_with(row, xs, &buf, |t, v| res[t0 + t][r - r0] = v);
                         r += 1;
                     }
-                    Some(up) if !pairs => {
-                        let up_row = up.row(r);
-                        dequantize_row(up_row, &mut up_buf);
-                        // The gate's dots into the outputs, then each output the gate's SiLU
-                        // times the up row's dot.
-                        self.dots_with(row, xs, &buf, |t, v| res[t0 + t][r - r0] = v);
-                        self.dots_with(up_row, xs, &up_buf, |t, u| {
-                            let o = &mut res[t0 + t][r - r0];
-                            *o = self.silu_mul_one(*o, u);
-                        });
-                        r += 1;
-                    }
                     Some(up) => {
                         let up_row = up.row(r);
                         dequantize_row(up_row, &mut up_buf);
