@@ -295,6 +295,48 @@ fn attention_norms_rotates_and_stores_the_token_as_the_cpu_does() {
     }
 }
 
+/// An attention case: `n` tokens' random q, k and v, `blocks::attend`'s output at every position
+/// (the scalar path, the caches filled from position 0) and the scaling `1/√d`.
+struct Case {
+    q: Vec<Vec<f32>>,
+    k: Vec<Vec<f32>>,
+    v: Vec<Vec<f32>>,
+    cpu: Vec<Vec<f32>>,
+    scaling: f32,
+}
+
+impl Case {
+    fn new(
+        r: &mut Rng,
+        heads: usize,
+        kv_heads: usize,
+        d: usize,
+        n: usize,
+        window: Option<usize>,
+    ) -> Case {
+        let width = kv_heads * d;
+        let q: Vec<Vec<f32>> = (0..n).map(|_| r.vec(heads * d, 1.5)).collect();
+        let k: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
+        let v: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
+        let shape = AttnShape {
+            heads,
+            kv_heads,
+            head_dim: d,
+            window,
+        };
+        let mut cache = KvCache::default();
+        let cpu = blocks::attend(Isa::Scalar, shape, &mut cache, 0, &q, &k, &v);
+        let scaling = (1.0 / (d as f64).sqrt()) as f32;
+        Case {
+            q,
+            k,
+            v,
+            cpu,
+            scaling,
+        }
+    }
+}
+
 #[test]
 fn attention_of_the_last_position_is_blocks_attend() {
     let mut r = Rng(13);
@@ -311,18 +353,13 @@ fn attention_of_the_last_position_is_blocks_attend() {
         for &n in &[1usize, 2, 31, 32, 33, 70] {
             for window in [None, Some(5), Some(64)] {
                 let width = kv_heads * d;
-                let q: Vec<Vec<f32>> = (0..n).map(|_| r.vec(heads * d, 1.5)).collect();
-                let k: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
-                let v: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
-                let shape = AttnShape {
-                    heads,
-                    kv_heads,
-                    head_dim: d,
-                    window,
-                };
-                let mut cache = KvCache::default();
-                let cpu = blocks::attend(Isa::Scalar, shape, &mut cache, 0, &q, &k, &v);
-                let scaling = (1.0 / (d as f64).sqrt()) as f32;
+                let Case {
+                    q,
+                    k,
+                    v,
+                    cpu,
+                    scaling,
+                } = Case::new(&mut r, heads, kv_heads, d, n, window);
                 // The caches hold the earlier positions; the last row is the token's to store.
                 let mut kc = k[..n - 1].concat();
                 let mut vc = v[..n - 1].concat();
@@ -382,19 +419,13 @@ fn a_prompt_pass_attention_is_blocks_attend_at_each_position() {
         for &(pos0, t) in &[(0usize, 3usize), (33, 7)] {
             for window in [None, Some(5)] {
                 let n = pos0 + t;
-                let width = kv_heads * d;
-                let q: Vec<Vec<f32>> = (0..n).map(|_| r.vec(heads * d, 1.5)).collect();
-                let k: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
-                let v: Vec<Vec<f32>> = (0..n).map(|_| r.vec(width, 1.5)).collect();
-                let shape = AttnShape {
-                    heads,
-                    kv_heads,
-                    head_dim: d,
-                    window,
-                };
-                let mut cache = KvCache::default();
-                let cpu = blocks::attend(Isa::Scalar, shape, &mut cache, 0, &q, &k, &v);
-                let scaling = (1.0 / (d as f64).sqrt()) as f32;
+                let Case {
+                    q,
+                    k,
+                    v,
+                    cpu,
+                    scaling,
+                } = Case::new(&mut r, heads, kv_heads, d, n, window);
                 let (kc, vc) = (k[..pos0].concat(), v[..pos0].concat());
                 // A block per query head, or four of a group's (group 2 and 6: the last block
                 // of a group holds fewer).
