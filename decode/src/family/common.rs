@@ -8,6 +8,7 @@ use crate::blocks::{self, AttnShape, Batch, KvCache, MoeOutputs, Route};
 use crate::canon;
 use crate::error::{DecodeError, Result};
 use crate::family::Ctx;
+use crate::kernels::Isa;
 use crate::rope::Rope;
 use crate::sequence::{LayerState, State};
 use crate::weights::{MatrixRef, TensorStore, WeightSlice};
@@ -35,21 +36,34 @@ pub fn norm(
     w: WeightSlice<'_>,
     eps: f32,
 ) -> Batch {
-    xs.iter()
-        .map(|x| {
-            let mut o = vec![0.0f32; x.len()];
-            match style {
-                NormStyle::Weight => ctx.isa.rms_norm(x, |i| w.get(i), eps, &mut o),
-                NormStyle::OnePlus => ctx.isa.rms_norm(x, |i| 1.0 + w.get(i), eps, &mut o),
-            }
-            o
-        })
-        .collect()
+    let isa = ctx.isa;
+    let one = |t: usize| {
+        let x = &xs[t];
+        let mut o = vec![0.0f32; x.len()];
+        match style {
+            NormStyle::Weight => isa.rms_norm(x, |i| w.get(i), eps, &mut o),
+            NormStyle::OnePlus => isa.rms_norm(x, |i| 1.0 + w.get(i), eps, &mut o),
+        }
+        o
+    };
+    // Each token's norm is its own: the team takes tokens, never part of one token's sum.
+    if glue_on_team(xs.len(), xs.first().map_or(0, Vec::len)) {
+        crate::team::map(xs.len(), one)
+    } else {
+        (0..xs.len()).map(one).collect()
+    }
+}
+
+/// Whether per-token glue (norms, RoPE) over `tokens` tokens of `width` values is worth a phase
+/// of the decoder's team (one token alone, or a few, stays on the calling thread; which thread
+/// computes a token changes no bit).
+pub fn glue_on_team(tokens: usize, width: usize) -> bool {
+    tokens > 1 && tokens * width >= 1 << 15
 }
 
 /// RMSNorm of each `dim`-wide head of `x` in place, one weight for all heads.
 pub fn norm_heads(
-    ctx: &Ctx<'_>,
+    isa: Isa,
     style: NormStyle,
     x: &mut [f32],
     dim: usize,
@@ -60,8 +74,8 @@ pub fn norm_heads(
     for head in x.chunks_exact_mut(dim) {
         src.copy_from_slice(head);
         match style {
-            NormStyle::Weight => ctx.isa.rms_norm(&src, |i| w.get(i), eps, head),
-            NormStyle::OnePlus => ctx.isa.rms_norm(&src, |i| 1.0 + w.get(i), eps, head),
+            NormStyle::Weight => isa.rms_norm(&src, |i| w.get(i), eps, head),
+            NormStyle::OnePlus => isa.rms_norm(&src, |i| 1.0 + w.get(i), eps, head),
         }
     }
 }
@@ -288,13 +302,25 @@ pub fn attention(
     });
     let t0 = std::time::Instant::now();
     rope.ensure(start + x.len());
-    for (t, (qt, kt)) in q.iter_mut().zip(k.iter_mut()).enumerate() {
+    let rope = &*rope;
+    let place = |t: usize, (qt, kt): &mut (&mut Vec<f32>, &mut Vec<f32>)| {
         if let Some((style, qn, kn)) = norms {
-            norm_heads(ctx, style, qt, d, qn, a.eps);
-            norm_heads(ctx, style, kt, d, kn, a.eps);
+            norm_heads(isa, style, qt, d, qn, a.eps);
+            norm_heads(isa, style, kt, d, kn, a.eps);
         }
         blocks::rope_heads(rope, qt, d, start + t);
         blocks::rope_heads(rope, kt, d, start + t);
+    };
+    let mut pairs: Vec<(&mut Vec<f32>, &mut Vec<f32>)> = q.iter_mut().zip(k.iter_mut()).collect();
+    if glue_on_team(
+        pairs.len(),
+        pairs.first().map_or(0, |p| p.0.len() + p.1.len()),
+    ) {
+        crate::team::map_mut(&mut pairs, place);
+    } else {
+        for (t, pair) in pairs.iter_mut().enumerate() {
+            place(t, pair);
+        }
     }
     let mut o = blocks::attend(isa, a.shape, kv, start, &q, &k, &v);
     if let Some(gates) = gates {
