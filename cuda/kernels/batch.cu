@@ -4,34 +4,30 @@
 // Every output is the value the one-token kernels give it: a product's (row, token) is the
 // canonical dot — element k in logical lane k mod 32, each lane's fused multiply-adds in
 // increasing k from +0, the lanes folded by the fixed tree — with its bias, then added to the
-// residual when it accumulates; only which thread holds which partial changes. Per logical lane
-// a product is a matrix product of its own (rows × tokens over the elements k ≡ lane mod 32), so
-// a thread holds ONE logical lane's partials of RW × TW outputs, and the threads that hold the
-// same logical lane read the same elements: a warp is four logical lanes × eight sub-tiles, and
-// its loads of a k from shared memory are 16-byte loads that lanes share (broadcasts), a
-// quarter of the shared-memory traffic of one lane per logical lane. The fold is the fixed tree:
-// its levels 16 and 8 between the warp's lanes, 4, 2 and 1 between warps through shared memory.
-// Past a row's last element the tiles hold +0, and a lane whose element would lie there takes no
-// step, as the CPU's lane has none.
+// residual when it accumulates; only which outputs share a block's registers changes. A warp holds
+// the 32 lane partials of RW × TW outputs (lane l of the warp is logical lane l of each), so a
+// weight read into shared memory serves TW tokens and a token's x RW rows: the register blocking
+// of a matrix product with the dot's order untouched. Past a row's last element the tiles hold
+// +0, and a lane whose element would lie there takes no step, as the CPU's lane has none.
 // ================================================================================================
 
 #define TARFA_MM_THREADS 256
-#define TARFA_MM_RW 8                                   // rows per thread
-#define TARFA_MM_TW 8                                   // tokens per thread
-#define TARFA_MM_BR 32                                  // rows per block
-#define TARFA_MM_BT 16                                  // tokens per block
+#define TARFA_MM_RW 8                                   // rows per warp
+#define TARFA_MM_TW 8                                   // tokens per warp
+#define TARFA_MM_WR 4                                   // warps along rows
+#define TARFA_MM_WT 2                                   // warps along tokens
+#define TARFA_MM_BR (TARFA_MM_RW * TARFA_MM_WR)         // rows per block: 32
+#define TARFA_MM_BT (TARFA_MM_TW * TARFA_MM_WT)         // tokens per block: 16
 #define TARFA_MM_KC 64                                  // elements of k per stage
-static_assert(TARFA_MM_THREADS == 32 * 8, "eight warps: four logical lanes each");
-static_assert((TARFA_MM_BR / TARFA_MM_RW) * (TARFA_MM_BT / TARFA_MM_TW) == 8,
-              "eight sub-tiles of a logical lane in a warp");
+static_assert(TARFA_MM_THREADS == 32 * TARFA_MM_WR * TARFA_MM_WT, "a warp per sub-tile");
 static_assert(TARFA_MM_BR * TARFA_MM_KC == 8 * TARFA_MM_THREADS, "eight weights per thread a stage");
 static_assert(TARFA_MM_BT * TARFA_MM_KC == 4 * TARFA_MM_THREADS, "four x values per thread a stage");
 
 // This thread's operands in a block's tile (each thread loads eight weights of row
-// tarfa_mm_w_row() and four x values of column tarfa_mm_x_col() a stage): its row of `dtype`
-// (null: past the matrix, read as +0) and its token column (null: none, +0); K elements each.
-// `vec_w`: every row is 16-byte aligned at each multiple of 8 elements; `vec_x`: every column at
-// each multiple of 4 (checked by the host).
+// threadIdx.x / 8 and four x values of column threadIdx.x / 16 a stage): its row of `dtype` (null:
+// past the matrix, read as +0) and its token column (null: none, +0); K elements each. `vec_w`:
+// every row is 16-byte aligned at each multiple of 8 elements; `vec_x`: every column at each
+// multiple of 4 (checked by the host).
 struct TarfaMmTile {
     const unsigned char* row;
     int dtype;
@@ -40,9 +36,6 @@ struct TarfaMmTile {
     int vec_w;
     int vec_x;
 };
-
-__device__ __forceinline__ int tarfa_mm_w_row() { return threadIdx.x / 8; }
-__device__ __forceinline__ int tarfa_mm_x_col() { return threadIdx.x % TARFA_MM_BT; }
 
 // This thread's share of a stage at k0: eight consecutive weights of one row, four consecutive x
 // values of one column (widened or dequantised as every kernel does: tarfa_weight's values).
@@ -61,7 +54,7 @@ __device__ __forceinline__ void tarfa_mm_fetch(const TarfaMmTile& t, int k0, flo
 #pragma unroll
         for (int j = 0; j < 8; ++j) w[j] = row && wk + j < t.k ? tarfa_weight(row, dt, wk + j) : 0.0f;
     }
-    int xk = k0 + (threadIdx.x / TARFA_MM_BT) * 4;
+    int xk = k0 + (threadIdx.x % 16) * 4;
     const float* col = t.col;
     if (col && t.vec_x && xk + 4 <= t.k) {
         float4 a = *(const float4*)(col + xk);
@@ -72,28 +65,14 @@ __device__ __forceinline__ void tarfa_mm_fetch(const TarfaMmTile& t, int k0, flo
     }
 }
 
-// Where a stage's values lie in shared memory, k-major so that a thread reads four rows (or
-// tokens) at one k in one 16-byte load. The 16-byte chunks are permuted by bits of k (a
-// bijection within each 128-byte line) so that neither the stores nor the loads of a warp meet
-// the same bank twice more than they must: weights one k a line, chunk (r / 4) ^ (k / 8 mod 8);
-// x two k a line, chunk (t / 4 + 4 (k mod 2)) ^ mx(k). Only speed depends on this.
-__device__ __forceinline__ int tarfa_mm_wi(int k, int r) {
-    return k * TARFA_MM_BR + ((((r >> 2) ^ (k >> 3)) & 7) << 2) + (r & 3);
-}
-__device__ __forceinline__ int tarfa_mm_xi(int k, int t) {
-    int mx = ((k >> 3) & 1) | ((((k >> 4) ^ (k >> 2)) & 1) << 2);
-    int c = ((t >> 2) | ((k & 1) << 2)) ^ mx;
-    return (k >> 1) * 32 + (c << 2) + (t & 3);
-}
-static_assert(TARFA_MM_BR == 32 && TARFA_MM_BT == 16, "the chunk permutations above");
-
-__device__ __forceinline__ void tarfa_mm_put(float* ws, float* xs, const float* w, const float* x) {
-    int r = tarfa_mm_w_row(), wk = (threadIdx.x % 8) * 8;
+__device__ __forceinline__ void tarfa_mm_put(float (*ws)[TARFA_MM_KC], float (*xs)[TARFA_MM_KC],
+                                             const float* w, const float* x) {
+    int r = threadIdx.x / 8, wk = (threadIdx.x % 8) * 8;
 #pragma unroll
-    for (int j = 0; j < 8; ++j) ws[tarfa_mm_wi(wk + j, r)] = w[j];
-    int c = tarfa_mm_x_col(), xk = (threadIdx.x / TARFA_MM_BT) * 4;
+    for (int j = 0; j < 8; ++j) ws[r][wk + j] = w[j];
+    int c = threadIdx.x / 16, xk = (threadIdx.x % 16) * 4;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) xs[tarfa_mm_xi(xk + j, c)] = x[j];
+    for (int j = 0; j < 4; ++j) xs[c][xk + j] = x[j];
 }
 
 // One level of the canonical fold (canon::fold_lanes: lane i += lane i + o, for o = 16, 8, 4, 2, 1)
@@ -112,40 +91,18 @@ __device__ __forceinline__ void tarfa_mm_fold_level(float* a, int lane, int o) {
         a[j] = __fadd_rn(keep, __shfl_xor_sync(TARFA_FULL, send, o));
     }
 }
-
-// The fold buffer: warp w's level-8 node of output (r, t) (rows of 16 tokens, two a 128-byte
-// line, chunks permuted by the row pair so that a warp's 16-byte stores spread over the banks).
-__device__ __forceinline__ int tarfa_mm_fi(int w, int r, int t) {
-    int c = (((r & 1) << 2) | (t >> 2)) ^ ((r >> 1) & 7);
-    return w * (TARFA_MM_BR * TARFA_MM_BT) + (r >> 1) * 32 + (c << 2) + (t & 3);
-}
+static_assert(TARFA_MM_RW * TARFA_MM_TW == 64, "the fold leaves each lane two dots");
 
 // The tile's BR × BT canonical dots into out[r][c] (shared memory; every thread may read them
 // after the block's barrier at the end). Stages of KC elements pass through two shared buffers:
-// the next stage's loads are issued before this one's multiply-adds. Lane g·8 + s of warp w holds
-// logical lane w + 8g of sub-tile s (rows (s mod 4)·RW.., tokens (s / 4)·TW..): its partials
-// accumulate elements w + 8g, w + 8g + 32, … in increasing k. Levels 16 and 8 of the tree pair
-// g with g ^ 2, then g ^ 1 — lanes 16 and 8 apart —, leaving lane g of a sub-tile the level-8
-// nodes of logical lane w of 16 of its outputs; levels 4, 2, 1 pair warps, in shared memory.
+// the next stage's loads are issued before this one's multiply-adds. Lane l of warp (wr, wt)
+// accumulates elements l, l + 32, … of rows wr·RW + i and columns wt·TW + j in increasing k.
 __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
                                               float (*out)[TARFA_MM_BT]) {
-    __shared__ float4 ws4[2][TARFA_MM_KC * TARFA_MM_BR / 4];
-    __shared__ float4 xs4[2][TARFA_MM_KC * TARFA_MM_BT / 4];
-    float* ws[2] = {(float*)ws4[0], (float*)ws4[1]};
-    float* xs[2] = {(float*)xs4[0], (float*)xs4[1]};
+    __shared__ float ws[2][TARFA_MM_BR][TARFA_MM_KC];
+    __shared__ float xs[2][TARFA_MM_BT][TARFA_MM_KC];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    int g = lane / 8, s8 = lane % 8;
-    int r0 = (s8 % 4) * TARFA_MM_RW, c0 = (s8 / 4) * TARFA_MM_TW;
-    int ll = warp + 8 * g;  // the logical lane
-    // Where this thread's operands lie at k = ll and ll + 32 of a stage (the same every stage).
-    int wo[2][2], xo[2][2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        wo[h][0] = tarfa_mm_wi(ll + 32 * h, r0);
-        wo[h][1] = tarfa_mm_wi(ll + 32 * h, r0 + 4);
-        xo[h][0] = tarfa_mm_xi(ll + 32 * h, c0);
-        xo[h][1] = tarfa_mm_xi(ll + 32 * h, c0 + 4);
-    }
+    int wr = warp % TARFA_MM_WR, wt = warp / TARFA_MM_WR;
     float acc[TARFA_MM_RW][TARFA_MM_TW];
 #pragma unroll
     for (int i = 0; i < TARFA_MM_RW; ++i)
@@ -165,14 +122,13 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
         // element there; a step of the +0 padding could turn a −0 partial into +0).
         bool tail = (s + 1) * TARFA_MM_KC > t.k;  // the same for the whole block
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            if (tail && s * TARFA_MM_KC + 32 * h + ll >= t.k) continue;
-            float4 wa = *(const float4*)(ws[b] + wo[h][0]);
-            float4 wb = *(const float4*)(ws[b] + wo[h][1]);
-            float4 xa = *(const float4*)(xs[b] + xo[h][0]);
-            float4 xb = *(const float4*)(xs[b] + xo[h][1]);
-            float wv[TARFA_MM_RW] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-            float xv[TARFA_MM_TW] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+        for (int kk = 0; kk < TARFA_MM_KC; kk += 32) {
+            if (tail && s * TARFA_MM_KC + kk + lane >= t.k) continue;
+            float wv[TARFA_MM_RW], xv[TARFA_MM_TW];
+#pragma unroll
+            for (int i = 0; i < TARFA_MM_RW; ++i) wv[i] = ws[b][wr * TARFA_MM_RW + i][kk + lane];
+#pragma unroll
+            for (int j = 0; j < TARFA_MM_TW; ++j) xv[j] = xs[b][wt * TARFA_MM_TW + j][kk + lane];
 #pragma unroll
             for (int i = 0; i < TARFA_MM_RW; ++i)
 #pragma unroll
@@ -181,35 +137,21 @@ __device__ __forceinline__ void tarfa_mm_tile(const TarfaMmTile& t,
         if (s + 1 < stages) tarfa_mm_put(ws[b ^ 1], xs[b ^ 1], w, x);
         __syncthreads();
     }
-    // Levels 16 and 8 within the warp (tarfa_mm_fold_level): lane g keeps the nodes of its
-    // sub-tile's outputs 16g .. 16g + 15 (rows 2g and 2g + 1 of its RW, its TW tokens).
+    // The fold of the warp's RW·TW dots at once: each level of the tree halves the values a lane
+    // holds (tarfa_mm_fold_level); the last leaves each lane two dots.
     float* a = &acc[0][0];
     tarfa_mm_fold_level<TARFA_MM_RW * TARFA_MM_TW>(a, lane, 16);
     tarfa_mm_fold_level<TARFA_MM_RW * TARFA_MM_TW / 2>(a, lane, 8);
-    static_assert(TARFA_MM_RW * TARFA_MM_TW == 64 && TARFA_MM_TW == 8, "16 nodes: two rows of 8");
-    // The stage buffers are free (the loop ended at a barrier): they hold the warps' nodes.
-    float* fb = ws[0];
-    static_assert(8 * TARFA_MM_BR * TARFA_MM_BT <= 2 * TARFA_MM_KC * TARFA_MM_BR, "room to fold");
+    tarfa_mm_fold_level<TARFA_MM_RW * TARFA_MM_TW / 4>(a, lane, 4);
+    tarfa_mm_fold_level<TARFA_MM_RW * TARFA_MM_TW / 8>(a, lane, 2);
+    tarfa_mm_fold_level<TARFA_MM_RW * TARFA_MM_TW / 16>(a, lane, 1);
+    // Lane bits b4..b0 chose the upper half at levels 16..1: its dots are v = b4 b3 b2 b1 b0 j.
+    int v0 = ((lane >> 4 & 1) << 5) | ((lane >> 3 & 1) << 4) | ((lane >> 2 & 1) << 3) |
+             ((lane >> 1 & 1) << 2) | ((lane & 1) << 1);
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        int r = r0 + 2 * g + i;
-        *(float4*)(fb + tarfa_mm_fi(warp, r, c0)) =
-            float4{a[8 * i], a[8 * i + 1], a[8 * i + 2], a[8 * i + 3]};
-        *(float4*)(fb + tarfa_mm_fi(warp, r, c0 + 4)) =
-            float4{a[8 * i + 4], a[8 * i + 5], a[8 * i + 6], a[8 * i + 7]};
-    }
-    __syncthreads();
-    // Levels 4, 2, 1: warp (logical lane) i += i + 4, then + 2, then + 1.
-    for (int o = threadIdx.x; o < TARFA_MM_BR * TARFA_MM_BT; o += TARFA_MM_THREADS) {
-        int r = o / TARFA_MM_BT, c = o % TARFA_MM_BT;
-        float n[8];
-#pragma unroll
-        for (int i = 0; i < 8; ++i) n[i] = fb[tarfa_mm_fi(i, r, c)];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) n[i] = __fadd_rn(n[i], n[i + 4]);
-        n[0] = __fadd_rn(n[0], n[2]);
-        n[1] = __fadd_rn(n[1], n[3]);
-        out[r][c] = __fadd_rn(n[0], n[1]);
+    for (int j = 0; j < 2; ++j) {
+        int v = v0 + j;
+        out[wr * TARFA_MM_RW + v / TARFA_MM_TW][wt * TARFA_MM_TW + v % TARFA_MM_TW] = a[j];
     }
     __syncthreads();
 }
@@ -247,7 +189,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm(TarfaM
     if (ji == 3) j = jobs.job[3];
     int rows = jobs.row_start[ji + 1] - jobs.row_start[ji];
     TarfaMmTile t;
-    int mr = r0 + tarfa_mm_w_row(), mc = t0 + tarfa_mm_x_col();
+    int mr = r0 + threadIdx.x / 8, mc = t0 + threadIdx.x / 16;
     t.row = mr < rows ? j.w + (long long)mr * tarfa_row_bytes(j.dtype, j.cols) : nullptr;
     t.dtype = j.dtype;
     t.col = mc < tokens ? j.x + (long long)mc * j.cols : nullptr;
@@ -336,7 +278,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm_gate_u
     const int half = TARFA_MM_BR / 2;
     int r0 = rt * half;
     TarfaMmTile t;
-    int mr = tarfa_mm_w_row(), mc = tarfa_mm_x_col();
+    int mr = threadIdx.x / 8, mc = threadIdx.x / 16;
     int rr = r0 + mr % half;
     bool up = mr >= half;
     t.dtype = up ? m.dtype_u : m.dtype_g;
@@ -366,7 +308,7 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm_down(
     if (!tarfa_mm_pairs(tiles, max_tiles, &e, &first, &n, &rt)) return;
     int r0 = rt * TARFA_MM_BR;
     TarfaMmTile t;
-    int mr = r0 + tarfa_mm_w_row(), mc = tarfa_mm_x_col();
+    int mr = r0 + threadIdx.x / 8, mc = threadIdx.x / 16;
     t.row = mr < m.hidden ? tarfa_expert_row(m.down, e, mr, m.dtype_d, m.inter) : nullptr;
     t.dtype = m.dtype_d;
     int p = mc < n ? order[first + mc] : -1;
