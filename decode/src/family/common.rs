@@ -37,28 +37,27 @@ pub fn norm(
     eps: f32,
 ) -> Batch {
     let isa = ctx.isa;
-    let one = |t: usize| {
-        let x = &xs[t];
-        let mut o = vec![0.0f32; x.len()];
-        match style {
-            NormStyle::Weight => isa.rms_norm(x, |i| w.get(i), eps, &mut o),
-            NormStyle::OnePlus => isa.rms_norm(x, |i| 1.0 + w.get(i), eps, &mut o),
-        }
-        o
-    };
-    // Each token's norm is its own: the team takes tokens, never part of one token's sum.
-    if glue_on_team(xs.len(), xs.first().map_or(0, Vec::len)) {
-        crate::team::map(xs.len(), one)
-    } else {
-        (0..xs.len()).map(one).collect()
-    }
+    let mut out: Batch = xs.iter().map(|x| vec![0.0f32; x.len()]).collect();
+    let width = xs.first().map_or(0, Vec::len);
+    per_token(&mut out, width, |t, o| match style {
+        NormStyle::Weight => isa.rms_norm(&xs[t], |i| w.get(i), eps, o),
+        NormStyle::OnePlus => isa.rms_norm(&xs[t], |i| 1.0 + w.get(i), eps, o),
+    });
+    out
 }
 
-/// Whether per-token glue (norms, RoPE) over `tokens` tokens of `width` values is worth a phase
-/// of the decoder's team (one token alone, or a few, stays on the calling thread; which thread
-/// computes a token changes no bit).
-pub fn glue_on_team(tokens: usize, width: usize) -> bool {
-    tokens > 1 && tokens * width >= 1 << 15
+/// `f(t, &mut items[t])` for every token `t`: as phases of the decoder's team (a token a task)
+/// when the batch is more than one token and `tokens · width` at least 2^15 values, else on the
+/// calling thread. Each token's glue (norms, RoPE) is its own computation, so which thread runs
+/// it changes no bit; the threshold only keeps a decode step's one token out of a team phase.
+fn per_token<S: Send>(items: &mut [S], width: usize, f: impl Fn(usize, &mut S) + Sync) {
+    if items.len() > 1 && items.len() * width >= 1 << 15 {
+        crate::team::map_mut(items, f);
+    } else {
+        for (t, item) in items.iter_mut().enumerate() {
+            f(t, item);
+        }
+    }
 }
 
 /// RMSNorm of each `dim`-wide head of `x` in place, one weight for all heads.
@@ -312,16 +311,8 @@ pub fn attention(
         blocks::rope_heads(rope, kt, d, start + t);
     };
     let mut pairs: Vec<(&mut Vec<f32>, &mut Vec<f32>)> = q.iter_mut().zip(k.iter_mut()).collect();
-    if glue_on_team(
-        pairs.len(),
-        pairs.first().map_or(0, |p| p.0.len() + p.1.len()),
-    ) {
-        crate::team::map_mut(&mut pairs, place);
-    } else {
-        for (t, pair) in pairs.iter_mut().enumerate() {
-            place(t, pair);
-        }
-    }
+    let width = pairs.first().map_or(0, |p| p.0.len() + p.1.len());
+    per_token(&mut pairs, width, place);
     let mut o = blocks::attend(isa, a.shape, kv, start, &q, &k, &v);
     if let Some(gates) = gates {
         for (ot, gt) in o.iter_mut().zip(&gates) {
