@@ -1202,7 +1202,7 @@ fn the_engines_types_have_the_decoders_blocks() {
 /// `f64` logarithm, and `u − u²/2` for tiny `e^x`).
 #[test]
 fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
-    use tarfa_decode::family::qwen3_5_moe::{delta_step, DeltaDims, DeltaState, DeltaToken};
+    use tarfa_decode::family::deltanet::{delta_step, DeltaDims, DeltaState, DeltaToken};
     let mut r = Rng(53);
     for &(k_heads, v_heads, dk, dv, kernel) in &[
         (2usize, 4usize, 128usize, 128usize, 4usize),

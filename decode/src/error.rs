@@ -64,6 +64,14 @@ pub enum DecodeError {
         /// The rule broken.
         fault: ConfigFault,
     },
+    /// A family's plan contradicts itself (a bug in the family's module, not in the model).
+    #[error("{family}: the family's plan is inconsistent: {what}")]
+    BadPlan {
+        /// The family.
+        family: &'static str,
+        /// What contradicts what.
+        what: &'static str,
+    },
     /// The model's family has no decoder (yet).
     #[error("no decoder for model_type {model_type:?} (tarfa runs: {supported})")]
     UnsupportedFamily {

@@ -1,14 +1,13 @@
-//! The whole forward pass on a device: a model of a family the engine runs (one that gives a
-//! [`WholePlan`]: qwen3_moe, qwen3_5_moe, glm4_moe, mixtral) whose trunk and every expert fit there runs each
-//! token entirely on it ([`tarfa_cuda::Engine`]), the activations never leaving
-//! it and only the logits coming back. Every kernel computes the bits of the CPU path (`canon`,
-//! `blocks`), so the logits are the CPU's bit for bit; this is only where they are computed.
+//! The whole forward pass on a device: a model whose trunk and every expert fit there runs each
+//! token entirely on it ([`tarfa_cuda::Engine`]), the activations never leaving it and only the
+//! logits coming back. Every kernel computes the bits of the CPU path (`canon`, `blocks`), so the
+//! logits are the CPU's bit for bit; this is only where they are computed.
 //!
-//! A family describes its forward pass to the engine once, as a [`WholePlan`]
-//! ([`Family::whole_plan`]): the numbers, the attention's form and each layer's MLP (dense, or
-//! routed experts with their router — softmax or GLM's sigmoid group router — and shared
-//! experts). The mapping of the checkpoint's tensors onto the engine here is the same for every
-//! family.
+//! The engine runs the family's [`Plan`] ([`Family::plan`]), the same plan the CPU runs
+//! ([`crate::family::plan::PlanDecoder`]): the numbers, the attention's form, each layer's token
+//! mixer and MLP (dense, or routed experts with their router — softmax or GLM's sigmoid group
+//! router — and shared experts). The mapping of the checkpoint's tensors onto the engine here is
+//! the same for every family.
 //!
 //! [`build`] takes any [`EngineDevice`]: the GPU ([`open`], feature `cuda`, the default of
 //! `--device cuda`) or the CPU emulation of the kernels (`cuda-emu`, whose tests hold this whole
@@ -20,16 +19,15 @@
 use std::collections::HashMap;
 
 use tarfa_cuda::{
-    DeltaShape, Engine, EngineDevice, EngineSeq, EngineShape, GpuDtype, HostAttention,
-    HostDeltaNet, HostLayer, HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK,
-    MAX_DELTA_KERNEL, MAX_HEAD_DIM,
+    Engine, EngineDevice, EngineSeq, EngineShape, GpuDtype, HostAttention, HostDeltaNet, HostLayer,
+    HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM,
 };
 
 use crate::blocks::{self, Batch};
-use crate::config::RopeConfig;
 use crate::error::{DecodeError, OptionsFault, Result};
 use crate::experts::ExpertStore;
-use crate::family::common::{AttnSpec, NormStyle};
+use crate::family::common::NormStyle;
+use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan};
 use crate::family::{Ctx, Family};
 use crate::offload::OffloadReport;
 use crate::quant::QuantType;
@@ -40,127 +38,6 @@ use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 /// VRAM left free beside the model.
 #[cfg(feature = "cuda")]
 const VRAM_MARGIN: u64 = 1 << 30;
-
-/// A family's forward pass as the whole-model engine runs it: the decoder skeleton every such
-/// family shares (tensors under `prefix`, e.g. `model.`: the embedding; per layer
-/// `input_layernorm`, a token mixer — attention `self_attn.*` or Gated DeltaNet
-/// `linear_attn.*` —, `post_attention_layernorm` and an MLP; the final `norm`; `lm_head.weight`
-/// or the tied embedding), the attention's form, and each layer's mixer and MLP.
-#[derive(Clone, Debug)]
-pub struct WholePlan {
-    /// The family, for messages (e.g. that its recurrent state cannot be rewound).
-    pub family: &'static str,
-    /// The text model's tensor-name prefix (`model.`, or `model.language_model.`).
-    pub prefix: String,
-    /// Vocabulary.
-    pub vocab: usize,
-    /// Hidden size.
-    pub hidden: usize,
-    /// The layer and final norms' style.
-    pub norm: NormStyle,
-    /// Their epsilon.
-    pub eps: f32,
-    /// Attention (every layer alike).
-    pub attn: AttnSpec,
-    /// RoPE.
-    pub rope: RopeConfig,
-    /// Routed experts a MoE layer has.
-    pub num_experts: usize,
-    /// Experts per token.
-    pub top_k: usize,
-    /// Renormalise the selected experts' weights.
-    pub norm_topk_prob: bool,
-    /// Each layer's token mixer.
-    pub mixers: Vec<MixerPlan>,
-    /// The Gated DeltaNet layers' widths, when there are any.
-    pub delta: Option<DeltaShape>,
-    /// Each layer's MLP.
-    pub mlps: Vec<MlpPlan>,
-    /// Where a MoE layer's shared experts are, and their gate.
-    pub shared: SharedPlan,
-}
-
-/// One layer's token mixer in a [`WholePlan`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MixerPlan {
-    /// Attention of [`WholePlan::attn`]'s form under `self_attn.`.
-    Attention,
-    /// Gated DeltaNet of [`WholePlan::delta`]'s widths under `linear_attn.`
-    /// (`in_proj_{qkv,z,b,a}`, `conv1d`, `dt_bias`, `A_log`, `norm`, `out_proj`).
-    DeltaNet,
-}
-
-/// The names of a MoE layer's shared experts (relative to `layers.L.`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SharedPlan {
-    /// Their SwiGLU: `{prefix}.{gate,up,down}_proj.weight`.
-    pub prefix: &'static str,
-    /// A `[1, hidden]` gate whose `sigmoid(gate · x)` weighs their output (Qwen3.5), or none.
-    pub gate: Option<&'static str>,
-}
-
-impl SharedPlan {
-    /// GLM's (DeepSeek-V3 style) `mlp.shared_experts`, ungated.
-    pub const EXPERTS: SharedPlan = SharedPlan {
-        prefix: "mlp.shared_experts",
-        gate: None,
-    };
-}
-
-/// One layer's MLP in a [`WholePlan`] (names relative to the plan's `{prefix}layers.L.`).
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum MlpPlan {
-    /// `mlp.{gate,up,down}_proj.weight`, `inter` wide.
-    Dense {
-        /// Width.
-        inter: usize,
-    },
-    /// Routed experts (the layer's file), selected by the router `router` as `route` says, and
-    /// shared experts ([`WholePlan::shared`]) of width `shared` (0: none) added after them.
-    Moe {
-        /// The router's weight.
-        router: &'static str,
-        /// How it selects.
-        route: RoutePlan,
-        /// Shared experts' width.
-        shared: usize,
-    },
-}
-
-impl MlpPlan {
-    /// `n` layers: `moe` where `is_moe(l)`, else a dense MLP `inter` wide.
-    pub fn layers(
-        n: usize,
-        is_moe: impl Fn(usize) -> bool,
-        moe: MlpPlan,
-        inter: usize,
-    ) -> Vec<Self> {
-        (0..n)
-            .map(|l| match is_moe(l) {
-                true => moe,
-                false => MlpPlan::Dense { inter },
-            })
-            .collect()
-    }
-}
-
-/// A router in a [`MlpPlan::Moe`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum RoutePlan {
-    /// [`blocks::softmax_topk`].
-    Softmax,
-    /// [`blocks::sigmoid_group_topk`] with the correction bias `bias`.
-    SigmoidGroup {
-        /// The bias's name.
-        bias: &'static str,
-        /// Groups.
-        n_group: usize,
-        /// Groups kept.
-        topk_group: usize,
-        /// `routed_scaling_factor`.
-        scale: f32,
-    },
-}
 
 /// A decoder running a family's whole forward pass on a device.
 #[derive(Debug)]
@@ -292,9 +169,9 @@ impl std::fmt::Display for Declined {
 fn plan(
     config: &serde_json::Value,
     tensors: &TensorStore,
-) -> Result<std::result::Result<WholePlan, Declined>> {
+) -> Result<std::result::Result<Plan, Declined>> {
     let family = crate::family::open(config, tensors)?;
-    let Some(p) = family.whole_plan() else {
+    let Some(p) = family.plan() else {
         let t = config.get("model_type").and_then(|v| v.as_str());
         return Ok(Err(Declined::Family(t.unwrap_or("").to_string())));
     };
@@ -388,7 +265,7 @@ fn prepare(
     config: &serde_json::Value,
     tensors: &TensorStore,
     experts: &ExpertStore,
-) -> Result<std::result::Result<WholePlan, Declined>> {
+) -> Result<std::result::Result<Plan, Declined>> {
     if !takes_experts(experts) {
         return Ok(Err(Declined::Weights));
     }
@@ -400,7 +277,7 @@ fn prepare(
 /// heads at most [`MAX_DELTA_DK`] wide and convolutions at most [`MAX_DELTA_KERNEL`] long. A
 /// plan they do not take runs its layers on the CPU with experts and products offloaded, as any
 /// model this path does not take.
-fn refusal(p: &WholePlan) -> Option<&'static str> {
+fn refusal(p: &Plan) -> Option<&'static str> {
     let a = &p.attn;
     let attends = p.mixers.contains(&MixerPlan::Attention);
     if attends && a.shape.head_dim > MAX_HEAD_DIM {
@@ -427,7 +304,7 @@ struct Widened(HashMap<String, Vec<u8>>);
 
 impl Widened {
     /// Every zero-centred norm of the plan: the layers', the final one, the q/k norms.
-    fn of(p: &WholePlan, s: &TensorStore) -> Result<Widened> {
+    fn of(p: &Plan, s: &TensorStore) -> Result<Widened> {
         let mut out = HashMap::new();
         let mut add = |name: String, n: usize| -> Result<()> {
             let w = s.get(&name)?.vector(n)?;
@@ -540,7 +417,7 @@ pub fn build_placed<D: EngineDevice>(
 /// it.
 fn upload<D: EngineDevice>(
     dev: D,
-    plan: &WholePlan,
+    plan: &Plan,
     parts: Trunk<'_>,
     experts: &mut ExpertStore,
     graphs: bool,
@@ -684,7 +561,7 @@ struct Trunk<'a> {
 /// Every trunk and layer tensor of `p` as the engine takes it (zero-centred norms from
 /// `widened`), or `None` if one is of a type the kernels do not take (or a dense MLP's gate and
 /// up differ in type).
-fn trunk<'a>(p: &WholePlan, s: &'a TensorStore, widened: &'a Widened) -> Result<Option<Trunk<'a>>> {
+fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Option<Trunk<'a>>> {
     let (h, d) = (p.hidden, p.attn.shape.head_dim);
     let (qd, kvd) = (p.attn.shape.heads * d, p.attn.shape.kv_heads * d);
     let q_rows = if p.attn.out_gate { 2 * qd } else { qd };
@@ -778,7 +655,7 @@ fn trunk<'a>(p: &WholePlan, s: &'a TensorStore, widened: &'a Widened) -> Result<
                 let a = |name: &str| n(&format!("linear_attn.{name}"));
                 let (cd, vd, vh) = (ds.conv_dim(), ds.value_dim(), ds.v_heads);
                 let conv =
-                    crate::family::qwen3_5_moe::conv_weight(s, &a("conv1d.weight"), cd, ds.kernel)?;
+                    crate::family::deltanet::conv_weight(s, &a("conv1d.weight"), cd, ds.kernel)?;
                 let parts = [
                     take(host_mat(s, &a("in_proj_qkv.weight"), cd, h)?),
                     take(host_mat(s, &a("in_proj_z.weight"), vd, h)?),
@@ -1043,11 +920,16 @@ where
 mod tests {
     use super::*;
     use crate::blocks::AttnShape;
+    use crate::config::RopeConfig;
+    use crate::family::common::AttnSpec;
+    use crate::family::plan::SharedPlan;
+    use tarfa_cuda::DeltaShape;
 
-    fn plan(head_dim: usize) -> WholePlan {
-        WholePlan {
+    fn plan(head_dim: usize) -> Plan {
+        Plan {
             family: "qwen3_moe",
             prefix: "model.".into(),
+            tied: false,
             mixers: vec![MixerPlan::Attention],
             delta: None,
             shared: SharedPlan::EXPERTS,

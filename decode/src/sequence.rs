@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::blocks::KvCache;
 use crate::error::{DecodeError, Result, SequenceFault};
-use crate::family::qwen3_5_moe::DeltaState;
+use crate::family::deltanet::DeltaState;
 
 /// One layer's part of a sequence on the CPU.
 #[derive(Clone, Debug)]

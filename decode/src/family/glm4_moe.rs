@@ -8,16 +8,12 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::blocks::{self, AttnShape, Batch, Route};
+use crate::blocks::AttnShape;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, GgufFault as G, Result};
-use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
-use crate::family::{Ctx, Family};
+use crate::family::common::{AttnSpec, NormStyle};
+use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
 use crate::gguf_model::GgufConfig;
-use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
-use crate::rope::Rope;
-use crate::sequence::State;
-use crate::weights::{MatrixRef, TensorStore};
 
 /// The config keys the forward pass reads.
 #[derive(Clone, Debug, PartialEq)]
@@ -160,29 +156,19 @@ impl Glm4MoeConfig {
     }
 }
 
-/// The glm4_moe decoder: config and RoPE tables (a sequence holds the KV caches).
-#[derive(Debug)]
-pub struct Glm4Moe {
-    cfg: Glm4MoeConfig,
-    rope: Rope,
-}
-
-const EMBED: &str = "model.embed_tokens.weight";
-
-impl Glm4Moe {
-    /// Check the config against the resident tensors (names and shapes) and build the state.
-    pub fn new(cfg: Glm4MoeConfig, store: &TensorStore) -> Result<Glm4Moe> {
-        let m = Glm4Moe {
-            rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
-            cfg,
-        };
-        m.check(store)?;
-        Ok(m)
-    }
-
-    fn attn_spec(&self) -> AttnSpec {
-        let c = &self.cfg;
-        AttnSpec {
+/// glm4_moe's forward pass: every layer attends (partial rotary, q/k norms and q/k/v biases as
+/// configured, no o bias); the first `first_k_dense_replace` layers are dense and the rest MoE
+/// with the sigmoid group router and shared experts.
+pub fn plan(c: &Glm4MoeConfig) -> Plan {
+    Plan {
+        family: "glm4_moe",
+        prefix: "model.".into(),
+        vocab: c.vocab_size,
+        hidden: c.hidden_size,
+        tied: c.tie_word_embeddings,
+        norm: NormStyle::Weight,
+        eps: c.rms_norm_eps,
+        attn: AttnSpec {
             shape: AttnShape {
                 heads: c.heads,
                 kv_heads: c.kv_heads,
@@ -194,86 +180,29 @@ impl Glm4Moe {
             qkv_bias: c.attention_bias,
             o_bias: false,
             out_gate: false,
-        }
-    }
-
-    fn check(&self, s: &TensorStore) -> Result<()> {
-        let c = &self.cfg;
-        let h = c.hidden_size;
-        s.get(EMBED)?.matrix(c.vocab_size, h)?;
-        s.get("model.norm.weight")?.vector(h)?;
-        self.lm_head(s)?;
-        for l in 0..c.num_layers {
-            let p = |n: &str| format!("model.layers.{l}.{n}");
-            s.get(&p("input_layernorm.weight"))?.vector(h)?;
-            s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
-            common::check_attention(s, &p("self_attn"), &self.attn_spec(), h)?;
-            if c.is_moe(l) {
-                s.get(&p("mlp.gate.weight"))?.matrix(c.num_experts, h)?;
-                s.get(&p("mlp.gate.e_score_correction_bias"))?
-                    .vector(c.num_experts)?;
-                if c.shared_width() > 0 {
-                    common::check_mlp(s, &p("mlp.shared_experts"), c.shared_width(), h)?;
-                }
-            } else {
-                common::check_mlp(s, &p("mlp"), c.intermediate_size, h)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn lm_head<'s>(&self, s: &'s TensorStore) -> Result<MatrixRef<'s>> {
-        let c = &self.cfg;
-        common::lm_head(
-            s,
-            "lm_head.weight",
-            EMBED,
-            c.tie_word_embeddings,
-            c.vocab_size,
-            c.hidden_size,
-        )
-    }
-
-    fn mlp(c: &Glm4MoeConfig, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
-        let h = c.hidden_size;
-        let prefix = format!("model.layers.{l}.mlp");
-        if !c.is_moe(l) {
-            return common::mlp(ctx, "dense mlp", &prefix, c.intermediate_size, h, x);
-        }
-        let s = ctx.tensors;
-        let router = s
-            .get(&format!("{prefix}.gate.weight"))?
-            .matrix(c.num_experts, h)?;
-        let bias = s
-            .get(&format!("{prefix}.gate.e_score_correction_bias"))?
-            .vector(c.num_experts)?;
-        let routes: Vec<Route> = common::router_logits(ctx, router, x)?
-            .iter()
-            .map(|z| {
-                blocks::sigmoid_group_topk(
-                    z,
-                    bias,
-                    c.top_k,
-                    c.n_group,
-                    c.topk_group,
-                    c.norm_topk_prob,
-                    c.routed_scaling_factor,
-                )
-            })
-            .collect();
-        let mut out = common::routed_experts(ctx, l as u32, &routes, x)?;
-        if c.shared_width() > 0 {
-            let shared = common::mlp(
-                ctx,
-                "shared experts",
-                &format!("{prefix}.shared_experts"),
-                c.shared_width(),
-                h,
-                x,
-            )?;
-            blocks::add_into(&mut out, &shared);
-        }
-        Ok(out)
+        },
+        rope: c.rope.clone(),
+        num_experts: c.num_experts,
+        top_k: c.top_k,
+        norm_topk_prob: c.norm_topk_prob,
+        mixers: vec![MixerPlan::Attention; c.num_layers],
+        delta: None,
+        mlps: MlpPlan::layers(
+            c.num_layers,
+            |l| c.is_moe(l),
+            MlpPlan::Moe {
+                router: "mlp.gate.weight",
+                route: RoutePlan::SigmoidGroup {
+                    bias: "mlp.gate.e_score_correction_bias",
+                    n_group: c.n_group,
+                    topk_group: c.topk_group,
+                    scale: c.routed_scaling_factor,
+                },
+                shared: c.shared_width(),
+            },
+            c.intermediate_size,
+        ),
+        shared: SharedPlan::EXPERTS,
     }
 }
 
@@ -367,109 +296,4 @@ pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()>
         c.insert("intermediate_size".into(), json!(f));
     }
     Ok(())
-}
-
-impl Family for Glm4Moe {
-    fn name(&self) -> &'static str {
-        "glm4_moe"
-    }
-
-    fn vocab_size(&self) -> usize {
-        self.cfg.vocab_size
-    }
-
-    fn hidden_size(&self) -> usize {
-        self.cfg.hidden_size
-    }
-
-    fn num_layers(&self) -> usize {
-        self.cfg.num_layers
-    }
-
-    fn top_k(&self) -> usize {
-        self.cfg.top_k
-    }
-
-    fn whole_plan(&self) -> Option<WholePlan> {
-        let c = &self.cfg;
-        let route = RoutePlan::SigmoidGroup {
-            bias: "mlp.gate.e_score_correction_bias",
-            n_group: c.n_group,
-            topk_group: c.topk_group,
-            scale: c.routed_scaling_factor,
-        };
-        Some(WholePlan {
-            family: "glm4_moe",
-            prefix: "model.".into(),
-            mixers: vec![MixerPlan::Attention; c.num_layers],
-            delta: None,
-            shared: SharedPlan::EXPERTS,
-            vocab: c.vocab_size,
-            hidden: c.hidden_size,
-            norm: NormStyle::Weight,
-            eps: c.rms_norm_eps,
-            attn: self.attn_spec(),
-            rope: c.rope.clone(),
-            num_experts: c.num_experts,
-            top_k: c.top_k,
-            norm_topk_prob: c.norm_topk_prob,
-            mlps: MlpPlan::layers(
-                c.num_layers,
-                |l| c.is_moe(l),
-                MlpPlan::Moe {
-                    router: "mlp.gate.weight",
-                    route,
-                    shared: c.shared_width(),
-                },
-                c.intermediate_size,
-            ),
-        })
-    }
-
-    fn new_state(&mut self) -> Result<State> {
-        Ok(common::attention_state(self.cfg.num_layers))
-    }
-
-    fn forward(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        state: &mut State,
-        tokens: &[u32],
-        start: usize,
-        all_logits: bool,
-    ) -> Result<Batch> {
-        let c = self.cfg.clone();
-        let spec = self.attn_spec();
-        let sk = Skeleton {
-            prefix: "model.",
-            vocab: c.vocab_size,
-            hidden: c.hidden_size,
-            layers: c.num_layers,
-            norm: NormStyle::Weight,
-            eps: c.rms_norm_eps,
-            head: self.lm_head(ctx.tensors)?,
-        };
-        let (rope, kv) = (&mut self.rope, state.host()?);
-        let mlp = |ctx: &mut Ctx<'_>, l, xn: &Batch| Self::mlp(&c, ctx, l, xn);
-        common::decoder_forward(
-            ctx,
-            &sk,
-            tokens,
-            all_logits,
-            |ctx, l, xn| {
-                let prefix = format!("model.layers.{l}.self_attn");
-                common::attention(
-                    ctx,
-                    &prefix,
-                    &spec,
-                    c.hidden_size,
-                    rope,
-                    kv[l].kv(l)?,
-                    start,
-                    xn,
-                )
-            },
-            mlp,
-        )
-    }
 }

@@ -1,15 +1,21 @@
-//! Model families: one module each over the shared [`crate::blocks`]. A family parses its config
-//! once into a typed struct, checks every tensor it will read before the first token, makes the
-//! state of a sequence ([`crate::sequence`]: KV caches, recurrent states), and computes a forward
-//! pass of a sequence over a batch of tokens; the state lives in the sequence, not the family.
-//! Adding a family is a new module and a row in [`REGISTRY`]; a family the whole-model GPU
-//! engine can run also gives its [`Family::whole_plan`].
+//! Model families, each written once: a family module parses its config into a typed struct and
+//! gives its forward pass as a [`plan::Plan`] (the skeleton every family shares, the attention's
+//! form, each layer's token mixer and MLP). The CPU runs a plan through the shared blocks
+//! ([`plan::PlanDecoder`]: every tensor checked before the first token, a sequence's state —
+//! KV caches, recurrent states — made from the plan and held in the [`crate::sequence`], not
+//! here) and the whole-model GPU engine runs the same plan ([`crate::gpu_resident`]). Adding a
+//! family is a new module and a row in [`REGISTRY`]; a block no plan has yet is a new variant of
+//! the plan, run by both.
 
 pub mod common;
+pub mod deltanet;
 pub mod glm4_moe;
 pub mod mixtral;
+pub mod plan;
 pub mod qwen3_5_moe;
 pub mod qwen3_moe;
+
+use plan::PlanDecoder;
 
 use crate::blocks::Batch;
 use crate::error::{DecodeError, Result, SequenceFault};
@@ -168,9 +174,10 @@ pub trait Family: Send + std::fmt::Debug {
         crate::sequence::truncate_host(state.host()?, t);
         Ok(())
     }
-    /// This family's forward pass as the whole-model engine runs it
-    /// ([`crate::gpu_resident`]), if it is one the engine computes.
-    fn whole_plan(&self) -> Option<crate::gpu_resident::WholePlan> {
+    /// This decoder's forward pass as a plan (every family the registry opens has one; the
+    /// whole-model GPU engine runs it, [`crate::gpu_resident`]), or `None` for a decoder that is
+    /// itself a device running one.
+    fn plan(&self) -> Option<plan::Plan> {
         None
     }
     /// What a device running this decoder's whole forward pass did (the GPU decoder), if any.
@@ -190,9 +197,8 @@ pub trait Family: Send + std::fmt::Debug {
     ) -> Result<Vec<Vec<f32>>>;
 }
 
-/// One family in [`REGISTRY`]: the `model_type`s it reads, how to open it (config parsed,
-/// tensors checked), its RoPE parameters, and how it reads a GGUF of llama.cpp's. Whether the
-/// whole-model GPU path runs it is the family's own answer ([`Family::whole_plan`]).
+/// One family in [`REGISTRY`]: the `model_type`s it reads, how to open it (config parsed, its
+/// plan made, tensors checked), its RoPE parameters, and how it reads a GGUF of llama.cpp's.
 #[derive(Debug)]
 pub struct FamilyRow {
     /// The config's `model_type` values it reads (the first is the one a GGUF's config gets).
@@ -228,7 +234,7 @@ pub const REGISTRY: &[FamilyRow] = &[
         model_types: &["qwen3_moe"],
         open: |c, t| {
             let cfg = qwen3_moe::Qwen3MoeConfig::parse(c)?;
-            Ok(Box::new(qwen3_moe::Qwen3Moe::new(cfg, t)?))
+            PlanDecoder::open(qwen3_moe::plan(&cfg), t)
         },
         rope: |c| Ok(qwen3_moe::Qwen3MoeConfig::parse(c)?.rope),
         gguf: Some(GgufRow {
@@ -241,7 +247,7 @@ pub const REGISTRY: &[FamilyRow] = &[
         model_types: &["qwen3_5_moe_text", "qwen3_5_moe"],
         open: |c, t| {
             let cfg = qwen3_5_moe::Qwen3_5MoeConfig::parse(c)?;
-            Ok(Box::new(qwen3_5_moe::Qwen3_5Moe::new(cfg, t)?))
+            PlanDecoder::open(qwen3_5_moe::plan(&cfg), t)
         },
         rope: |c| Ok(qwen3_5_moe::Qwen3_5MoeConfig::parse(c)?.rope),
         gguf: None,
@@ -250,7 +256,7 @@ pub const REGISTRY: &[FamilyRow] = &[
         model_types: &["glm4_moe"],
         open: |c, t| {
             let cfg = glm4_moe::Glm4MoeConfig::parse(c)?;
-            Ok(Box::new(glm4_moe::Glm4Moe::new(cfg, t)?))
+            PlanDecoder::open(glm4_moe::plan(&cfg), t)
         },
         rope: |c| Ok(glm4_moe::Glm4MoeConfig::parse(c)?.rope),
         gguf: Some(GgufRow {
@@ -263,7 +269,7 @@ pub const REGISTRY: &[FamilyRow] = &[
         model_types: &["mixtral"],
         open: |c, t| {
             let cfg = mixtral::MixtralConfig::parse(c)?;
-            Ok(Box::new(mixtral::Mixtral::new(cfg, t)?))
+            PlanDecoder::open(mixtral::plan(&cfg, mixtral::router_name(t)), t)
         },
         rope: |c| Ok(mixtral::MixtralConfig::parse(c)?.rope),
         gguf: None,

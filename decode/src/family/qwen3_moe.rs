@@ -6,16 +6,12 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::blocks::{self, AttnShape, Batch, Route};
+use crate::blocks::AttnShape;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, DecodeError, GgufFault as G, Result};
-use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
-use crate::family::{Ctx, Family};
+use crate::family::common::{AttnSpec, NormStyle};
+use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
 use crate::gguf_model::GgufConfig;
-use crate::gpu_resident::{MixerPlan, MlpPlan, RoutePlan, SharedPlan, WholePlan};
-use crate::rope::Rope;
-use crate::sequence::State;
-use crate::weights::{MatrixRef, TensorStore};
 
 /// The config keys the forward pass reads.
 #[derive(Clone, Debug, PartialEq)]
@@ -124,29 +120,18 @@ impl Qwen3MoeConfig {
     }
 }
 
-/// The qwen3_moe decoder: config and RoPE tables (a sequence holds the KV caches).
-#[derive(Debug)]
-pub struct Qwen3Moe {
-    cfg: Qwen3MoeConfig,
-    rope: Rope,
-}
-
-const EMBED: &str = "model.embed_tokens.weight";
-
-impl Qwen3Moe {
-    /// Check the config against the resident tensors (names and shapes) and build the state.
-    pub fn new(cfg: Qwen3MoeConfig, store: &TensorStore) -> Result<Qwen3Moe> {
-        let m = Qwen3Moe {
-            rope: Rope::new(cfg.rope.theta, cfg.rope.rotary_dim),
-            cfg,
-        };
-        m.check(store)?;
-        Ok(m)
-    }
-
-    fn attn_spec(&self) -> AttnSpec {
-        let c = &self.cfg;
-        AttnSpec {
+/// qwen3_moe's forward pass: every layer attends (q/k norms, biases as configured, a window
+/// when configured) and is MoE (softmax top-k) or dense as configured.
+pub fn plan(c: &Qwen3MoeConfig) -> Plan {
+    Plan {
+        family: "qwen3_moe",
+        prefix: "model.".into(),
+        vocab: c.vocab_size,
+        hidden: c.hidden_size,
+        tied: c.tie_word_embeddings,
+        norm: NormStyle::Weight,
+        eps: c.rms_norm_eps,
+        attn: AttnSpec {
             shape: AttnShape {
                 heads: c.heads,
                 kv_heads: c.kv_heads,
@@ -158,64 +143,24 @@ impl Qwen3Moe {
             qkv_bias: c.attention_bias,
             o_bias: c.attention_bias,
             out_gate: false,
-        }
-    }
-
-    /// Every tensor the forward pass reads exists with its shape, before any token is run.
-    fn check(&self, s: &TensorStore) -> Result<()> {
-        let c = &self.cfg;
-        let h = c.hidden_size;
-        s.get(EMBED)?.matrix(c.vocab_size, h)?;
-        s.get("model.norm.weight")?.vector(h)?;
-        self.lm_head(s)?;
-        for l in 0..c.num_layers {
-            let p = |n: &str| format!("model.layers.{l}.{n}");
-            s.get(&p("input_layernorm.weight"))?.vector(h)?;
-            s.get(&p("post_attention_layernorm.weight"))?.vector(h)?;
-            common::check_attention(s, &p("self_attn"), &self.attn_spec(), h)?;
-            if c.is_moe(l) {
-                s.get(&p("mlp.gate.weight"))?.matrix(c.num_experts, h)?;
-            } else {
-                common::check_mlp(s, &p("mlp"), c.intermediate_size, h)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn lm_head<'s>(&self, s: &'s TensorStore) -> Result<MatrixRef<'s>> {
-        let c = &self.cfg;
-        common::lm_head(
-            s,
-            "lm_head.weight",
-            EMBED,
-            c.tie_word_embeddings,
-            c.vocab_size,
-            c.hidden_size,
-        )
-    }
-
-    fn mlp(c: &Qwen3MoeConfig, ctx: &mut Ctx<'_>, l: usize, x: &Batch) -> Result<Batch> {
-        let prefix = format!("model.layers.{l}.mlp");
-        if !c.is_moe(l) {
-            return common::mlp(
-                ctx,
-                "dense mlp",
-                &prefix,
-                c.intermediate_size,
-                c.hidden_size,
-                x,
-            );
-        }
-        let router = ctx
-            .tensors
-            .get(&format!("{prefix}.gate.weight"))?
-            .matrix(c.num_experts, c.hidden_size)?;
-        let isa = ctx.isa;
-        let routes: Vec<Route> = common::router_logits(ctx, router, x)?
-            .iter()
-            .map(|z| blocks::softmax_topk(isa, z, c.top_k, c.norm_topk_prob))
-            .collect();
-        common::routed_experts(ctx, l as u32, &routes, x)
+        },
+        rope: c.rope.clone(),
+        num_experts: c.num_experts,
+        top_k: c.top_k,
+        norm_topk_prob: c.norm_topk_prob,
+        mixers: vec![MixerPlan::Attention; c.num_layers],
+        delta: None,
+        mlps: MlpPlan::layers(
+            c.num_layers,
+            |l| c.is_moe(l),
+            MlpPlan::Moe {
+                router: "mlp.gate.weight",
+                route: RoutePlan::Softmax,
+                shared: 0,
+            },
+            c.intermediate_size,
+        ),
+        shared: SharedPlan::EXPERTS,
     }
 }
 
@@ -270,103 +215,4 @@ pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()>
     }
     c.insert("use_sliding_window".into(), json!(false));
     Ok(())
-}
-
-impl Family for Qwen3Moe {
-    fn name(&self) -> &'static str {
-        "qwen3_moe"
-    }
-
-    fn vocab_size(&self) -> usize {
-        self.cfg.vocab_size
-    }
-
-    fn hidden_size(&self) -> usize {
-        self.cfg.hidden_size
-    }
-
-    fn num_layers(&self) -> usize {
-        self.cfg.num_layers
-    }
-
-    fn top_k(&self) -> usize {
-        self.cfg.top_k
-    }
-
-    fn whole_plan(&self) -> Option<WholePlan> {
-        let c = &self.cfg;
-        Some(WholePlan {
-            family: "qwen3_moe",
-            prefix: "model.".into(),
-            mixers: vec![MixerPlan::Attention; c.num_layers],
-            delta: None,
-            shared: SharedPlan::EXPERTS,
-            vocab: c.vocab_size,
-            hidden: c.hidden_size,
-            norm: NormStyle::Weight,
-            eps: c.rms_norm_eps,
-            attn: self.attn_spec(),
-            rope: c.rope.clone(),
-            num_experts: c.num_experts,
-            top_k: c.top_k,
-            norm_topk_prob: c.norm_topk_prob,
-            mlps: MlpPlan::layers(
-                c.num_layers,
-                |l| c.is_moe(l),
-                MlpPlan::Moe {
-                    router: "mlp.gate.weight",
-                    route: RoutePlan::Softmax,
-                    shared: 0,
-                },
-                c.intermediate_size,
-            ),
-        })
-    }
-
-    fn new_state(&mut self) -> Result<State> {
-        Ok(common::attention_state(self.cfg.num_layers))
-    }
-
-    fn forward(
-        &mut self,
-        ctx: &mut Ctx<'_>,
-        state: &mut State,
-        tokens: &[u32],
-        start: usize,
-        all_logits: bool,
-    ) -> Result<Batch> {
-        let c = self.cfg.clone();
-        let spec = self.attn_spec();
-        let sk = Skeleton {
-            prefix: "model.",
-            vocab: c.vocab_size,
-            hidden: c.hidden_size,
-            layers: c.num_layers,
-            norm: NormStyle::Weight,
-            eps: c.rms_norm_eps,
-            head: self.lm_head(ctx.tensors)?,
-        };
-        let (rope, kv) = (&mut self.rope, state.host()?);
-        let mlp = |ctx: &mut Ctx<'_>, l, xn: &Batch| Self::mlp(&c, ctx, l, xn);
-        common::decoder_forward(
-            ctx,
-            &sk,
-            tokens,
-            all_logits,
-            |ctx, l, xn| {
-                let prefix = format!("model.layers.{l}.self_attn");
-                common::attention(
-                    ctx,
-                    &prefix,
-                    &spec,
-                    c.hidden_size,
-                    rope,
-                    kv[l].kv(l)?,
-                    start,
-                    xn,
-                )
-            },
-            mlp,
-        )
-    }
 }
