@@ -369,6 +369,12 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
     for name in ["qwen3_moe", "qwen3_5_moe_text", "glm4_moe", "mixtral"] {
         assert_eq!(declined(&common::model(name)), None, "{name}");
     }
+    // MLA has no kernels yet: deepseek_v3 runs its layers on the CPU, the reason named.
+    let why = declined(&common::model("deepseek_v3"));
+    assert!(
+        matches!(why, Some(Declined::Form(f)) if f.contains("MLA")),
+        "{why:?}"
+    );
 }
 
 /// Heads wider than the attention kernels take come from a model's config, not a caller's

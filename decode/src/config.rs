@@ -249,6 +249,55 @@ pub fn attention_dims(c: &ConfigReader<'_>) -> Result<(usize, usize, usize, usiz
     Ok((hidden_size, heads, kv_heads, head_dim))
 }
 
+/// The sigmoid group router's keys (GLM-4.5, DeepSeek-V3): `n_group` (a divisor of the
+/// `num_experts` experts, each group at least two when there are several), `topk_group` (1..=
+/// `n_group`) and `routed_scaling_factor` (finite, as the `f32` torch multiplies by), each with
+/// the family's default when absent.
+pub fn group_router(
+    c: &ConfigReader<'_>,
+    num_experts: usize,
+    default_groups: usize,
+    default_kept: usize,
+    default_scale: f64,
+) -> Result<(usize, usize, f32)> {
+    use limits::*;
+    let n_group = c.usize("n_group", MAX_EXPERTS)?.unwrap_or(default_groups);
+    if n_group == 0 || !num_experts.is_multiple_of(n_group) {
+        return Err(bad(
+            "n_group",
+            F::NotADivisor {
+                value: n_group,
+                of_key: "n_routed_experts",
+                of: num_experts,
+            },
+        ));
+    }
+    // Each group is scored by its two best experts (transformers' `.topk(2)`).
+    if n_group > 1 && num_experts / n_group < 2 {
+        return Err(bad(
+            "n_group",
+            F::GroupTooSmall {
+                size: num_experts / n_group,
+            },
+        ));
+    }
+    let topk_group = c.usize("topk_group", MAX_EXPERTS)?.unwrap_or(default_kept);
+    if topk_group == 0 || topk_group > n_group {
+        return Err(bad(
+            "topk_group",
+            F::OutOfRange {
+                value: topk_group,
+                max: n_group,
+            },
+        ));
+    }
+    let scale = c.f64("routed_scaling_factor")?.unwrap_or(default_scale);
+    if !(scale.is_finite() && (scale as f32).is_finite()) {
+        return Err(bad("routed_scaling_factor", F::NotFinite { value: scale }));
+    }
+    Ok((n_group, topk_group, scale as f32))
+}
+
 /// `hidden_act`: the experts' and MLPs' activation, which every family computes as SiLU —
 /// transformers' `"silu"` or its alias `"swish"` (absent: the classes' default, `"silu"`). Any
 /// other is refused by name rather than run as SiLU.

@@ -290,6 +290,8 @@ fn refusal(p: &Plan) -> Option<&'static str> {
         Some("DeltaNet convolutions longer than 32")
     } else if p.mixers.contains(&MixerPlan::DeltaNet) && p.delta.is_none() {
         Some("DeltaNet layers without their widths")
+    } else if p.mixers.contains(&MixerPlan::Mla) {
+        Some("multi-head latent attention (MLA), which the engine has no kernels for")
     } else {
         None
     }
@@ -684,6 +686,8 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                     out,
                 })
             }
+            // `refusal` declines MLA before any weight is mapped.
+            MixerPlan::Mla => return Ok(None),
         };
         let mlp = match *mlp {
             MlpPlan::Dense { inter } => swiglu(&n("mlp"), inter)?.map(HostMlp::Dense),
@@ -932,6 +936,7 @@ mod tests {
             tied: false,
             mixers: vec![MixerPlan::Attention],
             delta: None,
+            mla: None,
             shared: SharedPlan::EXPERTS,
             vocab: 16,
             hidden: 64,

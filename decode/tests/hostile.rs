@@ -4,6 +4,7 @@
 
 use serde_json::{json, Value};
 use tarfa_decode::error::{ConfigFault as F, NpyFault};
+use tarfa_decode::family::deepseek_v3::DeepseekV3Config;
 use tarfa_decode::family::glm4_moe::Glm4MoeConfig;
 use tarfa_decode::family::mixtral::MixtralConfig;
 use tarfa_decode::family::qwen3_5_moe::Qwen3_5MoeConfig;
@@ -44,11 +45,12 @@ fn mutate(v: &Value, rng: &mut fastrand::Rng) -> Value {
 #[test]
 fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_error() {
     let mut rng = fastrand::Rng::with_seed(7);
-    let mut parsed = [0usize; 3];
-    let (mixtral, glm, qwen35) = (
+    let mut parsed = [0usize; 4];
+    let (mixtral, glm, qwen35, deepseek) = (
         fixture_config("mixtral"),
         fixture_config("glm4_moe_b"),
         fixture_config("qwen3_5_moe_text"),
+        fixture_config("deepseek_v3"),
     );
     for _ in 0..5_000 {
         if let Ok(c) = MixtralConfig::parse(&mutate(&mixtral, &mut rng)) {
@@ -69,6 +71,14 @@ fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_erro
             assert_eq!(c.layer_types.len(), c.num_layers);
             assert!(c.lin_v_heads % c.lin_k_heads == 0);
             assert!(c.conv_kernel >= 1 && c.top_k >= 1 && c.top_k <= c.num_experts);
+        }
+        if let Ok(c) = DeepseekV3Config::parse(&mutate(&deepseek, &mut rng)) {
+            parsed[3] += 1;
+            let m = c.mla;
+            assert!(c.top_k >= 1 && c.top_k <= c.num_experts);
+            assert!(c.num_experts % c.n_group == 0 && c.topk_group <= c.n_group);
+            assert!(m.v <= m.qk() && m.rope % 2 == 0 && m.kv_lora_rank > 0);
+            assert!(m.q_lora_rank != Some(0) && c.rope.rotary_dim == m.rope);
         }
     }
     assert!(parsed.iter().all(|&n| n > 100), "{parsed:?}");
@@ -170,13 +180,14 @@ fn inconsistent_family_configs_are_refused_naming_the_key() {
 #[test]
 fn every_family_refuses_an_activation_it_does_not_compute() {
     type Parse = fn(&Value) -> Result<(), DecodeError>;
-    let families: [(&str, Parse); 4] = [
+    let families: [(&str, Parse); 5] = [
         ("qwen3_moe_b", |v| Qwen3MoeConfig::parse(v).map(|_| ())),
         ("glm4_moe_b", |v| Glm4MoeConfig::parse(v).map(|_| ())),
         ("mixtral", |v| MixtralConfig::parse(v).map(|_| ())),
         ("qwen3_5_moe_text", |v| {
             Qwen3_5MoeConfig::parse(v).map(|_| ())
         }),
+        ("deepseek_v3", |v| DeepseekV3Config::parse(v).map(|_| ())),
     ];
     for (name, parse) in families {
         let mut c = fixture_config(name);
@@ -309,4 +320,43 @@ fn sliding_window_and_rope_base_follow_transformers_or_are_refused() {
         Qwen3MoeConfig::parse(&huge),
         Err(DecodeError::Config { fault: F::RopeTheta { theta }, .. }) if theta == 1e39
     ));
+}
+
+/// deepseek_v3 refuses by name what it does not compute rather than run it otherwise: grouped
+/// keys and values (MLA gives every head its own), values wider than keys, an odd rotated width,
+/// and a RoPE other than the default (the released checkpoints' YaRN is not built yet).
+#[test]
+fn deepseek_v3_refuses_what_it_does_not_compute() {
+    let parse = |c: &Value| DeepseekV3Config::parse(c).map(|_| ());
+    let base = fixture_config("deepseek_v3");
+    parse(&base).expect("the fixture parses");
+    for (key, value) in [
+        ("num_key_value_heads", json!(2)),
+        ("v_head_dim", json!(13)),
+        ("qk_rope_head_dim", json!(5)),
+        ("qk_nope_head_dim", json!(0)),
+        ("kv_lora_rank", json!(0)),
+        ("q_lora_rank", json!(0)),
+    ] {
+        let mut c = base.clone();
+        c[key] = value;
+        let e = parse(&c).expect_err(key);
+        assert!(e.to_string().contains(key), "{key}: {e}");
+    }
+    let mut c = base.clone();
+    c["rope_parameters"] = json!({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0});
+    let e = parse(&c).expect_err("yarn");
+    assert!(e.to_string().contains("yarn"), "{e}");
+    // q_lora_rank null is `q_proj` (deepseek_v3_b), absent is the class default 1536.
+    let mut c = base.clone();
+    c["q_lora_rank"] = Value::Null;
+    assert_eq!(
+        DeepseekV3Config::parse(&c).expect("null").mla.q_lora_rank,
+        None
+    );
+    c.as_object_mut().expect("object").remove("q_lora_rank");
+    assert_eq!(
+        DeepseekV3Config::parse(&c).expect("absent").mla.q_lora_rank,
+        Some(1536)
+    );
 }

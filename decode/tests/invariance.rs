@@ -10,7 +10,13 @@ use tarfa_decode::{DecoderOptions, ExpertMode, ExpertOptions, Isa};
 use tarfa_runtime::{probe_io_uring, BackendChoice, BackendKind, SourceOptions};
 
 /// One fixture per family, each with its own features (see fixtures/hf/make_fixtures.py).
-const NAMES: &[&str] = &["qwen3_moe_b", "mixtral", "glm4_moe_b", "qwen3_5_moe_text"];
+const NAMES: &[&str] = &[
+    "qwen3_moe_b",
+    "mixtral",
+    "glm4_moe_b",
+    "qwen3_5_moe_text",
+    "deepseek_v3",
+];
 
 /// The backends to test here (not in `common`, which cuda-emu's tests share without
 /// `tarfa-testtools`). io_uring only where this process can use it; where it cannot, the

@@ -197,7 +197,13 @@ fn fuse(src: &Path, dst: &Path) {
 
 #[test]
 fn fused_and_per_expert_checkpoints_give_the_same_logits_bits() {
-    for name in ["qwen3_moe_b", "mixtral", "glm4_moe_b", "qwen3_5_moe_text"] {
+    for name in [
+        "qwen3_moe_b",
+        "mixtral",
+        "glm4_moe_b",
+        "qwen3_5_moe_text",
+        "deepseek_v3",
+    ] {
         let tmp = tempfile::tempdir().expect("tmp");
         let src = common::repo().join("fixtures/hf").join(name);
         fuse(&src, &tmp.path().join("fused"));

@@ -10,7 +10,13 @@ use tarfa_decode::{DecodeError, Decoder, DecoderOptions, Sequence};
 
 /// Every family's fixture: attention-only (qwen3_moe, mixtral's sliding window, glm4_moe's dense
 /// and MoE layers) and recurrent (qwen3_5_moe's Gated DeltaNet layers).
-const NAMES: &[&str] = &["qwen3_moe_b", "mixtral", "glm4_moe_b", "qwen3_5_moe_text"];
+const NAMES: &[&str] = &[
+    "qwen3_moe_b",
+    "mixtral",
+    "glm4_moe_b",
+    "qwen3_5_moe_text",
+    "deepseek_v3",
+];
 
 fn opts() -> DecoderOptions {
     DecoderOptions {

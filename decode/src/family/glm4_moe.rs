@@ -83,43 +83,7 @@ impl Glm4MoeConfig {
                 },
             ));
         }
-        let n_group = c.usize("n_group", MAX_EXPERTS)?.unwrap_or(1);
-        if n_group == 0 || !num_experts.is_multiple_of(n_group) {
-            return Err(bad(
-                "n_group",
-                ConfigFault::NotADivisor {
-                    value: n_group,
-                    of_key: "n_routed_experts",
-                    of: num_experts,
-                },
-            ));
-        }
-        // Each group is scored by its two best experts (transformers' `.topk(2)`).
-        if n_group > 1 && num_experts / n_group < 2 {
-            return Err(bad(
-                "n_group",
-                ConfigFault::GroupTooSmall {
-                    size: num_experts / n_group,
-                },
-            ));
-        }
-        let topk_group = c.usize("topk_group", MAX_EXPERTS)?.unwrap_or(1);
-        if topk_group == 0 || topk_group > n_group {
-            return Err(bad(
-                "topk_group",
-                ConfigFault::OutOfRange {
-                    value: topk_group,
-                    max: n_group,
-                },
-            ));
-        }
-        let scale = c.f64("routed_scaling_factor")?.unwrap_or(1.0);
-        if !(scale.is_finite() && (scale as f32).is_finite()) {
-            return Err(bad(
-                "routed_scaling_factor",
-                ConfigFault::NotFinite { value: scale },
-            ));
-        }
+        let (n_group, topk_group, scale) = crate::config::group_router(&c, num_experts, 1, 1, 1.0)?;
         Ok(Glm4MoeConfig {
             vocab_size: c.positive("vocab_size", MAX_VOCAB)?,
             hidden_size,
@@ -136,7 +100,7 @@ impl Glm4MoeConfig {
             num_experts,
             top_k,
             n_shared_experts: c.usize("n_shared_experts", MAX_EXPERTS)?.unwrap_or(1),
-            routed_scaling_factor: scale as f32,
+            routed_scaling_factor: scale,
             n_group,
             topk_group,
             first_k_dense_replace: c.usize("first_k_dense_replace", MAX_LAYERS)?.unwrap_or(1),
@@ -186,6 +150,7 @@ pub fn plan(c: &Glm4MoeConfig) -> Plan {
         top_k: c.top_k,
         norm_topk_prob: c.norm_topk_prob,
         mixers: vec![MixerPlan::Attention; c.num_layers],
+        mla: None,
         delta: None,
         mlps: MlpPlan::layers(
             c.num_layers,

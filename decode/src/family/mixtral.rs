@@ -125,6 +125,7 @@ pub fn plan(c: &MixtralConfig, router: &'static str) -> Plan {
         top_k: c.top_k,
         norm_topk_prob: true,
         mixers: vec![MixerPlan::Attention; c.num_layers],
+        mla: None,
         delta: None,
         mlps: vec![
             MlpPlan::Moe {

@@ -8,9 +8,11 @@
 //! the plan, run by both.
 
 pub mod common;
+pub mod deepseek_v3;
 pub mod deltanet;
 pub mod glm4_moe;
 pub mod mixtral;
+pub mod mla;
 pub mod plan;
 pub mod qwen3_5_moe;
 pub mod qwen3_moe;
@@ -264,6 +266,15 @@ pub const REGISTRY: &[FamilyRow] = &[
             layer_name: glm4_moe::gguf_layer_name,
             config: glm4_moe::gguf_config,
         }),
+    },
+    FamilyRow {
+        model_types: &["deepseek_v3", "kimi_k2"],
+        open: |c, t| {
+            let cfg = deepseek_v3::DeepseekV3Config::parse(c)?;
+            PlanDecoder::open(deepseek_v3::plan(&cfg), t)
+        },
+        rope: |c| Ok(deepseek_v3::DeepseekV3Config::parse(c)?.rope),
+        gguf: None,
     },
     FamilyRow {
         model_types: &["mixtral"],

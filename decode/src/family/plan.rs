@@ -12,6 +12,7 @@ use crate::config::RopeConfig;
 use crate::error::{DecodeError, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::deltanet::{self, DeltaState};
+use crate::family::mla::{self, MlaShape};
 use crate::family::{Ctx, Family};
 use crate::rope::Rope;
 use crate::sequence::{LayerState, State};
@@ -52,6 +53,8 @@ pub struct Plan {
     pub mixers: Vec<MixerPlan>,
     /// The Gated DeltaNet layers' widths, when there are any.
     pub delta: Option<DeltaShape>,
+    /// The MLA layers' widths, when there are any.
+    pub mla: Option<MlaShape>,
     /// Each layer's MLP.
     pub mlps: Vec<MlpPlan>,
     /// Where a MoE layer's shared experts are, and their gate.
@@ -66,6 +69,9 @@ pub enum MixerPlan {
     /// Gated DeltaNet of [`Plan::delta`]'s widths under `linear_attn.`
     /// (`in_proj_{qkv,z,b,a}`, `conv1d`, `dt_bias`, `A_log`, `norm`, `out_proj`).
     DeltaNet,
+    /// Multi-head latent attention of [`Plan::mla`]'s widths under `self_attn.`
+    /// ([`crate::family::mla`]).
+    Mla,
 }
 
 /// The names of a MoE layer's shared experts (relative to `layers.L.`).
@@ -173,6 +179,13 @@ impl Plan {
         })
     }
 
+    fn mla_shape(&self) -> Result<&MlaShape> {
+        self.mla.as_ref().ok_or(DecodeError::BadPlan {
+            family: self.family,
+            what: "an MLA layer without the MLA widths",
+        })
+    }
+
     /// Every tensor the forward pass reads exists with its shape, before any token is run.
     pub fn check(&self, s: &TensorStore) -> Result<()> {
         let h = self.hidden;
@@ -195,6 +208,7 @@ impl Plan {
                 MixerPlan::DeltaNet => {
                     deltanet::check(s, &p("linear_attn"), self.delta_shape()?, h)?
                 }
+                MixerPlan::Mla => mla::check(s, &p("self_attn"), self.mla_shape()?, h)?,
             }
             match self.mlps[l] {
                 MlpPlan::Dense { inter } => common::check_mlp(s, &p("mlp"), inter, h)?,
@@ -225,7 +239,9 @@ impl Plan {
         let layers = (0..self.layers())
             .map(|l| {
                 Ok(match self.mixers[l] {
-                    MixerPlan::Attention => LayerState::Attention(KvCache::default()),
+                    MixerPlan::Attention | MixerPlan::Mla => {
+                        LayerState::Attention(KvCache::default())
+                    }
                     MixerPlan::DeltaNet => {
                         LayerState::DeltaNet(DeltaState::new(self.delta_shape()?))
                     }
@@ -389,6 +405,16 @@ impl Family for PlanDecoder {
                     ctx,
                     &p.layer(l, "self_attn"),
                     &p.attn,
+                    p.hidden,
+                    rope,
+                    layers[l].kv(l)?,
+                    start,
+                    xn,
+                ),
+                MixerPlan::Mla => mla::layer(
+                    ctx,
+                    &p.layer(l, "self_attn"),
+                    p.mla_shape()?,
                     p.hidden,
                     rope,
                     layers[l].kv(l)?,

@@ -241,6 +241,7 @@ pub fn plan(c: &Qwen3_5MoeConfig) -> Plan {
                 LayerType::Linear => MixerPlan::DeltaNet,
             })
             .collect(),
+        mla: None,
         delta: Some(DeltaShape {
             k_heads: c.lin_k_heads,
             v_heads: c.lin_v_heads,

@@ -149,6 +149,7 @@ pub fn plan(c: &Qwen3MoeConfig) -> Plan {
         top_k: c.top_k,
         norm_topk_prob: c.norm_topk_prob,
         mixers: vec![MixerPlan::Attention; c.num_layers],
+        mla: None,
         delta: None,
         mlps: MlpPlan::layers(
             c.num_layers,
