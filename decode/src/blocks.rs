@@ -127,10 +127,29 @@ impl KvCache {
 /// Attention of a batch of tokens at positions `start..start+T` (their q, k, v already normed and
 /// rotated): append k and v to the cache, then for each token and head, scores over keys
 /// `0..=p` (or the window), an `f32` softmax and the weighted sum of values, each reduction in
-/// the canonical order. Returns the heads concatenated head-major, per token.
+/// the canonical order. Returns the heads concatenated head-major, per token. Scores are scaled
+/// by `1/√head_dim`.
 pub fn attend(
     isa: Isa,
     shape: AttnShape,
+    cache: &mut KvCache,
+    start: usize,
+    q: &[Vec<f32>],
+    k: &[Vec<f32>],
+    v: &[Vec<f32>],
+) -> Batch {
+    // transformers: `head_dim**-0.5`, a Python float, met by f32 scores. 1/√d in f64 uses two
+    // correctly rounded operations instead of a libm pow.
+    let scaling = (1.0 / (shape.head_dim as f64).sqrt()) as f32;
+    attend_scaled(isa, shape, scaling, cache, start, q, k, v)
+}
+
+/// [`attend`] with the scores scaled by `scaling` (DeepSeek's YaRN scales them further).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_scaled(
+    isa: Isa,
+    shape: AttnShape,
+    scaling: f32,
     cache: &mut KvCache,
     start: usize,
     q: &[Vec<f32>],
@@ -147,9 +166,6 @@ pub fn attend(
         cache.len += 1;
     }
     let group = shape.heads / shape.kv_heads;
-    // transformers: `head_dim**-0.5`, a Python float, met by f32 scores. 1/√d in f64 uses two
-    // correctly rounded operations instead of a libm pow.
-    let scaling = (1.0 / (d as f64).sqrt()) as f32;
     let cache = &*cache;
     // One (token, head) per task: each head's scores, softmax and weighted sum on one thread.
     let head = |th: usize| -> Vec<f32> {

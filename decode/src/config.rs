@@ -157,16 +157,71 @@ pub struct RopeConfig {
     pub theta: f64,
     /// Rotary dimensions per head (`R`): `head_dim · partial_rotary_factor`.
     pub rotary_dim: usize,
+    /// YaRN's parameters (`rope_type` `yarn`), or `None`: the default RoPE.
+    pub yarn: Option<Yarn>,
+}
+
+/// YaRN (`rope_type` `yarn`) as transformers 5.17's `_compute_yarn_parameters` reads it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Yarn {
+    /// `factor` (absent: `max_position_embeddings / original_max_position_embeddings`).
+    pub factor: f64,
+    /// `original_max_position_embeddings`.
+    pub original_max: f64,
+    /// `beta_fast` (default 32).
+    pub beta_fast: f64,
+    /// `beta_slow` (default 1).
+    pub beta_slow: f64,
+    /// `truncate` (default true): the correction range rounded out to whole dims.
+    pub truncate: bool,
+    /// The factor cos and sin are multiplied by: `attention_factor`, else from `factor`,
+    /// `mscale` and `mscale_all_dim`.
+    pub attention_factor: f64,
+    /// `mscale_all_dim` (0 when absent): DeepSeek's attention also scales its scores by
+    /// `yarn_get_mscale(factor, mscale_all_dim)²`.
+    pub mscale_all_dim: f64,
+}
+
+impl Yarn {
+    /// transformers' `get_mscale`/`yarn_get_mscale`: `0.1 · mscale · ln(scale) + 1` above
+    /// a scale of 1, else 1.
+    pub fn mscale(scale: f64, mscale: f64) -> f64 {
+        if scale <= 1.0 {
+            1.0
+        } else {
+            0.1 * mscale * crate::canon::ln_f64(scale) + 1.0
+        }
+    }
 }
 
 impl RopeConfig {
     /// Read the rope keys of `c` for a head of `head_dim`; `default_theta` and
-    /// `default_partial` are the family's class defaults.
+    /// `default_partial` are the family's class defaults. Only the default RoPE.
     pub fn read(
         c: &ConfigReader<'_>,
         head_dim: usize,
         default_theta: f64,
         default_partial: f64,
+    ) -> Result<RopeConfig> {
+        Self::read_types(c, head_dim, default_theta, default_partial, false)
+    }
+
+    /// [`RopeConfig::read`], taking YaRN as well (a family whose model reads it).
+    pub fn read_with_yarn(
+        c: &ConfigReader<'_>,
+        head_dim: usize,
+        default_theta: f64,
+        default_partial: f64,
+    ) -> Result<RopeConfig> {
+        Self::read_types(c, head_dim, default_theta, default_partial, true)
+    }
+
+    fn read_types(
+        c: &ConfigReader<'_>,
+        head_dim: usize,
+        default_theta: f64,
+        default_partial: f64,
+        yarn: bool,
     ) -> Result<RopeConfig> {
         let params = match c.object("rope_parameters")? {
             Some(p) => Some(p),
@@ -187,17 +242,19 @@ impl RopeConfig {
             },
             None => None,
         };
-        if let Some(t) = rope_type {
-            if t != "default" {
+        let is_yarn = match rope_type {
+            None | Some("default") => false,
+            Some("yarn") if yarn => true,
+            Some(t) => {
                 return Err(bad(
                     "rope_parameters.rope_type",
                     F::Unsupported {
                         value: t.to_string(),
-                        supported: "default",
+                        supported: if yarn { "default, yarn" } else { "default" },
                     },
-                ));
+                ))
             }
-        }
+        };
         let theta = pick_f64("rope_theta")?.unwrap_or(default_theta);
         // torch meets the base as an f32: it must stay finite there.
         if !(theta.is_finite() && (theta as f32).is_finite() && theta > 1.0) {
@@ -221,7 +278,78 @@ impl RopeConfig {
                 },
             ));
         }
-        Ok(RopeConfig { theta, rotary_dim })
+        let yarn = match (is_yarn, &params) {
+            (true, Some(p)) => Some(Yarn::read(c, p)?),
+            _ => None,
+        };
+        Ok(RopeConfig {
+            theta,
+            rotary_dim,
+            yarn,
+        })
+    }
+}
+
+impl Yarn {
+    /// YaRN's keys in `p` (`rope_parameters` or `rope_scaling`); `c` for
+    /// `max_position_embeddings`.
+    fn read(c: &ConfigReader<'_>, p: &ConfigReader<'_>) -> Result<Yarn> {
+        let finite_positive = |key: &str, v: f64| -> Result<f64> {
+            match v.is_finite() && v > 0.0 {
+                true => Ok(v),
+                false => Err(bad(key, F::NotPositive { value: v })),
+            }
+        };
+        let original_max = match p.f64("original_max_position_embeddings")? {
+            Some(v) => finite_positive("rope_parameters.original_max_position_embeddings", v)?,
+            None => {
+                return Err(bad(
+                    "rope_parameters.original_max_position_embeddings",
+                    F::Missing,
+                ))
+            }
+        };
+        let factor = match p.f64("factor")? {
+            Some(v) => finite_positive("rope_parameters.factor", v)?,
+            None => match c.f64("max_position_embeddings")? {
+                Some(m) => finite_positive("max_position_embeddings", m / original_max)?,
+                None => return Err(bad("rope_parameters.factor", F::Missing)),
+            },
+        };
+        // transformers: `beta_fast or 32`, `beta_slow or 1` (0 also takes the default).
+        let beta = |key: &str, default: f64| -> Result<f64> {
+            match p.f64(key)? {
+                None => Ok(default),
+                Some(0.0) => Ok(default),
+                Some(v) => finite_positive(&format!("rope_parameters.{key}"), v),
+            }
+        };
+        let mscale = p.f64("mscale")?.unwrap_or(0.0);
+        let mscale_all_dim = p.f64("mscale_all_dim")?.unwrap_or(0.0);
+        for (key, v) in [("mscale", mscale), ("mscale_all_dim", mscale_all_dim)] {
+            if !v.is_finite() {
+                return Err(bad(
+                    &format!("rope_parameters.{key}"),
+                    F::NotFinite { value: v },
+                ));
+            }
+        }
+        let attention_factor = match p.f64("attention_factor")? {
+            Some(v) => finite_positive("rope_parameters.attention_factor", v)?,
+            None if mscale != 0.0 && mscale_all_dim != 0.0 => {
+                Yarn::mscale(factor, mscale) / Yarn::mscale(factor, mscale_all_dim)
+            }
+            None => Yarn::mscale(factor, 1.0),
+        };
+        Ok(Yarn {
+            factor,
+            original_max,
+            beta_fast: beta("beta_fast", 32.0)?,
+            beta_slow: beta("beta_slow", 1.0)?,
+            truncate: p.bool("truncate")?.unwrap_or(true),
+            attention_factor,
+            mscale_all_dim,
+        })
     }
 }
 

@@ -499,6 +499,12 @@ pub enum ConfigFault {
         /// The value.
         value: f64,
     },
+    /// A number that must be finite and above zero.
+    #[error("{value} is not a finite number above zero")]
+    NotPositive {
+        /// The value.
+        value: f64,
+    },
     /// A count outside `1..=max`.
     #[error("{value} is not in 1..={max}")]
     OutOfRange {

@@ -516,7 +516,7 @@ fn upload<D: EngineDevice>(
         hidden: plan.hidden,
         layers: plan.mlps.len(),
         top_k: plan.top_k,
-        rope: Rope::new(plan.rope.theta, plan.rope.rotary_dim),
+        rope: Rope::of(&plan.rope),
         engine,
     }))
 }
@@ -956,6 +956,7 @@ mod tests {
                 out_gate: false,
             },
             rope: RopeConfig {
+                yarn: None,
                 theta: 1e6,
                 rotary_dim: head_dim,
             },

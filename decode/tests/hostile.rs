@@ -324,7 +324,7 @@ fn sliding_window_and_rope_base_follow_transformers_or_are_refused() {
 
 /// deepseek_v3 refuses by name what it does not compute rather than run it otherwise: grouped
 /// keys and values (MLA gives every head its own), values wider than keys, an odd rotated width,
-/// and a RoPE other than the default (the released checkpoints' YaRN is not built yet).
+/// a RoPE other than the default and YaRN, and a YaRN without what it needs.
 #[test]
 fn deepseek_v3_refuses_what_it_does_not_compute() {
     let parse = |c: &Value| DeepseekV3Config::parse(c).map(|_| ());
@@ -344,9 +344,42 @@ fn deepseek_v3_refuses_what_it_does_not_compute() {
         assert!(e.to_string().contains(key), "{key}: {e}");
     }
     let mut c = base.clone();
-    c["rope_parameters"] = json!({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0});
-    let e = parse(&c).expect_err("yarn");
-    assert!(e.to_string().contains("yarn"), "{e}");
+    c["rope_parameters"] = json!({"rope_type": "longrope", "rope_theta": 10000.0});
+    let e = parse(&c).expect_err("longrope");
+    assert!(e.to_string().contains("longrope"), "{e}");
+    // YaRN as the released DeepSeek-V3 declares it (legacy `rope_scaling`), and what it lacks.
+    let yarn = json!({"type": "yarn", "factor": 40.0, "original_max_position_embeddings": 4096,
+        "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0});
+    let mut c = base.clone();
+    c.as_object_mut().expect("object").remove("rope_parameters");
+    c["rope_scaling"] = yarn.clone();
+    let y = DeepseekV3Config::parse(&c)
+        .expect("yarn")
+        .rope
+        .yarn
+        .expect("yarn read");
+    assert_eq!(
+        (y.factor, y.original_max, y.attention_factor),
+        (40.0, 4096.0, 1.0)
+    );
+    for (key, value) in [
+        ("original_max_position_embeddings", Value::Null),
+        ("factor", json!(-2.0)),
+        ("beta_fast", json!(-1.0)),
+    ] {
+        let mut c = c.clone();
+        match value {
+            Value::Null => {
+                c["rope_scaling"]
+                    .as_object_mut()
+                    .expect("object")
+                    .remove(key);
+            }
+            v => c["rope_scaling"][key] = v,
+        }
+        let e = parse(&c).expect_err(key);
+        assert!(e.to_string().contains(key), "{key}: {e}");
+    }
     // q_lora_rank null is `q_proj` (deepseek_v3_b), absent is the class default 1536.
     let mut c = base.clone();
     c["q_lora_rank"] = Value::Null;

@@ -87,7 +87,7 @@ fn rope_inverse_frequencies_equal_torch_bit_for_bit() {
         )
         .expect("json");
         let rope = tarfa_decode::family::rope_config(&cfg).expect("config");
-        let ours = tarfa_decode::rope::inv_freq(rope.theta, rope.rotary_dim);
+        let ours = tarfa_decode::rope::inv_freq_of(&rope);
         let torch = npy::read(
             &common::repo()
                 .join("fixtures/reference")

@@ -5,9 +5,10 @@
 //! which is DeepSeek-V3's), SwiGLU experts combined in selection-slot order, plus the shared
 //! experts (`n_shared_experts` times an expert's width) —, final norm, `lm_head`.
 //!
-//! Refused by name rather than run otherwise: a RoPE other than the default (the released
-//! checkpoints' YaRN included: not built yet), `num_key_value_heads` other than the heads
-//! (transformers would repeat keys that MLA already gives every head), values wider than keys.
+//! RoPE default or YaRN (the released DeepSeek-V3/R1 and Kimi-K2 checkpoints'), YaRN's
+//! `mscale_all_dim` also scaling the attention's scores. Refused by name rather than run
+//! otherwise: another RoPE type, `num_key_value_heads` other than the heads (transformers would
+//! repeat keys that MLA already gives every head), values wider than keys.
 
 use crate::blocks::AttnShape;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
@@ -105,6 +106,13 @@ impl DeepseekV3Config {
                 },
             ));
         }
+        let rope = RopeConfig::read_with_yarn(&c, rope_dim, 10000.0, 1.0)?;
+        // transformers' `yarn_apply_mscale`: Python floats, then met by f32 scores.
+        let mut scale = 1.0 / ((nope + rope_dim) as f64).sqrt();
+        if let Some(y) = rope.yarn.as_ref().filter(|y| y.mscale_all_dim != 0.0) {
+            let m = crate::config::Yarn::mscale(y.factor, y.mscale_all_dim);
+            scale = scale * m * m;
+        }
         let mla = MlaShape {
             heads,
             q_lora_rank,
@@ -114,6 +122,7 @@ impl DeepseekV3Config {
             v: v_dim,
             interleave: c.bool("rope_interleave")?.unwrap_or(true),
             bias: c.bool("attention_bias")?.unwrap_or(false),
+            scale: scale as f32,
         };
         let num_experts = match c.usize("n_routed_experts", MAX_EXPERTS)? {
             Some(n) => n,
@@ -140,7 +149,7 @@ impl DeepseekV3Config {
             moe_intermediate_size: c.usize("moe_intermediate_size", MAX_DIM)?.unwrap_or(2048),
             num_layers: c.positive("num_hidden_layers", MAX_LAYERS)?,
             rms_norm_eps: rms_eps(&c, 1e-6)?,
-            rope: RopeConfig::read(&c, rope_dim, 10000.0, 1.0)?,
+            rope,
             mla,
             num_experts,
             top_k,

@@ -9,7 +9,8 @@
 //!   x3), …`, which transformers rotates into the NeoX halves `[x0, x2, … | x1, x3, …]`: the
 //!   same as de-interleaving, then the NeoX rotation;
 //! - per head the key `[k_nope | k_rot]`, the query `[q_nope | q_rot]`, scores scaled by
-//!   `(nope + rope)^-0.5`, softmax, the weighted sum of `v`; `o_proj` of the heads' outputs.
+//!   `(nope + rope)^-0.5` (under YaRN with `mscale_all_dim`, times `mscale²`), softmax, the
+//!   weighted sum of `v`; `o_proj` of the heads' outputs.
 //!
 //! The two latent norms (`q_a_layernorm`, `kv_a_layernorm`) are transformers' `RMSNorm` of its
 //! default epsilon 1e-6, whatever `rms_norm_eps` says.
@@ -30,7 +31,7 @@ use crate::weights::{TensorStore, WeightSlice};
 pub const LATENT_EPS: f32 = 1e-6;
 
 /// One MLA layer's widths.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MlaShape {
     /// Heads (queries, keys and values alike).
     pub heads: usize,
@@ -48,6 +49,9 @@ pub struct MlaShape {
     pub interleave: bool,
     /// `attention_bias`: biases on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj`.
     pub bias: bool,
+    /// The scores' scale: `(nope + rope)^-0.5`, times `yarn_get_mscale(factor,
+    /// mscale_all_dim)²` under YaRN with `mscale_all_dim` (transformers' `yarn_apply_mscale`).
+    pub scale: f32,
 }
 
 impl MlaShape {
@@ -186,7 +190,7 @@ pub fn layer(
         head_dim: qk,
         window: None,
     };
-    let o: Batch = blocks::attend(ctx.isa, shape, kv, start, &q, &k, &v)
+    let o: Batch = blocks::attend_scaled(ctx.isa, shape, m.scale, kv, start, &q, &k, &v)
         .iter()
         .map(|ot| {
             ot.chunks_exact(qk)

@@ -332,7 +332,7 @@ impl PlanDecoder {
     pub fn new(plan: Plan, store: &TensorStore) -> Result<PlanDecoder> {
         plan.check(store)?;
         Ok(PlanDecoder {
-            rope: Rope::new(plan.rope.theta, plan.rope.rotary_dim),
+            rope: Rope::of(&plan.rope),
             plan,
         })
     }
