@@ -299,7 +299,14 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
     if !gpu_here() {
         return;
     }
-    for name in ["qwen3_moe_b", "mixtral", "glm4_moe_b", "qwen3_5_moe_text"] {
+    for name in [
+        "qwen3_moe_b",
+        "mixtral",
+        "glm4_moe_b",
+        "qwen3_5_moe_text",
+        "deepseek_v3",
+        "deepseek_v3_b",
+    ] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
         let model = tarfa_runtime::ModelExperts::open(&dir).expect("experts");
