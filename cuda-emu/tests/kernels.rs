@@ -651,9 +651,19 @@ fn the_sigmoid_group_router_is_sigmoid_group_topk() {
         (256, 40, 8, 3),
     ] {
         for dt in [emu::Dt::Bf16, emu::Dt::F32] {
-            for (renorm, scale) in [(true, 1.0f32), (false, 2.5), (true, 2.5)] {
+            // A shift of −3 puts every selection score below 0: dropped groups must still lose
+            // (masked with −∞, not 0).
+            for (renorm, scale, shift) in [
+                (true, 1.0f32, 0.0f32),
+                (false, 2.5, 0.0),
+                (true, 2.5, 0.0),
+                (true, 1.0, -3.0),
+            ] {
                 let mut z = r.vec(n, 4.0);
                 let (_, mut bv) = weights(&mut r, n, dt, 0.5);
+                for v in &mut bv {
+                    *v += shift;
+                }
                 // Ties among experts: equal logits and biases at ids of different lanes and
                 // groups; among groups: group 1 a copy of group 0.
                 for i in (5..n).step_by(13) {
@@ -697,7 +707,8 @@ fn the_sigmoid_group_router_is_sigmoid_group_topk() {
                 assert_eq!(
                     b(&got),
                     b(&want),
-                    "n {n} k {k} groups {topk_group}/{n_group} {dt:?} renorm {renorm} scale {scale}"
+                    "n {n} k {k} groups {topk_group}/{n_group} {dt:?} renorm {renorm} scale {scale} \
+                     shift {shift}"
                 );
             }
         }

@@ -187,7 +187,7 @@ __device__ __forceinline__ void tarfa_next_best(Key key, int n, int prev_key, in
 // GLM-4.5's router (DeepSeek-V3 style, blocks::sigmoid_group_topk) on one warp, the CPU's
 // operations in its order: s = sigmoid(z); c = s + bias (selection only); with n_group > 1, each
 // of the n_group equal groups scored by the sum of its two largest c, the topk_group best groups
-// kept (score descending, ties: the lower group) and every other expert's c set to +0.0; the k
+// kept (score descending, ties: the lower group) and every other expert's c set to −∞; the k
 // largest c in selection order (ties: the lower id); each slot's weight the unbiased s, divided
 // by (their canonical sum + 1e-20) when `renorm`, then multiplied by `scale`. `scratch` holds
 // 3·n floats (s, c, the group scores). The orders are the CPU's `descending` (0.0 and −0.0
@@ -238,7 +238,8 @@ __device__ void tarfa_sigmoid_topk(const float* z, int n, const unsigned char* b
         }
         for (int i = lane; i < n; i += 32) {
             int g = i / size;
-            if (!(g == last_id || tarfa_before(gkey(g), g, last_key, last_id))) c[i] = 0.0f;
+            if (!(g == last_id || tarfa_before(gkey(g), g, last_key, last_id)))
+                c[i] = __int_as_float(0xff800000);  // -inf
         }
         __syncwarp();
     }

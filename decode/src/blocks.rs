@@ -254,7 +254,7 @@ fn descending(a: f32, b: f32) -> std::cmp::Ordering {
 /// GLM-4.5's router (DeepSeek-V3 style) on one token's router logits `z`:
 /// `s = sigmoid(z)`; selection scores `c = s + bias`; experts in `n_group` equal groups, each
 /// group scored by the sum of its two largest `c`; the `topk_group` best groups kept (ties: the
-/// lower group), every other expert's `c` set to 0 (as transformers masks, not −∞); the `k`
+/// lower group), every other expert's `c` set to −∞ (transformers 5.17's `masked_fill`); the `k`
 /// largest `c` selected in descending order (ties: the lower id). Weights are the *unbiased*
 /// `s` of the selected experts, divided by `Σ s + 1e-20` when `norm_topk_prob`, then multiplied
 /// by `scale` (`routed_scaling_factor`). The caller checks `n_group` divides the expert count
@@ -293,7 +293,7 @@ pub fn sigmoid_group_topk(
         }
         for (e, v) in c.iter_mut().enumerate() {
             if !keep[e / size] {
-                *v = 0.0;
+                *v = f32::NEG_INFINITY;
             }
         }
     }
@@ -492,6 +492,17 @@ mod tests {
         (p / (1.0 - p)).ln()
     }
 
+    /// Experts of dropped groups are masked with −∞ (transformers 5.17's `masked_fill`), not 0:
+    /// with every selection score of the kept groups below 0, a 0 mask would pick experts 0 and
+    /// 1 of a dropped group. transformers' `DeepseekV3TopkRouter` on these biases, zero logits,
+    /// 4 groups keeping 2, top-2 and renormalisation gives experts [4, 5], weights [0.5, 0.5].
+    #[test]
+    fn dropped_groups_are_masked_below_any_score() {
+        let bias = [-0.9f32, -0.8, -0.6, -0.65, -0.52, -0.55, -2.0, -2.1];
+        let r = sigmoid_group_topk(&[0.0; 8], WeightSlice::F32(&bias), 2, 4, 2, true, 1.0);
+        assert_eq!(r, vec![(4, 0.5), (5, 0.5)]);
+    }
+
     #[test]
     fn group_limited_routing_changes_the_choice_and_weights_ignore_the_bias() {
         // 8 experts in 4 groups of 2. Scores: group 0 has the single best expert (0.95) but a weak
@@ -531,22 +542,20 @@ mod tests {
     }
 
     #[test]
-    fn experts_of_dropped_groups_score_zero_as_in_transformers() {
-        // Negative biases push every kept expert below 0: a masked expert (score 0.0) is chosen
-        // before them, exactly as transformers' masked_fill(0.0) + topk does.
+    fn experts_of_dropped_groups_are_never_chosen() {
         let z = [0.0f32; 4];
         let b = [-2.0f32, -2.0, -0.1, -0.2];
         let r = sigmoid_group_topk(&z, WeightSlice::F32(&b), 2, 2, 1, false, 1.0);
-        // Group 1 (0.4 + 0.3) is kept; its positive scores beat group 0's masked 0.0.
+        // Group 1 (0.4 + 0.3) is kept.
         assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![2, 3]);
         let b = [-0.1f32, -0.1, -0.9, -0.9];
         let r = sigmoid_group_topk(&z, WeightSlice::F32(&b), 2, 2, 1, false, 1.0);
-        // Group 0 kept (0.4 + 0.4); group 1 masked to 0.0 each; k = 2 takes the kept pair.
+        // Group 0 kept (0.4 + 0.4); k = 2 takes the kept pair.
         assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
         let b = [-0.6f32, -0.7, -0.9, -0.95];
         let r = sigmoid_group_topk(&z, WeightSlice::F32(&b), 2, 2, 1, false, 1.0);
-        // Group 0 kept but both its scores are negative (−0.1, −0.2): the masked experts 2 and 3
-        // (0.0) come first, lower id first.
-        assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![2, 3]);
+        // Group 0 kept though both its scores are negative (−0.1, −0.2): the masked experts 2
+        // and 3 (−∞) are never chosen. (A 0 mask, tarfa's rule before 2026-12-07, chose them.)
+        assert_eq!(r.iter().map(|x| x.0).collect::<Vec<_>>(), vec![0, 1]);
     }
 }

@@ -300,14 +300,18 @@ impl Yarn {
                 false => Err(bad(key, F::NotPositive { value: v })),
             }
         };
+        // transformers' `standardize_rope_params`: absent, it is `max_position_embeddings`.
         let original_max = match p.f64("original_max_position_embeddings")? {
             Some(v) => finite_positive("rope_parameters.original_max_position_embeddings", v)?,
-            None => {
-                return Err(bad(
-                    "rope_parameters.original_max_position_embeddings",
-                    F::Missing,
-                ))
-            }
+            None => match c.f64("max_position_embeddings")? {
+                Some(m) => finite_positive("max_position_embeddings", m)?,
+                None => {
+                    return Err(bad(
+                        "rope_parameters.original_max_position_embeddings",
+                        F::Missing,
+                    ))
+                }
+            },
         };
         let factor = match p.f64("factor")? {
             Some(v) => finite_positive("rope_parameters.factor", v)?,

@@ -363,23 +363,28 @@ fn deepseek_v3_refuses_what_it_does_not_compute() {
         (40.0, 4096.0, 1.0)
     );
     for (key, value) in [
-        ("original_max_position_embeddings", Value::Null),
+        ("original_max_position_embeddings", json!(0)),
         ("factor", json!(-2.0)),
         ("beta_fast", json!(-1.0)),
     ] {
         let mut c = c.clone();
-        match value {
-            Value::Null => {
-                c["rope_scaling"]
-                    .as_object_mut()
-                    .expect("object")
-                    .remove(key);
-            }
-            v => c["rope_scaling"][key] = v,
-        }
+        c["rope_scaling"][key] = value;
         let e = parse(&c).expect_err(key);
         assert!(e.to_string().contains(key), "{key}: {e}");
     }
+    // Absent, `original_max_position_embeddings` is `max_position_embeddings` (transformers'
+    // `standardize_rope_params`).
+    let mut c = c.clone();
+    c["rope_scaling"]
+        .as_object_mut()
+        .expect("object")
+        .remove("original_max_position_embeddings");
+    let y = DeepseekV3Config::parse(&c).expect("no original").rope.yarn;
+    assert_eq!(y.expect("yarn").original_max, 256.0);
+    // transformers rotates every rope dim: a partial rotary factor would be silently ignored.
+    c["partial_rotary_factor"] = json!(0.5);
+    let e = parse(&c).expect_err("partial");
+    assert!(e.to_string().contains("partial_rotary_factor"), "{e}");
     // q_lora_rank null is `q_proj` (deepseek_v3_b), absent is the class default 1536.
     let mut c = base.clone();
     c["q_lora_rank"] = Value::Null;

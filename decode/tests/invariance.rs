@@ -16,6 +16,7 @@ const NAMES: &[&str] = &[
     "glm4_moe_b",
     "qwen3_5_moe_text",
     "deepseek_v3",
+    "deepseek_v3_b",
 ];
 
 /// The backends to test here (not in `common`, which cuda-emu's tests share without

@@ -10,13 +10,7 @@ use crate::error::{DecodeError, Result};
 use crate::family::Ctx;
 use crate::kernels::Isa;
 use crate::rope::Rope;
-use crate::sequence::{LayerState, State};
 use crate::weights::{MatrixRef, TensorStore, WeightSlice};
-
-/// A new sequence's state of a model whose `layers` layers all attend: empty KV caches.
-pub fn attention_state(layers: usize) -> State {
-    State::Host(vec![LayerState::Attention(KvCache::default()); layers])
-}
 
 /// How an RMSNorm applies its weight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

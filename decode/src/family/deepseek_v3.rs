@@ -107,6 +107,16 @@ impl DeepseekV3Config {
             ));
         }
         let rope = RopeConfig::read_with_yarn(&c, rope_dim, 10000.0, 1.0)?;
+        // transformers' DeepSeek-V3 rotates every rope dim whatever `partial_rotary_factor` says.
+        if rope.rotary_dim != rope_dim {
+            return Err(bad(
+                "partial_rotary_factor",
+                ConfigFault::Unsupported {
+                    value: format!("{} of {rope_dim} rope dims", rope.rotary_dim),
+                    supported: "1: DeepSeek-V3 rotates all of qk_rope_head_dim",
+                },
+            ));
+        }
         // transformers' `yarn_apply_mscale`: Python floats, then met by f32 scores.
         let mut scale = 1.0 / ((nope + rope_dim) as f64).sqrt();
         if let Some(y) = rope.yarn.as_ref().filter(|y| y.mscale_all_dim != 0.0) {

@@ -66,18 +66,17 @@ pub fn check(s: &TensorStore, prefix: &str, d: &DeltaShape, hidden: usize) -> Re
     Ok(())
 }
 
-/// One Gated DeltaNet layer under `prefix` over the batch, token after token, its state
-/// advanced; `eps` is the gated norm's.
+/// One Gated DeltaNet layer of widths `d` in a model `h` wide under `prefix` over the batch,
+/// token after token, its state advanced; `eps` is the gated norm's.
 pub fn layer(
     ctx: &mut Ctx<'_>,
     prefix: &str,
-    d: &DeltaShape,
+    (d, h): (&DeltaShape, usize),
     eps: f32,
     state: &mut DeltaState,
     x: &Batch,
 ) -> Result<Batch> {
     let s = ctx.tensors;
-    let h = x.first().map_or(0, Vec::len);
     let a = |n: &str| format!("{prefix}.{n}");
     let w_qkv = s.get(&a("in_proj_qkv.weight"))?.matrix(d.conv_dim(), h)?;
     let w_z = s.get(&a("in_proj_z.weight"))?.matrix(d.value_dim(), h)?;

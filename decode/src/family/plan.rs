@@ -424,7 +424,7 @@ impl Family for PlanDecoder {
                 MixerPlan::DeltaNet => deltanet::layer(
                     ctx,
                     &p.layer(l, "linear_attn"),
-                    p.delta_shape()?,
+                    (p.delta_shape()?, p.hidden),
                     p.eps,
                     layers[l].delta(l)?,
                     xn,
