@@ -932,15 +932,17 @@ fn a_client_that_leaves_mid_prompt_frees_its_slot_within_a_chunk() {
 /// Connections are bounded: eight clients that open a connection and send part of a request
 /// hold all of `--max-connections 8`; one more is answered 503 (OpenAI's error, Retry-After) at
 /// once rather than left waiting; the slow eight lose their connections when their headers have
-/// not come within `--read-timeout 1`, a body that never ends is answered 408, and requests are
-/// answered again.
+/// not come within `--read-timeout 3`, a body that never ends is answered 408, and requests are
+/// answered again. (3 s, not 1: on a loaded 2-core CI machine the ninth connection was once
+/// accepted more than a second after the eighth, so a slow one had already timed out and freed
+/// its place, and the ninth was served instead of refused.)
 #[test]
 fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
     use std::net::TcpStream;
     use std::time::{Duration, Instant};
     let tmp = tempfile::tempdir().expect("tmp");
     let m = model(tmp.path());
-    let s = start(&m, &["--max-connections", "8", "--read-timeout", "1"]);
+    let s = start(&m, &["--max-connections", "8", "--read-timeout", "3"]);
     let addr = s.base.trim_start_matches("http://").to_string();
     // Wait until the model is up, so that a refusal below is the bound's, not the loading's.
     assert_eq!(get(&s, "/health").expect("health").0, 200);
@@ -970,12 +972,13 @@ fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
         serde_json::from_str(answer.split("\r\n\r\n").nth(1).expect("body")).expect("json");
     assert_eq!(body["error"]["type"], "unavailable_error", "{body}");
     assert!(
-        t0.elapsed() < Duration::from_secs(1),
-        "the 503 was not at once"
+        t0.elapsed() < Duration::from_secs(2),
+        "the 503 was not at once: {:?}, the read timeout being 3 s",
+        t0.elapsed()
     );
     // The slow ones are closed after the header timeout (hyper answers 408 or just closes).
     for mut c in slow {
-        c.set_read_timeout(Some(Duration::from_secs(10)))
+        c.set_read_timeout(Some(Duration::from_secs(20)))
             .expect("timeout");
         let mut rest = Vec::new();
         let _ = c.read_to_end(&mut rest);
@@ -987,7 +990,7 @@ fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
     }
     let waited = t0.elapsed();
     assert!(
-        waited >= Duration::from_millis(900) && waited < Duration::from_secs(8),
+        waited >= Duration::from_millis(2900) && waited < Duration::from_secs(15),
         "{waited:?}"
     );
     // Headers whole, the body begun and never ended: 408 after the timeout, the connection
@@ -997,7 +1000,7 @@ fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
         b"POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"prompt\"",
     )
     .expect("send");
-    c.set_read_timeout(Some(Duration::from_secs(10)))
+    c.set_read_timeout(Some(Duration::from_secs(20)))
         .expect("timeout");
     let t1 = Instant::now();
     let mut answer = String::new();
@@ -1005,7 +1008,7 @@ fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
         .expect("a 408, then the close");
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(answer.contains("--read-timeout"), "{answer}");
-    assert!(t1.elapsed() < Duration::from_secs(5), "{:?}", t1.elapsed());
+    assert!(t1.elapsed() < Duration::from_secs(10), "{:?}", t1.elapsed());
     still_serves(&s);
     assert!(metric(&s, "tarfa_connections_refused_total") >= 1);
 }
