@@ -291,7 +291,7 @@ fn refusal(p: &Plan) -> Option<&'static str> {
     } else if p.mixers.contains(&MixerPlan::DeltaNet) && p.delta.is_none() {
         Some("DeltaNet layers without their widths")
     } else if p.mixers.contains(&MixerPlan::Mla) {
-        Some("multi-head latent attention (MLA), which the engine has no kernels for")
+        Some("multi-head latent attention (MLA)")
     } else {
         None
     }
