@@ -70,6 +70,15 @@ impl<'a> ConfigReader<'a> {
         }
     }
 
+    /// An optional non-negative integer key, at least 1 when given (`default` when absent).
+    pub fn positive_or(&self, key: &str, max: usize, default: usize) -> Result<usize> {
+        match self.usize(key, max)? {
+            Some(0) => Err(bad(key, F::Zero)),
+            Some(n) => Ok(n),
+            None => Ok(default),
+        }
+    }
+
     /// A number key.
     pub fn f64(&self, key: &str) -> Result<Option<f64>> {
         match self.raw(key) {

@@ -73,20 +73,13 @@ impl DeepseekV3Config {
                 },
             ));
         }
-        let positive_or = |key: &str, default: usize| -> Result<usize> {
-            match c.usize(key, MAX_DIM)? {
-                Some(0) => Err(bad(key, ConfigFault::Zero)),
-                Some(n) => Ok(n),
-                None => Ok(default),
-            }
-        };
         let q_lora_rank = match v.get("q_lora_rank") {
             Some(serde_json::Value::Null) => None,
             None => Some(1536),
-            Some(_) => Some(positive_or("q_lora_rank", 1536)?),
+            Some(_) => Some(c.positive_or("q_lora_rank", MAX_DIM, 1536)?),
         };
-        let nope = positive_or("qk_nope_head_dim", 128)?;
-        let rope_dim = positive_or("qk_rope_head_dim", 64)?;
+        let nope = c.positive_or("qk_nope_head_dim", MAX_DIM, 128)?;
+        let rope_dim = c.positive_or("qk_rope_head_dim", MAX_DIM, 64)?;
         if !rope_dim.is_multiple_of(2) {
             return Err(bad(
                 "qk_rope_head_dim",
@@ -96,7 +89,7 @@ impl DeepseekV3Config {
                 },
             ));
         }
-        let v_dim = positive_or("v_head_dim", 128)?;
+        let v_dim = c.positive_or("v_head_dim", MAX_DIM, 128)?;
         if v_dim > nope + rope_dim {
             return Err(bad(
                 "v_head_dim",
@@ -126,7 +119,7 @@ impl DeepseekV3Config {
         let mla = MlaShape {
             heads,
             q_lora_rank,
-            kv_lora_rank: positive_or("kv_lora_rank", 512)?,
+            kv_lora_rank: c.positive_or("kv_lora_rank", MAX_DIM, 512)?,
             nope,
             rope: rope_dim,
             v: v_dim,

@@ -155,13 +155,6 @@ impl Qwen3_5MoeConfig {
                 },
             ));
         }
-        let positive_or = |key: &str, default: usize| -> Result<usize> {
-            match c.usize(key, MAX_DIM)? {
-                Some(0) => Err(bad(key, ConfigFault::Zero)),
-                Some(n) => Ok(n),
-                None => Ok(default),
-            }
-        };
         let num_experts = c.usize("num_experts", MAX_EXPERTS)?.unwrap_or(256);
         let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(8);
         if num_experts == 0 || top_k == 0 || top_k > num_experts {
@@ -188,11 +181,11 @@ impl Qwen3_5MoeConfig {
             rope: RopeConfig::read(&c, head_dim, 10000.0, 0.25)?,
             attention_bias: c.bool("attention_bias")?.unwrap_or(false),
             layer_types,
-            conv_kernel: positive_or("linear_conv_kernel_dim", 4)?,
+            conv_kernel: c.positive_or("linear_conv_kernel_dim", MAX_DIM, 4)?,
             lin_k_heads,
             lin_v_heads,
-            lin_k_dim: positive_or("linear_key_head_dim", 128)?,
-            lin_v_dim: positive_or("linear_value_head_dim", 128)?,
+            lin_k_dim: c.positive_or("linear_key_head_dim", MAX_DIM, 128)?,
+            lin_v_dim: c.positive_or("linear_value_head_dim", MAX_DIM, 128)?,
             num_experts,
             top_k,
             shared_width: c
