@@ -252,6 +252,18 @@ pub enum TensorFault {
         /// The shape needed.
         expected: Vec<usize>,
     },
+    /// One half of a tensor stored in two without the other.
+    #[error("present without {missing}, its other half")]
+    Unpaired {
+        /// The missing half.
+        missing: String,
+    },
+    /// A tensor stored both whole and in halves.
+    #[error("present beside {other}: a layer holds one form or the other")]
+    BothForms {
+        /// The other form.
+        other: String,
+    },
     /// A GGUF token embedding whose row length is not the hidden size.
     #[error("shape {shape:?} (row-major), expected [vocab, {hidden}]")]
     EmbeddingShape {
@@ -676,11 +688,38 @@ pub enum GgufFault {
         /// `expert_shared_count`.
         count: u64,
     },
-    /// A glm4moe gating function other than sigmoid.
-    #[error("{found}: glm4moe routes by sigmoid (2); nothing else is decoded")]
+    /// A glm4moe or deepseek2 gating function other than sigmoid.
+    #[error("{found}: the family routes by sigmoid (2); nothing else is decoded")]
     NotSigmoid {
         /// The gating function.
         found: u64,
+    },
+    /// No gating function in a deepseek2 GGUF, which llama.cpp takes as softmax.
+    #[error("missing, which llama.cpp's deepseek2 takes as softmax routing (DeepSeek-V2's); deepseek_v3 routes by sigmoid (2), which a DeepSeek-V3 GGUF says")]
+    SoftmaxByDefault,
+    /// An MLA width the other key/values contradict.
+    #[error("{found}, but MLA needs {rule} = {expected}")]
+    MlaWidth {
+        /// The value found.
+        found: u64,
+        /// What it must equal, in words.
+        rule: &'static str,
+        /// What the other keys give.
+        expected: u64,
+    },
+    /// One of the two MLA head widths without the other.
+    #[error("present without {other}")]
+    MlaHalf {
+        /// The missing key.
+        other: &'static str,
+    },
+    /// A key/value llama.cpp computes with in a way no transformers config reproduces.
+    #[error("{value}: {why}")]
+    NoEquivalent {
+        /// The value (or "missing").
+        value: String,
+        /// Why, in words.
+        why: &'static str,
     },
     /// M-RoPE sections.
     #[error("M-RoPE (the vision model's sections) is not decoded by this build")]

@@ -282,14 +282,17 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<String> {
     let l: u32 = n.parse().ok()?;
     let (stem, suffix) = rest.split_once('.')?;
     let wb = matches!(suffix, "weight" | "bias");
+    // MLA has a query projection but no keys, values, q/k norms or q/k/v biases of its own.
+    let heads = !arch.gguf.mla;
     let hf = match (stem, suffix) {
         ("attn_norm", "weight") => "input_layernorm.weight".to_string(),
-        ("attn_q", _) if wb => format!("self_attn.q_proj.{suffix}"),
-        ("attn_k", _) if wb => format!("self_attn.k_proj.{suffix}"),
-        ("attn_v", _) if wb => format!("self_attn.v_proj.{suffix}"),
+        ("attn_q", "weight") => "self_attn.q_proj.weight".into(),
+        ("attn_q", "bias") if heads => "self_attn.q_proj.bias".into(),
+        ("attn_k", _) if wb && heads => format!("self_attn.k_proj.{suffix}"),
+        ("attn_v", _) if wb && heads => format!("self_attn.v_proj.{suffix}"),
         ("attn_output", "weight") => "self_attn.o_proj.weight".into(),
-        ("attn_q_norm", "weight") => "self_attn.q_norm.weight".into(),
-        ("attn_k_norm", "weight") => "self_attn.k_norm.weight".into(),
+        ("attn_q_norm", "weight") if heads => "self_attn.q_norm.weight".into(),
+        ("attn_k_norm", "weight") if heads => "self_attn.k_norm.weight".into(),
         ("ffn_gate_inp", "weight") => "mlp.gate.weight".into(),
         ("ffn_gate", "weight") => "mlp.gate_proj.weight".into(),
         ("ffn_up", "weight") => "mlp.up_proj.weight".into(),
@@ -346,7 +349,11 @@ pub fn adapt(config: &Value, tensors: &mut TensorStore) -> Result<Value> {
             }),
         },
     })?;
-    hf_config(&kv, arch, tensors)
+    let config = hf_config(&kv, arch, tensors)?;
+    if let Some(assemble) = arch.gguf.assemble {
+        assemble(&config, tensors)?;
+    }
+    Ok(config)
 }
 
 /// What a GGUF's config.json is made from: the key/values and what every family reads from
@@ -415,7 +422,9 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
         Some(d) => d,
         None => hidden / heads,
     };
-    if let Some(v) = kv.uint(&key("attention.value_length"))? {
+    // MLA's widths and RoPE scaling are its family's to read.
+    let mla = arch.gguf.mla;
+    if let Some(v) = kv.uint(&key("attention.value_length"))?.filter(|_| !mla) {
         if v != head_dim {
             return Err(err(
                 &key("attention.value_length"),
@@ -430,7 +439,7 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
         .float(&key("attention.layer_norm_rms_epsilon"))?
         .ok_or_else(|| err(&key("attention.layer_norm_rms_epsilon"), G::Missing))?;
     let theta = kv.float(&key("rope.freq_base"))?.unwrap_or(10000.0);
-    if let Some(t) = kv.str(&key("rope.scaling.type"))? {
+    if let Some(t) = kv.str(&key("rope.scaling.type"))?.filter(|_| !mla) {
         if t != "none" {
             return Err(err(
                 &key("rope.scaling.type"),
@@ -511,8 +520,17 @@ const PRE_QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[d
 const PRE_CHATGLM4: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 const PRE_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
 
+/// `deepseek-v3`'s three regexes, applied one after the other (digits in threes, then runs of
+/// CJK ideographs and kana, then the rest), as llama.cpp's `LLAMA_VOCAB_PRE_TYPE_DEEPSEEK3_LLM`
+/// and DeepSeek-V3's own tokenizer.json have them.
+const PRE_DEEPSEEK3: [&str; 3] = [
+    r"\p{N}{1,3}",
+    "[\u{4E00}-\u{9FA5}\u{3040}-\u{309F}\u{30A0}-\u{30FF}]+",
+    r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##,
+];
+
 /// `tokenizer.ggml.pre` values rebuilt.
-pub const SUPPORTED_PRE: &[&str] = &["qwen2", "glm4", "chatglm-bpe", "gpt-2"];
+pub const SUPPORTED_PRE: &[&str] = &["qwen2", "glm4", "chatglm-bpe", "gpt-2", "deepseek-v3"];
 
 /// llama.cpp's token types.
 const TOKEN_CONTROL: i64 = 3;
@@ -569,10 +587,11 @@ pub fn tokenizer_json(config: &Value) -> Result<Value> {
     let pre = kv
         .str("tokenizer.ggml.pre")?
         .ok_or_else(|| err("tokenizer.ggml.pre", G::NoPreTokenizer))?;
-    let (regex, nfc) = match pre {
-        "qwen2" => (PRE_QWEN2, true),
-        "glm4" | "chatglm-bpe" => (PRE_CHATGLM4, false),
-        "gpt-2" => (PRE_GPT2, false),
+    let (regexes, nfc): (&[&str], bool) = match pre {
+        "qwen2" => (&[PRE_QWEN2], true),
+        "glm4" | "chatglm-bpe" => (&[PRE_CHATGLM4], false),
+        "gpt-2" => (&[PRE_GPT2], false),
+        "deepseek-v3" => (&PRE_DEEPSEEK3, false),
         other => {
             return Err(err(
                 "tokenizer.ggml.pre",
@@ -720,10 +739,11 @@ pub fn tokenizer_json(config: &Value) -> Result<Value> {
         "normalizer": if nfc { json!({"type": "NFC"}) } else { Value::Null },
         "pre_tokenizer": {
             "type": "Sequence",
-            "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": false},
-                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false},
-            ],
+            "pretokenizers": regexes
+                .iter()
+                .map(|r| json!({"type": "Split", "pattern": {"Regex": r}, "behavior": "Isolated", "invert": false}))
+                .chain([json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false})])
+                .collect::<Vec<_>>(),
         },
         "post_processor": post_processor,
         "decoder": {"type": "ByteLevel", "add_prefix_space": true, "trim_offsets": true, "use_regex": true},

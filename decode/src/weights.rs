@@ -367,6 +367,70 @@ impl Tensor {
         })
     }
 
+    /// Every element as `f32` (BF16 widened, quantised blocks dequantised: the same values).
+    fn values(&self) -> Vec<f32> {
+        match &self.data {
+            TensorData::Bf16(v) => v.iter().map(|&b| bf16_to_f32(b)).collect(),
+            TensorData::F32(v) => v.clone(),
+            TensorData::Quant(..) => {
+                let mut out = vec![0.0f32; self.len()];
+                if let WeightSlice::Quant(q) = self.slice() {
+                    q.dequantize_into(&mut out);
+                }
+                out
+            }
+        }
+    }
+
+    /// A tensor `name` of `shape` whose element `i` is element `at(i).1` of `sources[at(i).0]`:
+    /// the sources' values re-arranged, none changed. BF16 when every source is BF16 (the bit
+    /// patterns copied), else `f32` (BF16 widened, quantised blocks dequantised as gguf-py does:
+    /// a canonical dot gives the same bits either way, spec/EXACTNESS.md). `at` must stay within
+    /// the sources.
+    pub fn gathered(
+        name: &str,
+        shape: &[usize],
+        sources: &[&Tensor],
+        at: impl Fn(usize) -> (usize, usize),
+    ) -> Tensor {
+        let n = shape.iter().product::<usize>();
+        let all_bf16 = sources
+            .iter()
+            .all(|t| matches!(t.data, TensorData::Bf16(_)));
+        let data = if all_bf16 {
+            let src: Vec<&[u16]> = sources
+                .iter()
+                .map(|t| match &t.data {
+                    TensorData::Bf16(v) => v.as_slice(),
+                    _ => &[],
+                })
+                .collect();
+            TensorData::Bf16(
+                (0..n)
+                    .map(|i| {
+                        let (t, j) = at(i);
+                        src[t][j]
+                    })
+                    .collect(),
+            )
+        } else {
+            let src: Vec<Vec<f32>> = sources.iter().map(|t| t.values()).collect();
+            TensorData::F32(
+                (0..n)
+                    .map(|i| {
+                        let (t, j) = at(i);
+                        src[t][j]
+                    })
+                    .collect(),
+            )
+        };
+        Tensor {
+            name: name.into(),
+            shape: shape.to_vec(),
+            data,
+        }
+    }
+
     /// As a vector of `n` elements, its shape checked.
     pub fn vector(&self, n: usize) -> Result<WeightSlice<'_>> {
         if self.shape != [n] {
@@ -492,6 +556,29 @@ impl TensorStore {
 /// Renaming, for a model whose tensors are stored under another naming than the family reads
 /// (a GGUF source: llama.cpp's names, `crate::gguf_model`).
 impl TensorStore {
+    /// Take tensor `name` out of the store.
+    pub fn remove(&mut self, name: &str) -> Option<(Tensor, u64)> {
+        let t = self.tensors.remove(name)?;
+        Some((t, self.stored.remove(name).unwrap_or(0)))
+    }
+
+    /// Hold `t` under its name, counted as `stored` bytes on disk; a name already held is
+    /// refused.
+    pub fn insert(&mut self, t: Tensor, stored: u64) -> Result<()> {
+        if self.tensors.contains_key(&t.name) {
+            return Err(DecodeError::BadTensor {
+                name: t.name.clone(),
+                fault: TensorFault::RenameClash {
+                    new: t.name.clone(),
+                    first: t.name,
+                },
+            });
+        }
+        self.stored.insert(t.name.clone(), stored);
+        self.tensors.insert(t.name.clone(), t);
+        Ok(())
+    }
+
     /// Names of the tensors held (any order).
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tensors.keys().map(String::as_str)

@@ -10,12 +10,16 @@
 //! otherwise: another RoPE type, `num_key_value_heads` other than the heads (transformers would
 //! repeat keys that MLA already gives every head), values wider than keys.
 
+use serde_json::{json, Map, Value};
+
 use crate::blocks::AttnShape;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::{ConfigFault, Result};
+use crate::error::{ConfigFault, DecodeError, GgufFault as G, Result, TensorFault};
 use crate::family::common::{AttnSpec, NormStyle};
 use crate::family::mla::MlaShape;
 use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
+use crate::gguf_model::GgufConfig;
+use crate::weights::{Tensor, TensorStore};
 
 /// The config keys the forward pass reads.
 #[derive(Clone, Debug, PartialEq)]
@@ -217,4 +221,327 @@ pub fn plan(c: &DeepseekV3Config) -> Plan {
         ),
         shared: SharedPlan::EXPERTS,
     }
+}
+
+/// `attn_k_b` renamed: assembled into `kv_b_proj` by [`gguf_assemble`].
+const K_B: &str = "self_attn.k_b_proj.weight";
+/// `attn_v_b` renamed: assembled into `kv_b_proj` by [`gguf_assemble`].
+const V_B: &str = "self_attn.v_b_proj.weight";
+
+/// The transformers names of deepseek2's own GGUF layer tensors (below `model.layers.N.`).
+pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
+    Some(match (stem, suffix) {
+        ("attn_q_a", "weight") => "self_attn.q_a_proj.weight",
+        ("attn_q_a_norm", "weight") => "self_attn.q_a_layernorm.weight",
+        ("attn_q_b", "weight") => "self_attn.q_b_proj.weight",
+        ("attn_kv_a_mqa", "weight") => "self_attn.kv_a_proj_with_mqa.weight",
+        ("attn_kv_a_norm", "weight") => "self_attn.kv_a_layernorm.weight",
+        // GGUFs written before llama.cpp split it (June 2025).
+        ("attn_kv_b", "weight") => "self_attn.kv_b_proj.weight",
+        ("attn_k_b", "weight") => K_B,
+        ("attn_v_b", "weight") => V_B,
+        ("ffn_norm", "weight") => "post_attention_layernorm.weight",
+        ("exp_probs_b", "bias") => "mlp.gate.e_score_correction_bias",
+        ("ffn_gate_shexp", "weight") => "mlp.shared_experts.gate_proj.weight",
+        ("ffn_up_shexp", "weight") => "mlp.shared_experts.up_proj.weight",
+        ("ffn_down_shexp", "weight") => "mlp.shared_experts.down_proj.weight",
+        _ => return None,
+    })
+}
+
+/// deepseek_v3's keys of a deepseek2 GGUF's config: what llama.cpp's deepseek2 graph computes,
+/// in both of its MLA forms (`crate::gguf_model`).
+pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()> {
+    let kv = &g.kv;
+    let key = |k: &str| g.key(k);
+    let width = |k: &str, found: u64, rule: &'static str, expected: u64| -> Result<()> {
+        match found == expected {
+            true => Ok(()),
+            false => Err(g.err(
+                k,
+                G::MlaWidth {
+                    found,
+                    rule,
+                    expected,
+                },
+            )),
+        }
+    };
+    match kv.uint(&key("expert_gating_func"))? {
+        Some(2) => {}
+        None => return Err(g.err("expert_gating_func", G::SoftmaxByDefault)),
+        Some(f) => return Err(g.err("expert_gating_func", G::NotSigmoid { found: f })),
+    }
+    let heads = kv.uint_req(&key("attention.head_count"))?;
+    let kv_heads = kv.uint(&key("attention.head_count_kv"))?.unwrap_or(heads);
+    let rank = kv.uint_req(&key("attention.kv_lora_rank"))?;
+    let rope = kv.uint_req(&key("rope.dimension_count"))?;
+    let value_length = kv.uint_req(&key("attention.value_length"))?;
+    let (qk, v) = match (
+        kv.uint(&key("attention.key_length_mla"))?,
+        kv.uint(&key("attention.value_length_mla"))?,
+    ) {
+        // llama.cpp's MLA form: one latent "head" of keys and values that every head shares.
+        (Some(qk), Some(v)) => {
+            let latent = rank + rope;
+            width(
+                "attention.key_length",
+                g.head_dim,
+                "kv_lora_rank + rope.dimension_count",
+                latent,
+            )?;
+            width("attention.value_length", value_length, "kv_lora_rank", rank)?;
+            width("attention.head_count_kv", kv_heads, "one latent", 1)?;
+            (qk, v)
+        }
+        // The form before it: keys and values per head.
+        (None, None) => {
+            width(
+                "attention.head_count_kv",
+                kv_heads,
+                "attention.head_count",
+                heads,
+            )?;
+            (g.head_dim, value_length)
+        }
+        (Some(_), None) => {
+            return Err(g.err(
+                "attention.key_length_mla",
+                G::MlaHalf {
+                    other: "attention.value_length_mla",
+                },
+            ))
+        }
+        (None, Some(_)) => {
+            return Err(g.err(
+                "attention.value_length_mla",
+                G::MlaHalf {
+                    other: "attention.key_length_mla",
+                },
+            ))
+        }
+    };
+    if rope == 0 || rope >= qk {
+        return Err(g.err(
+            "rope.dimension_count",
+            G::RotaryDims {
+                rot: rope,
+                head_dim: qk.saturating_sub(1),
+            },
+        ));
+    }
+    let lead = kv.uint(&key("leading_dense_block_count"))?.unwrap_or(0);
+    let want: Vec<u64> = (0..lead.min(g.layers)).collect();
+    if g.dense != want {
+        return Err(g.err(
+            "leading_dense_block_count",
+            G::DenseLayers {
+                lead,
+                dense: g.dense.clone(),
+            },
+        ));
+    }
+    // llama.cpp scales the routed weights only by a scale other than 0 and 1.
+    let scale = match kv.float(&key("expert_weights_scale"))? {
+        None | Some(0.0) => 1.0,
+        Some(s) => s,
+    };
+    let groups = kv.uint(&key("expert_group_count"))?.unwrap_or(1).max(1);
+    let groups_used = match groups {
+        1 => 1,
+        _ => kv.uint_req(&key("expert_group_used_count"))?,
+    };
+    c.insert("rope_parameters".into(), gguf_rope(g)?);
+    c.insert("num_key_value_heads".into(), json!(heads));
+    c.insert("head_dim".into(), json!(rope));
+    c.insert("qk_nope_head_dim".into(), json!(qk - rope));
+    c.insert("qk_rope_head_dim".into(), json!(rope));
+    c.insert("v_head_dim".into(), json!(v));
+    c.insert("kv_lora_rank".into(), json!(rank));
+    c.insert(
+        "q_lora_rank".into(),
+        json!(kv.uint(&key("attention.q_lora_rank"))?),
+    );
+    // llama.cpp rotates interleaved pairs, and has no attention biases.
+    c.insert("rope_interleave".into(), json!(true));
+    c.insert("attention_bias".into(), json!(false));
+    c.insert("n_routed_experts".into(), json!(g.experts));
+    c.insert(
+        "n_shared_experts".into(),
+        json!(kv.uint_req(&key("expert_shared_count"))?),
+    );
+    c.insert(
+        "moe_intermediate_size".into(),
+        json!(kv.uint_req(&key("expert_feed_forward_length"))?),
+    );
+    c.insert("first_k_dense_replace".into(), json!(lead));
+    c.insert("routed_scaling_factor".into(), json!(scale));
+    c.insert(
+        "norm_topk_prob".into(),
+        json!(kv.bool(&key("expert_weights_norm"))?.unwrap_or(false)),
+    );
+    c.insert("n_group".into(), json!(groups));
+    c.insert("topk_group".into(), json!(groups_used));
+    c.insert(
+        "num_nextn_predict_layers".into(),
+        json!(kv.uint(&key("nextn_predict_layers"))?.unwrap_or(0)),
+    );
+    if lead > 0 {
+        c.insert("intermediate_size".into(), json!(g.dense_width()?));
+    } else if let Some(f) = g.ff {
+        c.insert("intermediate_size".into(), json!(f));
+    }
+    Ok(())
+}
+
+/// The `rope_parameters` of what llama.cpp's deepseek2 computes: no scaling, or YaRN with
+/// `mscale` = `mscale_all_dim` = `yarn_log_multiplier / 0.1` (computed in `f32`, as llama.cpp
+/// does; its converter writes `0.1 · mscale_all_dim`, and it assumes `mscale` the same).
+fn gguf_rope(g: &GgufConfig<'_>) -> Result<Value> {
+    let kv = &g.kv;
+    let key = |k: &str| g.key(k);
+    let no = |k: &str, value: String, why: &'static str| g.err(k, G::NoEquivalent { value, why });
+    if let Some(f) = kv
+        .float(&key("rope.scaling.attn_factor"))?
+        .filter(|&f| f != 1.0)
+    {
+        return Err(no(
+            "rope.scaling.attn_factor",
+            f.to_string(),
+            "llama.cpp's deepseek2 scales cos, sin and the scores by it, which no transformers config does",
+        ));
+    }
+    match kv.str(&key("rope.scaling.type"))? {
+        None | Some("none") => {
+            return Ok(json!({"rope_type": "default", "rope_theta": g.theta}));
+        }
+        Some("yarn") => {}
+        Some(t) => {
+            return Err(g.err(
+                "rope.scaling.type",
+                G::RopeScaling {
+                    kind: t.to_string(),
+                },
+            ))
+        }
+    }
+    let factor = kv
+        .float(&key("rope.scaling.factor"))?
+        .ok_or_else(|| g.err("rope.scaling.factor", G::MissingNoDefault))?;
+    if factor <= 0.0 {
+        return Err(no(
+            "rope.scaling.factor",
+            factor.to_string(),
+            "YaRN needs a factor above 0",
+        ));
+    }
+    let original = match kv.uint(&key("rope.scaling.original_context_length"))? {
+        Some(n) => n,
+        None => kv.uint_req(&key("context_length"))?,
+    };
+    let log_mul = kv.float(&key("rope.scaling.yarn_log_multiplier"))?.ok_or_else(|| {
+        no(
+            "rope.scaling.yarn_log_multiplier",
+            "missing".into(),
+            "without it llama.cpp's deepseek2 scales both cos/sin and the scores by YaRN's mscale, which no transformers config does",
+        )
+    })?;
+    // llama.cpp reads neither: its YaRN betas are always 32 and 1.
+    for (k, default) in [
+        ("rope.scaling.yarn_beta_fast", 32.0),
+        ("rope.scaling.yarn_beta_slow", 1.0),
+    ] {
+        if let Some(b) = kv.float(&key(k))?.filter(|&b| b != default) {
+            return Err(no(
+                k,
+                b.to_string(),
+                "llama.cpp's deepseek2 does not read it and computes with beta_fast 32, beta_slow 1",
+            ));
+        }
+    }
+    let m = f64::from(log_mul as f32 / 0.1f32);
+    Ok(json!({
+        "rope_type": "yarn",
+        "rope_theta": g.theta,
+        "factor": factor,
+        "original_max_position_embeddings": original,
+        "mscale": m,
+        "mscale_all_dim": m,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+    }))
+}
+
+/// deepseek2's `attn_k_b` (`[heads, kv_lora_rank, nope]`: each head's key rows of `kv_b_proj`
+/// transposed) and `attn_v_b` (`[heads, v, kv_lora_rank]`) put back together as `kv_b_proj`
+/// (`[heads · (nope + v), kv_lora_rank]`, per head its `nope` key rows, then its `v` value rows):
+/// the same values, so each output's dot over the latent is the same canonical dot. A layer
+/// already holding `kv_b_proj` (a GGUF from before the split) is left as it is.
+pub fn gguf_assemble(config: &Value, s: &mut TensorStore) -> Result<()> {
+    let c = DeepseekV3Config::parse(config)?;
+    let m = c.mla;
+    let (heads, rank, nope, v) = (m.heads, m.kv_lora_rank, m.nope, m.v);
+    let gguf = |l: usize, n: &str| format!("blk.{l}.{n}.weight");
+    let bad = |name: String, fault: TensorFault| DecodeError::BadTensor { name, fault };
+    for l in 0..c.num_layers {
+        let p = |n: &str| format!("model.layers.{l}.{n}");
+        let (kb, vb, kvb) = (p(K_B), p(V_B), p("self_attn.kv_b_proj.weight"));
+        match (s.find(&kb).is_some(), s.find(&vb).is_some()) {
+            // Whole, or missing (which the decoder's check names).
+            (false, false) => continue,
+            (true, false) => {
+                return Err(bad(
+                    gguf(l, "attn_k_b"),
+                    TensorFault::Unpaired {
+                        missing: gguf(l, "attn_v_b"),
+                    },
+                ))
+            }
+            (false, true) => {
+                return Err(bad(
+                    gguf(l, "attn_v_b"),
+                    TensorFault::Unpaired {
+                        missing: gguf(l, "attn_k_b"),
+                    },
+                ))
+            }
+            (true, true) if s.find(&kvb).is_some() => {
+                return Err(bad(
+                    gguf(l, "attn_kv_b"),
+                    TensorFault::BothForms {
+                        other: gguf(l, "attn_k_b"),
+                    },
+                ))
+            }
+            (true, true) => {}
+        }
+        for (name, gname, want) in [
+            (&kb, "attn_k_b", [heads, rank, nope]),
+            (&vb, "attn_v_b", [heads, v, rank]),
+        ] {
+            let shape = s.get(name)?.shape();
+            if shape != want {
+                return Err(bad(
+                    gguf(l, gname),
+                    TensorFault::Shape {
+                        shape: shape.to_vec(),
+                        expected: want.to_vec(),
+                    },
+                ));
+            }
+        }
+        let (k, k_bytes) = s.remove(&kb).expect("found above");
+        let (vt, v_bytes) = s.remove(&vb).expect("found above");
+        let w = nope + v;
+        let t = Tensor::gathered(&kvb, &[heads * w, rank], &[&k, &vt], |i| {
+            let (row, r) = (i / rank, i % rank);
+            let (h, j) = (row / w, row % w);
+            match j < nope {
+                true => (0, (h * rank + r) * nope + j),
+                false => (1, (h * v + (j - nope)) * rank + r),
+            }
+        });
+        s.insert(t, k_bytes + v_bytes)?;
+    }
+    Ok(())
 }

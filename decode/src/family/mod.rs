@@ -228,6 +228,13 @@ pub struct GgufRow {
         &crate::gguf_model::GgufConfig<'_>,
         &mut serde_json::Map<String, serde_json::Value>,
     ) -> Result<()>,
+    /// Multi-head latent attention: `attention.key_length`, `attention.value_length` and
+    /// `rope.scaling.*` are the family's to read (`config`), and the other families' attention
+    /// tensors (`attn_k`, `attn_v`, q/k norms, q/k/v biases) have no meaning.
+    pub mla: bool,
+    /// Tensors the family makes from the GGUF's before it runs, given the synthesised config
+    /// (deepseek2: `attn_k_b` and `attn_v_b` back into `kv_b_proj`), if any.
+    pub assemble: Option<fn(&serde_json::Value, &mut TensorStore) -> Result<()>>,
 }
 
 /// Every family this build decodes: adding one is its module and a row here.
@@ -243,6 +250,8 @@ pub const REGISTRY: &[FamilyRow] = &[
             arch: "qwen3moe",
             layer_name: qwen3_moe::gguf_layer_name,
             config: qwen3_moe::gguf_config,
+            mla: false,
+            assemble: None,
         }),
     },
     FamilyRow {
@@ -265,6 +274,8 @@ pub const REGISTRY: &[FamilyRow] = &[
             arch: "glm4moe",
             layer_name: glm4_moe::gguf_layer_name,
             config: glm4_moe::gguf_config,
+            mla: false,
+            assemble: None,
         }),
     },
     FamilyRow {
@@ -274,7 +285,13 @@ pub const REGISTRY: &[FamilyRow] = &[
             PlanDecoder::open(deepseek_v3::plan(&cfg), t)
         },
         rope: |c| Ok(deepseek_v3::DeepseekV3Config::parse(c)?.rope),
-        gguf: None,
+        gguf: Some(GgufRow {
+            arch: "deepseek2",
+            layer_name: deepseek_v3::gguf_layer_name,
+            config: deepseek_v3::gguf_config,
+            mla: true,
+            assemble: Some(deepseek_v3::gguf_assemble),
+        }),
     },
     FamilyRow {
         model_types: &["mixtral"],
