@@ -34,12 +34,25 @@
 //!   present (llama.cpp's default 0.0 would zero the routed output), and so must
 //!   `expert_shared_count` and `expert_feed_forward_length` (llama.cpp requires them too).
 //!   M-RoPE sections (`rope.dimension_sections`, the vision model) are refused.
-//! - both: `attention.head_count_kv` defaults to `attention.head_count`,
+//! - `deepseek2` (run as `deepseek_v3`): both of llama.cpp's MLA forms — since June 2025
+//!   `attn_k_b` (each head's key rows of `kv_b_proj`, transposed) and `attn_v_b`, put back
+//!   together into `kv_b_proj` with every value unchanged (`deepseek_v3::gguf_assemble`), with
+//!   `head_count_kv` 1 and `key_length`/`value_length` the latent's widths beside
+//!   `key_length_mla`/`value_length_mla`; before it `attn_kv_b` whole with per-head widths.
+//!   llama.cpp rotates interleaved pairs and has no attention biases (`rope_interleave` true,
+//!   `attention_bias` false). An absent `expert_gating_func` means softmax to llama.cpp
+//!   (DeepSeek-V2) and is refused; `expert_weights_scale` absent or 0 is no scale (1), as
+//!   llama.cpp's `build_moe_ffn` does. YaRN is what llama.cpp's deepseek2 computes: `mscale` =
+//!   `mscale_all_dim` = `yarn_log_multiplier / 0.1` (in `f32`), betas 32 and 1; a YaRN without
+//!   `yarn_log_multiplier`, other betas and an `attn_factor` other than 1 have no transformers
+//!   equivalent and are refused by name. The tokenizer's `deepseek-v3` pre-tokenizer is
+//!   llama.cpp's three regexes in turn.
+//! - every family: `attention.head_count_kv` defaults to `attention.head_count`,
 //!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
 //!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is
 //!   absent; attention biases and q/k norms are on when their tensors are present. RoPE
-//!   scaling (`rope.scaling.type` other than `none`) and per-layer arrays of head counts are
-//!   refused.
+//!   scaling (`rope.scaling.type` other than `none`) other than deepseek2's YaRN and per-layer
+//!   arrays of head counts are refused.
 
 use serde_json::{json, Map, Value};
 

@@ -322,14 +322,36 @@ fn edited(
     name: &'static str,
     edit: impl FnOnce(&mut serde_json::Map<String, Value>),
 ) -> tempfile::TempDir {
-    let src = gguf_model_dir(name);
+    edited_dir(&gguf_model_dir(name), edit)
+}
+
+/// A copy of the model directory `src` whose manifest's config was changed by `edit`.
+fn edited_dir(
+    src: &Path,
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> tempfile::TempDir {
     let tmp = tempfile::tempdir().expect("tempdir");
-    for e in std::fs::read_dir(&src).expect("read_dir") {
+    for e in std::fs::read_dir(src).expect("read_dir") {
         let e = e.expect("entry");
         std::fs::copy(e.path(), tmp.path().join(e.file_name())).expect("copy");
     }
     let mut m = Manifest::load(tmp.path()).expect("manifest");
     edit(m.architecture.config.as_object_mut().expect("object"));
+    // A safetensors-sourced model keeps config.json beside the manifest, which must agree.
+    let cj = tmp.path().join("config.json");
+    if cj.exists() {
+        use sha2::Digest;
+        let text = serde_json::to_vec_pretty(&m.architecture.config).expect("json");
+        std::fs::write(&cj, &text).expect("config.json");
+        let f = m
+            .files
+            .iter_mut()
+            .find(|f| f.path == "config.json")
+            .expect("config.json listed");
+        f.size = text.len() as u64;
+        f.sha256 = hex::encode(sha2::Sha256::digest(&text));
+        f.blake3 = blake3::hash(&text).to_hex().to_string();
+    }
     m.publish(tmp.path()).expect("publish");
     tmp
 }
@@ -538,6 +560,9 @@ fn the_committed_ggufs_are_what_make_from_hf_writes() {
         "qwen3_moe_b.f32-small.gguf",
         "glm4_moe.gguf",
         "glm4_moe.f32-small.gguf",
+        "deepseek_v3.gguf",
+        "deepseek_v3.f32-small.gguf",
+        "deepseek_v3.kv-b.gguf",
     ] {
         let committed =
             std::fs::read(common::repo().join("fixtures/gguf/from_hf").join(f)).expect(f);
@@ -618,4 +643,463 @@ fn renaming_two_tensors_to_one_name_is_refused_and_changes_nothing() {
     );
     let after: std::collections::BTreeSet<String> = t.names().map(String::from).collect();
     assert_eq!(before, after);
+}
+
+/// The deepseek2 GGUFs: llama.cpp's MLA form (`attn_k_b` transposed, `attn_v_b`), with small
+/// tensors F32, and the older whole `attn_kv_b`.
+const DEEPSEEK_FILES: [&str; 3] = ["deepseek_v3", "deepseek_v3.f32-small", "deepseek_v3.kv-b"];
+
+#[test]
+fn deepseek_v3_gguf_maps_onto_the_safetensors_names_config_and_bits() {
+    for file in DEEPSEEK_FILES {
+        // kv_b_proj, assembled from the two halves, is compared bit for bit with the
+        // safetensors one like every other tensor.
+        let cfg = check_mapping(
+            "deepseek_v3",
+            file,
+            &[
+                "model_type",
+                "num_hidden_layers",
+                "hidden_size",
+                "intermediate_size",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "rms_norm_eps",
+                "vocab_size",
+                "tie_word_embeddings",
+                "attention_bias",
+                "num_experts_per_tok",
+                "moe_intermediate_size",
+                "n_routed_experts",
+                "n_shared_experts",
+                "routed_scaling_factor",
+                "n_group",
+                "topk_group",
+                "first_k_dense_replace",
+                "norm_topk_prob",
+                "q_lora_rank",
+                "kv_lora_rank",
+                "qk_nope_head_dim",
+                "qk_rope_head_dim",
+                "v_head_dim",
+                "rope_interleave",
+                "head_dim",
+                "max_position_embeddings",
+            ],
+        );
+        assert_eq!(cfg["rope_parameters"]["rope_type"], "default", "{file}");
+    }
+}
+
+#[test]
+fn deepseek_v3_gguf_and_safetensors_give_the_same_logit_bits() {
+    for file in DEEPSEEK_FILES {
+        same_bits_both_ways("deepseek_v3", file);
+    }
+}
+
+#[test]
+fn deepseek_v3_gguf_tokenizer_gives_the_fixture_ids() {
+    // The deepseek-v3 pre-tokenizer: three regexes in turn.
+    same_ids("deepseek_v3");
+    // Where it differs from the others: digits in threes, CJK runs apart, a punctuation mark
+    // joined to the letters after it.
+    use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
+    let m = Manifest::load(&gguf_model_dir("deepseek_v3")).expect("manifest");
+    let json = gguf_model::tokenizer_json(&m.architecture.config).expect("rebuilt");
+    let tok: tokenizers::Tokenizer = serde_json::to_string(&json)
+        .expect("json")
+        .parse()
+        .expect("tokenizers accepts it");
+    let text = "x 12345日本語です.Hi";
+    let mut pts = PreTokenizedString::from(text);
+    tok.get_pre_tokenizer()
+        .expect("a pre-tokenizer")
+        .pre_tokenize(&mut pts)
+        .expect("pre-tokenize");
+    let pieces: Vec<&str> = pts
+        .get_splits(OffsetReferential::Original, OffsetType::Byte)
+        .into_iter()
+        .map(|(_, (a, b), _)| &text[a..b])
+        .collect();
+    assert_eq!(pieces, ["x", " ", "123", "45", "日本語です", ".Hi"]);
+}
+
+/// YaRN as a DeepSeek-V3 GGUF carries it (`rope.scaling.*`, `yarn_log_multiplier` = 0.1 ·
+/// mscale_all_dim) gives the bits of the same weights with YaRN in config.json (mscale =
+/// mscale_all_dim = 1, DeepSeek-V3's and Kimi-K2's), and other bits than without it.
+#[test]
+fn deepseek2_yarn_keys_give_the_bits_of_the_config_json_yarn() {
+    use serde_json::json;
+    let st = edited_dir(&common::model("deepseek_v3"), |c| {
+        c.insert(
+            "rope_parameters".into(),
+            json!({"rope_type": "yarn", "rope_theta": 10000.0, "factor": 8.0,
+                   "original_max_position_embeddings": 32, "mscale": 1.0,
+                   "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0}),
+        );
+    });
+    let gg = edited("deepseek_v3", |c| {
+        let f32v = |v: f64| json!({"type": "f32", "value": v});
+        c.insert(
+            "deepseek2.rope.scaling.type".into(),
+            json!({"type": "string", "value": "yarn"}),
+        );
+        c.insert("deepseek2.rope.scaling.factor".into(), f32v(8.0));
+        c.insert(
+            "deepseek2.rope.scaling.original_context_length".into(),
+            json!({"type": "u32", "value": 32}),
+        );
+        // What gguf-py stores for the converter's `0.1 * 1.0`.
+        c.insert(
+            "deepseek2.rope.scaling.yarn_log_multiplier".into(),
+            f32v(f64::from(0.1f32)),
+        );
+        c.insert("deepseek2.rope.scaling.yarn_beta_fast".into(), f32v(32.0));
+    });
+    let opts = DecoderOptions::default();
+    let p = &common::reference("deepseek_v3")[0];
+    let run = |dir: &Path| {
+        let mut d = common::open(dir, &opts);
+        common::bits(&common::greedy(&mut d, &p.prompt_ids, 8).1)
+    };
+    let (a, b) = (run(st.path()), run(gg.path()));
+    assert_eq!(a, b, "YaRN through config.json and through the GGUF keys");
+    assert_ne!(
+        a,
+        run(&common::model("deepseek_v3")),
+        "YaRN changed nothing"
+    );
+}
+
+/// A copy of the deepseek2 GGUF's key/values with `edit` applied, adapted.
+fn deepseek_adapt(
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> tarfa_decode::Result<Value> {
+    let (gm, mut gt) = store(&gguf_model_dir("deepseek_v3"));
+    let mut c = gm.architecture.config.clone();
+    edit(c.as_object_mut().expect("object"));
+    gguf_model::adapt(&c, &mut gt)
+}
+
+#[test]
+fn deepseek2_key_values_without_a_transformers_equivalent_are_refused_by_name() {
+    use serde_json::json;
+    let u32v = |v: u64| json!({"type": "u32", "value": v});
+    let f32v = |v: f64| json!({"type": "f32", "value": v});
+    let yarn = |c: &mut serde_json::Map<String, Value>| {
+        c.insert(
+            "deepseek2.rope.scaling.type".into(),
+            json!({"type": "string", "value": "yarn"}),
+        );
+        c.insert("deepseek2.rope.scaling.factor".into(), f32v(8.0));
+        c.insert(
+            "deepseek2.rope.scaling.yarn_log_multiplier".into(),
+            f32v(0.1),
+        );
+    };
+    let k = |s: &str| format!("deepseek2.{s}");
+    let cases: Vec<(Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>, String, GgufFault)> = vec![
+        (
+            // Absent, llama.cpp's deepseek2 routes by softmax (DeepSeek-V2).
+            Box::new(|c| {
+                c.remove("deepseek2.expert_gating_func");
+            }),
+            k("expert_gating_func"),
+            GgufFault::SoftmaxByDefault,
+        ),
+        (
+            Box::new(|c| {
+                c.insert("deepseek2.expert_gating_func".into(), u32v(1));
+            }),
+            k("expert_gating_func"),
+            GgufFault::NotSigmoid { found: 1 },
+        ),
+        (
+            Box::new(|c| {
+                c.insert("deepseek2.attention.key_length".into(), u32v(12));
+            }),
+            k("attention.key_length"),
+            GgufFault::MlaWidth {
+                found: 12,
+                rule: "kv_lora_rank + rope.dimension_count",
+                expected: 20,
+            },
+        ),
+        (
+            Box::new(|c| {
+                c.insert("deepseek2.attention.head_count_kv".into(), u32v(4));
+            }),
+            k("attention.head_count_kv"),
+            GgufFault::MlaWidth {
+                found: 4,
+                rule: "one latent",
+                expected: 1,
+            },
+        ),
+        (
+            Box::new(|c| {
+                c.remove("deepseek2.attention.value_length_mla");
+            }),
+            k("attention.key_length_mla"),
+            GgufFault::MlaHalf {
+                other: "attention.value_length_mla",
+            },
+        ),
+        (
+            Box::new(|c| {
+                c.insert("deepseek2.rope.dimension_count".into(), u32v(12));
+            }),
+            k("attention.key_length"),
+            GgufFault::MlaWidth {
+                found: 20,
+                rule: "kv_lora_rank + rope.dimension_count",
+                expected: 28,
+            },
+        ),
+        (
+            Box::new(|c| {
+                c.insert(
+                    "deepseek2.rope.scaling.type".into(),
+                    json!({"type": "string", "value": "linear"}),
+                );
+            }),
+            k("rope.scaling.type"),
+            GgufFault::RopeScaling {
+                kind: "linear".into(),
+            },
+        ),
+        (
+            Box::new(move |c| {
+                yarn(c);
+                c.remove("deepseek2.rope.scaling.yarn_log_multiplier");
+            }),
+            k("rope.scaling.yarn_log_multiplier"),
+            GgufFault::NoEquivalent {
+                value: "missing".into(),
+                why: "without it llama.cpp's deepseek2 scales both cos/sin and the scores by YaRN's mscale, which no transformers config does",
+            },
+        ),
+        (
+            Box::new(move |c| {
+                yarn(c);
+                c.insert("deepseek2.rope.scaling.yarn_beta_slow".into(), f32v(2.0));
+            }),
+            k("rope.scaling.yarn_beta_slow"),
+            GgufFault::NoEquivalent {
+                value: "2".into(),
+                why: "llama.cpp's deepseek2 does not read it and computes with beta_fast 32, beta_slow 1",
+            },
+        ),
+        (
+            Box::new(move |c| {
+                yarn(c);
+                c.insert("deepseek2.rope.scaling.attn_factor".into(), f32v(0.5));
+            }),
+            k("rope.scaling.attn_factor"),
+            GgufFault::NoEquivalent {
+                value: "0.5".into(),
+                why: "llama.cpp's deepseek2 scales cos, sin and the scores by it, which no transformers config does",
+            },
+        ),
+        (
+            Box::new(|c| {
+                c.insert("deepseek2.leading_dense_block_count".into(), u32v(2));
+            }),
+            k("leading_dense_block_count"),
+            GgufFault::DenseLayers {
+                lead: 2,
+                dense: vec![0],
+            },
+        ),
+    ];
+    for (edit, key, fault) in cases {
+        let e = deepseek_adapt(edit).expect_err(&key);
+        assert_eq!(gguf_fault(e), (key.clone(), fault), "{key}");
+    }
+    // Absent keys with llama.cpp's meaning: no routed scale (1), no renormalisation, no groups.
+    let c = deepseek_adapt(|c| {
+        for key in [
+            "expert_weights_scale",
+            "expert_weights_norm",
+            "expert_group_count",
+            "expert_group_used_count",
+        ] {
+            c.remove(&format!("deepseek2.{key}")).expect(key);
+        }
+    })
+    .expect("adapted");
+    assert_eq!(
+        (
+            &c["routed_scaling_factor"],
+            &c["norm_topk_prob"],
+            &c["n_group"],
+            &c["topk_group"]
+        ),
+        (&json!(1.0), &json!(false), &json!(1), &json!(1))
+    );
+}
+
+#[test]
+fn deepseek2_kv_b_halves_are_checked_before_assembly() {
+    use tarfa_decode::error::TensorFault;
+    let dir = gguf_model_dir("deepseek_v3");
+    let config = Manifest::load(&dir).expect("manifest").architecture.config;
+    let adapt_with = |change: &dyn Fn(&mut TensorStore)| {
+        let (_, mut t) = store(&dir);
+        change(&mut t);
+        gguf_model::adapt(&config, &mut t).expect_err("refused")
+    };
+    let tensor = |e: DecodeError| match e {
+        DecodeError::BadTensor { name, fault } => (name, fault),
+        e => panic!("expected a tensor fault, got {e}"),
+    };
+    // One half without the other.
+    let e = adapt_with(&|t| {
+        t.remove("blk.1.attn_v_b.weight").expect("present");
+    });
+    assert_eq!(
+        tensor(e),
+        (
+            "blk.1.attn_k_b.weight".into(),
+            TensorFault::Unpaired {
+                missing: "blk.1.attn_v_b.weight".into()
+            }
+        )
+    );
+    // Both forms in one layer.
+    let e = adapt_with(&|t| {
+        let (v, n) = t.remove("blk.2.attn_v_b.weight").expect("present");
+        let whole = tarfa_decode::weights::Tensor::gathered(
+            "blk.2.attn_kv_b.weight",
+            &[56, 16],
+            &[&v],
+            |i| (0, i % v.len()),
+        );
+        t.insert(v, n).expect("back");
+        t.insert(whole, 0).expect("new");
+    });
+    assert_eq!(
+        tensor(e),
+        (
+            "blk.2.attn_kv_b.weight".into(),
+            TensorFault::BothForms {
+                other: "blk.2.attn_k_b.weight".into()
+            }
+        )
+    );
+    // attn_k_b not transposed ([heads, nope, rank]: what kv_b's key rows are) is refused.
+    let e = adapt_with(&|t| {
+        let (k, n) = t.remove("blk.0.attn_k_b.weight").expect("present");
+        let flat = tarfa_decode::weights::Tensor::gathered(
+            "blk.0.attn_k_b.weight",
+            &[4, 8, 16],
+            &[&k],
+            |i| (0, i),
+        );
+        t.insert(flat, n).expect("back");
+    });
+    assert_eq!(
+        tensor(e),
+        (
+            "blk.0.attn_k_b.weight".into(),
+            TensorFault::Shape {
+                shape: vec![4, 8, 16],
+                expected: vec![4, 16, 8]
+            }
+        )
+    );
+    // MLA has no per-head keys: an attn_k is a tensor with no meaning, not left out.
+    let e = adapt_with(&|t| {
+        let (q, n) = t.remove("blk.0.attn_q_a.weight").expect("present");
+        let k =
+            tarfa_decode::weights::Tensor::gathered("blk.0.attn_k.weight", q.shape(), &[&q], |i| {
+                (0, i)
+            });
+        t.insert(q, n).expect("back");
+        t.insert(k, 0).expect("new");
+    });
+    assert!(matches!(
+        tensor(e),
+        (name, TensorFault::NoMeaning { model_type: "deepseek_v3", gguf_arch: "deepseek2" })
+            if name == "blk.0.attn_k.weight"
+    ));
+}
+
+/// A GGUF key/value of a random type and value: the kinds of damage a hostile or broken file
+/// carries.
+fn nasty_kv(rng: &mut fastrand::Rng) -> Value {
+    use serde_json::json;
+    let ints = [
+        0u64,
+        1,
+        2,
+        3,
+        4,
+        7,
+        16,
+        20,
+        65_536,
+        u32::MAX as u64,
+        u64::MAX,
+    ];
+    let floats = [0.0, -1.0, 0.1, 1e-30, 1e30, 3.5];
+    match rng.u8(0..7) {
+        0 => json!({"type": "u32", "value": ints[rng.usize(..ints.len())]}),
+        1 => json!({"type": "i32", "value": -(rng.i64(1..5))}),
+        2 => json!({"type": "f32", "value": floats[rng.usize(..floats.len())]}),
+        3 => {
+            let s = ["yarn", "none", "linear", ""][rng.usize(..4)];
+            json!({"type": "string", "value": s})
+        }
+        4 => json!({"type": "bool", "value": rng.bool()}),
+        5 => json!({"type": "array", "elem": "u32", "value": [1, 2]}),
+        _ => json!({"type": "f32", "value": "inf"}),
+    }
+}
+
+/// Damaged key/values of every GGUF architecture are mapped or refused with an error, never a
+/// panic; and what maps, the family opens or refuses with an error.
+#[test]
+fn mutated_gguf_key_values_adapt_or_fail_with_an_error_never_a_panic() {
+    let mut rng = fastrand::Rng::with_seed(27);
+    let (mut adapted, mut refused) = (0, 0);
+    for name in ["qwen3_moe_b", "glm4_moe", "deepseek_v3"] {
+        let dir = gguf_model_dir(name);
+        let base = Manifest::load(&dir).expect("manifest").architecture.config;
+        let keys: Vec<String> = base
+            .as_object()
+            .expect("object")
+            .keys()
+            .filter(|k| !k.starts_with("tokenizer."))
+            .cloned()
+            .collect();
+        for _ in 0..150 {
+            let mut c = base.clone();
+            let o = c.as_object_mut().expect("object");
+            for _ in 0..rng.usize(1..4) {
+                let k = &keys[rng.usize(..keys.len())];
+                match rng.bool() {
+                    true => {
+                        o.remove(k);
+                    }
+                    false => {
+                        o.insert(k.clone(), nasty_kv(&mut rng));
+                    }
+                }
+            }
+            let (_, mut t) = store(&dir);
+            match gguf_model::adapt(&c, &mut t) {
+                Ok(cfg) => {
+                    adapted += 1;
+                    let _ = tarfa_decode::family::open(&cfg, &t);
+                }
+                Err(_) => refused += 1,
+            }
+        }
+    }
+    assert!(
+        adapted > 20 && refused > 100,
+        "{adapted} adapted, {refused} refused"
+    );
 }
