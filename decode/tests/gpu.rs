@@ -396,6 +396,28 @@ fn a_quantised_gguf_gives_the_cpu_bits_offloaded_and_whole_on_the_gpu() {
     }
 }
 
+/// deepseek2 GGUFs (MLA, which the whole GPU pass declines: the offload path), in both MLA forms
+/// and quantised: the CPU's bits.
+#[test]
+fn deepseek2_ggufs_give_the_cpu_bits_on_the_gpu() {
+    if !gpu_here() {
+        return;
+    }
+    for (src, name) in [
+        ("fixtures/gguf/from_hf/deepseek_v3.gguf", "deepseek_v3"),
+        ("fixtures/gguf/from_hf/deepseek_v3.kv-b.gguf", "deepseek_v3"),
+        ("fixtures/gguf/deepseek_v3_q.gguf", "deepseek_v3_q"),
+    ] {
+        let dir = common::converted(src);
+        let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
+        let mut dec = common::open(&dir, &gpu(1.0, None, true));
+        assert_eq!(run(&mut dec, name), cpu, "{src}");
+        let r = dec.offload_report().expect("report");
+        assert!(!r.whole_model, "{src}: {r:?}");
+        eprintln!("{src}: {r:?}");
+    }
+}
+
 /// An expert whose gate is BF16 and whose up is F32 (legal in a checkpoint) is not taken by the
 /// GPU, whose kernel reads gate and up as one type: the bits stay the CPU's.
 #[test]

@@ -6,7 +6,11 @@
 //!   transformers' fp32 run of the same weights as gguf-py dequantises them (a checkpoint written
 //!   by `make_quantised.py hf`, references made on the GPU machine by
 //!   `fixtures/hf/device-references.sh`), and every step's logits are within 1e-5 of it.
-//! - The same model's logits are the same bits on every ISA and thread count, streamed or
+//! - `fixtures/gguf/deepseek_v3_q.gguf` (llama.cpp's deepseek2, MLA in its split form with
+//!   Q8_0 `attn_k_b`/`attn_v_b`, YaRN; Q8_0, Q4_0, Q4_K, Q5_K, Q6_K; `make_quantised.py gguf
+//!   deepseek_v3_q`) likewise, its references made on the build machine's CPU from
+//!   `make_quantised.py hf OUT deepseek_v3_q`.
+//! - The same models' logits are the same bits on every ISA and thread count, streamed or
 //!   resident.
 //! - A GGUF with quantised matrices and the same GGUF with each of them replaced by gguf-py's F32
 //!   dequantisation (`decode/tests/quant_vectors.py --requantise-gguf`) give the same logits bits.
@@ -20,14 +24,34 @@ use tarfa_runtime::{BackendChoice, BackendKind, SourceOptions};
 
 const MAX_ABS: f64 = 1e-5;
 
+/// The quantised GGUF fixtures: name, converted model.
+fn quantised_models() -> [(&'static str, std::path::PathBuf); 2] {
+    [
+        ("qwen3_moe_q", common::quantised_model()),
+        (
+            "deepseek_v3_q",
+            common::converted("fixtures/gguf/deepseek_v3_q.gguf"),
+        ),
+    ]
+}
+
 #[test]
 fn a_quantised_gguf_agrees_with_transformers_on_its_dequantised_weights() {
-    let dir = common::quantised_model();
-    let mut dec = common::open(&dir, &DecoderOptions::default());
-    let refdir = common::repo().join("fixtures/reference/qwen3_moe_q");
-    for p in common::reference("qwen3_moe_q") {
+    for (name, dir) in quantised_models() {
+        agrees_with_transformers(name, &dir);
+    }
+}
+
+fn agrees_with_transformers(name: &'static str, dir: &std::path::Path) {
+    let mut dec = common::open(dir, &DecoderOptions::default());
+    let refdir = common::repo().join("fixtures/reference").join(name);
+    for p in common::reference(name) {
         let (toks, rows) = common::greedy(&mut dec, &p.prompt_ids, 32);
-        assert_eq!(toks, p.fp32_tokens, "prompt {}: greedy tokens", p.index);
+        assert_eq!(
+            toks, p.fp32_tokens,
+            "{name} prompt {}: greedy tokens",
+            p.index
+        );
         let r32 = tarfa_decode::npy::read(&refdir.join(format!("p{}.fp32.npy", p.index)))
             .expect("fp32 reference");
         let r64 = tarfa_decode::npy::read(&refdir.join(format!("p{}.fp64.npy", p.index)))
@@ -43,12 +67,12 @@ fn a_quantised_gguf_agrees_with_transformers_on_its_dequantised_weights() {
             }
         }
         eprintln!(
-            "qwen3_moe_q p{}: max|tarfa − fp32| = {d32:.3e}, max|tarfa − fp64| = {d64:.3e}, max|fp32 − fp64| = {ref_d:.3e}",
+            "{name} p{}: max|tarfa − fp32| = {d32:.3e}, max|tarfa − fp64| = {d64:.3e}, max|fp32 − fp64| = {ref_d:.3e}",
             p.index
         );
         assert!(
             d32 <= MAX_ABS,
-            "prompt {}: {d32} from transformers fp32",
+            "{name} prompt {}: {d32} from transformers fp32",
             p.index
         );
     }
@@ -56,8 +80,13 @@ fn a_quantised_gguf_agrees_with_transformers_on_its_dequantised_weights() {
 
 #[test]
 fn a_quantised_model_gives_the_same_bits_on_every_isa_thread_count_and_expert_mode() {
-    let dir = common::quantised_model();
-    let prompt = &common::reference("qwen3_moe_q")[0].prompt_ids;
+    for (name, dir) in quantised_models() {
+        same_bits_everywhere(name, &dir);
+    }
+}
+
+fn same_bits_everywhere(name: &'static str, dir: &std::path::Path) {
+    let prompt = &common::reference(name)[0].prompt_ids;
     let run = |isa: Isa, threads: usize, mode: ExpertMode| {
         let opts = DecoderOptions {
             threads,
@@ -74,14 +103,18 @@ fn a_quantised_model_gives_the_same_bits_on_every_isa_thread_count_and_expert_mo
             prompt_chunk: 0,
             device: Default::default(),
         };
-        let mut dec = common::open(&dir, &opts);
+        let mut dec = common::open(dir, &opts);
         common::bits(&common::greedy(&mut dec, prompt, 8).1)
     };
     let base = run(Isa::Scalar, 1, ExpertMode::Stream);
     for isa in Isa::available_all() {
         for threads in [1, 3] {
             for mode in [ExpertMode::Stream, ExpertMode::Resident] {
-                assert_eq!(run(isa, threads, mode), base, "{isa:?} {threads} {mode:?}");
+                assert_eq!(
+                    run(isa, threads, mode),
+                    base,
+                    "{name}: {isa:?} {threads} {mode:?}"
+                );
             }
         }
     }
