@@ -782,6 +782,9 @@ fn deepseek_adapt(
     gguf_model::adapt(&c, &mut gt)
 }
 
+/// An edit of a GGUF's key/values.
+type KvEdit<'a> = Box<dyn FnOnce(&mut serde_json::Map<String, Value>) + 'a>;
+
 #[test]
 fn deepseek2_key_values_without_a_transformers_equivalent_are_refused_by_name() {
     use serde_json::json;
@@ -799,7 +802,7 @@ fn deepseek2_key_values_without_a_transformers_equivalent_are_refused_by_name() 
         );
     };
     let k = |s: &str| format!("deepseek2.{s}");
-    let cases: Vec<(Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>, String, GgufFault)> = vec![
+    let cases: Vec<(KvEdit<'_>, String, GgufFault)> = vec![
         (
             // Absent, llama.cpp's deepseek2 routes by softmax (DeepSeek-V2).
             Box::new(|c| {
