@@ -154,6 +154,7 @@ impl Decoder {
         } else {
             config
         };
+        family::prepare(config, &mut tensors)?;
         let mut family = family::open(config, &tensors)?;
         let context = config
             .get("max_position_embeddings")

@@ -17,6 +17,7 @@ const FIXTURES: &[&str] = &[
     "glm4_moe",
     "glm4_moe_b",
     "qwen3_5_moe_text",
+    "qwen3_next",
     "deepseek_v3",
     "deepseek_v3_b",
 ];

@@ -16,6 +16,7 @@ pub mod mla;
 pub mod plan;
 pub mod qwen3_5_moe;
 pub mod qwen3_moe;
+pub mod qwen3_next;
 
 use plan::PlanDecoder;
 
@@ -211,6 +212,9 @@ pub struct FamilyRow {
     pub rope: fn(&serde_json::Value) -> Result<crate::config::RopeConfig>,
     /// llama.cpp's architecture of the family's GGUFs, if this build reads them.
     pub gguf: Option<GgufRow>,
+    /// Tensors the family makes from the checkpoint's before it runs, whatever the source
+    /// (`qwen3_next`: its fused DeltaNet projections split into Qwen3.5's), if any.
+    pub prepare: Option<fn(&serde_json::Value, &mut TensorStore) -> Result<()>>,
 }
 
 /// How a family reads a GGUF of llama.cpp's ([`crate::gguf_model`]): what is particular to it.
@@ -253,6 +257,7 @@ pub const REGISTRY: &[FamilyRow] = &[
             mla: false,
             assemble: None,
         }),
+        prepare: None,
     },
     FamilyRow {
         model_types: &["qwen3_5_moe_text", "qwen3_5_moe"],
@@ -262,6 +267,17 @@ pub const REGISTRY: &[FamilyRow] = &[
         },
         rope: |c| Ok(qwen3_5_moe::Qwen3_5MoeConfig::parse(c)?.rope),
         gguf: None,
+        prepare: None,
+    },
+    FamilyRow {
+        model_types: &["qwen3_next"],
+        open: |c, t| {
+            let cfg = qwen3_5_moe::Qwen3_5MoeConfig::parse_next(c)?;
+            PlanDecoder::open(qwen3_5_moe::plan(&cfg), t)
+        },
+        rope: |c| Ok(qwen3_5_moe::Qwen3_5MoeConfig::parse_next(c)?.rope),
+        gguf: None,
+        prepare: Some(qwen3_next::prepare),
     },
     FamilyRow {
         model_types: &["glm4_moe"],
@@ -277,6 +293,7 @@ pub const REGISTRY: &[FamilyRow] = &[
             mla: false,
             assemble: None,
         }),
+        prepare: None,
     },
     FamilyRow {
         model_types: &["deepseek_v3", "kimi_k2"],
@@ -292,6 +309,7 @@ pub const REGISTRY: &[FamilyRow] = &[
             mla: true,
             assemble: Some(deepseek_v3::gguf_assemble),
         }),
+        prepare: None,
     },
     FamilyRow {
         model_types: &["mixtral"],
@@ -301,6 +319,7 @@ pub const REGISTRY: &[FamilyRow] = &[
         },
         rope: |c| Ok(mixtral::MixtralConfig::parse(c)?.rope),
         gguf: None,
+        prepare: None,
     },
 ];
 
@@ -321,6 +340,15 @@ pub fn row(config: &serde_json::Value) -> Result<&'static FamilyRow> {
                 .collect::<Vec<_>>()
                 .join(", "),
         })
+}
+
+/// Make the tensors `config`'s family computes with from the checkpoint's
+/// ([`FamilyRow::prepare`]; nothing for most families).
+pub fn prepare(config: &serde_json::Value, tensors: &mut TensorStore) -> Result<()> {
+    match row(config)?.prepare {
+        Some(prepare) => prepare(config, tensors),
+        None => Ok(()),
+    }
 }
 
 /// The family of `config` (its `model_type`), checked against the resident tensors.

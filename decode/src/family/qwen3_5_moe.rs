@@ -73,14 +73,36 @@ pub struct Qwen3_5MoeConfig {
     /// Tensor-name prefix of the text model: `model.` (text checkpoints) or
     /// `model.language_model.` (`qwen3_5_moe` checkpoints).
     pub prefix: String,
+    /// Qwen3-Next (`qwen3_next`): fused DeltaNet projections, `norm_topk_prob`, dense layers.
+    pub next: Option<NextKeys>,
+}
+
+/// What a `qwen3_next` config has beside Qwen3.5-MoE's keys.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NextKeys {
+    /// `norm_topk_prob` (default true): renormalise the top-k weights.
+    pub norm_topk_prob: bool,
+    /// Each layer's MLP dense (in `mlp_only_layers`, or not a `decoder_sparse_step`-th layer).
+    pub dense: Vec<bool>,
+    /// `intermediate_size` (the dense MLP's width; default 5632).
+    pub intermediate_size: usize,
 }
 
 impl Qwen3_5MoeConfig {
     /// Parse a `qwen3_5_moe_text` config, or the `text_config` of a `qwen3_5_moe` one.
     pub fn parse(v: &serde_json::Value) -> Result<Qwen3_5MoeConfig> {
+        Self::parse_as(v, false)
+    }
+
+    /// Parse a `qwen3_next` config (Qwen3-Next: its own defaults and keys).
+    pub fn parse_next(v: &serde_json::Value) -> Result<Qwen3_5MoeConfig> {
+        Self::parse_as(v, true)
+    }
+
+    fn parse_as(v: &serde_json::Value, next: bool) -> Result<Qwen3_5MoeConfig> {
         use limits::*;
         let top = ConfigReader::new(v)?;
-        let (c, prefix) = if top.str("model_type")? == Some("qwen3_5_moe") {
+        let (c, prefix) = if !next && top.str("model_type")? == Some("qwen3_5_moe") {
             match top.object("text_config")? {
                 Some(t) => (t, "model.language_model."),
                 None => return Err(bad("text_config", ConfigFault::Missing)),
@@ -155,8 +177,14 @@ impl Qwen3_5MoeConfig {
                 },
             ));
         }
-        let num_experts = c.usize("num_experts", MAX_EXPERTS)?.unwrap_or(256);
-        let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(8);
+        // transformers' defaults: Qwen3-Next 512 experts, top-10; Qwen3.5-MoE 256, top-8.
+        let (experts_default, top_k_default) = if next { (512, 10) } else { (256, 8) };
+        let num_experts = c
+            .usize("num_experts", MAX_EXPERTS)?
+            .unwrap_or(experts_default);
+        let top_k = c
+            .usize("num_experts_per_tok", MAX_EXPERTS)?
+            .unwrap_or(top_k_default);
         if num_experts == 0 || top_k == 0 || top_k > num_experts {
             return Err(bad(
                 "num_experts_per_tok",
@@ -170,7 +198,12 @@ impl Qwen3_5MoeConfig {
             Some(t) => t,
             None => top.bool("tie_word_embeddings")?.unwrap_or(false),
         };
+        let next = match next {
+            false => None,
+            true => Some(next_keys(&c, num_layers)?),
+        };
         Ok(Qwen3_5MoeConfig {
+            next,
             vocab_size: c.positive("vocab_size", MAX_VOCAB)?,
             hidden_size,
             num_layers,
@@ -197,12 +230,36 @@ impl Qwen3_5MoeConfig {
     }
 }
 
+/// Qwen3-Next's MLP keys: a layer is sparse when it is not in `mlp_only_layers` and `(l + 1)` is a
+/// multiple of `decoder_sparse_step` (transformers' `Qwen3NextDecoderLayer`), else a dense SwiGLU
+/// of `intermediate_size`.
+fn next_keys(c: &ConfigReader<'_>, num_layers: usize) -> Result<NextKeys> {
+    use limits::*;
+    let step = c.positive_or("decoder_sparse_step", MAX_LAYERS, 1)?;
+    let only = c.usize_list("mlp_only_layers")?.unwrap_or_default();
+    Ok(NextKeys {
+        norm_topk_prob: c.bool("norm_topk_prob")?.unwrap_or(true),
+        dense: (0..num_layers)
+            .map(|l| only.contains(&l) || !(l + 1).is_multiple_of(step))
+            .collect(),
+        intermediate_size: c.positive_or("intermediate_size", MAX_DIM, 5632)?,
+    })
+}
+
 /// qwen3_5_moe's forward pass: zero-centred norms; `full_attention` layers gated attention
 /// (q/k norms, partial rotary), `linear_attention` layers Gated DeltaNet; every layer MoE, its
 /// softmax top-k always renormalised, plus the shared expert weighed by its gate.
 pub fn plan(c: &Qwen3_5MoeConfig) -> Plan {
+    let moe = MlpPlan::Moe {
+        router: "mlp.gate.weight",
+        route: RoutePlan::Softmax,
+        shared: c.shared_width,
+    };
     Plan {
-        family: "qwen3_5_moe",
+        family: match c.next {
+            None => "qwen3_5_moe",
+            Some(_) => "qwen3_next",
+        },
         prefix: c.prefix.clone(),
         vocab: c.vocab_size,
         hidden: c.hidden_size,
@@ -225,7 +282,7 @@ pub fn plan(c: &Qwen3_5MoeConfig) -> Plan {
         rope: c.rope.clone(),
         num_experts: c.num_experts,
         top_k: c.top_k,
-        norm_topk_prob: true,
+        norm_topk_prob: c.next.as_ref().is_none_or(|n| n.norm_topk_prob),
         mixers: c
             .layer_types
             .iter()
@@ -242,14 +299,10 @@ pub fn plan(c: &Qwen3_5MoeConfig) -> Plan {
             dv: c.lin_v_dim,
             kernel: c.conv_kernel,
         }),
-        mlps: vec![
-            MlpPlan::Moe {
-                router: "mlp.gate.weight",
-                route: RoutePlan::Softmax,
-                shared: c.shared_width,
-            };
-            c.num_layers
-        ],
+        mlps: match &c.next {
+            None => vec![moe; c.num_layers],
+            Some(n) => MlpPlan::layers(c.num_layers, |l| !n.dense[l], moe, n.intermediate_size),
+        },
         shared: SharedPlan {
             prefix: "mlp.shared_expert",
             gate: Some("mlp.shared_expert_gate.weight"),
