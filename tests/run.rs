@@ -94,7 +94,13 @@ fn run_prints_the_text_and_ids_transformers_generates() {
 #[test]
 fn run_prints_transformers_text_for_every_family() {
     // One prompt per family fixture (text in, text out): the families beyond qwen3_moe.
-    for name in ["mixtral", "glm4_moe_b", "qwen3_5_moe_text", "deepseek_v3"] {
+    for name in [
+        "mixtral",
+        "glm4_moe_b",
+        "qwen3_5_moe_text",
+        "qwen3_next",
+        "deepseek_v3",
+    ] {
         let tmp = tempfile::tempdir().expect("tmp");
         let model = tmp.path().join("m");
         convert(name, &model, &[]);

@@ -113,6 +113,9 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
         ("mixtral", &[true], 1),
         // DeltaNet's recurrent state: run token by token, and zeroed by the reset between prompts.
         ("qwen3_5_moe_text", &[true, false], 1),
+        // Qwen3.5's engine path from Qwen3-Next's split projections, a dense layer, no
+        // renormalisation.
+        ("qwen3_next", &[true], 1),
     ] {
         let dir = common::model(name);
         // Four greedy steps: the emulation runs every CUDA thread on two CPU cores, so the
@@ -149,7 +152,7 @@ fn the_whole_gpu_forward_pass_gives_the_cpu_bits() {
             );
             // A batched prompt ran as matrices (Engine::prompt), except where a DeltaNet
             // layer's recurrence steps it token by token.
-            let matrices = batch && !name.starts_with("qwen3_5");
+            let matrices = batch && !matches!(name, "qwen3_5_moe_text" | "qwen3_next");
             assert_eq!(r.prompt_passes > 0, matrices, "{name}: {r:?}");
         }
     }

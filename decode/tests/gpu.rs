@@ -84,6 +84,7 @@ fn the_whole_forward_pass_on_the_gpu_gives_the_cpu_bits() {
         "glm4_moe_b",
         "mixtral",
         "qwen3_5_moe_text",
+        "qwen3_next",
     ] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
@@ -304,6 +305,7 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
         "mixtral",
         "glm4_moe_b",
         "qwen3_5_moe_text",
+        "qwen3_next",
         "deepseek_v3",
         "deepseek_v3_b",
     ] {

@@ -45,12 +45,13 @@ fn mutate(v: &Value, rng: &mut fastrand::Rng) -> Value {
 #[test]
 fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_error() {
     let mut rng = fastrand::Rng::with_seed(7);
-    let mut parsed = [0usize; 4];
-    let (mixtral, glm, qwen35, deepseek) = (
+    let mut parsed = [0usize; 5];
+    let (mixtral, glm, qwen35, deepseek, next) = (
         fixture_config("mixtral"),
         fixture_config("glm4_moe_b"),
         fixture_config("qwen3_5_moe_text"),
         fixture_config("deepseek_v3"),
+        fixture_config("qwen3_next"),
     );
     for _ in 0..5_000 {
         if let Ok(c) = MixtralConfig::parse(&mutate(&mixtral, &mut rng)) {
@@ -79,6 +80,16 @@ fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_erro
             assert!(c.num_experts % c.n_group == 0 && c.topk_group <= c.n_group);
             assert!(m.v <= m.qk() && m.rope % 2 == 0 && m.kv_lora_rank > 0);
             assert!(m.q_lora_rank != Some(0) && c.rope.rotary_dim == m.rope);
+        }
+        if let Ok(c) = Qwen3_5MoeConfig::parse_next(&mutate(&next, &mut rng)) {
+            parsed[4] += 1;
+            let n = c.next.as_ref().expect("Qwen3-Next's keys");
+            assert_eq!(
+                (c.layer_types.len(), n.dense.len()),
+                (c.num_layers, c.num_layers)
+            );
+            assert!(c.lin_v_heads % c.lin_k_heads == 0 && n.intermediate_size > 0);
+            assert!(c.top_k >= 1 && c.top_k <= c.num_experts);
         }
     }
     assert!(parsed.iter().all(|&n| n > 100), "{parsed:?}");

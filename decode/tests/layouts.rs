@@ -202,6 +202,7 @@ fn fused_and_per_expert_checkpoints_give_the_same_logits_bits() {
         "mixtral",
         "glm4_moe_b",
         "qwen3_5_moe_text",
+        "qwen3_next",
         "deepseek_v3",
         "deepseek_v3_b",
     ] {

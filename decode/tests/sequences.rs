@@ -15,6 +15,7 @@ const NAMES: &[&str] = &[
     "mixtral",
     "glm4_moe_b",
     "qwen3_5_moe_text",
+    "qwen3_next",
     "deepseek_v3",
     "deepseek_v3_b",
 ];
