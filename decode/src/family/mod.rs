@@ -390,7 +390,7 @@ mod tests {
             sorted.dedup();
             assert_eq!(sorted.len(), list.len(), "{list:?}");
         }
-        assert_eq!(archs, ["qwen3moe", "glm4moe"]);
+        assert_eq!(archs, ["qwen3moe", "glm4moe", "deepseek2"]);
         for r in REGISTRY {
             let Some(g) = &r.gguf else { continue };
             for (stem, suffix) in [
