@@ -156,6 +156,24 @@ pub fn attend_scaled(
     k: &[Vec<f32>],
     v: &[Vec<f32>],
 ) -> Batch {
+    attend_with(isa, shape, scaling, None, cache, start, q, k, v)
+}
+
+/// [`attend_scaled`] with attention sinks: head `h`'s softmax runs over its scores and then
+/// `sinks[h]` (the last element of the canonical sum and a candidate for the max), and the sink's
+/// weight is dropped before the weighted sum of values (MiMo-V2-Flash, gpt-oss).
+#[allow(clippy::too_many_arguments)]
+pub fn attend_with(
+    isa: Isa,
+    shape: AttnShape,
+    scaling: f32,
+    sinks: Option<&[f32]>,
+    cache: &mut KvCache,
+    start: usize,
+    q: &[Vec<f32>],
+    k: &[Vec<f32>],
+    v: &[Vec<f32>],
+) -> Batch {
     let d = shape.head_dim;
     let width = shape.kv_heads * d;
     cache.truncate(start, width);
@@ -183,7 +201,13 @@ pub fn attend_scaled(
                 isa.dot_f32(kk, qh) * scaling
             })
             .collect();
+        if let Some(s) = sinks {
+            scores.push(s[h]);
+        }
         isa.softmax(&mut scores);
+        if sinks.is_some() {
+            scores.pop();
+        }
         let mut out = vec![0.0f32; d];
         isa.weighted_rows(
             &scores,

@@ -292,6 +292,10 @@ fn refusal(p: &Plan) -> Option<&'static str> {
         Some("DeltaNet layers without their widths")
     } else if p.mixers.contains(&MixerPlan::Mla) {
         Some("multi-head latent attention (MLA)")
+    } else if p.mixers.contains(&MixerPlan::SlidingAttention) || p.swa.is_some() {
+        Some("sliding-window layers of their own attention form (MiMo-V2-Flash)")
+    } else if p.attn.extra.is_some() {
+        Some("attention sinks, scaled values or values narrower than keys")
     } else {
         None
     }
@@ -686,8 +690,8 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                     out,
                 })
             }
-            // `refusal` declines MLA before any weight is mapped.
-            MixerPlan::Mla => return Ok(None),
+            // `refusal` declines these before any weight is mapped.
+            MixerPlan::Mla | MixerPlan::SlidingAttention => return Ok(None),
         };
         let mlp = match *mlp {
             MlpPlan::Dense { inter } => swiglu(&n("mlp"), inter)?.map(HostMlp::Dense),
@@ -954,12 +958,14 @@ mod tests {
                 qkv_bias: false,
                 o_bias: false,
                 out_gate: false,
+                extra: None,
             },
             rope: RopeConfig {
                 yarn: None,
                 theta: 1e6,
                 rotary_dim: head_dim,
             },
+            swa: None,
             num_experts: 4,
             top_k: 2,
             norm_topk_prob: true,

@@ -18,6 +18,7 @@ const FIXTURES: &[&str] = &[
     "glm4_moe_b",
     "qwen3_5_moe_text",
     "qwen3_next",
+    "mimo_v2_flash",
     "deepseek_v3",
     "deepseek_v3_b",
 ];
@@ -87,18 +88,34 @@ fn rope_inverse_frequencies_equal_torch_bit_for_bit() {
             .expect("config"),
         )
         .expect("json");
-        let rope = tarfa_decode::family::rope_config(&cfg).expect("config");
-        let ours = tarfa_decode::rope::inv_freq_of(&rope);
-        let torch = npy::read(
-            &common::repo()
-                .join("fixtures/reference")
-                .join(name)
-                .join("inv_freq.npy"),
-        )
-        .expect("inv_freq.npy");
-        let torch: Vec<u32> = torch.data.iter().map(|&v| (v as f32).to_bits()).collect();
-        let ours: Vec<u32> = ours.iter().map(|v| v.to_bits()).collect();
-        assert_eq!(ours, torch, "{name}: inv_freq");
+        // One RoPE, or one per layer kind (MiMo-V2-Flash: `inv_freq.{kind}.npy`).
+        let ropes = match name {
+            "mimo_v2_flash" => {
+                let c = tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig::parse(&cfg)
+                    .expect("config");
+                vec![
+                    ("inv_freq.full_attention.npy", c.full_rope),
+                    ("inv_freq.sliding_attention.npy", c.sliding_rope),
+                ]
+            }
+            _ => vec![(
+                "inv_freq.npy",
+                tarfa_decode::family::rope_config(&cfg).expect("config"),
+            )],
+        };
+        for (file, rope) in ropes {
+            let ours = tarfa_decode::rope::inv_freq_of(&rope);
+            let torch = npy::read(
+                &common::repo()
+                    .join("fixtures/reference")
+                    .join(name)
+                    .join(file),
+            )
+            .expect(file);
+            let torch: Vec<u32> = torch.data.iter().map(|&v| (v as f32).to_bits()).collect();
+            let ours: Vec<u32> = ours.iter().map(|v| v.to_bits()).collect();
+            assert_eq!(ours, torch, "{name}: {file}");
+        }
     }
 }
 

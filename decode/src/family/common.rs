@@ -196,9 +196,27 @@ pub struct AttnSpec {
     /// `q_proj` gives `[q_h | gate_h]` per head and the attention output is multiplied by
     /// `sigmoid(gate)` before `o_proj` (Qwen3.5's gated attention).
     pub out_gate: bool,
+    /// Values of another width, scaled values and attention sinks (MiMo-V2-Flash), if any.
+    pub extra: Option<AttnExtra>,
+}
+
+/// MiMo-V2-Flash's attention beyond the usual form.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AttnExtra {
+    /// A value head's width (`v_head_dim`), at most the key's.
+    pub v_dim: usize,
+    /// Each value multiplied by it after `v_proj` (`attention_value_scale`), in `f32`.
+    pub v_scale: f32,
+    /// A learned logit per head (`self_attn.attention_sink_bias`, transformers' `sinks`) joins each softmax and is dropped after it.
+    pub sinks: bool,
 }
 
 impl AttnSpec {
+    /// A value head's width.
+    pub fn v_dim(&self) -> usize {
+        self.extra.map_or(self.shape.head_dim, |e| e.v_dim)
+    }
+
     fn q_rows(&self) -> usize {
         let q = self.shape.heads * self.shape.head_dim;
         if self.out_gate {
@@ -216,8 +234,9 @@ pub fn check_attention(s: &TensorStore, prefix: &str, a: &AttnSpec, hidden: usiz
     let p = |n: &str| format!("{prefix}.{n}");
     s.get(&p("q_proj.weight"))?.matrix(a.q_rows(), hidden)?;
     s.get(&p("k_proj.weight"))?.matrix(nkv * d, hidden)?;
-    s.get(&p("v_proj.weight"))?.matrix(nkv * d, hidden)?;
-    s.get(&p("o_proj.weight"))?.matrix(hidden, nh * d)?;
+    let dv = a.v_dim();
+    s.get(&p("v_proj.weight"))?.matrix(nkv * dv, hidden)?;
+    s.get(&p("o_proj.weight"))?.matrix(hidden, nh * dv)?;
     if a.qk_norm.is_some() {
         s.get(&p("q_norm.weight"))?.vector(d)?;
         s.get(&p("k_norm.weight"))?.vector(d)?;
@@ -225,7 +244,10 @@ pub fn check_attention(s: &TensorStore, prefix: &str, a: &AttnSpec, hidden: usiz
     if a.qkv_bias {
         s.get(&p("q_proj.bias"))?.vector(a.q_rows())?;
         s.get(&p("k_proj.bias"))?.vector(nkv * d)?;
-        s.get(&p("v_proj.bias"))?.vector(nkv * d)?;
+        s.get(&p("v_proj.bias"))?.vector(nkv * dv)?;
+    }
+    if a.extra.is_some_and(|e| e.sinks) {
+        s.get(&p("attention_sink_bias"))?.vector(nh)?;
     }
     if a.o_bias {
         s.get(&p("o_proj.bias"))?.vector(hidden)?;
@@ -258,9 +280,17 @@ pub fn attention(
         }
     };
     let wq = s.get(&p("q_proj.weight"))?.matrix(a.q_rows(), hidden)?;
+    let dv = a.v_dim();
     let wk = s.get(&p("k_proj.weight"))?.matrix(nkv * d, hidden)?;
-    let wv = s.get(&p("v_proj.weight"))?.matrix(nkv * d, hidden)?;
-    let wo = s.get(&p("o_proj.weight"))?.matrix(hidden, nh * d)?;
+    let wv = s.get(&p("v_proj.weight"))?.matrix(nkv * dv, hidden)?;
+    let wo = s.get(&p("o_proj.weight"))?.matrix(hidden, nh * dv)?;
+    let sinks: Option<Vec<f32>> = match a.extra {
+        Some(e) if e.sinks => {
+            let w = s.get(&p("attention_sink_bias"))?.vector(nh)?;
+            Some((0..nh).map(|h| w.get(h)).collect())
+        }
+        _ => None,
+    };
     let norms = match a.qk_norm {
         Some(style) => Some((
             style,
@@ -276,7 +306,20 @@ pub fn attention(
     );
     let isa = ctx.isa;
     let mut qkv = ctx.linear_many("attention q/k/v", &[(wq, bq), (wk, bk), (wv, bv)], x)?;
-    let v = qkv.pop().expect("three outputs");
+    let mut v = qkv.pop().expect("three outputs");
+    // MiMo: values scaled, and narrower values padded with +0 to the key's width (their
+    // outputs are +0 and dropped below; no other sum sees them).
+    if let Some(e) = a.extra {
+        for vt in v.iter_mut() {
+            let mut padded = vec![0.0f32; nkv * d];
+            for (head, out) in vt.chunks_exact(dv).zip(padded.chunks_exact_mut(d)) {
+                for (o, &x) in out.iter_mut().zip(head) {
+                    *o = x * e.v_scale;
+                }
+            }
+            *vt = padded;
+        }
+    }
     let mut k = qkv.pop().expect("three outputs");
     let mut q = qkv.pop().expect("three outputs");
     // Gated attention: per head [q_h | gate_h]; the gates kept head-major.
@@ -307,7 +350,26 @@ pub fn attention(
     let mut pairs: Vec<(&mut Vec<f32>, &mut Vec<f32>)> = q.iter_mut().zip(k.iter_mut()).collect();
     let width = pairs.first().map_or(0, |p| p.0.len() + p.1.len());
     per_token(&mut pairs, width, place);
-    let mut o = blocks::attend(isa, a.shape, kv, start, &q, &k, &v);
+    let scaling = (1.0 / (d as f64).sqrt()) as f32;
+    let mut o = blocks::attend_with(
+        isa,
+        a.shape,
+        scaling,
+        sinks.as_deref(),
+        kv,
+        start,
+        &q,
+        &k,
+        &v,
+    );
+    if dv != d {
+        for ot in o.iter_mut() {
+            *ot = ot
+                .chunks_exact(d)
+                .flat_map(|h| h[..dv].iter().copied())
+                .collect();
+        }
+    }
     if let Some(gates) = gates {
         for (ot, gt) in o.iter_mut().zip(&gates) {
             for (v, &g) in ot.iter_mut().zip(gt) {

@@ -11,6 +11,7 @@ pub mod common;
 pub mod deepseek_v3;
 pub mod deltanet;
 pub mod glm4_moe;
+pub mod mimo_v2_flash;
 pub mod mixtral;
 pub mod mla;
 pub mod plan;
@@ -309,6 +310,16 @@ pub const REGISTRY: &[FamilyRow] = &[
             mla: true,
             assemble: Some(deepseek_v3::gguf_assemble),
         }),
+        prepare: None,
+    },
+    FamilyRow {
+        model_types: &["mimo_v2_flash"],
+        open: |c, t| {
+            let cfg = mimo_v2_flash::MimoV2FlashConfig::parse(c)?;
+            PlanDecoder::open(mimo_v2_flash::plan(&cfg), t)
+        },
+        rope: |c| Ok(mimo_v2_flash::MimoV2FlashConfig::parse(c)?.full_rope),
+        gguf: None,
         prepare: None,
     },
     FamilyRow {

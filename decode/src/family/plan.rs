@@ -43,6 +43,9 @@ pub struct Plan {
     pub attn: AttnSpec,
     /// RoPE.
     pub rope: RopeConfig,
+    /// The sliding-window layers' own attention form and RoPE (MiMo-V2-Flash: more key/value
+    /// heads, sinks, another base), when there are any.
+    pub swa: Option<(AttnSpec, RopeConfig)>,
     /// Routed experts a MoE layer has.
     pub num_experts: usize,
     /// Experts per token.
@@ -72,6 +75,8 @@ pub enum MixerPlan {
     /// Multi-head latent attention of [`Plan::mla`]'s widths under `self_attn.`
     /// ([`crate::family::mla`]).
     Mla,
+    /// Attention of [`Plan::swa`]'s form and RoPE under `self_attn.`.
+    SlidingAttention,
 }
 
 /// The names of a MoE layer's shared experts (relative to `layers.L.`).
@@ -186,6 +191,13 @@ impl Plan {
         })
     }
 
+    fn swa(&self) -> Result<&(AttnSpec, RopeConfig)> {
+        self.swa.as_ref().ok_or(DecodeError::BadPlan {
+            family: self.family,
+            what: "a sliding-window layer without its form",
+        })
+    }
+
     /// Every tensor the forward pass reads exists with its shape, before any token is run.
     pub fn check(&self, s: &TensorStore) -> Result<()> {
         let h = self.hidden;
@@ -209,6 +221,9 @@ impl Plan {
                     deltanet::check(s, &p("linear_attn"), self.delta_shape()?, h)?
                 }
                 MixerPlan::Mla => mla::check(s, &p("self_attn"), self.mla_shape()?, h)?,
+                MixerPlan::SlidingAttention => {
+                    common::check_attention(s, &p("self_attn"), &self.swa()?.0, h)?
+                }
             }
             match self.mlps[l] {
                 MlpPlan::Dense { inter } => common::check_mlp(s, &p("mlp"), inter, h)?,
@@ -239,7 +254,7 @@ impl Plan {
         let layers = (0..self.layers())
             .map(|l| {
                 Ok(match self.mixers[l] {
-                    MixerPlan::Attention | MixerPlan::Mla => {
+                    MixerPlan::Attention | MixerPlan::Mla | MixerPlan::SlidingAttention => {
                         LayerState::Attention(KvCache::default())
                     }
                     MixerPlan::DeltaNet => {
@@ -325,6 +340,8 @@ impl Plan {
 pub struct PlanDecoder {
     plan: Plan,
     rope: Rope,
+    /// The sliding-window layers' RoPE, when they have their own.
+    swa_rope: Option<Rope>,
 }
 
 impl PlanDecoder {
@@ -333,6 +350,7 @@ impl PlanDecoder {
         plan.check(store)?;
         Ok(PlanDecoder {
             rope: Rope::of(&plan.rope),
+            swa_rope: plan.swa.as_ref().map(|(_, r)| Rope::of(r)),
             plan,
         })
     }
@@ -394,7 +412,7 @@ impl Family for PlanDecoder {
             eps: p.eps,
             head: p.lm_head(ctx.tensors)?,
         };
-        let (rope, layers) = (&mut self.rope, state.host()?);
+        let (rope, swa_rope, layers) = (&mut self.rope, &mut self.swa_rope, state.host()?);
         common::decoder_forward(
             ctx,
             &sk,
@@ -411,6 +429,22 @@ impl Family for PlanDecoder {
                     start,
                     xn,
                 ),
+                MixerPlan::SlidingAttention => {
+                    let rope = swa_rope.as_mut().ok_or(DecodeError::BadPlan {
+                        family: p.family,
+                        what: "sliding-window layers without their form",
+                    })?;
+                    common::attention(
+                        ctx,
+                        &p.layer(l, "self_attn"),
+                        &p.swa()?.0,
+                        p.hidden,
+                        rope,
+                        layers[l].kv(l)?,
+                        start,
+                        xn,
+                    )
+                }
                 MixerPlan::Mla => mla::layer(
                     ctx,
                     &p.layer(l, "self_attn"),

@@ -1,0 +1,303 @@
+//! `mimo_v2_flash` (MiMoV2FlashForCausalLM: Xiaomi's MiMo-V2-Flash) as transformers 5.17
+//! computes it in `f32`:
+//!
+//! - RMSNorm (weight style, `rms_norm_eps` default 1e-5);
+//! - attention layers of two kinds (`layer_types`; by default the first and every sixth layer
+//!   `full_attention`, the rest `sliding_attention`): queries and keys `head_dim` wide (192),
+//!   values `v_head_dim` wide (128) and multiplied by `attention_value_scale` (0.707) after
+//!   `v_proj`, NeoX RoPE on the first `int(head_dim · partial_rotary_factor)` dims with each
+//!   kind's own base (`rope_parameters.full_attention` / `.sliding_attention`), no q/k norm, no
+//!   `o_proj` bias. The sliding layers have twice the key/value heads, a window of
+//!   `sliding_window` (128) and a learned sink per head (`self_attn.attention_sink_bias` in the checkpoint, the module's `sinks`: a logit that joins the
+//!   softmax and is dropped after it);
+//! - MLPs of two kinds (`mlp_layer_types`; by default the first `dense`, the rest `sparse`): a
+//!   dense SwiGLU of `intermediate_size`, or routed experts selected by DeepSeek-V3's sigmoid
+//!   group router with its correction bias, combined in slot order, with no shared expert;
+//! - final norm, `lm_head`.
+
+use crate::blocks::AttnShape;
+use crate::config::{attention_dims, bad, group_router, limits, rms_eps, ConfigReader, RopeConfig};
+use crate::error::{ConfigFault, Result};
+use crate::family::common::{AttnExtra, AttnSpec, NormStyle};
+use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
+
+/// The config keys the forward pass reads.
+#[derive(Clone, Debug)]
+pub struct MimoV2FlashConfig {
+    /// `vocab_size`.
+    pub vocab_size: usize,
+    /// `hidden_size`.
+    pub hidden_size: usize,
+    /// `num_hidden_layers`.
+    pub num_layers: usize,
+    /// `intermediate_size` (dense layers; default 16384).
+    pub intermediate_size: usize,
+    /// `moe_intermediate_size` (default 2048).
+    pub moe_intermediate_size: usize,
+    /// `rms_norm_eps` (default 1e-5).
+    pub rms_norm_eps: f32,
+    /// The full-attention layers' form.
+    pub full: AttnSpec,
+    /// The sliding-window layers' form.
+    pub sliding: AttnSpec,
+    /// Each kind's RoPE.
+    pub full_rope: RopeConfig,
+    /// The sliding layers' RoPE.
+    pub sliding_rope: RopeConfig,
+    /// Each layer's kind: sliding or not.
+    pub sliding_layers: Vec<bool>,
+    /// Each layer's MLP: sparse or not.
+    pub sparse: Vec<bool>,
+    /// `n_routed_experts` (default 256).
+    pub num_experts: usize,
+    /// `num_experts_per_tok` (default 8).
+    pub top_k: usize,
+    /// `n_group`, `topk_group` (default 1, 1) and `routed_scaling_factor` (default 1).
+    pub groups: (usize, usize, f32),
+    /// `norm_topk_prob` (default true).
+    pub norm_topk_prob: bool,
+    /// `tie_word_embeddings` (default false).
+    pub tie_word_embeddings: bool,
+}
+
+/// A list of strings `key`, each one of `kinds` (index into it per entry), `n` entries, or
+/// `default` when absent.
+fn kinds(
+    c: &ConfigReader<'_>,
+    key: &str,
+    kinds: [&str; 2],
+    supported: &'static str,
+    n: usize,
+    default: impl Fn(usize) -> bool,
+) -> Result<Vec<bool>> {
+    match c.raw(key) {
+        None => Ok((0..n).map(default).collect()),
+        Some(serde_json::Value::Array(a)) => {
+            if a.len() != n {
+                return Err(bad(
+                    key,
+                    ConfigFault::LayerTypesCount {
+                        entries: a.len(),
+                        layers: n,
+                    },
+                ));
+            }
+            a.iter()
+                .map(|t| match t.as_str() {
+                    Some(s) if s == kinds[0] => Ok(false),
+                    Some(s) if s == kinds[1] => Ok(true),
+                    _ => Err(bad(
+                        key,
+                        ConfigFault::Unsupported {
+                            value: t.to_string(),
+                            supported,
+                        },
+                    )),
+                })
+                .collect()
+        }
+        Some(other) => Err(bad(
+            key,
+            ConfigFault::NotAList {
+                value: other.to_string(),
+            },
+        )),
+    }
+}
+
+/// One layer kind's RoPE: `rope_parameters[kind]` (transformers reads nothing else), default RoPE
+/// only, `partial_rotary_factor` default 0.334; the whole `rope_parameters` absent takes the
+/// released defaults (`default_theta`).
+fn kind_rope(
+    c: &ConfigReader<'_>,
+    kind: &str,
+    head_dim: usize,
+    default_theta: f64,
+) -> Result<RopeConfig> {
+    let sub = match c.object("rope_parameters")? {
+        None => {
+            serde_json::json!({"rope_parameters": {"rope_type": "default", "rope_theta": default_theta}})
+        }
+        Some(p) => match p.raw(kind) {
+            Some(v @ serde_json::Value::Object(_)) => {
+                if v.get("rope_theta").is_none() {
+                    return Err(bad(
+                        &format!("rope_parameters.{kind}.rope_theta"),
+                        ConfigFault::Missing,
+                    ));
+                }
+                serde_json::json!({ "rope_parameters": v })
+            }
+            _ => {
+                return Err(bad(
+                    &format!("rope_parameters.{kind}"),
+                    ConfigFault::Missing,
+                ))
+            }
+        },
+    };
+    RopeConfig::read(&ConfigReader::new(&sub)?, head_dim, default_theta, 0.334)
+}
+
+impl MimoV2FlashConfig {
+    /// Parse from the architecture config.
+    pub fn parse(v: &serde_json::Value) -> Result<MimoV2FlashConfig> {
+        use limits::*;
+        let c = ConfigReader::new(v)?;
+        crate::config::silu_activation(&c)?;
+        let (hidden_size, heads, kv_heads, _) = attention_dims(&c)?;
+        let head_dim = c.positive_or("head_dim", MAX_DIM, 192)?;
+        let v_dim = c.positive_or("v_head_dim", MAX_DIM, 128)?;
+        if v_dim > head_dim {
+            return Err(bad(
+                "v_head_dim",
+                ConfigFault::OutOfRange {
+                    value: v_dim,
+                    max: head_dim,
+                },
+            ));
+        }
+        // transformers: the sliding layers have twice the key/value heads.
+        let swa_kv = kv_heads * 2;
+        if heads % swa_kv != 0 {
+            return Err(bad(
+                "num_key_value_heads",
+                ConfigFault::NotADivisor {
+                    value: swa_kv,
+                    of_key: "num_attention_heads",
+                    of: heads,
+                },
+            ));
+        }
+        let window = c.positive_or("sliding_window", usize::MAX, 128)?;
+        // transformers: absent, the class default 0.707; null, no scale.
+        let v_scale = match v.get("attention_value_scale") {
+            None => 0.707,
+            Some(serde_json::Value::Null) => 1.0,
+            Some(_) => c.f64("attention_value_scale")?.unwrap_or(1.0),
+        };
+        if !(v_scale as f32).is_finite() {
+            return Err(bad(
+                "attention_value_scale",
+                ConfigFault::NotFinite { value: v_scale },
+            ));
+        }
+        let num_layers = c.positive("num_hidden_layers", MAX_LAYERS)?;
+        let sliding_layers = kinds(
+            &c,
+            "layer_types",
+            ["full_attention", "sliding_attention"],
+            "\"full_attention\" or \"sliding_attention\"",
+            num_layers,
+            |i| !(i == 0 || (i + 1).is_multiple_of(6)),
+        )?;
+        let sparse = kinds(
+            &c,
+            "mlp_layer_types",
+            ["dense", "sparse"],
+            "\"dense\" or \"sparse\"",
+            num_layers,
+            |i| i > 0,
+        )?;
+        let num_experts = match c.usize("n_routed_experts", MAX_EXPERTS)? {
+            Some(n) => n,
+            None => c.usize("num_local_experts", MAX_EXPERTS)?.unwrap_or(256),
+        };
+        let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(8);
+        if num_experts == 0 || top_k == 0 || top_k > num_experts {
+            return Err(bad(
+                "num_experts_per_tok",
+                ConfigFault::OutOfRange {
+                    value: top_k,
+                    max: num_experts,
+                },
+            ));
+        }
+        let bias = c.bool("attention_bias")?.unwrap_or(false);
+        let rms_norm_eps = rms_eps(&c, 1e-5)?;
+        let spec = |kv_heads: usize, window: Option<usize>, sinks: bool| AttnSpec {
+            shape: AttnShape {
+                heads,
+                kv_heads,
+                head_dim,
+                window,
+            },
+            eps: rms_norm_eps,
+            qk_norm: None,
+            qkv_bias: bias,
+            o_bias: false,
+            out_gate: false,
+            extra: Some(AttnExtra {
+                v_dim,
+                v_scale: v_scale as f32,
+                sinks,
+            }),
+        };
+        Ok(MimoV2FlashConfig {
+            vocab_size: c.positive("vocab_size", MAX_VOCAB)?,
+            hidden_size,
+            num_layers,
+            intermediate_size: c.positive_or("intermediate_size", MAX_DIM, 16384)?,
+            moe_intermediate_size: c.positive_or("moe_intermediate_size", MAX_DIM, 2048)?,
+            rms_norm_eps,
+            full: spec(kv_heads, None, false),
+            sliding: spec(swa_kv, Some(window), true),
+            full_rope: kind_rope(&c, "full_attention", head_dim, 5_000_000.0)?,
+            sliding_rope: kind_rope(&c, "sliding_attention", head_dim, 10_000.0)?,
+            sliding_layers,
+            sparse,
+            num_experts,
+            top_k,
+            groups: group_router(&c, num_experts, 1, 1, 1.0)?,
+            norm_topk_prob: c.bool("norm_topk_prob")?.unwrap_or(true),
+            tie_word_embeddings: c.bool("tie_word_embeddings")?.unwrap_or(false),
+        })
+    }
+}
+
+/// mimo_v2_flash's forward pass: full-attention and sliding-window layers of their own forms,
+/// dense or sparse MLPs, no shared experts.
+pub fn plan(c: &MimoV2FlashConfig) -> Plan {
+    let (n_group, topk_group, scale) = c.groups;
+    Plan {
+        family: "mimo_v2_flash",
+        prefix: "model.".into(),
+        vocab: c.vocab_size,
+        hidden: c.hidden_size,
+        tied: c.tie_word_embeddings,
+        norm: NormStyle::Weight,
+        eps: c.rms_norm_eps,
+        attn: c.full,
+        rope: c.full_rope.clone(),
+        swa: Some((c.sliding, c.sliding_rope.clone())),
+        num_experts: c.num_experts,
+        top_k: c.top_k,
+        norm_topk_prob: c.norm_topk_prob,
+        mixers: c
+            .sliding_layers
+            .iter()
+            .map(|&s| match s {
+                true => MixerPlan::SlidingAttention,
+                false => MixerPlan::Attention,
+            })
+            .collect(),
+        mla: None,
+        delta: None,
+        mlps: MlpPlan::layers(
+            c.num_layers,
+            |l| c.sparse[l],
+            MlpPlan::Moe {
+                router: "mlp.gate.weight",
+                route: RoutePlan::SigmoidGroup {
+                    bias: "mlp.gate.e_score_correction_bias",
+                    n_group,
+                    topk_group,
+                    scale,
+                },
+                shared: 0,
+            },
+            c.intermediate_size,
+        ),
+        shared: SharedPlan::EXPERTS,
+    }
+}
