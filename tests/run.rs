@@ -99,6 +99,7 @@ fn run_prints_transformers_text_for_every_family() {
         "glm4_moe_b",
         "qwen3_5_moe_text",
         "qwen3_next",
+        "mimo_v2_flash",
         "deepseek_v3",
     ] {
         let tmp = tempfile::tempdir().expect("tmp");

@@ -369,9 +369,21 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
     let why = declined(&mixed);
     assert_eq!(why, Some(Declined::MixedExperts));
     assert!(why.expect("a reason").to_string().contains("mix"));
-    for name in ["qwen3_moe", "qwen3_5_moe_text", "glm4_moe", "mixtral"] {
+    for name in [
+        "qwen3_moe",
+        "qwen3_5_moe_text",
+        "qwen3_next",
+        "glm4_moe",
+        "mixtral",
+    ] {
         assert_eq!(declined(&common::model(name)), None, "{name}");
     }
+    // MiMo-V2-Flash's sliding layers (sinks, their own heads and RoPE) have no kernels yet.
+    let why = declined(&common::model("mimo_v2_flash"));
+    assert!(
+        matches!(why, Some(Declined::Form(f)) if f.contains("MiMo-V2-Flash")),
+        "{why:?}"
+    );
     // MLA has no kernels yet: deepseek_v3 runs its layers on the CPU, the reason named.
     let why = declined(&common::model("deepseek_v3"));
     assert!(

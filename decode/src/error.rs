@@ -713,6 +713,14 @@ pub enum GgufFault {
         /// The missing key.
         other: &'static str,
     },
+    /// A width above what tarfa reads.
+    #[error("{value} is above the most tarfa reads ({max})")]
+    TooLarge {
+        /// The value.
+        value: u64,
+        /// The bound.
+        max: u64,
+    },
     /// A key/value llama.cpp computes with in a way no transformers config reproduces.
     #[error("{value}: {why}")]
     NoEquivalent {

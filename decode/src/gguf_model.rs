@@ -44,15 +44,18 @@
 //!   (DeepSeek-V2) and is refused; `expert_weights_scale` absent or 0 is no scale (1), as
 //!   llama.cpp's `build_moe_ffn` does. YaRN is what llama.cpp's deepseek2 computes: `mscale` =
 //!   `mscale_all_dim` = `yarn_log_multiplier / 0.1` (in `f32`), betas 32 and 1; a YaRN without
-//!   `yarn_log_multiplier`, other betas and an `attn_factor` other than 1 have no transformers
-//!   equivalent and are refused by name. The tokenizer's `deepseek-v3` pre-tokenizer is
-//!   llama.cpp's three regexes in turn.
+//!   `yarn_log_multiplier` (or with 0), a factor below 1, other betas, an `attn_factor` other
+//!   than 1 and a non-zero `attention.temperature_scale` have no transformers equivalent and
+//!   are refused by name. Quantised `attn_k_b`/`attn_v_b` are held as `f32` once put back
+//!   together (the same values; 64 MiB a layer at DeepSeek-V3's widths). The tokenizer's
+//!   `deepseek-v3` pre-tokenizer is llama.cpp's three regexes in turn.
 //! - every family: `attention.head_count_kv` defaults to `attention.head_count`,
 //!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
 //!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is
 //!   absent; attention biases and q/k norms are on when their tensors are present. RoPE
-//!   scaling (`rope.scaling.type` other than `none`) other than deepseek2's YaRN and per-layer
-//!   arrays of head counts are refused.
+//!   scaling (`rope.scaling.type` other than `none`; without a type, a `rope.scaling.factor`
+//!   other than 0 and 1, which llama.cpp takes as linear) other than deepseek2's YaRN and
+//!   per-layer arrays of head counts are refused.
 
 use serde_json::{json, Map, Value};
 
@@ -369,6 +372,25 @@ pub fn adapt(config: &Value, tensors: &mut TensorStore) -> Result<Value> {
     Ok(config)
 }
 
+/// Without `rope.scaling.type` llama.cpp takes linear scaling by `rope.scaling.factor` (or the
+/// older `rope.scale_linear`): a factor other than 0 and 1 there is refused, as the families'
+/// transformers configs have no linear scaling to carry it.
+pub fn no_untyped_scaling(kv: &Kv<'_>, arch: &str) -> Result<()> {
+    for k in ["rope.scaling.factor", "rope.scale_linear"] {
+        let key = format!("{arch}.{k}");
+        if let Some(f) = kv.float(&key)?.filter(|&f| f != 0.0 && f != 1.0) {
+            return Err(err(
+                &key,
+                G::NoEquivalent {
+                    value: f.to_string(),
+                    why: "without rope.scaling.type llama.cpp scales RoPE linearly by it, which this family's transformers config cannot say",
+                },
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// What a GGUF's config.json is made from: the key/values and what every family reads from
 /// them and from the tensors. A family's [`GgufRow::config`] adds its own keys from it.
 #[derive(Debug)]
@@ -452,14 +474,18 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
         .float(&key("attention.layer_norm_rms_epsilon"))?
         .ok_or_else(|| err(&key("attention.layer_norm_rms_epsilon"), G::Missing))?;
     let theta = kv.float(&key("rope.freq_base"))?.unwrap_or(10000.0);
-    if let Some(t) = kv.str(&key("rope.scaling.type"))?.filter(|_| !mla) {
-        if t != "none" {
-            return Err(err(
-                &key("rope.scaling.type"),
-                G::RopeScaling {
-                    kind: t.to_string(),
-                },
-            ));
+    if !mla {
+        match kv.str(&key("rope.scaling.type"))? {
+            None => no_untyped_scaling(kv, a)?,
+            Some("none") => {}
+            Some(t) => {
+                return Err(err(
+                    &key("rope.scaling.type"),
+                    G::RopeScaling {
+                        kind: t.to_string(),
+                    },
+                ))
+            }
         }
     }
     let rot = kv.uint(&key("rope.dimension_count"))?.unwrap_or(head_dim);

@@ -394,6 +394,13 @@ impl Tensor {
         at: impl Fn(usize) -> (usize, usize),
     ) -> Tensor {
         let n = shape.iter().product::<usize>();
+        debug_assert!(
+            (0..n).all(|i| {
+                let (t, j) = at(i);
+                t < sources.len() && j < sources[t].len()
+            }),
+            "{name}: an element outside the sources"
+        );
         let all_bf16 = sources
             .iter()
             .all(|t| matches!(t.data, TensorData::Bf16(_)));

@@ -453,6 +453,17 @@ fn contradictions_with_llama_cpp_semantics_are_refused() {
             GgufFault::NoRenormalisation
         )
     );
+    // A scaling factor without a type is linear scaling to llama.cpp: refused.
+    let d = edited("qwen3_moe_b", |c| {
+        c.insert(
+            "qwen3moe.rope.scaling.factor".into(),
+            serde_json::json!({"type": "f32", "value": 2.0}),
+        );
+    });
+    assert!(matches!(
+        gguf_fault(open_err(d.path())),
+        (k, GgufFault::NoEquivalent { .. }) if k == "qwen3moe.rope.scaling.factor"
+    ));
     // RoPE scaling is not decoded.
     let d = edited("qwen3_moe_b", |c| {
         c.insert(
@@ -782,6 +793,9 @@ fn deepseek_adapt(
     gguf_model::adapt(&c, &mut gt)
 }
 
+/// The refusal of a deepseek2 YaRN without a usable `yarn_log_multiplier`.
+const NO_LOG_MUL: &str = "without it (or at 0) llama.cpp's deepseek2 scales both cos/sin and the scores by YaRN's mscale, which no transformers config does";
+
 /// An edit of a GGUF's key/values.
 type KvEdit<'a> = Box<dyn FnOnce(&mut serde_json::Map<String, Value>) + 'a>;
 
@@ -880,7 +894,71 @@ fn deepseek2_key_values_without_a_transformers_equivalent_are_refused_by_name() 
             k("rope.scaling.yarn_log_multiplier"),
             GgufFault::NoEquivalent {
                 value: "missing".into(),
-                why: "without it llama.cpp's deepseek2 scales both cos/sin and the scores by YaRN's mscale, which no transformers config does",
+                why: NO_LOG_MUL,
+            },
+        ),
+        (
+            // llama.cpp takes 0 as no multiplier.
+            Box::new(move |c| {
+                yarn(c);
+                c.insert(
+                    "deepseek2.rope.scaling.yarn_log_multiplier".into(),
+                    f32v(0.0),
+                );
+            }),
+            k("rope.scaling.yarn_log_multiplier"),
+            GgufFault::NoEquivalent {
+                value: "0".into(),
+                why: NO_LOG_MUL,
+            },
+        ),
+        (
+            Box::new(move |c| {
+                yarn(c);
+                c.insert("deepseek2.rope.scaling.factor".into(), f32v(0.5));
+            }),
+            k("rope.scaling.factor"),
+            GgufFault::NoEquivalent {
+                value: "0.5".into(),
+                why: "below 1 llama.cpp's deepseek2 scales the scores by 1 + 0.1·mscale·ln(factor), unclamped; transformers' YaRN by 1",
+            },
+        ),
+        (
+            // No type: llama.cpp scales linearly.
+            Box::new(move |c| {
+                c.insert("deepseek2.rope.scaling.factor".into(), f32v(4.0));
+            }),
+            k("rope.scaling.factor"),
+            GgufFault::NoEquivalent {
+                value: "4".into(),
+                why: "without rope.scaling.type llama.cpp scales RoPE linearly by it, which this family's transformers config cannot say",
+            },
+        ),
+        (
+            Box::new(move |c| {
+                c.insert(
+                    "deepseek2.attention.temperature_scale".into(),
+                    f32v(0.5),
+                );
+            }),
+            k("attention.temperature_scale"),
+            GgufFault::NoEquivalent {
+                value: "0.5".into(),
+                why: "llama.cpp's deepseek2 scales the queries by it past attention.temperature_length, which no transformers DeepSeek-V3 config does",
+            },
+        ),
+        (
+            // A width that would overflow the sums made from it.
+            Box::new(|c| {
+                c.insert(
+                    "deepseek2.attention.kv_lora_rank".into(),
+                    json!({"type": "u64", "value": u64::MAX}),
+                );
+            }),
+            k("attention.kv_lora_rank"),
+            GgufFault::TooLarge {
+                value: u64::MAX,
+                max: tarfa_decode::config::limits::MAX_DIM as u64,
             },
         ),
         (
@@ -1069,7 +1147,28 @@ fn mutated_gguf_key_values_adapt_or_fail_with_an_error_never_a_panic() {
     let (mut adapted, mut refused) = (0, 0);
     for name in ["qwen3_moe_b", "glm4_moe", "deepseek_v3"] {
         let dir = gguf_model_dir(name);
-        let base = Manifest::load(&dir).expect("manifest").architecture.config;
+        let mut base = Manifest::load(&dir).expect("manifest").architecture.config;
+        if name == "deepseek_v3" {
+            // YaRN's keys too, so that their branch is fuzzed.
+            let o = base.as_object_mut().expect("object");
+            for (k, v) in [
+                (
+                    "type",
+                    serde_json::json!({"type": "string", "value": "yarn"}),
+                ),
+                ("factor", serde_json::json!({"type": "f32", "value": 4.0})),
+                (
+                    "original_context_length",
+                    serde_json::json!({"type": "u32", "value": 64}),
+                ),
+                (
+                    "yarn_log_multiplier",
+                    serde_json::json!({"type": "f32", "value": 0.1}),
+                ),
+            ] {
+                o.insert(format!("deepseek2.rope.scaling.{k}"), v);
+            }
+        }
         let keys: Vec<String> = base
             .as_object()
             .expect("object")

@@ -306,6 +306,7 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
         "glm4_moe_b",
         "qwen3_5_moe_text",
         "qwen3_next",
+        "mimo_v2_flash",
         "deepseek_v3",
         "deepseek_v3_b",
     ] {

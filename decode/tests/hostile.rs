@@ -6,6 +6,7 @@ use serde_json::{json, Value};
 use tarfa_decode::error::{ConfigFault as F, NpyFault};
 use tarfa_decode::family::deepseek_v3::DeepseekV3Config;
 use tarfa_decode::family::glm4_moe::Glm4MoeConfig;
+use tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig;
 use tarfa_decode::family::mixtral::MixtralConfig;
 use tarfa_decode::family::qwen3_5_moe::Qwen3_5MoeConfig;
 use tarfa_decode::family::qwen3_moe::Qwen3MoeConfig;
@@ -45,13 +46,14 @@ fn mutate(v: &Value, rng: &mut fastrand::Rng) -> Value {
 #[test]
 fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_error() {
     let mut rng = fastrand::Rng::with_seed(7);
-    let mut parsed = [0usize; 5];
-    let (mixtral, glm, qwen35, deepseek, next) = (
+    let mut parsed = [0usize; 6];
+    let (mixtral, glm, qwen35, deepseek, next, mimo) = (
         fixture_config("mixtral"),
         fixture_config("glm4_moe_b"),
         fixture_config("qwen3_5_moe_text"),
         fixture_config("deepseek_v3"),
         fixture_config("qwen3_next"),
+        fixture_config("mimo_v2_flash"),
     );
     for _ in 0..5_000 {
         if let Ok(c) = MixtralConfig::parse(&mutate(&mixtral, &mut rng)) {
@@ -89,6 +91,17 @@ fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_erro
                 (c.num_layers, c.num_layers)
             );
             assert!(c.lin_v_heads % c.lin_k_heads == 0 && n.intermediate_size > 0);
+            assert!(c.top_k >= 1 && c.top_k <= c.num_experts);
+        }
+        if let Ok(c) = MimoV2FlashConfig::parse(&mutate(&mimo, &mut rng)) {
+            parsed[5] += 1;
+            let (f, s) = (c.full.shape, c.sliding.shape);
+            assert!(f.heads % f.kv_heads == 0 && s.heads % s.kv_heads == 0);
+            assert!(c.full.v_dim() <= f.head_dim && s.window.is_some_and(|w| w > 0));
+            assert_eq!(
+                (c.sliding_layers.len(), c.sparse.len()),
+                (c.num_layers, c.num_layers)
+            );
             assert!(c.top_k >= 1 && c.top_k <= c.num_experts);
         }
     }

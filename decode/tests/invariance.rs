@@ -16,6 +16,7 @@ const NAMES: &[&str] = &[
     "glm4_moe_b",
     "qwen3_5_moe_text",
     "qwen3_next",
+    "mimo_v2_flash",
     "deepseek_v3",
     "deepseek_v3_b",
 ];

@@ -203,6 +203,7 @@ fn fused_and_per_expert_checkpoints_give_the_same_logits_bits() {
         "glm4_moe_b",
         "qwen3_5_moe_text",
         "qwen3_next",
+        "mimo_v2_flash",
         "deepseek_v3",
         "deepseek_v3_b",
     ] {

@@ -276,15 +276,48 @@ pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()>
     }
     let heads = kv.uint_req(&key("attention.head_count"))?;
     let kv_heads = kv.uint(&key("attention.head_count_kv"))?.unwrap_or(heads);
-    let rank = kv.uint_req(&key("attention.kv_lora_rank"))?;
-    let rope = kv.uint_req(&key("rope.dimension_count"))?;
-    let value_length = kv.uint_req(&key("attention.value_length"))?;
+    // Every width bounded before any arithmetic on them.
+    let bounded = |k: &str, v: u64| -> Result<u64> {
+        let max = limits::MAX_DIM as u64;
+        match v <= max {
+            true => Ok(v),
+            false => Err(g.err(k, G::TooLarge { value: v, max })),
+        }
+    };
+    let rank = bounded(
+        "attention.kv_lora_rank",
+        kv.uint_req(&key("attention.kv_lora_rank"))?,
+    )?;
+    let rope = bounded(
+        "rope.dimension_count",
+        kv.uint_req(&key("rope.dimension_count"))?,
+    )?;
+    let value_length = bounded(
+        "attention.value_length",
+        kv.uint_req(&key("attention.value_length"))?,
+    )?;
+    if let Some(t) = kv
+        .float(&key("attention.temperature_scale"))?
+        .filter(|&t| t != 0.0)
+    {
+        return Err(g.err(
+            "attention.temperature_scale",
+            G::NoEquivalent {
+                value: t.to_string(),
+                why: "llama.cpp's deepseek2 scales the queries by it past attention.temperature_length, which no transformers DeepSeek-V3 config does",
+            },
+        ));
+    }
     let (qk, v) = match (
         kv.uint(&key("attention.key_length_mla"))?,
         kv.uint(&key("attention.value_length_mla"))?,
     ) {
         // llama.cpp's MLA form: one latent "head" of keys and values that every head shares.
         (Some(qk), Some(v)) => {
+            let (qk, v) = (
+                bounded("attention.key_length_mla", qk)?,
+                bounded("attention.value_length_mla", v)?,
+            );
             let latent = rank + rope;
             width(
                 "attention.key_length",
@@ -304,7 +337,7 @@ pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()>
                 "attention.head_count",
                 heads,
             )?;
-            (g.head_dim, value_length)
+            (bounded("attention.key_length", g.head_dim)?, value_length)
         }
         (Some(_), None) => {
             return Err(g.err(
@@ -415,6 +448,7 @@ fn gguf_rope(g: &GgufConfig<'_>) -> Result<Value> {
     }
     match kv.str(&key("rope.scaling.type"))? {
         None | Some("none") => {
+            crate::gguf_model::no_untyped_scaling(&g.kv, g.arch)?;
             return Ok(json!({"rope_type": "default", "rope_theta": g.theta}));
         }
         Some("yarn") => {}
@@ -430,24 +464,36 @@ fn gguf_rope(g: &GgufConfig<'_>) -> Result<Value> {
     let factor = kv
         .float(&key("rope.scaling.factor"))?
         .ok_or_else(|| g.err("rope.scaling.factor", G::MissingNoDefault))?;
-    if factor <= 0.0 {
+    if factor < 1.0 {
         return Err(no(
             "rope.scaling.factor",
             factor.to_string(),
-            "YaRN needs a factor above 0",
+            "below 1 llama.cpp's deepseek2 scales the scores by 1 + 0.1·mscale·ln(factor), unclamped; transformers' YaRN by 1",
         ));
     }
     let original = match kv.uint(&key("rope.scaling.original_context_length"))? {
         Some(n) => n,
         None => kv.uint_req(&key("context_length"))?,
     };
-    let log_mul = kv.float(&key("rope.scaling.yarn_log_multiplier"))?.ok_or_else(|| {
-        no(
+    // llama.cpp takes 0 as no multiplier; f32(L) / 0.1 as it computes it must be a finite m ≠ 0.
+    const NO_LOG_MUL: &str = "without it (or at 0) llama.cpp's deepseek2 scales both cos/sin and the scores by YaRN's mscale, which no transformers config does";
+    let log_mul = kv
+        .float(&key("rope.scaling.yarn_log_multiplier"))?
+        .ok_or_else(|| {
+            no(
+                "rope.scaling.yarn_log_multiplier",
+                "missing".into(),
+                NO_LOG_MUL,
+            )
+        })?;
+    let m = f64::from(log_mul as f32 / 0.1f32);
+    if m == 0.0 || !m.is_finite() {
+        return Err(no(
             "rope.scaling.yarn_log_multiplier",
-            "missing".into(),
-            "without it llama.cpp's deepseek2 scales both cos/sin and the scores by YaRN's mscale, which no transformers config does",
-        )
-    })?;
+            log_mul.to_string(),
+            NO_LOG_MUL,
+        ));
+    }
     // llama.cpp reads neither: its YaRN betas are always 32 and 1.
     for (k, default) in [
         ("rope.scaling.yarn_beta_fast", 32.0),
@@ -461,7 +507,6 @@ fn gguf_rope(g: &GgufConfig<'_>) -> Result<Value> {
             ));
         }
     }
-    let m = f64::from(log_mul as f32 / 0.1f32);
     Ok(json!({
         "rope_type": "yarn",
         "rope_theta": g.theta,

@@ -112,6 +112,21 @@ impl Qwen3_5MoeConfig {
         };
         crate::config::silu_activation(&c)?;
         let (hidden_size, heads, kv_heads, _) = attention_dims(&c)?;
+        // transformers' Qwen3.5-MoE and Qwen3-Next configs default to 2 key/value heads.
+        let kv_heads = match c.raw("num_key_value_heads") {
+            Some(_) => kv_heads,
+            None if heads.is_multiple_of(2) => 2,
+            None => {
+                return Err(bad(
+                    "num_key_value_heads",
+                    ConfigFault::NotADivisor {
+                        value: 2,
+                        of_key: "num_attention_heads",
+                        of: heads,
+                    },
+                ))
+            }
+        };
         let head_dim = c.usize("head_dim", MAX_DIM)?.unwrap_or(256);
         if head_dim == 0 {
             return Err(bad("head_dim", ConfigFault::Zero));
@@ -130,8 +145,9 @@ impl Qwen3_5MoeConfig {
                 }
                 a.iter()
                     .map(|t| match t.as_str() {
-                        Some("full_attention") => Ok(LayerType::Full),
-                        Some("linear_attention") => Ok(LayerType::Linear),
+                        // transformers' `remap_legacy_layer_types` names too.
+                        Some("full_attention" | "attention") => Ok(LayerType::Full),
+                        Some("linear_attention" | "mamba" | "conv") => Ok(LayerType::Linear),
                         _ => Err(bad(
                             "layer_types",
                             ConfigFault::LayerType {

@@ -36,8 +36,20 @@ pub fn prepare(config: &Value, s: &mut TensorStore) -> Result<()> {
             continue;
         }
         let p = |n: &str| format!("{}layers.{l}.linear_attn.{n}.weight", c.prefix);
-        if s.find(&p("in_proj_qkvz")).is_none() && s.find(&p("in_proj_qkv")).is_some() {
-            continue;
+        match (
+            s.find(&p("in_proj_qkvz")).is_some(),
+            s.find(&p("in_proj_qkv")).is_some(),
+        ) {
+            (false, true) => continue,
+            (true, true) => {
+                return Err(DecodeError::BadTensor {
+                    name: p("in_proj_qkvz"),
+                    fault: TensorFault::BothForms {
+                        other: p("in_proj_qkv"),
+                    },
+                })
+            }
+            _ => {}
         }
         let take = |s: &mut TensorStore, name: String, rows: usize| -> Result<(Tensor, u64)> {
             let shape = s.get(&name)?.shape().to_vec();
