@@ -266,10 +266,16 @@ fn parse_u32(s: &str) -> Option<u32> {
         .flatten()
 }
 
-/// `(layer, rest)` for a layer tensor: `…layers.L.rest`, `mtp.layers.K.rest` (layer N+K) or
-/// `mtp.rest` (layer N).
+/// An MTP tensor's name after its `mtp.` (Qwen3-Next) or `model.mtp.` (MiMo-V2-Flash) prefix.
+fn mtp_rest(name: &str) -> Option<&str> {
+    name.strip_prefix("mtp.")
+        .or_else(|| name.strip_prefix("model.mtp."))
+}
+
+/// `(layer, rest)` for a layer tensor: `…layers.L.rest`, `[model.]mtp.layers.K.rest` (layer N+K)
+/// or `[model.]mtp.rest` (layer N).
 fn layer_of(name: &str, n_hidden: u32) -> Option<(u32, &str)> {
-    if let Some(rest) = name.strip_prefix("mtp.") {
+    if let Some(rest) = mtp_rest(name) {
         if let Some(r) = rest.strip_prefix("layers.") {
             if let Some((k, tail)) = r.split_once('.') {
                 if let Some(k) = parse_u32(k) {
@@ -371,7 +377,7 @@ pub fn plan(ck: &Checkpoint) -> Result<Plan, ConvertError> {
     let seen_max = ck
         .tensors
         .keys()
-        .filter(|n| !n.starts_with("mtp."))
+        .filter(|n| mtp_rest(n).is_none())
         .filter_map(|n| layer_of(n, 0).map(|(l, _)| l))
         .max();
     let n_hidden = n_hidden_layers(&ck.config).unwrap_or(seen_max.map_or(0, |m| m + 1));
@@ -725,6 +731,11 @@ mod tests {
             Some((49, "mlp.experts.2.up_proj.weight"))
         );
         assert_eq!(layer_of("mtp.fc.weight", 48), Some((48, "fc.weight")));
+        // MiMo-V2-Flash's MTP layers come after the decoder's, not as layer K.
+        assert_eq!(
+            layer_of("model.mtp.layers.1.mlp.experts.2.up_proj.weight", 48),
+            Some((49, "mlp.experts.2.up_proj.weight"))
+        );
         assert_eq!(layer_of("model.embed_tokens.weight", 48), None);
         assert_eq!(
             layer_of("model.extra_layers.3.x", 48),

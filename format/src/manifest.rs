@@ -432,7 +432,9 @@ pub struct DeclaredLayers {
     pub key: String,
     /// Decoder layers.
     pub main: u64,
-    /// MTP layers after them: HF `num_nextn_predict_layers`, GGUF `{arch}.nextn_predict_layers`.
+    /// MTP layers after them: HF `num_nextn_predict_layers` (or transformers' alias
+    /// `num_mtp_layers`, or Qwen3-Next's `mtp_num_hidden_layers`), GGUF
+    /// `{arch}.nextn_predict_layers`.
     pub mtp: u64,
 }
 
@@ -538,7 +540,15 @@ pub fn declared_layers(
         return Ok(None);
     };
     let main = bounded(key.clone(), main)?;
-    let mtp = match in_text("num_nextn_predict_layers") {
+    // DeepSeek's and GLM's key; transformers' alias of it; Qwen3-Next's.
+    let mtp = match [
+        "num_nextn_predict_layers",
+        "num_mtp_layers",
+        "mtp_num_hidden_layers",
+    ]
+    .into_iter()
+    .find_map(|k| in_text(k))
+    {
         Some((k, v)) => bounded(k, v.as_u64().unwrap_or(0))?,
         None => 0,
     };
@@ -989,6 +999,29 @@ impl Manifest {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mtp_layers_are_declared_under_every_familys_key() {
+        for key in [
+            "num_nextn_predict_layers",
+            "num_mtp_layers",
+            "mtp_num_hidden_layers",
+        ] {
+            let c = serde_json::json!({"num_hidden_layers": 4, key: 2});
+            let d = super::declared_layers("safetensors", &c)
+                .expect("bounded")
+                .expect("declared");
+            assert_eq!((d.main, d.mtp), (4, 2), "{key}");
+            assert!(
+                super::check_layer_count("safetensors", &c, 6).is_ok(),
+                "{key}"
+            );
+            assert!(
+                super::check_layer_count("safetensors", &c, 7).is_err(),
+                "{key}"
+            );
+        }
+    }
+
     use super::*;
 
     fn entry(path: &str, kind: FileKind, layer: Option<u32>) -> FileEntry {
