@@ -547,7 +547,7 @@ pub fn declared_layers(
         "mtp_num_hidden_layers",
     ]
     .into_iter()
-    .find_map(|k| in_text(k))
+    .find_map(in_text)
     {
         Some((k, v)) => bounded(k, v.as_u64().unwrap_or(0))?,
         None => 0,
