@@ -319,6 +319,18 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<String> {
     Some(format!("model.layers.{l}.{hf}"))
 }
 
+/// The names llama.cpp's DeepSeek-style MoE layers share (glm4moe, deepseek2): the router's
+/// correction bias and the shared experts (below `model.layers.N.`).
+pub fn shared_expert_name(stem: &str, suffix: &str) -> Option<&'static str> {
+    Some(match (stem, suffix) {
+        ("exp_probs_b", "bias") => "mlp.gate.e_score_correction_bias",
+        ("ffn_gate_shexp", "weight") => "mlp.shared_experts.gate_proj.weight",
+        ("ffn_up_shexp", "weight") => "mlp.shared_experts.up_proj.weight",
+        ("ffn_down_shexp", "weight") => "mlp.shared_experts.down_proj.weight",
+        _ => return None,
+    })
+}
+
 /// Layer of a `blk.N.*` name.
 fn block_of(name: &str) -> Option<u64> {
     let (n, _) = name.strip_prefix("blk.")?.split_once('.')?;

@@ -178,11 +178,7 @@ pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
     Some(match (stem, suffix) {
         // GLM's o_proj never has a bias (model-families.md §4.1): `attn_output.bias` has none.
         ("post_attention_norm", "weight") => "post_attention_layernorm.weight",
-        ("exp_probs_b", "bias") => "mlp.gate.e_score_correction_bias",
-        ("ffn_gate_shexp", "weight") => "mlp.shared_experts.gate_proj.weight",
-        ("ffn_up_shexp", "weight") => "mlp.shared_experts.up_proj.weight",
-        ("ffn_down_shexp", "weight") => "mlp.shared_experts.down_proj.weight",
-        _ => return None,
+        _ => return crate::gguf_model::shared_expert_name(stem, suffix),
     })
 }
 
