@@ -30,9 +30,10 @@
 //!   `expert_weights_norm` false, `expert_gating_func` sigmoid (any other value is refused),
 //!   `leading_dense_block_count` 0 (the layers without a router must be exactly the leading
 //!   ones), `rope.dimension_count` = head dim (no partial rotation), `expert_group_count` /
-//!   `expert_group_used_count` 1, `nextn_predict_layers` 0. `expert_weights_scale` must be
-//!   present (llama.cpp's default 0.0 would zero the routed output), and so must
-//!   `expert_shared_count` and `expert_feed_forward_length` (llama.cpp requires them too).
+//!   `expert_group_used_count` 1, `nextn_predict_layers` 0, `expert_weights_scale` absent or 0
+//!   no scaling (1: llama.cpp's default is 0, which its `build_moe_ffn` skips).
+//!   `expert_shared_count` and `expert_feed_forward_length` must be present (llama.cpp requires
+//!   them too).
 //!   M-RoPE sections (`rope.dimension_sections`, the vision model) are refused.
 //! - `deepseek2` (run as `deepseek_v3`): both of llama.cpp's MLA forms — since June 2025
 //!   `attn_k_b` (each head's key rows of `kv_b_proj`, transposed) and `attn_v_b`, put back

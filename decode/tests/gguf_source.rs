@@ -491,18 +491,30 @@ fn contradictions_with_llama_cpp_semantics_are_refused() {
             GgufFault::NotSigmoid { found: 1 }
         )
     );
-    let mut c = gm.architecture.config.clone();
-    c.as_object_mut()
-        .expect("object")
-        .remove("glm4moe.expert_weights_scale");
-    let (_, mut gt) = store(&gguf_model_dir("glm4_moe"));
-    assert_eq!(
-        gguf_fault(gguf_model::adapt(&c, &mut gt).expect_err("refused")),
-        (
-            "glm4moe.expert_weights_scale".into(),
-            GgufFault::MissingNoDefault
-        )
-    );
+    // llama.cpp's build_moe_ffn scales by expert_weights_scale only when it is neither 0 (its
+    // default when absent) nor 1.
+    for v in [None, Some(0.0)] {
+        let mut c = gm.architecture.config.clone();
+        let o = c.as_object_mut().expect("object");
+        match v {
+            None => {
+                o.remove("glm4moe.expert_weights_scale");
+            }
+            Some(x) => {
+                o.insert(
+                    "glm4moe.expert_weights_scale".into(),
+                    serde_json::json!({"type": "f32", "value": x}),
+                );
+            }
+        }
+        let (_, mut gt) = store(&gguf_model_dir("glm4_moe"));
+        let cfg = gguf_model::adapt(&c, &mut gt).expect("adapted");
+        assert_eq!(
+            cfg["routed_scaling_factor"],
+            serde_json::json!(1.0),
+            "{v:?}"
+        );
+    }
 }
 
 #[test]
@@ -616,7 +628,6 @@ fn glm4moe_absent_keys_take_llama_cpp_defaults_or_are_refused() {
         )
     );
     for key in [
-        "glm4moe.expert_weights_scale",
         "glm4moe.expert_shared_count",
         "glm4moe.expert_feed_forward_length",
         "glm4moe.expert_count",

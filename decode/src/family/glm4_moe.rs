@@ -216,10 +216,11 @@ pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()>
     }
     // llama.cpp's default: no leading dense layer (checked against the tensors below).
     let lead = kv.uint(&g.key("leading_dense_block_count"))?.unwrap_or(0);
-    // llama.cpp's default 0.0 would scale the routed output to nothing: no safe default.
-    let scale = kv
-        .float(&g.key("expert_weights_scale"))?
-        .ok_or_else(|| g.err("expert_weights_scale", G::MissingNoDefault))?;
+    // llama.cpp's default is 0.0, which its `build_moe_ffn` takes (like 1) as no scaling.
+    let scale = match kv.float(&g.key("expert_weights_scale"))? {
+        None | Some(0.0) => 1.0,
+        Some(s) => s,
+    };
     let groups = kv.uint(&g.key("expert_group_count"))?.unwrap_or(1);
     let groups_used = kv.uint(&g.key("expert_group_used_count"))?.unwrap_or(1);
     let nextn = kv.uint(&g.key("nextn_predict_layers"))?.unwrap_or(0);
