@@ -8,7 +8,7 @@ use tarfa_decode::family::deepseek_v3::DeepseekV3Config;
 use tarfa_decode::family::glm4_moe::Glm4MoeConfig;
 use tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig;
 use tarfa_decode::family::mixtral::MixtralConfig;
-use tarfa_decode::family::qwen3_5_moe::Qwen3_5MoeConfig;
+use tarfa_decode::family::qwen3_5_moe::{LayerType, Qwen3_5MoeConfig};
 use tarfa_decode::family::qwen3_moe::Qwen3MoeConfig;
 use tarfa_decode::DecodeError;
 
@@ -157,17 +157,33 @@ fn inconsistent_family_configs_are_refused_naming_the_key() {
         refused(q("layer_types", json!(["full_attention"])), "layer_types"),
         F::LayerTypesCount { entries: 1, .. }
     ));
+    // transformers' legacy names ("mamba", "attention") are read; anything else is refused.
     assert_eq!(
         refused(
             q(
                 "layer_types",
-                json!(["linear_attention", "mamba", "x", "y"]),
+                json!(["linear_attention", "mamba", "x", "attention"]),
             ),
             "layer_types",
         ),
         F::LayerType {
-            value: "\"mamba\"".into()
+            value: "\"x\"".into()
         }
+    );
+    let legacy = Qwen3_5MoeConfig::parse(&with(
+        "qwen3_5_moe_text",
+        "layer_types",
+        json!(["mamba", "conv", "linear_attention", "attention"]),
+    ))
+    .expect("legacy names");
+    assert_eq!(
+        legacy.layer_types,
+        [
+            LayerType::Linear,
+            LayerType::Linear,
+            LayerType::Linear,
+            LayerType::Full
+        ]
     );
     assert!(matches!(
         refused(
