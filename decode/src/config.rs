@@ -366,6 +366,45 @@ impl Yarn {
     }
 }
 
+/// A per-layer list of kinds `key` (`layer_types`, `mlp_layer_types`): `n` strings, each mapped
+/// by `kind` (`None`: refused as `refuse` says), or `default(layer)` for each layer when absent.
+pub fn layer_kinds<T>(
+    c: &ConfigReader<'_>,
+    key: &str,
+    n: usize,
+    default: impl Fn(usize) -> T,
+    kind: impl Fn(&str) -> Option<T>,
+    refuse: impl Fn(String) -> F,
+) -> Result<Vec<T>> {
+    match c.raw(key) {
+        None => Ok((0..n).map(default).collect()),
+        Some(Value::Array(a)) => {
+            if a.len() != n {
+                return Err(bad(
+                    key,
+                    F::LayerTypesCount {
+                        entries: a.len(),
+                        layers: n,
+                    },
+                ));
+            }
+            a.iter()
+                .map(|t| {
+                    t.as_str()
+                        .and_then(&kind)
+                        .ok_or_else(|| bad(key, refuse(t.to_string())))
+                })
+                .collect()
+        }
+        Some(other) => Err(bad(
+            key,
+            F::NotAList {
+                value: other.to_string(),
+            },
+        )),
+    }
+}
+
 /// `hidden_size`, `num_attention_heads`, `num_key_value_heads` (default: the heads; must divide
 /// them) and `head_dim` (default `hidden_size / heads`), as every family reads them.
 pub fn attention_dims(c: &ConfigReader<'_>) -> Result<(usize, usize, usize, usize)> {

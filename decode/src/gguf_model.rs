@@ -441,6 +441,26 @@ impl GgufConfig<'_> {
         err(&self.key(k), fault)
     }
 
+    /// `leading_dense_block_count` (llama.cpp's default 0), held to the layers without a router:
+    /// they must be exactly the leading ones.
+    pub fn leading_dense(&self) -> Result<u64> {
+        let lead = self
+            .kv
+            .uint(&self.key("leading_dense_block_count"))?
+            .unwrap_or(0);
+        let want: Vec<u64> = (0..lead.min(self.layers)).collect();
+        if self.dense != want {
+            return Err(self.err(
+                "leading_dense_block_count",
+                G::DenseLayers {
+                    lead,
+                    dense: self.dense.clone(),
+                },
+            ));
+        }
+        Ok(lead)
+    }
+
     /// `feed_forward_length`, which dense layers need.
     pub fn dense_width(&self) -> Result<u64> {
         self.ff.ok_or_else(|| {

@@ -361,17 +361,7 @@ pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()>
             },
         ));
     }
-    let lead = kv.uint(&key("leading_dense_block_count"))?.unwrap_or(0);
-    let want: Vec<u64> = (0..lead.min(g.layers)).collect();
-    if g.dense != want {
-        return Err(g.err(
-            "leading_dense_block_count",
-            G::DenseLayers {
-                lead,
-                dense: g.dense.clone(),
-            },
-        ));
-    }
+    let lead = g.leading_dense()?;
     // llama.cpp scales the routed weights only by a scale other than 0 and 1.
     let scale = match kv.float(&key("expert_weights_scale"))? {
         None | Some(0.0) => 1.0,

@@ -214,8 +214,9 @@ pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()>
             ));
         }
     }
-    // llama.cpp's default: no leading dense layer (checked against the tensors below).
-    let lead = kv.uint(&g.key("leading_dense_block_count"))?.unwrap_or(0);
+    // llama.cpp's default: no leading dense layer; the layers without a router are exactly
+    // the leading ones.
+    let lead = g.leading_dense()?;
     // llama.cpp's default is 0.0, which its `build_moe_ffn` takes (like 1) as no scaling.
     let scale = match kv.float(&g.key("expert_weights_scale"))? {
         None | Some(0.0) => 1.0,
@@ -224,17 +225,6 @@ pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()>
     let groups = kv.uint(&g.key("expert_group_count"))?.unwrap_or(1);
     let groups_used = kv.uint(&g.key("expert_group_used_count"))?.unwrap_or(1);
     let nextn = kv.uint(&g.key("nextn_predict_layers"))?.unwrap_or(0);
-    // Dense layers are exactly the leading ones.
-    let want: Vec<u64> = (0..lead.min(g.layers)).collect();
-    if g.dense != want {
-        return Err(g.err(
-            "leading_dense_block_count",
-            G::DenseLayers {
-                lead,
-                dense: g.dense.clone(),
-            },
-        ));
-    }
     c.insert(
         "rope_parameters".into(),
         json!({"rope_type": "default", "rope_theta": g.theta, "partial_rotary_factor": partial}),

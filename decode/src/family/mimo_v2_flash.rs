@@ -16,7 +16,9 @@
 //! - final norm, `lm_head`.
 
 use crate::blocks::AttnShape;
-use crate::config::{attention_dims, bad, group_router, limits, rms_eps, ConfigReader, RopeConfig};
+use crate::config::{
+    attention_dims, bad, group_router, layer_kinds, limits, rms_eps, ConfigReader, RopeConfig,
+};
 use crate::error::{ConfigFault, Result};
 use crate::family::common::{AttnExtra, AttnSpec, NormStyle};
 use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
@@ -60,9 +62,8 @@ pub struct MimoV2FlashConfig {
     pub tie_word_embeddings: bool,
 }
 
-/// A list of strings `key`, each one of `kinds` (index into it per entry), `n` entries, or
-/// `default` when absent.
-fn kinds(
+/// A per-layer list `key` of two kinds, `kinds[1]` true (or `default` when absent).
+fn two_kinds(
     c: &ConfigReader<'_>,
     key: &str,
     kinds: [&str; 2],
@@ -70,39 +71,14 @@ fn kinds(
     n: usize,
     default: impl Fn(usize) -> bool,
 ) -> Result<Vec<bool>> {
-    match c.raw(key) {
-        None => Ok((0..n).map(default).collect()),
-        Some(serde_json::Value::Array(a)) => {
-            if a.len() != n {
-                return Err(bad(
-                    key,
-                    ConfigFault::LayerTypesCount {
-                        entries: a.len(),
-                        layers: n,
-                    },
-                ));
-            }
-            a.iter()
-                .map(|t| match t.as_str() {
-                    Some(s) if s == kinds[0] => Ok(false),
-                    Some(s) if s == kinds[1] => Ok(true),
-                    _ => Err(bad(
-                        key,
-                        ConfigFault::Unsupported {
-                            value: t.to_string(),
-                            supported,
-                        },
-                    )),
-                })
-                .collect()
-        }
-        Some(other) => Err(bad(
-            key,
-            ConfigFault::NotAList {
-                value: other.to_string(),
-            },
-        )),
-    }
+    layer_kinds(
+        c,
+        key,
+        n,
+        default,
+        |t| kinds.iter().position(|k| *k == t).map(|i| i == 1),
+        |value| ConfigFault::Unsupported { value, supported },
+    )
 }
 
 /// One layer kind's RoPE: `rope_parameters[kind]` (transformers reads nothing else), default RoPE
@@ -183,7 +159,7 @@ impl MimoV2FlashConfig {
             ));
         }
         let num_layers = c.positive("num_hidden_layers", MAX_LAYERS)?;
-        let sliding_layers = kinds(
+        let sliding_layers = two_kinds(
             &c,
             "layer_types",
             ["full_attention", "sliding_attention"],
@@ -191,7 +167,7 @@ impl MimoV2FlashConfig {
             num_layers,
             |i| !(i == 0 || (i + 1).is_multiple_of(6)),
         )?;
-        let sparse = kinds(
+        let sparse = two_kinds(
             &c,
             "mlp_layer_types",
             ["dense", "sparse"],

@@ -15,7 +15,7 @@
 use tarfa_cuda::DeltaShape;
 
 use crate::blocks::AttnShape;
-use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
+use crate::config::{attention_dims, bad, layer_kinds, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, Result};
 use crate::family::common::{AttnSpec, NormStyle};
 use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
@@ -132,55 +132,30 @@ impl Qwen3_5MoeConfig {
             return Err(bad("head_dim", ConfigFault::Zero));
         }
         let num_layers = c.positive("num_hidden_layers", MAX_LAYERS)?;
-        let layer_types = match c.raw("layer_types") {
-            Some(serde_json::Value::Array(a)) => {
-                if a.len() != num_layers {
-                    return Err(bad(
-                        "layer_types",
-                        ConfigFault::LayerTypesCount {
-                            entries: a.len(),
-                            layers: num_layers,
-                        },
-                    ));
-                }
-                a.iter()
-                    .map(|t| match t.as_str() {
-                        // transformers' `remap_legacy_layer_types` names too.
-                        Some("full_attention" | "attention") => Ok(LayerType::Full),
-                        Some("linear_attention" | "mamba" | "conv") => Ok(LayerType::Linear),
-                        _ => Err(bad(
-                            "layer_types",
-                            ConfigFault::LayerType {
-                                value: t.to_string(),
-                            },
-                        )),
-                    })
-                    .collect::<Result<Vec<_>>>()?
-            }
-            Some(other) => {
-                return Err(bad(
-                    "layer_types",
-                    ConfigFault::NotAList {
-                        value: other.to_string(),
-                    },
-                ))
-            }
-            None => {
-                let every = c.usize("full_attention_interval", MAX_LAYERS)?.unwrap_or(4);
-                if every == 0 {
-                    return Err(bad("full_attention_interval", ConfigFault::Zero));
-                }
-                (0..num_layers)
-                    .map(|i| {
-                        if (i + 1) % every == 0 {
-                            LayerType::Full
-                        } else {
-                            LayerType::Linear
-                        }
-                    })
-                    .collect()
-            }
+        // Without `layer_types`, every `full_attention_interval`-th layer is full attention.
+        let every = match c.raw("layer_types") {
+            Some(_) => 1,
+            None => match c.usize("full_attention_interval", MAX_LAYERS)?.unwrap_or(4) {
+                0 => return Err(bad("full_attention_interval", ConfigFault::Zero)),
+                e => e,
+            },
         };
+        let layer_types = layer_kinds(
+            &c,
+            "layer_types",
+            num_layers,
+            |i| match (i + 1) % every {
+                0 => LayerType::Full,
+                _ => LayerType::Linear,
+            },
+            // transformers' `remap_legacy_layer_types` names too.
+            |t| match t {
+                "full_attention" | "attention" => Some(LayerType::Full),
+                "linear_attention" | "mamba" | "conv" => Some(LayerType::Linear),
+                _ => None,
+            },
+            |value| ConfigFault::LayerType { value },
+        )?;
         let lin_k_heads = c.usize("linear_num_key_heads", MAX_HEADS)?.unwrap_or(16);
         let lin_v_heads = c.usize("linear_num_value_heads", MAX_HEADS)?.unwrap_or(32);
         if lin_k_heads == 0 || lin_v_heads == 0 || lin_v_heads % lin_k_heads != 0 {
