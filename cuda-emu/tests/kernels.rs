@@ -560,6 +560,7 @@ fn moe_case_of(
             m(uv, inter, hidden),
             m(dv, hidden, inter),
             std::slice::from_ref(&x),
+            None,
         );
         outs.put(0, s, &y[0], wts[s]);
     }
@@ -1009,6 +1010,7 @@ fn the_offload_paths_kernels_are_the_cpus() {
                     m(uv, inter, hidden),
                     m(dv, hidden, inter),
                     xs,
+                    None,
                 );
                 ys.iter().map(|y| bits(y)).collect()
             };

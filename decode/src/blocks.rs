@@ -45,12 +45,7 @@ pub fn linear_many(
         let mut jobs: Vec<MatJob<'_, '_>> = layers
             .iter()
             .zip(outs.iter_mut())
-            .map(|((m, _), out)| MatJob {
-                up: None,
-                m: *m,
-                xs: &refs,
-                out,
-            })
+            .map(|((m, _), out)| MatJob::new(*m, &refs, out))
             .collect();
         isa.matmul_many(&mut jobs);
     }
@@ -94,6 +89,9 @@ pub struct KvCache {
     k: Vec<f32>,
     v: Vec<f32>,
     len: usize,
+    /// Per position, what a sparse-attention indexer keeps of it (DSA: the indexer's key and
+    /// pool-gate scores, [`crate::family::dsa`]); empty for other attention.
+    pub index: Vec<Vec<f32>>,
 }
 
 impl KvCache {
@@ -107,8 +105,9 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Keep the first `n` positions (forget every one at and after `n`).
+    /// Keep the first `n` positions (forget every one at and after `n`), the indexer's too.
     pub fn keep(&mut self, n: usize) {
+        self.index.truncate(n);
         if n >= self.len {
             return;
         }
@@ -116,7 +115,8 @@ impl KvCache {
         self.truncate(n, width);
     }
 
-    /// Forget every position at and after `pos`.
+    /// Forget every key and value at and after `pos` (not the indexer's: its layer appends
+    /// them before the attention runs, and forgets its own).
     pub fn truncate(&mut self, pos: usize, width: usize) {
         self.len = self.len.min(pos);
         self.k.truncate(self.len * width);
@@ -159,6 +159,34 @@ pub fn attend_scaled(
     attend_with(isa, shape, scaling, None, cache, start, q, k, v)
 }
 
+/// [`attend_scaled`] over chosen positions: token `t` attends to `select[t]` (ascending, each at
+/// most its own position) rather than every earlier position — DeepSeek sparse attention's
+/// selection ([`crate::family::dsa`]). The softmax and the weighted sum run over them in
+/// ascending order: the canonical reductions of exactly those keys.
+#[allow(clippy::too_many_arguments)]
+pub fn attend_selected(
+    isa: Isa,
+    shape: AttnShape,
+    scaling: f32,
+    cache: &mut KvCache,
+    start: usize,
+    q: &[Vec<f32>],
+    k: &[Vec<f32>],
+    v: &[Vec<f32>],
+    select: &[Vec<usize>],
+) -> Batch {
+    attend_over(
+        isa,
+        shape,
+        scaling,
+        None,
+        cache,
+        start,
+        (q, k, v),
+        Some(select),
+    )
+}
+
 /// [`attend_scaled`] with attention sinks: head `h`'s softmax runs over its scores and then
 /// `sinks[h]` (the last element of the canonical sum and a candidate for the max), and the sink's
 /// weight is dropped before the weighted sum of values (MiMo-V2-Flash, gpt-oss).
@@ -173,6 +201,22 @@ pub fn attend_with(
     q: &[Vec<f32>],
     k: &[Vec<f32>],
     v: &[Vec<f32>],
+) -> Batch {
+    attend_over(isa, shape, scaling, sinks, cache, start, (q, k, v), None)
+}
+
+/// The attention core of [`attend_with`] and [`attend_selected`]: each token's keys are the
+/// window's (or all earlier positions), or `select[t]` when given.
+#[allow(clippy::too_many_arguments)]
+fn attend_over(
+    isa: Isa,
+    shape: AttnShape,
+    scaling: f32,
+    sinks: Option<&[f32]>,
+    cache: &mut KvCache,
+    start: usize,
+    (q, k, v): (&[Vec<f32>], &[Vec<f32>], &[Vec<f32>]),
+    select: Option<&[Vec<usize>]>,
 ) -> Batch {
     let d = shape.head_dim;
     let width = shape.kv_heads * d;
@@ -193,10 +237,14 @@ pub fn attend_with(
             Some(w) if p + 1 > w => p + 1 - w,
             _ => 0,
         };
+        let chosen = select.map(|s| s[t].as_slice());
+        let n = chosen.map_or(p + 1 - first, <[usize]>::len);
+        let at = |i: usize| chosen.map_or(first + i, |c| c[i]);
         let kvh = h / group;
         let qh = &q[t][h * d..(h + 1) * d];
-        let mut scores: Vec<f32> = (first..=p)
-            .map(|pos| {
+        let mut scores: Vec<f32> = (0..n)
+            .map(|i| {
+                let pos = at(i);
                 let kk = &cache.k[pos * width + kvh * d..pos * width + (kvh + 1) * d];
                 isa.dot_f32(kk, qh) * scaling
             })
@@ -212,7 +260,7 @@ pub fn attend_with(
         isa.weighted_rows(
             &scores,
             |i| {
-                let pos = first + i;
+                let pos = at(i);
                 &cache.v[pos * width + kvh * d..pos * width + (kvh + 1) * d]
             },
             &mut out,
@@ -341,17 +389,19 @@ pub fn sigmoid_group_topk(
 }
 
 /// The SwiGLU MLP `down(silu(gate x) ⊙ up x)` of each token, from separate gate/up matrices or a
-/// fused gate_up (rows `0..I` gate, `I..2I` up).
+/// fused gate_up (rows `0..I` gate, `I..2I` up); with a `limit`, the gate's and up's dots
+/// clamped first ([`MatJob::clamped`]).
 pub fn swiglu(
     isa: Isa,
     gate: MatrixRef<'_>,
     up: MatrixRef<'_>,
     down: MatrixRef<'_>,
     xs: &[Vec<f32>],
+    limit: Option<f32>,
 ) -> Batch {
     let refs: Vec<&[f32]> = xs.iter().map(|x| x.as_slice()).collect();
     let mut h = vec![vec![0.0f32; gate.rows]; xs.len()];
-    isa.matmul_many(&mut [MatJob::swiglu_gate(gate, up, &refs, &mut h)]);
+    isa.matmul_many(&mut [MatJob::swiglu_gate(gate, up, &refs, &mut h).clamped(limit)]);
     linear(isa, down, None, &h)
 }
 
@@ -398,13 +448,14 @@ pub fn expert_projections<'a>(
 }
 
 /// The SwiGLU of several routed experts, each over the tokens routed to it: the gate and up
-/// products of all of them, with the SiLU gate, in one parallel region; the down products in a
-/// second. Each output
+/// products of all of them, with the SiLU gate (clamped with a `limit`), in one parallel region;
+/// the down products in a second. Each output
 /// is computed exactly as [`swiglu`] computes it alone.
 pub fn experts_swiglu(
     isa: Isa,
     experts: &[(ExpertView<'_>, &[Vec<f32>])],
     hidden: usize,
+    limit: Option<f32>,
 ) -> Result<Vec<Batch>> {
     let proj = experts
         .iter()
@@ -424,7 +475,7 @@ pub fn experts_swiglu(
             .iter()
             .zip(&inputs)
             .zip(h.iter_mut())
-            .map(|((p, x), out)| MatJob::swiglu_gate(p.0, p.1, x, out))
+            .map(|((p, x), out)| MatJob::swiglu_gate(p.0, p.1, x, out).clamped(limit))
             .collect();
         isa.matmul_many(&mut jobs);
     }
@@ -500,11 +551,15 @@ mod tests {
             k: (0..10).map(|i| i as f32).collect(),
             v: (10..20).map(|i| i as f32).collect(),
             len: 5,
+            index: (0..5).map(|i| vec![i as f32]).collect(),
         };
         c.keep(9);
-        assert_eq!((c.len(), c.k.len(), c.v.len()), (5, 10, 10));
+        assert_eq!(
+            (c.len(), c.k.len(), c.v.len(), c.index.len()),
+            (5, 10, 10, 5)
+        );
         c.keep(2);
-        assert_eq!(c.len(), 2);
+        assert_eq!((c.len(), c.index.len()), (2, 2));
         assert_eq!(c.k, [0.0, 1.0, 2.0, 3.0]);
         assert_eq!(c.v, [10.0, 11.0, 12.0, 13.0]);
         c.keep(0);

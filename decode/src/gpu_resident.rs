@@ -290,6 +290,11 @@ fn refusal(p: &Plan) -> Option<&'static str> {
         Some("DeltaNet convolutions longer than 32")
     } else if p.mixers.contains(&MixerPlan::DeltaNet) && p.delta.is_none() {
         Some("DeltaNet layers without their widths")
+    } else if p.hyper.is_some() || p.kda.is_some() || p.dsa.is_some() || p.swiglu_limit.is_some() {
+        Some(
+            "GLM-5.3-Flash's hyper-connections, Kimi delta attention, DSA and clamped SwiGLU \
+             (glm5_next)",
+        )
     } else if p.mixers.contains(&MixerPlan::Mla) {
         Some("multi-head latent attention (MLA)")
     } else if p.mixers.contains(&MixerPlan::SlidingAttention) || p.swa.is_some() {
@@ -543,7 +548,7 @@ fn cpu_experts(
     let x = vec![xn.to_vec()];
     store.with_experts(layer as u32, &wanted, |views| {
         let items: Vec<_> = views.iter().map(|v| (v.clone(), x.as_slice())).collect();
-        let outs = blocks::experts_swiglu(isa, &items, hidden)?;
+        let outs = blocks::experts_swiglu(isa, &items, hidden, None)?;
         for (v, out) in views.iter().zip(outs) {
             for (slot, _) in ids.iter().enumerate().filter(|(_, &e)| e == v.expert) {
                 y[slot * hidden..(slot + 1) * hidden].copy_from_slice(&out[0]);
@@ -691,7 +696,10 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                 })
             }
             // `refusal` declines these before any weight is mapped.
-            MixerPlan::Mla | MixerPlan::SlidingAttention => return Ok(None),
+            MixerPlan::Mla
+            | MixerPlan::SlidingAttention
+            | MixerPlan::Kda
+            | MixerPlan::MlaSparse { .. } => return Ok(None),
         };
         let mlp = match *mlp {
             MlpPlan::Dense { inter } => swiglu(&n("mlp"), inter)?.map(HostMlp::Dense),
@@ -941,6 +949,10 @@ mod tests {
             mixers: vec![MixerPlan::Attention],
             delta: None,
             mla: None,
+            kda: None,
+            dsa: None,
+            hyper: None,
+            swiglu_limit: None,
             shared: SharedPlan::EXPERTS,
             vocab: 16,
             hidden: 64,

@@ -394,13 +394,13 @@ pub fn check_mlp(s: &TensorStore, prefix: &str, inter: usize, hidden: usize) -> 
     Ok(())
 }
 
-/// The dense SwiGLU MLP under `prefix`: `down(silu(gate x) ⊙ up x)`.
+/// The dense SwiGLU MLP under `prefix`: `down(silu(gate x) ⊙ up x)`, the gate and up dots
+/// clamped with a `limit` ([`crate::kernels::MatJob::clamped`]).
 pub fn mlp(
     ctx: &mut Ctx<'_>,
     part: &'static str,
-    prefix: &str,
-    inter: usize,
-    hidden: usize,
+    (prefix, inter, hidden): (&str, usize, usize),
+    limit: Option<f32>,
     x: &[Vec<f32>],
 ) -> Result<Batch> {
     let s = ctx.tensors;
@@ -413,7 +413,7 @@ pub fn mlp(
     let dn = s
         .get(&format!("{prefix}.down_proj.weight"))?
         .matrix(hidden, inter)?;
-    ctx.swiglu(part, g, u, dn, x)
+    ctx.swiglu(part, (g, u, dn), limit, x)
 }
 
 /// The router's logits `W x` of each token (`W`: `[experts, hidden]`).
@@ -422,8 +422,15 @@ pub fn router_logits(ctx: &mut Ctx<'_>, w: MatrixRef<'_>, x: &[Vec<f32>]) -> Res
 }
 
 /// Run each selected expert once over the tokens routed to it (experts in any order: each output
-/// lands in its token's selection slot), then combine per token in slot order.
-pub fn routed_experts(ctx: &mut Ctx<'_>, layer: u32, routes: &[Route], x: &Batch) -> Result<Batch> {
+/// lands in its token's selection slot), then combine per token in slot order. With a `limit`
+/// (a clamped SwiGLU) every expert runs here: the offload devices have no clamped kernel.
+pub fn routed_experts(
+    ctx: &mut Ctx<'_>,
+    layer: u32,
+    routes: &[Route],
+    x: &Batch,
+    limit: Option<f32>,
+) -> Result<Batch> {
     let t = std::time::Instant::now();
     let mut wanted: Vec<u32> = routes.iter().flat_map(|r| r.iter().map(|s| s.0)).collect();
     wanted.sort_unstable();
@@ -456,7 +463,7 @@ pub fn routed_experts(ctx: &mut Ctx<'_>, layer: u32, routes: &[Route], x: &Batch
         // Either way each output is the same bits, stored by (token, slot).
         let on_device: Vec<bool> = views
             .iter()
-            .map(|v| offload.as_ref().is_some_and(|o| o.takes(v)))
+            .map(|v| limit.is_none() && offload.as_ref().is_some_and(|o| o.takes(v)))
             .collect();
         let items: Vec<_> = views
             .iter()
@@ -465,7 +472,7 @@ pub fn routed_experts(ctx: &mut Ctx<'_>, layer: u32, routes: &[Route], x: &Batch
             .filter(|(_, &d)| !d)
             .map(|((v, b), _)| (v.clone(), b.as_slice()))
             .collect();
-        let mut cpu = blocks::experts_swiglu(isa, &items, hidden)?.into_iter();
+        let mut cpu = blocks::experts_swiglu(isa, &items, hidden, limit)?.into_iter();
         let device_items: Vec<(&crate::experts::ExpertView<'_>, &[Vec<f32>])> = views
             .iter()
             .zip(&xs)

@@ -129,6 +129,7 @@ impl DeepseekV3Config {
             v: v_dim,
             interleave: c.bool("rope_interleave")?.unwrap_or(true),
             bias: c.bool("attention_bias")?.unwrap_or(false),
+            latent_eps: crate::family::mla::LATENT_EPS,
             scale: scale as f32,
         };
         let num_experts = match c.usize("n_routed_experts", MAX_EXPERTS)? {
@@ -205,6 +206,10 @@ pub fn plan(c: &DeepseekV3Config) -> Plan {
         norm_topk_prob: c.norm_topk_prob,
         mixers: vec![MixerPlan::Mla; c.num_layers],
         mla: Some(*m),
+        kda: None,
+        dsa: None,
+        hyper: None,
+        swiglu_limit: None,
         delta: None,
         mlps: MlpPlan::layers(
             c.num_layers,

@@ -147,6 +147,41 @@ pub(crate) fn conv_weight<'s>(
     })
 }
 
+/// One token's causal depthwise convolution over `[history (oldest first), mixed]` of every
+/// channel (`weight(ch)`: its `kernel` taps), then SiLU; the history advanced by `mixed`.
+/// Gated DeltaNet's and KDA's.
+pub(crate) fn conv_silu<'w>(
+    isa: Isa,
+    state: &mut DeltaState,
+    weight: impl Fn(usize) -> WeightSlice<'w>,
+    kernel: usize,
+    mixed: &[f32],
+) -> Vec<f32> {
+    let mut win = vec![0.0f32; kernel];
+    let mut w = vec![0.0f32; kernel];
+    let c: Vec<f32> = (0..mixed.len())
+        .map(|ch| {
+            for (j, v) in win.iter_mut().enumerate() {
+                *v = if j + 1 < kernel {
+                    state.conv[j][ch]
+                } else {
+                    mixed[ch]
+                };
+            }
+            let row = weight(ch);
+            for (j, v) in w.iter_mut().enumerate() {
+                *v = row.get(j);
+            }
+            canon::silu(isa.dot_f32(&w, &win))
+        })
+        .collect();
+    if kernel > 1 {
+        state.conv.remove(0);
+        state.conv.push(mixed.to_vec());
+    }
+    c
+}
+
 /// Widths of a Gated DeltaNet layer.
 #[derive(Clone, Copy, Debug)]
 pub struct DeltaDims {
@@ -191,30 +226,7 @@ pub fn delta_step(
     norm_w: WeightSlice<'_>,
     p: &DeltaToken<'_>,
 ) -> Vec<f32> {
-    let channels = p.mixed.len();
-    // Causal depthwise convolution over [history (oldest first), this token], then SiLU.
-    let mut win = vec![0.0f32; d.kernel];
-    let mut w = vec![0.0f32; d.kernel];
-    let c: Vec<f32> = (0..channels)
-        .map(|ch| {
-            for (j, v) in win.iter_mut().enumerate() {
-                *v = if j + 1 < d.kernel {
-                    state.conv[j][ch]
-                } else {
-                    p.mixed[ch]
-                };
-            }
-            let row = conv.row(ch);
-            for (j, v) in w.iter_mut().enumerate() {
-                *v = row.get(j);
-            }
-            canon::silu(isa.dot_f32(&w, &win))
-        })
-        .collect();
-    if d.kernel > 1 {
-        state.conv.remove(0);
-        state.conv.push(p.mixed.to_vec());
-    }
+    let c = conv_silu(isa, state, |ch| conv.row(ch), d.kernel, p.mixed);
     let key_dim = d.k_heads * d.dk;
     let (q_all, rest) = c.split_at(key_dim);
     let (k_all, v_all) = rest.split_at(key_dim);

@@ -258,6 +258,10 @@ pub fn plan(c: &MimoV2FlashConfig) -> Plan {
             })
             .collect(),
         mla: None,
+        kda: None,
+        dsa: None,
+        hyper: None,
+        swiglu_limit: None,
         delta: None,
         mlps: MlpPlan::layers(
             c.num_layers,

@@ -128,6 +128,10 @@ pub fn plan(c: &MixtralConfig, router: &'static str) -> Plan {
         norm_topk_prob: true,
         mixers: vec![MixerPlan::Attention; c.num_layers],
         mla: None,
+        kda: None,
+        dsa: None,
+        hyper: None,
+        swiglu_limit: None,
         delta: None,
         mlps: vec![
             MlpPlan::Moe {

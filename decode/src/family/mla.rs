@@ -12,8 +12,10 @@
 //!   `(nope + rope)^-0.5` (under YaRN with `mscale_all_dim`, times `mscale²`), softmax, the
 //!   weighted sum of `v`; `o_proj` of the heads' outputs.
 //!
-//! The two latent norms (`q_a_layernorm`, `kv_a_layernorm`) are transformers' `RMSNorm` of its
-//! default epsilon 1e-6, whatever `rms_norm_eps` says.
+//! The two latent norms (`q_a_layernorm`, `kv_a_layernorm`) are DeepSeek-V3's `RMSNorm` of its
+//! default epsilon 1e-6, whatever `rms_norm_eps` says; GLM-5.3-Flash's take `rms_norm_eps`
+//! ([`MlaShape::latent_eps`]). GLM-5.3-Flash's MLA has no rotated dims (NoPE: `rope` 0) and its
+//! DSA layers attend to the positions their indexer selects ([`Sparse`], [`crate::family::dsa`]).
 //!
 //! The cache holds each position's keys and values expanded per head (values padded with zeros
 //! to the key's width, which leaves every score and every output the same bits): the same
@@ -23,12 +25,25 @@
 use crate::blocks::{self, AttnShape, Batch, KvCache};
 use crate::error::Result;
 use crate::family::common::{self, NormStyle};
+use crate::family::dsa::{self, DsaShape};
 use crate::family::Ctx;
 use crate::rope::Rope;
 use crate::weights::{TensorStore, WeightSlice};
 
-/// The latent norms' epsilon (transformers' `DeepseekV3RMSNorm` default).
+/// DeepSeek-V3's latent norms' epsilon (transformers' `DeepseekV3RMSNorm` default).
 pub const LATENT_EPS: f32 = 1e-6;
+
+/// Which earlier positions an MLA layer's queries attend to.
+#[derive(Debug)]
+pub enum Sparse<'a> {
+    /// Every one (DeepSeek-V3).
+    Dense,
+    /// Those its own DSA indexer selects; the selection is left in the `Option` for a
+    /// following layer that shares it.
+    Index(&'a DsaShape, &'a mut Option<Vec<Vec<usize>>>),
+    /// Those a previous layer's indexer selected for the same tokens.
+    Reuse(&'a [Vec<usize>]),
+}
 
 /// One MLA layer's widths.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -49,6 +64,9 @@ pub struct MlaShape {
     pub interleave: bool,
     /// `attention_bias`: biases on `q_a_proj`, `kv_a_proj_with_mqa` and `o_proj`.
     pub bias: bool,
+    /// The latent norms' epsilon ([`LATENT_EPS`] for DeepSeek-V3, `rms_norm_eps` for
+    /// GLM-5.3-Flash).
+    pub latent_eps: f32,
     /// The scores' scale: `(nope + rope)^-0.5`, times `yarn_get_mscale(factor,
     /// mscale_all_dim)²` under YaRN with `mscale_all_dim` (transformers' `yarn_apply_mscale`).
     pub scale: f32,
@@ -107,7 +125,7 @@ fn deinterleave(x: &mut [f32]) {
 }
 
 /// One MLA layer under `prefix` over a batch at positions `start..`, its keys and values stored
-/// in `kv` (`rope` rotates `m.rope` dims).
+/// in `kv` (`rope` rotates `m.rope` dims), attending as `sparse` says.
 #[allow(clippy::too_many_arguments)]
 pub fn layer(
     ctx: &mut Ctx<'_>,
@@ -117,7 +135,8 @@ pub fn layer(
     rope: &mut Rope,
     kv: &mut KvCache,
     start: usize,
-    x: &[Vec<f32>],
+    x: &Batch,
+    sparse: Sparse<'_>,
 ) -> Result<Batch> {
     let s = ctx.tensors;
     let p = |n: &str| format!("{prefix}.{n}");
@@ -132,12 +151,12 @@ pub fn layer(
         .get(&p("kv_a_proj_with_mqa.weight"))?
         .matrix(rank + m.rope, hidden)?;
     let b_kva = bias("kv_a_proj_with_mqa.bias")?;
-    let (mut q, latent) = match m.q_lora_rank {
+    let (mut q, latent, q_resid) = match m.q_lora_rank {
         None => {
             let w_q = s.get(&p("q_proj.weight"))?.matrix(m.q_rows(), hidden)?;
             let mut out = ctx.linear_many("mla q, latent", &[(w_q, None), (w_kva, b_kva)], x)?;
             let latent = out.pop().expect("two outputs");
-            (out.pop().expect("two outputs"), latent)
+            (out.pop().expect("two outputs"), latent, None)
         }
         Some(r) => {
             let w_qa = s.get(&p("q_a_proj.weight"))?.matrix(r, hidden)?;
@@ -146,14 +165,14 @@ pub fn layer(
             let latent = out.pop().expect("two outputs");
             let qa = out.pop().expect("two outputs");
             let w_n = s.get(&p("q_a_layernorm.weight"))?.vector(r)?;
-            let qa = common::norm(ctx, NormStyle::Weight, &qa, w_n, LATENT_EPS);
+            let qa = common::norm(ctx, NormStyle::Weight, &qa, w_n, m.latent_eps);
             let w_qb = s.get(&p("q_b_proj.weight"))?.matrix(m.q_rows(), r)?;
-            (ctx.linear("mla q_b", w_qb, None, &qa)?, latent)
+            (ctx.linear("mla q_b", w_qb, None, &qa)?, latent, Some(qa))
         }
     };
     let c: Batch = latent.iter().map(|t| t[..rank].to_vec()).collect();
     let w_n = s.get(&p("kv_a_layernorm.weight"))?.vector(rank)?;
-    let c = common::norm(ctx, NormStyle::Weight, &c, w_n, LATENT_EPS);
+    let c = common::norm(ctx, NormStyle::Weight, &c, w_n, m.latent_eps);
     let w_kvb = s
         .get(&p("kv_b_proj.weight"))?
         .matrix(m.heads * (m.nope + m.v), rank)?;
@@ -190,7 +209,26 @@ pub fn layer(
         head_dim: qk,
         window: None,
     };
-    let o: Batch = blocks::attend_scaled(ctx.isa, shape, m.scale, kv, start, &q, &k, &v)
+    ctx.profile.add("attention core", t0.elapsed());
+    let select = match sparse {
+        Sparse::Dense => None,
+        Sparse::Reuse(s) => Some(s.to_vec()),
+        Sparse::Index(d, keep) => {
+            let q_resid = q_resid.as_ref().ok_or(crate::error::DecodeError::BadPlan {
+                family: "mla",
+                what: "a DSA indexer without a query LoRA",
+            })?;
+            let s = dsa::select(ctx, prefix, (d, hidden), kv, start, (x, q_resid))?;
+            *keep = Some(s.clone());
+            Some(s)
+        }
+    };
+    let t0 = std::time::Instant::now();
+    let o = match &select {
+        None => blocks::attend_scaled(ctx.isa, shape, m.scale, kv, start, &q, &k, &v),
+        Some(sel) => blocks::attend_selected(ctx.isa, shape, m.scale, kv, start, &q, &k, &v, sel),
+    };
+    let o: Batch = o
         .iter()
         .map(|ot| {
             ot.chunks_exact(qk)

@@ -10,7 +10,11 @@
 pub mod common;
 pub mod deepseek_v3;
 pub mod deltanet;
+pub mod dsa;
 pub mod glm4_moe;
+pub mod glm5_next;
+pub mod kda;
+pub mod mhc;
 pub mod mimo_v2_flash;
 pub mod mixtral;
 pub mod mla;
@@ -93,23 +97,23 @@ impl Ctx<'_> {
             .time(part, || crate::blocks::linear_many(isa, layers, xs)))
     }
 
-    /// A dense SwiGLU MLP ([`crate::blocks::swiglu`]), on the offload device when it takes it.
+    /// A dense SwiGLU MLP ([`crate::blocks::swiglu`]), clamped with a `limit`; on the offload
+    /// device when it takes it (an unclamped one: the devices have no clamped kernel).
     pub fn swiglu(
         &mut self,
         part: &'static str,
-        gate: MatrixRef<'_>,
-        up: MatrixRef<'_>,
-        down: MatrixRef<'_>,
+        (gate, up, down): (MatrixRef<'_>, MatrixRef<'_>, MatrixRef<'_>),
+        limit: Option<f32>,
         xs: &[Vec<f32>],
     ) -> Result<Batch> {
         let t = std::time::Instant::now();
-        let out = match self
-            .offload
-            .as_deref_mut()
-            .and_then(|o| o.swiglu_dense(&gate, &up, &down, xs))
-        {
+        let device = match limit {
+            None => self.offload.as_deref_mut(),
+            Some(_) => None,
+        };
+        let out = match device.and_then(|o| o.swiglu_dense(&gate, &up, &down, xs)) {
             Some(r) => r?,
-            None => crate::blocks::swiglu(self.isa, gate, up, down, xs),
+            None => crate::blocks::swiglu(self.isa, gate, up, down, xs, limit),
         };
         self.profile.add(part, t.elapsed());
         Ok(out)
@@ -319,6 +323,19 @@ pub const REGISTRY: &[FamilyRow] = &[
             PlanDecoder::open(mimo_v2_flash::plan(&cfg), t)
         },
         rope: |c| Ok(mimo_v2_flash::MimoV2FlashConfig::parse(c)?.full_rope),
+        gguf: None,
+        prepare: None,
+    },
+    FamilyRow {
+        model_types: &["glm5_next", "glm5_next_text"],
+        open: |c, t| {
+            let cfg = glm5_next::Glm5NextConfig::parse(c)?;
+            PlanDecoder::open(glm5_next::plan(&cfg, glm5_next::prefix(t)), t)
+        },
+        rope: |c| {
+            glm5_next::Glm5NextConfig::parse(c)?;
+            Ok(glm5_next::no_rope())
+        },
         gguf: None,
         prepare: None,
     },

@@ -12,7 +12,10 @@ use crate::config::RopeConfig;
 use crate::error::{DecodeError, Result};
 use crate::family::common::{self, AttnSpec, NormStyle, Skeleton};
 use crate::family::deltanet::{self, DeltaState};
-use crate::family::mla::{self, MlaShape};
+use crate::family::dsa::{self, DsaShape};
+use crate::family::kda::{self, KdaShape};
+use crate::family::mhc::{self, HyperSpec};
+use crate::family::mla::{self, MlaShape, Sparse};
 use crate::family::{Ctx, Family};
 use crate::rope::Rope;
 use crate::sequence::{LayerState, State};
@@ -58,6 +61,14 @@ pub struct Plan {
     pub delta: Option<DeltaShape>,
     /// The MLA layers' widths, when there are any.
     pub mla: Option<MlaShape>,
+    /// The KDA layers' widths, when there are any.
+    pub kda: Option<KdaShape>,
+    /// The DSA indexers' widths, when there are any.
+    pub dsa: Option<DsaShape>,
+    /// Hyper-connections in place of the plain residual (GLM-5.3-Flash), or none.
+    pub hyper: Option<HyperSpec>,
+    /// Every SwiGLU's clamp (`swiglu_limit`: dense, shared and routed experts), or none.
+    pub swiglu_limit: Option<f32>,
     /// Each layer's MLP.
     pub mlps: Vec<MlpPlan>,
     /// Where a MoE layer's shared experts are, and their gate.
@@ -77,6 +88,15 @@ pub enum MixerPlan {
     Mla,
     /// Attention of [`Plan::swa`]'s form and RoPE under `self_attn.`.
     SlidingAttention,
+    /// Kimi delta attention of [`Plan::kda`]'s widths under `self_attn.` ([`crate::family::kda`]).
+    Kda,
+    /// MLA of [`Plan::mla`]'s widths attending where a DSA indexer of [`Plan::dsa`]'s widths
+    /// says: the layer's own (`self_attn.indexer.*`) when `own`, else the previous layer's
+    /// selection (which must be an own-indexer layer).
+    MlaSparse {
+        /// Whether the layer runs its own indexer.
+        own: bool,
+    },
 }
 
 /// The names of a MoE layer's shared experts (relative to `layers.L.`).
@@ -191,6 +211,20 @@ impl Plan {
         })
     }
 
+    fn kda_shape(&self) -> Result<&KdaShape> {
+        self.kda.as_ref().ok_or(DecodeError::BadPlan {
+            family: self.family,
+            what: "a KDA layer without the KDA widths",
+        })
+    }
+
+    fn dsa_shape(&self) -> Result<&DsaShape> {
+        self.dsa.as_ref().ok_or(DecodeError::BadPlan {
+            family: self.family,
+            what: "a DSA layer without the indexer's widths",
+        })
+    }
+
     fn swa(&self) -> Result<&(AttnSpec, RopeConfig)> {
         self.swa.as_ref().ok_or(DecodeError::BadPlan {
             family: self.family,
@@ -224,6 +258,22 @@ impl Plan {
                 MixerPlan::SlidingAttention => {
                     common::check_attention(s, &p("self_attn"), &self.swa()?.0, h)?
                 }
+                MixerPlan::Kda => kda::check(s, &p("self_attn"), self.kda_shape()?, h)?,
+                MixerPlan::MlaSparse { own } => {
+                    mla::check(s, &p("self_attn"), self.mla_shape()?, h)?;
+                    if own {
+                        dsa::check(s, &p("self_attn"), self.dsa_shape()?, h)?;
+                    } else if l == 0 || self.mixers[l - 1] != (MixerPlan::MlaSparse { own: true }) {
+                        return Err(DecodeError::BadPlan {
+                            family: self.family,
+                            what: "a DSA layer sharing a selection not directly after a layer \
+                                   with its own indexer",
+                        });
+                    }
+                }
+            }
+            if let Some(hc) = &self.hyper {
+                mhc::check(s, &self.layer(l, ""), hc, h)?;
             }
             match self.mlps[l] {
                 MlpPlan::Dense { inter } => common::check_mlp(s, &p("mlp"), inter, h)?,
@@ -254,12 +304,14 @@ impl Plan {
         let layers = (0..self.layers())
             .map(|l| {
                 Ok(match self.mixers[l] {
-                    MixerPlan::Attention | MixerPlan::Mla | MixerPlan::SlidingAttention => {
-                        LayerState::Attention(KvCache::default())
-                    }
+                    MixerPlan::Attention
+                    | MixerPlan::Mla
+                    | MixerPlan::SlidingAttention
+                    | MixerPlan::MlaSparse { .. } => LayerState::Attention(KvCache::default()),
                     MixerPlan::DeltaNet => {
                         LayerState::DeltaNet(DeltaState::new(self.delta_shape()?))
                     }
+                    MixerPlan::Kda => LayerState::DeltaNet(self.kda_shape()?.new_state()),
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -274,7 +326,13 @@ impl Plan {
         let p = |n: &str| self.layer(l, n);
         let (router, route, shared) = match self.mlps[l] {
             MlpPlan::Dense { inter } => {
-                return common::mlp(ctx, "dense mlp", &p("mlp"), inter, h, x)
+                return common::mlp(
+                    ctx,
+                    "dense mlp",
+                    (&p("mlp"), inter, h),
+                    self.swiglu_limit,
+                    x,
+                )
             }
             MlpPlan::Moe {
                 router,
@@ -313,9 +371,16 @@ impl Plan {
                     .collect()
             }
         };
-        let mut out = common::routed_experts(ctx, l as u32, &routes, x)?;
+        let limit = self.swiglu_limit;
+        let mut out = common::routed_experts(ctx, l as u32, &routes, x, limit)?;
         if shared > 0 {
-            let sh = common::mlp(ctx, "shared experts", &p(self.shared.prefix), shared, h, x)?;
+            let sh = common::mlp(
+                ctx,
+                "shared experts",
+                (&p(self.shared.prefix), shared, h),
+                limit,
+                x,
+            )?;
             match self.shared.gate {
                 None => blocks::add_into(&mut out, &sh),
                 Some(gate) => {
@@ -383,7 +448,10 @@ impl Family for PlanDecoder {
     }
 
     fn recurrent(&self) -> bool {
-        self.plan.mixers.contains(&MixerPlan::DeltaNet)
+        self.plan
+            .mixers
+            .iter()
+            .any(|m| matches!(m, MixerPlan::DeltaNet | MixerPlan::Kda))
     }
 
     fn plan(&self) -> Option<Plan> {
@@ -413,39 +481,58 @@ impl Family for PlanDecoder {
             head: p.lm_head(ctx.tensors)?,
         };
         let (rope, swa_rope, layers) = (&mut self.rope, &mut self.swa_rope, state.host()?);
-        common::decoder_forward(
-            ctx,
-            &sk,
-            tokens,
-            all_logits,
-            |ctx, l, xn| match p.mixers[l] {
-                MixerPlan::Attention => common::attention(
+        // The last own-indexer DSA layer's selection, for a following layer that shares it.
+        let mut selection: Option<Vec<Vec<usize>>> = None;
+        let mixer = |ctx: &mut Ctx<'_>, l: usize, xn: &Batch| match p.mixers[l] {
+            MixerPlan::Attention => common::attention(
+                ctx,
+                &p.layer(l, "self_attn"),
+                &p.attn,
+                p.hidden,
+                rope,
+                layers[l].kv(l)?,
+                start,
+                xn,
+            ),
+            MixerPlan::SlidingAttention => {
+                let rope = swa_rope.as_mut().ok_or(DecodeError::BadPlan {
+                    family: p.family,
+                    what: "sliding-window layers without their form",
+                })?;
+                common::attention(
                     ctx,
                     &p.layer(l, "self_attn"),
-                    &p.attn,
+                    &p.swa()?.0,
                     p.hidden,
                     rope,
                     layers[l].kv(l)?,
                     start,
                     xn,
-                ),
-                MixerPlan::SlidingAttention => {
-                    let rope = swa_rope.as_mut().ok_or(DecodeError::BadPlan {
+                )
+            }
+            MixerPlan::Mla => mla::layer(
+                ctx,
+                &p.layer(l, "self_attn"),
+                p.mla_shape()?,
+                p.hidden,
+                rope,
+                layers[l].kv(l)?,
+                start,
+                xn,
+                Sparse::Dense,
+            ),
+            MixerPlan::MlaSparse { own } => {
+                let shared;
+                let sparse = if own {
+                    Sparse::Index(p.dsa_shape()?, &mut selection)
+                } else {
+                    shared = selection.clone().ok_or(DecodeError::BadPlan {
                         family: p.family,
-                        what: "sliding-window layers without their form",
+                        what: "a DSA layer sharing a selection no layer made",
                     })?;
-                    common::attention(
-                        ctx,
-                        &p.layer(l, "self_attn"),
-                        &p.swa()?.0,
-                        p.hidden,
-                        rope,
-                        layers[l].kv(l)?,
-                        start,
-                        xn,
-                    )
-                }
-                MixerPlan::Mla => mla::layer(
+                    Sparse::Reuse(&shared)
+                };
+                mla::layer(
                     ctx,
                     &p.layer(l, "self_attn"),
                     p.mla_shape()?,
@@ -454,17 +541,29 @@ impl Family for PlanDecoder {
                     layers[l].kv(l)?,
                     start,
                     xn,
-                ),
-                MixerPlan::DeltaNet => deltanet::layer(
-                    ctx,
-                    &p.layer(l, "linear_attn"),
-                    (p.delta_shape()?, p.hidden),
-                    p.eps,
-                    layers[l].delta(l)?,
-                    xn,
-                ),
-            },
-            |ctx, l, xn| p.mlp(ctx, l, xn),
-        )
+                    sparse,
+                )
+            }
+            MixerPlan::DeltaNet => deltanet::layer(
+                ctx,
+                &p.layer(l, "linear_attn"),
+                (p.delta_shape()?, p.hidden),
+                p.eps,
+                layers[l].delta(l)?,
+                xn,
+            ),
+            MixerPlan::Kda => kda::layer(
+                ctx,
+                &p.layer(l, "self_attn"),
+                (p.kda_shape()?, p.hidden),
+                layers[l].delta(l)?,
+                xn,
+            ),
+        };
+        let mlp = |ctx: &mut Ctx<'_>, l: usize, xn: &Batch| p.mlp(ctx, l, xn);
+        match &p.hyper {
+            None => common::decoder_forward(ctx, &sk, tokens, all_logits, mixer, mlp),
+            Some(hc) => mhc::decoder_forward(ctx, &sk, hc, tokens, all_logits, mixer, mlp),
+        }
     }
 }

@@ -285,6 +285,10 @@ pub fn plan(c: &Qwen3_5MoeConfig) -> Plan {
             })
             .collect(),
         mla: None,
+        kda: None,
+        dsa: None,
+        hyper: None,
+        swiglu_limit: None,
         delta: Some(DeltaShape {
             k_heads: c.lin_k_heads,
             v_heads: c.lin_v_heads,

@@ -152,6 +152,10 @@ pub fn plan(c: &Qwen3MoeConfig) -> Plan {
         norm_topk_prob: c.norm_topk_prob,
         mixers: vec![MixerPlan::Attention; c.num_layers],
         mla: None,
+        kda: None,
+        dsa: None,
+        hyper: None,
+        swiglu_limit: None,
         delta: None,
         mlps: MlpPlan::layers(
             c.num_layers,

@@ -440,7 +440,11 @@ impl Isa {
                         // dots and product as one token at a time.
                         self.dots2_with([row, up_row], xs, [&buf, &up_buf], |i, t, v| {
                             let o = &mut res[t0 + t][r - r0];
-                            *o = if i == 0 { v } else { self.silu_mul_one(*o, v) };
+                            *o = match (i, job.limit) {
+                                (0, _) => v,
+                                (_, None) => self.silu_mul_one(*o, v),
+                                (_, Some(l)) => self.silu_mul_one(clamp_max(*o, l), clamp(v, l)),
+                            };
                         });
                         r += 1;
                     }
@@ -512,6 +516,26 @@ fn row_bytes(m: MatrixRef<'_>) -> usize {
     m.cols / elems.max(1) * bytes
 }
 
+/// `min(x, l)` as torch's `clamp(max=l)` computes it (a NaN stays NaN).
+#[inline]
+fn clamp_max(x: f32, l: f32) -> f32 {
+    if x > l {
+        l
+    } else {
+        x
+    }
+}
+
+/// `x` clamped to `[-l, l]` as torch's `clamp(min=-l, max=l)` computes it (a NaN stays NaN).
+#[inline]
+fn clamp(x: f32, l: f32) -> f32 {
+    if x < -l {
+        -l
+    } else {
+        clamp_max(x, l)
+    }
+}
+
 /// A quantised row's `f32` values into `buf` (other rows are used as they are).
 fn dequantize_row(row: WeightSlice<'_>, buf: &mut Vec<f32>) {
     if let WeightSlice::Quant(q) = row {
@@ -529,6 +553,9 @@ pub struct MatJob<'m, 'o> {
     pub m: MatrixRef<'m>,
     /// The up projection, the same shape as `m`, for a fused SwiGLU gate.
     pub up: Option<MatrixRef<'m>>,
+    /// A clamped SwiGLU's limit `L` (GLM-5.3-Flash): the gate's dot clamped above at `L` and
+    /// the up dot to `[-L, L]` before the SiLU and the product.
+    pub limit: Option<f32>,
     /// One input vector per token.
     pub xs: &'o [&'o [f32]],
     /// One output vector (of `m.rows`) per token.
@@ -541,6 +568,7 @@ impl<'m, 'o> MatJob<'m, 'o> {
         MatJob {
             m,
             up: None,
+            limit: None,
             xs,
             out,
         }
@@ -556,9 +584,16 @@ impl<'m, 'o> MatJob<'m, 'o> {
         MatJob {
             m: gate,
             up: Some(up),
+            limit: None,
             xs,
             out,
         }
+    }
+
+    /// The SwiGLU gate with its dots clamped as `limit` says (`None`: [`MatJob::swiglu_gate`]).
+    pub fn clamped(mut self, limit: Option<f32>) -> Self {
+        self.limit = limit;
+        self
     }
 }
 

@@ -1,0 +1,465 @@
+//! `glm5_next` (GLM-5.3-Flash: `Glm5NextForConditionalGeneration`'s text model; the
+//! `glm5_next_text` config alone too) as transformers 5.17 computes it in `f32`:
+//!
+//! - a residual of `hc_mult` streams mixed by manifold-constrained hyper-connections around each
+//!   sublayer ([`crate::family::mhc`]), their mean normed at the end;
+//! - RMSNorm (weight style, `rms_norm_eps` default 1e-5);
+//! - token mixers by `layer_types`: `linear_attention` — Kimi delta attention
+//!   ([`crate::family::kda`]) —, or `deepseek_sparse_attention` (legacy `full_attention`) —
+//!   multi-head latent attention without RoPE (NoPE; its latent norms at `rms_norm_eps`) whose
+//!   queries attend where a DSA indexer says ([`crate::family::dsa`]): the layer's own
+//!   (`indexer_types` `full`) or the previous layer's selection (`shared`);
+//! - MLPs by `mlp_layer_types`: `dense` (`intermediate_size`) or `sparse` — the sigmoid group
+//!   router with its correction bias, routed experts combined in slot order, plus the shared
+//!   experts (`n_shared_experts` times an expert's width) —; every SwiGLU clamped
+//!   (`swiglu_limit`: the gate above at `L`, the up to `[-L, L]`);
+//! - the final norm, `lm_head`.
+//!
+//! Refused by name rather than run otherwise: a rotated dim (`qk_rope_head_dim` > 0, which
+//! transformers refuses), no query LoRA, key/value heads other than the heads, values wider than
+//! keys, `index_topk` not a multiple of `index_kpool`, an indexer without the tail
+//! (`index_kpool_always_select_tail` false: a query with no complete pool would attend to
+//! nothing), a shared indexer not directly after a layer with its own (transformers fails there),
+//! another activation.
+
+use serde_json::Value;
+
+use crate::blocks::AttnShape;
+use crate::config::{bad, group_router, layer_kinds, limits, rms_eps, ConfigReader, RopeConfig};
+use crate::error::{ConfigFault, Result};
+use crate::family::common::{AttnSpec, NormStyle};
+use crate::family::dsa::DsaShape;
+use crate::family::kda::KdaShape;
+use crate::family::mhc::HyperSpec;
+use crate::family::mla::MlaShape;
+use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
+use crate::weights::TensorStore;
+
+/// The config keys the forward pass reads.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Glm5NextConfig {
+    /// `vocab_size` (default 154880).
+    pub vocab_size: usize,
+    /// `hidden_size` (default 4096).
+    pub hidden_size: usize,
+    /// `intermediate_size` (dense layers; default 12288).
+    pub intermediate_size: usize,
+    /// `moe_intermediate_size` (an expert's width; default 2048).
+    pub moe_intermediate_size: usize,
+    /// `num_hidden_layers` (default 45).
+    pub num_layers: usize,
+    /// `rms_norm_eps` (default 1e-5).
+    pub rms_norm_eps: f32,
+    /// The DSA layers' attention.
+    pub mla: MlaShape,
+    /// Their indexer.
+    pub dsa: DsaShape,
+    /// The KDA layers' widths.
+    pub kda: KdaShape,
+    /// The hyper-connections.
+    pub hyper: HyperSpec,
+    /// Each layer's mixer: KDA, or DSA with its own indexer or the previous layer's.
+    pub mixers: Vec<MixerPlan>,
+    /// Each layer's MLP sparse (`mlp_layer_types`).
+    pub sparse: Vec<bool>,
+    /// `n_routed_experts` (default 288).
+    pub num_experts: usize,
+    /// `num_experts_per_tok` (default 8).
+    pub top_k: usize,
+    /// `n_shared_experts` (default 1).
+    pub n_shared_experts: usize,
+    /// `routed_scaling_factor` (default 2.5), as the `f32` torch multiplies by.
+    pub routed_scaling_factor: f32,
+    /// `n_group` (default 1).
+    pub n_group: usize,
+    /// `topk_group` (default 1).
+    pub topk_group: usize,
+    /// `norm_topk_prob` (default true).
+    pub norm_topk_prob: bool,
+    /// `swiglu_limit` (default 10).
+    pub swiglu_limit: f32,
+    /// `tie_word_embeddings` (default false).
+    pub tie_word_embeddings: bool,
+}
+
+/// A finite number `key` above zero, or `default`.
+fn positive_f32(c: &ConfigReader<'_>, key: &str, default: f64) -> Result<f32> {
+    let v = c.f64(key)?.unwrap_or(default);
+    if !(v.is_finite() && v > 0.0 && (v as f32).is_finite()) {
+        return Err(bad(key, ConfigFault::NotPositive { value: v }));
+    }
+    Ok(v as f32)
+}
+
+fn unsupported(key: &str, value: impl ToString, supported: &'static str) -> crate::DecodeError {
+    bad(
+        key,
+        ConfigFault::Unsupported {
+            value: value.to_string(),
+            supported,
+        },
+    )
+}
+
+impl Glm5NextConfig {
+    /// Parse a `glm5_next` config (its `text_config`, or the text keys at the top level as
+    /// transformers forwards them) or a `glm5_next_text` one.
+    pub fn parse(v: &Value) -> Result<Glm5NextConfig> {
+        use limits::*;
+        let top = ConfigReader::new(v)?;
+        let c = match top.object("text_config")? {
+            Some(t) if top.str("model_type")? == Some("glm5_next") => t,
+            _ => top,
+        };
+        crate::config::silu_activation(&c)?;
+        let hidden_size = c.positive_or("hidden_size", MAX_DIM, 4096)?;
+        let heads = c.positive_or("num_attention_heads", MAX_HEADS, 64)?;
+        let kv_heads = c.usize("num_key_value_heads", MAX_HEADS)?.unwrap_or(64);
+        if kv_heads != heads {
+            return Err(unsupported(
+                "num_key_value_heads",
+                kv_heads,
+                "num_attention_heads: MLA gives every head its own key and value",
+            ));
+        }
+        let q_rank = match c.raw("q_lora_rank") {
+            Some(Value::Null) => {
+                return Err(unsupported(
+                    "q_lora_rank",
+                    "null",
+                    "a rank: the DSA indexer reads the query LoRA",
+                ))
+            }
+            _ => c.positive_or("q_lora_rank", MAX_DIM, 1536)?,
+        };
+        let rope = c.usize("qk_rope_head_dim", MAX_DIM)?.unwrap_or(0);
+        if rope != 0 {
+            return Err(unsupported(
+                "qk_rope_head_dim",
+                rope,
+                "0: GLM-5.3-Flash's attention has no position encoding",
+            ));
+        }
+        let nope = c.positive_or("qk_nope_head_dim", MAX_DIM, 256)?;
+        let v_dim = c.positive_or("v_head_dim", MAX_DIM, 256)?;
+        if v_dim > nope {
+            return Err(bad(
+                "v_head_dim",
+                ConfigFault::OutOfRange {
+                    value: v_dim,
+                    max: nope,
+                },
+            ));
+        }
+        let eps = rms_eps(&c, 1e-5)?;
+        let mla = MlaShape {
+            heads,
+            q_lora_rank: Some(q_rank),
+            kv_lora_rank: c.positive_or("kv_lora_rank", MAX_DIM, 512)?,
+            nope,
+            rope: 0,
+            v: v_dim,
+            interleave: false,
+            bias: c.bool("attention_bias")?.unwrap_or(false),
+            latent_eps: eps,
+            // transformers: `qk_head_dim ** -0.5`, a Python float, met by f32 scores.
+            scale: (1.0 / (nope as f64).sqrt()) as f32,
+        };
+        let pool = c.positive_or("index_kpool", MAX_DIM, 16)?;
+        let topk = c.usize("index_topk", MAX_DIM)?.unwrap_or(2048);
+        if topk == 0 || !topk.is_multiple_of(pool) {
+            return Err(bad(
+                "index_topk",
+                ConfigFault::NotAMultiple {
+                    value: topk,
+                    of_key: "index_kpool",
+                    of: pool,
+                },
+            ));
+        }
+        if c.bool("index_kpool_always_select_tail")? == Some(false) {
+            return Err(unsupported(
+                "index_kpool_always_select_tail",
+                false,
+                "true: without the tail a query with no complete pool attends to nothing",
+            ));
+        }
+        let dsa = DsaShape {
+            heads: c.positive_or("index_n_heads", MAX_HEADS, 32)?,
+            dim: c.positive_or("index_head_dim", MAX_DIM, 128)?,
+            topk,
+            pool,
+            q_rank,
+        };
+        let kda = kda_shape(&c, eps)?;
+        let hyper = HyperSpec {
+            streams: c.positive_or("hc_mult", MAX_HEADS, 4)?,
+            eps: {
+                let e = c.f64("hc_eps")?.unwrap_or(1e-6);
+                if !(e.is_finite() && e >= 0.0) {
+                    return Err(bad("hc_eps", ConfigFault::Epsilon { value: e }));
+                }
+                e as f32
+            },
+            iters: c.usize("hc_sinkhorn_iters", 1 << 12)?.unwrap_or(20),
+            norm_eps: eps,
+        };
+        let n = c.positive_or("num_hidden_layers", MAX_LAYERS, 45)?;
+        let dsa_layer = layer_kinds(
+            &c,
+            "layer_types",
+            n,
+            |l| l % 4 == 3,
+            |t| match t {
+                "linear_attention" => Some(false),
+                "deepseek_sparse_attention" | "full_attention" => Some(true),
+                _ => None,
+            },
+            |value| ConfigFault::Unsupported {
+                value,
+                supported: "linear_attention, deepseek_sparse_attention (or full_attention)",
+            },
+        )?;
+        let own = indexer_kinds(&c, n)?;
+        let mut mixers = Vec::with_capacity(n);
+        for l in 0..n {
+            mixers.push(match (dsa_layer[l], own[l]) {
+                (false, _) => MixerPlan::Kda,
+                (true, true) => MixerPlan::MlaSparse { own: true },
+                (true, false) => {
+                    if l == 0 || mixers[l - 1] != (MixerPlan::MlaSparse { own: true }) {
+                        return Err(unsupported(
+                            "indexer_types",
+                            format!("shared at layer {l}"),
+                            "shared only directly after a deepseek_sparse_attention layer with \
+                             its own (full) indexer: transformers has no selection to reuse \
+                             otherwise",
+                        ));
+                    }
+                    MixerPlan::MlaSparse { own: false }
+                }
+            });
+        }
+        let sparse = layer_kinds(
+            &c,
+            "mlp_layer_types",
+            n,
+            |l| l >= 3,
+            |t| match t {
+                "dense" => Some(false),
+                "sparse" => Some(true),
+                _ => None,
+            },
+            |value| ConfigFault::Unsupported {
+                value,
+                supported: "dense, sparse",
+            },
+        )?;
+        let num_experts = match c.usize("n_routed_experts", MAX_EXPERTS)? {
+            Some(n) => n,
+            None => c.usize("num_local_experts", MAX_EXPERTS)?.unwrap_or(288),
+        };
+        if num_experts == 0 {
+            return Err(bad("n_routed_experts", ConfigFault::Zero));
+        }
+        let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(8);
+        if top_k == 0 || top_k > num_experts {
+            return Err(bad(
+                "num_experts_per_tok",
+                ConfigFault::OutOfRange {
+                    value: top_k,
+                    max: num_experts,
+                },
+            ));
+        }
+        let (n_group, topk_group, scale) = group_router(&c, num_experts, 1, 1, 2.5)?;
+        Ok(Glm5NextConfig {
+            vocab_size: c.positive_or("vocab_size", MAX_VOCAB, 154880)?,
+            hidden_size,
+            intermediate_size: c.positive_or("intermediate_size", MAX_DIM, 12288)?,
+            moe_intermediate_size: c.positive_or("moe_intermediate_size", MAX_DIM, 2048)?,
+            num_layers: n,
+            rms_norm_eps: eps,
+            mla,
+            dsa,
+            kda,
+            hyper,
+            mixers,
+            sparse,
+            num_experts,
+            top_k,
+            n_shared_experts: c.usize("n_shared_experts", MAX_EXPERTS)?.unwrap_or(1),
+            routed_scaling_factor: scale,
+            n_group,
+            topk_group,
+            norm_topk_prob: c.bool("norm_topk_prob")?.unwrap_or(true),
+            swiglu_limit: positive_f32(&c, "swiglu_limit", 10.0)?,
+            tie_word_embeddings: c.bool("tie_word_embeddings")?.unwrap_or(false),
+        })
+    }
+}
+
+/// The KDA layers' widths: `linear_*` keys, overridden by a `linear_attn_config` object's
+/// (`head_dim`, `num_heads`, `short_conv_kernel_size`, `gate_lower_bound`; with `safe_gate`,
+/// default true, an absent or null bound is −5).
+fn kda_shape(c: &ConfigReader<'_>, eps: f32) -> Result<KdaShape> {
+    use limits::*;
+    let mut dim = c.positive_or("linear_head_dim", MAX_DIM, 128)?;
+    let mut heads = c.positive_or("linear_num_heads", MAX_HEADS, 64)?;
+    let mut kernel = c.positive_or("linear_conv_kernel_dim", 1 << 10, 4)?;
+    let bound = |r: &ConfigReader<'_>, key: &str, default: Option<f64>| -> Result<Option<f64>> {
+        match r.raw(key) {
+            None => Ok(default),
+            Some(Value::Null) => Ok(None),
+            Some(_) => Ok(r.f64(key)?),
+        }
+    };
+    let mut lower = bound(c, "linear_lower_bound", Some(-5.0))?;
+    if let Some(l) = c.object("linear_attn_config")? {
+        dim = l.positive_or("head_dim", MAX_DIM, dim)?;
+        heads = l.positive_or("num_heads", MAX_HEADS, heads)?;
+        kernel = l.positive_or("short_conv_kernel_size", 1 << 10, kernel)?;
+        lower = bound(&l, "gate_lower_bound", lower)?;
+        if lower.is_none() && l.bool("safe_gate")?.unwrap_or(true) {
+            lower = Some(-5.0);
+        }
+    }
+    let lower_bound = match lower {
+        None => None,
+        Some(b) if b.is_finite() && (b as f32).is_finite() => Some(b as f32),
+        Some(b) => {
+            return Err(bad(
+                "linear_lower_bound",
+                ConfigFault::NotFinite { value: b },
+            ))
+        }
+    };
+    Ok(KdaShape {
+        heads,
+        dim,
+        kernel,
+        lower_bound,
+        eps,
+    })
+}
+
+/// Each layer's indexer its own (`full`) or shared: `indexer_types`, else the pattern
+/// `index_topk_pattern` (`F`/`S` per layer), else every layer from `index_skip_topk_offset`
+/// (default 2) on in steps of `index_topk_freq` (default 1) full, the rest shared — as
+/// transformers fills them in.
+fn indexer_kinds(c: &ConfigReader<'_>, n: usize) -> Result<Vec<bool>> {
+    use limits::*;
+    let kind = |t: &str| match t {
+        "full" | "F" => Some(true),
+        "shared" | "S" => Some(false),
+        _ => None,
+    };
+    let refuse = |value| ConfigFault::Unsupported {
+        value,
+        supported: "full, shared",
+    };
+    if c.raw("indexer_types").is_some() {
+        return layer_kinds(c, "indexer_types", n, |_| true, kind, refuse);
+    }
+    match c.raw("index_topk_pattern") {
+        Some(Value::String(p)) => {
+            let kinds: Vec<Option<bool>> = p.chars().map(|ch| kind(&ch.to_string())).collect();
+            if kinds.len() != n {
+                return Err(bad(
+                    "index_topk_pattern",
+                    ConfigFault::LayerTypesCount {
+                        entries: kinds.len(),
+                        layers: n,
+                    },
+                ));
+            }
+            kinds
+                .into_iter()
+                .map(|k| k.ok_or_else(|| bad("index_topk_pattern", refuse(p.clone()))))
+                .collect()
+        }
+        Some(_) => layer_kinds(c, "index_topk_pattern", n, |_| true, kind, refuse),
+        None => {
+            let freq = c.usize("index_topk_freq", MAX_LAYERS)?.unwrap_or(1).max(1);
+            let offset = c.usize("index_skip_topk_offset", MAX_LAYERS)?.unwrap_or(2);
+            Ok((0..n)
+                .map(|i| (i + 1).saturating_sub(offset).is_multiple_of(freq))
+                .collect())
+        }
+    }
+}
+
+/// The text model's tensor prefix: `model.language_model.` (the vision-language checkpoint) when
+/// its embedding is there, else `model.`.
+pub fn prefix(t: &TensorStore) -> &'static str {
+    match t.find("model.language_model.embed_tokens.weight") {
+        Some(_) => "model.language_model.",
+        None => "model.",
+    }
+}
+
+/// GLM-5.3-Flash has no RoPE: a table of no rotated dims.
+pub fn no_rope() -> RopeConfig {
+    RopeConfig {
+        theta: 10000.0,
+        rotary_dim: 0,
+        yarn: None,
+    }
+}
+
+/// glm5_next's forward pass with its tensors under `prefix`.
+pub fn plan(c: &Glm5NextConfig, prefix: &str) -> Plan {
+    let m = &c.mla;
+    Plan {
+        family: "glm5_next",
+        prefix: prefix.into(),
+        vocab: c.vocab_size,
+        hidden: c.hidden_size,
+        tied: c.tie_word_embeddings,
+        norm: NormStyle::Weight,
+        eps: c.rms_norm_eps,
+        // What an attention layer would be; the layers here are MLA or KDA.
+        attn: AttnSpec {
+            shape: AttnShape {
+                heads: m.heads,
+                kv_heads: m.heads,
+                head_dim: m.qk(),
+                window: None,
+            },
+            eps: c.rms_norm_eps,
+            qk_norm: None,
+            qkv_bias: false,
+            o_bias: m.bias,
+            out_gate: false,
+            extra: None,
+        },
+        rope: no_rope(),
+        swa: None,
+        num_experts: c.num_experts,
+        top_k: c.top_k,
+        norm_topk_prob: c.norm_topk_prob,
+        mixers: c.mixers.clone(),
+        delta: None,
+        mla: Some(*m),
+        kda: Some(c.kda),
+        dsa: Some(c.dsa),
+        hyper: Some(c.hyper),
+        swiglu_limit: Some(c.swiglu_limit),
+        mlps: MlpPlan::layers(
+            c.num_layers,
+            |l| c.sparse[l],
+            MlpPlan::Moe {
+                router: "mlp.gate.weight",
+                route: RoutePlan::SigmoidGroup {
+                    bias: "mlp.gate.e_score_correction_bias",
+                    n_group: c.n_group,
+                    topk_group: c.topk_group,
+                    scale: c.routed_scaling_factor,
+                },
+                shared: c.moe_intermediate_size * c.n_shared_experts,
+            },
+            c.intermediate_size,
+        ),
+        shared: SharedPlan::EXPERTS,
+    }
+}
