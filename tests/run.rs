@@ -101,6 +101,7 @@ fn run_prints_transformers_text_for_every_family() {
         "qwen3_next",
         "mimo_v2_flash",
         "deepseek_v3",
+        "glm5_next",
     ] {
         let tmp = tempfile::tempdir().expect("tmp");
         let model = tmp.path().join("m");

@@ -384,6 +384,12 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
         matches!(why, Some(Declined::Form(f)) if f.contains("MiMo-V2-Flash")),
         "{why:?}"
     );
+    // GLM-5.3-Flash's hyper-connections, KDA and DSA have no kernels yet: named.
+    let why = declined(&common::model("glm5_next"));
+    assert!(
+        matches!(why, Some(Declined::Form(f)) if f.contains("glm5_next")),
+        "{why:?}"
+    );
     // MLA has no kernels yet: deepseek_v3 runs its layers on the CPU, the reason named.
     let why = declined(&common::model("deepseek_v3"));
     assert!(

@@ -309,6 +309,7 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
         "mimo_v2_flash",
         "deepseek_v3",
         "deepseek_v3_b",
+        "glm5_next",
     ] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);

@@ -6,8 +6,10 @@ use serde_json::{json, Value};
 use tarfa_decode::error::{ConfigFault as F, NpyFault};
 use tarfa_decode::family::deepseek_v3::DeepseekV3Config;
 use tarfa_decode::family::glm4_moe::Glm4MoeConfig;
+use tarfa_decode::family::glm5_next::Glm5NextConfig;
 use tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig;
 use tarfa_decode::family::mixtral::MixtralConfig;
+use tarfa_decode::family::plan::MixerPlan;
 use tarfa_decode::family::qwen3_5_moe::{LayerType, Qwen3_5MoeConfig};
 use tarfa_decode::family::qwen3_moe::Qwen3MoeConfig;
 use tarfa_decode::DecodeError;
@@ -46,7 +48,8 @@ fn mutate(v: &Value, rng: &mut fastrand::Rng) -> Value {
 #[test]
 fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_error() {
     let mut rng = fastrand::Rng::with_seed(7);
-    let mut parsed = [0usize; 6];
+    let mut parsed = [0usize; 7];
+    let glm5 = fixture_config("glm5_next")["text_config"].clone();
     let (mixtral, glm, qwen35, deepseek, next, mimo) = (
         fixture_config("mixtral"),
         fixture_config("glm4_moe_b"),
@@ -103,6 +106,24 @@ fn mutated_configs_of_the_other_families_parse_consistently_or_fail_with_an_erro
                 (c.num_layers, c.num_layers)
             );
             assert!(c.top_k >= 1 && c.top_k <= c.num_experts);
+        }
+        if let Ok(c) = Glm5NextConfig::parse(&mutate(&glm5, &mut rng)) {
+            parsed[6] += 1;
+            let (m, d) = (c.mla, c.dsa);
+            assert!(c.top_k >= 1 && c.top_k <= c.num_experts);
+            assert!(m.rope == 0 && m.v <= m.nope && m.q_lora_rank == Some(d.q_rank));
+            assert!(d.topk > 0 && d.pool > 0 && d.topk % d.pool == 0);
+            assert!(c.kda.kernel >= 1 && c.hyper.streams >= 1 && c.swiglu_limit > 0.0);
+            assert_eq!(
+                (c.mixers.len(), c.sparse.len()),
+                (c.num_layers, c.num_layers)
+            );
+            // A shared indexer comes directly after a layer with its own.
+            for (l, w) in c.mixers.windows(2).enumerate() {
+                if w[1] == (MixerPlan::MlaSparse { own: false }) {
+                    assert_eq!(w[0], MixerPlan::MlaSparse { own: true }, "layer {}", l + 1);
+                }
+            }
         }
     }
     assert!(parsed.iter().all(|&n| n > 100), "{parsed:?}");

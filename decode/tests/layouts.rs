@@ -206,6 +206,7 @@ fn fused_and_per_expert_checkpoints_give_the_same_logits_bits() {
         "mimo_v2_flash",
         "deepseek_v3",
         "deepseek_v3_b",
+        "glm5_next",
     ] {
         let tmp = tempfile::tempdir().expect("tmp");
         let src = common::repo().join("fixtures/hf").join(name);

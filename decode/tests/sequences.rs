@@ -19,6 +19,7 @@ const NAMES: &[&str] = &[
     "mimo_v2_flash",
     "deepseek_v3",
     "deepseek_v3_b",
+    "glm5_next",
 ];
 
 fn opts() -> DecoderOptions {
