@@ -182,7 +182,7 @@ pub fn attend_selected(
         None,
         cache,
         start,
-        (q, k, v),
+        [q, k, v],
         Some(select),
     )
 }
@@ -202,7 +202,7 @@ pub fn attend_with(
     k: &[Vec<f32>],
     v: &[Vec<f32>],
 ) -> Batch {
-    attend_over(isa, shape, scaling, sinks, cache, start, (q, k, v), None)
+    attend_over(isa, shape, scaling, sinks, cache, start, [q, k, v], None)
 }
 
 /// The attention core of [`attend_with`] and [`attend_selected`]: each token's keys are the
@@ -215,7 +215,7 @@ fn attend_over(
     sinks: Option<&[f32]>,
     cache: &mut KvCache,
     start: usize,
-    (q, k, v): (&[Vec<f32>], &[Vec<f32>], &[Vec<f32>]),
+    [q, k, v]: [&[Vec<f32>]; 3],
     select: Option<&[Vec<usize>]>,
 ) -> Batch {
     let d = shape.head_dim;

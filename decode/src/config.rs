@@ -26,6 +26,12 @@ impl<'a> ConfigReader<'a> {
         self.v.get(key).filter(|v| !v.is_null())
     }
 
+    /// Whether `key` is present with the value `null` (which [`ConfigReader::raw`] does not tell
+    /// from absent): where a family's `None` means something of its own.
+    pub fn is_null(&self, key: &str) -> bool {
+        self.v.get(key).is_some_and(Value::is_null)
+    }
+
     /// A string key.
     pub fn str(&self, key: &str) -> Result<Option<&'a str>> {
         match self.raw(key) {

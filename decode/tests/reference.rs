@@ -59,10 +59,13 @@ fn greedy_tokens_and_logits_agree_with_transformers() {
                 "{name} p{}: max|tarfa − fp32| = {d32:.3e}, max|tarfa − fp64| = {d64:.3e}, max|fp32 − fp64| = {ref_d:.3e}",
                 p.index
             );
-            // 1e-5, or transformers fp32's own distance to its fp64 where that is more
-            // (glm5_next p1: 1.7e-5; its hyper-connections' Sinkhorn amplifies rounding, and
+            // 1e-5; for glm5_next, or transformers fp32's own distance to its fp64 where that
+            // is more (p1: 1.7e-5; its hyper-connections' Sinkhorn amplifies rounding, and
             // torch's fp32 differs from itself by 1.5e-5 between thread counts there).
-            let bound = MAX_ABS.max(ref_d);
+            let bound = match name {
+                "glm5_next" => MAX_ABS.max(ref_d),
+                _ => MAX_ABS,
+            };
             assert!(
                 d32 <= bound,
                 "{name} prompt {}: {d32} from transformers fp32 (bound {bound:.3e})",

@@ -9,8 +9,10 @@
 //! position 0; a complete pool `j` has the key `K_j[c] = Σ_i softmax_i(s_i[c] + ape[i][c]) ·
 //! k_i[c]` over its tokens `i` (`index_kpool_compress_ape`). A query at position `p` scores each
 //! complete pool ending at or before `p`: `Σ_h w[h] · relu(q_h · K_j · index_head_dim^-0.5)`,
-//! keeps the best `index_topk / index_kpool` of them, and attends to their positions and to its
-//! own incomplete pool's (`p − p mod kpool ..= p`: the tail, always selected).
+//! keeps the best `index_topk / index_kpool` of them, and attends to their positions and to the
+//! positions of its own pool while that pool is incomplete (`p − p mod kpool ..= p` when
+//! `(p + 1) mod kpool ≠ 0`: the tail, always selected; a complete pool, its own included, is only
+//! a candidate).
 //!
 //! The tie rule (`spec/EXACTNESS.md`): pools are ranked by score, higher first, and equal scores
 //! by position, earlier first. (torch's `topk` leaves ties unspecified.) Each reduction is
@@ -54,6 +56,15 @@ pub fn check(s: &TensorStore, prefix: &str, d: &DsaShape, hidden: usize) -> Resu
     s.get(&p("index_kpool_compress_gate"))?
         .matrix(d.dim, hidden)?;
     Ok(())
+}
+
+/// torch's `relu`: negatives (and −0) to +0, a NaN kept.
+fn relu(x: f32) -> f32 {
+    if x > 0.0 || x.is_nan() {
+        x
+    } else {
+        0.0
+    }
 }
 
 /// LayerNorm with weight and bias: `(x − mean) · (1 / √(var + eps)) · w + b`, the mean and the
@@ -152,7 +163,7 @@ pub fn select(
                 .map(|j| {
                     let relu: Vec<f32> = q[t]
                         .chunks_exact(d.dim)
-                        .map(|qh| (isa.dot_f32(qh, &pool_keys[j]) * scale).max(0.0))
+                        .map(|qh| relu(isa.dot_f32(qh, &pool_keys[j]) * scale))
                         .collect();
                     (isa.dot_f32(&w, &relu), j)
                 })

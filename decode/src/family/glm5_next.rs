@@ -84,7 +84,11 @@ pub struct Glm5NextConfig {
 
 /// A finite number `key` above zero, or `default`.
 fn positive_f32(c: &ConfigReader<'_>, key: &str, default: f64) -> Result<f32> {
-    let v = c.f64(key)?.unwrap_or(default);
+    // `null` is not the default: transformers' clamp fails on it.
+    let v = match c.is_null(key) {
+        true => f64::NAN,
+        false => c.f64(key)?.unwrap_or(default),
+    };
     if !(v.is_finite() && v > 0.0 && (v as f32).is_finite()) {
         return Err(bad(key, ConfigFault::NotPositive { value: v }));
     }
@@ -111,6 +115,8 @@ impl Glm5NextConfig {
             Some(t) if top.str("model_type")? == Some("glm5_next") => t,
             _ => top,
         };
+        // `Glm5NextForConditionalGeneration` ties its head by the top-level key.
+        let tie_word_embeddings = top.bool("tie_word_embeddings")?.unwrap_or(false);
         crate::config::silu_activation(&c)?;
         let hidden_size = c.positive_or("hidden_size", MAX_DIM, 4096)?;
         let heads = c.positive_or("num_attention_heads", MAX_HEADS, 64)?;
@@ -122,16 +128,14 @@ impl Glm5NextConfig {
                 "num_attention_heads: MLA gives every head its own key and value",
             ));
         }
-        let q_rank = match c.raw("q_lora_rank") {
-            Some(Value::Null) => {
-                return Err(unsupported(
-                    "q_lora_rank",
-                    "null",
-                    "a rank: the DSA indexer reads the query LoRA",
-                ))
-            }
-            _ => c.positive_or("q_lora_rank", MAX_DIM, 1536)?,
-        };
+        if c.is_null("q_lora_rank") {
+            return Err(unsupported(
+                "q_lora_rank",
+                "null",
+                "a rank: the DSA indexer reads the query LoRA",
+            ));
+        }
+        let q_rank = c.positive_or("q_lora_rank", MAX_DIM, 1536)?;
         let rope = c.usize("qk_rope_head_dim", MAX_DIM)?.unwrap_or(0);
         if rope != 0 {
             return Err(unsupported(
@@ -294,7 +298,7 @@ impl Glm5NextConfig {
             topk_group,
             norm_topk_prob: c.bool("norm_topk_prob")?.unwrap_or(true),
             swiglu_limit: positive_f32(&c, "swiglu_limit", 10.0)?,
-            tie_word_embeddings: c.bool("tie_word_embeddings")?.unwrap_or(false),
+            tie_word_embeddings,
         })
     }
 }
@@ -307,11 +311,11 @@ fn kda_shape(c: &ConfigReader<'_>, eps: f32) -> Result<KdaShape> {
     let mut dim = c.positive_or("linear_head_dim", MAX_DIM, 128)?;
     let mut heads = c.positive_or("linear_num_heads", MAX_HEADS, 64)?;
     let mut kernel = c.positive_or("linear_conv_kernel_dim", 1 << 10, 4)?;
+    // Absent: the default; `null`: no bound (the softplus gate).
     let bound = |r: &ConfigReader<'_>, key: &str, default: Option<f64>| -> Result<Option<f64>> {
-        match r.raw(key) {
-            None => Ok(default),
-            Some(Value::Null) => Ok(None),
-            Some(_) => Ok(r.f64(key)?),
+        match r.is_null(key) {
+            true => Ok(None),
+            false => Ok(r.f64(key)?.or(default)),
         }
     };
     let mut lower = bound(c, "linear_lower_bound", Some(-5.0))?;
@@ -344,14 +348,20 @@ fn kda_shape(c: &ConfigReader<'_>, eps: f32) -> Result<KdaShape> {
 }
 
 /// Each layer's indexer its own (`full`) or shared: `indexer_types`, else the pattern
-/// `index_topk_pattern` (`F`/`S` per layer), else every layer from `index_skip_topk_offset`
-/// (default 2) on in steps of `index_topk_freq` (default 1) full, the rest shared — as
-/// transformers fills them in.
+/// `index_topk_pattern` (a string of `F`/`S` per layer, or a list like `indexer_types`), else
+/// every layer from `index_skip_topk_offset` (default 2) on in steps of `index_topk_freq`
+/// (default 1) full, the rest shared — as transformers fills them in. (transformers takes any
+/// list value but `shared` as full: tarfa refuses values other than `full` and `shared`.)
 fn indexer_kinds(c: &ConfigReader<'_>, n: usize) -> Result<Vec<bool>> {
     use limits::*;
     let kind = |t: &str| match t {
-        "full" | "F" => Some(true),
-        "shared" | "S" => Some(false),
+        "full" => Some(true),
+        "shared" => Some(false),
+        _ => None,
+    };
+    let letter = |t: &str| match t {
+        "F" => Some(true),
+        "S" => Some(false),
         _ => None,
     };
     let refuse = |value| ConfigFault::Unsupported {
@@ -363,7 +373,7 @@ fn indexer_kinds(c: &ConfigReader<'_>, n: usize) -> Result<Vec<bool>> {
     }
     match c.raw("index_topk_pattern") {
         Some(Value::String(p)) => {
-            let kinds: Vec<Option<bool>> = p.chars().map(|ch| kind(&ch.to_string())).collect();
+            let kinds: Vec<Option<bool>> = p.chars().map(|ch| letter(&ch.to_string())).collect();
             if kinds.len() != n {
                 return Err(bad(
                     "index_topk_pattern",
@@ -461,5 +471,126 @@ pub fn plan(c: &Glm5NextConfig, prefix: &str) -> Plan {
             c.intermediate_size,
         ),
         shared: SharedPlan::EXPERTS,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn small(extra: Value) -> Value {
+        let mut v = json!({
+            "model_type": "glm5_next_text", "hidden_size": 32, "num_attention_heads": 4,
+            "num_key_value_heads": 4, "num_hidden_layers": 4, "vocab_size": 16,
+            "n_routed_experts": 4, "num_experts_per_tok": 2, "index_topk": 8, "index_kpool": 4,
+            "layer_types": ["linear_attention", "deepseek_sparse_attention",
+                            "deepseek_sparse_attention", "linear_attention"],
+        });
+        for (k, x) in extra.as_object().expect("object") {
+            v[k] = x.clone();
+        }
+        v
+    }
+
+    fn lower(extra: Value) -> Option<f32> {
+        Glm5NextConfig::parse(&small(extra))
+            .expect("parses")
+            .kda
+            .lower_bound
+    }
+
+    /// The KDA gate's lower bound as transformers' `Glm5NextTextConfig.__post_init__` sets it
+    /// (each case checked against transformers 5.17): `null` is the softplus gate.
+    #[test]
+    fn the_lower_bound_follows_transformers_null_included() {
+        assert_eq!(lower(json!({})), Some(-5.0));
+        assert_eq!(lower(json!({"linear_lower_bound": -3.0})), Some(-3.0));
+        assert_eq!(lower(json!({"linear_lower_bound": null})), None);
+        let cfg = json!({"linear_attn_config": {"gate_lower_bound": null, "safe_gate": false}});
+        assert_eq!(lower(cfg), None);
+        let cfg =
+            json!({"linear_lower_bound": -3.0, "linear_attn_config": {"gate_lower_bound": null}});
+        assert_eq!(lower(cfg), Some(-5.0));
+        let cfg = json!({"linear_attn_config": {"gate_lower_bound": -2.0, "head_dim": 16}});
+        let c = Glm5NextConfig::parse(&small(cfg)).expect("parses");
+        assert_eq!((c.kda.lower_bound, c.kda.dim), (Some(-2.0), 16));
+    }
+
+    /// What transformers refuses, or would run other than tarfa, is refused by name.
+    #[test]
+    fn refusals_name_their_key() {
+        for (extra, key) in [
+            (json!({"q_lora_rank": null}), "q_lora_rank"),
+            (json!({"qk_rope_head_dim": 64}), "qk_rope_head_dim"),
+            (json!({"num_key_value_heads": 2}), "num_key_value_heads"),
+            (json!({"index_topk": 6}), "index_topk"),
+            (
+                json!({"index_kpool_always_select_tail": false}),
+                "index_kpool_always_select_tail",
+            ),
+            // A list value other than full/shared (transformers would take "S" as full).
+            (
+                json!({"indexer_types": ["full", "S", "full", "full"]}),
+                "indexer_types",
+            ),
+            // Shared directly after a KDA layer: transformers has no selection to reuse.
+            (
+                json!({"indexer_types": ["full", "full", "full", "shared"],
+                    "layer_types": ["deepseek_sparse_attention", "deepseek_sparse_attention",
+                                    "linear_attention", "deepseek_sparse_attention"]}),
+                "indexer_types",
+            ),
+            (json!({"swiglu_limit": null}), "swiglu_limit"),
+        ] {
+            let e = Glm5NextConfig::parse(&small(extra.clone()))
+                .expect_err(&extra.to_string())
+                .to_string();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
+    }
+
+    /// Layer kinds and indexers by transformers' defaults, legacy names and patterns.
+    #[test]
+    fn layer_and_indexer_kinds_follow_transformers() {
+        let c =
+            Glm5NextConfig::parse(&json!({"model_type": "glm5_next_text", "num_hidden_layers": 8}))
+                .expect("defaults");
+        let kinds: Vec<bool> = c.mixers.iter().map(|m| *m != MixerPlan::Kda).collect();
+        assert_eq!(
+            kinds,
+            [false, false, false, true, false, false, false, true]
+        );
+        assert_eq!(
+            c.sparse,
+            [false, false, false, true, true, true, true, true]
+        );
+        let c = Glm5NextConfig::parse(&small(json!({
+            "layer_types": ["full_attention", "full_attention", "full_attention", "full_attention"],
+            "index_topk_pattern": "FSFS",
+        })))
+        .expect("pattern");
+        assert_eq!(
+            c.mixers,
+            [true, false, true, false].map(|own| MixerPlan::MlaSparse { own })
+        );
+        // freq 2 from offset 1: layers 0, 2 full (transformers' formula).
+        let c = Glm5NextConfig::parse(&small(json!({
+            "layer_types": ["full_attention", "full_attention", "full_attention", "full_attention"],
+            "index_topk_freq": 2, "index_skip_topk_offset": 1,
+        })))
+        .expect("freq");
+        assert_eq!(
+            c.mixers,
+            [true, false, true, false].map(|own| MixerPlan::MlaSparse { own })
+        );
+        // The head ties by the top-level key of a glm5_next config.
+        let v = json!({"model_type": "glm5_next", "tie_word_embeddings": true,
+                       "text_config": small(json!({}))});
+        assert!(
+            Glm5NextConfig::parse(&v)
+                .expect("nested")
+                .tie_word_embeddings
+        );
     }
 }
