@@ -20,6 +20,7 @@ const NAMES: &[&str] = &[
     "deepseek_v3",
     "deepseek_v3_b",
     "glm5_next",
+    "glm5_next_b",
 ];
 
 /// The backends to test here (not in `common`, which cuda-emu's tests share without

@@ -207,6 +207,7 @@ fn fused_and_per_expert_checkpoints_give_the_same_logits_bits() {
         "deepseek_v3",
         "deepseek_v3_b",
         "glm5_next",
+        "glm5_next_b",
     ] {
         let tmp = tempfile::tempdir().expect("tmp");
         let src = common::repo().join("fixtures/hf").join(name);

@@ -22,6 +22,7 @@ const FIXTURES: &[&str] = &[
     "deepseek_v3",
     "deepseek_v3_b",
     "glm5_next",
+    "glm5_next_b",
 ];
 /// The bound on |tarfa − transformers fp32|, per logit.
 const MAX_ABS: f64 = 1e-5;
@@ -63,7 +64,7 @@ fn greedy_tokens_and_logits_agree_with_transformers() {
             // is more (p1: 1.7e-5; its hyper-connections' Sinkhorn amplifies rounding, and
             // torch's fp32 differs from itself by 1.5e-5 between thread counts there).
             let bound = match name {
-                "glm5_next" => MAX_ABS.max(ref_d),
+                "glm5_next" | "glm5_next_b" => MAX_ABS.max(ref_d),
                 _ => MAX_ABS,
             };
             assert!(
@@ -107,7 +108,7 @@ fn rope_inverse_frequencies_equal_torch_bit_for_bit() {
                 ]
             }
             // No RoPE (NoPE attention, KDA): no table to compare.
-            "glm5_next" => vec![],
+            "glm5_next" | "glm5_next_b" => vec![],
             _ => vec![(
                 "inv_freq.npy",
                 tarfa_decode::family::rope_config(&cfg).expect("config"),
@@ -175,12 +176,18 @@ fn group_limited_routing_matters(name: &'static str) {
 /// really drop positions (prompts and their 32 steps run far past `index_topk` + a pool).
 #[test]
 fn glm5_next_references_select_without_ties_and_drop_positions() {
+    for name in ["glm5_next", "glm5_next_b"] {
+        references_select_without_ties_and_drop_positions(name);
+    }
+}
+
+fn references_select_without_ties_and_drop_positions(name: &str) {
     let root = common::repo().join("fixtures");
     let read = |p: std::path::PathBuf| -> serde_json::Value {
         serde_json::from_slice(&std::fs::read(p).expect("json file")).expect("json")
     };
-    let r = read(root.join("reference/glm5_next/reference.json"));
-    let cfg = read(root.join("hf/glm5_next/config.json"));
+    let r = read(root.join("reference").join(name).join("reference.json"));
+    let cfg = read(root.join("hf").join(name).join("config.json"));
     let text = &cfg["text_config"];
     let (topk, pool) = (
         text["index_topk"].as_u64().expect("index_topk"),

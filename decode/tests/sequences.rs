@@ -20,6 +20,7 @@ const NAMES: &[&str] = &[
     "deepseek_v3",
     "deepseek_v3_b",
     "glm5_next",
+    "glm5_next_b",
 ];
 
 fn opts() -> DecoderOptions {
