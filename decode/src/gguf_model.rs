@@ -204,6 +204,72 @@ impl<'a> Kv<'a> {
         }
     }
 
+    /// An array of unsigned integers (`head_count_kv` per layer).
+    pub fn uint_list(&self, key: &str) -> Result<Option<Vec<u64>>> {
+        const INTS: &[&str] = &["u8", "u16", "u32", "u64", "i8", "i16", "i32", "i64"];
+        let Some(a) = self.array(key, INTS)? else {
+            return Ok(None);
+        };
+        a.iter()
+            .map(|v| {
+                v.as_u64().ok_or_else(|| {
+                    err(
+                        key,
+                        G::NotUnsigned {
+                            value: v.to_string(),
+                        },
+                    )
+                })
+            })
+            .collect::<Result<Vec<u64>>>()
+            .map(Some)
+    }
+
+    /// An array of booleans (`attention.indexer.types`).
+    pub fn bool_list(&self, key: &str) -> Result<Option<Vec<bool>>> {
+        let Some(a) = self.array(key, &["bool"])? else {
+            return Ok(None);
+        };
+        a.iter()
+            .map(|v| {
+                v.as_bool().ok_or_else(|| {
+                    err(
+                        key,
+                        G::NotABool {
+                            value: v.to_string(),
+                        },
+                    )
+                })
+            })
+            .collect::<Result<Vec<bool>>>()
+            .map(Some)
+    }
+
+    /// A float, or an array of floats (llama.cpp's `get_key_or_arr`: `swiglu_clamp_exp`), as a
+    /// list; non-finite values are refused.
+    pub fn float_or_list(&self, key: &str) -> Result<Option<Vec<f64>>> {
+        match self.typed(key)? {
+            None => Ok(None),
+            Some(("array", _)) => {
+                let a = self.array(key, &["f32", "f64"])?.unwrap_or(&EMPTY);
+                a.iter()
+                    .map(|v| {
+                        v.as_f64().filter(|x| x.is_finite()).ok_or_else(|| {
+                            err(
+                                key,
+                                G::NotFinite {
+                                    value: v.to_string(),
+                                },
+                            )
+                        })
+                    })
+                    .collect::<Result<Vec<f64>>>()
+                    .map(Some)
+            }
+            Some(_) => Ok(self.float(key)?.map(|f| vec![f])),
+        }
+    }
+
     /// An array key whose elements are of GGUF type `elem` (one of `want`).
     fn array(&self, key: &str, want: &[&'static str]) -> Result<Option<&'a Vec<Value>>> {
         let Some((t, v)) = self.typed(key)? else {
@@ -230,6 +296,8 @@ impl<'a> Kv<'a> {
         v.as_array().map(Some).ok_or_else(|| err(key, G::NotAList))
     }
 }
+
+static EMPTY: Vec<Value> = Vec::new();
 
 /// A GGUF architecture this build runs: the family's registry row and its GGUF row.
 #[derive(Clone, Copy, Debug)]
@@ -297,7 +365,8 @@ pub fn hf_name(arch: Arch, name: &str) -> Option<String> {
         return None;
     }
     let l: u32 = n.parse().ok()?;
-    let (stem, suffix) = rest.split_once('.')?;
+    // `blk.N.ssm_a` (glm5-next's decay rates) has no suffix.
+    let (stem, suffix) = rest.split_once('.').unwrap_or((rest, ""));
     let wb = matches!(suffix, "weight" | "bias");
     // MLA has a query projection but no keys, values, q/k norms or q/k/v biases of its own.
     let heads = !arch.gguf.mla;
@@ -485,7 +554,12 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
     if heads == 0 {
         return Err(err(&key("attention.head_count"), G::Zero));
     }
-    let kv_heads = kv.uint(&key("attention.head_count_kv"))?.unwrap_or(heads);
+    // A hybrid family's per-layer list is its own to read (`GgufRow::hybrid`).
+    let hybrid = arch.gguf.hybrid;
+    let kv_heads = match hybrid {
+        true => heads,
+        false => kv.uint(&key("attention.head_count_kv"))?.unwrap_or(heads),
+    };
     let head_dim = match kv.uint(&key("attention.key_length"))? {
         Some(d) => d,
         None => hidden / heads,
@@ -522,7 +596,7 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
         }
     }
     let rot = kv.uint(&key("rope.dimension_count"))?.unwrap_or(head_dim);
-    if rot == 0 || rot > head_dim || head_dim == 0 {
+    if (rot == 0 && !hybrid) || rot > head_dim || head_dim == 0 {
         return Err(err(
             &key("rope.dimension_count"),
             G::RotaryDims { rot, head_dim },

@@ -60,11 +60,14 @@ fn greedy_tokens_and_logits_agree_with_transformers() {
                 "{name} p{}: max|tarfa − fp32| = {d32:.3e}, max|tarfa − fp64| = {d64:.3e}, max|fp32 − fp64| = {ref_d:.3e}",
                 p.index
             );
-            // 1e-5; for glm5_next, or transformers fp32's own distance to its fp64 where that
-            // is more (p1: 1.7e-5; its hyper-connections' Sinkhorn amplifies rounding, and
-            // torch's fp32 differs from itself by 1.5e-5 between thread counts there).
+            // 1e-5; for glm5_next, or twice transformers fp32's own distance to its fp64 where
+            // that is more: its hyper-connections' Sinkhorn amplifies fp32 rounding, so that
+            // transformers' fp32 is 1.1e-5 (p0) and 2.4e-6 to 1.7e-5 (other fixtures/prompts)
+            // from its fp64 and differs from itself by up to 1.5e-5 between thread counts; tarfa,
+            // no farther from fp64 than that (the assertion below), can be up to the sum of the
+            // two from transformers fp32.
             let bound = match name {
-                "glm5_next" | "glm5_next_b" => MAX_ABS.max(ref_d),
+                "glm5_next" | "glm5_next_b" => MAX_ABS.max(2.0 * ref_d),
                 _ => MAX_ABS,
             };
             assert!(

@@ -517,11 +517,18 @@ fn gguf_rope(g: &GgufConfig<'_>) -> Result<Value> {
 /// already holding `kv_b_proj` (a GGUF from before the split) is left as it is.
 pub fn gguf_assemble(config: &Value, s: &mut TensorStore) -> Result<()> {
     let c = DeepseekV3Config::parse(config)?;
-    let m = c.mla;
+    assemble_kv_b(s, c.num_layers, &c.mla)
+}
+
+/// `kv_b_proj` of each of `layers` layers (`model.layers.L.`) that has llama.cpp's split form put
+/// back together from `attn_k_b` and `attn_v_b` (renamed `k_b_proj`/`v_b_proj`), every value
+/// unchanged; a layer with `kv_b_proj` whole, or neither, is left as it is. deepseek2's and
+/// glm5-next's.
+pub fn assemble_kv_b(s: &mut TensorStore, layers: usize, m: &MlaShape) -> Result<()> {
     let (heads, rank, nope, v) = (m.heads, m.kv_lora_rank, m.nope, m.v);
     let gguf = |l: usize, n: &str| format!("blk.{l}.{n}.weight");
     let bad = |name: String, fault: TensorFault| DecodeError::BadTensor { name, fault };
-    for l in 0..c.num_layers {
+    for l in 0..layers {
         let p = |n: &str| format!("model.layers.{l}.{n}");
         let (kb, vb, kvb) = (p(K_B), p(V_B), p("self_attn.kv_b_proj.weight"));
         match (s.find(&kb).is_some(), s.find(&vb).is_some()) {

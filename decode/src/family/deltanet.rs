@@ -130,7 +130,8 @@ pub(crate) fn conv_weight<'s>(
     kernel: usize,
 ) -> Result<MatrixRef<'s>> {
     let t = s.get(name)?;
-    if t.shape() != [channels, 1, kernel] {
+    // `[1, channels, 1, kernel]`: the same values as a GGUF of glm5-next holds them.
+    if t.shape() != [channels, 1, kernel] && t.shape() != [1, channels, 1, kernel] {
         return Err(DecodeError::BadTensor {
             name: name.into(),
             fault: crate::error::TensorFault::Shape {

@@ -474,6 +474,245 @@ pub fn plan(c: &Glm5NextConfig, prefix: &str) -> Plan {
     }
 }
 
+/// The transformers names of glm5-next's own GGUF layer tensors (below `model.layers.N.`), as
+/// llama.cpp's converter writes them (`Glm5NextModel`); the MLA, MoE and shared-expert names are
+/// deepseek2's. `ssm_a` holds `−exp(A_log)` ([`crate::family::kda::NEG_A`]).
+pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
+    Some(match (stem, suffix) {
+        ("attn_k", "weight") => "self_attn.k_proj.weight",
+        ("attn_v", "weight") => "self_attn.v_proj.weight",
+        ("ssm_conv1d_q", "weight") => "self_attn.q_conv1d.weight",
+        ("ssm_conv1d_k", "weight") => "self_attn.k_conv1d.weight",
+        ("ssm_conv1d_v", "weight") => "self_attn.v_conv1d.weight",
+        ("ssm_f_a", "weight") => "self_attn.f_a_proj.weight",
+        ("ssm_f_b", "weight") => "self_attn.f_b_proj.weight",
+        ("ssm_beta", "weight") => "self_attn.b_proj.weight",
+        ("ssm_g_a", "weight") => "self_attn.g_a_proj.weight",
+        ("ssm_g_b", "weight") => "self_attn.g_b_proj.weight",
+        ("ssm_norm", "weight") => "self_attn.o_norm.weight",
+        ("ssm_dt", "bias") => "self_attn.dt_bias",
+        ("ssm_a", "") => "self_attn.neg_exp_A_log",
+        ("indexer", "k_norm.weight") => "self_attn.indexer.k_norm.weight",
+        ("indexer", "k_norm.bias") => "self_attn.indexer.k_norm.bias",
+        ("indexer", "proj.weight") => "self_attn.indexer.weights_proj.weight",
+        ("indexer", "attn_k.weight") => "self_attn.indexer.wk.weight",
+        ("indexer", "attn_q_b.weight") => "self_attn.indexer.wq_b.weight",
+        ("indexer_compressor_gate", "weight") => "self_attn.indexer.index_kpool_compress_gate",
+        ("indexer_compressor_ape", "weight") => "self_attn.indexer.index_kpool_compress_ape",
+        ("hc_attn_fn", "weight") => "hc_attn_fn",
+        ("hc_attn_base", "weight") => "hc_attn_base",
+        ("hc_attn_scale", "weight") => "hc_attn_scale",
+        ("hc_ffn_fn", "weight") => "hc_ffn_fn",
+        ("hc_ffn_base", "weight") => "hc_ffn_base",
+        ("hc_ffn_scale", "weight") => "hc_ffn_scale",
+        _ => return crate::family::deepseek_v3::gguf_layer_name(stem, suffix),
+    })
+}
+
+/// glm5_next's keys of a glm5-next GGUF's config, as llama.cpp's glm5-next loader reads them:
+/// per-layer `head_count_kv` (0: KDA) for `layer_types`, `attention.indexer.types` (absent: every
+/// DSA layer its own indexer), the KDA keys (no `kda.gate_lower_bound`: llama.cpp's −∞, the
+/// softplus gate), NoPE MLA's widths, the k-pool indexer, the hyper-connections, the leading
+/// dense layers, the sigmoid router (absent gating: sigmoid) and the SwiGLU clamp.
+pub fn gguf_config(
+    g: &crate::gguf_model::GgufConfig<'_>,
+    c: &mut serde_json::Map<String, Value>,
+) -> Result<()> {
+    use crate::error::GgufFault as G;
+    use serde_json::json;
+    let kv = &g.kv;
+    let key = |k: &str| g.key(k);
+    let req = |k: &str| kv.uint_req(&key(k));
+    let layers = g.layers as usize;
+    let heads = req("attention.head_count")?;
+    let per_layer = kv
+        .uint_list(&key("attention.head_count_kv"))?
+        .ok_or_else(|| g.err("attention.head_count_kv", G::MissingNoDefault))?;
+    if per_layer.len() < layers {
+        return Err(g.err(
+            "attention.head_count_kv",
+            G::NoEquivalent {
+                value: format!("{} entries", per_layer.len()),
+                why: "one entry per layer (0: a KDA layer) is what glm5-next reads",
+            },
+        ));
+    }
+    let kinds: Vec<&str> = per_layer[..layers]
+        .iter()
+        .map(|&n| match n {
+            0 => "linear_attention",
+            _ => "deepseek_sparse_attention",
+        })
+        .collect();
+    c.insert("layer_types".into(), json!(kinds));
+    if let Some(t) = kv.bool_list(&key("attention.indexer.types"))? {
+        let t: Vec<&str> = (0..layers)
+            .map(|l| match t.get(l) {
+                Some(false) => "shared",
+                _ => "full",
+            })
+            .collect();
+        c.insert("indexer_types".into(), json!(t));
+    } else {
+        c.insert("indexer_types".into(), json!(vec!["full"; layers]));
+    }
+    // KDA: llama.cpp's KDA heads are the attention heads.
+    c.insert("num_key_value_heads".into(), json!(heads));
+    c.insert("linear_num_heads".into(), json!(heads));
+    c.insert("linear_head_dim".into(), json!(req("kda.head_dim")?));
+    c.insert("linear_conv_kernel_dim".into(), json!(req("ssm.conv_kernel")?));
+    c.insert(
+        "linear_lower_bound".into(),
+        json!(kv.float(&key("kda.gate_lower_bound"))?),
+    );
+    // NoPE MLA: one latent "head" of keys and values.
+    let rank = req("attention.kv_lora_rank")?;
+    let rope = kv.uint(&key("rope.dimension_count"))?.unwrap_or(0);
+    if rope != 0 {
+        return Err(g.err(
+            "rope.dimension_count",
+            G::NoEquivalent {
+                value: rope.to_string(),
+                why: "glm5-next's attention has no position encoding (transformers refuses rotated dims)",
+            },
+        ));
+    }
+    for (k, want) in [("attention.key_length", rank), ("attention.value_length", rank)] {
+        let found = kv.uint(&key(k))?.unwrap_or(want);
+        if found != want {
+            return Err(g.err(
+                k,
+                G::MlaWidth {
+                    found,
+                    rule: "kv_lora_rank",
+                    expected: want,
+                },
+            ));
+        }
+    }
+    c.insert("kv_lora_rank".into(), json!(rank));
+    c.insert("q_lora_rank".into(), json!(req("attention.q_lora_rank")?));
+    c.insert("qk_rope_head_dim".into(), json!(0));
+    c.insert(
+        "qk_nope_head_dim".into(),
+        json!(req("attention.key_length_mla")?),
+    );
+    c.insert("v_head_dim".into(), json!(req("attention.value_length_mla")?));
+    c.insert("attention_bias".into(), json!(false));
+    // The indexer; its LayerNorm's epsilon is transformers' fixed 1e-6.
+    if let Some(e) = kv.float(&key("attention.layer_norm_epsilon"))? {
+        if e as f32 != 1e-6f32 {
+            return Err(g.err(
+                "attention.layer_norm_epsilon",
+                G::NoEquivalent {
+                    value: e.to_string(),
+                    why: "transformers' indexer LayerNorm has epsilon 1e-6",
+                },
+            ));
+        }
+    }
+    for (k, hf) in [
+        ("attention.indexer.head_count", "index_n_heads"),
+        ("attention.indexer.key_length", "index_head_dim"),
+        ("attention.indexer.top_k", "index_topk"),
+        ("attention.indexer.kpool", "index_kpool"),
+        ("hyper_connection.count", "hc_mult"),
+        ("hyper_connection.sinkhorn_iterations", "hc_sinkhorn_iters"),
+    ] {
+        c.insert(hf.into(), json!(req(k)?));
+    }
+    c.insert(
+        "index_kpool_always_select_tail".into(),
+        json!(kv
+            .bool(&key("attention.indexer.kpool_select_tail"))?
+            .unwrap_or(true)),
+    );
+    let hc_eps = kv
+        .float(&key("hyper_connection.epsilon"))?
+        .ok_or_else(|| g.err("hyper_connection.epsilon", G::MissingNoDefault))?;
+    c.insert("hc_eps".into(), json!(hc_eps));
+    // The MoE: llama.cpp's leading dense layers, its sigmoid default, its scale rule.
+    match kv.uint(&key("expert_gating_func"))? {
+        None | Some(2) => {}
+        Some(f) => return Err(g.err("expert_gating_func", G::NotSigmoid { found: f })),
+    }
+    let lead = g.leading_dense()? as usize;
+    let mlp: Vec<&str> = (0..layers)
+        .map(|l| if l < lead { "dense" } else { "sparse" })
+        .collect();
+    c.insert("mlp_layer_types".into(), json!(mlp));
+    if lead > 0 {
+        c.insert("intermediate_size".into(), json!(g.dense_width()?));
+    } else if let Some(f) = g.ff {
+        c.insert("intermediate_size".into(), json!(f));
+    }
+    c.insert("n_routed_experts".into(), json!(g.experts));
+    c.insert(
+        "n_shared_experts".into(),
+        json!(req("expert_shared_count")?),
+    );
+    c.insert(
+        "moe_intermediate_size".into(),
+        json!(req("expert_feed_forward_length")?),
+    );
+    let scale = match kv.float(&key("expert_weights_scale"))? {
+        None | Some(0.0) => 1.0,
+        Some(s) => s,
+    };
+    c.insert("routed_scaling_factor".into(), json!(scale));
+    c.insert(
+        "norm_topk_prob".into(),
+        json!(kv.bool(&key("expert_weights_norm"))?.unwrap_or(false)),
+    );
+    let groups = kv.uint(&key("expert_group_count"))?.unwrap_or(1).max(1);
+    let used = match groups {
+        1 => 1,
+        _ => req("expert_group_used_count")?,
+    };
+    c.insert("n_group".into(), json!(groups));
+    c.insert("topk_group".into(), json!(used));
+    c.insert(
+        "num_nextn_predict_layers".into(),
+        json!(kv.uint(&key("nextn_predict_layers"))?.unwrap_or(0)),
+    );
+    // The clamp: llama.cpp clamps the routed experts by `swiglu_clamp_exp` and every other
+    // SwiGLU (shared experts, dense layers) by `swiglu_clamp_shexp` (absent: the same), each per
+    // layer, a value at most 1e-6 meaning none; transformers clamps them all by one limit.
+    let exp = kv.float_or_list(&key("swiglu_clamp_exp"))?;
+    let shexp = kv.float_or_list(&key("swiglu_clamp_shexp"))?;
+    let values: Vec<f64> = [exp.as_deref(), shexp.as_deref().or(exp.as_deref())]
+        .into_iter()
+        .flatten()
+        .flat_map(|v| match v.len() {
+            1 => vec![v[0]; layers],
+            _ => v.iter().take(layers).copied().collect(),
+        })
+        .collect();
+    let limit = values.first().copied().filter(|&l| l > 1e-6);
+    match limit {
+        Some(l) if values.len() == 2 * layers && values.iter().all(|&v| v == l) => {
+            c.insert("swiglu_limit".into(), json!(l));
+        }
+        _ => {
+            return Err(g.err(
+                "swiglu_clamp_exp",
+                G::NoEquivalent {
+                    value: format!("{values:?}"),
+                    why: "transformers clamps every SwiGLU of GLM-5.3-Flash by one swiglu_limit: the routed and shared values must be one number above 1e-6 for every layer",
+                },
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// glm5-next's `attn_k_b`/`attn_v_b` back into `kv_b_proj` (deepseek2's split form), every
+/// value unchanged.
+pub fn gguf_assemble(config: &Value, s: &mut TensorStore) -> Result<()> {
+    let c = Glm5NextConfig::parse(config)?;
+    crate::family::deepseek_v3::assemble_kv_b(s, c.num_layers, &c.mla)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -57,6 +57,35 @@ impl KdaShape {
 
 const PROJ: [&str; 3] = ["q", "k", "v"];
 
+/// The decay rates as llama.cpp's glm5-next GGUFs store them (`ssm_a`: `−exp(A_log)`, computed
+/// by the converter), under the name (below the layer's `self_attn.`) a GGUF-sourced model gives
+/// them in place of `A_log`.
+pub const NEG_A: &str = "neg_exp_A_log";
+
+/// Each head's decay rate `exp(A_log[h])`: from `A_log` (a checkpoint's), or as `−A` from
+/// [`NEG_A`] (a GGUF's; the converter's rounding of the exponential, not tarfa's).
+enum Rates<'s> {
+    Log(crate::weights::WeightSlice<'s>),
+    Neg(crate::weights::WeightSlice<'s>),
+}
+
+impl Rates<'_> {
+    fn of<'s>(s: &'s TensorStore, prefix: &str, heads: usize) -> Result<Rates<'s>> {
+        let (log, neg) = (format!("{prefix}.A_log"), format!("{prefix}.{NEG_A}"));
+        match (s.find(&log), s.find(&neg)) {
+            (None, Some(_)) => Ok(Rates::Neg(s.get(&neg)?.vector(heads)?)),
+            _ => Ok(Rates::Log(s.get(&log)?.vector(heads)?)),
+        }
+    }
+
+    fn get(&self, h: usize) -> f32 {
+        match self {
+            Rates::Log(a) => canon::exp(a.get(h)),
+            Rates::Neg(a) => -a.get(h),
+        }
+    }
+}
+
 /// Every tensor [`layer`] reads under `prefix` (e.g. `model.layers.0.self_attn`) exists with its
 /// shape.
 pub fn check(s: &TensorStore, prefix: &str, k: &KdaShape, hidden: usize) -> Result<()> {
@@ -72,7 +101,7 @@ pub fn check(s: &TensorStore, prefix: &str, k: &KdaShape, hidden: usize) -> Resu
         s.get(&p(&format!("{g}_b_proj.weight")))?.matrix(w, k.dim)?;
     }
     s.get(&p("dt_bias"))?.vector(w)?;
-    s.get(&p("A_log"))?.vector(k.heads)?;
+    Rates::of(s, prefix, k.heads)?;
     s.get(&p("b_proj.weight"))?.matrix(k.heads, hidden)?;
     s.get(&p("o_norm.weight"))?.vector(k.dim)?;
     s.get(&p("o_proj.weight"))?.matrix(hidden, w)?;
@@ -131,7 +160,7 @@ pub fn layer(
         conv_weight(s, &p("v_conv1d.weight"), w, k.kernel)?,
     ];
     let dt_bias = s.get(&p("dt_bias"))?.vector(w)?;
-    let a_log = s.get(&p("A_log"))?.vector(k.heads)?;
+    let rates = Rates::of(s, prefix, k.heads)?;
     let norm_w = s.get(&p("o_norm.weight"))?.vector(k.dim)?;
     let isa = ctx.isa;
     let t0 = std::time::Instant::now();
@@ -152,7 +181,7 @@ pub fn layer(
                 .collect();
             let kk = l2(isa, &ks[r.clone()]);
             let v = &vs[r.clone()];
-            let a = canon::exp(a_log.get(h));
+            let a = rates.get(h);
             let decay: Vec<f32> = r
                 .clone()
                 .map(|i| {

@@ -244,6 +244,10 @@ pub struct GgufRow {
     /// Tensors the family makes from the GGUF's before it runs, given the synthesised config
     /// (deepseek2: `attn_k_b` and `attn_v_b` back into `kv_b_proj`), if any.
     pub assemble: Option<fn(&serde_json::Value, &mut TensorStore) -> Result<()>>,
+    /// A hybrid of recurrent and attention layers (glm5-next): `attention.head_count_kv` is a
+    /// list per layer (0: a recurrent layer) and `rope.dimension_count` may be 0, both the
+    /// family's to read (`config`).
+    pub hybrid: bool,
 }
 
 /// Every family this build decodes: adding one is its module and a row here.
@@ -261,6 +265,7 @@ pub const REGISTRY: &[FamilyRow] = &[
             config: qwen3_moe::gguf_config,
             mla: false,
             assemble: None,
+            hybrid: false,
         }),
         prepare: None,
     },
@@ -297,6 +302,7 @@ pub const REGISTRY: &[FamilyRow] = &[
             config: glm4_moe::gguf_config,
             mla: false,
             assemble: None,
+            hybrid: false,
         }),
         prepare: None,
     },
@@ -313,6 +319,7 @@ pub const REGISTRY: &[FamilyRow] = &[
             config: deepseek_v3::gguf_config,
             mla: true,
             assemble: Some(deepseek_v3::gguf_assemble),
+            hybrid: false,
         }),
         prepare: None,
     },
@@ -336,7 +343,14 @@ pub const REGISTRY: &[FamilyRow] = &[
             glm5_next::Glm5NextConfig::parse(c)?;
             Ok(glm5_next::no_rope())
         },
-        gguf: None,
+        gguf: Some(GgufRow {
+            arch: "glm5-next",
+            layer_name: glm5_next::gguf_layer_name,
+            config: glm5_next::gguf_config,
+            mla: true,
+            assemble: Some(glm5_next::gguf_assemble),
+            hybrid: true,
+        }),
         prepare: None,
     },
     FamilyRow {
@@ -418,7 +432,7 @@ mod tests {
             sorted.dedup();
             assert_eq!(sorted.len(), list.len(), "{list:?}");
         }
-        assert_eq!(archs, ["qwen3moe", "glm4moe", "deepseek2"]);
+        assert_eq!(archs, ["qwen3moe", "glm4moe", "deepseek2", "glm5-next"]);
         for r in REGISTRY {
             let Some(g) = &r.gguf else { continue };
             for (stem, suffix) in [
