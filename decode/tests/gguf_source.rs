@@ -586,6 +586,8 @@ fn the_committed_ggufs_are_what_make_from_hf_writes() {
         "deepseek_v3.gguf",
         "deepseek_v3.f32-small.gguf",
         "deepseek_v3.kv-b.gguf",
+        "glm5_next.gguf",
+        "glm5_next.f32-small.gguf",
     ] {
         let committed =
             std::fs::read(common::repo().join("fixtures/gguf/from_hf").join(f)).expect(f);
@@ -1215,4 +1217,227 @@ fn mutated_gguf_key_values_adapt_or_fail_with_an_error_never_a_panic() {
         adapted > 20 && refused > 100,
         "{adapted} adapted, {refused} refused"
     );
+}
+
+const GLM5_FILES: [&str; 2] = ["glm5_next", "glm5_next.f32-small"];
+
+/// glm5-next's GGUF (what llama.cpp's `Glm5NextModel` converter writes, `make_from_hf.py`) maps
+/// onto the safetensors checkpoint's text model: every tensor the same values under the
+/// transformers name (`kv_b_proj` put back together; the convolutions `[1, channels, 1, kernel]`
+/// as llama.cpp holds them), except the decay rates: `ssm_a` is the converter's `−exp(A_log)`,
+/// within an ulp of tarfa's own exponential; and the synthesised config says what config.json
+/// says.
+#[test]
+fn glm5_next_gguf_maps_onto_the_safetensors_text_model() {
+    let (_, st) = store(&common::model("glm5_next"));
+    let text = hf_config("glm5_next")["text_config"].clone();
+    let bits = |t: &tarfa_decode::weights::Tensor| -> Vec<u32> {
+        let s = t.slice();
+        (0..s.len()).map(|i| s.get(i).to_bits()).collect()
+    };
+    for file in GLM5_FILES {
+        let (gm, mut gt) = store(&gguf_model_dir(file));
+        let cfg = gguf_model::adapt(&gm.architecture.config, &mut gt).expect("adapt");
+        for k in [
+            "num_hidden_layers",
+            "hidden_size",
+            "intermediate_size",
+            "moe_intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "vocab_size",
+            "num_experts_per_tok",
+            "n_routed_experts",
+            "n_shared_experts",
+            "n_group",
+            "topk_group",
+            "norm_topk_prob",
+            "q_lora_rank",
+            "kv_lora_rank",
+            "qk_nope_head_dim",
+            "qk_rope_head_dim",
+            "v_head_dim",
+            "layer_types",
+            "indexer_types",
+            "mlp_layer_types",
+            "index_topk",
+            "index_kpool",
+            "index_n_heads",
+            "index_head_dim",
+            "index_kpool_always_select_tail",
+            "linear_num_heads",
+            "linear_head_dim",
+            "linear_conv_kernel_dim",
+            "hc_mult",
+            "hc_sinkhorn_iters",
+        ] {
+            assert_eq!(cfg[k], text[k], "{file}: {k}");
+        }
+        for k in [
+            "rms_norm_eps",
+            "hc_eps",
+            "swiglu_limit",
+            "routed_scaling_factor",
+            "linear_lower_bound",
+        ] {
+            let (a, b) = (cfg[k].as_f64().expect(k), text[k].as_f64().expect(k));
+            assert_eq!(a as f32, b as f32, "{file}: {k}");
+        }
+        let mut n = 0;
+        for hf in st.names() {
+            let Some(rest) = hf.strip_prefix("model.language_model.") else {
+                // The vision tower (an mmproj file to llama.cpp) and the head.
+                if hf == "lm_head.weight" {
+                    assert_eq!(bits(st.get(hf).unwrap()), bits(gt.get(hf).expect("head")));
+                    n += 1;
+                }
+                continue;
+            };
+            let a = st.get(hf).expect("safetensors tensor");
+            n += 1;
+            if let Some(layer) = rest.strip_suffix(".self_attn.A_log") {
+                let neg = gt
+                    .get(&format!("model.{layer}.self_attn.neg_exp_A_log"))
+                    .expect("ssm_a");
+                for i in 0..a.slice().len() {
+                    let ours = tarfa_decode::canon::exp(a.slice().get(i));
+                    let theirs = -neg.slice().get(i);
+                    let ulps = (ours.to_bits() as i64 - theirs.to_bits() as i64).abs();
+                    assert!(ulps <= 1, "{file}: {hf}[{i}]: {ours} and {theirs}");
+                }
+                continue;
+            }
+            let b = gt
+                .get(&format!("model.{rest}"))
+                .unwrap_or_else(|e| panic!("{file}: {e}"));
+            if hf.ends_with("_conv1d.weight") {
+                assert_eq!(
+                    b.shape(),
+                    [&[1usize][..], &[a.shape()[0], 1, a.shape()[2]]].concat()
+                );
+            } else {
+                assert_eq!(a.shape(), b.shape(), "{file}: {hf}");
+            }
+            assert_eq!(bits(a), bits(b), "{file}: {hf}");
+        }
+        assert_eq!(
+            n,
+            gt.names().count(),
+            "{file}: the GGUF side has other tensors"
+        );
+    }
+}
+
+/// The GGUF gives the safetensors checkpoint's greedy tokens (transformers fp32's) and logits
+/// within 2e-6 of its bits — the converter's rounding of `exp(A_log)`, which differs from
+/// tarfa's in 3 of the fixture's 12 decay rates by an ulp, is all that differs —, and both its
+/// element-type variants give the same bits.
+#[test]
+fn glm5_next_gguf_gives_the_safetensors_tokens_and_its_variants_the_same_bits() {
+    let opts = DecoderOptions::default();
+    let mut st = common::open(&common::model("glm5_next"), &opts);
+    let mut plain = common::open(&gguf_model_dir("glm5_next"), &opts);
+    let mut small = common::open(&gguf_model_dir("glm5_next.f32-small"), &opts);
+    for p in common::reference("glm5_next") {
+        let (ta, la) = common::greedy(&mut st, &p.prompt_ids, STEPS);
+        let (tb, lb) = common::greedy(&mut plain, &p.prompt_ids, STEPS);
+        let (tc, lc) = common::greedy(&mut small, &p.prompt_ids, STEPS);
+        assert_eq!(ta, tb, "prompt {}", p.index);
+        assert_eq!(tb, tc, "prompt {}", p.index);
+        assert_eq!(tb[..], p.fp32_tokens[..STEPS], "prompt {}", p.index);
+        assert_eq!(common::bits(&lb), common::bits(&lc), "prompt {}", p.index);
+        let d = la
+            .iter()
+            .flatten()
+            .zip(lb.iter().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        assert!(d <= 2e-6, "prompt {}: {d}", p.index);
+        eprintln!("glm5_next p{}: GGUF {d:.2e} from safetensors", p.index);
+    }
+}
+
+#[test]
+fn glm5_next_gguf_tokenizer_gives_the_fixture_ids() {
+    same_ids("glm5_next");
+}
+
+/// glm5-next key/values llama.cpp computes with in a way no transformers GLM-5.3-Flash config
+/// can say are refused by name; an absent `kda.gate_lower_bound` is llama.cpp's −∞ (the softplus
+/// gate), not transformers' default −5: the bits change.
+#[test]
+fn glm5_next_gguf_keys_without_a_transformers_equivalent_are_refused() {
+    let set = |k: &'static str, v: Value| {
+        move |c: &mut serde_json::Map<String, Value>| {
+            c.insert(format!("glm5-next.{k}"), v);
+        }
+    };
+    let f32s = |v: &[f64]| serde_json::json!({"type": "array", "elem": "f32", "value": v});
+    for (key, edit) in [
+        (
+            "rope.dimension_count",
+            Box::new(set(
+                "rope.dimension_count",
+                serde_json::json!({"type": "u32", "value": 4}),
+            )) as Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>,
+        ),
+        (
+            "swiglu_clamp_exp",
+            Box::new(set(
+                "swiglu_clamp_exp",
+                f32s(&[0.25, 0.25, 0.25, 0.5, 0.25, 0.25]),
+            )),
+        ),
+        (
+            "swiglu_clamp_exp",
+            Box::new(set("swiglu_clamp_shexp", f32s(&[0.5; 6]))),
+        ),
+        (
+            "swiglu_clamp_exp",
+            Box::new(|c: &mut serde_json::Map<String, Value>| {
+                c.remove("glm5-next.swiglu_clamp_exp");
+                c.remove("glm5-next.swiglu_clamp_shexp");
+            }),
+        ),
+        (
+            "expert_gating_func",
+            Box::new(set(
+                "expert_gating_func",
+                serde_json::json!({"type": "u32", "value": 1}),
+            )),
+        ),
+        (
+            "attention.layer_norm_epsilon",
+            Box::new(set(
+                "attention.layer_norm_epsilon",
+                serde_json::json!({"type": "f32", "value": 1e-5}),
+            )),
+        ),
+        (
+            "attention.head_count_kv",
+            Box::new(|c: &mut serde_json::Map<String, Value>| {
+                c.remove("glm5-next.attention.head_count_kv");
+            }),
+        ),
+        (
+            "hyper_connection.epsilon",
+            Box::new(|c: &mut serde_json::Map<String, Value>| {
+                c.remove("glm5-next.hyper_connection.epsilon");
+            }),
+        ),
+    ] {
+        let d = edited("glm5_next", edit);
+        let (k, fault) = gguf_fault(open_err(d.path()));
+        assert_eq!(k, format!("glm5-next.{key}"), "{fault:?}");
+    }
+    let d = edited("glm5_next", |c| {
+        c.remove("glm5-next.kda.gate_lower_bound");
+    });
+    let opts = DecoderOptions::default();
+    let mut a = common::open(&gguf_model_dir("glm5_next"), &opts);
+    let mut b = common::open(d.path(), &opts);
+    let p = &common::reference("glm5_next")[0];
+    let (_, la) = common::greedy(&mut a, &p.prompt_ids, 2);
+    let (_, lb) = common::greedy(&mut b, &p.prompt_ids, 2);
+    assert_ne!(common::bits(&la), common::bits(&lb));
 }

@@ -560,7 +560,10 @@ pub fn gguf_config(
     c.insert("num_key_value_heads".into(), json!(heads));
     c.insert("linear_num_heads".into(), json!(heads));
     c.insert("linear_head_dim".into(), json!(req("kda.head_dim")?));
-    c.insert("linear_conv_kernel_dim".into(), json!(req("ssm.conv_kernel")?));
+    c.insert(
+        "linear_conv_kernel_dim".into(),
+        json!(req("ssm.conv_kernel")?),
+    );
     c.insert(
         "linear_lower_bound".into(),
         json!(kv.float(&key("kda.gate_lower_bound"))?),
@@ -577,7 +580,10 @@ pub fn gguf_config(
             },
         ));
     }
-    for (k, want) in [("attention.key_length", rank), ("attention.value_length", rank)] {
+    for (k, want) in [
+        ("attention.key_length", rank),
+        ("attention.value_length", rank),
+    ] {
         let found = kv.uint(&key(k))?.unwrap_or(want);
         if found != want {
             return Err(g.err(
@@ -597,7 +603,10 @@ pub fn gguf_config(
         "qk_nope_head_dim".into(),
         json!(req("attention.key_length_mla")?),
     );
-    c.insert("v_head_dim".into(), json!(req("attention.value_length_mla")?));
+    c.insert(
+        "v_head_dim".into(),
+        json!(req("attention.value_length_mla")?),
+    );
     c.insert("attention_bias".into(), json!(false));
     // The indexer; its LayerNorm's epsilon is transformers' fixed 1e-6.
     if let Some(e) = kv.float(&key("attention.layer_norm_epsilon"))? {
