@@ -50,6 +50,16 @@
 //!   are refused by name. Quantised `attn_k_b`/`attn_v_b` are held as `f32` once put back
 //!   together (the same values; 64 MiB a layer at DeepSeek-V3's widths). The tokenizer's
 //!   `deepseek-v3` pre-tokenizer is llama.cpp's three regexes in turn.
+//! - `glm5-next` (run as `glm5_next`): `attention.head_count_kv` is one entry per layer (0: a
+//!   KDA layer, else NoPE MLA with DSA), `attention.indexer.types` says which DSA layers run
+//!   their own indexer (absent: all), KDA's heads are the attention heads, an absent
+//!   `kda.gate_lower_bound` is llama.cpp's −∞ (the softplus gate; transformers' default would be
+//!   −5), `ssm_a` holds the converter's `−exp(A_log)` and is used as it is (tarfa's own `exp` of
+//!   `A_log` may differ from it by an ulp), the convolutions are `[1, C, 1, K]`, `kv_b_proj` is
+//!   put back together as deepseek2's, the dense layers are the leading ones, an absent
+//!   `expert_gating_func` is sigmoid, and `swiglu_clamp_exp`/`swiglu_clamp_shexp` must be one
+//!   value above 1e-6 for every layer (transformers clamps every SwiGLU by one `swiglu_limit`);
+//!   a RoPE dimension other than 0 and an indexer LayerNorm epsilon other than 1e-6 are refused.
 //! - every family: `attention.head_count_kv` defaults to `attention.head_count`,
 //!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
 //!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is

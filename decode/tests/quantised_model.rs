@@ -25,14 +25,31 @@ use tarfa_runtime::{BackendChoice, BackendKind, SourceOptions};
 const MAX_ABS: f64 = 1e-5;
 
 /// The quantised GGUF fixtures: name, converted model.
-fn quantised_models() -> [(&'static str, std::path::PathBuf); 2] {
+fn quantised_models() -> [(&'static str, std::path::PathBuf); 3] {
     [
         ("qwen3_moe_q", common::quantised_model()),
         (
             "deepseek_v3_q",
             common::converted("fixtures/gguf/deepseek_v3_q.gguf"),
         ),
+        (
+            "glm5_next_q",
+            common::converted("fixtures/gguf/glm5_next_q.gguf"),
+        ),
     ]
+}
+
+/// glm5_next_q's references were made where transformers' DSA selections met no tie (torch's
+/// topk orders ties as it likes): make_references.py counted them.
+#[test]
+fn glm5_next_q_references_meet_no_dsa_tie() {
+    let p = common::repo().join("fixtures/reference/glm5_next_q/reference.json");
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(p).expect("reference.json")).expect("json");
+    for p in r["prompts"].as_array().expect("prompts") {
+        assert!(p["fp32_dsa_selections"].as_u64().expect("counted") > 0);
+        assert_eq!(p["fp32_dsa_boundary_ties"].as_u64(), Some(0));
+    }
 }
 
 #[test]
@@ -70,9 +87,23 @@ fn agrees_with_transformers(name: &'static str, dir: &std::path::Path) {
             "{name} p{}: max|tarfa − fp32| = {d32:.3e}, max|tarfa − fp64| = {d64:.3e}, max|fp32 − fp64| = {ref_d:.3e}",
             p.index
         );
+        // GLM-5.3-Flash's hyper-connections amplify fp32 rounding (its logits here reach 3.5):
+        // 1e-5, or twice transformers fp32's own distance to its fp64 where that is more, with
+        // tarfa no farther from fp64 than 1.5 times transformers fp32 is (as in reference.rs).
+        let bound = match name {
+            "glm5_next_q" => {
+                assert!(
+                    d64 <= 1.5 * ref_d,
+                    "{name} prompt {}: {d64} from fp64",
+                    p.index
+                );
+                MAX_ABS.max(2.0 * ref_d)
+            }
+            _ => MAX_ABS,
+        };
         assert!(
-            d32 <= MAX_ABS,
-            "{name} prompt {}: {d32} from transformers fp32",
+            d32 <= bound,
+            "{name} prompt {}: {d32} from transformers fp32 (bound {bound:.3e})",
             p.index
         );
     }
