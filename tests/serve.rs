@@ -946,16 +946,43 @@ fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
     let addr = s.base.trim_start_matches("http://").to_string();
     // Wait until the model is up, so that a refusal below is the bound's, not the loading's.
     assert_eq!(get(&s, "/health").expect("health").0, 200);
-    let t0 = Instant::now();
-    let slow: Vec<TcpStream> = (0..8)
-        .map(|_| {
-            let mut c = TcpStream::connect(&addr).expect("connect");
-            c.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n")
-                .expect("send");
-            c
-        })
-        .collect();
-    std::thread::sleep(Duration::from_millis(200));
+    // The eight slow connections must each take a slot: a connection of the checks above may
+    // still hold one for a moment after its client closed it (the server's task ends when it
+    // reads the close), and then the eighth would be refused and the ninth take the freed slot.
+    // So wait until the server holds no connection but the one asking, and try the eight again
+    // should one of them still have been refused.
+    let mut t0 = Instant::now();
+    let mut slow: Vec<TcpStream> = Vec::new();
+    for attempt in 0..5 {
+        let wait = Instant::now();
+        while metric(&s, "tarfa_connections") > 1 {
+            assert!(wait.elapsed() < Duration::from_secs(10), "connections stay open");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        t0 = Instant::now();
+        slow = (0..8)
+            .map(|_| {
+                let mut c = TcpStream::connect(&addr).expect("connect");
+                c.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: x\r\n")
+                    .expect("send");
+                c
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        // A refused one has its 503 waiting.
+        let refused = slow.iter().any(|c| {
+            c.set_nonblocking(true).expect("nonblocking");
+            let got = c.peek(&mut [0u8; 1]).is_ok_and(|n| n > 0);
+            c.set_nonblocking(false).expect("blocking");
+            got
+        });
+        if !refused {
+            break;
+        }
+        assert!(attempt < 4, "a slow connection was refused in every attempt");
+        slow.clear();
+    }
     let mut extra = TcpStream::connect(&addr).expect("connect");
     extra
         .set_read_timeout(Some(Duration::from_secs(5)))

@@ -172,8 +172,7 @@ pub fn layer(
         let c = conv_silu(isa, state, |ch| convs[ch / w].row(ch % w), k.kernel, &mixed);
         let (qs, rest) = c.split_at(w);
         let (ks, vs) = rest.split_at(w);
-        let mut y = vec![0.0f32; w];
-        for (h, st) in state.s.iter_mut().enumerate() {
+        let head = |h: usize, st: &mut Vec<f32>| -> Vec<f32> {
             let r = h * k.dim..(h + 1) * k.dim;
             let q: Vec<f32> = l2(isa, &qs[r.clone()])
                 .into_iter()
@@ -205,12 +204,21 @@ pub fn layer(
                 }
                 *oj = isa.dot_f32(row, &q);
             }
-            let yh = &mut y[r.clone()];
-            isa.rms_norm(&o, |i| norm_w.get(i), k.eps, yh);
+            let mut yh = vec![0.0f32; k.dim];
+            isa.rms_norm(&o, |i| norm_w.get(i), k.eps, &mut yh);
             for (yi, &gi) in yh.iter_mut().zip(&gate[t][r]) {
                 *yi *= canon::sigmoid(gi);
             }
-        }
+            yh
+        };
+        // Heads are independent: threads only change which core computes which head (as
+        // Gated DeltaNet's, the same threshold).
+        let heads: Vec<Vec<f32>> = if k.heads * k.dim * k.dim < (1 << 16) {
+            state.s.iter_mut().enumerate().map(|(h, st)| head(h, st)).collect()
+        } else {
+            crate::team::map_mut(&mut state.s, head)
+        };
+        let y = heads.concat();
         out.push(y);
     }
     ctx.profile.add("kda recurrence", t0.elapsed());
