@@ -956,7 +956,10 @@ fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
     for attempt in 0..5 {
         let wait = Instant::now();
         while metric(&s, "tarfa_connections") > 1 {
-            assert!(wait.elapsed() < Duration::from_secs(10), "connections stay open");
+            assert!(
+                wait.elapsed() < Duration::from_secs(10),
+                "connections stay open"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         std::thread::sleep(Duration::from_millis(300));
@@ -980,7 +983,10 @@ fn slow_clients_lose_their_connections_and_one_over_the_bound_gets_503() {
         if !refused {
             break;
         }
-        assert!(attempt < 4, "a slow connection was refused in every attempt");
+        assert!(
+            attempt < 4,
+            "a slow connection was refused in every attempt"
+        );
         slow.clear();
     }
     let mut extra = TcpStream::connect(&addr).expect("connect");

@@ -92,6 +92,10 @@ pub struct KvCache {
     /// Per position, what a sparse-attention indexer keeps of it (DSA: the indexer's key and
     /// pool-gate scores, [`crate::family::dsa`]); empty for other attention.
     pub index: Vec<Vec<f32>>,
+    /// The indexer's keys of the complete pools of `index` computed so far, in order (a pool's
+    /// key depends on its positions only; the indexer keeps those before the positions it
+    /// replaces).
+    pub pools: Vec<Vec<f32>>,
 }
 
 impl KvCache {
@@ -552,6 +556,7 @@ mod tests {
             v: (10..20).map(|i| i as f32).collect(),
             len: 5,
             index: (0..5).map(|i| vec![i as f32]).collect(),
+            pools: Vec::new(),
         };
         c.keep(9);
         assert_eq!(

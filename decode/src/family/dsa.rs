@@ -129,28 +129,28 @@ pub fn select(
         packed.extend_from_slice(g);
         cache.index.push(packed);
     }
-    // Every complete pool's key, once for the whole batch (a pool's key depends on its tokens
-    // only).
+    // Every complete pool's key, once: those before `start` are kept from earlier calls (a
+    // pool's key depends on its positions only), the others computed now.
     let pools = cache.index.len() / d.pool;
-    let pool_keys: Vec<Vec<f32>> = (0..pools)
-        .map(|j| {
-            let toks = &cache.index[j * d.pool..(j + 1) * d.pool];
-            let mut key = vec![0.0f32; d.dim];
-            let mut logits = vec![0.0f32; d.pool];
-            for (c, kc) in key.iter_mut().enumerate() {
-                for (i, l) in logits.iter_mut().enumerate() {
-                    *l = toks[i][d.dim + c] + ape.row(i).get(c);
-                }
-                canon::softmax(&mut logits);
-                let mut acc = logits[0] * toks[0][c];
-                for i in 1..d.pool {
-                    acc += logits[i] * toks[i][c];
-                }
-                *kc = acc;
+    cache.pools.truncate(start / d.pool);
+    for j in cache.pools.len()..pools {
+        let toks = &cache.index[j * d.pool..(j + 1) * d.pool];
+        let mut key = vec![0.0f32; d.dim];
+        let mut logits = vec![0.0f32; d.pool];
+        for (c, kc) in key.iter_mut().enumerate() {
+            for (i, l) in logits.iter_mut().enumerate() {
+                *l = toks[i][d.dim + c] + ape.row(i).get(c);
             }
-            key
-        })
-        .collect();
+            canon::softmax(&mut logits);
+            let mut acc = logits[0] * toks[0][c];
+            for i in 1..d.pool {
+                acc += logits[i] * toks[i][c];
+            }
+            *kc = acc;
+        }
+        cache.pools.push(key);
+    }
+    let pool_keys = &cache.pools;
     let scale = (1.0 / (d.dim as f64).sqrt()) as f32;
     let heads_scale = (1.0 / (d.heads as f64).sqrt()) as f32;
     let keep = d.topk / d.pool;

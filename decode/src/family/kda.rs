@@ -214,7 +214,12 @@ pub fn layer(
         // Heads are independent: threads only change which core computes which head (as
         // Gated DeltaNet's, the same threshold).
         let heads: Vec<Vec<f32>> = if k.heads * k.dim * k.dim < (1 << 16) {
-            state.s.iter_mut().enumerate().map(|(h, st)| head(h, st)).collect()
+            state
+                .s
+                .iter_mut()
+                .enumerate()
+                .map(|(h, st)| head(h, st))
+                .collect()
         } else {
             crate::team::map_mut(&mut state.s, head)
         };
