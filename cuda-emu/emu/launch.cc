@@ -188,8 +188,8 @@ void emu_sigmoid_topk_many(G, const float* z, int n, const unsigned char* bias, 
 // non-dependent launch's whole body may run.
 #define RUN_PLAIN(call) tarfa_emu_launch(grid, block, shared, [&] { tarfa_grid_enter(); call; })
 void emu_swiglu_gate(G, const unsigned char* gate, const unsigned char* up, int dtype, int rows,
-                     int cols, int tokens, const float* x, float* h) {
-    RUN_PLAIN(tarfa_swiglu_gate(gate, up, dtype, rows, cols, tokens, x, h));
+                     int cols, int tokens, float limit, const float* x, float* h) {
+    RUN_PLAIN(tarfa_swiglu_gate(gate, up, dtype, rows, cols, tokens, limit, x, h));
 }
 void emu_offload_matvec(G, const unsigned char* w, int dtype, int rows, int cols, int tokens,
                         const float* x, float* y) {
@@ -197,9 +197,9 @@ void emu_offload_matvec(G, const unsigned char* w, int dtype, int rows, int cols
 }
 void emu_swiglu_gate_many(G, const unsigned long long* gate_ptrs, const unsigned long long* up_ptrs,
                           const int* tok_start, int n_experts, int dtype, int rows, int cols,
-                          int total, const float* x, float* h) {
+                          int total, float limit, const float* x, float* h) {
     RUN_PLAIN(tarfa_swiglu_gate_many(gate_ptrs, up_ptrs, tok_start, n_experts, dtype, rows, cols,
-                                     total, x, h));
+                                     total, limit, x, h));
 }
 void emu_matvec_many(G, const unsigned long long* w_ptrs, const int* tok_start, int n_experts,
                      int dtype, int rows, int cols, int total, const float* x, float* y) {

@@ -469,6 +469,7 @@ extern "C" {
         rows: i32,
         cols: i32,
         tokens: i32,
+        limit: f32,
         x: *const f32,
         h: *mut f32,
     );
@@ -496,6 +497,7 @@ extern "C" {
         rows: i32,
         cols: i32,
         total: i32,
+        limit: f32,
         x: *const f32,
         h: *mut f32,
     );
@@ -1416,10 +1418,16 @@ fn offload_grid(rows: usize, tokens: usize) -> u32 {
 }
 
 /// The offload path's one-expert SwiGLU for each of `xs` (hidden floats each), as `offload.rs`'s
-/// `GpuCompute::swiglu` launches it: `tarfa_swiglu_gate` (h = silu(gate x) ⊙ up x) then
-/// `tarfa_matvec` (y = down h); each token's y.
+/// `GpuCompute::swiglu` launches it: `tarfa_swiglu_gate` (h = silu(gate x) ⊙ up x, the dots
+/// clamped with a `limit`) then `tarfa_matvec` (y = down h); each token's y.
 #[allow(unsafe_code)] // the FFI calls into the emulation, SAFETY at the calls
-pub fn offload_swiglu(e: &Expert, inter: usize, hidden: usize, xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+pub fn offload_swiglu(
+    e: &Expert,
+    inter: usize,
+    hidden: usize,
+    xs: &[Vec<f32>],
+    limit: Option<f32>,
+) -> Vec<Vec<f32>> {
     let t = xs.len();
     assert!(t > 0 && xs.iter().all(|x| x.len() == hidden));
     assert_eq!(
@@ -1446,6 +1454,7 @@ pub fn offload_swiglu(e: &Expert, inter: usize, hidden: usize, xs: &[Vec<f32>]) 
             inter as i32,
             hidden as i32,
             t as i32,
+            limit.unwrap_or(0.0),
             x.ptr() as _,
             h.ptr() as *mut f32,
         );
@@ -1500,6 +1509,7 @@ pub fn offload_swiglu_many(
     inter: usize,
     hidden: usize,
     groups: &[Vec<Vec<f32>>],
+    limit: Option<f32>,
 ) -> Vec<Vec<Vec<f32>>> {
     assert_eq!(experts.len(), groups.len());
     assert!(!experts.is_empty());
@@ -1550,6 +1560,7 @@ pub fn offload_swiglu_many(
             inter as i32,
             hidden as i32,
             total as i32,
+            limit.unwrap_or(0.0),
             x.ptr() as _,
             h.ptr() as *mut f32,
         );

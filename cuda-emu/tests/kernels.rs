@@ -973,7 +973,7 @@ fn the_emulation_has_rings_besides_the_default() {
 
 /// The offload path's kernels (`kernels/offload.cu`: a warp per output row and token, the
 /// canonical dot `tarfa_warp_dot`) give the CPU's bits: one expert's SwiGLU for a batch of tokens
-/// (`tarfa_swiglu_gate`, then `tarfa_matvec` for down) is `blocks::swiglu`; a product alone is
+/// (`tarfa_swiglu_gate`, then `tarfa_matvec` for down, unclamped and clamped) is `blocks::swiglu`; a product alone is
 /// the canonical dot of each row; several experts of one shape in two launches
 /// (`tarfa_swiglu_gate_many`, `tarfa_matvec_many`, an expert with no tokens among them) give each
 /// expert's own result — for sizes below, at and past a warp's 32 lanes and odd ones.
@@ -1002,7 +1002,7 @@ fn the_offload_paths_kernels_are_the_cpus() {
                 });
                 raw.push((gv, uv, dv));
             }
-            let cpu = |e: usize, xs: &[Vec<f32>]| -> Vec<Vec<u32>> {
+            let cpu = |e: usize, xs: &[Vec<f32>], limit: Option<f32>| -> Vec<Vec<u32>> {
                 let (gv, uv, dv) = &raw[e];
                 let ys = blocks::swiglu(
                     Isa::Scalar,
@@ -1010,15 +1010,24 @@ fn the_offload_paths_kernels_are_the_cpus() {
                     m(uv, inter, hidden),
                     m(dv, hidden, inter),
                     xs,
-                    None,
+                    limit,
                 );
                 ys.iter().map(|y| bits(y)).collect()
             };
             let case = format!("hidden {hidden} inter {inter} {dgu:?}/{dd:?}");
             let xs: Vec<Vec<f32>> = (0..3).map(|_| r.vec(hidden, 2.0)).collect();
-            let got = emu::offload_swiglu(&experts[1], inter, hidden, &xs);
-            let got: Vec<Vec<u32>> = got.iter().map(|y| bits(y)).collect();
-            assert_eq!(got, cpu(1, &xs), "swiglu, {case}");
+            // Unclamped, and clamped (GLM-5.3-Flash) at a limit the dots cross.
+            for limit in [None, Some(0.3f32)] {
+                let got = emu::offload_swiglu(&experts[1], inter, hidden, &xs, limit);
+                let got: Vec<Vec<u32>> = got.iter().map(|y| bits(y)).collect();
+                assert_eq!(got, cpu(1, &xs, limit), "swiglu {limit:?}, {case}");
+            }
+            if inter * hidden >= 64 {
+                // The clamp matters at these sizes: without it the bits differ.
+                let free = emu::offload_swiglu(&experts[1], inter, hidden, &xs, None);
+                let free: Vec<Vec<u32>> = free.iter().map(|y| bits(y)).collect();
+                assert_ne!(free, cpu(1, &xs, Some(0.3)), "clamp inert, {case}");
+            }
 
             let ys = emu::offload_matvec(&experts[2].gate, inter, hidden, &xs);
             let want: Vec<Vec<u32>> = xs
@@ -1037,10 +1046,16 @@ fn the_offload_paths_kernels_are_the_cpus() {
                 .iter()
                 .map(|&n| (0..n).map(|_| r.vec(hidden, 2.0)).collect())
                 .collect();
-            let got = emu::offload_swiglu_many(&experts, inter, hidden, &groups);
-            for (e, (g, y)) in groups.iter().zip(&got).enumerate() {
-                let y: Vec<Vec<u32>> = y.iter().map(|v| bits(v)).collect();
-                assert_eq!(y, cpu(e, g), "swiglu_many expert {e}, {case}");
+            for limit in [None, Some(0.3f32)] {
+                let got = emu::offload_swiglu_many(&experts, inter, hidden, &groups, limit);
+                for (e, (g, y)) in groups.iter().zip(&got).enumerate() {
+                    let y: Vec<Vec<u32>> = y.iter().map(|v| bits(v)).collect();
+                    assert_eq!(
+                        y,
+                        cpu(e, g, limit),
+                        "swiglu_many expert {e} {limit:?}, {case}"
+                    );
+                }
             }
         }
     }

@@ -77,6 +77,15 @@ __device__ __forceinline__ float tarfa_silu(float g) {
     return __fdiv_rn(g, __fadd_rn(1.0f, tarfa_exp(-g)));
 }
 
+// A clamped SwiGLU's inputs (kernels::MatJob::clamped; GLM-5.3-Flash): with limit > 0 the gate
+// clamped above at limit and the up to [-limit, limit] (a NaN stays NaN), else as they are.
+__device__ __forceinline__ void tarfa_swiglu_clamp(float& g, float& u, float limit) {
+    if (limit > 0.0f) {
+        g = g > limit ? limit : g;
+        u = u < -limit ? -limit : (u > limit ? limit : u);
+    }
+}
+
 // silu(g) * u (canon::silu, then one product).
 __device__ __forceinline__ float tarfa_silu_mul(float g, float u) {
     return __fmul_rn(tarfa_silu(g), u);

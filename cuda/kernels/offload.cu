@@ -2,10 +2,11 @@
 // routing run on the CPU — one expert's or a batch of experts' SwiGLU gate and down products, a
 // warp per output row and token, the canonical dot (tarfa_warp_dot).
 
-// gate and up are [rows, cols] of `dtype`; x is [tokens, cols]; h is [tokens, rows].
+// gate and up are [rows, cols] of `dtype`; x is [tokens, cols]; h is [tokens, rows]; a `limit`
+// above 0 clamps the two dots first (tarfa_swiglu_clamp).
 extern "C" __global__ void tarfa_swiglu_gate(const unsigned char* gate, const unsigned char* up,
                                              int dtype, int rows, int cols, int tokens,
-                                             const float* x, float* h) {
+                                             float limit, const float* x, float* h) {
     long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x % 32;
     if (warp >= (long long)rows * tokens) {
@@ -18,6 +19,7 @@ extern "C" __global__ void tarfa_swiglu_gate(const unsigned char* gate, const un
     float g = tarfa_warp_dot(gate + (long long)r * cols * esz, dtype, xt, cols, lane);
     float u = tarfa_warp_dot(up + (long long)r * cols * esz, dtype, xt, cols, lane);
     if (lane == 0) {
+        tarfa_swiglu_clamp(g, u, limit);
         h[(long long)t * rows + r] = tarfa_silu_mul(g, u);
     }
 }
@@ -60,7 +62,7 @@ __device__ __forceinline__ int tarfa_expert_of(const int* tok_start, int n_exper
 extern "C" __global__ void tarfa_swiglu_gate_many(const unsigned long long* gate_ptrs,
                                                   const unsigned long long* up_ptrs,
                                                   const int* tok_start, int n_experts, int dtype,
-                                                  int rows, int cols, int total,
+                                                  int rows, int cols, int total, float limit,
                                                   const float* x, float* h) {
     long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) / 32;
     int lane = threadIdx.x % 32;
@@ -77,6 +79,7 @@ extern "C" __global__ void tarfa_swiglu_gate_many(const unsigned long long* gate
     float gv = tarfa_warp_dot(g, dtype, xt, cols, lane);
     float uv = tarfa_warp_dot(u, dtype, xt, cols, lane);
     if (lane == 0) {
+        tarfa_swiglu_clamp(gv, uv, limit);
         h[(long long)t * rows + r] = tarfa_silu_mul(gv, uv);
     }
 }

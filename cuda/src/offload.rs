@@ -200,13 +200,15 @@ impl GpuCompute {
     /// The SwiGLU of one expert for each token: `down(silu(gate x) ⊙ up x)`, every dot in the
     /// canonical order, `silu` as tarfa computes it: the bits of the CPU's
     /// `blocks::experts_swiglu` for the same weights and inputs. Each matrix lies in its buffer
-    /// (the three may share one).
+    /// (the three may share one). With a `limit` (above 0) the gate and up dots are clamped
+    /// first, as `kernels::MatJob::clamped` clamps them.
     pub fn swiglu(
         &self,
         gate: (&DeviceBytes, &GpuMatrix),
         up: (&DeviceBytes, &GpuMatrix),
         down: (&DeviceBytes, &GpuMatrix),
         xs: &[&[f32]],
+        limit: Option<f32>,
     ) -> Result<Vec<Vec<f32>>, CudaError> {
         self.check(gate.0, gate.1, "gate")?;
         self.check(up.0, up.1, "up")?;
@@ -241,6 +243,7 @@ impl GpuCompute {
         let g_view = view(gate.0, g);
         let u_view = view(up.0, u);
         let (dt, rows, cols) = (g.dtype.code(), inter as i32, hidden as i32);
+        let lim = limit.unwrap_or(0.0);
         // SAFETY: the kernel reads `rows × cols` elements of `dtype` from each weight view (checked
         // to lie in its buffer above), `tokens × cols` floats of `x` and writes `tokens × rows`
         // floats of `h`, both allocated with exactly those sizes; one warp per (row, token), and
@@ -254,6 +257,7 @@ impl GpuCompute {
                 .arg(&rows)
                 .arg(&cols)
                 .arg(&tokens)
+                .arg(&lim)
                 .arg(&x)
                 .arg(&mut h)
                 .launch(Self::grid(inter, t)?)
@@ -269,8 +273,12 @@ impl GpuCompute {
 
     /// Several experts of one shape (the routed experts of a layer) in two launches: each
     /// output the bits [`GpuCompute::swiglu`] gives that expert alone. Returns each job's
-    /// outputs in job order.
-    pub fn swiglu_many(&self, jobs: &[ExpertJob<'_>]) -> Result<Vec<Vec<Vec<f32>>>, CudaError> {
+    /// outputs in job order. `limit` as [`GpuCompute::swiglu`]'s.
+    pub fn swiglu_many(
+        &self,
+        jobs: &[ExpertJob<'_>],
+        limit: Option<f32>,
+    ) -> Result<Vec<Vec<Vec<f32>>>, CudaError> {
         let Some(first) = jobs.first() else {
             return Ok(Vec::new());
         };
@@ -343,6 +351,7 @@ impl GpuCompute {
             .map_err(drv("allocation"))?;
         let tot = total as i32;
         let (dt, rows, cols) = (dtype.code(), inter as i32, hidden as i32);
+        let lim = limit.unwrap_or(0.0);
         // SAFETY: every address in `gp`/`up`/`dp` is a matrix checked above to lie in its
         // buffer, which the `jobs` borrow keeps alive past the synchronising copy below; row `t`
         // of `x` (`total × cols`, allocated so) belongs to the expert `e` with
@@ -359,6 +368,7 @@ impl GpuCompute {
                 .arg(&rows)
                 .arg(&cols)
                 .arg(&tot)
+                .arg(&lim)
                 .arg(&x)
                 .arg(&mut h)
                 .launch(Self::grid(inter, total)?)

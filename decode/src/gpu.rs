@@ -221,6 +221,7 @@ impl ExpertOffload for GpuExperts {
         &mut self,
         items: &[(&ExpertView<'_>, &[Vec<f32>])],
         hidden: usize,
+        limit: Option<f32>,
     ) -> Result<Vec<Batch>> {
         // Every expert of the call in VRAM: cached (kept for later), or, when the cache cannot
         // hold it, uploaded for this call only. The call's own experts are never evicted by it.
@@ -281,7 +282,7 @@ impl ExpertOffload for GpuExperts {
                     == (b.0.rows, b.0.cols, b.0.dtype, b.1, b.2)
             };
             let n = jobs[i..].iter().take_while(|j| same(j)).count().max(1);
-            out.extend(self.compute.swiglu_many(&jobs[i..i + n])?);
+            out.extend(self.compute.swiglu_many(&jobs[i..i + n], limit)?);
             i += n;
         }
         Ok(out)
@@ -301,6 +302,7 @@ impl ExpertOffload for GpuExperts {
         up: &MatrixRef<'_>,
         down: &MatrixRef<'_>,
         xs: &[Vec<f32>],
+        limit: Option<f32>,
     ) -> Option<Result<Batch>> {
         if gpu_dtype(up)? != gpu_dtype(gate)? {
             return None;
@@ -317,7 +319,7 @@ impl ExpertOffload for GpuExperts {
         self.report.trunk_products += 3;
         Some(
             self.compute
-                .swiglu(p(&keys[0]), p(&keys[1]), p(&keys[2]), &refs)
+                .swiglu(p(&keys[0]), p(&keys[1]), p(&keys[2]), &refs, limit)
                 .map_err(Into::into),
         )
     }

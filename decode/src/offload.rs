@@ -122,23 +122,26 @@ pub struct OffloadReport {
 pub trait ExpertOffload: Send + std::fmt::Debug {
     /// Whether expert `e` is computed here (else on the CPU). Fixed per expert.
     fn takes(&self, e: &ExpertView<'_>) -> bool;
-    /// `down(silu(gate x) ⊙ up x)` of each expert for each of its tokens: the bits of
-    /// `blocks::experts_swiglu`, in item order.
+    /// `down(silu(gate x) ⊙ up x)` of each expert for each of its tokens, the dots clamped
+    /// with a `limit`: the bits of `blocks::experts_swiglu`, in item order.
     fn swiglu_many(
         &mut self,
         items: &[(&ExpertView<'_>, &[Vec<f32>])],
         hidden: usize,
+        limit: Option<f32>,
     ) -> Result<Vec<Batch>>;
     /// `W x_t` for each token (no bias), the bits of `blocks::linear`; `None` if `W` stays on
     /// the CPU (its element type, or the trunk not placed here).
     fn linear(&mut self, w: &MatrixRef<'_>, xs: &[Vec<f32>]) -> Option<Result<Batch>>;
-    /// A dense SwiGLU MLP, the bits of `blocks::swiglu`; `None` if it stays on the CPU.
+    /// A dense SwiGLU MLP (clamped with a `limit`), the bits of `blocks::swiglu`; `None` if it
+    /// stays on the CPU.
     fn swiglu_dense(
         &mut self,
         gate: &MatrixRef<'_>,
         up: &MatrixRef<'_>,
         down: &MatrixRef<'_>,
         xs: &[Vec<f32>],
+        limit: Option<f32>,
     ) -> Option<Result<Batch>>;
     /// Counters.
     fn report(&self) -> OffloadReport;

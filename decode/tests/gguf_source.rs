@@ -1288,7 +1288,10 @@ fn glm5_next_gguf_maps_onto_the_safetensors_text_model() {
             let Some(rest) = hf.strip_prefix("model.language_model.") else {
                 // The vision tower (an mmproj file to llama.cpp) and the head.
                 if hf == "lm_head.weight" {
-                    assert_eq!(bits(st.get(hf).unwrap()), bits(gt.get(hf).expect("head")));
+                    assert_eq!(
+                        bits(st.get(hf).expect("head")),
+                        bits(gt.get(hf).expect("head"))
+                    );
                     n += 1;
                 }
                 continue;

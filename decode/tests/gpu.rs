@@ -309,6 +309,7 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
         "mimo_v2_flash",
         "deepseek_v3",
         "deepseek_v3_b",
+        "glm5_next",
     ] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
@@ -371,20 +372,22 @@ fn gpu_experts_give_the_cpu_bits_for_every_family_placement_and_vram_cache() {
     }
 }
 
-/// GLM-5.3-Flash on the offload path: its products on the GPU, its clamped SwiGLUs (every expert
-/// and MLP) on the CPU — the GPU has no clamped kernel — and the CPU's bits.
+/// GLM-5.3-Flash on the offload path: its clamped SwiGLUs (routed experts, the shared experts
+/// and dense MLPs: `tarfa_swiglu_gate` with a limit) and its products on the GPU, the CPU's bits,
+/// for both fixtures (clamps of 0.25 and 0.5).
 #[test]
-fn glm5_next_offloads_its_products_and_keeps_its_clamped_swiglus_on_the_cpu() {
+fn glm5_next_clamped_swiglus_on_the_gpu_give_the_cpu_bits() {
     if !gpu_here() {
         return;
     }
-    let name = "glm5_next";
-    let dir = common::model(name);
-    let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
-    let mut dec = common::open(&dir, &gpu(1.0, None, true));
-    assert_eq!(run(&mut dec, name), cpu);
-    let r = dec.offload_report().expect("a GPU report");
-    assert!(r.trunk_products > 0 && r.computed == 0, "{r:?}");
+    for name in ["glm5_next", "glm5_next_b"] {
+        let dir = common::model(name);
+        let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
+        let mut dec = common::open(&dir, &gpu(1.0, None, true));
+        assert_eq!(run(&mut dec, name), cpu, "{name}");
+        let r = dec.offload_report().expect("a GPU report");
+        assert!(r.trunk_products > 0 && r.computed > 0, "{name}: {r:?}");
+    }
 }
 
 /// The quantised GGUF fixture (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K): on the offload

@@ -422,8 +422,8 @@ pub fn router_logits(ctx: &mut Ctx<'_>, w: MatrixRef<'_>, x: &[Vec<f32>]) -> Res
 }
 
 /// Run each selected expert once over the tokens routed to it (experts in any order: each output
-/// lands in its token's selection slot), then combine per token in slot order. With a `limit`
-/// (a clamped SwiGLU) every expert runs here: the offload devices have no clamped kernel.
+/// lands in its token's selection slot), then combine per token in slot order; each SwiGLU's
+/// dots clamped with a `limit`, on the CPU or the offload device alike.
 pub fn routed_experts(
     ctx: &mut Ctx<'_>,
     layer: u32,
@@ -463,7 +463,7 @@ pub fn routed_experts(
         // Either way each output is the same bits, stored by (token, slot).
         let on_device: Vec<bool> = views
             .iter()
-            .map(|v| limit.is_none() && offload.as_ref().is_some_and(|o| o.takes(v)))
+            .map(|v| offload.as_ref().is_some_and(|o| o.takes(v)))
             .collect();
         let items: Vec<_> = views
             .iter()
@@ -481,7 +481,7 @@ pub fn routed_experts(
             .map(|((v, b), _)| (v, b.as_slice()))
             .collect();
         let mut dev = match (&mut offload, device_items.is_empty()) {
-            (Some(o), false) => o.swiglu_many(&device_items, hidden)?,
+            (Some(o), false) => o.swiglu_many(&device_items, hidden, limit)?,
             _ => Vec::new(),
         }
         .into_iter();

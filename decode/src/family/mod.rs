@@ -98,7 +98,7 @@ impl Ctx<'_> {
     }
 
     /// A dense SwiGLU MLP ([`crate::blocks::swiglu`]), clamped with a `limit`; on the offload
-    /// device when it takes it (an unclamped one: the devices have no clamped kernel).
+    /// device when it takes it.
     pub fn swiglu(
         &mut self,
         part: &'static str,
@@ -107,11 +107,11 @@ impl Ctx<'_> {
         xs: &[Vec<f32>],
     ) -> Result<Batch> {
         let t = std::time::Instant::now();
-        let device = match limit {
-            None => self.offload.as_deref_mut(),
-            Some(_) => None,
-        };
-        let out = match device.and_then(|o| o.swiglu_dense(&gate, &up, &down, xs)) {
+        let out = match self
+            .offload
+            .as_deref_mut()
+            .and_then(|o| o.swiglu_dense(&gate, &up, &down, xs, limit))
+        {
             Some(r) => r?,
             None => crate::blocks::swiglu(self.isa, gate, up, down, xs, limit),
         };
