@@ -484,6 +484,39 @@ pub fn group_router(
     Ok((n_group, topk_group, scale as f32))
 }
 
+/// The routed experts' count (`n_routed_experts`, or its alias `num_local_experts`; at least 1)
+/// and the experts per token (`num_experts_per_tok`, 1..=experts), each with the family's default
+/// (DeepSeek-V3 and GLM-5.3-Flash).
+pub fn routed_experts(
+    c: &ConfigReader<'_>,
+    default_experts: usize,
+    default_top_k: usize,
+) -> Result<(usize, usize)> {
+    use limits::*;
+    let num_experts = match c.usize("n_routed_experts", MAX_EXPERTS)? {
+        Some(n) => n,
+        None => c
+            .usize("num_local_experts", MAX_EXPERTS)?
+            .unwrap_or(default_experts),
+    };
+    if num_experts == 0 {
+        return Err(bad("n_routed_experts", F::Zero));
+    }
+    let top_k = c
+        .usize("num_experts_per_tok", MAX_EXPERTS)?
+        .unwrap_or(default_top_k);
+    if top_k == 0 || top_k > num_experts {
+        return Err(bad(
+            "num_experts_per_tok",
+            F::OutOfRange {
+                value: top_k,
+                max: num_experts,
+            },
+        ));
+    }
+    Ok((num_experts, top_k))
+}
+
 /// `hidden_act`: the experts' and MLPs' activation, which every family computes as SiLU —
 /// transformers' `"silu"` or its alias `"swish"` (absent: the classes' default, `"silu"`). Any
 /// other is refused by name rather than run as SiLU.

@@ -12,10 +12,9 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::blocks::AttnShape;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, DecodeError, GgufFault as G, Result, TensorFault};
-use crate::family::common::{AttnSpec, NormStyle};
+use crate::family::common::NormStyle;
 use crate::family::mla::MlaShape;
 use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
 use crate::gguf_model::GgufConfig;
@@ -132,23 +131,7 @@ impl DeepseekV3Config {
             latent_eps: crate::family::mla::LATENT_EPS,
             scale: scale as f32,
         };
-        let num_experts = match c.usize("n_routed_experts", MAX_EXPERTS)? {
-            Some(n) => n,
-            None => c.usize("num_local_experts", MAX_EXPERTS)?.unwrap_or(256),
-        };
-        if num_experts == 0 {
-            return Err(bad("n_routed_experts", ConfigFault::Zero));
-        }
-        let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(8);
-        if top_k == 0 || top_k > num_experts {
-            return Err(bad(
-                "num_experts_per_tok",
-                ConfigFault::OutOfRange {
-                    value: top_k,
-                    max: num_experts,
-                },
-            ));
-        }
+        let (num_experts, top_k) = crate::config::routed_experts(&c, 256, 8)?;
         let (n_group, topk_group, scale) = crate::config::group_router(&c, num_experts, 8, 4, 2.5)?;
         Ok(DeepseekV3Config {
             vocab_size: c.positive("vocab_size", MAX_VOCAB)?,
@@ -185,20 +168,7 @@ pub fn plan(c: &DeepseekV3Config) -> Plan {
         norm: NormStyle::Weight,
         eps: c.rms_norm_eps,
         // What an attention layer would be; every layer here is MLA (`mla`).
-        attn: AttnSpec {
-            shape: AttnShape {
-                heads: m.heads,
-                kv_heads: m.heads,
-                head_dim: m.qk(),
-                window: None,
-            },
-            eps: c.rms_norm_eps,
-            qk_norm: None,
-            qkv_bias: false,
-            o_bias: m.bias,
-            out_gate: false,
-            extra: None,
-        },
+        attn: m.attn_spec(c.rms_norm_eps),
         rope: c.rope.clone(),
         swa: None,
         num_experts: c.num_experts,

@@ -24,10 +24,9 @@
 
 use serde_json::Value;
 
-use crate::blocks::AttnShape;
 use crate::config::{bad, group_router, layer_kinds, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, Result};
-use crate::family::common::{AttnSpec, NormStyle};
+use crate::family::common::NormStyle;
 use crate::family::dsa::DsaShape;
 use crate::family::kda::KdaShape;
 use crate::family::mhc::HyperSpec;
@@ -259,23 +258,7 @@ impl Glm5NextConfig {
                 supported: "dense, sparse",
             },
         )?;
-        let num_experts = match c.usize("n_routed_experts", MAX_EXPERTS)? {
-            Some(n) => n,
-            None => c.usize("num_local_experts", MAX_EXPERTS)?.unwrap_or(288),
-        };
-        if num_experts == 0 {
-            return Err(bad("n_routed_experts", ConfigFault::Zero));
-        }
-        let top_k = c.usize("num_experts_per_tok", MAX_EXPERTS)?.unwrap_or(8);
-        if top_k == 0 || top_k > num_experts {
-            return Err(bad(
-                "num_experts_per_tok",
-                ConfigFault::OutOfRange {
-                    value: top_k,
-                    max: num_experts,
-                },
-            ));
-        }
+        let (num_experts, top_k) = crate::config::routed_experts(&c, 288, 8)?;
         let (n_group, topk_group, scale) = group_router(&c, num_experts, 1, 1, 2.5)?;
         Ok(Glm5NextConfig {
             vocab_size: c.positive_or("vocab_size", MAX_VOCAB, 154880)?,
@@ -429,20 +412,7 @@ pub fn plan(c: &Glm5NextConfig, prefix: &str) -> Plan {
         norm: NormStyle::Weight,
         eps: c.rms_norm_eps,
         // What an attention layer would be; the layers here are MLA or KDA.
-        attn: AttnSpec {
-            shape: AttnShape {
-                heads: m.heads,
-                kv_heads: m.heads,
-                head_dim: m.qk(),
-                window: None,
-            },
-            eps: c.rms_norm_eps,
-            qk_norm: None,
-            qkv_bias: false,
-            o_bias: m.bias,
-            out_gate: false,
-            extra: None,
-        },
+        attn: m.attn_spec(c.rms_norm_eps),
         rope: no_rope(),
         swa: None,
         num_experts: c.num_experts,

@@ -73,6 +73,25 @@ pub struct MlaShape {
 }
 
 impl MlaShape {
+    /// What a plain attention layer of these heads would be: a [`crate::family::plan::Plan`]'s
+    /// `attn` where every attention layer is MLA (DeepSeek-V3, GLM-5.3-Flash).
+    pub fn attn_spec(&self, eps: f32) -> common::AttnSpec {
+        common::AttnSpec {
+            shape: AttnShape {
+                heads: self.heads,
+                kv_heads: self.heads,
+                head_dim: self.qk(),
+                window: None,
+            },
+            eps,
+            qk_norm: None,
+            qkv_bias: false,
+            o_bias: self.bias,
+            out_gate: false,
+            extra: None,
+        }
+    }
+
     /// A query's and a key's width per head.
     pub fn qk(&self) -> usize {
         self.nope + self.rope
