@@ -16,7 +16,7 @@ use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConf
 use crate::error::{ConfigFault, DecodeError, GgufFault as G, Result, TensorFault};
 use crate::family::common::NormStyle;
 use crate::family::mla::MlaShape;
-use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
+use crate::family::plan::{MixerPlan, MlpPlan, Plan, SharedPlan};
 use crate::gguf_model::GgufConfig;
 use crate::weights::{Tensor, TensorStore};
 
@@ -184,16 +184,12 @@ pub fn plan(c: &DeepseekV3Config) -> Plan {
         mlps: MlpPlan::layers(
             c.num_layers,
             |l| l >= c.first_k_dense_replace,
-            MlpPlan::Moe {
-                router: "mlp.gate.weight",
-                route: RoutePlan::SigmoidGroup {
-                    bias: "mlp.gate.e_score_correction_bias",
-                    n_group: c.n_group,
-                    topk_group: c.topk_group,
-                    scale: c.routed_scaling_factor,
-                },
-                shared: c.moe_intermediate_size * c.n_shared_experts,
-            },
+            MlpPlan::sigmoid_group_moe(
+                c.n_group,
+                c.topk_group,
+                c.routed_scaling_factor,
+                c.moe_intermediate_size * c.n_shared_experts,
+            ),
             c.intermediate_size,
         ),
         shared: SharedPlan::EXPERTS,

@@ -12,7 +12,7 @@ use crate::blocks::AttnShape;
 use crate::config::{attention_dims, bad, limits, rms_eps, ConfigReader, RopeConfig};
 use crate::error::{ConfigFault, GgufFault as G, Result};
 use crate::family::common::{AttnSpec, NormStyle};
-use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
+use crate::family::plan::{MixerPlan, MlpPlan, Plan, SharedPlan};
 use crate::gguf_model::GgufConfig;
 
 /// The config keys the forward pass reads.
@@ -161,16 +161,12 @@ pub fn plan(c: &Glm4MoeConfig) -> Plan {
         mlps: MlpPlan::layers(
             c.num_layers,
             |l| c.is_moe(l),
-            MlpPlan::Moe {
-                router: "mlp.gate.weight",
-                route: RoutePlan::SigmoidGroup {
-                    bias: "mlp.gate.e_score_correction_bias",
-                    n_group: c.n_group,
-                    topk_group: c.topk_group,
-                    scale: c.routed_scaling_factor,
-                },
-                shared: c.shared_width(),
-            },
+            MlpPlan::sigmoid_group_moe(
+                c.n_group,
+                c.topk_group,
+                c.routed_scaling_factor,
+                c.shared_width(),
+            ),
             c.intermediate_size,
         ),
         shared: SharedPlan::EXPERTS,

@@ -31,7 +31,7 @@ use crate::family::dsa::DsaShape;
 use crate::family::kda::KdaShape;
 use crate::family::mhc::HyperSpec;
 use crate::family::mla::MlaShape;
-use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
+use crate::family::plan::{MixerPlan, MlpPlan, Plan, SharedPlan};
 use crate::weights::TensorStore;
 
 /// The config keys the forward pass reads.
@@ -428,16 +428,12 @@ pub fn plan(c: &Glm5NextConfig, prefix: &str) -> Plan {
         mlps: MlpPlan::layers(
             c.num_layers,
             |l| c.sparse[l],
-            MlpPlan::Moe {
-                router: "mlp.gate.weight",
-                route: RoutePlan::SigmoidGroup {
-                    bias: "mlp.gate.e_score_correction_bias",
-                    n_group: c.n_group,
-                    topk_group: c.topk_group,
-                    scale: c.routed_scaling_factor,
-                },
-                shared: c.moe_intermediate_size * c.n_shared_experts,
-            },
+            MlpPlan::sigmoid_group_moe(
+                c.n_group,
+                c.topk_group,
+                c.routed_scaling_factor,
+                c.moe_intermediate_size * c.n_shared_experts,
+            ),
             c.intermediate_size,
         ),
         shared: SharedPlan::EXPERTS,

@@ -137,6 +137,23 @@ pub enum MlpPlan {
 }
 
 impl MlpPlan {
+    /// A DeepSeek-style MoE layer (GLM-4.5, DeepSeek-V3, GLM-5.3-Flash): the router
+    /// `mlp.gate.weight` selecting by sigmoid with groups and the correction bias
+    /// `mlp.gate.e_score_correction_bias`, the weights scaled by `scale`, and shared experts
+    /// `shared` wide.
+    pub fn sigmoid_group_moe(n_group: usize, topk_group: usize, scale: f32, shared: usize) -> Self {
+        MlpPlan::Moe {
+            router: "mlp.gate.weight",
+            route: RoutePlan::SigmoidGroup {
+                bias: "mlp.gate.e_score_correction_bias",
+                n_group,
+                topk_group,
+                scale,
+            },
+            shared,
+        }
+    }
+
     /// `n` layers: `moe` where `is_moe(l)`, else a dense MLP `inter` wide.
     pub fn layers(
         n: usize,
