@@ -109,9 +109,11 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Keep the first `n` positions (forget every one at and after `n`), the indexer's too.
+    /// Keep the first `n` positions (forget every one at and after `n`), the indexer's too (its
+    /// pool keys are dropped and made again from the positions kept).
     pub fn keep(&mut self, n: usize) {
         self.index.truncate(n);
+        self.pools.clear();
         if n >= self.len {
             return;
         }

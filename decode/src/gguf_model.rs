@@ -351,6 +351,13 @@ pub fn arch(kv: &Kv<'_>) -> Result<Arch> {
 pub fn main_layers(kv: &Kv<'_>, arch: Arch) -> Result<u64> {
     let a = arch.gguf_name();
     let blocks = kv.uint_req(&format!("{a}.block_count"))?;
+    let max = crate::config::limits::MAX_LAYERS as u64;
+    if blocks > max {
+        return Err(err(
+            &format!("{a}.block_count"),
+            G::TooLarge { value: blocks, max },
+        ));
+    }
     let nextn = kv.uint(&format!("{a}.nextn_predict_layers"))?.unwrap_or(0);
     if nextn >= blocks {
         return Err(err(

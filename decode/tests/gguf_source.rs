@@ -1428,6 +1428,20 @@ fn glm5_next_gguf_keys_without_a_transformers_equivalent_are_refused() {
                 c.remove("glm5-next.hyper_connection.epsilon");
             }),
         ),
+        // Absent, llama.cpp's indexer LayerNorm has epsilon 0.
+        (
+            "attention.layer_norm_epsilon",
+            Box::new(|c: &mut serde_json::Map<String, Value>| {
+                c.remove("glm5-next.attention.layer_norm_epsilon");
+            }),
+        ),
+        (
+            "attention.indexer.types",
+            Box::new(set(
+                "attention.indexer.types",
+                serde_json::json!({"type": "array", "elem": "bool", "value": [true, true]}),
+            )),
+        ),
     ] {
         let d = edited("glm5_next", edit);
         let (k, fault) = gguf_fault(open_err(d.path()));

@@ -88,7 +88,8 @@ fn positive_f32(c: &ConfigReader<'_>, key: &str, default: f64) -> Result<f32> {
         true => f64::NAN,
         false => c.f64(key)?.unwrap_or(default),
     };
-    if !(v.is_finite() && v > 0.0 && (v as f32).is_finite()) {
+    // Above zero as the f32 the kernels compare with, too (1e-50 would be a clamp at 0).
+    if !(v.is_finite() && v > 0.0 && (v as f32).is_finite() && v as f32 > 0.0) {
         return Err(bad(key, ConfigFault::NotPositive { value: v }));
     }
     Ok(v as f32)
@@ -512,11 +513,18 @@ pub fn gguf_config(
         .collect();
     c.insert("layer_types".into(), json!(kinds));
     if let Some(t) = kv.bool_list(&key("attention.indexer.types"))? {
-        let t: Vec<&str> = (0..layers)
-            .map(|l| match t.get(l) {
-                Some(false) => "shared",
-                _ => "full",
-            })
+        if t.len() < layers {
+            return Err(g.err(
+                "attention.indexer.types",
+                G::NoEquivalent {
+                    value: format!("{} entries", t.len()),
+                    why: "one entry per layer is what llama.cpp's glm5-next reads",
+                },
+            ));
+        }
+        let t: Vec<&str> = t[..layers]
+            .iter()
+            .map(|&full| if full { "full" } else { "shared" })
             .collect();
         c.insert("indexer_types".into(), json!(t));
     } else {
@@ -574,17 +582,17 @@ pub fn gguf_config(
         json!(req("attention.value_length_mla")?),
     );
     c.insert("attention_bias".into(), json!(false));
-    // The indexer; its LayerNorm's epsilon is transformers' fixed 1e-6.
-    if let Some(e) = kv.float(&key("attention.layer_norm_epsilon"))? {
-        if e as f32 != 1e-6f32 {
-            return Err(g.err(
-                "attention.layer_norm_epsilon",
-                G::NoEquivalent {
-                    value: e.to_string(),
-                    why: "transformers' indexer LayerNorm has epsilon 1e-6",
-                },
-            ));
-        }
+    // The indexer; its LayerNorm's epsilon is transformers' fixed 1e-6 (absent, llama.cpp's is
+    // 0).
+    let e = kv.float(&key("attention.layer_norm_epsilon"))?;
+    if e.map(|e| e as f32) != Some(1e-6f32) {
+        return Err(g.err(
+            "attention.layer_norm_epsilon",
+            G::NoEquivalent {
+                value: e.map_or("missing".into(), |e| e.to_string()),
+                why: "transformers' indexer LayerNorm has epsilon 1e-6 (llama.cpp's is 0 without the key)",
+            },
+        ));
     }
     for (k, hf) in [
         ("attention.indexer.head_count", "index_n_heads"),
@@ -607,8 +615,9 @@ pub fn gguf_config(
         .ok_or_else(|| g.err("hyper_connection.epsilon", G::MissingNoDefault))?;
     c.insert("hc_eps".into(), json!(hc_eps));
     // The MoE: llama.cpp's leading dense layers, its sigmoid default, its scale rule.
+    // llama.cpp's glm5-next takes none (0) or absent as sigmoid.
     match kv.uint(&key("expert_gating_func"))? {
-        None | Some(2) => {}
+        None | Some(0) | Some(2) => {}
         Some(f) => return Err(g.err("expert_gating_func", G::NotSigmoid { found: f })),
     }
     let lead = g.leading_dense()? as usize;
