@@ -18,6 +18,7 @@ const FIXTURES: &[&str] = &[
     "glm4_moe_b",
     "qwen3_5_moe_text",
     "qwen3_next",
+    "qwen3_next_b",
     "mimo_v2_flash",
     "deepseek_v3",
     "deepseek_v3_b",
