@@ -1230,7 +1230,7 @@ fn the_engines_types_have_the_decoders_blocks() {
 /// `f64` logarithm, and `u − u²/2` for tiny `e^x`).
 #[test]
 fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
-    use tarfa_decode::family::deltanet::{delta_step, DeltaDims, DeltaState, DeltaToken};
+    use tarfa_decode::family::deltanet::{delta_step, DeltaDims, DeltaState, DeltaToken, Rates};
     let mut r = Rng(53);
     for &(k_heads, v_heads, dk, dv, kernel) in &[
         (2usize, 4usize, 128usize, 128usize, 4usize),
@@ -1293,7 +1293,7 @@ fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
                     &mut cpu,
                     conv_m,
                     WeightSlice::F32(&dt_bias_v),
-                    WeightSlice::F32(&a_log_v),
+                    Rates::Log(WeightSlice::F32(&a_log_v)),
                     WeightSlice::F32(&norm_v),
                     &DeltaToken {
                         mixed: &mixed,

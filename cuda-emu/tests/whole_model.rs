@@ -396,6 +396,14 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
         matches!(why, Some(Declined::Form(f)) if f.contains("MLA")),
         "{why:?}"
     );
+    // A qwen3next GGUF holds the converter's −exp(A_log); the DeltaNet kernel takes A_log.
+    let why = declined(&common::converted(
+        "fixtures/gguf/from_hf/qwen3_next_b.gguf",
+    ));
+    assert!(
+        matches!(why, Some(Declined::Form(f)) if f.contains("ssm_a")),
+        "{why:?}"
+    );
 }
 
 /// Heads wider than the attention kernels take come from a model's config, not a caller's

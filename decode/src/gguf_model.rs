@@ -60,6 +60,18 @@
 //!   `expert_gating_func` is sigmoid, and `swiglu_clamp_exp`/`swiglu_clamp_shexp` must be one
 //!   value above 1e-6 for every layer (transformers clamps every SwiGLU by one `swiglu_limit`);
 //!   a RoPE dimension other than 0 and an indexer LayerNorm epsilon other than 1e-6 are refused.
+//! - `qwen3next` (run as `qwen3_next`): the DeltaNet widths from `ssm.*` (`state_size` the key
+//!   head width, `group_count` the key heads, `time_step_rank` the value heads, `inner_size`
+//!   their total width), the layer kinds from `attention.recurrent_layers`, else every
+//!   `full_attention_interval`-th layer (default 4) attention; the top-k always renormalised
+//!   and softmax-weighted (llama.cpp's graph hard-codes both: `expert_weights_norm` false,
+//!   another gating function or an `expert_weights_scale` other than 0 and 1 are refused), the
+//!   shared expert `expert_shared_feed_forward_length` wide (else `feed_forward_length`, as
+//!   llama.cpp falls back). The converter stores the zero-centred norms as `1 + w` and `A_log`
+//!   as `ssm_a` = `−exp(A_log)`: the family applies the norms as plain weights and uses `ssm_a`
+//!   as it is. `in_proj_qkvz` comes split (`attn_qkv`, `attn_gate`) or whole (`ssm_in`, the
+//!   first GGUFs' form), `in_proj_ba` whole (`ssm_ba`); the family's `prepare` splits both as it
+//!   does a checkpoint's.
 //! - every family: `attention.head_count_kv` defaults to `attention.head_count`,
 //!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
 //!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is
@@ -512,7 +524,7 @@ pub struct GgufConfig<'a> {
     pub dense: Vec<u64>,
     /// `feed_forward_length`, if present.
     pub ff: Option<u64>,
-    /// Whether layer 0 has q/k norms.
+    /// Whether the first layer with attention (`attn_q`) has q/k norms.
     pub qk_norm: bool,
 }
 
@@ -637,8 +649,12 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
     };
     let tied = tensors.find("lm_head.weight").is_none();
     let has = |l: u64, n: &str| tensors.find(&format!("model.layers.{l}.{n}")).is_some();
-    let attention_bias = has(0, "self_attn.q_proj.bias");
-    let qk_norm = has(0, "self_attn.q_norm.weight");
+    // A hybrid's first layer may have no attention: the first layer that has.
+    let first = (0..layers)
+        .find(|&l| has(l, "self_attn.q_proj.weight"))
+        .unwrap_or(0);
+    let attention_bias = has(first, "self_attn.q_proj.bias");
+    let qk_norm = has(first, "self_attn.q_norm.weight");
     let dense: Vec<u64> = (0..layers)
         .filter(|&l| !has(l, "mlp.gate.weight"))
         .collect();

@@ -175,10 +175,22 @@ fn plan(
         let t = config.get("model_type").and_then(|v| v.as_str());
         return Ok(Err(Declined::Family(t.unwrap_or("").to_string())));
     };
-    Ok(match refusal(&p) {
+    Ok(match refusal(&p).or_else(|| stored_refusal(&p, tensors)) {
         Some(why) => Err(Declined::Form(why)),
         None => Ok(p),
     })
+}
+
+/// What the kernels do not take in how the weights are stored: DeltaNet decay rates held as a
+/// GGUF holds them (`−exp(A_log)`, [`crate::family::deltanet::NEG_A`]); the kernel takes
+/// `A_log` and computes the exponential itself.
+fn stored_refusal(p: &Plan, s: &TensorStore) -> Option<&'static str> {
+    let rates_as_a = p.mixers.iter().enumerate().any(|(l, m)| {
+        *m == MixerPlan::DeltaNet
+            && s.find(&format!("{}layers.{l}.linear_attn.A_log", p.prefix))
+                .is_none()
+    });
+    rates_as_a.then_some("DeltaNet decay rates stored as -exp(A_log) (a GGUF's ssm_a)")
 }
 
 /// The whole-model GPU decoder for `config`, or why not (a family without a plan, a quantised

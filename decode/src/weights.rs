@@ -321,6 +321,16 @@ impl Tensor {
         &self.shape
     }
 
+    /// The same elements under another shape of as many elements (a vector `[n]` as the matrix
+    /// `[1, n]`), or `None` where the counts differ.
+    pub fn reshaped(mut self, shape: &[usize]) -> Option<Tensor> {
+        let n = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))?;
+        (n == self.len()).then(|| {
+            self.shape = shape.to_vec();
+            self
+        })
+    }
+
     /// Number of elements.
     pub fn len(&self) -> usize {
         match &self.data {

@@ -588,6 +588,9 @@ fn the_committed_ggufs_are_what_make_from_hf_writes() {
         "deepseek_v3.kv-b.gguf",
         "glm5_next.gguf",
         "glm5_next.f32-small.gguf",
+        "qwen3_next_b.gguf",
+        "qwen3_next_b.ssm-in.gguf",
+        "qwen3_5_moe_text.gguf",
     ] {
         let committed =
             std::fs::read(common::repo().join("fixtures/gguf/from_hf").join(f)).expect(f);
@@ -1158,7 +1161,13 @@ fn nasty_kv(rng: &mut fastrand::Rng) -> Value {
 fn mutated_gguf_key_values_adapt_or_fail_with_an_error_never_a_panic() {
     let mut rng = fastrand::Rng::with_seed(27);
     let (mut adapted, mut refused) = (0, 0);
-    for name in ["qwen3_moe_b", "glm4_moe", "deepseek_v3"] {
+    for name in [
+        "qwen3_moe_b",
+        "glm4_moe",
+        "deepseek_v3",
+        "qwen3_next_b",
+        "qwen3_5_moe_text",
+    ] {
         let dir = gguf_model_dir(name);
         let mut base = Manifest::load(&dir).expect("manifest").architecture.config;
         if name == "deepseek_v3" {
@@ -1207,7 +1216,8 @@ fn mutated_gguf_key_values_adapt_or_fail_with_an_error_never_a_panic() {
             match gguf_model::adapt(&c, &mut t) {
                 Ok(cfg) => {
                     adapted += 1;
-                    let _ = tarfa_decode::family::open(&cfg, &t);
+                    let _ = tarfa_decode::family::prepare(&cfg, &mut t)
+                        .and_then(|()| tarfa_decode::family::open(&cfg, &t));
                 }
                 Err(_) => refused += 1,
             }
@@ -1457,4 +1467,231 @@ fn glm5_next_gguf_keys_without_a_transformers_equivalent_are_refused() {
     let (_, la) = common::greedy(&mut a, &p.prompt_ids, 2);
     let (_, lb) = common::greedy(&mut b, &p.prompt_ids, 2);
     assert_ne!(common::bits(&la), common::bits(&lb));
+}
+
+/// llama.cpp's DeltaNet GGUFs written from a fixture: qwen3next's (the split `attn_qkv`/
+/// `attn_gate` form and the fused `ssm_in` one) and qwen35moe's (value heads tiled).
+const DELTANET_GGUFS: [(&str, &[&str]); 2] = [
+    ("qwen3_next_b", &["qwen3_next_b", "qwen3_next_b.ssm-in"]),
+    ("qwen3_5_moe_text", &["qwen3_5_moe_text"]),
+];
+
+/// llama.cpp's DeltaNet GGUFs (what its `Qwen3NextModel` and `Qwen3_5MoeTextModel` converters
+/// write, `make_from_hf.py`) map onto the safetensors checkpoint: after each side's preparation
+/// (the fused projections split; qwen35moe's tiled value heads put back in transformers' order),
+/// every tensor the same values under the transformers name, except what the converter computes
+/// — the zero-centred norms hold `1 + w` (the bits of tarfa's own `1.0 + w`), `ssm_a` the
+/// converter's `−exp(A_log)` (within an ulp of tarfa's exponential) — and the convolution
+/// `[channels, kernel]`; the synthesised config says what config.json says.
+#[test]
+fn deltanet_ggufs_map_onto_the_safetensors_model() {
+    use tarfa_decode::family;
+    let bits = |t: &tarfa_decode::weights::Tensor| -> Vec<u32> {
+        let s = t.slice();
+        (0..s.len()).map(|i| s.get(i).to_bits()).collect()
+    };
+    for (name, files) in DELTANET_GGUFS {
+        let (_, mut st) = store(&common::model(name));
+        let hf = hf_config(name);
+        family::prepare(&hf, &mut st).expect("prepare the safetensors side");
+        for &file in files {
+            let (gm, mut gt) = store(&gguf_model_dir(file));
+            let cfg = gguf_model::adapt(&gm.architecture.config, &mut gt).expect("adapt");
+            family::prepare(&cfg, &mut gt).expect("prepare the GGUF side");
+            let mut keys = vec![
+                "model_type",
+                "num_hidden_layers",
+                "hidden_size",
+                "moe_intermediate_size",
+                "shared_expert_intermediate_size",
+                "num_attention_heads",
+                "num_key_value_heads",
+                "head_dim",
+                "vocab_size",
+                "tie_word_embeddings",
+                "attention_bias",
+                "num_experts",
+                "num_experts_per_tok",
+                "layer_types",
+                "linear_num_key_heads",
+                "linear_num_value_heads",
+                "linear_key_head_dim",
+                "linear_value_head_dim",
+                "linear_conv_kernel_dim",
+                "max_position_embeddings",
+            ];
+            if name == "qwen3_next_b" {
+                keys.extend(["intermediate_size", "norm_topk_prob"]);
+            }
+            for k in keys {
+                assert_eq!(cfg[k], hf[k], "{file}: {k}");
+            }
+            let eps = |c: &Value| c["rms_norm_eps"].as_f64().map(|e| e as f32);
+            assert_eq!(eps(&cfg), eps(&hf), "{file}");
+            for k in ["rope_theta", "partial_rotary_factor"] {
+                assert_eq!(
+                    cfg["rope_parameters"][k], hf["rope_parameters"][k],
+                    "{file}: {k}"
+                );
+            }
+            let mut n = 0;
+            for hf_name in st.names() {
+                let a = st.get(hf_name).expect("safetensors tensor");
+                n += 1;
+                if let Some(layer) = hf_name.strip_suffix(".A_log") {
+                    let neg = gt
+                        .get(&format!("{layer}.neg_exp_A_log"))
+                        .unwrap_or_else(|e| panic!("{file}: {e}"));
+                    for i in 0..a.slice().len() {
+                        let ours = tarfa_decode::canon::exp(a.slice().get(i));
+                        let theirs = -neg.slice().get(i);
+                        let ulps = (ours.to_bits() as i64 - theirs.to_bits() as i64).abs();
+                        assert!(ulps <= 1, "{file}: {hf_name}[{i}]: {ours} and {theirs}");
+                    }
+                    continue;
+                }
+                let b = gt.get(hf_name).unwrap_or_else(|e| panic!("{file}: {e}"));
+                let zero_centred =
+                    hf_name.ends_with("norm.weight") && !hf_name.contains("linear_attn");
+                if zero_centred {
+                    let s = a.slice();
+                    let want: Vec<u32> = (0..s.len()).map(|i| (1.0 + s.get(i)).to_bits()).collect();
+                    assert_eq!(want, bits(b), "{file}: {hf_name}: not 1 + w");
+                    continue;
+                }
+                if hf_name.ends_with("conv1d.weight") {
+                    assert_eq!(b.shape(), [a.shape()[0], a.shape()[2]], "{file}");
+                } else {
+                    assert_eq!(a.shape(), b.shape(), "{file}: {hf_name}");
+                }
+                assert_eq!(bits(a), bits(b), "{file}: {hf_name}");
+            }
+            assert_eq!(
+                n,
+                gt.names().count(),
+                "{file}: the GGUF side has other tensors"
+            );
+            assert!(n > 40);
+        }
+    }
+}
+
+/// The GGUFs give the safetensors checkpoint's greedy tokens (transformers fp32's) and logits
+/// within 1e-6 of its bits — the converter's exponential of `A_log`, an ulp from tarfa's in some
+/// of the decay rates, is all that differs (the norms' `1 + w` are tarfa's bits) —, and
+/// qwen3next's split and fused (`ssm_in`) forms the same bits.
+#[test]
+fn deltanet_ggufs_give_the_safetensors_tokens_and_their_forms_the_same_bits() {
+    let opts = DecoderOptions::default();
+    for (name, files) in DELTANET_GGUFS {
+        let mut st = common::open(&common::model(name), &opts);
+        let mut ggufs: Vec<Decoder> = files
+            .iter()
+            .map(|f| common::open(&gguf_model_dir(f), &opts))
+            .collect();
+        for p in common::reference(name) {
+            let (ta, la) = common::greedy(&mut st, &p.prompt_ids, STEPS);
+            let (tb, lb) = common::greedy(&mut ggufs[0], &p.prompt_ids, STEPS);
+            assert_eq!(ta, tb, "{name} prompt {}", p.index);
+            assert_eq!(tb[..], p.fp32_tokens[..STEPS], "{name} prompt {}", p.index);
+            for other in &mut ggufs[1..] {
+                let (tc, lc) = common::greedy(other, &p.prompt_ids, STEPS);
+                assert_eq!(tb, tc, "{name} prompt {}", p.index);
+                assert_eq!(
+                    common::bits(&lb),
+                    common::bits(&lc),
+                    "{name} prompt {}",
+                    p.index
+                );
+            }
+            let d = la
+                .iter()
+                .flatten()
+                .zip(lb.iter().flatten())
+                .map(|(a, b)| (a - b).abs())
+                .fold(0f32, f32::max);
+            assert!(d <= 1e-6, "{name} prompt {}: {d}", p.index);
+            eprintln!("{name} p{}: GGUF {d:.2e} from safetensors", p.index);
+        }
+    }
+}
+
+#[test]
+fn deltanet_gguf_tokenizers_give_the_fixture_ids() {
+    same_ids("qwen3_next_b");
+    same_ids("qwen3_5_moe_text");
+}
+
+/// qwen3next (and qwen35moe) key/values llama.cpp computes with in a way no transformers
+/// Qwen3-Next (Qwen3.5-MoE) config can say are refused by name; without `attention.recurrent_layers` the layer kinds come from
+/// `full_attention_interval` (the fused form says 2 and runs; the split form's 4, which its
+/// recurrent_layers overrides, would make layer 1 a DeltaNet layer its tensors are not).
+#[test]
+fn deltanet_gguf_keys_without_a_transformers_equivalent_are_refused() {
+    type Edit = Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>;
+    let set = |k: &'static str, v: Value| -> Edit {
+        Box::new(move |c: &mut serde_json::Map<String, Value>| {
+            c.insert(format!("qwen3next.{k}"), v);
+        })
+    };
+    let u32v = |v: u64| serde_json::json!({"type": "u32", "value": v});
+    for (key, edit) in [
+        (
+            "expert_weights_norm",
+            set(
+                "expert_weights_norm",
+                serde_json::json!({"type": "bool", "value": false}),
+            ),
+        ),
+        ("expert_gating_func", set("expert_gating_func", u32v(2))),
+        (
+            "expert_weights_scale",
+            set(
+                "expert_weights_scale",
+                serde_json::json!({"type": "f32", "value": 2.5}),
+            ),
+        ),
+        ("ssm.inner_size", set("ssm.inner_size", u32v(47))),
+        ("ssm.time_step_rank", set("ssm.time_step_rank", u32v(0))),
+        (
+            "attention.recurrent_layers",
+            set(
+                "attention.recurrent_layers",
+                serde_json::json!({"type": "array", "elem": "bool", "value": [true, false]}),
+            ),
+        ),
+        (
+            "full_attention_interval",
+            Box::new(|c: &mut serde_json::Map<String, Value>| {
+                c.remove("qwen3next.attention.recurrent_layers");
+                c.insert(
+                    "qwen3next.full_attention_interval".into(),
+                    serde_json::json!({"type": "u32", "value": 0}),
+                );
+            }),
+        ),
+        (
+            "ssm.group_count",
+            Box::new(|c: &mut serde_json::Map<String, Value>| {
+                c.remove("qwen3next.ssm.group_count");
+            }),
+        ),
+    ] {
+        let d = edited("qwen3_next_b", edit);
+        let (k, fault) = gguf_fault(open_err(d.path()));
+        assert_eq!(k, format!("qwen3next.{key}"), "{fault:?}");
+    }
+    // qwen35moe reads the same keys.
+    for key in ["expert_gating_func", "ssm.inner_size"] {
+        let d = edited("qwen3_5_moe_text", |c| {
+            c.insert(format!("qwen35moe.{key}"), u32v(47));
+        });
+        let (k, fault) = gguf_fault(open_err(d.path()));
+        assert_eq!(k, format!("qwen35moe.{key}"), "{fault:?}");
+    }
+    let d = edited("qwen3_next_b", |c| {
+        c.remove("qwen3next.attention.recurrent_layers");
+    });
+    let e = open_err(d.path());
+    assert!(e.to_string().contains("layers.1.linear_attn"), "{e}");
 }

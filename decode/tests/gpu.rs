@@ -293,6 +293,17 @@ fn models_the_whole_gpu_pass_does_not_take_fall_back_to_offloading() {
     assert_eq!(run(&mut dec, "qwen3_moe_b"), cpu);
     let r = dec.offload_report().expect("report");
     assert!(!r.whole_model, "{r:?}");
+    // A qwen3next GGUF (decay rates as the converter's −exp(A_log)): its DeltaNet layers on the
+    // CPU, its experts and products offloaded, the CPU's bits.
+    let gguf = common::converted("fixtures/gguf/from_hf/qwen3_next_b.gguf");
+    let cpu = run(
+        &mut common::open(&gguf, &DecoderOptions::default()),
+        "qwen3_next_b",
+    );
+    let mut dec = common::open(&gguf, &whole(true, true));
+    assert_eq!(run(&mut dec, "qwen3_next_b"), cpu);
+    let r = dec.offload_report().expect("report");
+    assert!(!r.whole_model && r.computed > 0, "{r:?}");
 }
 
 #[test]

@@ -47,6 +47,40 @@ impl DeltaState {
     }
 }
 
+/// The decay rates as llama.cpp's GGUFs store them (qwen3next's and glm5-next's `ssm_a`:
+/// `−exp(A_log)`, computed by the converter), under the name (below the layer's `linear_attn.`
+/// or `self_attn.`) a GGUF-sourced model gives them in place of `A_log`.
+pub const NEG_A: &str = "neg_exp_A_log";
+
+/// Each head's decay rate `exp(A_log[h])`: from `A_log` (a checkpoint's), or as `−A` from
+/// [`NEG_A`] (a GGUF's; the converter's rounding of the exponential, not tarfa's).
+#[derive(Clone, Copy, Debug)]
+pub enum Rates<'s> {
+    /// `A_log`: the rate is `exp(A_log[h])`, tarfa's exponential.
+    Log(WeightSlice<'s>),
+    /// `−exp(A_log)` as stored: the rate is its negation.
+    Neg(WeightSlice<'s>),
+}
+
+impl Rates<'_> {
+    /// The rates of the layer under `prefix`: its `A_log`, else its [`NEG_A`], `heads` of them.
+    pub fn of<'s>(s: &'s TensorStore, prefix: &str, heads: usize) -> Result<Rates<'s>> {
+        let (log, neg) = (format!("{prefix}.A_log"), format!("{prefix}.{NEG_A}"));
+        match (s.find(&log), s.find(&neg)) {
+            (None, Some(_)) => Ok(Rates::Neg(s.get(&neg)?.vector(heads)?)),
+            _ => Ok(Rates::Log(s.get(&log)?.vector(heads)?)),
+        }
+    }
+
+    /// Head `h`'s rate `exp(A_log[h])` (positive).
+    pub fn get(&self, h: usize) -> f32 {
+        match self {
+            Rates::Log(a) => canon::exp(a.get(h)),
+            Rates::Neg(a) => -a.get(h),
+        }
+    }
+}
+
 /// Every tensor [`layer`] reads under `prefix` (e.g. `model.layers.0.linear_attn`) exists with
 /// its shape.
 pub fn check(s: &TensorStore, prefix: &str, d: &DeltaShape, hidden: usize) -> Result<()> {
@@ -59,7 +93,7 @@ pub fn check(s: &TensorStore, prefix: &str, d: &DeltaShape, hidden: usize) -> Re
     s.get(&a("in_proj_a.weight"))?.matrix(d.v_heads, hidden)?;
     conv_weight(s, &a("conv1d.weight"), d.conv_dim(), d.kernel)?;
     s.get(&a("dt_bias"))?.vector(d.v_heads)?;
-    s.get(&a("A_log"))?.vector(d.v_heads)?;
+    Rates::of(s, prefix, d.v_heads)?;
     s.get(&a("norm.weight"))?.vector(d.dv)?;
     s.get(&a("out_proj.weight"))?
         .matrix(hidden, d.value_dim())?;
@@ -84,7 +118,7 @@ pub fn layer(
     let w_a = s.get(&a("in_proj_a.weight"))?.matrix(d.v_heads, h)?;
     let conv = conv_weight(s, &a("conv1d.weight"), d.conv_dim(), d.kernel)?;
     let dt_bias = s.get(&a("dt_bias"))?.vector(d.v_heads)?;
-    let a_log = s.get(&a("A_log"))?.vector(d.v_heads)?;
+    let rates = Rates::of(s, prefix, d.v_heads)?;
     let norm_w = s.get(&a("norm.weight"))?.vector(d.dv)?;
     let w_out = s.get(&a("out_proj.weight"))?.matrix(h, d.value_dim())?;
     let isa = ctx.isa;
@@ -115,7 +149,7 @@ pub fn layer(
             a: &av[t],
         };
         out.push(delta_step(
-            isa, &dims, state, conv, dt_bias, a_log, norm_w, &p,
+            isa, &dims, state, conv, dt_bias, rates, norm_w, &p,
         ));
     }
     ctx.profile.add("deltanet recurrence", t0.elapsed());
@@ -130,8 +164,12 @@ pub(crate) fn conv_weight<'s>(
     kernel: usize,
 ) -> Result<MatrixRef<'s>> {
     let t = s.get(name)?;
-    // `[1, channels, 1, kernel]`: the same values as a GGUF of glm5-next holds them.
-    if t.shape() != [channels, 1, kernel] && t.shape() != [1, channels, 1, kernel] {
+    // `[1, channels, 1, kernel]` and `[channels, kernel]`: the same values as GGUFs of
+    // glm5-next and of qwen3next hold them.
+    if t.shape() != [channels, 1, kernel]
+        && t.shape() != [1, channels, 1, kernel]
+        && t.shape() != [channels, kernel]
+    {
         return Err(DecodeError::BadTensor {
             name: name.into(),
             fault: crate::error::TensorFault::Shape {
@@ -223,7 +261,7 @@ pub fn delta_step(
     state: &mut DeltaState,
     conv: MatrixRef<'_>,
     dt_bias: WeightSlice<'_>,
-    a_log: WeightSlice<'_>,
+    rates: Rates<'_>,
     norm_w: WeightSlice<'_>,
     p: &DeltaToken<'_>,
 ) -> Vec<f32> {
@@ -247,7 +285,7 @@ pub fn delta_step(
         let (q, k) = (&qs[h / group], &ks[h / group]);
         let v = &v_all[h * d.dv..(h + 1) * d.dv];
         let beta = canon::sigmoid(p.b[h]);
-        let g = -canon::exp(a_log.get(h)) * canon::softplus(p.a[h] + dt_bias.get(h));
+        let g = -rates.get(h) * canon::softplus(p.a[h] + dt_bias.get(h));
         let decay = canon::exp(g);
         for x in s.iter_mut() {
             *x *= decay;
@@ -414,27 +452,40 @@ mod tests {
             cols: d.kernel,
             data: WeightSlice::F32(&conv),
         };
+        // The same rates stored as a GGUF stores them (`−exp(A_log)`, here tarfa's own
+        // exponential): the negation back is exact, so the same bits.
+        let neg_a: Vec<f32> = a_log.iter().map(|&x| -canon::exp(x)).collect();
         for isa in Isa::available_all() {
-            let mut state = DeltaState {
-                conv: vec![vec![0.0; ch]; d.kernel - 1],
-                s: vec![vec![0.0; d.dk * d.dv]; d.v_heads],
+            let run = |rates: Rates<'_>| -> Vec<Vec<f32>> {
+                let mut state = DeltaState {
+                    conv: vec![vec![0.0; ch]; d.kernel - 1],
+                    s: vec![vec![0.0; d.dk * d.dv]; d.v_heads],
+                };
+                toks.iter()
+                    .map(|(m, z, b, a)| {
+                        let p = DeltaToken { mixed: m, z, b, a };
+                        delta_step(
+                            isa,
+                            &d,
+                            &mut state,
+                            conv_m,
+                            WeightSlice::F32(&dt_bias),
+                            rates,
+                            WeightSlice::F32(&norm_w),
+                            &p,
+                        )
+                    })
+                    .collect()
             };
-            let ours: Vec<Vec<f32>> = toks
-                .iter()
-                .map(|(m, z, b, a)| {
-                    let p = DeltaToken { mixed: m, z, b, a };
-                    delta_step(
-                        isa,
-                        &d,
-                        &mut state,
-                        conv_m,
-                        WeightSlice::F32(&dt_bias),
-                        WeightSlice::F32(&a_log),
-                        WeightSlice::F32(&norm_w),
-                        &p,
-                    )
-                })
-                .collect();
+            let ours = run(Rates::Log(WeightSlice::F32(&a_log)));
+            let from_neg = run(Rates::Neg(WeightSlice::F32(&neg_a)));
+            assert!(
+                ours.iter()
+                    .flatten()
+                    .zip(from_neg.iter().flatten())
+                    .all(|(a, b)| a.to_bits() == b.to_bits()),
+                "{isa:?}: rates from -exp(A_log) give other bits"
+            );
             let want = naive(&d, &conv, &dt_bias, &a_log, &norm_w, &toks, true);
             let forgetful = naive(&d, &conv, &dt_bias, &a_log, &norm_w, &toks, false);
             let dist = |x: &[Vec<f64>], step: usize| {

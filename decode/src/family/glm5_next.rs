@@ -443,7 +443,7 @@ pub fn plan(c: &Glm5NextConfig, prefix: &str) -> Plan {
 
 /// The transformers names of glm5-next's own GGUF layer tensors (below `model.layers.N.`), as
 /// llama.cpp's converter writes them (`Glm5NextModel`); the MLA, MoE and shared-expert names are
-/// deepseek2's. `ssm_a` holds `−exp(A_log)` ([`crate::family::kda::NEG_A`]).
+/// deepseek2's. `ssm_a` holds `−exp(A_log)` ([`crate::family::deltanet::NEG_A`]).
 pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
     Some(match (stem, suffix) {
         ("attn_k", "weight") => "self_attn.k_proj.weight",

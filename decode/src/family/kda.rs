@@ -20,7 +20,7 @@
 use crate::blocks::Batch;
 use crate::canon;
 use crate::error::Result;
-use crate::family::deltanet::{conv_silu, conv_weight, DeltaState};
+use crate::family::deltanet::{conv_silu, conv_weight, DeltaState, Rates};
 use crate::family::Ctx;
 use crate::weights::TensorStore;
 
@@ -56,35 +56,6 @@ impl KdaShape {
 }
 
 const PROJ: [&str; 3] = ["q", "k", "v"];
-
-/// The decay rates as llama.cpp's glm5-next GGUFs store them (`ssm_a`: `−exp(A_log)`, computed
-/// by the converter), under the name (below the layer's `self_attn.`) a GGUF-sourced model gives
-/// them in place of `A_log`.
-pub const NEG_A: &str = "neg_exp_A_log";
-
-/// Each head's decay rate `exp(A_log[h])`: from `A_log` (a checkpoint's), or as `−A` from
-/// [`NEG_A`] (a GGUF's; the converter's rounding of the exponential, not tarfa's).
-enum Rates<'s> {
-    Log(crate::weights::WeightSlice<'s>),
-    Neg(crate::weights::WeightSlice<'s>),
-}
-
-impl Rates<'_> {
-    fn of<'s>(s: &'s TensorStore, prefix: &str, heads: usize) -> Result<Rates<'s>> {
-        let (log, neg) = (format!("{prefix}.A_log"), format!("{prefix}.{NEG_A}"));
-        match (s.find(&log), s.find(&neg)) {
-            (None, Some(_)) => Ok(Rates::Neg(s.get(&neg)?.vector(heads)?)),
-            _ => Ok(Rates::Log(s.get(&log)?.vector(heads)?)),
-        }
-    }
-
-    fn get(&self, h: usize) -> f32 {
-        match self {
-            Rates::Log(a) => canon::exp(a.get(h)),
-            Rates::Neg(a) => -a.get(h),
-        }
-    }
-}
 
 /// Every tensor [`layer`] reads under `prefix` (e.g. `model.layers.0.self_attn`) exists with its
 /// shape.

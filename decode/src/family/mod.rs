@@ -276,7 +276,14 @@ pub const REGISTRY: &[FamilyRow] = &[
             PlanDecoder::open(qwen3_5_moe::plan(&cfg), t)
         },
         rope: |c| Ok(qwen3_5_moe::Qwen3_5MoeConfig::parse(c)?.rope),
-        gguf: None,
+        gguf: Some(GgufRow {
+            arch: "qwen35moe",
+            layer_name: qwen3_5_moe::gguf_layer_name,
+            config: qwen3_5_moe::gguf_config,
+            mla: false,
+            assemble: Some(qwen3_5_moe::gguf_assemble),
+            hybrid: false,
+        }),
         prepare: None,
     },
     FamilyRow {
@@ -286,7 +293,14 @@ pub const REGISTRY: &[FamilyRow] = &[
             PlanDecoder::open(qwen3_5_moe::plan(&cfg), t)
         },
         rope: |c| Ok(qwen3_5_moe::Qwen3_5MoeConfig::parse_next(c)?.rope),
-        gguf: None,
+        gguf: Some(GgufRow {
+            arch: "qwen3next",
+            layer_name: qwen3_next::gguf_layer_name,
+            config: qwen3_next::gguf_config,
+            mla: false,
+            assemble: Some(qwen3_next::gguf_assemble),
+            hybrid: false,
+        }),
         prepare: Some(qwen3_next::prepare),
     },
     FamilyRow {
@@ -432,7 +446,17 @@ mod tests {
             sorted.dedup();
             assert_eq!(sorted.len(), list.len(), "{list:?}");
         }
-        assert_eq!(archs, ["qwen3moe", "glm4moe", "deepseek2", "glm5-next"]);
+        assert_eq!(
+            archs,
+            [
+                "qwen3moe",
+                "qwen35moe",
+                "qwen3next",
+                "glm4moe",
+                "deepseek2",
+                "glm5-next"
+            ]
+        );
         for r in REGISTRY {
             let Some(g) = &r.gguf else { continue };
             for (stem, suffix) in [

@@ -16,9 +16,10 @@ use tarfa_cuda::DeltaShape;
 
 use crate::blocks::AttnShape;
 use crate::config::{attention_dims, bad, layer_kinds, limits, rms_eps, ConfigReader, RopeConfig};
-use crate::error::{ConfigFault, Result};
+use crate::error::{ConfigFault, DecodeError, Result, TensorFault};
 use crate::family::common::{AttnSpec, NormStyle};
 use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
+use crate::weights::TensorStore;
 
 /// A layer's token mixer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,7 +76,16 @@ pub struct Qwen3_5MoeConfig {
     pub prefix: String,
     /// Qwen3-Next (`qwen3_next`): fused DeltaNet projections, `norm_topk_prob`, dense layers.
     pub next: Option<NextKeys>,
+    /// How the layers', final and q/k norms' weights are applied: `1 + w` (transformers'
+    /// zero-centred weights), or `w` as stored where the file holds `1 + w` already (llama.cpp's
+    /// converter adds the 1; the GGUF reader writes [`NORM_STYLE_KEY`] `"weight"`).
+    pub norm: NormStyle,
 }
+
+/// tarfa's own config key (not transformers'), written by the GGUF reader
+/// ([`crate::gguf_model`]): `"weight"` when the norm weights are stored with the 1 added, else
+/// absent or `"one_plus"`.
+pub const NORM_STYLE_KEY: &str = "tarfa_norm_style";
 
 /// What a `qwen3_next` config has beside Qwen3.5-MoE's keys.
 #[derive(Clone, Debug, PartialEq)]
@@ -193,8 +203,22 @@ impl Qwen3_5MoeConfig {
             false => None,
             true => Some(next_keys(&c, num_layers)?),
         };
+        let norm = match c.str(NORM_STYLE_KEY)? {
+            None | Some("one_plus") => NormStyle::OnePlus,
+            Some("weight") => NormStyle::Weight,
+            Some(other) => {
+                return Err(bad(
+                    NORM_STYLE_KEY,
+                    ConfigFault::Unsupported {
+                        value: other.to_string(),
+                        supported: "one_plus\" or \"weight",
+                    },
+                ))
+            }
+        };
         Ok(Qwen3_5MoeConfig {
             next,
+            norm,
             vocab_size: c.positive("vocab_size", MAX_VOCAB)?,
             hidden_size,
             num_layers,
@@ -255,7 +279,7 @@ pub fn plan(c: &Qwen3_5MoeConfig) -> Plan {
         vocab: c.vocab_size,
         hidden: c.hidden_size,
         tied: c.tie_word_embeddings,
-        norm: NormStyle::OnePlus,
+        norm: c.norm,
         eps: c.rms_norm_eps,
         attn: AttnSpec {
             shape: AttnShape {
@@ -265,7 +289,7 @@ pub fn plan(c: &Qwen3_5MoeConfig) -> Plan {
                 window: None,
             },
             eps: c.rms_norm_eps,
-            qk_norm: Some(NormStyle::OnePlus),
+            qk_norm: Some(c.norm),
             qkv_bias: c.attention_bias,
             o_bias: c.attention_bias,
             out_gate: true,
@@ -305,4 +329,262 @@ pub fn plan(c: &Qwen3_5MoeConfig) -> Plan {
             gate: Some("mlp.shared_expert_gate.weight"),
         },
     }
+}
+
+/// The transformers names (below `model.layers.N.`) of the DeltaNet, post-attention norm and
+/// shared-expert tensors of llama.cpp's qwen3next and qwen35moe GGUFs: `attn_qkv` (`[q | k | v]`
+/// of every head), `attn_gate` (z), `ssm_conv1d`, `ssm_dt.bias`, `ssm_a` (`−exp(A_log)`,
+/// [`crate::family::deltanet::NEG_A`]), `ssm_norm`, `ssm_out`, the shared expert and its gate.
+pub(crate) fn deltanet_gguf_name(stem: &str, suffix: &str) -> Option<&'static str> {
+    Some(match (stem, suffix) {
+        ("post_attention_norm", "weight") => "post_attention_layernorm.weight",
+        ("attn_qkv", "weight") => "linear_attn.in_proj_qkv.weight",
+        ("attn_gate", "weight") => "linear_attn.in_proj_z.weight",
+        ("ssm_conv1d", "weight") => "linear_attn.conv1d.weight",
+        ("ssm_dt", "bias") => "linear_attn.dt_bias",
+        ("ssm_a", "") => "linear_attn.neg_exp_A_log",
+        ("ssm_norm", "weight") => "linear_attn.norm.weight",
+        ("ssm_out", "weight") => "linear_attn.out_proj.weight",
+        ("ffn_gate_inp_shexp", "weight") => "mlp.shared_expert_gate.weight",
+        ("ffn_gate_shexp", "weight") => "mlp.shared_expert.gate_proj.weight",
+        ("ffn_up_shexp", "weight") => "mlp.shared_expert.up_proj.weight",
+        ("ffn_down_shexp", "weight") => "mlp.shared_expert.down_proj.weight",
+        _ => return None,
+    })
+}
+
+/// The transformers names of qwen35moe's own GGUF layer tensors: the DeltaNet names
+/// ([`deltanet_gguf_name`]) and `ssm_beta`/`ssm_alpha` (`in_proj_b`/`in_proj_a`).
+pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
+    Some(match (stem, suffix) {
+        ("ssm_beta", "weight") => "linear_attn.in_proj_b.weight",
+        ("ssm_alpha", "weight") => "linear_attn.in_proj_a.weight",
+        _ => return deltanet_gguf_name(stem, suffix),
+    })
+}
+
+/// The config keys qwen3next and qwen35moe GGUFs share, as llama.cpp's loaders and graphs read
+/// them: the DeltaNet widths from `ssm.*` (`state_size` the key head width, `group_count` the key
+/// heads, `time_step_rank` the value heads, `inner_size` all value heads' width), the layer kinds
+/// from `attention.recurrent_layers` (else every `full_attention_interval`-th layer, default 4,
+/// attention), `rope.dimension_count` of each head rotated, the top-k renormalised and weighed
+/// by softmax (both graphs hard-code it), the shared expert's width
+/// (`expert_shared_feed_forward_length`, else `feed_forward_length` as llama.cpp falls back), and
+/// the norm weights as stored (the converter added transformers' 1: [`NORM_STYLE_KEY`]).
+pub(crate) fn gguf_keys(
+    g: &crate::gguf_model::GgufConfig<'_>,
+    c: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
+    use crate::error::GgufFault as G;
+    use serde_json::json;
+    let kv = &g.kv;
+    let req = |k: &str| kv.uint_req(&g.key(k));
+    let layers = g.layers as usize;
+    let v_heads = req("ssm.time_step_rank")?;
+    let inner = req("ssm.inner_size")?;
+    if v_heads == 0 {
+        return Err(g.err("ssm.time_step_rank", G::Zero));
+    }
+    if inner % v_heads != 0 {
+        return Err(g.err(
+            "ssm.inner_size",
+            G::NoEquivalent {
+                value: inner.to_string(),
+                why: "all value heads' width: ssm.time_step_rank heads of one width",
+            },
+        ));
+    }
+    c.insert("linear_num_value_heads".into(), json!(v_heads));
+    c.insert("linear_value_head_dim".into(), json!(inner / v_heads));
+    c.insert(
+        "linear_num_key_heads".into(),
+        json!(req("ssm.group_count")?),
+    );
+    c.insert("linear_key_head_dim".into(), json!(req("ssm.state_size")?));
+    c.insert(
+        "linear_conv_kernel_dim".into(),
+        json!(req("ssm.conv_kernel")?),
+    );
+    let recurrent = match kv.bool_list(&g.key("attention.recurrent_layers"))? {
+        Some(r) if r.len() < layers => {
+            return Err(g.err(
+                "attention.recurrent_layers",
+                G::NoEquivalent {
+                    value: format!("{} entries", r.len()),
+                    why: "one entry per layer is what llama.cpp reads",
+                },
+            ))
+        }
+        Some(r) => r[..layers].to_vec(),
+        None => {
+            let every = kv.uint(&g.key("full_attention_interval"))?.unwrap_or(4);
+            if every == 0 {
+                return Err(g.err("full_attention_interval", G::Zero));
+            }
+            (0..g.layers).map(|l| (l + 1) % every != 0).collect()
+        }
+    };
+    let kinds: Vec<&str> = recurrent
+        .iter()
+        .map(|&r| match r {
+            true => "linear_attention",
+            false => "full_attention",
+        })
+        .collect();
+    c.insert("layer_types".into(), json!(kinds));
+    let (rot, head_dim) = (g.rot, g.head_dim);
+    let partial = rot as f64 / head_dim as f64;
+    // transformers: int(head_dim * partial_rotary_factor) must give back `rot`.
+    if (head_dim as f64 * partial) as u64 != rot {
+        return Err(g.err("rope.dimension_count", G::RotaryFactor { rot, head_dim }));
+    }
+    c.insert(
+        "rope_parameters".into(),
+        json!({"rope_type": "default", "rope_theta": g.theta, "partial_rotary_factor": partial}),
+    );
+    // build_moe_ffn(..., SILU, norm_w = true, scale, GATING_FUNC_SOFTMAX, ...).
+    if kv.bool(&g.key("expert_weights_norm"))? == Some(false) {
+        return Err(g.err("expert_weights_norm", G::NoRenormalisation));
+    }
+    if let Some(f) = kv.uint(&g.key("expert_gating_func"))? {
+        if f != 1 {
+            return Err(g.err("expert_gating_func", G::NotSoftmax { found: f }));
+        }
+    }
+    if let Some(s) = kv.float(&g.key("expert_weights_scale"))? {
+        if s != 0.0 && s != 1.0 {
+            return Err(g.err(
+                "expert_weights_scale",
+                G::NoEquivalent {
+                    value: s.to_string(),
+                    why: "Qwen3-Next and Qwen3.5 do not scale their routed experts",
+                },
+            ));
+        }
+    }
+    c.insert("num_experts".into(), json!(g.experts));
+    let shared = match kv.uint(&g.key("expert_shared_feed_forward_length"))? {
+        Some(s) => s,
+        None => {
+            g.ff.ok_or_else(|| g.err("expert_shared_feed_forward_length", G::MissingNoDefault))?
+        }
+    };
+    c.insert("shared_expert_intermediate_size".into(), json!(shared));
+    c.insert(NORM_STYLE_KEY.into(), json!("weight"));
+    Ok(())
+}
+
+/// qwen3_5_moe's keys of a qwen35moe GGUF's config ([`gguf_keys`]): every layer MoE (a layer
+/// without a router is refused: Qwen3.5-MoE has none), the M-RoPE sections (`rope.dimension_sections`,
+/// which llama.cpp requires) taken as what they are for text — every section the same position,
+/// so plain RoPE on the rotated dims, as transformers' Qwen3.5 computes text.
+pub fn gguf_config(
+    g: &crate::gguf_model::GgufConfig<'_>,
+    c: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
+    use crate::error::GgufFault as G;
+    if !g.dense.is_empty() {
+        return Err(g.err(
+            "feed_forward_length",
+            G::NoEquivalent {
+                value: format!("dense layers {:?}", g.dense),
+                why: "every Qwen3.5-MoE layer is MoE (ffn_gate_inp)",
+            },
+        ));
+    }
+    gguf_keys(g, c)
+}
+
+/// The shared expert's gate as transformers holds it, `[1, hidden]` (llama.cpp's loader declares
+/// the vector `{n_embd}`, which a GGUF may hold: the same values).
+pub(crate) fn gate_as_matrix(c: &Qwen3_5MoeConfig, s: &mut TensorStore) -> Result<()> {
+    for l in 0..c.num_layers {
+        let name = format!("{}layers.{l}.mlp.shared_expert_gate.weight", c.prefix);
+        if s.find(&name).is_some_and(|t| t.shape().len() == 1) {
+            let (t, bytes) = s.remove(&name).expect("found above");
+            let shape = t.shape().to_vec();
+            let t = t
+                .reshaped(&[1, c.hidden_size])
+                .ok_or(DecodeError::BadTensor {
+                    name,
+                    fault: TensorFault::Shape {
+                        shape,
+                        expected: vec![c.hidden_size],
+                    },
+                })?;
+            s.insert(t, bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// A qwen35moe GGUF's tensors as the family reads them: the shared expert's gate a matrix
+/// ([`gate_as_matrix`]), and, where a key head has several value heads, the value heads back in
+/// transformers' order. llama.cpp's converter (`_LinearAttentionVReorderBase`) stores them
+/// tiled — file head `j·nk + g` is transformers' head `g·r + j` (`r` value heads a key head) —
+/// in every value-head-indexed tensor: `attn_qkv`'s value rows, `attn_gate`'s rows, `ssm_beta`,
+/// `ssm_alpha`, `ssm_a`, `ssm_dt`, the convolution's value channels and `ssm_out`'s columns.
+/// Each is gathered back, every value unchanged (a quantised one held as `f32`), so each dot
+/// runs over transformers' order: the checkpoint's bits.
+pub fn gguf_assemble(config: &serde_json::Value, s: &mut TensorStore) -> Result<()> {
+    let c = Qwen3_5MoeConfig::parse(config)?;
+    gate_as_matrix(&c, s)?;
+    let (nk, nv) = (c.lin_k_heads, c.lin_v_heads);
+    if nk == nv {
+        return Ok(());
+    }
+    let r = nv / nk;
+    // Transformers' head `h` is the file's head `(h % r)·nk + h / r`.
+    let file_head = |h: usize| (h % r) * nk + h / r;
+    let key_dim = 2 * nk * c.lin_k_dim;
+    for (l, t) in c.layer_types.iter().enumerate() {
+        if *t != LayerType::Linear {
+            continue;
+        }
+        let a = |n: &str| format!("{}layers.{l}.linear_attn.{n}", c.prefix);
+        // (tensor, rows before the value heads, width of a head, along columns)
+        let dv = c.lin_v_dim;
+        for (name, skip, width, columns) in [
+            (a("in_proj_qkv.weight"), key_dim, dv, false),
+            (a("in_proj_z.weight"), 0, dv, false),
+            (a("in_proj_b.weight"), 0, 1, false),
+            (a("in_proj_a.weight"), 0, 1, false),
+            (a(crate::family::deltanet::NEG_A), 0, 1, false),
+            (a("dt_bias"), 0, 1, false),
+            (a("conv1d.weight"), key_dim, dv, false),
+            (a("out_proj.weight"), 0, dv, true),
+        ] {
+            let Some(t) = s.find(&name) else { continue };
+            let shape = t.shape().to_vec();
+            let rows = shape.first().copied().unwrap_or(1);
+            let cols = shape.iter().skip(1).product::<usize>();
+            let along = if columns { cols } else { rows };
+            if along != skip + nv * width {
+                return Err(DecodeError::BadTensor {
+                    name,
+                    fault: TensorFault::Shape {
+                        shape,
+                        expected: vec![skip + nv * width],
+                    },
+                });
+            }
+            let src = |i: usize| match i < skip {
+                true => i,
+                false => {
+                    let (h, e) = ((i - skip) / width, (i - skip) % width);
+                    skip + file_head(h) * width + e
+                }
+            };
+            let (old, bytes) = s.remove(&name).expect("found above");
+            let new = crate::weights::Tensor::gathered(&name, &shape, &[&old], |i| {
+                let (row, col) = (i / cols, i % cols);
+                match columns {
+                    true => (0, row * cols + src(col)),
+                    false => (0, src(row) * cols + col),
+                }
+            });
+            s.insert(new, bytes)?;
+        }
+    }
+    Ok(())
 }

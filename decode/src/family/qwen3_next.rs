@@ -15,11 +15,12 @@
 use serde_json::Value;
 
 use crate::error::{DecodeError, Result, TensorFault};
-use crate::family::qwen3_5_moe::{LayerType, Qwen3_5MoeConfig};
+use crate::family::qwen3_5_moe::{self, LayerType, Qwen3_5MoeConfig};
 use crate::weights::{Tensor, TensorStore};
 
 /// Split each DeltaNet layer's `in_proj_qkvz` and `in_proj_ba` into Qwen3.5's four projections
-/// (a layer already holding `in_proj_qkv` is left as it is).
+/// (a layer already holding `in_proj_qkv` and `in_proj_z`, or `in_proj_b` and `in_proj_a`, keeps
+/// them: a qwen3next GGUF holds the first pair split and `in_proj_ba` fused).
 pub fn prepare(config: &Value, s: &mut TensorStore) -> Result<()> {
     let c = Qwen3_5MoeConfig::parse_next(config)?;
     let (nk, nv, dk, dv, h) = (
@@ -36,21 +37,16 @@ pub fn prepare(config: &Value, s: &mut TensorStore) -> Result<()> {
             continue;
         }
         let p = |n: &str| format!("{}layers.{l}.linear_attn.{n}.weight", c.prefix);
-        match (
-            s.find(&p("in_proj_qkvz")).is_some(),
-            s.find(&p("in_proj_qkv")).is_some(),
-        ) {
-            (false, true) => continue,
-            (true, true) => {
-                return Err(DecodeError::BadTensor {
-                    name: p("in_proj_qkvz"),
-                    fault: TensorFault::BothForms {
-                        other: p("in_proj_qkv"),
-                    },
-                })
+        // The fused form, if this layer holds it; both forms are refused.
+        let fused = |s: &TensorStore, fused: &str, split: &str| -> Result<bool> {
+            match (s.find(&p(fused)).is_some(), s.find(&p(split)).is_some()) {
+                (true, true) => Err(DecodeError::BadTensor {
+                    name: p(fused),
+                    fault: TensorFault::BothForms { other: p(split) },
+                }),
+                (f, _) => Ok(f),
             }
-            _ => {}
-        }
+        };
         let take = |s: &mut TensorStore, name: String, rows: usize| -> Result<(Tensor, u64)> {
             let shape = s.get(&name)?.shape().to_vec();
             if shape != [rows, h] {
@@ -64,30 +60,74 @@ pub fn prepare(config: &Value, s: &mut TensorStore) -> Result<()> {
             }
             Ok(s.remove(&name).expect("found above"))
         };
-        let (qkvz, qkvz_bytes) = take(s, p("in_proj_qkvz"), nk * group)?;
-        let (ba, ba_bytes) = take(s, p("in_proj_ba"), 2 * nv)?;
         // Row `i` of each new matrix is row `src(i)` of the fused one.
         let rows = |name: String, n: usize, fused: &Tensor, src: &dyn Fn(usize) -> usize| {
             Tensor::gathered(&name, &[n, h], &[fused], |i| (0, src(i / h) * h + i % h))
         };
-        let qk = nk * dk;
-        let qkv = rows(p("in_proj_qkv"), 2 * qk + nv * dv, &qkvz, &|i| match i {
-            i if i < qk => i / dk * group + i % dk,
-            i if i < 2 * qk => (i - qk) / dk * group + dk + (i - qk) % dk,
-            i => (i - 2 * qk) / rv * group + 2 * dk + (i - 2 * qk) % rv,
-        });
-        let z = rows(p("in_proj_z"), nv * dv, &qkvz, &|i| {
-            i / rv * group + 2 * dk + rv + i % rv
-        });
-        let b = rows(p("in_proj_b"), nv, &ba, &|i| i / r * 2 * r + i % r);
-        let a = rows(p("in_proj_a"), nv, &ba, &|i| i / r * 2 * r + r + i % r);
-        // The stored bytes of each fused tensor shared out by rows.
-        let (qkv_rows, total) = ((2 * qk + nv * dv) as u64, (nk * group) as u64);
-        let qkv_bytes = qkvz_bytes * qkv_rows / total;
-        s.insert(qkv, qkv_bytes)?;
-        s.insert(z, qkvz_bytes - qkv_bytes)?;
-        s.insert(b, ba_bytes / 2)?;
-        s.insert(a, ba_bytes - ba_bytes / 2)?;
+        if fused(s, "in_proj_qkvz", "in_proj_qkv")? {
+            let (qkvz, qkvz_bytes) = take(s, p("in_proj_qkvz"), nk * group)?;
+            let qk = nk * dk;
+            let qkv = rows(p("in_proj_qkv"), 2 * qk + nv * dv, &qkvz, &|i| match i {
+                i if i < qk => i / dk * group + i % dk,
+                i if i < 2 * qk => (i - qk) / dk * group + dk + (i - qk) % dk,
+                i => (i - 2 * qk) / rv * group + 2 * dk + (i - 2 * qk) % rv,
+            });
+            let z = rows(p("in_proj_z"), nv * dv, &qkvz, &|i| {
+                i / rv * group + 2 * dk + rv + i % rv
+            });
+            // The stored bytes of the fused tensor shared out by rows.
+            let (qkv_rows, total) = ((2 * qk + nv * dv) as u64, (nk * group) as u64);
+            let qkv_bytes = qkvz_bytes * qkv_rows / total;
+            s.insert(qkv, qkv_bytes)?;
+            s.insert(z, qkvz_bytes - qkv_bytes)?;
+        }
+        if fused(s, "in_proj_ba", "in_proj_b")? {
+            let (ba, ba_bytes) = take(s, p("in_proj_ba"), 2 * nv)?;
+            let b = rows(p("in_proj_b"), nv, &ba, &|i| i / r * 2 * r + i % r);
+            let a = rows(p("in_proj_a"), nv, &ba, &|i| i / r * 2 * r + r + i % r);
+            s.insert(b, ba_bytes / 2)?;
+            s.insert(a, ba_bytes - ba_bytes / 2)?;
+        }
     }
     Ok(())
+}
+
+/// The transformers names of qwen3next's own GGUF layer tensors (below `model.layers.N.`), as
+/// llama.cpp's converter writes them (`Qwen3NextModel`): Qwen3.5's DeltaNet names
+/// ([`qwen3_5_moe::deltanet_gguf_name`]: `attn_qkv` and `attn_gate`, the converter's split of
+/// `in_proj_qkvz`), or `ssm_in` (`in_proj_qkvz` whole, the form llama.cpp wrote first), and
+/// `ssm_ba` (`in_proj_ba` whole).
+pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
+    Some(match (stem, suffix) {
+        ("ssm_in", "weight") => "linear_attn.in_proj_qkvz.weight",
+        ("ssm_ba", "weight") => "linear_attn.in_proj_ba.weight",
+        _ => return qwen3_5_moe::deltanet_gguf_name(stem, suffix),
+    })
+}
+
+/// qwen3_next's keys of a qwen3next GGUF's config: Qwen3.5-MoE's
+/// ([`qwen3_5_moe::gguf_keys`]), and the dense layers (layers without a router, llama.cpp's
+/// qwen3next has none) and `norm_topk_prob` (always: llama.cpp's graph renormalises).
+pub fn gguf_config(
+    g: &crate::gguf_model::GgufConfig<'_>,
+    c: &mut serde_json::Map<String, Value>,
+) -> Result<()> {
+    use serde_json::json;
+    qwen3_5_moe::gguf_keys(g, c)?;
+    c.insert("norm_topk_prob".into(), json!(true));
+    c.insert("decoder_sparse_step".into(), json!(1));
+    c.insert("mlp_only_layers".into(), json!(g.dense));
+    if !g.dense.is_empty() {
+        c.insert("intermediate_size".into(), json!(g.dense_width()?));
+    } else if let Some(f) = g.ff {
+        c.insert("intermediate_size".into(), json!(f));
+    }
+    Ok(())
+}
+
+/// The shared expert's gate as transformers holds it ([`qwen3_5_moe::gate_as_matrix`]);
+/// Qwen3NextModel's converter keeps the value heads in their order.
+pub fn gguf_assemble(config: &Value, s: &mut TensorStore) -> Result<()> {
+    let c = Qwen3_5MoeConfig::parse_next(config)?;
+    qwen3_5_moe::gate_as_matrix(&c, s)
 }
