@@ -72,6 +72,11 @@
 //!   as it is. `in_proj_qkvz` comes split (`attn_qkv`, `attn_gate`) or whole (`ssm_in`, the
 //!   first GGUFs' form), `in_proj_ba` whole (`ssm_ba`); the family's `prepare` splits both as it
 //!   does a checkpoint's.
+//! - `qwen35moe` (run as `qwen3_5_moe_text`): qwen3next's keys and conversion on Qwen3.5's
+//!   separate projections (`ssm_beta`, `ssm_alpha`); every layer MoE; the value heads, stored
+//!   tiled by the converter where a key head has several, gathered back into transformers'
+//!   order; the M-RoPE sections llama.cpp requires are what they are for text (one position in
+//!   every section: plain RoPE).
 //! - every family: `attention.head_count_kv` defaults to `attention.head_count`,
 //!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
 //!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is
