@@ -66,8 +66,8 @@
 //!   `full_attention_interval`-th layer (default 4) attention; the top-k always renormalised
 //!   and softmax-weighted (llama.cpp's graph hard-codes both: `expert_weights_norm` false,
 //!   another gating function or an `expert_weights_scale` other than 0 and 1 are refused), the
-//!   shared expert `expert_shared_feed_forward_length` wide (else `feed_forward_length`, as
-//!   llama.cpp falls back). The converter stores the zero-centred norms as `1 + w` and `A_log`
+//!   shared expert `expert_shared_feed_forward_length` wide (absent or 0: `feed_forward_length`,
+//!   as llama.cpp falls back). The converter stores the zero-centred norms as `1 + w` and `A_log`
 //!   as `ssm_a` = `−exp(A_log)`: the family applies the norms as plain weights and uses `ssm_a`
 //!   as it is. `in_proj_qkvz` comes split (`attn_qkv`, `attn_gate`) or whole (`ssm_in`, the
 //!   first GGUFs' form), `in_proj_ba` whole (`ssm_ba`); the family's `prepare` splits both as it
@@ -75,8 +75,9 @@
 //! - `qwen35moe` (run as `qwen3_5_moe_text`): qwen3next's keys and conversion on Qwen3.5's
 //!   separate projections (`ssm_beta`, `ssm_alpha`); every layer MoE; the value heads, stored
 //!   tiled by the converter where a key head has several, gathered back into transformers'
-//!   order; the M-RoPE sections llama.cpp requires are what they are for text (one position in
-//!   every section: plain RoPE).
+//!   order; the interleaved M-RoPE sections llama.cpp requires must put every rotated pair in
+//!   t, h or w (for text all the token's position: plain RoPE) — a pair left to the fourth
+//!   (position 0 for text, unrotated) or sections wider than the head are refused.
 //! - every family: `attention.head_count_kv` defaults to `attention.head_count`,
 //!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
 //!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is

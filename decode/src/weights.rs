@@ -392,6 +392,41 @@ impl Tensor {
         }
     }
 
+    /// A matrix `name` of `rows` rows whose row `r` is row `row(r)` of `self` (a matrix, its
+    /// first dimension the rows): whole rows copied in the stored type — a quantised row's blocks
+    /// as they are, so a row-wise re-arrangement of a quantised matrix costs no widening —, every
+    /// value unchanged. `None` where `self` is not a matrix or `row` leaves it.
+    pub fn rows_of(&self, name: &str, rows: usize, row: impl Fn(usize) -> usize) -> Option<Tensor> {
+        let (&src_rows, rest) = self.shape.split_first()?;
+        if rest.len() != 1 || src_rows == 0 || (0..rows).any(|r| row(r) >= src_rows) {
+            return None;
+        }
+        fn pick<T: Copy>(
+            v: &[T],
+            src_rows: usize,
+            rows: usize,
+            row: &dyn Fn(usize) -> usize,
+        ) -> Vec<T> {
+            let w = v.len() / src_rows;
+            (0..rows)
+                .flat_map(|r| v[row(r) * w..(row(r) + 1) * w].iter().copied())
+                .collect()
+        }
+        let data = match &self.data {
+            TensorData::Bf16(v) => TensorData::Bf16(pick(v, src_rows, rows, &row)),
+            TensorData::F32(v) => TensorData::F32(pick(v, src_rows, rows, &row)),
+            TensorData::Quant(ty, b) if b.len() % src_rows == 0 => {
+                TensorData::Quant(*ty, pick(b, src_rows, rows, &row))
+            }
+            TensorData::Quant(..) => return None,
+        };
+        Some(Tensor {
+            name: name.into(),
+            shape: vec![rows, rest[0]],
+            data,
+        })
+    }
+
     /// A tensor `name` of `shape` whose element `i` is element `at(i).1` of `sources[at(i).0]`:
     /// the sources' values re-arranged, none changed. BF16 when every source is BF16 (the bit
     /// patterns copied), else `f32` (BF16 widened, quantised blocks dequantised as gguf-py does:

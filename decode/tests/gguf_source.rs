@@ -1681,6 +1681,30 @@ fn deltanet_gguf_keys_without_a_transformers_equivalent_are_refused() {
         let (k, fault) = gguf_fault(open_err(d.path()));
         assert_eq!(k, format!("qwen3next.{key}"), "{fault:?}");
     }
+    // qwen35moe's M-RoPE sections: required, and for text they must rotate every rotated pair
+    // (fixture: 1 pair) with the token's position, within the head (8 wide).
+    let sections = |v: &[u64]| serde_json::json!({"type": "array", "elem": "i32", "value": v});
+    for edit in [
+        Box::new(|c: &mut serde_json::Map<String, Value>| {
+            c.remove("qwen35moe.rope.dimension_sections");
+        }) as Edit,
+        Box::new(move |c: &mut serde_json::Map<String, Value>| {
+            c.insert(
+                "qwen35moe.rope.dimension_sections".into(),
+                sections(&[0, 0, 0, 1]),
+            );
+        }),
+        Box::new(move |c: &mut serde_json::Map<String, Value>| {
+            c.insert(
+                "qwen35moe.rope.dimension_sections".into(),
+                sections(&[11, 11, 10, 0]),
+            );
+        }),
+    ] {
+        let d = edited("qwen3_5_moe_text", edit);
+        let (k, fault) = gguf_fault(open_err(d.path()));
+        assert_eq!(k, "qwen35moe.rope.dimension_sections", "{fault:?}");
+    }
     // qwen35moe reads the same keys.
     for key in ["expert_gating_func", "ssm.inner_size"] {
         let d = edited("qwen3_5_moe_text", |c| {
@@ -1694,4 +1718,22 @@ fn deltanet_gguf_keys_without_a_transformers_equivalent_are_refused() {
     });
     let e = open_err(d.path());
     assert!(e.to_string().contains("layers.1.linear_attn"), "{e}");
+    // A shared-expert width of 0 is llama.cpp's "absent": feed_forward_length, not no shared
+    // expert (the same bits with the width moved there).
+    let d = edited("qwen3_next_b", |c| {
+        c.insert(
+            "qwen3next.expert_shared_feed_forward_length".into(),
+            u32v(0),
+        );
+        c.insert("qwen3next.feed_forward_length".into(), u32v(24));
+    });
+    let opts = DecoderOptions::default();
+    let p = &common::reference("qwen3_next_b")[0];
+    let (_, la) = common::greedy(
+        &mut common::open(&gguf_model_dir("qwen3_next_b"), &opts),
+        &p.prompt_ids,
+        2,
+    );
+    let (_, lb) = common::greedy(&mut common::open(d.path(), &opts), &p.prompt_ids, 2);
+    assert_eq!(common::bits(&la), common::bits(&lb));
 }

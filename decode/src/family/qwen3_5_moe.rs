@@ -463,9 +463,10 @@ pub(crate) fn gguf_keys(
         }
     }
     c.insert("num_experts".into(), json!(g.experts));
+    // llama.cpp: `n_ff_shexp ? n_ff_shexp : n_ff` — 0 is absent.
     let shared = match kv.uint(&g.key("expert_shared_feed_forward_length"))? {
-        Some(s) => s,
-        None => {
+        Some(s) if s > 0 => s,
+        _ => {
             g.ff.ok_or_else(|| g.err("expert_shared_feed_forward_length", G::MissingNoDefault))?
         }
     };
@@ -475,14 +476,47 @@ pub(crate) fn gguf_keys(
 }
 
 /// qwen3_5_moe's keys of a qwen35moe GGUF's config ([`gguf_keys`]): every layer MoE (a layer
-/// without a router is refused: Qwen3.5-MoE has none), the M-RoPE sections (`rope.dimension_sections`,
-/// which llama.cpp requires) taken as what they are for text — every section the same position,
-/// so plain RoPE on the rotated dims, as transformers' Qwen3.5 computes text.
+/// without a router is refused: Qwen3.5-MoE has none), and the interleaved M-RoPE sections
+/// (`rope.dimension_sections`, which llama.cpp requires). For text the t, h and w positions are
+/// the token's and the fourth is 0, so the sections are plain RoPE — transformers' Qwen3.5 on
+/// text — only where every rotated pair falls in t, h or w (llama.cpp's `ggml_mrope_cache_init`:
+/// pair `i`'s sector `i mod Σsections`, taken by t, h, w in turn up to three times each one's
+/// count); a pair left to the fourth stays unrotated in llama.cpp and is refused, as are sections
+/// wider than the head (llama.cpp asserts).
 pub fn gguf_config(
     g: &crate::gguf_model::GgufConfig<'_>,
     c: &mut serde_json::Map<String, serde_json::Value>,
 ) -> Result<()> {
     use crate::error::GgufFault as G;
+    let key = "rope.dimension_sections";
+    let s =
+        g.kv.uint_list(&g.key(key))?
+            .ok_or_else(|| g.err(key, G::MissingNoDefault))?;
+    let bad = |why: &'static str| {
+        g.err(
+            key,
+            G::NoEquivalent {
+                value: format!("{s:?}"),
+                why,
+            },
+        )
+    };
+    if s.len() != 4 {
+        return Err(bad("four sections (t, h, w and the fourth)"));
+    }
+    let total = match s.iter().try_fold(0u64, |a, &x| a.checked_add(x)) {
+        Some(t) if t > 0 && t <= g.head_dim => t,
+        _ => return Err(bad("sections of 1 to head_dim pairs in all")),
+    };
+    let text = (0..g.rot / 2).all(|pair| {
+        let sector = pair % total;
+        (0..3usize).any(|k| sector % 3 == k as u64 && sector < 3 * s[k])
+    });
+    if !text {
+        return Err(bad(
+            "a rotated pair in the fourth section, which llama.cpp leaves unrotated for text",
+        ));
+    }
     if !g.dense.is_empty() {
         return Err(g.err(
             "feed_forward_length",
@@ -524,8 +558,10 @@ pub(crate) fn gate_as_matrix(c: &Qwen3_5MoeConfig, s: &mut TensorStore) -> Resul
 /// tiled — file head `j·nk + g` is transformers' head `g·r + j` (`r` value heads a key head) —
 /// in every value-head-indexed tensor: `attn_qkv`'s value rows, `attn_gate`'s rows, `ssm_beta`,
 /// `ssm_alpha`, `ssm_a`, `ssm_dt`, the convolution's value channels and `ssm_out`'s columns.
-/// Each is gathered back, every value unchanged (a quantised one held as `f32`), so each dot
-/// runs over transformers' order: the checkpoint's bits.
+/// Each is gathered back, every value unchanged — rows whole in their stored type, `ssm_out`'s
+/// columns as `f32` values (a quantised `ssm_out` costs `hidden · value_dim · 4` bytes a layer:
+/// 32 MiB at Qwen3.5-35B-A3B's widths) —, so each dot runs over transformers' order: the
+/// checkpoint's bits.
 pub fn gguf_assemble(config: &serde_json::Value, s: &mut TensorStore) -> Result<()> {
     let c = Qwen3_5MoeConfig::parse(config)?;
     gate_as_matrix(&c, s)?;
@@ -576,13 +612,18 @@ pub fn gguf_assemble(config: &serde_json::Value, s: &mut TensorStore) -> Result<
                 }
             };
             let (old, bytes) = s.remove(&name).expect("found above");
-            let new = crate::weights::Tensor::gathered(&name, &shape, &[&old], |i| {
-                let (row, col) = (i / cols, i % cols);
-                match columns {
-                    true => (0, row * cols + src(col)),
-                    false => (0, src(row) * cols + col),
-                }
-            });
+            // Rows move whole (a quantised row's blocks as stored); columns only as values (an
+            // F32 copy of a quantised `ssm_out`: `hidden · value_dim · 4` bytes a layer).
+            let new = match (columns, old.rows_of(&name, rows, src)) {
+                (false, Some(t)) => t,
+                _ => crate::weights::Tensor::gathered(&name, &shape, &[&old], |i| {
+                    let (row, col) = (i / cols, i % cols);
+                    match columns {
+                        true => (0, row * cols + src(col)),
+                        false => (0, src(row) * cols + col),
+                    }
+                }),
+            };
             s.insert(new, bytes)?;
         }
     }

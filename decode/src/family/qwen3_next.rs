@@ -60,9 +60,18 @@ pub fn prepare(config: &Value, s: &mut TensorStore) -> Result<()> {
             }
             Ok(s.remove(&name).expect("found above"))
         };
-        // Row `i` of each new matrix is row `src(i)` of the fused one.
+        // Row `i` of each new matrix is row `src(i)` of the fused one (its stored rows copied
+        // whole: a quantised matrix stays quantised).
         let rows = |name: String, n: usize, fused: &Tensor, src: &dyn Fn(usize) -> usize| {
-            Tensor::gathered(&name, &[n, h], &[fused], |i| (0, src(i / h) * h + i % h))
+            fused
+                .rows_of(&name, n, src)
+                .ok_or_else(|| DecodeError::BadTensor {
+                    name: fused.name().to_string(),
+                    fault: TensorFault::Shape {
+                        shape: fused.shape().to_vec(),
+                        expected: vec![n, h],
+                    },
+                })
         };
         if fused(s, "in_proj_qkvz", "in_proj_qkv")? {
             let (qkvz, qkvz_bytes) = take(s, p("in_proj_qkvz"), nk * group)?;
@@ -71,10 +80,10 @@ pub fn prepare(config: &Value, s: &mut TensorStore) -> Result<()> {
                 i if i < qk => i / dk * group + i % dk,
                 i if i < 2 * qk => (i - qk) / dk * group + dk + (i - qk) % dk,
                 i => (i - 2 * qk) / rv * group + 2 * dk + (i - 2 * qk) % rv,
-            });
+            })?;
             let z = rows(p("in_proj_z"), nv * dv, &qkvz, &|i| {
                 i / rv * group + 2 * dk + rv + i % rv
-            });
+            })?;
             // The stored bytes of the fused tensor shared out by rows.
             let (qkv_rows, total) = ((2 * qk + nv * dv) as u64, (nk * group) as u64);
             let qkv_bytes = qkvz_bytes * qkv_rows / total;
@@ -83,8 +92,8 @@ pub fn prepare(config: &Value, s: &mut TensorStore) -> Result<()> {
         }
         if fused(s, "in_proj_ba", "in_proj_b")? {
             let (ba, ba_bytes) = take(s, p("in_proj_ba"), 2 * nv)?;
-            let b = rows(p("in_proj_b"), nv, &ba, &|i| i / r * 2 * r + i % r);
-            let a = rows(p("in_proj_a"), nv, &ba, &|i| i / r * 2 * r + r + i % r);
+            let b = rows(p("in_proj_b"), nv, &ba, &|i| i / r * 2 * r + i % r)?;
+            let a = rows(p("in_proj_a"), nv, &ba, &|i| i / r * 2 * r + r + i % r)?;
             s.insert(b, ba_bytes / 2)?;
             s.insert(a, ba_bytes - ba_bytes / 2)?;
         }
