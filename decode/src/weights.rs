@@ -692,6 +692,37 @@ mod tests {
         }
     }
 
+    /// `rows_of` moves whole rows in the stored type (a Q8_0 row's blocks as they are) with
+    /// every value unchanged, and refuses rows outside the matrix.
+    #[test]
+    fn rows_of_moves_rows_in_their_stored_type() {
+        // Three Q8_0 rows of 32: each a block of scale (f16) and 32 int8s, row r all r+1.
+        let mut bytes = Vec::new();
+        for r in 0..3u8 {
+            bytes.extend_from_slice(&0x3c00u16.to_le_bytes()); // scale 1.0
+            bytes.extend(std::iter::repeat_n(r + 1, 32));
+        }
+        let t = Tensor::from_bytes("t", Dtype::Q8_0, &[3, 32], &bytes).expect("q8_0");
+        let u = t.rows_of("u", 2, |r| 2 - r).expect("rows in range");
+        assert_eq!((u.name(), u.shape()), ("u", &[2usize, 32][..]));
+        assert!(matches!(u.data, TensorData::Quant(..)));
+        assert_eq!(u.slice().get(0), 3.0);
+        assert_eq!(u.slice().get(32 + 31), 2.0);
+        assert!(t.rows_of("u", 1, |_| 3).is_none());
+        let f = Tensor::from_bytes(
+            "f",
+            Dtype::F32,
+            &[2, 2],
+            &[1f32, 2., 3., 4.].map(f32::to_le_bytes).concat(),
+        )
+        .expect("f32");
+        let g = f.rows_of("g", 3, |r| r % 2).expect("rows in range");
+        let v: Vec<f32> = (0..6).map(|i| g.slice().get(i)).collect();
+        assert_eq!(v, [1., 2., 3., 4., 1., 2.]);
+        let vector = Tensor::from_bytes("v", Dtype::F32, &[2], &[0; 8]).expect("vector");
+        assert!(vector.rows_of("w", 1, |_| 0).is_none());
+    }
+
     #[test]
     fn each_tensor_fault_is_its_own_variant() {
         assert_eq!(
