@@ -78,6 +78,13 @@
 //!   order; the interleaved M-RoPE sections llama.cpp requires must put every rotated pair in
 //!   t, h or w (for text all the token's position: plain RoPE) — a pair left to the fourth
 //!   (position 0 for text, unrotated) or sections wider than the head are refused.
+//! - `mimo2` (run as `mimo_v2_flash`): the layer kinds from `attention.sliding_window_pattern`,
+//!   `attention.head_count_kv` per layer (the sliding layers' twice the full layers', as
+//!   transformers' MiMo has them; any other split refused), values `value_length` wide, the
+//!   window, `attention.value_scale` (absent: none), one rotation for both kinds with
+//!   `rope.freq_base` and `rope.freq_base_swa` (default the full base, as llama.cpp), dense
+//!   layers where there is no router, the sigmoid router with its groups, always renormalised,
+//!   scaled by `expert_weights_scale` (absent or 0: 1); sinks on a full layer are refused.
 //! - every family: `attention.head_count_kv` defaults to `attention.head_count`,
 //!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
 //!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is
@@ -601,7 +608,10 @@ pub fn hf_config(kv: &Kv<'_>, arch: Arch, tensors: &TensorStore) -> Result<Value
     };
     // MLA's widths and RoPE scaling are its family's to read.
     let mla = arch.gguf.mla;
-    if let Some(v) = kv.uint(&key("attention.value_length"))?.filter(|_| !mla) {
+    if let Some(v) = kv
+        .uint(&key("attention.value_length"))?
+        .filter(|_| !mla && !hybrid)
+    {
         if v != head_dim {
             return Err(err(
                 &key("attention.value_length"),

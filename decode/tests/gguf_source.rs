@@ -56,11 +56,13 @@ fn check_mapping(name: &'static str, file: &'static str, keys: &[&str]) -> Value
         };
         assert!(same, "{name}: {k}: synthesised {a}, config.json {b}");
     }
-    let hf_theta = hf["rope_parameters"]["rope_theta"].as_f64().expect("theta");
-    assert_eq!(
-        cfg["rope_parameters"]["rope_theta"].as_f64(),
-        Some(hf_theta)
-    );
+    // One RoPE (MiMo's per-kind RoPEs are its own test's to check).
+    if let Some(hf_theta) = hf["rope_parameters"]["rope_theta"].as_f64() {
+        assert_eq!(
+            cfg["rope_parameters"]["rope_theta"].as_f64(),
+            Some(hf_theta)
+        );
+    }
     // Every tensor of a decoder layer or the trunk: same name, shape and bits.
     let bits = |t: &tarfa_decode::weights::Tensor| -> Vec<u32> {
         let s = t.slice();
@@ -591,6 +593,7 @@ fn the_committed_ggufs_are_what_make_from_hf_writes() {
         "qwen3_next_b.gguf",
         "qwen3_next_b.ssm-in.gguf",
         "qwen3_5_moe_text.gguf",
+        "mimo_v2_flash.gguf",
     ] {
         let committed =
             std::fs::read(common::repo().join("fixtures/gguf/from_hf").join(f)).expect(f);
@@ -1167,6 +1170,7 @@ fn mutated_gguf_key_values_adapt_or_fail_with_an_error_never_a_panic() {
         "deepseek_v3",
         "qwen3_next_b",
         "qwen3_5_moe_text",
+        "mimo_v2_flash",
     ] {
         let dir = gguf_model_dir(name);
         let mut base = Manifest::load(&dir).expect("manifest").architecture.config;
@@ -1736,4 +1740,133 @@ fn deltanet_gguf_keys_without_a_transformers_equivalent_are_refused() {
     );
     let (_, lb) = common::greedy(&mut common::open(d.path(), &opts), &p.prompt_ids, 2);
     assert_eq!(common::bits(&la), common::bits(&lb));
+}
+
+/// MiMo-V2-Flash's GGUF (what llama.cpp's `MimoV2Model` converter writes: per-layer key/value
+/// heads and sliding pattern, values narrower than keys, sinks, two RoPE bases, the value scale)
+/// maps onto the safetensors checkpoint — every tensor the same bits, the config what
+/// config.json says, each kind's RoPE the same rotated dims and base — and gives its logits bit
+/// for bit, and transformers fp32's tokens.
+#[test]
+fn mimo2_gguf_maps_onto_the_safetensors_model_and_gives_its_bits() {
+    let name = "mimo_v2_flash";
+    let cfg = check_mapping(
+        name,
+        name,
+        &[
+            "model_type",
+            "num_hidden_layers",
+            "hidden_size",
+            "intermediate_size",
+            "moe_intermediate_size",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "v_head_dim",
+            "vocab_size",
+            "tie_word_embeddings",
+            "attention_bias",
+            "n_routed_experts",
+            "num_experts_per_tok",
+            "n_group",
+            "topk_group",
+            "norm_topk_prob",
+            "layer_types",
+            "mlp_layer_types",
+            "sliding_window",
+            "rms_norm_eps",
+            "max_position_embeddings",
+        ],
+    );
+    let hf = hf_config(name);
+    for k in ["attention_value_scale", "routed_scaling_factor"] {
+        let f = |c: &Value| c[k].as_f64().map(|v| v as f32);
+        assert_eq!(f(&cfg), f(&hf), "{k}");
+    }
+    let ours = tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig::parse(&cfg).expect("parse");
+    let theirs = tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig::parse(&hf).expect("parse");
+    assert_eq!(ours.full_rope, theirs.full_rope);
+    assert_eq!(ours.sliding_rope, theirs.sliding_rope);
+    assert_ne!(ours.full_rope, ours.sliding_rope);
+    same_bits_both_ways(name, name);
+    same_ids(name);
+}
+
+/// mimo2 key/values and tensors transformers' MiMo-V2-Flash cannot say are refused by name; the
+/// sliding layers' own RoPE base is read (without it they take the full base: other bits).
+#[test]
+fn mimo2_gguf_keys_and_sinks_without_a_transformers_equivalent_are_refused() {
+    type Edit = Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>;
+    let set = |k: &'static str, v: Value| -> Edit {
+        Box::new(move |c: &mut serde_json::Map<String, Value>| {
+            c.insert(format!("mimo2.{k}"), v);
+        })
+    };
+    let ints = |v: &[u64]| serde_json::json!({"type": "array", "elem": "i32", "value": v});
+    let u32v = |v: u64| serde_json::json!({"type": "u32", "value": v});
+    for (key, edit) in [
+        (
+            "attention.head_count_kv",
+            set("attention.head_count_kv", ints(&[1, 1, 1, 1])),
+        ),
+        (
+            "attention.head_count_kv",
+            set("attention.head_count_kv", ints(&[1, 2])),
+        ),
+        (
+            "attention.sliding_window_pattern",
+            Box::new(|c: &mut serde_json::Map<String, Value>| {
+                c.remove("mimo2.attention.sliding_window_pattern");
+            }),
+        ),
+        ("expert_gating_func", set("expert_gating_func", u32v(1))),
+        (
+            "expert_weights_norm",
+            set(
+                "expert_weights_norm",
+                serde_json::json!({"type": "bool", "value": false}),
+            ),
+        ),
+        (
+            "attention.key_length_swa",
+            set("attention.key_length_swa", u32v(8)),
+        ),
+        (
+            "rope.dimension_count_swa",
+            set("rope.dimension_count_swa", u32v(6)),
+        ),
+    ] {
+        let d = edited("mimo_v2_flash", edit);
+        let (k, fault) = gguf_fault(open_err(d.path()));
+        assert_eq!(k, format!("mimo2.{key}"), "{fault:?}");
+    }
+    // Sinks on a full layer (llama.cpp would apply them; transformers' full layers have none).
+    let dir = gguf_model_dir("mimo_v2_flash");
+    let (m, mut t) = store(&dir);
+    let sink = tarfa_decode::weights::Tensor::from_bytes(
+        "blk.0.attn_sinks.weight",
+        tarfa_format::Dtype::F32,
+        &[4],
+        &[0; 16],
+    )
+    .expect("a sink tensor");
+    t.insert(sink, 16).expect("insert");
+    match gguf_model::adapt(&m.architecture.config, &mut t) {
+        Err(DecodeError::BadTensor { name, fault }) => {
+            assert_eq!(name, "blk.0.attn_sinks.weight");
+            assert!(matches!(
+                fault,
+                tarfa_decode::error::TensorFault::NoMeaning { .. }
+            ));
+        }
+        other => panic!("sinks on a full layer: {other:?}"),
+    }
+    let d = edited("mimo_v2_flash", |c| {
+        c.remove("mimo2.rope.freq_base_swa");
+    });
+    let opts = DecoderOptions::default();
+    let p = &common::reference("mimo_v2_flash")[0];
+    let (_, la) = common::greedy(&mut common::open(&dir, &opts), &p.prompt_ids, 2);
+    let (_, lb) = common::greedy(&mut common::open(d.path(), &opts), &p.prompt_ids, 2);
+    assert_ne!(common::bits(&la), common::bits(&lb));
 }

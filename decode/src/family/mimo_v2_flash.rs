@@ -281,3 +281,186 @@ pub fn plan(c: &MimoV2FlashConfig) -> Plan {
         shared: SharedPlan::EXPERTS,
     }
 }
+
+/// The transformers names of mimo2's own GGUF layer tensors (below `model.layers.N.`), as
+/// llama.cpp's `MimoV2Model` converter writes them: the sliding layers' sinks (`attn_sinks`),
+/// the post-attention norm (`ffn_norm`) and the router's correction bias (`exp_probs_b`).
+pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
+    Some(match (stem, suffix) {
+        ("attn_sinks", "weight") => "self_attn.attention_sink_bias",
+        ("ffn_norm", "weight") => "post_attention_layernorm.weight",
+        ("exp_probs_b", "bias") => "mlp.gate.e_score_correction_bias",
+        _ => return None,
+    })
+}
+
+/// mimo_v2_flash's keys of a mimo2 GGUF's config, as llama.cpp's mimo2 loader and graph read
+/// them: the layer kinds from `attention.sliding_window_pattern` (true or non-zero: sliding),
+/// `attention.head_count_kv` per layer — transformers' MiMo has twice the full layers' key/value
+/// heads on the sliding ones, and any other split is refused —, the window, values
+/// `attention.value_length` wide (default the keys'), `attention.value_scale` (absent: none),
+/// `rope.dimension_count` of each head rotated in both kinds, `rope.freq_base` (full) and
+/// `rope.freq_base_swa` (sliding; default the full base, as llama.cpp), dense layers where a
+/// layer has no router (`feed_forward_length` wide), the sigmoid router (llama.cpp's graph
+/// hard-codes it: another `expert_gating_func` is refused) with its groups and correction bias,
+/// always renormalised (`expert_weights_norm` false refused), scaled by `expert_weights_scale`
+/// (absent or 0: 1).
+pub fn gguf_config(
+    g: &crate::gguf_model::GgufConfig<'_>,
+    c: &mut serde_json::Map<String, serde_json::Value>,
+) -> Result<()> {
+    use crate::error::GgufFault as G;
+    use serde_json::json;
+    let kv = &g.kv;
+    let layers = g.layers as usize;
+    let per_layer = |k: &str| -> Result<Option<Vec<u64>>> {
+        let key = g.key(k);
+        Ok(match kv.bool_list(&key) {
+            Ok(Some(b)) => Some(b.into_iter().map(u64::from).collect()),
+            _ => match kv.uint_list(&key)? {
+                Some(v) => Some(v),
+                None => kv.uint(&key)?.map(|n| vec![n; layers]),
+            },
+        })
+    };
+    let short = |k: &str, n: usize| {
+        g.err(
+            k,
+            G::NoEquivalent {
+                value: format!("{n} entries"),
+                why: "one entry per layer is what llama.cpp's mimo2 reads",
+            },
+        )
+    };
+    let pattern = per_layer("attention.sliding_window_pattern")?
+        .ok_or_else(|| g.err("attention.sliding_window_pattern", G::MissingNoDefault))?;
+    if pattern.len() < layers {
+        return Err(short("attention.sliding_window_pattern", pattern.len()));
+    }
+    let sliding: Vec<bool> = pattern[..layers].iter().map(|&p| p != 0).collect();
+    let kv_heads = per_layer("attention.head_count_kv")?
+        .ok_or_else(|| g.err("attention.head_count_kv", G::MissingNoDefault))?;
+    if kv_heads.len() < layers {
+        return Err(short("attention.head_count_kv", kv_heads.len()));
+    }
+    // The full layers' count K, the sliding layers' 2K.
+    let base = match (0..layers).find(|&l| !sliding[l]) {
+        Some(l) => kv_heads[l],
+        None => kv_heads[0] / 2,
+    };
+    let split = (0..layers).all(|l| kv_heads[l] == if sliding[l] { 2 * base } else { base });
+    if base == 0 || !split {
+        return Err(g.err(
+            "attention.head_count_kv",
+            G::NoEquivalent {
+                value: format!("{:?}", &kv_heads[..layers]),
+                why: "transformers' MiMo-V2-Flash has twice the full layers' key/value heads on \
+                      the sliding layers",
+            },
+        ));
+    }
+    c.insert("num_key_value_heads".into(), json!(base));
+    let kinds: Vec<&str> = sliding
+        .iter()
+        .map(|&s| match s {
+            true => "sliding_attention",
+            false => "full_attention",
+        })
+        .collect();
+    c.insert("layer_types".into(), json!(kinds));
+    c.insert(
+        "sliding_window".into(),
+        json!(kv.uint_req(&g.key("attention.sliding_window"))?),
+    );
+    let v_dim = kv
+        .uint(&g.key("attention.value_length"))?
+        .unwrap_or(g.head_dim);
+    // One width and one rotation for both kinds (transformers has one of each).
+    for (k, want) in [
+        ("attention.key_length_swa", g.head_dim),
+        ("attention.value_length_swa", v_dim),
+        ("rope.dimension_count_swa", g.rot),
+    ] {
+        if let Some(found) = kv.uint(&g.key(k))? {
+            if found != want {
+                return Err(g.err(
+                    k,
+                    G::NoEquivalent {
+                        value: found.to_string(),
+                        why: "transformers' MiMo-V2-Flash gives both layer kinds one width and \
+                              one rotation",
+                    },
+                ));
+            }
+        }
+    }
+    c.insert("v_head_dim".into(), json!(v_dim));
+    let scale = kv.float(&g.key("attention.value_scale"))?;
+    c.insert("attention_value_scale".into(), json!(scale));
+    let (rot, head_dim) = (g.rot, g.head_dim);
+    // transformers: int(head_dim · partial_rotary_factor) must give back `rot` (a third of a
+    // head is not exact in binary: the midpoint of the pair's interval).
+    let partial = match rot as f64 / head_dim as f64 {
+        p if (head_dim as f64 * p) as u64 == rot => p,
+        _ => (rot as f64 + 0.5) / head_dim as f64,
+    };
+    let swa_theta = kv.float(&g.key("rope.freq_base_swa"))?.unwrap_or(g.theta);
+    let rope = |theta: f64| json!({"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": partial});
+    c.insert(
+        "rope_parameters".into(),
+        json!({"full_attention": rope(g.theta), "sliding_attention": rope(swa_theta)}),
+    );
+    c.insert("n_routed_experts".into(), json!(g.experts));
+    let mlp: Vec<&str> = (0..g.layers)
+        .map(|l| match g.dense.contains(&l) {
+            true => "dense",
+            false => "sparse",
+        })
+        .collect();
+    c.insert("mlp_layer_types".into(), json!(mlp));
+    if !g.dense.is_empty() {
+        c.insert("intermediate_size".into(), json!(g.dense_width()?));
+    }
+    if kv.bool(&g.key("expert_weights_norm"))? == Some(false) {
+        return Err(g.err("expert_weights_norm", G::NoRenormalisation));
+    }
+    c.insert("norm_topk_prob".into(), json!(true));
+    match kv.uint(&g.key("expert_gating_func"))? {
+        None | Some(2) => {}
+        Some(f) => return Err(g.err("expert_gating_func", G::NotSigmoid { found: f })),
+    }
+    let routed_scale = match kv.float(&g.key("expert_weights_scale"))? {
+        Some(s) if s != 0.0 => s,
+        _ => 1.0,
+    };
+    c.insert("routed_scaling_factor".into(), json!(routed_scale));
+    for (k, hf) in [
+        ("expert_group_count", "n_group"),
+        ("expert_group_used_count", "topk_group"),
+    ] {
+        c.insert(hf.into(), json!(kv.uint(&g.key(k))?.unwrap_or(1)));
+    }
+    Ok(())
+}
+
+/// A mimo2 GGUF's sinks are where transformers' MiMo has them, on the sliding layers only: a
+/// full layer's `attn_sinks` (which llama.cpp would apply) has no meaning here and is refused.
+pub fn gguf_assemble(
+    config: &serde_json::Value,
+    s: &mut crate::weights::TensorStore,
+) -> Result<()> {
+    let c = MimoV2FlashConfig::parse(config)?;
+    for (l, &sliding) in c.sliding_layers.iter().enumerate() {
+        let name = format!("model.layers.{l}.self_attn.attention_sink_bias");
+        if !sliding && s.find(&name).is_some() {
+            return Err(crate::error::DecodeError::BadTensor {
+                name: format!("blk.{l}.attn_sinks.weight"),
+                fault: crate::error::TensorFault::NoMeaning {
+                    model_type: "mimo_v2_flash",
+                    gguf_arch: "mimo2",
+                },
+            });
+        }
+    }
+    Ok(())
+}

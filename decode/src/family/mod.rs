@@ -244,9 +244,10 @@ pub struct GgufRow {
     /// Tensors the family makes from the GGUF's before it runs, given the synthesised config
     /// (deepseek2: `attn_k_b` and `attn_v_b` back into `kv_b_proj`), if any.
     pub assemble: Option<fn(&serde_json::Value, &mut TensorStore) -> Result<()>>,
-    /// A hybrid of recurrent and attention layers (glm5-next): `attention.head_count_kv` is a
-    /// list per layer (0: a recurrent layer) and `rope.dimension_count` may be 0, both the
-    /// family's to read (`config`).
+    /// Layers of two kinds with their own head counts (glm5-next: recurrent and attention;
+    /// mimo2: full and sliding): `attention.head_count_kv` is a list per layer (glm5-next: 0 for a
+    /// recurrent layer), `attention.value_length` may differ from the keys' and
+    /// `rope.dimension_count` may be 0, all the family's to read (`config`).
     pub hybrid: bool,
 }
 
@@ -344,7 +345,14 @@ pub const REGISTRY: &[FamilyRow] = &[
             PlanDecoder::open(mimo_v2_flash::plan(&cfg), t)
         },
         rope: |c| Ok(mimo_v2_flash::MimoV2FlashConfig::parse(c)?.full_rope),
-        gguf: None,
+        gguf: Some(GgufRow {
+            arch: "mimo2",
+            layer_name: mimo_v2_flash::gguf_layer_name,
+            config: mimo_v2_flash::gguf_config,
+            mla: false,
+            assemble: Some(mimo_v2_flash::gguf_assemble),
+            hybrid: true,
+        }),
         prepare: None,
     },
     FamilyRow {
@@ -454,6 +462,7 @@ mod tests {
                 "qwen3next",
                 "glm4moe",
                 "deepseek2",
+                "mimo2",
                 "glm5-next"
             ]
         );
