@@ -81,17 +81,20 @@
 //! - `mimo2` (run as `mimo_v2_flash`): the layer kinds from `attention.sliding_window_pattern`,
 //!   `attention.head_count_kv` per layer (the sliding layers' twice the full layers', as
 //!   transformers' MiMo has them; any other split refused), values `value_length` wide, the
-//!   window, `attention.value_scale` (absent: none), one rotation for both kinds with
-//!   `rope.freq_base` and `rope.freq_base_swa` (default the full base, as llama.cpp), dense
-//!   layers where there is no router, the sigmoid router with its groups, always renormalised,
-//!   scaled by `expert_weights_scale` (absent or 0: 1); sinks on a full layer are refused.
+//!   window, `attention.value_scale` (absent or 0: none), one rotation for both kinds with
+//!   `rope.freq_base` and `rope.freq_base_swa` (default 10000, llama.cpp's), dense layers where
+//!   there is no router, the sigmoid router with its groups, always renormalised, never scaled
+//!   (llama.cpp's mimo2 reads no `expert_weights_scale`: another value than 0 or 1 is refused);
+//!   sinks on a full layer and attention biases (loaded, never added by llama.cpp's graph) are
+//!   refused.
 //! - every family: `attention.head_count_kv` defaults to `attention.head_count`,
 //!   `attention.key_length` to `embedding_length / head_count`, `rope.freq_base` to 10000;
 //!   `vocab_size` is `token_embd`'s row count; the embedding is tied when `output.weight` is
 //!   absent; attention biases and q/k norms are on when their tensors are present. RoPE
 //!   scaling (`rope.scaling.type` other than `none`; without a type, a `rope.scaling.factor`
-//!   other than 0 and 1, which llama.cpp takes as linear) other than deepseek2's YaRN and
-//!   per-layer arrays of head counts are refused.
+//!   other than 0 and 1, which llama.cpp takes as linear) other than deepseek2's YaRN, and
+//!   per-layer arrays of head counts outside the families that read them (glm5-next's and
+//!   mimo2's `head_count_kv`), are refused.
 
 use serde_json::{json, Map, Value};
 
@@ -570,6 +573,20 @@ impl GgufConfig<'_> {
             ));
         }
         Ok(lead)
+    }
+
+    /// The dense layers as Qwen's configs say them: `decoder_sparse_step` 1, `mlp_only_layers`
+    /// the layers without a router, `intermediate_size` their width (`feed_forward_length`,
+    /// required when there are any).
+    pub fn dense_keys(&self, c: &mut Map<String, Value>) -> Result<()> {
+        c.insert("decoder_sparse_step".into(), json!(1));
+        c.insert("mlp_only_layers".into(), json!(self.dense));
+        if !self.dense.is_empty() {
+            c.insert("intermediate_size".into(), json!(self.dense_width()?));
+        } else if let Some(f) = self.ff {
+            c.insert("intermediate_size".into(), json!(f));
+        }
+        Ok(())
     }
 
     /// `feed_forward_length`, which dense layers need.

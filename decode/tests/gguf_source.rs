@@ -170,6 +170,15 @@ fn glm4_mapping(file: &'static str) {
     );
 }
 
+/// The largest difference between two runs' logits.
+fn max_diff(a: &[Vec<f32>], b: &[Vec<f32>]) -> f32 {
+    a.iter()
+        .flatten()
+        .zip(b.iter().flatten())
+        .map(|(x, y)| (x - y).abs())
+        .fold(0f32, f32::max)
+}
+
 /// Greedy runs of both models on the reference prompts: logits bit-identical at every step.
 fn same_bits_both_ways(name: &'static str, file: &'static str) {
     let opts = DecoderOptions::default();
@@ -593,7 +602,7 @@ fn the_committed_ggufs_are_what_make_from_hf_writes() {
         "qwen3_next_b.gguf",
         "qwen3_next_b.ssm-in.gguf",
         "qwen3_5_moe_text.gguf",
-        "mimo_v2_flash.gguf",
+        "mimo_v2_flash_b.gguf",
     ] {
         let committed =
             std::fs::read(common::repo().join("fixtures/gguf/from_hf").join(f)).expect(f);
@@ -1170,7 +1179,7 @@ fn mutated_gguf_key_values_adapt_or_fail_with_an_error_never_a_panic() {
         "deepseek_v3",
         "qwen3_next_b",
         "qwen3_5_moe_text",
-        "mimo_v2_flash",
+        "mimo_v2_flash_b",
     ] {
         let dir = gguf_model_dir(name);
         let mut base = Manifest::load(&dir).expect("manifest").architecture.config;
@@ -1363,12 +1372,7 @@ fn glm5_next_gguf_gives_the_safetensors_tokens_and_its_variants_the_same_bits() 
         assert_eq!(tb, tc, "prompt {}", p.index);
         assert_eq!(tb[..], p.fp32_tokens[..STEPS], "prompt {}", p.index);
         assert_eq!(common::bits(&lb), common::bits(&lc), "prompt {}", p.index);
-        let d = la
-            .iter()
-            .flatten()
-            .zip(lb.iter().flatten())
-            .map(|(a, b)| (a - b).abs())
-            .fold(0f32, f32::max);
+        let d = max_diff(&la, &lb);
         assert!(d <= 2e-6, "prompt {}: {d}", p.index);
         eprintln!("glm5_next p{}: GGUF {d:.2e} from safetensors", p.index);
     }
@@ -1608,12 +1612,7 @@ fn deltanet_ggufs_give_the_safetensors_tokens_and_their_forms_the_same_bits() {
                     p.index
                 );
             }
-            let d = la
-                .iter()
-                .flatten()
-                .zip(lb.iter().flatten())
-                .map(|(a, b)| (a - b).abs())
-                .fold(0f32, f32::max);
+            let d = max_diff(&la, &lb);
             assert!(d <= 1e-6, "{name} prompt {}: {d}", p.index);
             eprintln!("{name} p{}: GGUF {d:.2e} from safetensors", p.index);
         }
@@ -1749,7 +1748,7 @@ fn deltanet_gguf_keys_without_a_transformers_equivalent_are_refused() {
 /// for bit, and transformers fp32's tokens.
 #[test]
 fn mimo2_gguf_maps_onto_the_safetensors_model_and_gives_its_bits() {
-    let name = "mimo_v2_flash";
+    let name = "mimo_v2_flash_b";
     let cfg = check_mapping(
         name,
         name,
@@ -1783,8 +1782,9 @@ fn mimo2_gguf_maps_onto_the_safetensors_model_and_gives_its_bits() {
         let f = |c: &Value| c[k].as_f64().map(|v| v as f32);
         assert_eq!(f(&cfg), f(&hf), "{k}");
     }
-    let ours = tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig::parse(&cfg).expect("parse");
-    let theirs = tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig::parse(&hf).expect("parse");
+    use tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig;
+    let ours = MimoV2FlashConfig::parse(&cfg).expect("parse");
+    let theirs = MimoV2FlashConfig::parse(&hf).expect("parse");
     assert_eq!(ours.full_rope, theirs.full_rope);
     assert_eq!(ours.sliding_rope, theirs.sliding_rope);
     assert_ne!(ours.full_rope, ours.sliding_rope);
@@ -1792,10 +1792,11 @@ fn mimo2_gguf_maps_onto_the_safetensors_model_and_gives_its_bits() {
     same_ids(name);
 }
 
-/// mimo2 key/values and tensors transformers' MiMo-V2-Flash cannot say are refused by name; the
-/// sliding layers' own RoPE base is read (without it they take the full base: other bits).
+/// mimo2 key/values and tensors transformers' MiMo-V2-Flash cannot say, or llama.cpp's mimo2
+/// does not read, are refused by name; the sliding layers' own RoPE base is read, and without it
+/// is llama.cpp's 10000 (the fixture's: the same bits).
 #[test]
-fn mimo2_gguf_keys_and_sinks_without_a_transformers_equivalent_are_refused() {
+fn mimo2_gguf_keys_and_tensors_without_a_transformers_equivalent_are_refused() {
     type Edit = Box<dyn FnOnce(&mut serde_json::Map<String, Value>)>;
     let set = |k: &'static str, v: Value| -> Edit {
         Box::new(move |c: &mut serde_json::Map<String, Value>| {
@@ -1804,14 +1805,28 @@ fn mimo2_gguf_keys_and_sinks_without_a_transformers_equivalent_are_refused() {
     };
     let ints = |v: &[u64]| serde_json::json!({"type": "array", "elem": "i32", "value": v});
     let u32v = |v: u64| serde_json::json!({"type": "u32", "value": v});
+    let f32v = |v: f64| serde_json::json!({"type": "f32", "value": v});
+    let name = "mimo_v2_flash_b";
     for (key, edit) in [
         (
             "attention.head_count_kv",
-            set("attention.head_count_kv", ints(&[1, 1, 1, 1])),
+            set("attention.head_count_kv", ints(&[2, 2, 2, 2])),
         ),
         (
             "attention.head_count_kv",
-            set("attention.head_count_kv", ints(&[1, 2])),
+            set("attention.head_count_kv", ints(&[4, 2])),
+        ),
+        (
+            "attention.head_count_kv",
+            set("attention.head_count_kv", u32v(2)),
+        ),
+        // Twice the full layer's count overflows: refused, not a panic.
+        (
+            "attention.head_count_kv",
+            set(
+                "attention.head_count_kv",
+                serde_json::json!({"type": "array", "elem": "u64", "value": [0u64, 1u64 << 63, 0u64, 0u64]}),
+            ),
         ),
         (
             "attention.sliding_window_pattern",
@@ -1828,6 +1843,10 @@ fn mimo2_gguf_keys_and_sinks_without_a_transformers_equivalent_are_refused() {
             ),
         ),
         (
+            "expert_weights_scale",
+            set("expert_weights_scale", f32v(2.0)),
+        ),
+        (
             "attention.key_length_swa",
             set("attention.key_length_swa", u32v(8)),
         ),
@@ -1835,38 +1854,58 @@ fn mimo2_gguf_keys_and_sinks_without_a_transformers_equivalent_are_refused() {
             "rope.dimension_count_swa",
             set("rope.dimension_count_swa", u32v(6)),
         ),
+        ("rope.dimension_count", set("rope.dimension_count", u32v(0))),
     ] {
-        let d = edited("mimo_v2_flash", edit);
+        let d = edited(name, edit);
         let (k, fault) = gguf_fault(open_err(d.path()));
         assert_eq!(k, format!("mimo2.{key}"), "{fault:?}");
     }
-    // Sinks on a full layer (llama.cpp would apply them; transformers' full layers have none).
-    let dir = gguf_model_dir("mimo_v2_flash");
-    let (m, mut t) = store(&dir);
-    let sink = tarfa_decode::weights::Tensor::from_bytes(
-        "blk.0.attn_sinks.weight",
-        tarfa_format::Dtype::F32,
-        &[4],
-        &[0; 16],
-    )
-    .expect("a sink tensor");
-    t.insert(sink, 16).expect("insert");
-    match gguf_model::adapt(&m.architecture.config, &mut t) {
-        Err(DecodeError::BadTensor { name, fault }) => {
-            assert_eq!(name, "blk.0.attn_sinks.weight");
-            assert!(matches!(
-                fault,
-                tarfa_decode::error::TensorFault::NoMeaning { .. }
-            ));
+    // Sinks on a full layer (llama.cpp would apply them; transformers' full layers have none),
+    // and an attention bias (llama.cpp's mimo2 graph never adds one).
+    let dir = gguf_model_dir(name);
+    for (extra, n) in [("blk.1.attn_sinks.weight", 4), ("blk.0.attn_q.bias", 64)] {
+        let (m, mut t) = store(&dir);
+        let tensor = tarfa_decode::weights::Tensor::from_bytes(
+            extra,
+            tarfa_format::Dtype::F32,
+            &[n],
+            &vec![0; 4 * n as usize],
+        )
+        .expect("a tensor");
+        t.insert(tensor, 4 * n).expect("insert");
+        match gguf_model::adapt(&m.architecture.config, &mut t) {
+            Err(DecodeError::BadTensor { name, fault }) => {
+                assert_eq!(name, extra);
+                assert!(matches!(
+                    fault,
+                    tarfa_decode::error::TensorFault::NoMeaning { .. }
+                ));
+            }
+            other => panic!("{extra}: {other:?}"),
         }
-        other => panic!("sinks on a full layer: {other:?}"),
     }
-    let d = edited("mimo_v2_flash", |c| {
+    let opts = DecoderOptions::default();
+    let p = &common::reference(name)[0];
+    let run = |dir: &Path| {
+        let (_, l) = common::greedy(&mut common::open(dir, &opts), &p.prompt_ids, 2);
+        common::bits(&l)
+    };
+    let base = run(&dir);
+    let absent = edited(name, |c| {
         c.remove("mimo2.rope.freq_base_swa");
     });
-    let opts = DecoderOptions::default();
-    let p = &common::reference("mimo_v2_flash")[0];
-    let (_, la) = common::greedy(&mut common::open(&dir, &opts), &p.prompt_ids, 2);
-    let (_, lb) = common::greedy(&mut common::open(d.path(), &opts), &p.prompt_ids, 2);
-    assert_ne!(common::bits(&la), common::bits(&lb));
+    assert_eq!(run(absent.path()), base);
+    let other = edited(name, |c| {
+        c.insert("mimo2.rope.freq_base_swa".into(), f32v(5e4));
+    });
+    assert_ne!(run(other.path()), base);
+    // A value scale of 0 is llama.cpp's "none": other bits than 0.5, the same as no key.
+    let zero = edited(name, |c| {
+        c.insert("mimo2.attention.value_scale".into(), f32v(0.0));
+    });
+    let none = edited(name, |c| {
+        c.remove("mimo2.attention.value_scale");
+    });
+    assert_eq!(run(zero.path()), run(none.path()));
+    assert_ne!(run(zero.path()), base);
 }

@@ -20,6 +20,7 @@ const FIXTURES: &[&str] = &[
     "qwen3_next",
     "qwen3_next_b",
     "mimo_v2_flash",
+    "mimo_v2_flash_b",
     "deepseek_v3",
     "deepseek_v3_b",
     "glm5_next",
@@ -103,7 +104,7 @@ fn rope_inverse_frequencies_equal_torch_bit_for_bit() {
         .expect("json");
         // One RoPE, or one per layer kind (MiMo-V2-Flash: `inv_freq.{kind}.npy`).
         let ropes = match name {
-            "mimo_v2_flash" => {
+            "mimo_v2_flash" | "mimo_v2_flash_b" => {
                 let c = tarfa_decode::family::mimo_v2_flash::MimoV2FlashConfig::parse(&cfg)
                     .expect("config");
                 vec![

@@ -298,13 +298,14 @@ pub fn gguf_layer_name(stem: &str, suffix: &str) -> Option<&'static str> {
 /// them: the layer kinds from `attention.sliding_window_pattern` (true or non-zero: sliding),
 /// `attention.head_count_kv` per layer — transformers' MiMo has twice the full layers' key/value
 /// heads on the sliding ones, and any other split is refused —, the window, values
-/// `attention.value_length` wide (default the keys'), `attention.value_scale` (absent: none),
-/// `rope.dimension_count` of each head rotated in both kinds, `rope.freq_base` (full) and
-/// `rope.freq_base_swa` (sliding; default the full base, as llama.cpp), dense layers where a
-/// layer has no router (`feed_forward_length` wide), the sigmoid router (llama.cpp's graph
-/// hard-codes it: another `expert_gating_func` is refused) with its groups and correction bias,
-/// always renormalised (`expert_weights_norm` false refused), scaled by `expert_weights_scale`
-/// (absent or 0: 1).
+/// `attention.value_length` wide (default the keys'), `attention.value_scale` (absent or 0: none),
+/// `rope.dimension_count` (not 0) of each head rotated in both kinds, `rope.freq_base` (full) and
+/// `rope.freq_base_swa` (sliding; default 10000, llama.cpp's), dense layers where a layer has no
+/// router (`feed_forward_length` wide), the sigmoid router (llama.cpp's graph hard-codes it:
+/// another `expert_gating_func` is refused) with its groups and correction bias, always
+/// renormalised (`expert_weights_norm` false refused), never scaled (llama.cpp's mimo2 reads no
+/// `expert_weights_scale`; a value other than 0 or 1 is refused). `head_count_kv` and the
+/// pattern may be lists of booleans or integers, or one integer for every layer.
 pub fn gguf_config(
     g: &crate::gguf_model::GgufConfig<'_>,
     c: &mut serde_json::Map<String, serde_json::Value>,
@@ -313,15 +314,16 @@ pub fn gguf_config(
     use serde_json::json;
     let kv = &g.kv;
     let layers = g.layers as usize;
+    // A list of booleans or integers, or one integer for every layer.
     let per_layer = |k: &str| -> Result<Option<Vec<u64>>> {
         let key = g.key(k);
-        Ok(match kv.bool_list(&key) {
-            Ok(Some(b)) => Some(b.into_iter().map(u64::from).collect()),
-            _ => match kv.uint_list(&key)? {
-                Some(v) => Some(v),
-                None => kv.uint(&key)?.map(|n| vec![n; layers]),
-            },
-        })
+        if let Ok(Some(b)) = kv.bool_list(&key) {
+            return Ok(Some(b.into_iter().map(u64::from).collect()));
+        }
+        match kv.uint_list(&key) {
+            Ok(v) => Ok(v),
+            Err(_) => Ok(kv.uint(&key)?.map(|n| vec![n; layers])),
+        }
     };
     let short = |k: &str, n: usize| {
         g.err(
@@ -348,7 +350,10 @@ pub fn gguf_config(
         Some(l) => kv_heads[l],
         None => kv_heads[0] / 2,
     };
-    let split = (0..layers).all(|l| kv_heads[l] == if sliding[l] { 2 * base } else { base });
+    let split = (0..layers).all(|l| match sliding[l] {
+        true => base.checked_mul(2) == Some(kv_heads[l]),
+        false => kv_heads[l] == base,
+    });
     if base == 0 || !split {
         return Err(g.err(
             "attention.head_count_kv",
@@ -395,16 +400,23 @@ pub fn gguf_config(
         }
     }
     c.insert("v_head_dim".into(), json!(v_dim));
-    let scale = kv.float(&g.key("attention.value_scale"))?;
+    // llama.cpp: `if (v_scale)` — absent or 0, no scale (transformers' null).
+    let scale = kv
+        .float(&g.key("attention.value_scale"))?
+        .filter(|&s| s != 0.0);
     c.insert("attention_value_scale".into(), json!(scale));
     let (rot, head_dim) = (g.rot, g.head_dim);
+    if rot == 0 {
+        return Err(g.err("rope.dimension_count", G::RotaryDims { rot, head_dim }));
+    }
     // transformers: int(head_dim · partial_rotary_factor) must give back `rot` (a third of a
     // head is not exact in binary: the midpoint of the pair's interval).
     let partial = match rot as f64 / head_dim as f64 {
         p if (head_dim as f64 * p) as u64 == rot => p,
         _ => (rot as f64 + 0.5) / head_dim as f64,
     };
-    let swa_theta = kv.float(&g.key("rope.freq_base_swa"))?.unwrap_or(g.theta);
+    // llama.cpp's default (llama-hparams.h), which its mimo2 loader keeps when the key is absent.
+    let swa_theta = kv.float(&g.key("rope.freq_base_swa"))?.unwrap_or(10000.0);
     let rope = |theta: f64| json!({"rope_type": "default", "rope_theta": theta, "partial_rotary_factor": partial});
     c.insert(
         "rope_parameters".into(),
@@ -429,11 +441,20 @@ pub fn gguf_config(
         None | Some(2) => {}
         Some(f) => return Err(g.err("expert_gating_func", G::NotSigmoid { found: f })),
     }
-    let routed_scale = match kv.float(&g.key("expert_weights_scale"))? {
-        Some(s) if s != 0.0 => s,
-        _ => 1.0,
-    };
-    c.insert("routed_scaling_factor".into(), json!(routed_scale));
+    // llama.cpp's mimo2 reads no `expert_weights_scale`: its experts are never scaled, and a
+    // file that says otherwise is refused rather than run one way or the other.
+    if let Some(s) = kv.float(&g.key("expert_weights_scale"))? {
+        if s != 0.0 && s != 1.0 {
+            return Err(g.err(
+                "expert_weights_scale",
+                G::NoEquivalent {
+                    value: s.to_string(),
+                    why: "llama.cpp's mimo2 does not read it (no scale); MiMo-V2-Flash's is 1",
+                },
+            ));
+        }
+    }
+    c.insert("routed_scaling_factor".into(), json!(1.0));
     for (k, hf) in [
         ("expert_group_count", "n_group"),
         ("expert_group_used_count", "topk_group"),
@@ -443,23 +464,32 @@ pub fn gguf_config(
     Ok(())
 }
 
-/// A mimo2 GGUF's sinks are where transformers' MiMo has them, on the sliding layers only: a
-/// full layer's `attn_sinks` (which llama.cpp would apply) has no meaning here and is refused.
+/// A mimo2 GGUF's tensors where llama.cpp and transformers agree on them: sinks on the sliding
+/// layers only (a full layer's `attn_sinks`, which llama.cpp would apply, has no meaning in
+/// transformers' MiMo), and no attention biases (llama.cpp loads them but its mimo2 graph never
+/// adds them); either is refused.
 pub fn gguf_assemble(
     config: &serde_json::Value,
     s: &mut crate::weights::TensorStore,
 ) -> Result<()> {
     let c = MimoV2FlashConfig::parse(config)?;
+    let refuse = |name: String| crate::error::DecodeError::BadTensor {
+        name,
+        fault: crate::error::TensorFault::NoMeaning {
+            model_type: "mimo_v2_flash",
+            gguf_arch: "mimo2",
+        },
+    };
     for (l, &sliding) in c.sliding_layers.iter().enumerate() {
         let name = format!("model.layers.{l}.self_attn.attention_sink_bias");
         if !sliding && s.find(&name).is_some() {
-            return Err(crate::error::DecodeError::BadTensor {
-                name: format!("blk.{l}.attn_sinks.weight"),
-                fault: crate::error::TensorFault::NoMeaning {
-                    model_type: "mimo_v2_flash",
-                    gguf_arch: "mimo2",
-                },
-            });
+            return Err(refuse(format!("blk.{l}.attn_sinks.weight")));
+        }
+        for (hf, gguf) in [("q", "q"), ("k", "k"), ("v", "v"), ("o", "output")] {
+            let bias = format!("model.layers.{l}.self_attn.{hf}_proj.bias");
+            if s.find(&bias).is_some() {
+                return Err(refuse(format!("blk.{l}.attn_{gguf}.bias")));
+            }
         }
     }
     Ok(())

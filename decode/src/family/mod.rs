@@ -247,7 +247,8 @@ pub struct GgufRow {
     /// Layers of two kinds with their own head counts (glm5-next: recurrent and attention;
     /// mimo2: full and sliding): `attention.head_count_kv` is a list per layer (glm5-next: 0 for a
     /// recurrent layer), `attention.value_length` may differ from the keys' and
-    /// `rope.dimension_count` may be 0, all the family's to read (`config`).
+    /// `rope.dimension_count` may be 0 (glm5-next's NoPE; mimo2 refuses it), all the family's to
+    /// read (`config`).
     pub hybrid: bool,
 }
 

@@ -213,13 +213,7 @@ pub fn gguf_config(g: &GgufConfig<'_>, c: &mut Map<String, Value>) -> Result<()>
     c.insert("num_experts".into(), json!(g.experts));
     // llama.cpp's qwen3moe graph: build_moe_ffn(..., norm_w = true, ...).
     c.insert("norm_topk_prob".into(), json!(true));
-    c.insert("decoder_sparse_step".into(), json!(1));
-    c.insert("mlp_only_layers".into(), json!(g.dense));
-    if !g.dense.is_empty() {
-        c.insert("intermediate_size".into(), json!(g.dense_width()?));
-    } else if let Some(f) = g.ff {
-        c.insert("intermediate_size".into(), json!(f));
-    }
+    g.dense_keys(c)?;
     c.insert("use_sliding_window".into(), json!(false));
     Ok(())
 }

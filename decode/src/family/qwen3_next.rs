@@ -124,14 +124,7 @@ pub fn gguf_config(
     use serde_json::json;
     qwen3_5_moe::gguf_keys(g, c)?;
     c.insert("norm_topk_prob".into(), json!(true));
-    c.insert("decoder_sparse_step".into(), json!(1));
-    c.insert("mlp_only_layers".into(), json!(g.dense));
-    if !g.dense.is_empty() {
-        c.insert("intermediate_size".into(), json!(g.dense_width()?));
-    } else if let Some(f) = g.ff {
-        c.insert("intermediate_size".into(), json!(f));
-    }
-    Ok(())
+    g.dense_keys(c)
 }
 
 /// The shared expert's gate as transformers holds it ([`qwen3_5_moe::gate_as_matrix`]);
