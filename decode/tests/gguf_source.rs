@@ -1655,7 +1655,12 @@ fn deltanet_gguf_keys_without_a_transformers_equivalent_are_refused() {
             ),
         ),
         ("ssm.inner_size", set("ssm.inner_size", u32v(47))),
+        ("ssm.inner_size", set("ssm.inner_size", u32v(0))),
         ("ssm.time_step_rank", set("ssm.time_step_rank", u32v(0))),
+        ("ssm.group_count", set("ssm.group_count", u32v(0))),
+        ("ssm.group_count", set("ssm.group_count", u32v(4))),
+        ("ssm.state_size", set("ssm.state_size", u32v(0))),
+        ("ssm.conv_kernel", set("ssm.conv_kernel", u32v(0))),
         (
             "attention.recurrent_layers",
             set(

@@ -394,17 +394,33 @@ pub(crate) fn gguf_keys(
             },
         ));
     }
+    // Each key head serves whole value heads; no width or kernel is 0 (refused here, by the
+    // GGUF's own key names, before the synthesised config is parsed).
+    let groups = req("ssm.group_count")?;
+    if groups == 0 || v_heads % groups != 0 {
+        return Err(g.err(
+            "ssm.group_count",
+            G::NoEquivalent {
+                value: groups.to_string(),
+                why: "a non-zero divisor of ssm.time_step_rank (key heads of whole value heads)",
+            },
+        ));
+    }
+    let (state, kernel) = (req("ssm.state_size")?, req("ssm.conv_kernel")?);
+    for (k, v) in [
+        ("ssm.inner_size", inner),
+        ("ssm.state_size", state),
+        ("ssm.conv_kernel", kernel),
+    ] {
+        if v == 0 {
+            return Err(g.err(k, G::Zero));
+        }
+    }
     c.insert("linear_num_value_heads".into(), json!(v_heads));
     c.insert("linear_value_head_dim".into(), json!(inner / v_heads));
-    c.insert(
-        "linear_num_key_heads".into(),
-        json!(req("ssm.group_count")?),
-    );
-    c.insert("linear_key_head_dim".into(), json!(req("ssm.state_size")?));
-    c.insert(
-        "linear_conv_kernel_dim".into(),
-        json!(req("ssm.conv_kernel")?),
-    );
+    c.insert("linear_num_key_heads".into(), json!(groups));
+    c.insert("linear_key_head_dim".into(), json!(state));
+    c.insert("linear_conv_kernel_dim".into(), json!(kernel));
     let recurrent = match kv.bool_list(&g.key("attention.recurrent_layers"))? {
         Some(r) if r.len() < layers => {
             return Err(g.err(
