@@ -21,7 +21,7 @@ use crate::config::{
 };
 use crate::error::{ConfigFault, Result};
 use crate::family::common::{AttnExtra, AttnSpec, NormStyle};
-use crate::family::plan::{MixerPlan, MlpPlan, Plan, RoutePlan, SharedPlan};
+use crate::family::plan::{MixerPlan, MlpPlan, Plan, SharedPlan};
 
 /// The config keys the forward pass reads.
 #[derive(Clone, Debug)]
@@ -266,16 +266,7 @@ pub fn plan(c: &MimoV2FlashConfig) -> Plan {
         mlps: MlpPlan::layers(
             c.num_layers,
             |l| c.sparse[l],
-            MlpPlan::Moe {
-                router: "mlp.gate.weight",
-                route: RoutePlan::SigmoidGroup {
-                    bias: "mlp.gate.e_score_correction_bias",
-                    n_group,
-                    topk_group,
-                    scale,
-                },
-                shared: 0,
-            },
+            MlpPlan::sigmoid_group_moe(n_group, topk_group, scale, 0),
             c.intermediate_size,
         ),
         shared: SharedPlan::EXPERTS,
