@@ -54,6 +54,14 @@ moved from HF's grouped order to ggml's tiled order (v_head_order), the ssm / ro
 recurrent-layer keys; see plan_q35. `--verify` also recomputes those transforms from whole
 tensors (check_q35).
 
+GLM-5.3-Flash (`glm5_next`, as `converter/examples/synth_decode_checkpoint.rs` writes it with
+SYNTH_FAMILY=glm5_next): llama.cpp's `glm5-next`, written by fixtures/gguf/make_from_hf.py's
+glm5_write (the writer of the glm5_next GGUF fixtures, which tarfa's tests hold to
+convert_hf_to_gguf.py's Glm5NextModel) as `--outtype bf16` does: 1-D tensors, norms, the router,
+the hyper-connections, the indexer's compressor, ssm_a and ssm_dt in F32, matrices BF16 as stored.
+That writer holds the stacked experts in memory until the file is written (about the model's
+size: GPU machine only); `--verify` does not apply to it.
+
 `--verify` also re-reads every key/value.
 
 Only numpy and gguf are used; the source's headers are parsed here and its data copied with
@@ -692,6 +700,22 @@ def verify(path: Path, tensors: list, kv: dict) -> None:
           file=sys.stderr)
 
 
+def glm5_next(src: Source, top: dict, args) -> None:
+    """GLM-5.3-Flash through fixtures/gguf/make_from_hf.py's glm5_write, the tensors mapped from
+    the source files (read as the writer goes)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "gguf"))
+    import make_from_hf
+
+    raw = {}
+    for name, (path, dtype, shape, off, _) in src.tensors.items():
+        np_dtype = np.uint16 if dtype == BF16 else np.float32
+        raw[name] = (dtype, np.memmap(path, dtype=np_dtype, mode="r", offset=off, shape=tuple(shape)))
+    t0 = time.time()
+    make_from_hf.glm5_write(raw, top, None, args.out, f"{args.src.name} (tarfa bench/llama/safetensors_to_gguf.py)",
+                            f32_small=True)
+    print(f"{args.out}: {os.path.getsize(args.out)} bytes, {time.time() - t0:.1f} s", file=sys.stderr)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("src", type=Path)
@@ -703,8 +727,13 @@ def main() -> None:
     pre = "model"
     if family == "qwen3_5_moe":  # the multimodal wrapper: its text model only
         cfg, pre, family = cfg["text_config"], "model.language_model", "qwen3_5_moe_text"
+    if family == "glm5_next":
+        if args.verify:
+            sys.exit("error: --verify is not implemented for glm5_next")
+        glm5_next(Source(args.src), json.loads((args.src / "config.json").read_text()), args)
+        return
     if family not in ("qwen3_moe", "glm4_moe", "qwen3_5_moe_text"):
-        sys.exit(f"error: model_type {family!r}: only qwen3_moe, glm4_moe and qwen3_5_moe_text are handled")
+        sys.exit(f"error: model_type {family!r}: only qwen3_moe, glm4_moe, qwen3_5_moe_text and glm5_next are handled")
     src = Source(args.src)
     if family == "qwen3_5_moe_text":
         tensors, hp = plan_q35(src, cfg, pre)

@@ -33,6 +33,23 @@
 //! (std 0.5), `conv1d` std 0.2. About 1.69 GB a layer (BF16; the 256 experts are 1.61 GB of
 //! it); 10 layers with the default vocabulary of 32,768 make 17.10 GB (15.9 GiB), 4 layers with
 //! a vocabulary of 4096 make 6.76 GB.
+//!
+//! With `SYNTH_FAMILY=glm5_next` it writes GLM-5.3-Flash's text model as its vision-language
+//! checkpoint holds it (`Glm5NextForConditionalGeneration`, `model_type` `glm5_next` with a
+//! `text_config`, tensors under `model.language_model.`, no vision tower) at GLM-5.3-Flash's
+//! widths: hidden 4096; four hyper-connection streams (20 Sinkhorn iterations); layers `l` with
+//! `l % 4 == 3` NoPE MLA with DeepSeek sparse attention (64 heads of 256, query LoRA 1536, latent
+//! 512; an indexer of 32 heads of 128 over pools of 16 keeping 2048 positions; the first such
+//! layer runs its indexer, the next reuses its selection, alternating), the others Kimi delta
+//! attention (64 heads of 128, conv kernel 4, gate lower bound -5); layer 0 a dense MLP (12288),
+//! then MoE layers of `GLM5_EXPERTS` experts (default 32; GLM-5.3-Flash has 288, each 50.3 MB)
+//! of 2048, top-8, sigmoid router with correction bias, one shared expert, scaled by 2.5; every
+//! SwiGLU clamped at 10. KDA's `A_log` about 0 (std 0.5), `dt_bias` about -4 (std 0.5: a decay
+//! step near 0.02, FLA's range); the hyper-connections' `fn` std 0.02, `base` about 0 and
+//! `scale` about 1. 8 layers of 32 experts with the default vocabulary make 14.3 GB (13.3 GiB).
+
+// The GLM-5.3-Flash config is one `json!` of 40 keys.
+#![recursion_limit = "256"]
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -63,6 +80,34 @@ mod q35 {
     pub const FULL_EVERY: u64 = 4;
 }
 
+/// GLM-5.3-Flash's widths (`SYNTH_FAMILY=glm5_next`; transformers' `Glm5NextTextConfig`
+/// defaults), less the routed experts (`GLM5_EXPERTS`).
+mod g5 {
+    pub const HIDDEN: u64 = 4096;
+    pub const HEADS: u64 = 64;
+    pub const NOPE: u64 = 256;
+    pub const V_DIM: u64 = 256;
+    pub const Q_LORA: u64 = 1536;
+    pub const KV_LORA: u64 = 512;
+    pub const INDEX_HEADS: u64 = 32;
+    pub const INDEX_DIM: u64 = 128;
+    pub const INDEX_TOPK: u64 = 2048;
+    pub const KPOOL: u64 = 16;
+    pub const LIN_HEADS: u64 = 64;
+    pub const LIN_DIM: u64 = 128;
+    pub const CONV_KERNEL: u64 = 4;
+    pub const MOE_INTER: u64 = 2048;
+    pub const DENSE_INTER: u64 = 12288;
+    pub const HC: u64 = 4;
+    pub const EXPERTS: u64 = 32;
+    /// The fewest experts a top-8 router can choose from.
+    pub const TOP_K_MIN: u64 = super::TOP_K;
+    /// Layer `l` is MLA with DSA (the others KDA), as the config's default `layer_types`.
+    pub fn dsa(l: u64) -> bool {
+        l % 4 == 3
+    }
+}
+
 /// One tensor: name, shape, and the mean and standard deviation its values are drawn with.
 struct Tensor {
     name: String,
@@ -84,6 +129,7 @@ enum Family {
     Qwen3Moe,
     Glm4Moe,
     Qwen3_5Moe,
+    Glm5Next,
 }
 
 impl Family {
@@ -92,6 +138,7 @@ impl Family {
             Family::Qwen3Moe => "qwen3_moe",
             Family::Glm4Moe => "glm4_moe",
             Family::Qwen3_5Moe => "qwen3_5_moe",
+            Family::Glm5Next => "glm5_next",
         }
     }
 }
@@ -101,9 +148,11 @@ fn q35_full(l: u64) -> bool {
     (l + 1) % q35::FULL_EVERY == 0
 }
 
-fn tensors(family: Family, layers: u64, vocab: u64) -> Vec<Tensor> {
-    if family == Family::Qwen3_5Moe {
-        return tensors_q35(layers, vocab);
+fn tensors(family: Family, layers: u64, vocab: u64, experts: u64) -> Vec<Tensor> {
+    match family {
+        Family::Qwen3_5Moe => return tensors_q35(layers, vocab),
+        Family::Glm5Next => return tensors_g5(layers, vocab, experts),
+        Family::Qwen3Moe | Family::Glm4Moe => {}
     }
     let glm = family == Family::Glm4Moe;
     let w = |name: String, shape: Vec<u64>| Tensor {
@@ -239,6 +288,117 @@ fn tensors_q35(layers: u64, vocab: u64) -> Vec<Tensor> {
     v
 }
 
+/// GLM-5.3-Flash's text model (`glm5_next`): the tensors of `Glm5NextForConditionalGeneration`
+/// under `model.language_model.` as transformers names them, experts per expert.
+fn tensors_g5(layers: u64, vocab: u64, experts: u64) -> Vec<Tensor> {
+    use g5::*;
+    let t = |name: String, shape: Vec<u64>, mean: f32, std: f32| Tensor {
+        name,
+        shape,
+        mean,
+        std,
+    };
+    let w = |name: String, shape: Vec<u64>| t(name, shape, 0.0, 0.02);
+    let norm = |name: String, n: u64| t(name, vec![n], 1.0, 0.05);
+    let h = HIDDEN;
+    let lin = LIN_HEADS * LIN_DIM;
+    let mix = HC * HC + 2 * HC;
+    let mut v = vec![w(
+        "model.language_model.embed_tokens.weight".into(),
+        vec![vocab, h],
+    )];
+    for l in 0..layers {
+        let p = format!("model.language_model.layers.{l}");
+        for hc in ["attn", "ffn"] {
+            v.push(w(format!("{p}.hc_{hc}_fn"), vec![mix, HC * h]));
+            v.push(t(format!("{p}.hc_{hc}_base"), vec![mix], 0.0, 0.05));
+            v.push(t(format!("{p}.hc_{hc}_scale"), vec![3], 1.0, 0.05));
+        }
+        v.push(norm(format!("{p}.input_layernorm.weight"), h));
+        v.push(norm(format!("{p}.post_attention_layernorm.weight"), h));
+        let a = format!("{p}.self_attn");
+        if dsa(l) {
+            v.push(w(format!("{a}.q_a_proj.weight"), vec![Q_LORA, h]));
+            v.push(norm(format!("{a}.q_a_layernorm.weight"), Q_LORA));
+            v.push(w(
+                format!("{a}.q_b_proj.weight"),
+                vec![HEADS * NOPE, Q_LORA],
+            ));
+            v.push(w(
+                format!("{a}.kv_a_proj_with_mqa.weight"),
+                vec![KV_LORA, h],
+            ));
+            v.push(norm(format!("{a}.kv_a_layernorm.weight"), KV_LORA));
+            v.push(w(
+                format!("{a}.kv_b_proj.weight"),
+                vec![HEADS * (NOPE + V_DIM), KV_LORA],
+            ));
+            v.push(w(format!("{a}.o_proj.weight"), vec![h, HEADS * V_DIM]));
+            let i = format!("{a}.indexer");
+            v.push(w(
+                format!("{i}.wq_b.weight"),
+                vec![INDEX_HEADS * INDEX_DIM, Q_LORA],
+            ));
+            v.push(w(format!("{i}.wk.weight"), vec![INDEX_DIM, h]));
+            v.push(norm(format!("{i}.k_norm.weight"), INDEX_DIM));
+            v.push(t(format!("{i}.k_norm.bias"), vec![INDEX_DIM], 0.0, 0.02));
+            v.push(w(format!("{i}.weights_proj.weight"), vec![INDEX_HEADS, h]));
+            v.push(w(
+                format!("{i}.index_kpool_compress_gate"),
+                vec![INDEX_DIM, h],
+            ));
+            v.push(w(
+                format!("{i}.index_kpool_compress_ape"),
+                vec![KPOOL, INDEX_DIM],
+            ));
+        } else {
+            for x in ["q", "k", "v"] {
+                v.push(w(format!("{a}.{x}_proj.weight"), vec![lin, h]));
+                v.push(t(
+                    format!("{a}.{x}_conv1d.weight"),
+                    vec![lin, 1, CONV_KERNEL],
+                    0.0,
+                    0.2,
+                ));
+            }
+            for x in ["f", "g"] {
+                v.push(w(format!("{a}.{x}_a_proj.weight"), vec![LIN_DIM, h]));
+                v.push(w(format!("{a}.{x}_b_proj.weight"), vec![lin, LIN_DIM]));
+            }
+            v.push(w(format!("{a}.b_proj.weight"), vec![LIN_HEADS, h]));
+            v.push(t(format!("{a}.A_log"), vec![LIN_HEADS], 0.0, 0.5));
+            v.push(t(format!("{a}.dt_bias"), vec![lin], -4.0, 0.5));
+            v.push(norm(format!("{a}.o_norm.weight"), LIN_DIM));
+            v.push(w(format!("{a}.o_proj.weight"), vec![h, lin]));
+        }
+        let m = format!("{p}.mlp");
+        if l == 0 {
+            v.push(w(format!("{m}.gate_proj.weight"), vec![DENSE_INTER, h]));
+            v.push(w(format!("{m}.up_proj.weight"), vec![DENSE_INTER, h]));
+            v.push(w(format!("{m}.down_proj.weight"), vec![h, DENSE_INTER]));
+            continue;
+        }
+        v.push(w(format!("{m}.gate.weight"), vec![experts, h]));
+        v.push(w(
+            format!("{m}.gate.e_score_correction_bias"),
+            vec![experts],
+        ));
+        let s = format!("{m}.shared_experts");
+        v.push(w(format!("{s}.gate_proj.weight"), vec![MOE_INTER, h]));
+        v.push(w(format!("{s}.up_proj.weight"), vec![MOE_INTER, h]));
+        v.push(w(format!("{s}.down_proj.weight"), vec![h, MOE_INTER]));
+        for x in 0..experts {
+            let e = format!("{m}.experts.{x}");
+            v.push(w(format!("{e}.gate_proj.weight"), vec![MOE_INTER, h]));
+            v.push(w(format!("{e}.up_proj.weight"), vec![MOE_INTER, h]));
+            v.push(w(format!("{e}.down_proj.weight"), vec![h, MOE_INTER]));
+        }
+    }
+    v.push(norm("model.language_model.norm.weight".into(), h));
+    v.push(w("lm_head.weight".into(), vec![vocab, h]));
+    v
+}
+
 /// BF16 bits of element `i` of the tensor whose name hashes to `seed`: mean + std * z, z a sum of
 /// four 16-bit uniforms scaled to unit variance (|z| <= 3.47), rounded to nearest even. Integer
 /// arithmetic and two correctly rounded f32 operations: the same bits on every machine.
@@ -302,9 +462,10 @@ fn write_checkpoint(
     layers: u64,
     shards: usize,
     vocab: u64,
+    experts: u64,
 ) -> std::io::Result<u64> {
     std::fs::create_dir_all(dir)?;
-    let all = tensors(family, layers, vocab);
+    let all = tensors(family, layers, vocab, experts);
     let total: u64 = all.iter().map(Tensor::bytes).sum();
     // Cut the write order into `shards` runs of about equal bytes.
     let mut runs: Vec<Vec<&Tensor>> = vec![Vec::new(); shards];
@@ -344,7 +505,9 @@ fn write_checkpoint(
             serde_json::to_vec_pretty(&index)?,
         )?;
     }
-    let config = if family == Family::Qwen3_5Moe {
+    let config = if family == Family::Glm5Next {
+        glm5_config(layers, vocab, experts)
+    } else if family == Family::Qwen3_5Moe {
         // What transformers' Qwen3_5MoeTextConfig reads (Qwen3.5-35B-A3B's text_config, less
         // the MTP layer and with this file's layer count and vocabulary).
         let layer_types: Vec<&str> = (0..layers)
@@ -466,6 +629,89 @@ fn write_checkpoint(
     Ok(total)
 }
 
+/// What transformers' `Glm5NextConfig` reads: GLM-5.3-Flash's text config with this file's
+/// layers, experts and vocabulary, one leading dense layer, the DSA layers' indexers alternating
+/// full and shared, no MTP layer.
+fn glm5_config(layers: u64, vocab: u64, experts: u64) -> serde_json::Value {
+    use g5::*;
+    let layer_types: Vec<&str> = (0..layers)
+        .map(|l| {
+            if dsa(l) {
+                "deepseek_sparse_attention"
+            } else {
+                "linear_attention"
+            }
+        })
+        .collect();
+    let mut full = true;
+    let indexer_types: Vec<&str> = (0..layers)
+        .map(|l| {
+            if !dsa(l) {
+                return "full";
+            }
+            let t = if full { "full" } else { "shared" };
+            full = !full;
+            t
+        })
+        .collect();
+    let mlp_types: Vec<&str> = (0..layers)
+        .map(|l| if l == 0 { "dense" } else { "sparse" })
+        .collect();
+    let text = serde_json::json!({
+            "model_type": "glm5_next_text",
+            "attention_bias": false,
+            "hc_eps": 1e-6,
+            "hc_mult": HC,
+            "hc_sinkhorn_iters": 20,
+            "hidden_act": "silu",
+            "hidden_size": HIDDEN,
+            "index_head_dim": INDEX_DIM,
+            "index_kpool": KPOOL,
+            "index_kpool_always_select_tail": true,
+            "index_n_heads": INDEX_HEADS,
+            "index_topk": INDEX_TOPK,
+            "indexer_types": indexer_types,
+            "intermediate_size": DENSE_INTER,
+            "kv_lora_rank": KV_LORA,
+            "layer_types": layer_types,
+            "linear_conv_kernel_dim": CONV_KERNEL,
+            "linear_head_dim": LIN_DIM,
+            "linear_lower_bound": -5.0,
+            "linear_num_heads": LIN_HEADS,
+            "max_position_embeddings": 1_048_576,
+            "mlp_layer_types": mlp_types,
+            "moe_intermediate_size": MOE_INTER,
+            "n_group": 1,
+            "n_routed_experts": experts,
+            "n_shared_experts": 1,
+            "norm_topk_prob": true,
+            "num_attention_heads": HEADS,
+            "num_experts_per_tok": TOP_K,
+            "num_hidden_layers": layers,
+            "num_key_value_heads": HEADS,
+            "q_lora_rank": Q_LORA,
+            "qk_nope_head_dim": NOPE,
+            "qk_rope_head_dim": 0,
+            "rms_norm_eps": 1e-5,
+            "routed_scaling_factor": 2.5,
+            "swiglu_limit": 10.0,
+            "tie_word_embeddings": false,
+            "topk_group": 1,
+            "v_head_dim": V_DIM,
+            "vocab_size": vocab,
+            "bos_token_id": null,
+            "eos_token_id": null,
+            "pad_token_id": null,
+    });
+    serde_json::json!({
+        "architectures": ["Glm5NextForConditionalGeneration"],
+        "model_type": "glm5_next",
+        "tie_word_embeddings": false,
+        "text_config": text,
+        "torch_dtype": "bfloat16",
+    })
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let num = |i: usize| args.get(i).and_then(|s| s.parse::<u64>().ok());
@@ -479,10 +725,30 @@ fn main() {
         Err(_) | Ok("qwen3_moe") => Family::Qwen3Moe,
         Ok("glm4_moe") => Family::Glm4Moe,
         Ok("qwen3_5_moe") => Family::Qwen3_5Moe,
+        Ok("glm5_next") => Family::Glm5Next,
         Ok(other) => {
-            eprintln!("error: SYNTH_FAMILY={other:?}: qwen3_moe, glm4_moe or qwen3_5_moe");
+            eprintln!(
+                "error: SYNTH_FAMILY={other:?}: qwen3_moe, glm4_moe, qwen3_5_moe or glm5_next"
+            );
             std::process::exit(2);
         }
+    };
+    let experts = match std::env::var("GLM5_EXPERTS") {
+        Err(_) => g5::EXPERTS,
+        Ok(_) if family != Family::Glm5Next => {
+            eprintln!("error: GLM5_EXPERTS applies to SYNTH_FAMILY=glm5_next only");
+            std::process::exit(2);
+        }
+        Ok(s) => match s.parse::<u64>() {
+            Ok(n) if (g5::TOP_K_MIN..=1024).contains(&n) => n,
+            _ => {
+                eprintln!(
+                    "error: GLM5_EXPERTS={s:?}: a whole number of experts from {} to 1024",
+                    g5::TOP_K_MIN
+                );
+                std::process::exit(2);
+            }
+        },
     };
     if family == Family::Qwen3_5Moe && layers < q35::FULL_EVERY {
         eprintln!(
@@ -493,12 +759,12 @@ fn main() {
         std::process::exit(2);
     }
     let t = std::time::Instant::now();
-    match write_checkpoint(family, Path::new(dir), layers, shards, vocab) {
+    match write_checkpoint(family, Path::new(dir), layers, shards, vocab, experts) {
         Ok(total) => {
-            let (experts, heads, kv_heads, head_dim) = if family == Family::Qwen3_5Moe {
-                (q35::EXPERTS, q35::HEADS, q35::KV_HEADS, q35::HEAD_DIM)
-            } else {
-                (EXPERTS, HEADS, KV_HEADS, HEAD_DIM)
+            let (experts, heads, kv_heads, head_dim) = match family {
+                Family::Qwen3_5Moe => (q35::EXPERTS, q35::HEADS, q35::KV_HEADS, q35::HEAD_DIM),
+                Family::Glm5Next => (experts, g5::HEADS, g5::HEADS, g5::NOPE),
+                Family::Qwen3Moe | Family::Glm4Moe => (EXPERTS, HEADS, KV_HEADS, HEAD_DIM),
             };
             println!(
                 "{dir}: {} {layers} layers x {experts} experts (top-{TOP_K}), \

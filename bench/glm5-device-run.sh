@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Issue 27 on the GPU machine: a generated GLM-5.3-Flash-shaped model (`glm5_next` at
+# GLM-5.3-Flash's widths, fewer experts: converter/examples/synth_decode_checkpoint.rs with
+# SYNTH_FAMILY=glm5_next) decoded with the model on the GPU beside llama.cpp's CUDA build on the
+# same weights (its `glm5-next` GGUF, written by bench/llama/safetensors_to_gguf.py), and streamed
+# from a cold cache against the storage bound. The GPU's logits are compared with the CPU's.
+#   bash bench/glm5-device-run.sh WORKDIR [LAYERS [EXPERTS]]
+# Defaults: 8 layers (KDA, KDA, KDA, DSA, ...; layer 0 dense) of 32 experts: 14.3 GB.
+# Needs (carried, git-ignored): target/device/{tarfa-cuda,synth_decode_checkpoint},
+# bench/llama/llama-cpp-cuda-src.tar.xz (CUDA=1 bash bench/llama/make-llama-src.sh) and
+# bench/llama/wheels/ (the gguf wheel). OUT: where logs and logits go (default WORKDIR/out).
+# NO_LLAMA=1: tarfa's side only. Exits 1 when the GPU's logits differ from the CPU's.
+set -uo pipefail
+source "$(dirname "$0")/claims.sh"
+R=$(pwd)
+B=$R/target/device
+H=$R/bench/llama
+W=${1:?usage: glm5-device-run.sh WORKDIR [LAYERS [EXPERTS]]}
+LAYERS=${2:-8}
+EXPERTS=${3:-32}
+O=${OUT:-$W/out}
+mkdir -p "$W" "$O"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+t() { local s rc; s=$(date +%s%N); "$@"; rc=$?; echo "TIME $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" >&2; return $rc; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader
+df -h "$W" | tail -1
+LLAMA=1
+[ "${NO_LLAMA:-0}" = 1 ] && LLAMA=0
+if [ "$LLAMA" = 1 ]; then
+  echo "== llama.cpp CUDA build, in the background (niced)"
+  ( s=$(date +%s); CUDA=1 nice -n 19 bash "$H/build-llama-bench.sh" "$W" 16 > "$O/llama-build.log" 2>&1
+    echo "$? $(( $(date +%s) - s ))" > "$W/llama-build.done" ) &
+fi
+echo "== checkpoint: $LAYERS layers of $EXPERTS experts"
+rm -rf "$W/src" "$W/jnf" "$W/model.gguf"
+SYNTH_FAMILY=glm5_next GLM5_EXPERTS=$EXPERTS t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 || exit 2
+t "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2
+if [ "$LLAMA" = 1 ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$H"/wheels/*.whl || exit 2
+  PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} t python3 "$H/safetensors_to_gguf.py" "$W/src" "$W/model.gguf" || exit 2
+fi
+rm -rf "$W/src"
+du -sb "$W/jnf" | awk '{printf "model: %.2f GB (%.2f GiB)\n", $1/1e9, $1/2^30}'
+P="--tokens 11,22,33,44,55,66,77,88 -n 24 --ignore-eos"
+echo "== CPU, experts resident (reference logits)"
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" 2>&1 >/dev/null | grep -E "^(prompt|compute)"
+echo "== GPU (--device cuda), experts resident"
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/gpu.npy" 2>&1 >/dev/null | grep -E "^(prompt|gpu)"
+echo "== GPU (--device cuda), experts streamed, no VRAM expert cache"
+t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --vram-gib 0 --logits-out "$O/gpu-stream.npy" 2>&1 >/dev/null | grep -E "^(prompt|gpu)"
+same_bytes "$O/cpu.npy" "$O/gpu.npy" "--device cuda == cpu"
+same_bytes "$O/cpu.npy" "$O/gpu-stream.npy" "--device cuda --vram-gib 0 == cpu"
+echo "== tg32-shaped: bench-decode --modes gpu --prompt-tokens 1 --tokens 32 --runs 5"
+t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 --tokens 32 --runs 5 2>&1 | tail -12
+echo "== cold cache: bench-decode --modes stream,gpu-stream (against the storage bound)"
+t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes stream,gpu-stream --prompt-tokens 2 --tokens 8 --runs 2 2>&1 | tail -16
+if [ "$LLAMA" = 1 ]; then
+  echo "== waiting for the llama.cpp build"
+  wait
+  read -r rc secs < "$W/llama-build.done"
+  echo "llama.cpp build: rc=$rc in $secs s"
+  [ "$rc" = 0 ] || { tail -30 "$O/llama-build.log"; end_claims; exit 2; }
+  echo "== llama-bench -ngl 99 -p 0 -n 32 -r 5 (flash attention at its default)"
+  t "$W/llama-build/bin/llama-bench" -m "$W/model.gguf" -ngl 99 -p 0 -n 32 -r 5 -o json > "$O/llama-bench-cuda.json" 2> "$O/llama-bench-cuda.err" \
+    || tail -20 "$O/llama-bench-cuda.err"
+  python3 - "$O/llama-bench-cuda.json" <<'PY'
+import json, sys
+try:
+    rows = json.load(open(sys.argv[1]))
+except Exception as e:
+    sys.exit(f"llama-bench gave no JSON: {e}")
+for r in rows:
+    test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+    print(f"llama.cpp CUDA {test}: {r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} tokens/s over {len(r['samples_ts'])} runs, "
+          f"ngl {r.get('n_gpu_layers')}, model {r['model_size']} bytes, gpu {r.get('gpu_info')!r}")
+PY
+fi
+end_claims
