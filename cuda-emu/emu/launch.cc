@@ -52,12 +52,12 @@ void emu_attention(G, const float* q, const float* k, const float* v, const unsi
 void emu_delta_heads(G, const float* mixed, const unsigned char* conv_w, int conv_dtype,
                      int kernel, float* hist, const int* params, const float* z, const float* b,
                      const float* a, const unsigned char* dt_bias, int dt_dtype,
-                     const unsigned char* a_log, int a_dtype, const unsigned char* norm_w,
-                     int ndtype, int k_heads, int v_heads, int dk, int dv, float q_div, float eps,
-                     float* state, float* out) {
+                     const unsigned char* a_log, int a_dtype, int a_neg,
+                     const unsigned char* norm_w, int ndtype, int k_heads, int v_heads, int dk,
+                     int dv, float q_div, float eps, float* state, float* out) {
     RUN(tarfa_e_delta_heads(mixed, conv_w, conv_dtype, kernel, hist, params, z, b, a, dt_bias,
-                            dt_dtype, a_log, a_dtype, norm_w, ndtype, k_heads, v_heads, dk, dv,
-                            q_div, eps, state, out));
+                            dt_dtype, a_log, a_dtype, a_neg, norm_w, ndtype, k_heads, v_heads, dk,
+                            dv, q_div, eps, state, out));
 }
 void emu_topk(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts,
               const float* gz, float* gw) {

@@ -184,6 +184,7 @@ extern "C" {
         dt_dtype: i32,
         a_log: *const u8,
         a_dtype: i32,
+        a_neg: i32,
         norm_w: *const u8,
         ndtype: i32,
         k_heads: i32,
@@ -824,8 +825,11 @@ pub struct DeltaIn<'a> {
     pub conv: &'a W,
     /// `dt_bias` (`v_heads`).
     pub dt_bias: &'a W,
-    /// `A_log` (`v_heads`).
+    /// `A_log` (`v_heads`), or with `a_neg` the rates' negations `−exp(A_log)` (a GGUF's
+    /// `ssm_a`).
     pub a_log: &'a W,
+    /// Whether `a_log` holds `−exp(A_log)`.
+    pub a_neg: bool,
     /// The gated norm's weight (`dv`).
     pub norm: &'a W,
     /// Its epsilon.
@@ -883,6 +887,7 @@ pub fn delta_step(
             d.dt_bias.dt.code(),
             al.ptr(),
             d.a_log.dt.code(),
+            i32::from(d.a_neg),
             nw.ptr(),
             d.norm.dt.code(),
             d.k_heads as i32,
@@ -1870,7 +1875,7 @@ impl EngineDevice for EmuDevice {
                     );
                 }
                 Kernel::DeltaHeads => {
-                    count(23)?;
+                    count(24)?;
                     emu_delta_heads(
                         g,
                         b,
@@ -1888,16 +1893,17 @@ impl EngineDevice for EmuDevice {
                         n(10)?,
                         p(11)? as _,
                         n(12)?,
-                        p(13)? as _,
-                        n(14)?,
+                        n(13)?,
+                        p(14)? as _,
                         n(15)?,
                         n(16)?,
                         n(17)?,
                         n(18)?,
-                        f(19)?,
+                        n(19)?,
                         f(20)?,
-                        p(21)? as _,
+                        f(21)?,
                         p(22)? as _,
+                        p(23)? as _,
                     );
                 }
                 Kernel::Topk => {

@@ -1237,7 +1237,13 @@ fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
         (1, 3, 40, 72, 3),
         (1, 2, 32, 8, 1),
     ] {
-        for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+        // The rates as `A_log` (a checkpoint's) and as `−exp(A_log)` stored (a GGUF's ssm_a).
+        for (dt, a_neg) in [
+            (emu::Dt::Bf16, false),
+            (emu::Dt::F32, false),
+            (emu::Dt::Bf16, true),
+            (emu::Dt::F32, true),
+        ] {
             let cd = 2 * k_heads * dk + v_heads * dv;
             let vd = v_heads * dv;
             let (conv, conv_v) = weights(&mut r, cd * kernel, dt, 0.5);
@@ -1262,6 +1268,7 @@ fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
                 conv: &conv,
                 dt_bias: &dt_bias,
                 a_log: &a_log,
+                a_neg,
                 norm: &norm,
                 eps,
             };
@@ -1293,7 +1300,11 @@ fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
                     &mut cpu,
                     conv_m,
                     WeightSlice::F32(&dt_bias_v),
-                    Rates::Log(WeightSlice::F32(&a_log_v)),
+                    if a_neg {
+                        Rates::Neg(WeightSlice::F32(&a_log_v))
+                    } else {
+                        Rates::Log(WeightSlice::F32(&a_log_v))
+                    },
                     WeightSlice::F32(&norm_v),
                     &DeltaToken {
                         mixed: &mixed,
@@ -1304,7 +1315,7 @@ fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
                 );
                 let got = emu::delta_step(&gpu_in, t, &mut hist, &mut state, (&mixed, &z, &b, &a));
                 let case = format!(
-                    "k {k_heads} v {v_heads} dk {dk} dv {dv} kernel {kernel} {dt:?} token {t}"
+                    "k {k_heads} v {v_heads} dk {dk} dv {dv} kernel {kernel} {dt:?} a_neg {a_neg} token {t}"
                 );
                 assert_eq!(bits(&got), bits(&want), "output: {case}");
                 assert_eq!(bits(&state), bits(&cpu.s.concat()), "state: {case}");

@@ -150,14 +150,15 @@ __device__ __forceinline__ void tarfa_delta_rows(float* st, int dk, int dv, cons
 // every block of that key head does, the same bits — and its own v), and stores the token's
 // value of each in the history's row pos mod kernel (q and k by the key head's first block).
 // Then q and k L2-normalised (q also divided by q_div, the f32 of √dk); β = sigmoid(b[h]); the
-// decay e^g, g = −e^(A_log[h]) · softplus(a[h] + dt_bias[h]); the head's state S (dv rows of dk
+// decay e^g, g = −rate · softplus(a[h] + dt_bias[h]), the rate e^(A_log[h]) or, with a_neg,
+// −a_log[h] (the weights hold −e^(A_log) as a GGUF's ssm_a does: the CPU's Rates::Neg); the head's state S (dv rows of dk
 // floats at state + h·dv·dk, row j holding column j of the CPU's S) advanced row by row
 // (tarfa_delta_rows); then the gated RMSNorm out = (w · (o · rsqrt(mean(o²) + eps))) · silu(z)
 // into out[h·dv ..].
 extern "C" __global__ void __launch_bounds__(TARFA_DELTA_THREADS) tarfa_e_delta_heads(
     const float* mixed, const unsigned char* conv_w, int conv_dtype, int kernel, float* hist,
     const int* params, const float* z, const float* b, const float* a,
-    const unsigned char* dt_bias, int dt_dtype, const unsigned char* a_log, int a_dtype,
+    const unsigned char* dt_bias, int dt_dtype, const unsigned char* a_log, int a_dtype, int a_neg,
     const unsigned char* norm_w, int ndtype, int k_heads, int v_heads, int dk, int dv,
     float q_div, float eps, float* state, float* out) {
     TARFA_DYNAMIC_SHARED(float, sm);  // q [dk], k [dk], v [dv], o [dv]
@@ -194,7 +195,9 @@ extern "C" __global__ void __launch_bounds__(TARFA_DELTA_THREADS) tarfa_e_delta_
     __syncthreads();
     float beta = tarfa_sigmoid(b[h]);
     float sp = tarfa_softplus(__fadd_rn(a[h], tarfa_weight(dt_bias, dt_dtype, h)));
-    float g = __fmul_rn(-tarfa_exp(tarfa_weight(a_log, a_dtype, h)), sp);
+    float stored = tarfa_weight(a_log, a_dtype, h);
+    float rate = a_neg ? -stored : tarfa_exp(stored);
+    float g = __fmul_rn(-rate, sp);
     float decay = tarfa_exp(g);
     float* st = state + (long long)h * dv * dk;
     // Key heads up to 128 wide: eight rows a warp at once; wider (up to 256): four.

@@ -151,8 +151,11 @@ pub struct HostDeltaNet<'a> {
     pub conv: HostTensor<'a>,
     /// `dt_bias` `[1, v_heads]`.
     pub dt_bias: HostTensor<'a>,
-    /// `A_log` `[1, v_heads]`.
+    /// `A_log` `[1, v_heads]`, or with `a_neg` `−exp(A_log)` as a GGUF stores it (`ssm_a`).
     pub a_log: HostTensor<'a>,
+    /// Whether `a_log` holds `−exp(A_log)`: the rates are its negations, not its exponentials
+    /// (the CPU's `Rates::Neg`).
+    pub a_neg: bool,
     /// The gated norm's weight `[1, dv]`.
     pub norm: HostTensor<'a>,
     /// `out_proj` `[hidden, v_heads·dv]`.
@@ -315,6 +318,7 @@ struct DevDelta<B> {
     conv: DevTensor<B>,
     dt_bias: DevTensor<B>,
     a_log: DevTensor<B>,
+    a_neg: bool,
     norm: DevTensor<B>,
     out: DevTensor<B>,
 }
@@ -716,6 +720,7 @@ impl<D: EngineDevice> Engine<D> {
                         conv: up(&t.conv, &w("conv1d"), cd, ds.kernel, &mut report)?,
                         dt_bias: up(&t.dt_bias, &w("dt_bias"), 1, vh, &mut report)?,
                         a_log: up(&t.a_log, &w("A_log"), 1, vh, &mut report)?,
+                        a_neg: t.a_neg,
                         norm: up(&t.norm, &w("DeltaNet norm"), 1, ds.dv, &mut report)?,
                         out: up(&t.out, &w("out_proj"), h, vd, &mut report)?,
                     })
@@ -1779,6 +1784,7 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::I32(t.dt_bias.dtype.code()),
                     Arg::Ptr(t.a_log.ptr),
                     Arg::I32(t.a_log.dtype.code()),
+                    Arg::I32(i32::from(t.a_neg)),
                     Arg::Ptr(t.norm.ptr),
                     Arg::I32(t.norm.dtype.code()),
                     Arg::I32(ds.k_heads as i32),

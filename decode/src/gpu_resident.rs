@@ -175,22 +175,10 @@ fn plan(
         let t = config.get("model_type").and_then(|v| v.as_str());
         return Ok(Err(Declined::Family(t.unwrap_or("").to_string())));
     };
-    Ok(match refusal(&p).or_else(|| stored_refusal(&p, tensors)) {
+    Ok(match refusal(&p) {
         Some(why) => Err(Declined::Form(why)),
         None => Ok(p),
     })
-}
-
-/// What the kernels do not take in how the weights are stored: DeltaNet decay rates held as a
-/// GGUF holds them (`−exp(A_log)`, [`crate::family::deltanet::NEG_A`]); the kernel takes
-/// `A_log` and computes the exponential itself.
-fn stored_refusal(p: &Plan, s: &TensorStore) -> Option<&'static str> {
-    let rates_as_a = p.mixers.iter().enumerate().any(|(l, m)| {
-        *m == MixerPlan::DeltaNet
-            && s.find(&format!("{}layers.{l}.linear_attn.A_log", p.prefix))
-                .is_none()
-    });
-    rates_as_a.then_some("DeltaNet decay rates stored as -exp(A_log) (a GGUF's ssm_a)")
 }
 
 /// The whole-model GPU decoder for `config`, or why not (a family without a plan, a quantised
@@ -679,6 +667,10 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                 let (cd, vd, vh) = (ds.conv_dim(), ds.value_dim(), ds.v_heads);
                 let conv =
                     crate::family::deltanet::conv_weight(s, &a("conv1d.weight"), cd, ds.kernel)?;
+                // The rates as `Rates::of` takes them: `A_log`, else a GGUF's `−exp(A_log)`.
+                let (log, neg) = (a("A_log"), a(crate::family::deltanet::NEG_A));
+                let a_neg = s.find(&log).is_none() && s.find(&neg).is_some();
+                let rates = if a_neg { neg } else { log };
                 let parts = [
                     take(host_mat(s, &a("in_proj_qkv.weight"), cd, h)?),
                     take(host_mat(s, &a("in_proj_z.weight"), vd, h)?),
@@ -686,7 +678,7 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                     take(host_mat(s, &a("in_proj_a.weight"), vh, h)?),
                     take(host(&conv)),
                     take(host_vec(s, &a("dt_bias"), vh)?),
-                    take(host_vec(s, &a("A_log"), vh)?),
+                    take(host_vec(s, &rates, vh)?),
                     take(host_vec(s, &a("norm.weight"), ds.dv)?),
                     take(host_mat(s, &a("out_proj.weight"), h, vd)?),
                 ];
@@ -703,6 +695,7 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                     conv,
                     dt_bias,
                     a_log,
+                    a_neg,
                     norm,
                     out,
                 })

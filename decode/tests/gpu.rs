@@ -277,7 +277,8 @@ fn norms_taken_in_or_launched_alone_on_the_gpu_give_the_cpu_bits() {
 }
 
 /// A model the whole-model path does not take (a layer whose experts differ in type: expert 0's
-/// up F32, the others' BF16) falls back to the offload path, still with the CPU's bits.
+/// up F32, the others' BF16; MiMo-V2-Flash's attention) falls back to the offload path, still
+/// with the CPU's bits.
 #[test]
 fn models_the_whole_gpu_pass_does_not_take_fall_back_to_offloading() {
     if !gpu_here() {
@@ -293,17 +294,39 @@ fn models_the_whole_gpu_pass_does_not_take_fall_back_to_offloading() {
     assert_eq!(run(&mut dec, "qwen3_moe_b"), cpu);
     let r = dec.offload_report().expect("report");
     assert!(!r.whole_model, "{r:?}");
-    // A qwen3next GGUF (decay rates as the converter's −exp(A_log)): its DeltaNet layers on the
-    // CPU, its experts and products offloaded, the CPU's bits.
-    let gguf = common::converted("fixtures/gguf/from_hf/qwen3_next_b.gguf");
+    // MiMo-V2-Flash (sinks, its sliding layers' own attention form: no kernels yet): its
+    // attention on the CPU, its experts and products offloaded, the CPU's bits.
+    let dir = common::model("mimo_v2_flash_b");
     let cpu = run(
-        &mut common::open(&gguf, &DecoderOptions::default()),
-        "qwen3_next_b",
+        &mut common::open(&dir, &DecoderOptions::default()),
+        "mimo_v2_flash_b",
     );
-    let mut dec = common::open(&gguf, &whole(true, true));
-    assert_eq!(run(&mut dec, "qwen3_next_b"), cpu);
+    let mut dec = common::open(&dir, &whole(true, true));
+    assert_eq!(run(&mut dec, "mimo_v2_flash_b"), cpu);
     let r = dec.offload_report().expect("report");
     assert!(!r.whole_model && r.computed > 0, "{r:?}");
+}
+
+/// llama.cpp's Qwen3-Next and Qwen3.5 GGUFs hold DeltaNet's decay rates as the converter's
+/// `−exp(A_log)` (`ssm_a`): the whole-model pass takes them as stored (the CPU's `Rates::Neg`)
+/// and gives the CPU's bits — the BF16 qwen3next GGUF and the quantised qwen35moe one (three
+/// value heads a key head, K-quants, Q8_0 and a Q4_0 `ssm_out`).
+#[test]
+fn ggufs_with_stored_deltanet_rates_run_whole_on_the_gpu_with_the_cpu_bits() {
+    if !gpu_here() {
+        return;
+    }
+    for (src, name) in [
+        ("fixtures/gguf/from_hf/qwen3_next_b.gguf", "qwen3_next_b"),
+        ("fixtures/gguf/qwen3_5_moe_q.gguf", "qwen3_5_moe_q"),
+    ] {
+        let dir = common::converted(src);
+        let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
+        let mut dec = common::open(&dir, &whole(true, true));
+        assert_eq!(run(&mut dec, name), cpu, "{name}");
+        let r = dec.offload_report().expect("report");
+        assert!(r.whole_model, "{name}: {r:?}");
+    }
 }
 
 #[test]
