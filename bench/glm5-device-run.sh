@@ -43,17 +43,17 @@ rm -rf "$W/src"
 du -sb "$W/jnf" | awk '{printf "model: %.2f GB (%.2f GiB)\n", $1/1e9, $1/2^30}'
 P="--tokens 11,22,33,44,55,66,77,88 -n 24 --ignore-eos"
 echo "== CPU, experts resident (reference logits)"
-t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" 2>&1 >/dev/null | grep -E "^(prompt|compute)"
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" 2>&1 >/dev/null | grep -E "^(prompt|compute|error|TIME)"
 echo "== GPU (--device cuda), experts resident"
-t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/gpu.npy" 2>&1 >/dev/null | grep -E "^(prompt|gpu)"
+t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/gpu.npy" 2>&1 >/dev/null | grep -E "^(prompt|gpu|error|TIME)"
 echo "== GPU (--device cuda), experts streamed, no VRAM expert cache"
-t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --vram-gib 0 --logits-out "$O/gpu-stream.npy" 2>&1 >/dev/null | grep -E "^(prompt|gpu)"
+t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --vram-gib 0 --logits-out "$O/gpu-stream.npy" 2>&1 >/dev/null | grep -E "^(prompt|gpu|error|TIME)"
 same_bytes "$O/cpu.npy" "$O/gpu.npy" "--device cuda == cpu"
 same_bytes "$O/cpu.npy" "$O/gpu-stream.npy" "--device cuda --vram-gib 0 == cpu"
-echo "== tg32-shaped: bench-decode --modes gpu --prompt-tokens 1 --tokens 32 --runs 5"
-t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 --tokens 32 --runs 5 2>&1 | tail -12
+echo "== tg32-shaped: bench-decode --modes gpu --prompt-tokens 1 -n 32 --runs 5"
+t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 -n 32 --runs 5 2>&1 | tail -12
 echo "== cold cache: bench-decode --modes stream,gpu-stream (against the storage bound)"
-t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes stream,gpu-stream --prompt-tokens 2 --tokens 8 --runs 2 2>&1 | tail -16
+t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes stream,gpu-stream --prompt-tokens 2 -n 8 --runs 2 2>&1 | tail -16
 if [ "$LLAMA" = 1 ]; then
   echo "== waiting for the llama.cpp build"
   wait
