@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Issue 27 on the GPU machine: a generated GLM-5.3-Flash-shaped model (`glm5_next` at
 # GLM-5.3-Flash's widths, fewer experts: converter/examples/synth_decode_checkpoint.rs with
-# SYNTH_FAMILY=glm5_next) decoded with the model on the GPU beside llama.cpp's CUDA build on the
-# same weights (its `glm5-next` GGUF, written by bench/llama/safetensors_to_gguf.py), and streamed
-# from a cold cache against the storage bound. The GPU's logits are compared with the CPU's.
+# SYNTH_FAMILY=glm5_next) decoded with `--device cuda` beside llama.cpp's CUDA build on the same
+# weights (its `glm5-next` GGUF, written by bench/llama/safetensors_to_gguf.py), and streamed from
+# a cold cache against the storage bound. glm5_next has no whole-model GPU path yet: tarfa runs it
+# on the offload path (experts, dense MLPs and matrix products on the GPU; hyper-connections, KDA,
+# attention and routing on the CPU), where llama-bench -ngl 99 runs every layer on the GPU. The
+# GPU's logits are compared with the CPU's.
 #   bash bench/glm5-device-run.sh WORKDIR [LAYERS [EXPERTS]]
-# Defaults: 8 layers (KDA, KDA, KDA, DSA, ...; layer 0 dense) of 32 experts: 14.3 GB.
+# Defaults: 8 layers (KDA, KDA, KDA, DSA, ...; layer 0 dense) of 32 experts: 14.63 GB.
 # Needs (carried, git-ignored): target/device/{tarfa-cuda,synth_decode_checkpoint},
 # bench/llama/llama-cpp-cuda-src.tar.xz (CUDA=1 bash bench/llama/make-llama-src.sh) and
 # bench/llama/wheels/ (the gguf wheel). OUT: where logs and logits go (default WORKDIR/out).
-# NO_LLAMA=1: tarfa's side only. Exits 1 when the GPU's logits differ from the CPU's.
+# llama.cpp builds in the background during the untimed steps (checkpoint, GGUF, logits); it is
+# waited for before anything is timed. NO_LLAMA=1: tarfa's side only. Exits 1 when the GPU's
+# logits differ from the CPU's or any step fails.
 set -uo pipefail
 source "$(dirname "$0")/claims.sh"
 R=$(pwd)
@@ -20,8 +25,16 @@ LAYERS=${2:-8}
 EXPERTS=${3:-32}
 O=${OUT:-$W/out}
 mkdir -p "$W" "$O"
+rm -f "$O"/cpu.npy "$O"/gpu.npy "$O"/gpu-stream.npy "$W/llama-build.done"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 t() { local s rc; s=$(date +%s%N); "$@"; rc=$?; echo "TIME $(( ($(date +%s%N) - s) / 1000000 )) ms rc=$rc: $*" >&2; return $rc; }
+# run WHAT ARGS...: a tarfa step whose failure is a failed claim; its summary lines shown.
+run() {
+  local what=$1 log="$O/$1.log"
+  shift
+  t "$@" > /dev/null 2> "$log" || claim_failed "$what: exit $?"
+  grep -E "^(prompt|compute|gpu|warning|error|TIME)" "$log"
+}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader
 df -h "$W" | tail -1
 LLAMA=1
@@ -43,32 +56,38 @@ rm -rf "$W/src"
 du -sb "$W/jnf" | awk '{printf "model: %.2f GB (%.2f GiB)\n", $1/1e9, $1/2^30}'
 P="--tokens 11,22,33,44,55,66,77,88 -n 24 --ignore-eos"
 echo "== CPU, experts resident (reference logits)"
-t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy" 2>&1 >/dev/null | grep -E "^(prompt|compute|error|TIME)"
+run cpu "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --logits-out "$O/cpu.npy"
 echo "== GPU (--device cuda), experts resident"
-t "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/gpu.npy" 2>&1 >/dev/null | grep -E "^(prompt|gpu|error|TIME)"
+run gpu "$B/tarfa-cuda" run "$W/jnf" $P --experts resident --device cuda --logits-out "$O/gpu.npy"
 echo "== GPU (--device cuda), experts streamed, no VRAM expert cache"
-t "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --vram-gib 0 --logits-out "$O/gpu-stream.npy" 2>&1 >/dev/null | grep -E "^(prompt|gpu|error|TIME)"
+run gpu-stream "$B/tarfa-cuda" run "$W/jnf" $P --device cuda --vram-gib 0 --logits-out "$O/gpu-stream.npy"
 same_bytes "$O/cpu.npy" "$O/gpu.npy" "--device cuda == cpu"
 same_bytes "$O/cpu.npy" "$O/gpu-stream.npy" "--device cuda --vram-gib 0 == cpu"
-echo "== tg32-shaped: bench-decode --modes gpu --prompt-tokens 1 -n 32 --runs 5"
-t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 -n 32 --runs 5 2>&1 | tail -12
-echo "== cold cache: bench-decode --modes stream,gpu-stream (against the storage bound)"
-t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes stream,gpu-stream --prompt-tokens 2 -n 8 --runs 2 2>&1 | tail -16
 if [ "$LLAMA" = 1 ]; then
-  echo "== waiting for the llama.cpp build"
+  echo "== waiting for the llama.cpp build (nothing is timed while it runs)"
   wait
   read -r rc secs < "$W/llama-build.done"
   echo "llama.cpp build: rc=$rc in $secs s"
-  [ "$rc" = 0 ] || { tail -30 "$O/llama-build.log"; end_claims; exit 2; }
+  [ "$rc" = 0 ] || { tail -30 "$O/llama-build.log"; claim_failed "llama.cpp build"; LLAMA=0; }
+fi
+# bench-decode stops with an error when any run's logits differ from the first's.
+echo "== tg32-shaped: bench-decode --modes gpu --prompt-tokens 1 -n 32 --runs 5"
+t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 -n 32 --runs 5 > "$O/tg32.txt" 2>&1 \
+  || claim_failed "bench-decode --modes gpu"
+tail -12 "$O/tg32.txt"
+echo "== cold cache: bench-decode --modes stream,gpu-stream (against the storage bound)"
+t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes stream,gpu-stream --prompt-tokens 2 -n 8 --runs 2 > "$O/stream.txt" 2>&1 \
+  || claim_failed "bench-decode --modes stream,gpu-stream"
+tail -16 "$O/stream.txt"
+if [ "$LLAMA" = 1 ]; then
   echo "== llama-bench -ngl 99 -p 0 -n 32 -r 5 (flash attention at its default)"
   t "$W/llama-build/bin/llama-bench" -m "$W/model.gguf" -ngl 99 -p 0 -n 32 -r 5 -o json > "$O/llama-bench-cuda.json" 2> "$O/llama-bench-cuda.err" \
-    || tail -20 "$O/llama-bench-cuda.err"
-  python3 - "$O/llama-bench-cuda.json" <<'PY'
+    || { tail -20 "$O/llama-bench-cuda.err"; claim_failed "llama-bench"; }
+  python3 - "$O/llama-bench-cuda.json" <<'PY' || claim_failed "llama-bench's JSON"
 import json, sys
-try:
-    rows = json.load(open(sys.argv[1]))
-except Exception as e:
-    sys.exit(f"llama-bench gave no JSON: {e}")
+rows = json.load(open(sys.argv[1]))
+if not rows:
+    sys.exit("llama-bench gave no rows")
 for r in rows:
     test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
     print(f"llama.cpp CUDA {test}: {r['avg_ts']:.2f} ± {r['stddev_ts']:.2f} tokens/s over {len(r['samples_ts'])} runs, "

@@ -17,7 +17,7 @@ trap 'rm -rf "$T"' EXIT
 nvidia-smi --query-gpu=name --format=csv,noheader
 for src in "$@"; do
   n=$(basename "$src")
-  rm -rf "$T/m"
+  rm -rf "$T/m" "$T/cpu.npy" "$T/cuda.npy"
   "$B/tarfa-cuda" convert "$src" --output "$T/m" > "$T/convert.log" 2>&1 || { claim_failed "$n: convert"; tail -3 "$T/convert.log"; continue; }
   # Quantised fixtures carry no tokenizer: token ids.
   case $n in *_q.gguf) P="--tokens 122,95,81,7,9";; *) P="-p The_quick_brown_fox";; esac

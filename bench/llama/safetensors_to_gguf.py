@@ -58,7 +58,8 @@ GLM-5.3-Flash (`glm5_next`, as `converter/examples/synth_decode_checkpoint.rs` w
 SYNTH_FAMILY=glm5_next): llama.cpp's `glm5-next`, written by fixtures/gguf/make_from_hf.py's
 glm5_write (the writer of the glm5_next GGUF fixtures, which tarfa's tests hold to
 convert_hf_to_gguf.py's Glm5NextModel) as `--outtype bf16` does: 1-D tensors, norms, the router,
-the hyper-connections, the indexer's compressor, ssm_a and ssm_dt in F32, matrices BF16 as stored.
+the hyper-connections, the indexer's compressor and head weights (indexer.proj), the KDA
+convolutions, ssm_a and ssm_dt in F32, matrices BF16 as stored.
 That writer holds the stacked experts in memory until the file is written (about the model's
 size: GPU machine only); `--verify` does not apply to it.
 
@@ -707,9 +708,14 @@ def glm5_next(src: Source, top: dict, args) -> None:
     import make_from_hf
 
     raw = {}
-    for name, (path, dtype, shape, off, _) in src.tensors.items():
+    files = {}  # one read-only map a shard (a map a tensor would hold a descriptor each)
+    for name, (path, dtype, shape, off, n) in src.tensors.items():
+        if dtype not in (BF16, "F32"):
+            sys.exit(f"error: {name} is {dtype}: only BF16 and F32 are handled")
+        if path not in files:
+            files[path] = np.memmap(path, dtype=np.uint8, mode="r")
         np_dtype = np.uint16 if dtype == BF16 else np.float32
-        raw[name] = (dtype, np.memmap(path, dtype=np_dtype, mode="r", offset=off, shape=tuple(shape)))
+        raw[name] = (dtype, files[path][off : off + n].view(np_dtype).reshape(shape))
     t0 = time.time()
     make_from_hf.glm5_write(raw, top, None, args.out, f"{args.src.name} (tarfa bench/llama/safetensors_to_gguf.py)",
                             f32_small=True)

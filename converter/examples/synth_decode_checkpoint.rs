@@ -39,14 +39,14 @@
 //! `text_config`, tensors under `model.language_model.`, no vision tower) at GLM-5.3-Flash's
 //! widths: hidden 4096; four hyper-connection streams (20 Sinkhorn iterations); layers `l` with
 //! `l % 4 == 3` NoPE MLA with DeepSeek sparse attention (64 heads of 256, query LoRA 1536, latent
-//! 512; an indexer of 32 heads of 128 over pools of 16 keeping 2048 positions; the first such
-//! layer runs its indexer, the next reuses its selection, alternating), the others Kimi delta
+//! 512; each its own indexer of 32 heads of 128 over pools of 16 keeping 2048 positions, as
+//! GLM-5.3-Flash's default schedule), the others Kimi delta
 //! attention (64 heads of 128, conv kernel 4, gate lower bound -5); layer 0 a dense MLP (12288),
 //! then MoE layers of `GLM5_EXPERTS` experts (default 32; GLM-5.3-Flash has 288, each 50.3 MB)
 //! of 2048, top-8, sigmoid router with correction bias, one shared expert, scaled by 2.5; every
 //! SwiGLU clamped at 10. KDA's `A_log` about 0 (std 0.5), `dt_bias` about -4 (std 0.5: a decay
 //! step near 0.02, FLA's range); the hyper-connections' `fn` std 0.02, `base` about 0 and
-//! `scale` about 1. 8 layers of 32 experts with the default vocabulary make 14.3 GB (13.3 GiB).
+//! `scale` about 1. 8 layers of 32 experts with the default vocabulary make 14.63 GB (13.63 GiB).
 
 // The GLM-5.3-Flash config is one `json!` of 40 keys.
 #![recursion_limit = "256"]
@@ -630,8 +630,8 @@ fn write_checkpoint(
 }
 
 /// What transformers' `Glm5NextConfig` reads: GLM-5.3-Flash's text config with this file's
-/// layers, experts and vocabulary, one leading dense layer, the DSA layers' indexers alternating
-/// full and shared, no MTP layer.
+/// layers, experts and vocabulary, one leading dense layer, every DSA layer its own indexer, no
+/// MTP layer.
 fn glm5_config(layers: u64, vocab: u64, experts: u64) -> serde_json::Value {
     use g5::*;
     let layer_types: Vec<&str> = (0..layers)
@@ -641,17 +641,6 @@ fn glm5_config(layers: u64, vocab: u64, experts: u64) -> serde_json::Value {
             } else {
                 "linear_attention"
             }
-        })
-        .collect();
-    let mut full = true;
-    let indexer_types: Vec<&str> = (0..layers)
-        .map(|l| {
-            if !dsa(l) {
-                return "full";
-            }
-            let t = if full { "full" } else { "shared" };
-            full = !full;
-            t
         })
         .collect();
     let mlp_types: Vec<&str> = (0..layers)
@@ -670,7 +659,10 @@ fn glm5_config(layers: u64, vocab: u64, experts: u64) -> serde_json::Value {
             "index_kpool_always_select_tail": true,
             "index_n_heads": INDEX_HEADS,
             "index_topk": INDEX_TOPK,
-            "indexer_types": indexer_types,
+            // GLM-5.3-Flash's default schedule (index_topk_freq 1): every DSA layer runs its
+            // own indexer. ("shared" reuses the selection of the layer just before, which
+            // here is a KDA layer: no selection to reuse.)
+            "indexer_types": vec!["full"; layers as usize],
             "intermediate_size": DENSE_INTER,
             "kv_lora_rank": KV_LORA,
             "layer_types": layer_types,

@@ -1248,7 +1248,19 @@ fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
             let vd = v_heads * dv;
             let (conv, conv_v) = weights(&mut r, cd * kernel, dt, 0.5);
             let (dt_bias, dt_bias_v) = weights(&mut r, v_heads, dt, 1.0);
-            let (a_log, a_log_v) = weights(&mut r, v_heads, dt, 1.0);
+            let (a_log, a_log_v) = if a_neg {
+                // A GGUF's ssm_a: −exp(A_log), negative as the converter stores it.
+                let v: Vec<f32> = r.vec(v_heads, 1.0).iter().map(|x| -x.exp()).collect();
+                match dt {
+                    emu::Dt::Bf16 => {
+                        let b: Vec<u16> = v.iter().map(|x| (x.to_bits() >> 16) as u16).collect();
+                        (emu::W::bf16(&b), widen(&b))
+                    }
+                    _ => (emu::W::f32(&v), v),
+                }
+            } else {
+                weights(&mut r, v_heads, dt, 1.0)
+            };
             let (norm, norm_v) = weights(&mut r, dv, dt, 1.0);
             let eps = 1e-6;
             let dims = DeltaDims {

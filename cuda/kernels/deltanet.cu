@@ -151,8 +151,9 @@ __device__ __forceinline__ void tarfa_delta_rows(float* st, int dk, int dv, cons
 // value of each in the history's row pos mod kernel (q and k by the key head's first block).
 // Then q and k L2-normalised (q also divided by q_div, the f32 of √dk); β = sigmoid(b[h]); the
 // decay e^g, g = −rate · softplus(a[h] + dt_bias[h]), the rate e^(A_log[h]) or, with a_neg,
-// −a_log[h] (the weights hold −e^(A_log) as a GGUF's ssm_a does: the CPU's Rates::Neg); the head's state S (dv rows of dk
-// floats at state + h·dv·dk, row j holding column j of the CPU's S) advanced row by row
+// −a_log[h] (the weights hold −e^(A_log) as a GGUF's ssm_a does: the CPU's Rates::Neg); the
+// head's state S (dv rows of dk floats at state + h·dv·dk, row j holding column j of the CPU's
+// S) advanced row by row
 // (tarfa_delta_rows); then the gated RMSNorm out = (w · (o · rsqrt(mean(o²) + eps))) · silu(z)
 // into out[h·dv ..].
 extern "C" __global__ void __launch_bounds__(TARFA_DELTA_THREADS) tarfa_e_delta_heads(

@@ -719,7 +719,17 @@ impl<D: EngineDevice> Engine<D> {
                         a: up(&t.a, &w("in_proj_a"), vh, h, &mut report)?,
                         conv: up(&t.conv, &w("conv1d"), cd, ds.kernel, &mut report)?,
                         dt_bias: up(&t.dt_bias, &w("dt_bias"), 1, vh, &mut report)?,
-                        a_log: up(&t.a_log, &w("A_log"), 1, vh, &mut report)?,
+                        a_log: up(
+                            &t.a_log,
+                            &w(if t.a_neg {
+                                "ssm_a (-exp(A_log))"
+                            } else {
+                                "A_log"
+                            }),
+                            1,
+                            vh,
+                            &mut report,
+                        )?,
                         a_neg: t.a_neg,
                         norm: up(&t.norm, &w("DeltaNet norm"), 1, ds.dv, &mut report)?,
                         out: up(&t.out, &w("out_proj"), h, vd, &mut report)?,
