@@ -71,7 +71,7 @@ if [ "$LLAMA" = 1 ]; then
   [ "$rc" = 0 ] || { tail -30 "$O/llama-build.log"; claim_failed "llama.cpp build"; LLAMA=0; }
 fi
 # bench-decode stops with an error when any run's logits differ from the first's.
-echo "== tg32-shaped: bench-decode --modes gpu --prompt-tokens 1 -n 32 --runs 5"
+echo "== tg32-shaped: bench-decode --modes gpu --prompt-tokens 1 -n 32 --runs 5 (at $(date +%T))"
 t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 -n 32 --runs 5 > "$O/tg32.txt" 2>&1 \
   || claim_failed "bench-decode --modes gpu"
 tail -12 "$O/tg32.txt"
