@@ -70,18 +70,9 @@ if [ "$LLAMA" = 1 ]; then
   echo "llama.cpp build: rc=$rc in $secs s"
   [ "$rc" = 0 ] || { tail -30 "$O/llama-build.log"; claim_failed "llama.cpp build"; LLAMA=0; }
 fi
-# bench-decode stops with an error when any run's logits differ from the first's.
-echo "== tg32-shaped: bench-decode --modes gpu --prompt-tokens 1 -n 32 --runs 5 (at $(date +%T))"
-t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 -n 32 --runs 5 > "$O/tg32.txt" 2>&1 \
-  || claim_failed "bench-decode --modes gpu"
-tail -12 "$O/tg32.txt"
-echo "== cold cache: bench-decode --modes stream,gpu-stream (against the storage bound)"
-t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes stream,gpu-stream --prompt-tokens 2 -n 8 --runs 2 > "$O/stream.txt" 2>&1 \
-  || claim_failed "bench-decode --modes stream,gpu-stream"
-tail -16 "$O/stream.txt"
 if [ "$LLAMA" = 1 ]; then
-  echo "== llama-bench -ngl 99 -p 0 -n 32 -r 5 (flash attention at its default)"
-  t "$W/llama-build/bin/llama-bench" -m "$W/model.gguf" -ngl 99 -p 0 -n 32 -r 5 -o json > "$O/llama-bench-cuda.json" 2> "$O/llama-bench-cuda.err" \
+  echo "== llama-bench -ngl 99 -p 0 -n 32 -r 3 (at $(date +%T); flash attention at its default)"
+  t "$W/llama-build/bin/llama-bench" -m "$W/model.gguf" -ngl 99 -p 0 -n 32 -r 3 -o json > "$O/llama-bench-cuda.json" 2> "$O/llama-bench-cuda.err" \
     || { tail -20 "$O/llama-bench-cuda.err"; claim_failed "llama-bench"; }
   python3 - "$O/llama-bench-cuda.json" <<'PY' || claim_failed "llama-bench's JSON"
 import json, sys
@@ -94,4 +85,13 @@ for r in rows:
           f"ngl {r.get('n_gpu_layers')}, model {r['model_size']} bytes, gpu {r.get('gpu_info')!r}")
 PY
 fi
+# bench-decode stops with an error when any run's logits differ from the first's.
+echo "== tg32-shaped: bench-decode --modes gpu --prompt-tokens 1 -n 32 --runs 3 (at $(date +%T))"
+t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes gpu --prompt-tokens 1 -n 32 --runs 3 > "$O/tg32.txt" 2>&1 \
+  || claim_failed "bench-decode --modes gpu"
+tail -12 "$O/tg32.txt"
+echo "== cold cache: bench-decode --modes stream,gpu-stream (against the storage bound)"
+t "$B/tarfa-cuda" bench-decode "$W/jnf" --modes stream,gpu-stream --prompt-tokens 2 -n 8 --runs 2 > "$O/stream.txt" 2>&1 \
+  || claim_failed "bench-decode --modes stream,gpu-stream"
+tail -16 "$O/stream.txt"
 end_claims
