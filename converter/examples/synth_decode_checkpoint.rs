@@ -117,6 +117,16 @@ struct Tensor {
 }
 
 impl Tensor {
+    /// A tensor drawn about `mean` with standard deviation `std`.
+    fn drawn(name: String, shape: Vec<u64>, mean: f32, std: f32) -> Tensor {
+        Tensor {
+            name,
+            shape,
+            mean,
+            std,
+        }
+    }
+
     fn bytes(&self) -> u64 {
         self.shape.iter().product::<u64>() * 2
     }
@@ -222,16 +232,28 @@ fn tensors(family: Family, layers: u64, vocab: u64, experts: u64) -> Vec<Tensor>
     t
 }
 
+/// A SwiGLU's three matrices under `prefix` (`gate_proj`, `up_proj` `[inter, h]`, `down_proj`
+/// `[h, inter]`), drawn as the other matrices (std 0.02).
+fn swiglu(v: &mut Vec<Tensor>, prefix: &str, inter: u64, h: u64) {
+    for (n, shape) in [
+        ("gate_proj", [inter, h]),
+        ("up_proj", [inter, h]),
+        ("down_proj", [h, inter]),
+    ] {
+        v.push(Tensor {
+            name: format!("{prefix}.{n}.weight"),
+            shape: shape.to_vec(),
+            mean: 0.0,
+            std: 0.02,
+        });
+    }
+}
+
 /// Qwen3.5-MoE (`qwen3_5_moe_text`): the tensors of `Qwen3_5MoeForCausalLM` as transformers
 /// names them, experts per expert as for the other families.
 fn tensors_q35(layers: u64, vocab: u64) -> Vec<Tensor> {
     use q35::*;
-    let t = |name: String, shape: Vec<u64>, mean: f32, std: f32| Tensor {
-        name,
-        shape,
-        mean,
-        std,
-    };
+    let t = Tensor::drawn;
     let w = |name: String, shape: Vec<u64>| t(name, shape, 0.0, 0.02);
     // Zero-centred RMSNorm weights (applied as 1 + w).
     let norm0 = |name: String, n: u64| t(name, vec![n], 0.0, 0.05);
@@ -273,14 +295,10 @@ fn tensors_q35(layers: u64, vocab: u64) -> Vec<Tensor> {
         v.push(w(format!("{p}.mlp.gate.weight"), vec![EXPERTS, h]));
         for x in 0..EXPERTS {
             let e = format!("{p}.mlp.experts.{x}");
-            v.push(w(format!("{e}.gate_proj.weight"), vec![MOE_INTER, h]));
-            v.push(w(format!("{e}.up_proj.weight"), vec![MOE_INTER, h]));
-            v.push(w(format!("{e}.down_proj.weight"), vec![h, MOE_INTER]));
+            swiglu(&mut v, &e, MOE_INTER, h);
         }
         let s = format!("{p}.mlp.shared_expert");
-        v.push(w(format!("{s}.gate_proj.weight"), vec![SHARED_INTER, h]));
-        v.push(w(format!("{s}.up_proj.weight"), vec![SHARED_INTER, h]));
-        v.push(w(format!("{s}.down_proj.weight"), vec![h, SHARED_INTER]));
+        swiglu(&mut v, &s, SHARED_INTER, h);
         v.push(w(format!("{p}.mlp.shared_expert_gate.weight"), vec![1, h]));
     }
     v.push(norm0("model.norm.weight".into(), h));
@@ -292,12 +310,7 @@ fn tensors_q35(layers: u64, vocab: u64) -> Vec<Tensor> {
 /// under `model.language_model.` as transformers names them, experts per expert.
 fn tensors_g5(layers: u64, vocab: u64, experts: u64) -> Vec<Tensor> {
     use g5::*;
-    let t = |name: String, shape: Vec<u64>, mean: f32, std: f32| Tensor {
-        name,
-        shape,
-        mean,
-        std,
-    };
+    let t = Tensor::drawn;
     let w = |name: String, shape: Vec<u64>| t(name, shape, 0.0, 0.02);
     let norm = |name: String, n: u64| t(name, vec![n], 1.0, 0.05);
     let h = HIDDEN;
@@ -373,9 +386,7 @@ fn tensors_g5(layers: u64, vocab: u64, experts: u64) -> Vec<Tensor> {
         }
         let m = format!("{p}.mlp");
         if l == 0 {
-            v.push(w(format!("{m}.gate_proj.weight"), vec![DENSE_INTER, h]));
-            v.push(w(format!("{m}.up_proj.weight"), vec![DENSE_INTER, h]));
-            v.push(w(format!("{m}.down_proj.weight"), vec![h, DENSE_INTER]));
+            swiglu(&mut v, &m, DENSE_INTER, h);
             continue;
         }
         v.push(w(format!("{m}.gate.weight"), vec![experts, h]));
@@ -384,14 +395,10 @@ fn tensors_g5(layers: u64, vocab: u64, experts: u64) -> Vec<Tensor> {
             vec![experts],
         ));
         let s = format!("{m}.shared_experts");
-        v.push(w(format!("{s}.gate_proj.weight"), vec![MOE_INTER, h]));
-        v.push(w(format!("{s}.up_proj.weight"), vec![MOE_INTER, h]));
-        v.push(w(format!("{s}.down_proj.weight"), vec![h, MOE_INTER]));
+        swiglu(&mut v, &s, MOE_INTER, h);
         for x in 0..experts {
             let e = format!("{m}.experts.{x}");
-            v.push(w(format!("{e}.gate_proj.weight"), vec![MOE_INTER, h]));
-            v.push(w(format!("{e}.up_proj.weight"), vec![MOE_INTER, h]));
-            v.push(w(format!("{e}.down_proj.weight"), vec![h, MOE_INTER]));
+            swiglu(&mut v, &e, MOE_INTER, h);
         }
     }
     v.push(norm("model.language_model.norm.weight".into(), h));
