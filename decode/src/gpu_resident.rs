@@ -667,10 +667,8 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                 let (cd, vd, vh) = (ds.conv_dim(), ds.value_dim(), ds.v_heads);
                 let conv =
                     crate::family::deltanet::conv_weight(s, &a("conv1d.weight"), cd, ds.kernel)?;
-                // The rates as `Rates::of` takes them: `A_log`, else a GGUF's `−exp(A_log)`.
-                let (log, neg) = (a("A_log"), a(crate::family::deltanet::NEG_A));
-                let a_neg = s.find(&log).is_none() && s.find(&neg).is_some();
-                let rates = if a_neg { neg } else { log };
+                // The rates' tensor as the CPU takes it: `A_log`, else a GGUF's `−exp(A_log)`.
+                let (rates, a_neg) = crate::family::deltanet::Rates::source(s, &n("linear_attn"));
                 let parts = [
                     take(host_mat(s, &a("in_proj_qkv.weight"), cd, h)?),
                     take(host_mat(s, &a("in_proj_z.weight"), vd, h)?),

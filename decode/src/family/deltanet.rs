@@ -65,10 +65,19 @@ pub enum Rates<'s> {
 impl Rates<'_> {
     /// The rates of the layer under `prefix`: its `A_log`, else its [`NEG_A`], `heads` of them.
     pub fn of<'s>(s: &'s TensorStore, prefix: &str, heads: usize) -> Result<Rates<'s>> {
+        let (name, neg) = Rates::source(s, prefix);
+        let v = s.get(&name)?.vector(heads)?;
+        Ok(if neg { Rates::Neg(v) } else { Rates::Log(v) })
+    }
+
+    /// The tensor the layer under `prefix` holds its rates in, and whether it is [`NEG_A`]:
+    /// `A_log` when present, else `−exp(A_log)` when that is (else `A_log`, to be reported
+    /// missing). The GPU engine uploads the same tensor.
+    pub fn source(s: &TensorStore, prefix: &str) -> (String, bool) {
         let (log, neg) = (format!("{prefix}.A_log"), format!("{prefix}.{NEG_A}"));
         match (s.find(&log), s.find(&neg)) {
-            (None, Some(_)) => Ok(Rates::Neg(s.get(&neg)?.vector(heads)?)),
-            _ => Ok(Rates::Log(s.get(&log)?.vector(heads)?)),
+            (None, Some(_)) => (neg, true),
+            _ => (log, false),
         }
     }
 
