@@ -13,7 +13,8 @@
 # bench/llama/llama-cpp-cuda-src.tar.xz (CUDA=1 bash bench/llama/make-llama-src.sh) and
 # bench/llama/wheels/ (the gguf wheel). OUT: where logs and logits go (default WORKDIR/out).
 # llama.cpp builds in the background during the untimed steps (checkpoint, GGUF, logits); it is
-# waited for before anything is timed. NO_LLAMA=1: tarfa's side only. Exits 1 when the GPU's
+# waited for before anything is timed, as is the file AFTER names when set (another job on the
+# machine writes it when done). NO_LLAMA=1: tarfa's side only. Exits 1 when the GPU's
 # logits differ from the CPU's or any step fails.
 set -uo pipefail
 source "$(dirname "$0")/claims.sh"
@@ -69,6 +70,10 @@ if [ "$LLAMA" = 1 ]; then
   read -r rc secs < "$W/llama-build.done"
   echo "llama.cpp build: rc=$rc in $secs s"
   [ "$rc" = 0 ] || { tail -30 "$O/llama-build.log"; claim_failed "llama.cpp build"; LLAMA=0; }
+fi
+if [ -n "${AFTER:-}" ]; then
+  echo "== waiting for $AFTER (nothing is timed while the other job runs)"
+  while [ ! -e "$AFTER" ]; do sleep 2; done
 fi
 if [ "$LLAMA" = 1 ]; then
   echo "== llama-bench -ngl 99 -p 0 -n 32 -r 3 (at $(date +%T); flash attention at its default)"
