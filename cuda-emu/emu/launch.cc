@@ -182,6 +182,15 @@ void emu_sigmoid_topk_many(G, const float* z, int n, const unsigned char* bias, 
     RUN(tarfa_e_sigmoid_topk_many(z, n, bias, bias_dtype, k, n_group, topk_group, renorm, scale,
                                   scratch, ids, wts, stride));
 }
+void emu_mla_heads(G, float* q, const float* latent, const float* kvb, int nope, int rope, int vd,
+                   int rank, int interleave, const float* cos_tab, const float* sin_tab,
+                   const int* params, float* k, float* v) {
+    RUN(tarfa_e_mla_heads(q, latent, kvb, nope, rope, vd, rank, interleave, cos_tab, sin_tab,
+                          params, k, v));
+}
+void emu_mla_gather(G, const float* attn, int heads, int qk, int vd, float* out) {
+    RUN(tarfa_e_mla_gather(attn, heads, qk, vd, out));
+}
 // The offload path's kernels (offload.cu). They are launched without programmatic dependent
 // launch (offload.rs: plain cuLaunchKernel, one stream), so they never call tarfa_grid_enter; the
 // emulation's check that every thread enters once is met here, before the body, where a

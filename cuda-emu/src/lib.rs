@@ -442,6 +442,34 @@ extern "C" {
         wts: *mut f32,
         stride: i32,
     );
+    fn emu_mla_heads(
+        g: u32,
+        b: u32,
+        s: u32,
+        q: *mut f32,
+        latent: *const f32,
+        kvb: *const f32,
+        nope: i32,
+        rope: i32,
+        vd: i32,
+        rank: i32,
+        interleave: i32,
+        cos: *const f32,
+        sin: *const f32,
+        params: *const i32,
+        k: *mut f32,
+        v: *mut f32,
+    );
+    fn emu_mla_gather(
+        g: u32,
+        b: u32,
+        s: u32,
+        attn: *const f32,
+        heads: i32,
+        qk: i32,
+        vd: i32,
+        out: *mut f32,
+    );
     fn emu_sigmoid_topk_many(
         g: u32,
         b: u32,
@@ -2112,6 +2140,31 @@ impl EngineDevice for EmuDevice {
                         p(11)? as _,
                         n(12)?,
                     );
+                }
+                Kernel::MlaHeads => {
+                    count(13)?;
+                    emu_mla_heads(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        p(2)? as _,
+                        n(3)?,
+                        n(4)?,
+                        n(5)?,
+                        n(6)?,
+                        n(7)?,
+                        p(8)? as _,
+                        p(9)? as _,
+                        p(10)? as _,
+                        p(11)? as _,
+                        p(12)? as _,
+                    );
+                }
+                Kernel::MlaGather => {
+                    count(5)?;
+                    emu_mla_gather(g, b, s, p(0)? as _, n(1)?, n(2)?, n(3)?, p(4)? as _);
                 }
                 Kernel::SigmoidTopk => {
                     count(12)?;

@@ -375,6 +375,7 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
         "qwen3_next",
         "glm4_moe",
         "mixtral",
+        "deepseek_v3",
     ] {
         assert_eq!(declined(&common::model(name)), None, "{name}");
     }
@@ -390,12 +391,43 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
         matches!(why, Some(Declined::Form(f)) if f.contains("glm5_next")),
         "{why:?}"
     );
-    // MLA has no kernels yet: deepseek_v3 runs its layers on the CPU, the reason named.
-    let why = declined(&common::model("deepseek_v3"));
-    assert!(
-        matches!(why, Some(Declined::Form(f)) if f.contains("MLA")),
-        "{why:?}"
-    );
+}
+
+/// DeepSeek-V3's multi-head latent attention runs whole on the device with the CPU's bits
+/// (`tarfa_e_mla_heads`, `tarfa_e_mla_gather` and the shared attention kernel at MLA's scale):
+/// with a query LoRA and interleaved rotary pairs (deepseek_v3), and with a plain `q_proj`,
+/// biases, NeoX halves and YaRN's scale (deepseek_v3_b); dense first layers, the sigmoid group
+/// router and shared experts beside it. A prompt steps its tokens one by one (MLA layers have no
+/// pass as matrices yet).
+#[test]
+fn mla_runs_whole_with_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    for (dir, name) in [
+        (common::model("deepseek_v3"), "deepseek_v3"),
+        (common::model("deepseek_v3_b"), "deepseek_v3_b"),
+        // llama.cpp's deepseek2 GGUF of the first (`attn_k_b` and `attn_v_b`, assembled into
+        // `kv_b_proj`).
+        (
+            common::converted("fixtures/gguf/from_hf/deepseek_v3.gguf"),
+            "deepseek_v3",
+        ),
+    ] {
+        let cpu = run_prompts(
+            &mut common::open(&dir, &DecoderOptions::default()),
+            name,
+            STEPS,
+            1,
+        );
+        let mut dec = emulated(&dir, true);
+        let r = dec.offload_report().expect("a device report");
+        assert!(r.whole_model, "{dir:?}: {r:?}");
+        assert_eq!(run_prompts(&mut dec, name, STEPS, 1), cpu, "{dir:?}");
+        let r = dec.offload_report().expect("a device report");
+        assert!(
+            r.steps > 0 && r.host_round_trips == 0 && r.prompt_passes == 0,
+            "{dir:?}: {r:?}"
+        );
+    }
 }
 
 /// llama.cpp's Qwen3-Next and Qwen3.5 GGUFs hold DeltaNet's decay rates as the converter's
@@ -443,6 +475,7 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
         norm_topk_prob: true,
         attn_gate: false,
         delta: None,
+        mla: None,
     };
     let zeros = vec![0u8; 4 * head_dim * 4];
     let t = |rows: usize, cols: usize| HostTensor {

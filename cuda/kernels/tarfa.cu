@@ -9,6 +9,7 @@
 #include "matvec.cu"
 #include "norm.cu"
 #include "attention.cu"
+#include "mla.cu"
 #include "deltanet.cu"
 #include "route.cu"
 #include "moe.cu"

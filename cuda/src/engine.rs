@@ -100,6 +100,30 @@ pub struct EngineShape {
     pub attn_gate: bool,
     /// The Gated DeltaNet layers' widths, when the model has any ([`HostMixer::DeltaNet`]).
     pub delta: Option<DeltaShape>,
+    /// The multi-head latent attention layers' widths, when the model has any
+    /// ([`HostMixer::Mla`]): then `kv_heads` is `heads`, `head_dim` is `nope + rope`,
+    /// `rotary_dim` is `rope` and `scaling` MLA's own.
+    pub mla: Option<MlaDims>,
+}
+
+/// A multi-head latent attention layer's widths (DeepSeek-V3's MLA, `decode`'s `family::mla`):
+/// per head a query and a key of `nope + rope` dims (the last `rope` rotated), a value of `v`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct MlaDims {
+    /// `q_lora_rank`: the query's low-rank width, or none (`q_proj`).
+    pub q_lora_rank: Option<usize>,
+    /// `kv_lora_rank`: the latent's width.
+    pub kv_lora_rank: usize,
+    /// `qk_nope_head_dim`.
+    pub nope: usize,
+    /// `qk_rope_head_dim` (even).
+    pub rope: usize,
+    /// `v_head_dim` (at most `nope + rope`).
+    pub v: usize,
+    /// `rope_interleave`: the rotated dims are stored as interleaved pairs.
+    pub interleave: bool,
+    /// The latent norms' epsilon.
+    pub latent_eps: f32,
 }
 
 /// A Gated DeltaNet layer's widths (Qwen3.5's `linear_attention` layers).
@@ -169,6 +193,32 @@ pub enum HostMixer<'a> {
     Attention(HostAttention<'a>),
     /// Gated DeltaNet with its convolution history and recurrent state.
     DeltaNet(HostDeltaNet<'a>),
+    /// Multi-head latent attention ([`EngineShape::mla`]) with a KV cache of its keys and
+    /// values expanded per head.
+    Mla(HostMla<'a>),
+}
+
+/// One layer's multi-head latent attention weights (names under `self_attn.`; widths of
+/// [`MlaDims`], `qk = nope + rope`).
+#[derive(Clone, Copy, Debug)]
+pub struct HostMla<'a> {
+    /// With a query LoRA: `q_a_proj` `[q_lora_rank, hidden]`, its bias (or none) and
+    /// `q_a_layernorm` `[1, q_lora_rank]`.
+    pub q_a: Option<(HostTensor<'a>, Option<HostTensor<'a>>, HostTensor<'a>)>,
+    /// `q_b_proj` `[heads·qk, q_lora_rank]`, or without a LoRA `q_proj` `[heads·qk, hidden]`.
+    pub q: HostTensor<'a>,
+    /// `kv_a_proj_with_mqa` `[kv_lora_rank + rope, hidden]`.
+    pub kv_a: HostTensor<'a>,
+    /// Its bias, or none.
+    pub kv_a_bias: Option<HostTensor<'a>>,
+    /// `kv_a_layernorm` `[1, kv_lora_rank]`.
+    pub kv_norm: HostTensor<'a>,
+    /// `kv_b_proj` `[heads·(nope + v), kv_lora_rank]`.
+    pub kv_b: HostTensor<'a>,
+    /// `o_proj` `[hidden, heads·v]`.
+    pub o: HostTensor<'a>,
+    /// Its bias, or none.
+    pub o_bias: Option<HostTensor<'a>>,
 }
 
 /// One layer's attention weights.
@@ -305,7 +355,7 @@ struct DevAttention<B> {
     v: DevTensor<B>,
     o: DevTensor<B>,
     bias: [Option<DevTensor<B>>; 4],
-    qk_norm: Option<(DevTensor<B>, DevTensor<B>)>,
+    qk_norm: Option<DevQkNorm<B>>,
 }
 
 /// [`HostDeltaNet`] on the device (its state is a sequence's, [`EngineSeq`]).
@@ -323,10 +373,37 @@ struct DevDelta<B> {
     out: DevTensor<B>,
 }
 
+/// A query LoRA's `q_a_proj`, its bias and `q_a_layernorm` on the device.
+type DevLora<B> = (DevTensor<B>, Option<DevTensor<B>>, DevTensor<B>);
+
+/// Per-head q and k RMSNorm weights on the device.
+type DevQkNorm<B> = (DevTensor<B>, DevTensor<B>);
+
+/// [`HostMla`] on the device (its KV cache is a sequence's, [`EngineSeq`]).
+#[derive(Debug)]
+struct DevMla<B> {
+    q_a: Option<DevLora<B>>,
+    q: DevTensor<B>,
+    kv_a: DevTensor<B>,
+    kv_a_bias: Option<DevTensor<B>>,
+    kv_norm: DevTensor<B>,
+    kv_b: DevTensor<B>,
+    o: DevTensor<B>,
+    o_bias: Option<DevTensor<B>>,
+}
+
 #[derive(Debug)]
 enum DevMixer<B> {
     Attention(DevAttention<B>),
     DeltaNet(DevDelta<B>),
+    Mla(DevMla<B>),
+}
+
+impl<B> DevMixer<B> {
+    /// Whether the layer keeps a KV cache (attention, MLA).
+    fn attends(&self) -> bool {
+        !matches!(self, DevMixer::DeltaNet(_))
+    }
 }
 
 #[derive(Debug)]
@@ -394,6 +471,14 @@ struct Activations<B> {
     db: B,
     da: B,
     dout: B,
+    /// An MLA layer's query LoRA (`q_a_proj`'s output and its norm), latent (`[c | k_rot]`),
+    /// normed `c`, `kv_b_proj`'s output and the heads' outputs narrowed to the values' width.
+    mqa: B,
+    mqn: B,
+    mlat: B,
+    mcn: B,
+    mkvb: B,
+    mov: B,
     logits: B,
 }
 
@@ -515,6 +600,9 @@ pub fn delta_block(dv: usize) -> u32 {
 /// up to 2,048 is loaded in one round.
 const RMS_BLOCK: u32 = 512;
 
+/// Threads of an MLA head's block (`tarfa_e_mla_heads`) and of the gather's blocks.
+const MLA_BLOCK: u32 = 128;
+
 /// Threads per block of the matrix-vector kernels (a quad per output row): smaller blocks spread
 /// a product of few rows (the router's, `o_proj`'s) over more multiprocessors. Geometry only:
 /// which thread computes a row changes no bit of it.
@@ -589,7 +677,7 @@ impl<D: EngineDevice> Engine<D> {
         let (h, d) = (s.hidden, s.head_dim);
         let attends = layers
             .iter()
-            .any(|l| matches!(l.mixer, HostMixer::Attention(_)));
+            .any(|l| !matches!(l.mixer, HostMixer::DeltaNet(_)));
         if attends && d > MAX_HEAD_DIM {
             return Err(CudaError::HeadDimTooLarge {
                 head_dim: d,
@@ -663,79 +751,161 @@ impl<D: EngineDevice> Engine<D> {
                 int(v, "a DeltaNet dimension")?;
             }
         }
+        if let Some(m) = s.mla {
+            if s.kv_heads != s.heads
+                || d != m.nope + m.rope
+                || s.rotary_dim != m.rope
+                || m.v == 0
+                || m.v > d
+                || m.kv_lora_rank == 0
+                || m.q_lora_rank == Some(0)
+                || s.attn_gate
+            {
+                return Err(CudaError::Usage(format!(
+                    "the GPU decoder does not take these MLA widths: {m:?} in {s:?}"
+                )));
+            }
+            for v in [
+                m.kv_lora_rank + m.rope,
+                s.heads * (m.nope + m.v),
+                s.heads * m.v,
+            ] {
+                int(v, "an MLA dimension")?;
+            }
+        }
         let mut dev_layers = Vec::with_capacity(layers.len());
         for (l, hl) in layers.iter().enumerate() {
             let w = |n: &str| format!("layer {l} {n}");
-            let mixer = match &hl.mixer {
-                HostMixer::Attention(a) => {
-                    let bias_rows = [q_rows, kvd, kvd, h];
-                    let mut bias: [Option<DevTensor<D::Buf>>; 4] = [None, None, None, None];
-                    for (i, b) in a.bias.iter().enumerate() {
-                        if let Some(b) = b {
-                            bias[i] = Some(up(b, &w("bias"), 1, bias_rows[i], &mut report)?);
-                        }
-                    }
-                    let qk_norm = match &a.qk_norm {
-                        Some((qn, kn)) => {
-                            if qn.dtype != kn.dtype {
-                                return Err(CudaError::Usage(format!(
-                                    "layer {l}: q_norm and k_norm of different element types"
-                                )));
+            let mixer =
+                match &hl.mixer {
+                    HostMixer::Attention(a) => {
+                        let bias_rows = [q_rows, kvd, kvd, h];
+                        let mut bias: [Option<DevTensor<D::Buf>>; 4] = [None, None, None, None];
+                        for (i, b) in a.bias.iter().enumerate() {
+                            if let Some(b) = b {
+                                bias[i] = Some(up(b, &w("bias"), 1, bias_rows[i], &mut report)?);
                             }
-                            Some((
-                                up(qn, &w("q_norm"), 1, d, &mut report)?,
-                                up(kn, &w("k_norm"), 1, d, &mut report)?,
-                            ))
                         }
-                        None => None,
-                    };
-                    DevMixer::Attention(DevAttention {
-                        q: up(&a.q, &w("q_proj"), q_rows, h, &mut report)?,
-                        k: up(&a.k, &w("k_proj"), kvd, h, &mut report)?,
-                        v: up(&a.v, &w("v_proj"), kvd, h, &mut report)?,
-                        o: up(&a.o, &w("o_proj"), h, qd, &mut report)?,
-                        bias,
-                        qk_norm,
-                    })
-                }
-                HostMixer::DeltaNet(t) => {
-                    let Some(ds) = s.delta else {
-                        return Err(CudaError::Usage(format!(
-                            "layer {l}: a DeltaNet layer without the shape's DeltaNet widths"
-                        )));
-                    };
-                    let (cd, vd, vh) = (ds.conv_dim(), ds.value_dim(), ds.v_heads);
-                    // The convolution's weights are read one element at a time.
-                    if t.conv.dtype.block().0 != 1 {
-                        return Err(CudaError::Usage(format!(
-                            "layer {l}: a DeltaNet convolution of block type {:?}",
-                            t.conv.dtype
-                        )));
+                        let qk_norm = match &a.qk_norm {
+                            Some((qn, kn)) => {
+                                if qn.dtype != kn.dtype {
+                                    return Err(CudaError::Usage(format!(
+                                        "layer {l}: q_norm and k_norm of different element types"
+                                    )));
+                                }
+                                Some((
+                                    up(qn, &w("q_norm"), 1, d, &mut report)?,
+                                    up(kn, &w("k_norm"), 1, d, &mut report)?,
+                                ))
+                            }
+                            None => None,
+                        };
+                        DevMixer::Attention(DevAttention {
+                            q: up(&a.q, &w("q_proj"), q_rows, h, &mut report)?,
+                            k: up(&a.k, &w("k_proj"), kvd, h, &mut report)?,
+                            v: up(&a.v, &w("v_proj"), kvd, h, &mut report)?,
+                            o: up(&a.o, &w("o_proj"), h, qd, &mut report)?,
+                            bias,
+                            qk_norm,
+                        })
                     }
-                    DevMixer::DeltaNet(DevDelta {
-                        qkv: up(&t.qkv, &w("in_proj_qkv"), cd, h, &mut report)?,
-                        z: up(&t.z, &w("in_proj_z"), vd, h, &mut report)?,
-                        b: up(&t.b, &w("in_proj_b"), vh, h, &mut report)?,
-                        a: up(&t.a, &w("in_proj_a"), vh, h, &mut report)?,
-                        conv: up(&t.conv, &w("conv1d"), cd, ds.kernel, &mut report)?,
-                        dt_bias: up(&t.dt_bias, &w("dt_bias"), 1, vh, &mut report)?,
-                        a_log: up(
-                            &t.a_log,
-                            &w(if t.a_neg {
-                                "ssm_a (-exp(A_log))"
-                            } else {
-                                "A_log"
-                            }),
-                            1,
-                            vh,
-                            &mut report,
-                        )?,
-                        a_neg: t.a_neg,
-                        norm: up(&t.norm, &w("DeltaNet norm"), 1, ds.dv, &mut report)?,
-                        out: up(&t.out, &w("out_proj"), h, vd, &mut report)?,
-                    })
-                }
-            };
+                    HostMixer::DeltaNet(t) => {
+                        let Some(ds) = s.delta else {
+                            return Err(CudaError::Usage(format!(
+                                "layer {l}: a DeltaNet layer without the shape's DeltaNet widths"
+                            )));
+                        };
+                        let (cd, vd, vh) = (ds.conv_dim(), ds.value_dim(), ds.v_heads);
+                        // The convolution's weights are read one element at a time.
+                        if t.conv.dtype.block().0 != 1 {
+                            return Err(CudaError::Usage(format!(
+                                "layer {l}: a DeltaNet convolution of block type {:?}",
+                                t.conv.dtype
+                            )));
+                        }
+                        DevMixer::DeltaNet(DevDelta {
+                            qkv: up(&t.qkv, &w("in_proj_qkv"), cd, h, &mut report)?,
+                            z: up(&t.z, &w("in_proj_z"), vd, h, &mut report)?,
+                            b: up(&t.b, &w("in_proj_b"), vh, h, &mut report)?,
+                            a: up(&t.a, &w("in_proj_a"), vh, h, &mut report)?,
+                            conv: up(&t.conv, &w("conv1d"), cd, ds.kernel, &mut report)?,
+                            dt_bias: up(&t.dt_bias, &w("dt_bias"), 1, vh, &mut report)?,
+                            a_log: up(
+                                &t.a_log,
+                                &w(if t.a_neg {
+                                    "ssm_a (-exp(A_log))"
+                                } else {
+                                    "A_log"
+                                }),
+                                1,
+                                vh,
+                                &mut report,
+                            )?,
+                            a_neg: t.a_neg,
+                            norm: up(&t.norm, &w("DeltaNet norm"), 1, ds.dv, &mut report)?,
+                            out: up(&t.out, &w("out_proj"), h, vd, &mut report)?,
+                        })
+                    }
+                    HostMixer::Mla(m) => {
+                        let Some(md) = s.mla else {
+                            return Err(CudaError::Usage(format!(
+                                "layer {l}: an MLA layer without the shape's MLA widths"
+                            )));
+                        };
+                        let rank = md.kv_lora_rank;
+                        let q_cols = match (&m.q_a, md.q_lora_rank) {
+                            (Some(_), Some(r)) => r,
+                            (None, None) => h,
+                            _ => {
+                                return Err(CudaError::Usage(format!(
+                                    "layer {l}: an MLA query LoRA where the widths say otherwise"
+                                )))
+                            }
+                        };
+                        let opt = |b: &Option<HostTensor<'_>>,
+                               what: &str,
+                               n: usize,
+                               report: &mut EngineReport|
+                     -> Result<Option<DevTensor<D::Buf>>, CudaError> {
+                        b.as_ref().map(|b| up(b, &w(what), 1, n, report)).transpose()
+                    };
+                        let q_a = match &m.q_a {
+                            Some((qa, qb, qn)) => Some((
+                                up(qa, &w("q_a_proj"), q_cols, h, &mut report)?,
+                                opt(qb, "q_a_proj bias", q_cols, &mut report)?,
+                                up(qn, &w("q_a_layernorm"), 1, q_cols, &mut report)?,
+                            )),
+                            None => None,
+                        };
+                        DevMixer::Mla(DevMla {
+                            q_a,
+                            q: up(&m.q, &w("MLA q"), qd, q_cols, &mut report)?,
+                            kv_a: up(
+                                &m.kv_a,
+                                &w("kv_a_proj_with_mqa"),
+                                rank + md.rope,
+                                h,
+                                &mut report,
+                            )?,
+                            kv_a_bias: opt(
+                                &m.kv_a_bias,
+                                "kv_a_proj_with_mqa bias",
+                                rank + md.rope,
+                                &mut report,
+                            )?,
+                            kv_norm: up(&m.kv_norm, &w("kv_a_layernorm"), 1, rank, &mut report)?,
+                            kv_b: up(
+                                &m.kv_b,
+                                &w("kv_b_proj"),
+                                s.heads * (md.nope + md.v),
+                                rank,
+                                &mut report,
+                            )?,
+                            o: up(&m.o, &w("o_proj"), h, s.heads * md.v, &mut report)?,
+                            o_bias: opt(&m.o_bias, "o_proj bias", h, &mut report)?,
+                        })
+                    }
+                };
             let (router, route, experts, shared, shared_gate) = match &hl.mlp {
                 HostMlp::Moe {
                     router,
@@ -856,6 +1026,12 @@ impl<D: EngineDevice> Engine<D> {
             db: z(s.delta.map_or(1, |ds| ds.v_heads))?,
             da: z(s.delta.map_or(1, |ds| ds.v_heads))?,
             dout: z(s.delta.map_or(1, |ds| ds.value_dim()))?,
+            mqa: z(s.mla.and_then(|m| m.q_lora_rank).unwrap_or(1))?,
+            mqn: z(s.mla.and_then(|m| m.q_lora_rank).unwrap_or(1))?,
+            mlat: z(s.mla.map_or(1, |m| m.kv_lora_rank + m.rope))?,
+            mcn: z(s.mla.map_or(1, |m| m.kv_lora_rank))?,
+            mkvb: z(s.mla.map_or(1, |m| s.heads * (m.nope + m.v)))?,
+            mov: z(s.mla.map_or(1, |m| s.heads * m.v))?,
             logits: z(s.vocab)?,
         };
         let half = s.rotary_dim / 2;
@@ -1059,11 +1235,11 @@ impl<D: EngineDevice> Engine<D> {
         for (i, l) in self.layers.iter().enumerate() {
             let old = from.map(|f| &f.layers[i]);
             let made = match (&l.mixer, old) {
-                (DevMixer::Attention(_), None) => SeqLayer::Kv {
+                (m, None) if m.attends() => SeqLayer::Kv {
                     k: dev.alloc(cap * kvd * 4)?,
                     v: dev.alloc(cap * kvd * 4)?,
                 },
-                (DevMixer::Attention(_), Some(SeqLayer::Kv { k, v })) => {
+                (m, Some(SeqLayer::Kv { k, v })) if m.attends() => {
                     let (mut k2, mut v2) = (dev.alloc(cap * kvd * 4)?, dev.alloc(cap * kvd * 4)?);
                     dev.copy(k, &mut k2, len * kvd * 4)?;
                     dev.copy(v, &mut v2, len * kvd * 4)?;
@@ -1088,9 +1264,7 @@ impl<D: EngineDevice> Engine<D> {
                     }
                     SeqLayer::Delta { conv, state }
                 }
-                (DevMixer::Attention(_), Some(SeqLayer::Delta { .. })) => {
-                    return Err(foreign_layout(i))
-                }
+                (_, _) => return Err(foreign_layout(i)),
             };
             layers.push(made);
         }
@@ -1562,7 +1736,19 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     fn rms_norm(&self, x: u64, w: &DevTensor<D::Buf>, out: u64) -> Result<(), CudaError> {
-        // SAFETY: `x` and `out` hold `n` floats (hidden-sized activations), `w` `n` elements.
+        self.rms_norm_eps(x, w, out, self.shape.eps)
+    }
+
+    /// `out` = RMSNorm_w(x) of `w.cols` elements, of epsilon `eps`.
+    fn rms_norm_eps(
+        &self,
+        x: u64,
+        w: &DevTensor<D::Buf>,
+        out: u64,
+        eps: f32,
+    ) -> Result<(), CudaError> {
+        // SAFETY: `x` and `out` hold `w.cols` floats (a hidden-sized activation or an MLA
+        // latent), `w` `w.cols` elements.
         unsafe {
             self.dev.launch(
                 Kernel::RmsNorm,
@@ -1572,7 +1758,7 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::Ptr(w.ptr),
                     Arg::I32(w.dtype.code()),
                     Arg::I32(w.cols as i32),
-                    Arg::F32(self.shape.eps),
+                    Arg::F32(eps),
                     Arg::Ptr(out),
                 ],
             )
@@ -1627,6 +1813,7 @@ impl<D: EngineDevice> Engine<D> {
                 (DevMixer::DeltaNet(t), SeqLayer::Delta { conv, state }) => {
                     self.deltanet(t, conv, state)?
                 }
+                (DevMixer::Mla(m), SeqLayer::Kv { k, v }) => self.mla(m, k, v)?,
                 _ => return Err(foreign_layout(i)),
             }
             let next = self.next_norm(i);
@@ -1671,6 +1858,14 @@ impl<D: EngineDevice> Engine<D> {
                 self.job(&at.k, xn, self.p(&a.k), at.bias[1].as_ref(), false),
                 self.job(&at.v, xn, self.p(&a.v), at.bias[2].as_ref(), false),
             ],
+            DevMixer::Mla(m) => {
+                let q = match &m.q_a {
+                    Some((qa, bias, _)) => self.job(qa, xn, self.p(&a.mqa), bias.as_ref(), false),
+                    None => self.job(&m.q, xn, self.p(&a.q), None, false),
+                };
+                let latent = self.job(&m.kv_a, xn, self.p(&a.mlat), m.kv_a_bias.as_ref(), false);
+                vec![q, latent]
+            }
             DevMixer::DeltaNet(t) => vec![
                 self.job(&t.qkv, xn, self.p(&a.mixed), None, false),
                 self.job(&t.z, xn, self.p(&a.dz), None, false),
@@ -1688,17 +1883,32 @@ impl<D: EngineDevice> Engine<D> {
         kcache: &D::Buf,
         vcache: &D::Buf,
     ) -> Result<(), CudaError> {
+        let half = (self.shape.rotary_dim / 2) as i32;
+        self.attend(&at.qk_norm, half, kcache, vcache)?;
+        let (x, attn) = (self.p(&self.a.x), self.p(&self.a.attn));
+        self.matvec(&[self.job(&at.o, attn, x, at.bias[3].as_ref(), true)])
+    }
+
+    /// `tarfa_e_attention` of the token's q, k and v (`a.q`, `a.k`, `a.v`) over the layer's KV
+    /// cache into `a.attn`: the q/k norms `qk_norm` (or none) and RoPE on each head's first
+    /// `2·half` dims first.
+    fn attend(
+        &self,
+        qk_norm: &Option<DevQkNorm<D::Buf>>,
+        half: i32,
+        kcache: &D::Buf,
+        vcache: &D::Buf,
+    ) -> Result<(), CudaError> {
         let s = self.shape;
         let a = &self.a;
         let d = s.head_dim;
-        let (x, params) = (self.p(&a.x), self.p(&a.params));
+        let params = self.p(&a.params);
         let (q, k, v, attn) = (self.p(&a.q), self.p(&a.k), self.p(&a.v), self.p(&a.attn));
         let (heads, kvh, di) = (s.heads as i32, s.kv_heads as i32, d as i32);
-        let half = (s.rotary_dim / 2) as i32;
         let window = s.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
         let (cos, sin, scores) = (self.p(&self.cos), self.p(&self.sin), self.p(&self.scores));
         let (kc, vc) = (self.p(kcache), self.p(vcache));
-        let (norm, qn, kn, ndt) = match &at.qk_norm {
+        let (norm, qn, kn, ndt) = match qk_norm {
             Some((qn, kn)) => (1i32, qn.ptr, kn.ptr, qn.dtype.code()),
             None => (0, 0, 0, 0),
         };
@@ -1744,9 +1954,84 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::I32(qstride),
                     Arg::I32(i32::from(s.attn_gate)),
                 ],
+            )
+        }
+    }
+
+    /// An MLA layer's step once its first products are computed (`mixer_inputs`: the query's
+    /// LoRA or the query, and the latent `[c | k_rot]`): the latent norms and the query's and
+    /// `kv_b_proj`'s products, each head's query, key and value assembled and rotated
+    /// (`tarfa_e_mla_heads`), the attention (no norm, no further RoPE: `half` 0) over the
+    /// layer's cache of expanded keys and values, the heads narrowed to the values' width
+    /// (`tarfa_e_mla_gather`), and `o_proj` added to x: `family::mla::layer`'s operations.
+    fn mla(&self, m: &DevMla<D::Buf>, kcache: &D::Buf, vcache: &D::Buf) -> Result<(), CudaError> {
+        let s = self.shape;
+        let md = s
+            .mla
+            .ok_or_else(|| CudaError::Usage("an MLA layer without its widths".into()))?;
+        let a = &self.a;
+        let (q, latent, cn, kvb) = (
+            self.p(&a.q),
+            self.p(&a.mlat),
+            self.p(&a.mcn),
+            self.p(&a.mkvb),
+        );
+        let mut jobs = Vec::with_capacity(2);
+        if let Some((_, _, qn)) = &m.q_a {
+            let (qa, qan) = (self.p(&a.mqa), self.p(&a.mqn));
+            self.rms_norm_eps(qa, qn, qan, md.latent_eps)?;
+            jobs.push(self.job(&m.q, qan, q, None, false));
+        }
+        // The latent's first kv_lora_rank floats (`c`).
+        self.rms_norm_eps(latent, &m.kv_norm, cn, md.latent_eps)?;
+        jobs.push(self.job(&m.kv_b, cn, kvb, None, false));
+        self.matvec(&jobs)?;
+        let (k, v, params) = (self.p(&a.k), self.p(&a.v), self.p(&a.params));
+        let (cos, sin) = (self.p(&self.cos), self.p(&self.sin));
+        // SAFETY: one block per head; q, k and v hold heads·(nope + rope) floats (head_dim,
+        // checked in `new`), the latent kv_lora_rank + rope, kvb heads·(nope + v); the RoPE
+        // tables cap × rope/2 (rotary_dim is rope) with params[1] < cap (ensure_cap in
+        // `step`); shared memory rope floats.
+        unsafe {
+            self.dev.launch(
+                Kernel::MlaHeads,
+                geo(s.heads, MLA_BLOCK, (md.rope * 4) as u32)?,
+                &[
+                    Arg::Ptr(q),
+                    Arg::Ptr(latent),
+                    Arg::Ptr(kvb),
+                    Arg::I32(md.nope as i32),
+                    Arg::I32(md.rope as i32),
+                    Arg::I32(md.v as i32),
+                    Arg::I32(md.kv_lora_rank as i32),
+                    Arg::I32(i32::from(md.interleave)),
+                    Arg::Ptr(cos),
+                    Arg::Ptr(sin),
+                    Arg::Ptr(params),
+                    Arg::Ptr(k),
+                    Arg::Ptr(v),
+                ],
             )?;
         }
-        self.matvec(&[self.job(&at.o, attn, x, at.bias[3].as_ref(), true)])
+        self.attend(&None, 0, kcache, vcache)?;
+        let (attn, out, x) = (self.p(&a.attn), self.p(&a.mov), self.p(&a.x));
+        let n = s.heads * md.v;
+        // SAFETY: attn holds heads·(nope + rope) floats, out heads·v (v ≤ nope + rope); a
+        // thread per output.
+        unsafe {
+            self.dev.launch(
+                Kernel::MlaGather,
+                geo(n.div_ceil(MLA_BLOCK as usize), MLA_BLOCK, 0)?,
+                &[
+                    Arg::Ptr(attn),
+                    Arg::I32(s.heads as i32),
+                    Arg::I32(s.head_dim as i32),
+                    Arg::I32(md.v as i32),
+                    Arg::Ptr(out),
+                ],
+            )?;
+        }
+        self.matvec(&[self.job(&m.o, out, x, m.o_bias.as_ref(), true)])
     }
 
     /// The Gated DeltaNet step of the token (its projections computed), one launch: the

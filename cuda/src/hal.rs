@@ -197,11 +197,16 @@ pub enum Kernel {
     TopkMany,
     /// `tarfa_e_sigmoid_topk_many`.
     SigmoidTopkMany,
+    /// `tarfa_e_mla_heads` (MLA's queries, keys and values assembled and rotated, a block per
+    /// head: `kernels/mla.cu`).
+    MlaHeads,
+    /// `tarfa_e_mla_gather` (MLA's heads narrowed to the values' width).
+    MlaGather,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 27] = [
+    pub const ALL: [Kernel; 29] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -229,6 +234,8 @@ impl Kernel {
         Kernel::AttentionQuads,
         Kernel::TopkMany,
         Kernel::SigmoidTopkMany,
+        Kernel::MlaHeads,
+        Kernel::MlaGather,
     ];
 
     /// Its name in `kernels/`.
@@ -261,6 +268,8 @@ impl Kernel {
             Kernel::AttentionQuads => "tarfa_e_attention_quads",
             Kernel::TopkMany => "tarfa_e_topk_many",
             Kernel::SigmoidTopkMany => "tarfa_e_sigmoid_topk_many",
+            Kernel::MlaHeads => "tarfa_e_mla_heads",
+            Kernel::MlaGather => "tarfa_e_mla_gather",
         }
     }
 }

@@ -52,8 +52,8 @@ pub mod offload;
 pub use abi::{MatJob, MatJobs, MoeArgs, MAX_JOBS};
 pub use engine::{
     delta_block, DeltaShape, Engine, EngineReport, EngineSeq, EngineShape, HostAttention,
-    HostDeltaNet, HostLayer, HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK,
-    MAX_DELTA_KERNEL, MAX_HEAD_DIM, PROMPT_PASS,
+    HostDeltaNet, HostLayer, HostMixer, HostMla, HostMlp, HostRoute, HostTensor, MlaDims,
+    MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM, PROMPT_PASS,
 };
 #[cfg(feature = "driver")]
 pub use error::drv;

@@ -20,7 +20,8 @@ use std::collections::HashMap;
 
 use tarfa_cuda::{
     Engine, EngineDevice, EngineSeq, EngineShape, GpuDtype, HostAttention, HostDeltaNet, HostLayer,
-    HostMixer, HostMlp, HostRoute, HostTensor, MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM,
+    HostMixer, HostMla, HostMlp, HostRoute, HostTensor, MlaDims, MAX_DELTA_DK, MAX_DELTA_KERNEL,
+    MAX_HEAD_DIM,
 };
 
 use crate::blocks::{self, Batch};
@@ -279,7 +280,8 @@ fn prepare(
 /// model this path does not take.
 fn refusal(p: &Plan) -> Option<&'static str> {
     let a = &p.attn;
-    let attends = p.mixers.contains(&MixerPlan::Attention);
+    let mla = p.mixers.contains(&MixerPlan::Mla);
+    let attends = p.mixers.contains(&MixerPlan::Attention) || mla;
     if attends && a.shape.head_dim > MAX_HEAD_DIM {
         Some("heads wider than 256")
     } else if attends && a.qk_norm.is_some() && a.eps.to_bits() != p.eps.to_bits() {
@@ -295,8 +297,8 @@ fn refusal(p: &Plan) -> Option<&'static str> {
             "GLM-5.3-Flash's hyper-connections, Kimi delta attention, DSA and clamped SwiGLU \
              (glm5_next)",
         )
-    } else if p.mixers.contains(&MixerPlan::Mla) {
-        Some("multi-head latent attention (MLA)")
+    } else if mla && (p.mla.is_none() || p.mixers.contains(&MixerPlan::Attention)) {
+        Some("multi-head latent attention (MLA) beside other attention layers")
     } else if p.mixers.contains(&MixerPlan::SlidingAttention) || p.swa.is_some() {
         Some("sliding-window layers of their own attention form (MiMo-V2-Flash)")
     } else if p.attn.extra.is_some() {
@@ -435,6 +437,7 @@ fn upload<D: EngineDevice>(
     on_cpu: usize,
 ) -> Result<std::result::Result<GpuWhole<D>, Declined>> {
     let a = &plan.attn.shape;
+    let mla = plan.mla.filter(|_| plan.mixers.contains(&MixerPlan::Mla));
     let shape = EngineShape {
         vocab: plan.vocab,
         hidden: plan.hidden,
@@ -444,12 +447,24 @@ fn upload<D: EngineDevice>(
         rotary_dim: plan.rope.rotary_dim,
         eps: plan.eps,
         window: a.window,
-        // blocks::attend's scaling, rounded the same way.
-        scaling: (1.0 / (a.head_dim as f64).sqrt()) as f32,
+        // blocks::attend's scaling, rounded the same way; MLA's own (`attend_scaled`).
+        scaling: match mla {
+            Some(m) => m.scale,
+            None => (1.0 / (a.head_dim as f64).sqrt()) as f32,
+        },
         top_k: plan.top_k,
         norm_topk_prob: plan.norm_topk_prob,
         attn_gate: plan.attn.out_gate,
         delta: plan.delta,
+        mla: mla.map(|m| MlaDims {
+            q_lora_rank: m.q_lora_rank,
+            kv_lora_rank: m.kv_lora_rank,
+            nope: m.nope,
+            rope: m.rope,
+            v: m.v,
+            interleave: m.interleave,
+            latent_eps: m.latent_eps,
+        }),
     };
     let mut engine = Engine::new(
         dev,
@@ -698,11 +713,86 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                     out,
                 })
             }
+            MixerPlan::Mla => {
+                let Some(m) = p.mla else {
+                    return Ok(None);
+                };
+                let a = |name: &str| n(&format!("self_attn.{name}"));
+                let bias = |name: &str, rows: usize| -> Result<Option<Option<HostTensor<'a>>>> {
+                    match m.bias {
+                        true => Ok(host_vec(s, &a(name), rows)?.map(Some)),
+                        false => Ok(Some(None)),
+                    }
+                };
+                let (qk, rank) = (m.qk(), m.kv_lora_rank);
+                let q_rows = m.heads * qk;
+                let (q_a, q) = match m.q_lora_rank {
+                    Some(r) => {
+                        let qa = take(host_mat(s, &a("q_a_proj.weight"), r, h)?);
+                        let qb = bias("q_a_proj.bias", r)?;
+                        let qn = take(host_vec(s, &a("q_a_layernorm.weight"), r)?);
+                        let q = take(host_mat(s, &a("q_b_proj.weight"), q_rows, r)?);
+                        match (qa, qb, qn) {
+                            (Some(qa), Some(qb), Some(qn)) => {
+                                if let Some(b) = qb {
+                                    take(Some(b));
+                                }
+                                (Some(Some((qa, qb, qn))), q)
+                            }
+                            _ => (None, q),
+                        }
+                    }
+                    None => (
+                        Some(None),
+                        take(host_mat(s, &a("q_proj.weight"), q_rows, h)?),
+                    ),
+                };
+                let kv_a_bias = bias("kv_a_proj_with_mqa.bias", rank + m.rope)?;
+                let o_bias = bias("o_proj.bias", h)?;
+                let parts = (
+                    take(host_mat(
+                        s,
+                        &a("kv_a_proj_with_mqa.weight"),
+                        rank + m.rope,
+                        h,
+                    )?),
+                    take(host_vec(s, &a("kv_a_layernorm.weight"), rank)?),
+                    take(host_mat(
+                        s,
+                        &a("kv_b_proj.weight"),
+                        m.heads * (m.nope + m.v),
+                        rank,
+                    )?),
+                    take(host_mat(s, &a("o_proj.weight"), h, m.heads * m.v)?),
+                );
+                let (
+                    Some(q_a),
+                    Some(q),
+                    (Some(kv_a), Some(kv_norm), Some(kv_b), Some(o)),
+                    Some(kv_a_bias),
+                    Some(o_bias),
+                ) = (q_a, q, parts, kv_a_bias, o_bias)
+                else {
+                    return Ok(None);
+                };
+                for b in [kv_a_bias, o_bias].into_iter().flatten() {
+                    take(Some(b));
+                }
+                HostMixer::Mla(HostMla {
+                    q_a,
+                    q,
+                    kv_a,
+                    kv_a_bias,
+                    kv_norm,
+                    kv_b,
+                    o,
+                    o_bias,
+                })
+            }
             // `refusal` declines these before any weight is mapped.
-            MixerPlan::Mla
-            | MixerPlan::SlidingAttention
-            | MixerPlan::Kda
-            | MixerPlan::MlaSparse { .. } => return Ok(None),
+            MixerPlan::SlidingAttention | MixerPlan::Kda | MixerPlan::MlaSparse { .. } => {
+                return Ok(None)
+            }
         };
         let mlp = match *mlp {
             MlpPlan::Dense { inter } => swiglu(&n("mlp"), inter)?.map(HostMlp::Dense),

@@ -64,7 +64,7 @@ fn whole(graphs: bool, batch_prompt: bool) -> DecoderOptions {
     }
 }
 
-/// Every qwen3_moe, qwen3_5_moe, glm4_moe and mixtral fixture (q/k norms or none, GQA, the
+/// Every qwen3_moe, qwen3_5_moe, qwen3_next, glm4_moe, mixtral and deepseek_v3 (MLA) fixture (q/k norms or none, GQA, the
 /// softmax and the sigmoid group routers with and without renormalisation, shared experts plain
 /// and gated, biases, partial rotary, tied heads, dense layers, Gated DeltaNet layers, gated
 /// attention, zero-centred norms, widths that are and are not multiples of 32) decoded with its whole
@@ -85,6 +85,9 @@ fn the_whole_forward_pass_on_the_gpu_gives_the_cpu_bits() {
         "mixtral",
         "qwen3_5_moe_text",
         "qwen3_next",
+        // MLA: a query LoRA and interleaved pairs; a plain q_proj, biases and YaRN.
+        "deepseek_v3",
+        "deepseek_v3_b",
     ] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
@@ -452,17 +455,26 @@ fn a_quantised_gguf_gives_the_cpu_bits_offloaded_and_whole_on_the_gpu() {
     }
 }
 
-/// deepseek2 GGUFs (MLA, which the whole GPU pass declines: the offload path), in both MLA forms
-/// and quantised: the CPU's bits.
+/// deepseek2 GGUFs (MLA), in both MLA forms and quantised, on the offload path and whole on the
+/// GPU: the CPU's bits. The quantised one's dense layer has a Q5_K gate beside a Q4_K up, which
+/// the whole pass's dense SwiGLU does not take: it stays on the offload path.
 #[test]
 fn deepseek2_ggufs_give_the_cpu_bits_on_the_gpu() {
     if !gpu_here() {
         return;
     }
-    for (src, name) in [
-        ("fixtures/gguf/from_hf/deepseek_v3.gguf", "deepseek_v3"),
-        ("fixtures/gguf/from_hf/deepseek_v3.kv-b.gguf", "deepseek_v3"),
-        ("fixtures/gguf/deepseek_v3_q.gguf", "deepseek_v3_q"),
+    for (src, name, whole_takes) in [
+        (
+            "fixtures/gguf/from_hf/deepseek_v3.gguf",
+            "deepseek_v3",
+            true,
+        ),
+        (
+            "fixtures/gguf/from_hf/deepseek_v3.kv-b.gguf",
+            "deepseek_v3",
+            true,
+        ),
+        ("fixtures/gguf/deepseek_v3_q.gguf", "deepseek_v3_q", false),
     ] {
         let dir = common::converted(src);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
@@ -471,6 +483,10 @@ fn deepseek2_ggufs_give_the_cpu_bits_on_the_gpu() {
         let r = dec.offload_report().expect("report");
         assert!(!r.whole_model, "{src}: {r:?}");
         eprintln!("{src}: {r:?}");
+        let mut dec = common::open(&dir, &whole(true, true));
+        assert_eq!(run(&mut dec, name), cpu, "{src}: whole");
+        let r = dec.offload_report().expect("report");
+        assert_eq!(r.whole_model, whole_takes, "{src}: {r:?}");
     }
 }
 
