@@ -5,7 +5,7 @@
 //! `qwen3_moe`, `qwen3_5_moe`, `glm4_moe` and `mixtral` fixture and the quantised GGUF (dense and
 //! MoE layers, the softmax and the sigmoid group routers, shared experts plain and gated, biases,
 //! partial rotary, tied heads, Gated DeltaNet layers with their recurrent state, gated attention,
-//! zero-centred norms), and does so again
+//! zero-centred norms, DeepSeek-V3's multi-head latent attention), and does so again
 //! after a reset; a prompt fed token by token gives the
 //! same bits as one fed whole; so does every ring of the tiled kernels compiled in. What this
 //! cannot show (the GPU machine's `decode/tests/gpu.rs` does): the hardware, the driver,
