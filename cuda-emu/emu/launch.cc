@@ -44,10 +44,11 @@ void emu_attention(G, const float* q, const float* k, const float* v, const unsi
                    const unsigned char* kn, int ndtype, int norm, float eps, int heads,
                    int kv_heads, int d, int half, const float* cos_tab, const float* sin_tab,
                    const int* params, float* kcache, float* vcache, int window, float scaling,
-                   float* scores, int cap, float* out, int sh_scores, int qstride, int gated) {
+                   float* scores, int cap, float* out, int sh_scores, int qstride, int gated,
+                   const unsigned char* sinks, int sink_dtype) {
     RUN(tarfa_e_attention(q, k, v, qn, kn, ndtype, norm, eps, heads, kv_heads, d, half, cos_tab,
                           sin_tab, params, kcache, vcache, window, scaling, scores, cap, out,
-                          sh_scores, qstride, gated));
+                          sh_scores, qstride, gated, sinks, sink_dtype));
 }
 void emu_delta_heads(G, const float* mixed, const unsigned char* conv_w, int conv_dtype,
                      int kernel, float* hist, const int* params, const float* z, const float* b,
@@ -188,8 +189,11 @@ void emu_mla_heads(G, float* q, const float* latent, const float* kvb, int nope,
     RUN(tarfa_e_mla_heads(q, latent, kvb, nope, rope, vd, rank, interleave, cos_tab, sin_tab,
                           params, k, v));
 }
-void emu_mla_gather(G, const float* attn, int heads, int qk, int vd, float* out) {
-    RUN(tarfa_e_mla_gather(attn, heads, qk, vd, out));
+void emu_widen_heads(G, const float* v, int heads, int vd, int d, float scale, float* out) {
+    RUN(tarfa_e_widen_heads(v, heads, vd, d, scale, out));
+}
+void emu_narrow_heads(G, const float* attn, int heads, int d, int vd, float* out) {
+    RUN(tarfa_e_narrow_heads(attn, heads, d, vd, out));
 }
 // The offload path's kernels (offload.cu). They are launched without programmatic dependent
 // launch (offload.rs: plain cuLaunchKernel, one stream), so they never call tarfa_grid_enter; the

@@ -166,6 +166,8 @@ extern "C" {
         sh_scores: i32,
         qstride: i32,
         gated: i32,
+        sinks: *const u8,
+        sink_dtype: i32,
     );
     fn emu_delta_heads(
         g: u32,
@@ -460,13 +462,24 @@ extern "C" {
         k: *mut f32,
         v: *mut f32,
     );
-    fn emu_mla_gather(
+    fn emu_widen_heads(
+        g: u32,
+        b: u32,
+        s: u32,
+        v: *const f32,
+        heads: i32,
+        vd: i32,
+        d: i32,
+        scale: f32,
+        out: *mut f32,
+    );
+    fn emu_narrow_heads(
         g: u32,
         b: u32,
         s: u32,
         attn: *const f32,
         heads: i32,
-        qk: i32,
+        d: i32,
         vd: i32,
         out: *mut f32,
     );
@@ -1020,6 +1033,8 @@ pub struct AttnIn<'a> {
     pub scaling: f32,
     /// Scores in shared memory (else in global memory).
     pub shared_scores: bool,
+    /// Each head's sink logit (`heads` elements), or none.
+    pub sinks: Option<&'a W>,
 }
 
 /// `tarfa_e_attention` of one token at `a.pos`: its q/k normed and rotated, k and v stored in
@@ -1041,12 +1056,17 @@ pub fn attention(sh: Heads, a: &AttnIn<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     // Tables of at least one float: a zero-length buffer would have no address to pass.
     let (ca, sa) = (fl(&[a.cos, &[0.0]].concat()), fl(&[a.sin, &[0.0]].concat()));
     let (kc, vc) = (fl(a.kcache), fl(a.vcache));
-    let scores = fl(&vec![0.0; sh.heads * cap]);
+    // A head's scores and its sink: cap + 1 floats.
+    let scores = fl(&vec![0.0; sh.heads * (cap + 1)]);
     let out = fl(&vec![0.0; sh.heads * d]);
     let params = [0i32, pos as i32];
-    let sh_scores = if a.shared_scores { cap } else { 0 };
-    // SAFETY: sizes asserted above; scores hold heads × cap floats; shared memory 36 × d floats
-    // and sh_scores more.
+    let sh_scores = if a.shared_scores { cap + 1 } else { 0 };
+    if let Some(s) = a.sinks {
+        assert_eq!(s.elems(), sh.heads);
+    }
+    let sinks = a.sinks.map(W::aligned);
+    // SAFETY: sizes asserted above; scores hold heads × (cap + 1) floats; shared memory 36 × d
+    // floats and sh_scores more; the sinks (when given) heads elements.
     unsafe {
         emu_attention(
             sh.heads as u32,
@@ -1072,11 +1092,13 @@ pub fn attention(sh: Heads, a: &AttnIn<'_>) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
             a.window.map_or(0, |w| w as i32),
             a.scaling,
             scores.ptr() as *mut f32,
-            cap as i32,
+            cap as i32 + 1,
             out.ptr() as *mut f32,
             sh_scores as i32,
             d as i32,
             0,
+            sinks.as_ref().map_or(std::ptr::null(), |s| s.ptr()),
+            a.sinks.map_or(0, |s| s.dt.code()),
         )
     };
     (out.floats(), kc.floats(), vc.floats())
@@ -1870,7 +1892,7 @@ impl EngineDevice for EmuDevice {
                     );
                 }
                 Kernel::Attention => {
-                    count(25)?;
+                    count(27)?;
                     emu_attention(
                         g,
                         b,
@@ -1900,6 +1922,8 @@ impl EngineDevice for EmuDevice {
                         n(22)?,
                         n(23)?,
                         n(24)?,
+                        p(25)? as _,
+                        n(26)?,
                     );
                 }
                 Kernel::DeltaHeads => {
@@ -2162,9 +2186,13 @@ impl EngineDevice for EmuDevice {
                         p(12)? as _,
                     );
                 }
-                Kernel::MlaGather => {
+                Kernel::WidenHeads => {
+                    count(6)?;
+                    emu_widen_heads(g, b, s, p(0)? as _, n(1)?, n(2)?, n(3)?, f(4)?, p(5)? as _);
+                }
+                Kernel::NarrowHeads => {
                     count(5)?;
-                    emu_mla_gather(g, b, s, p(0)? as _, n(1)?, n(2)?, n(3)?, p(4)? as _);
+                    emu_narrow_heads(g, b, s, p(0)? as _, n(1)?, n(2)?, n(3)?, p(4)? as _);
                 }
                 Kernel::SigmoidTopk => {
                     count(12)?;

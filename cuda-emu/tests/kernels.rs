@@ -243,6 +243,7 @@ fn attention_norms_rotates_and_stores_the_token_as_the_cpu_does() {
                         window: None,
                         scaling,
                         shared_scores: true,
+                        sinks: None,
                     },
                 );
                 // The CPU: norm_heads (canon::rms_norm per head), then Rope::apply per head.
@@ -306,6 +307,42 @@ struct Case {
 }
 
 impl Case {
+    /// `tarfa_e_attention` of the last of the case's `n` tokens (no norm, no rotation), the
+    /// earlier ones in the caches (the token's own row NaN: the kernel must take its key and
+    /// value from k and v), with `sinks` or none: its output and the caches after.
+    fn last(
+        &self,
+        sh: emu::Heads,
+        window: Option<usize>,
+        shared: bool,
+        sinks: Option<&emu::W>,
+    ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+        let (n, width) = (self.q.len(), sh.kv_heads * sh.d);
+        let mut kc = self.k[..n - 1].concat();
+        let mut vc = self.v[..n - 1].concat();
+        kc.extend(vec![f32::NAN; width]);
+        vc.extend(vec![f32::NAN; width]);
+        emu::attention(
+            sh,
+            &emu::AttnIn {
+                q: &self.q[n - 1],
+                k: &self.k[n - 1],
+                v: &self.v[n - 1],
+                norms: None,
+                eps: 1e-6,
+                cos: &[],
+                sin: &[],
+                pos: n - 1,
+                kcache: &kc,
+                vcache: &vc,
+                window,
+                scaling: self.scaling,
+                shared_scores: shared,
+                sinks,
+            },
+        )
+    }
+
     fn new(
         r: &mut Rng,
         heads: usize,
@@ -352,50 +389,71 @@ fn attention_of_the_last_position_is_blocks_attend() {
     ] {
         for &n in &[1usize, 2, 31, 32, 33, 70] {
             for window in [None, Some(5), Some(64)] {
-                let width = kv_heads * d;
-                let Case {
-                    q,
-                    k,
-                    v,
-                    cpu,
-                    scaling,
-                } = Case::new(&mut r, heads, kv_heads, d, n, window);
-                // The caches hold the earlier positions; the last row is the token's to store.
-                let mut kc = k[..n - 1].concat();
-                let mut vc = v[..n - 1].concat();
-                kc.extend(vec![f32::NAN; width]);
-                vc.extend(vec![f32::NAN; width]);
+                let case = Case::new(&mut r, heads, kv_heads, d, n, window);
+                let sh = emu::Heads {
+                    heads,
+                    kv_heads,
+                    d,
+                    half: 0,
+                };
                 for shared in [true, false] {
-                    let (got, gk, gv) = emu::attention(
-                        emu::Heads {
-                            heads,
-                            kv_heads,
-                            d,
-                            half: 0,
-                        },
-                        &emu::AttnIn {
-                            q: &q[n - 1],
-                            k: &k[n - 1],
-                            v: &v[n - 1],
-                            norms: None,
-                            eps: 1e-6,
-                            cos: &[],
-                            sin: &[],
-                            pos: n - 1,
-                            kcache: &kc,
-                            vcache: &vc,
-                            window,
-                            scaling,
-                            shared_scores: shared,
-                        },
-                    );
+                    let (got, gk, gv) = case.last(sh, window, shared, None);
                     assert_eq!(
                         bits(&got),
-                        bits(&cpu[n - 1]),
+                        bits(&case.cpu[n - 1]),
                         "heads {heads}/{kv_heads} d {d} n {n} window {window:?} shared {shared}"
                     );
-                    assert_eq!(bits(&gk), bits(&k.concat()), "k stored, n {n}");
-                    assert_eq!(bits(&gv), bits(&v.concat()), "v stored, n {n}");
+                    assert_eq!(bits(&gk), bits(&case.k.concat()), "k stored, n {n}");
+                    assert_eq!(bits(&gv), bits(&case.v.concat()), "v stored, n {n}");
+                }
+            }
+        }
+    }
+}
+
+/// Attention sinks (MiMo-V2-Flash): each head's logit joins its softmax last and its weight is
+/// dropped (`blocks::attend_with`), the sinks BF16 or F32, the scores in shared memory or in
+/// global memory (a head's row holding the sink after its `n` scores), with and without a window.
+#[test]
+fn attention_with_sinks_is_blocks_attend_with() {
+    let mut r = Rng(17);
+    for &(heads, kv_heads, d) in &[(4usize, 2usize, 8usize), (8, 2, 64), (2, 1, 40)] {
+        for &n in &[1usize, 31, 32, 33, 70] {
+            for window in [None, Some(5)] {
+                for dt in [emu::Dt::Bf16, emu::Dt::F32] {
+                    let case = Case::new(&mut r, heads, kv_heads, d, n, window);
+                    let (sinks, sinkv) = weights(&mut r, heads, dt, 3.0);
+                    let shape = AttnShape {
+                        heads,
+                        kv_heads,
+                        head_dim: d,
+                        window,
+                    };
+                    let cpu = blocks::attend_with(
+                        Isa::Scalar,
+                        shape,
+                        case.scaling,
+                        Some(&sinkv),
+                        &mut KvCache::default(),
+                        0,
+                        &case.q,
+                        &case.k,
+                        &case.v,
+                    );
+                    let sh = emu::Heads {
+                        heads,
+                        kv_heads,
+                        d,
+                        half: 0,
+                    };
+                    for shared in [true, false] {
+                        let (got, _, _) = case.last(sh, window, shared, Some(&sinks));
+                        assert_eq!(
+                            bits(&got),
+                            bits(&cpu[n - 1]),
+                            "heads {heads}/{kv_heads} d {d} n {n} {window:?} {dt:?} shared {shared}"
+                        );
+                    }
                 }
             }
         }

@@ -376,15 +376,10 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
         "glm4_moe",
         "mixtral",
         "deepseek_v3",
+        "mimo_v2_flash",
     ] {
         assert_eq!(declined(&common::model(name)), None, "{name}");
     }
-    // MiMo-V2-Flash's sliding layers (sinks, their own heads and RoPE) have no kernels yet.
-    let why = declined(&common::model("mimo_v2_flash"));
-    assert!(
-        matches!(why, Some(Declined::Form(f)) if f.contains("MiMo-V2-Flash")),
-        "{why:?}"
-    );
     // GLM-5.3-Flash's hyper-connections, KDA and DSA have no kernels yet: named.
     let why = declined(&common::model("glm5_next"));
     assert!(
@@ -394,7 +389,7 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
 }
 
 /// DeepSeek-V3's multi-head latent attention runs whole on the device with the CPU's bits
-/// (`tarfa_e_mla_heads`, `tarfa_e_mla_gather` and the shared attention kernel at MLA's scale):
+/// (`tarfa_e_mla_heads`, `tarfa_e_narrow_heads` and the shared attention kernel at MLA's scale):
 /// with a query LoRA and interleaved rotary pairs (deepseek_v3), and with a plain `q_proj`,
 /// biases, NeoX halves and YaRN's scale (deepseek_v3_b); dense first layers, the sigmoid group
 /// router and shared experts beside it. A prompt steps its tokens one by one (MLA layers have no
@@ -402,7 +397,7 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
 #[test]
 fn mla_runs_whole_with_the_cpu_bits() {
     let _one = one_engine_at_a_time();
-    for (dir, name) in [
+    stepped_whole_with_the_cpu_bits([
         (common::model("deepseek_v3"), "deepseek_v3"),
         (common::model("deepseek_v3_b"), "deepseek_v3_b"),
         // llama.cpp's deepseek2 GGUF of the first (`attn_k_b` and `attn_v_b`, assembled into
@@ -411,7 +406,16 @@ fn mla_runs_whole_with_the_cpu_bits() {
             common::converted("fixtures/gguf/from_hf/deepseek_v3.gguf"),
             "deepseek_v3",
         ),
-    ] {
+    ]);
+}
+
+/// Each model's first reference prompt, [`STEPS`] greedy steps, on the emulated device: the
+/// whole pass there (no round trip to the host), the prompt stepped token by token (no pass as
+/// matrices), and the CPU decoder's bits.
+fn stepped_whole_with_the_cpu_bits<const N: usize>(
+    models: [(std::path::PathBuf, &'static str); N],
+) {
+    for (dir, name) in models {
         let cpu = run_prompts(
             &mut common::open(&dir, &DecoderOptions::default()),
             name,
@@ -428,6 +432,25 @@ fn mla_runs_whole_with_the_cpu_bits() {
             "{dir:?}: {r:?}"
         );
     }
+}
+
+/// MiMo-V2-Flash runs whole on the device with the CPU's bits: full-attention and
+/// sliding-window layers of their own key/value heads, window and RoPE base (the second form's
+/// tables), sinks on the sliding layers (`tarfa_e_attention`'s softmax takes each head's sink
+/// last), values narrower than keys and scaled (`tarfa_e_widen_heads`, `tarfa_e_narrow_heads`),
+/// dense and routed layers; from safetensors (both fixtures) and llama.cpp's mimo2 GGUF. The
+/// prompt steps token by token (no pass of this form as matrices yet), past the window.
+#[test]
+fn mimo_v2_flash_runs_whole_with_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    stepped_whole_with_the_cpu_bits([
+        (common::model("mimo_v2_flash"), "mimo_v2_flash"),
+        (common::model("mimo_v2_flash_b"), "mimo_v2_flash_b"),
+        (
+            common::converted("fixtures/gguf/from_hf/mimo_v2_flash_b.gguf"),
+            "mimo_v2_flash_b",
+        ),
+    ]);
 }
 
 /// llama.cpp's Qwen3-Next and Qwen3.5 GGUFs hold DeltaNet's decay rates as the converter's
@@ -476,6 +499,8 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
         attn_gate: false,
         delta: None,
         mla: None,
+        swa: None,
+        values: None,
     };
     let zeros = vec![0u8; 4 * head_dim * 4];
     let t = |rows: usize, cols: usize| HostTensor {
@@ -496,6 +521,8 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
             o: t(1, 1),
             bias: [None; 4],
             qk_norm: None,
+            sliding: false,
+            sinks: None,
         }),
         mlp: HostMlp::Dense([t(1, 1), t(1, 1), t(1, 1)]),
     };
@@ -532,8 +559,9 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
 #[test]
 fn gpu_sequences_interleaved_forked_and_truncated_give_the_cpu_bits() {
     let _one = one_engine_at_a_time();
-    {
-        let name = "qwen3_5_moe_text";
+    // Qwen3.5 (DeltaNet state beside KV caches); MiMo-V2-Flash (KV caches of two widths, each
+    // layer's grown and forked at its own).
+    for name in ["qwen3_5_moe_text", "mimo_v2_flash_b"] {
         // Room for 2 positions at first: every sequence's KV caches grow (to 4, then 8) while
         // the others hold theirs.
         let mut dec = Decoder::open_with(

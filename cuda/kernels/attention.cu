@@ -95,12 +95,15 @@ __device__ void tarfa_head_norm_rope(const float* x, const unsigned char* nw, in
 // canonical dot of k and q, times scaling), softmax on warp 0 (max, tarfa exp, the canonical
 // sum, divide), then Σ_t a_t v_t for each of the d outputs in the canonical order: 32 lane
 // partials (position index t mod 32, fused multiply-add in increasing t) in shared memory, folded
-// by the fixed tree, into out_h (d floats; times sigmoid(gate[i]) when `gated`). Scores past
-// sh_scores go to scores_h. The whole block calls it.
+// by the fixed tree, into out_h (d floats; times sigmoid(gate[i]) when `gated`). With
+// `has_sink` the softmax runs over the scores and then `sink` (blocks::attend_with: the last
+// element of the canonical sum and a candidate for the max), whose weight is then dropped.
+// Scores past sh_scores (the sink counted) go to scores_h. The whole block calls it.
 __device__ void tarfa_attend(const float* qh, const float* kh, const float* vh, const float* kcache,
                              const float* vcache, int pos, int window, int kvh, int d,
                              long long width, float scaling, float* scores_h, float* part,
-                             int sh_scores, const float* gate, int gated, float* out_h) {
+                             int sh_scores, const float* gate, int gated, float* out_h, float sink,
+                             int has_sink) {
     int lane = threadIdx.x % 32;
     int warp = threadIdx.x / 32;
     int warps = blockDim.x / 32;
@@ -110,7 +113,7 @@ __device__ void tarfa_attend(const float* qh, const float* kh, const float* vh, 
     auto key = [&](int i) -> const float* {
         return i == n - 1 ? kh : kcache + (long long)(first + i) * width + (long long)kvh * d;
     };
-    float* sc = n <= sh_scores ? part + 32 * d : scores_h;
+    float* sc = n + has_sink <= sh_scores ? part + 32 * d : scores_h;
     if (d <= 32 * TARFA_HEAD_AHEAD) {
         float qv[TARFA_HEAD_AHEAD];
 #pragma unroll
@@ -150,7 +153,9 @@ __device__ void tarfa_attend(const float* qh, const float* kh, const float* vh, 
     }
     __syncthreads();
     if (warp == 0) {
-        tarfa_warp_softmax(sc, sc, n, lane);
+        if (has_sink && lane == 0) sc[n] = sink;
+        __syncwarp();
+        tarfa_warp_softmax(sc, sc, n + has_sink, lane);
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < 32 * d; idx += blockDim.x) {
@@ -190,7 +195,9 @@ __device__ void tarfa_attend(const float* qh, const float* kh, const float* vh, 
 // come q, the key and the two warps' scratch (4·d floats). Each warp's q elements in registers
 // when d ≤ 32·TARFA_HEAD_AHEAD. Query head h is q[h·qstride ..][0..d); with `gated` (Qwen3.5's
 // gated attention: qstride = 2d, each head [q_h | gate_h]) the output is multiplied by
-// sigmoid(gate_h) (canon::sigmoid, one product), as common::attention does before o_proj.
+// sigmoid(gate_h) (canon::sigmoid, one product), as common::attention does before o_proj. With
+// `sinks` (not null) head h's softmax takes the sink logit sinks[h] (of element type sink_dtype)
+// last; `cap` is the stride of a head's scores in `scores`.
 extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, const float* v,
                                              const unsigned char* qn, const unsigned char* kn,
                                              int ndtype, int norm, float eps, int heads,
@@ -198,7 +205,8 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, con
                                              const float* sin_tab, const int* params,
                                              float* kcache, float* vcache, int window,
                                              float scaling, float* scores, int cap, float* out,
-                                             int sh_scores, int qstride, int gated) {
+                                             int sh_scores, int qstride, int gated,
+                                             const unsigned char* sinks, int sink_dtype) {
     TARFA_DYNAMIC_SHARED(float, part);  // [32][d], sh_scores floats, q, key, 2 × scratch
     tarfa_grid_enter();
     int h = blockIdx.x;
@@ -233,5 +241,30 @@ extern "C" __global__ void tarfa_e_attention(const float* q, const float* k, con
     __syncthreads();
     tarfa_attend(qh, kh, vh, kcache, vcache, pos, window, kvh, d, width, scaling,
                  scores + (long long)h * cap, part, sh_scores, q + (long long)h * qstride + d, gated,
-                 out + (long long)h * d);
+                 out + (long long)h * d, sinks ? tarfa_weight(sinks, sink_dtype, h) : 0.0f,
+                 sinks ? 1 : 0);
+}
+
+// out (heads × d) = each head's vd values (v: heads × vd) times `scale`, padded with +0 to d
+// (common::attention's values of MiMo-V2-Flash: narrower and scaled, one product each).
+extern "C" __global__ void tarfa_e_widen_heads(const float* v, int heads, int vd, int d,
+                                               float scale, float* out) {
+    tarfa_grid_enter();
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (long long)heads * d) {
+        long long h = i / d, j = i % d;
+        out[i] = j < vd ? __fmul_rn(v[h * vd + j], scale) : 0.0f;
+    }
+}
+
+// out (heads × vd) = each head's first vd outputs of attn (heads × d): values narrower than keys
+// (MLA, MiMo-V2-Flash), as the CPU narrows the heads before o_proj.
+extern "C" __global__ void tarfa_e_narrow_heads(const float* attn, int heads, int d, int vd,
+                                                float* out) {
+    tarfa_grid_enter();
+    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (long long)heads * vd) {
+        long long h = i / vd;
+        out[i] = attn[h * d + i % vd];
+    }
 }

@@ -390,7 +390,7 @@ extern "C" __global__ void tarfa_e_attention_many(const float* q, const unsigned
     const float* vl = vcache + (long long)pos * width + (long long)kvh * d;
     tarfa_attend(qh, kl, vl, kcache, vcache, pos, window, kvh, d, width, scaling,
                  scores ? scores + ((long long)t * heads + h) * cap : nullptr, part, sh_scores, qt + d, gated,
-                 out + (long long)t * heads * d + (long long)h * d);
+                 out + (long long)t * heads * d + (long long)h * d, 0.0f, 0);
 }
 
 // ---- Attention over a chunk, query heads four at a time --------------------------------------

@@ -1,8 +1,9 @@
 // Multi-head latent attention's step between its products and the attention core
 // (family/mla.rs, DeepSeek-V3's `DeepseekV3Attention`): each head's query and key assembled from
 // the query's product, the latent and `kv_b_proj`'s product, their rotated dims turned by RoPE,
-// the values padded to the key's width; then the heads' outputs narrowed back to the values'
-// width for `o_proj`. Copies and RoPE only: no reduction.
+// the values padded to the key's width (the heads' outputs are narrowed back to the values'
+// width for `o_proj` by attention.cu's tarfa_e_narrow_heads). Copies and RoPE only: no
+// reduction.
 
 // One block per head h at position pos = params[1], the query's and key's rotated dims (`rope`,
 // after the `nope` others; with `interleave` stored as pairs (x0, x1), (x2, x3), … and taken as
@@ -50,17 +51,5 @@ extern "C" __global__ void tarfa_e_mla_heads(float* q, const float* latent, cons
     for (int i = threadIdx.x; i < qk; i += blockDim.x) {
         if (i < nope) kh[i] = kvh[i];
         vh[i] = i < vd ? kvh[nope + i] : 0.0f;
-    }
-}
-
-// out (heads × vd) = each head's first vd outputs of attn (heads × qk): the values' width, as
-// family/mla.rs narrows the heads before `o_proj`.
-extern "C" __global__ void tarfa_e_mla_gather(const float* attn, int heads, int qk, int vd,
-                                              float* out) {
-    tarfa_grid_enter();
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < (long long)heads * vd) {
-        long long h = i / vd;
-        out[i] = attn[h * qk + i % vd];
     }
 }

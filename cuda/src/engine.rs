@@ -104,6 +104,49 @@ pub struct EngineShape {
     /// ([`HostMixer::Mla`]): then `kv_heads` is `heads`, `head_dim` is `nope + rope`,
     /// `rotary_dim` is `rope` and `scaling` MLA's own.
     pub mla: Option<MlaDims>,
+    /// A second attention form, that of the layers marked [`HostAttention::sliding`]
+    /// (MiMo-V2-Flash's sliding-window layers), or none.
+    pub swa: Option<SwaForm>,
+    /// Values narrower than keys and scaled, in every attention layer (MiMo-V2-Flash), or none.
+    pub values: Option<ValueForm>,
+}
+
+/// The second attention form's numbers ([`EngineShape::swa`]): the same query heads and head
+/// width as the first, its own key/value heads, window and rotated dims (and RoPE tables,
+/// [`RopeTables::swa`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SwaForm {
+    /// Key/value heads (a divisor of the query heads).
+    pub kv_heads: usize,
+    /// Keys attended to at most, or `None`.
+    pub window: Option<usize>,
+    /// Rotated dims of each head (even, at most `head_dim`).
+    pub rotary_dim: usize,
+}
+
+/// Values narrower than keys, scaled ([`EngineShape::values`]; MiMo-V2-Flash's
+/// `v_head_dim` and `attention_value_scale`): `v_proj` gives `kv_heads · dim` values, each
+/// multiplied by `scale` and padded with +0 to the key's width before the cache
+/// (`tarfa_e_widen_heads`); each head's first `dim` outputs go to `o_proj`
+/// (`tarfa_e_narrow_heads`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ValueForm {
+    /// A value head's width (1..=`head_dim`).
+    pub dim: usize,
+    /// The values' scale.
+    pub scale: f32,
+}
+
+/// RoPE tables as the CPU decoder computes them (`rotary_dim / 2` values a position): the
+/// attention's, and the second form's ([`EngineShape::swa`]) when the shape has one.
+#[derive(Clone, Copy, Debug)]
+pub struct RopeTables<'a> {
+    /// Cosines.
+    pub cos: &'a [f32],
+    /// Sines.
+    pub sin: &'a [f32],
+    /// The second form's cosines and sines.
+    pub swa: Option<(&'a [f32], &'a [f32])>,
 }
 
 /// A multi-head latent attention layer's widths (DeepSeek-V3's MLA, `decode`'s `family::mla`):
@@ -236,6 +279,10 @@ pub struct HostAttention<'a> {
     pub bias: [Option<HostTensor<'a>>; 4],
     /// Per-head q and k RMSNorm weights (`[1, d]` each), or none.
     pub qk_norm: Option<(HostTensor<'a>, HostTensor<'a>)>,
+    /// Of the second form ([`EngineShape::swa`]): its key/value heads, window and RoPE.
+    pub sliding: bool,
+    /// Each head's sink logit `[1, heads]` (joins the softmax last, its weight dropped), or none.
+    pub sinks: Option<HostTensor<'a>>,
 }
 
 /// How a MoE layer's router turns its logits into the selected experts and their weights (the
@@ -356,6 +403,8 @@ struct DevAttention<B> {
     o: DevTensor<B>,
     bias: [Option<DevTensor<B>>; 4],
     qk_norm: Option<DevQkNorm<B>>,
+    sliding: bool,
+    sinks: Option<DevTensor<B>>,
 }
 
 /// [`HostDeltaNet`] on the device (its state is a sequence's, [`EngineSeq`]).
@@ -378,6 +427,17 @@ type DevLora<B> = (DevTensor<B>, Option<DevTensor<B>>, DevTensor<B>);
 
 /// Per-head q and k RMSNorm weights on the device.
 type DevQkNorm<B> = (DevTensor<B>, DevTensor<B>);
+
+/// An attention launch's form (`Engine::attend`): the layer's key/value heads, window, RoPE
+/// (the rotated half and its tables) and sinks, and where its values are.
+struct Form<'a, B> {
+    kv_heads: usize,
+    window: Option<usize>,
+    half: usize,
+    tables: (u64, u64),
+    sinks: Option<&'a DevTensor<B>>,
+    v: u64,
+}
 
 /// [`HostMla`] on the device (its KV cache is a sequence's, [`EngineSeq`]).
 #[derive(Debug)]
@@ -449,6 +509,8 @@ struct Activations<B> {
     q: B,
     k: B,
     v: B,
+    /// The values scaled and padded to the keys' width ([`EngineShape::values`]).
+    vw: B,
     attn: B,
     z: B,
     probs: B,
@@ -548,9 +610,13 @@ pub struct Engine<D: EngineDevice> {
     cap: usize,
     /// Positions a new sequence's KV caches have room for.
     first_cap: usize,
+    /// Each query head's scores and its sink: `heads × (cap + 1)` floats.
     scores: D::Buf,
     cos: D::Buf,
     sin: D::Buf,
+    /// The second attention form's tables ([`EngineShape::swa`]; one float each without).
+    cos2: D::Buf,
+    sin2: D::Buf,
     rope_rows: usize,
     /// The steps captured for the sequences that stepped last ([`GRAPH_SETS`] at most), the
     /// latest last.
@@ -773,13 +839,47 @@ impl<D: EngineDevice> Engine<D> {
                 int(v, "an MLA dimension")?;
             }
         }
+        if let Some(w) = s.swa {
+            if w.kv_heads == 0
+                || s.heads % w.kv_heads != 0
+                || w.rotary_dim > d
+                || w.rotary_dim % 2 != 0
+                || s.mla.is_some()
+                || s.attn_gate
+            {
+                return Err(CudaError::Usage(format!(
+                    "the GPU decoder does not take this second attention form: {w:?} in {s:?}"
+                )));
+            }
+            int(w.kv_heads * d, "a dimension")?;
+        }
+        if let Some(v) = s.values {
+            if v.dim == 0 || v.dim > d || s.mla.is_some() || s.attn_gate {
+                return Err(CudaError::Usage(format!(
+                    "the GPU decoder does not take these values: {v:?} in {s:?}"
+                )));
+            }
+        }
+        // The widest layer's keys (its KV heads · d) and values.
+        let max_kvd = s.swa.map_or(kvd, |w| kvd.max(w.kv_heads * d));
+        let vdim = s.values.map_or(d, |v| v.dim);
         let mut dev_layers = Vec::with_capacity(layers.len());
         for (l, hl) in layers.iter().enumerate() {
             let w = |n: &str| format!("layer {l} {n}");
             let mixer =
                 match &hl.mixer {
                     HostMixer::Attention(a) => {
-                        let bias_rows = [q_rows, kvd, kvd, h];
+                        let kvh = match (a.sliding, s.swa) {
+                            (false, _) => s.kv_heads,
+                            (true, Some(w)) => w.kv_heads,
+                            (true, None) => {
+                                return Err(CudaError::Usage(format!(
+                                    "layer {l}: a sliding layer without the shape's second form"
+                                )))
+                            }
+                        };
+                        let (kvd, vd) = (kvh * d, kvh * vdim);
+                        let bias_rows = [q_rows, kvd, vd, h];
                         let mut bias: [Option<DevTensor<D::Buf>>; 4] = [None, None, None, None];
                         for (i, b) in a.bias.iter().enumerate() {
                             if let Some(b) = b {
@@ -800,13 +900,19 @@ impl<D: EngineDevice> Engine<D> {
                             }
                             None => None,
                         };
+                        let sinks = match &a.sinks {
+                            Some(t) => Some(up(t, &w("attention sinks"), 1, s.heads, &mut report)?),
+                            None => None,
+                        };
                         DevMixer::Attention(DevAttention {
                             q: up(&a.q, &w("q_proj"), q_rows, h, &mut report)?,
                             k: up(&a.k, &w("k_proj"), kvd, h, &mut report)?,
-                            v: up(&a.v, &w("v_proj"), kvd, h, &mut report)?,
-                            o: up(&a.o, &w("o_proj"), h, qd, &mut report)?,
+                            v: up(&a.v, &w("v_proj"), vd, h, &mut report)?,
+                            o: up(&a.o, &w("o_proj"), h, s.heads * vdim, &mut report)?,
                             bias,
                             qk_norm,
+                            sliding: a.sliding,
+                            sinks,
                         })
                     }
                     HostMixer::DeltaNet(t) => {
@@ -1004,8 +1110,9 @@ impl<D: EngineDevice> Engine<D> {
             x: z(h)?,
             xn: z(h)?,
             q: z(q_rows)?,
-            k: z(kvd)?,
-            v: z(kvd)?,
+            k: z(max_kvd)?,
+            v: z(max_kvd)?,
+            vw: z(if s.values.is_some() { max_kvd } else { 1 })?,
             attn: z(qd)?,
             z: z(n_experts)?,
             // The softmax router's probabilities, or the sigmoid router's s, c and group scores.
@@ -1031,15 +1138,18 @@ impl<D: EngineDevice> Engine<D> {
             mlat: z(s.mla.map_or(1, |m| m.kv_lora_rank + m.rope))?,
             mcn: z(s.mla.map_or(1, |m| m.kv_lora_rank))?,
             mkvb: z(s.mla.map_or(1, |m| s.heads * (m.nope + m.v)))?,
-            mov: z(s.mla.map_or(1, |m| s.heads * m.v))?,
+            mov: z(s.mla.map_or(1, |m| s.heads * m.v).max(s.heads * vdim))?,
             logits: z(s.vocab)?,
         };
         let half = s.rotary_dim / 2;
+        let half2 = s.swa.map_or(0, |w| w.rotary_dim / 2);
         Ok(Engine {
             id: next_id(),
-            scores: z(s.heads * FIRST_CAP)?,
+            scores: z(s.heads * (FIRST_CAP + 1))?,
             cos: z(FIRST_CAP * half)?,
             sin: z(FIRST_CAP * half)?,
+            cos2: z(FIRST_CAP * half2)?,
+            sin2: z(FIRST_CAP * half2)?,
             rope_rows: 0,
             cap: FIRST_CAP,
             first_cap: FIRST_CAP,
@@ -1229,11 +1339,11 @@ impl<D: EngineDevice> Engine<D> {
         len: usize,
     ) -> Result<EngineSeq<D::Buf>, CudaError> {
         let s = self.shape;
-        let kvd = s.kv_heads * s.head_dim;
         let dev = &self.dev;
         let mut layers = Vec::with_capacity(self.layers.len());
         for (i, l) in self.layers.iter().enumerate() {
             let old = from.map(|f| &f.layers[i]);
+            let kvd = self.kv_width(l);
             let made = match (&l.mixer, old) {
                 (m, None) if m.attends() => SeqLayer::Kv {
                     k: dev.alloc(cap * kvd * 4)?,
@@ -1276,6 +1386,16 @@ impl<D: EngineDevice> Engine<D> {
         })
     }
 
+    /// A position's floats in layer `l`'s key (and value) cache: its key/value heads · d.
+    fn kv_width(&self, l: &Layer<D::Buf>) -> usize {
+        let s = self.shape;
+        let kvh = match (&l.mixer, s.swa) {
+            (DevMixer::Attention(at), Some(w)) if at.sliding => w.kv_heads,
+            _ => s.kv_heads,
+        };
+        kvh * s.head_dim
+    }
+
     /// `seq` was made by this engine.
     fn check_seq(&self, seq: &EngineSeq<D::Buf>) -> Result<(), CudaError> {
         if seq.engine != self.id || seq.layers.len() != self.layers.len() {
@@ -1313,7 +1433,7 @@ impl<D: EngineDevice> Engine<D> {
         seq: &mut EngineSeq<D::Buf>,
         token: u32,
         pos: usize,
-        (cos, sin): (&[f32], &[f32]),
+        rope: RopeTables<'_>,
         want_logits: bool,
         host: &mut HostExperts<'_>,
     ) -> Result<Option<Vec<f32>>, CudaError> {
@@ -1327,20 +1447,12 @@ impl<D: EngineDevice> Engine<D> {
                 self.shape.vocab
             )));
         }
-        let half = self.shape.rotary_dim / 2;
-        let need = pos
-            .checked_add(1)
-            .and_then(|n| n.checked_mul(half))
-            .ok_or_else(|| CudaError::Usage("position too large".into()))?;
-        if cos.len() < need || sin.len() < need {
-            return Err(CudaError::Usage(format!(
-                "RoPE tables of {} values for position {pos}",
-                cos.len().min(sin.len())
-            )));
-        }
         int(pos, "a position")?;
-        self.ensure_cap(seq, pos + 1)?;
-        self.ensure_rope(pos + 1, (cos, sin))?;
+        let n = pos
+            .checked_add(1)
+            .ok_or_else(|| CudaError::Usage("position too large".into()))?;
+        self.ensure_cap(seq, n)?;
+        self.ensure_rope(n, rope)?;
         // Rows at or after `pos` may hold an earlier pass's: never read (attention reads
         // 0..=pos) and overwritten as positions are run.
         let params: Vec<u8> = [token as i32, pos as i32]
@@ -1480,22 +1592,48 @@ impl<D: EngineDevice> Engine<D> {
 
     /// The device's RoPE tables hold rows `0..n` (copied from `cos`, `sin`: `rotary_dim / 2`
     /// values a position, at least `n` rows; the tables have room, `ensure_cap`).
-    fn ensure_rope(&mut self, n: usize, (cos, sin): (&[f32], &[f32])) -> Result<(), CudaError> {
-        let half = self.shape.rotary_dim / 2;
-        if self.rope_rows < n {
-            let (a, b) = (self.rope_rows * half, n * half);
-            let (Some(c), Some(sn)) = (cos.get(a..b), sin.get(a..b)) else {
-                return Err(CudaError::Usage(format!(
+    /// The RoPE tables of positions `0..n` on the device (both forms' when the shape has two),
+    /// from `rope`, which must cover them.
+    fn ensure_rope(&mut self, n: usize, rope: RopeTables<'_>) -> Result<(), CudaError> {
+        if self.rope_rows >= n {
+            return Ok(());
+        }
+        let s = self.shape;
+        let swa = match (s.swa, rope.swa) {
+            (Some(w), Some(t)) => Some((w.rotary_dim / 2, t)),
+            (None, _) => None,
+            (Some(_), None) => {
+                return Err(CudaError::Usage(
+                    "no RoPE tables for the second attention form".into(),
+                ))
+            }
+        };
+        let rows = self.rope_rows;
+        let slice = |(cos, sin): (&[f32], &[f32]), half: usize| {
+            let (a, b) = (rows * half, n * half);
+            match (cos.get(a..b), sin.get(a..b)) {
+                (Some(c), Some(sn)) => Ok((a, c.to_vec(), sn.to_vec())),
+                _ => Err(CudaError::Usage(format!(
                     "RoPE tables of {} values for {n} positions",
                     cos.len().min(sin.len())
-                )));
-            };
-            if b > a {
-                self.dev.write(&mut self.cos, a * 4, &f32_bytes(c))?;
-                self.dev.write(&mut self.sin, a * 4, &f32_bytes(sn))?;
+                ))),
             }
-            self.rope_rows = n;
+        };
+        let first = slice((rope.cos, rope.sin), s.rotary_dim / 2)?;
+        let second = swa.map(|(half, t)| slice(t, half)).transpose()?;
+        for (i, part) in [Some(first), second].into_iter().enumerate() {
+            let Some((at, c, sn)) = part else { continue };
+            if c.is_empty() {
+                continue;
+            }
+            let (cb, sb) = match i {
+                0 => (&mut self.cos, &mut self.sin),
+                _ => (&mut self.cos2, &mut self.sin2),
+            };
+            self.dev.write(cb, at * 4, &f32_bytes(&c))?;
+            self.dev.write(sb, at * 4, &f32_bytes(&sn))?;
         }
+        self.rope_rows = n;
         Ok(())
     }
 
@@ -1524,10 +1662,10 @@ impl<D: EngineDevice> Engine<D> {
         // still right; the graphs of what is replaced are dropped with it.
         if n > seq.cap {
             let cap = grown(seq.cap)?;
-            let kvd = s.kv_heads * s.head_dim;
             let mut made = Vec::new();
-            for l in &seq.layers {
-                if let SeqLayer::Kv { k, v } = l {
+            for (sl, l) in seq.layers.iter().zip(&self.layers) {
+                let kvd = self.kv_width(l);
+                if let SeqLayer::Kv { k, v } = sl {
                     made.push((
                         grow(k, seq.cap * kvd, cap * kvd)?,
                         grow(v, seq.cap * kvd, cap * kvd)?,
@@ -1549,12 +1687,16 @@ impl<D: EngineDevice> Engine<D> {
         }
         if seq.cap > self.cap {
             let cap = seq.cap;
-            int(cap.saturating_mul(s.heads), "the attention scores")?;
+            int((cap + 1).saturating_mul(s.heads), "the attention scores")?;
             let half = s.rotary_dim / 2;
+            let half2 = s.swa.map_or(0, |w| w.rotary_dim / 2);
             let cos = grow(&self.cos, self.cap * half, cap * half)?;
             let sin = grow(&self.sin, self.cap * half, cap * half)?;
-            let scores = dev.alloc((s.heads * cap).max(1) * 4)?;
+            let cos2 = grow(&self.cos2, self.cap * half2, cap * half2)?;
+            let sin2 = grow(&self.sin2, self.cap * half2, cap * half2)?;
+            let scores = dev.alloc((s.heads * (cap + 1)).max(1) * 4)?;
             (self.cos, self.sin, self.scores) = (cos, sin, scores);
+            (self.cos2, self.sin2) = (cos2, sin2);
             self.cap = cap;
             self.graphs.clear();
         }
@@ -1883,10 +2025,86 @@ impl<D: EngineDevice> Engine<D> {
         kcache: &D::Buf,
         vcache: &D::Buf,
     ) -> Result<(), CudaError> {
-        let half = (self.shape.rotary_dim / 2) as i32;
-        self.attend(&at.qk_norm, half, kcache, vcache)?;
-        let (x, attn) = (self.p(&self.a.x), self.p(&self.a.attn));
-        self.matvec(&[self.job(&at.o, attn, x, at.bias[3].as_ref(), true)])
+        let s = self.shape;
+        let a = &self.a;
+        let (mut form, kvh) = match (at.sliding, s.swa) {
+            (true, Some(w)) => (
+                Form {
+                    window: w.window,
+                    half: w.rotary_dim / 2,
+                    tables: (self.p(&self.cos2), self.p(&self.sin2)),
+                    ..self.form()
+                },
+                w.kv_heads,
+            ),
+            _ => (self.form(), s.kv_heads),
+        };
+        form.kv_heads = kvh;
+        form.sinks = at.sinks.as_ref();
+        let mut out = self.p(&a.attn);
+        if let Some(vf) = s.values {
+            // SAFETY: v holds kv_heads·dim floats (v_proj's rows), vw kv_heads·d (the widest
+            // layer's); a thread per output.
+            let n = kvh * s.head_dim;
+            unsafe {
+                self.dev.launch(
+                    Kernel::WidenHeads,
+                    geo(n.div_ceil(MLA_BLOCK as usize), MLA_BLOCK, 0)?,
+                    &[
+                        Arg::Ptr(self.p(&a.v)),
+                        Arg::I32(kvh as i32),
+                        Arg::I32(vf.dim as i32),
+                        Arg::I32(s.head_dim as i32),
+                        Arg::F32(vf.scale),
+                        Arg::Ptr(self.p(&a.vw)),
+                    ],
+                )?;
+            }
+            form.v = self.p(&a.vw);
+            self.attend(&at.qk_norm, form, kcache, vcache)?;
+            out = self.p(&a.mov);
+            self.narrow(vf.dim, out)?;
+        } else {
+            self.attend(&at.qk_norm, form, kcache, vcache)?;
+        }
+        let x = self.p(&a.x);
+        self.matvec(&[self.job(&at.o, out, x, at.bias[3].as_ref(), true)])
+    }
+
+    /// The first attention form's launch ([`EngineShape`]'s own heads, window and RoPE; no
+    /// sinks; the values in `a.v`).
+    fn form(&self) -> Form<'_, D::Buf> {
+        let s = self.shape;
+        Form {
+            kv_heads: s.kv_heads,
+            window: s.window,
+            half: s.rotary_dim / 2,
+            tables: (self.p(&self.cos), self.p(&self.sin)),
+            sinks: None,
+            v: self.p(&self.a.v),
+        }
+    }
+
+    /// `out` (heads × `vd`) = each head's first `vd` outputs of `a.attn`
+    /// (`tarfa_e_narrow_heads`).
+    fn narrow(&self, vd: usize, out: u64) -> Result<(), CudaError> {
+        let s = self.shape;
+        let n = s.heads * vd;
+        // SAFETY: attn holds heads·head_dim floats, out heads·vd (vd ≤ head_dim: `mov` is
+        // allocated for the widest such use); a thread per output.
+        unsafe {
+            self.dev.launch(
+                Kernel::NarrowHeads,
+                geo(n.div_ceil(MLA_BLOCK as usize), MLA_BLOCK, 0)?,
+                &[
+                    Arg::Ptr(self.p(&self.a.attn)),
+                    Arg::I32(s.heads as i32),
+                    Arg::I32(s.head_dim as i32),
+                    Arg::I32(vd as i32),
+                    Arg::Ptr(out),
+                ],
+            )
+        }
     }
 
     /// `tarfa_e_attention` of the token's q, k and v (`a.q`, `a.k`, `a.v`) over the layer's KV
@@ -1895,7 +2113,7 @@ impl<D: EngineDevice> Engine<D> {
     fn attend(
         &self,
         qk_norm: &Option<DevQkNorm<D::Buf>>,
-        half: i32,
+        form: Form<'_, D::Buf>,
         kcache: &D::Buf,
         vcache: &D::Buf,
     ) -> Result<(), CudaError> {
@@ -1903,10 +2121,12 @@ impl<D: EngineDevice> Engine<D> {
         let a = &self.a;
         let d = s.head_dim;
         let params = self.p(&a.params);
-        let (q, k, v, attn) = (self.p(&a.q), self.p(&a.k), self.p(&a.v), self.p(&a.attn));
-        let (heads, kvh, di) = (s.heads as i32, s.kv_heads as i32, d as i32);
-        let window = s.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
-        let (cos, sin, scores) = (self.p(&self.cos), self.p(&self.sin), self.p(&self.scores));
+        let (q, k, v, attn) = (self.p(&a.q), self.p(&a.k), form.v, self.p(&a.attn));
+        let (heads, kvh, di) = (s.heads as i32, form.kv_heads as i32, d as i32);
+        let half = form.half as i32;
+        let window = form.window.map_or(0, |w| w.min(i32::MAX as usize) as i32);
+        let ((cos, sin), scores) = (form.tables, self.p(&self.scores));
+        let (sinks, sink_dt) = form.sinks.map_or((0, 0), |t| (t.ptr, t.dtype.code()));
         let (kc, vc) = (self.p(kcache), self.p(vcache));
         let (norm, qn, kn, ndt) = match qk_norm {
             Some((qn, kn)) => (1i32, qn.ptr, kn.ptr, qn.dtype.code()),
@@ -1919,10 +2139,12 @@ impl<D: EngineDevice> Engine<D> {
         // context keeps them in `scores`.
         let sh_scores = prompt::sh_scores(d, self.cap);
         // SAFETY: one block per head (ATTN_BLOCK ≥ two warps); q holds heads·qstride floats, k
-        // and v kv_heads·d; the norm weights d elements; the sequence's caches
-        // `seq.cap × kv_heads·d` floats and the RoPE tables `cap × half` (cap ≥ seq.cap), with
-        // params[1] < seq.cap (ensure_cap in `step`); scores hold heads × cap floats; shared memory 36 × d floats (d ≤ 256: 36 KiB) and
-        // sh_scores more (within 48 KiB).
+        // and v the layer's kv_heads·d; the norm weights d elements; the sequence's caches
+        // `seq.cap × kv_heads·d` floats and the form's RoPE tables `cap × half` (cap ≥
+        // seq.cap), with params[1] < seq.cap (ensure_cap in `step`); scores hold
+        // heads × (cap + 1) floats (a head's scores and its sink); the sinks (when given)
+        // heads elements; shared memory 36 × d floats (d ≤ 256: 36 KiB) and sh_scores more
+        // (within 48 KiB).
         unsafe {
             self.dev.launch(
                 Kernel::Attention,
@@ -1948,11 +2170,13 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::I32(window),
                     Arg::F32(s.scaling),
                     Arg::Ptr(scores),
-                    Arg::I32(self.cap as i32),
+                    Arg::I32(self.cap as i32 + 1),
                     Arg::Ptr(attn),
                     Arg::I32(sh_scores as i32),
                     Arg::I32(qstride),
                     Arg::I32(i32::from(s.attn_gate)),
+                    Arg::Ptr(sinks),
+                    Arg::I32(sink_dt),
                 ],
             )
         }
@@ -1963,7 +2187,7 @@ impl<D: EngineDevice> Engine<D> {
     /// `kv_b_proj`'s products, each head's query, key and value assembled and rotated
     /// (`tarfa_e_mla_heads`), the attention (no norm, no further RoPE: `half` 0) over the
     /// layer's cache of expanded keys and values, the heads narrowed to the values' width
-    /// (`tarfa_e_mla_gather`), and `o_proj` added to x: `family::mla::layer`'s operations.
+    /// (`tarfa_e_narrow_heads`), and `o_proj` added to x: `family::mla::layer`'s operations.
     fn mla(&self, m: &DevMla<D::Buf>, kcache: &D::Buf, vcache: &D::Buf) -> Result<(), CudaError> {
         let s = self.shape;
         let md = s
@@ -2013,14 +2237,18 @@ impl<D: EngineDevice> Engine<D> {
                 ],
             )?;
         }
-        self.attend(&None, 0, kcache, vcache)?;
+        let form = Form {
+            half: 0,
+            ..self.form()
+        };
+        self.attend(&None, form, kcache, vcache)?;
         let (attn, out, x) = (self.p(&a.attn), self.p(&a.mov), self.p(&a.x));
         let n = s.heads * md.v;
         // SAFETY: attn holds heads·(nope + rope) floats, out heads·v (v ≤ nope + rope); a
         // thread per output.
         unsafe {
             self.dev.launch(
-                Kernel::MlaGather,
+                Kernel::NarrowHeads,
                 geo(n.div_ceil(MLA_BLOCK as usize), MLA_BLOCK, 0)?,
                 &[
                     Arg::Ptr(attn),

@@ -200,13 +200,15 @@ pub enum Kernel {
     /// `tarfa_e_mla_heads` (MLA's queries, keys and values assembled and rotated, a block per
     /// head: `kernels/mla.cu`).
     MlaHeads,
-    /// `tarfa_e_mla_gather` (MLA's heads narrowed to the values' width).
-    MlaGather,
+    /// `tarfa_e_widen_heads` (values scaled and padded to the keys' width).
+    WidenHeads,
+    /// `tarfa_e_narrow_heads` (heads' outputs narrowed to the values' width).
+    NarrowHeads,
 }
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 29] = [
+    pub const ALL: [Kernel; 30] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -235,7 +237,8 @@ impl Kernel {
         Kernel::TopkMany,
         Kernel::SigmoidTopkMany,
         Kernel::MlaHeads,
-        Kernel::MlaGather,
+        Kernel::WidenHeads,
+        Kernel::NarrowHeads,
     ];
 
     /// Its name in `kernels/`.
@@ -269,7 +272,8 @@ impl Kernel {
             Kernel::TopkMany => "tarfa_e_topk_many",
             Kernel::SigmoidTopkMany => "tarfa_e_sigmoid_topk_many",
             Kernel::MlaHeads => "tarfa_e_mla_heads",
-            Kernel::MlaGather => "tarfa_e_mla_gather",
+            Kernel::WidenHeads => "tarfa_e_widen_heads",
+            Kernel::NarrowHeads => "tarfa_e_narrow_heads",
         }
     }
 }

@@ -53,7 +53,7 @@ pub use abi::{MatJob, MatJobs, MoeArgs, MAX_JOBS};
 pub use engine::{
     delta_block, DeltaShape, Engine, EngineReport, EngineSeq, EngineShape, HostAttention,
     HostDeltaNet, HostLayer, HostMixer, HostMla, HostMlp, HostRoute, HostTensor, MlaDims,
-    MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM, PROMPT_PASS,
+    RopeTables, SwaForm, ValueForm, MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM, PROMPT_PASS,
 };
 #[cfg(feature = "driver")]
 pub use error::drv;

@@ -20,8 +20,8 @@ use std::collections::HashMap;
 
 use tarfa_cuda::{
     Engine, EngineDevice, EngineSeq, EngineShape, GpuDtype, HostAttention, HostDeltaNet, HostLayer,
-    HostMixer, HostMla, HostMlp, HostRoute, HostTensor, MlaDims, MAX_DELTA_DK, MAX_DELTA_KERNEL,
-    MAX_HEAD_DIM,
+    HostMixer, HostMla, HostMlp, HostRoute, HostTensor, MlaDims, RopeTables, SwaForm, ValueForm,
+    MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM,
 };
 
 use crate::blocks::{self, Batch};
@@ -49,6 +49,8 @@ pub struct GpuWhole<D: EngineDevice> {
     layers: usize,
     top_k: usize,
     rope: Rope,
+    /// The second attention form's RoPE (MiMo-V2-Flash's sliding layers), when the plan has one.
+    swa_rope: Option<Rope>,
     engine: Engine<D>,
 }
 
@@ -299,10 +301,52 @@ fn refusal(p: &Plan) -> Option<&'static str> {
         )
     } else if mla && (p.mla.is_none() || p.mixers.contains(&MixerPlan::Attention)) {
         Some("multi-head latent attention (MLA) beside other attention layers")
-    } else if p.mixers.contains(&MixerPlan::SlidingAttention) || p.swa.is_some() {
-        Some("sliding-window layers of their own attention form (MiMo-V2-Flash)")
-    } else if p.attn.extra.is_some() {
-        Some("attention sinks, scaled values or values narrower than keys")
+    } else if let Some(why) = second_form_refusal(p) {
+        Some(why)
+    } else if (mla || p.delta.is_some() || p.attn.out_gate) && p.attn.extra.is_some() {
+        Some("attention sinks or narrower values beside MLA, DeltaNet or gated attention")
+    } else if p
+        .attn
+        .extra
+        .is_some_and(|e| e.v_dim == 0 || e.v_dim > a.shape.head_dim)
+    {
+        Some("values wider than keys")
+    } else {
+        None
+    }
+}
+
+/// Why the engine does not take the plan's second attention form (MiMo-V2-Flash's sliding
+/// layers: `Plan::swa`), if so: it takes one of the same query heads, head width, q/k norm,
+/// biases and values as the first (`tarfa_cuda::SwaForm`: its own key/value heads, window,
+/// RoPE and sinks), in a plan of plain attention layers.
+fn second_form_refusal(p: &Plan) -> Option<&'static str> {
+    let sliding = p.mixers.contains(&MixerPlan::SlidingAttention);
+    let Some((w, rope)) = p.swa.as_ref().filter(|_| sliding) else {
+        return sliding.then_some("sliding layers without their attention form");
+    };
+    let a = &p.attn;
+    let same_values = match (a.extra, w.extra) {
+        (None, None) => true,
+        (Some(x), Some(y)) => x.v_dim == y.v_dim && x.v_scale.to_bits() == y.v_scale.to_bits(),
+        _ => false,
+    };
+    if w.shape.heads != a.shape.heads
+        || w.shape.head_dim != a.shape.head_dim
+        || w.shape.kv_heads == 0
+        || w.shape.heads % w.shape.kv_heads != 0
+        || w.qk_norm != a.qk_norm
+        || w.qkv_bias != a.qkv_bias
+        || w.o_bias != a.o_bias
+        || w.out_gate
+        || a.out_gate
+        || !same_values
+        || rope.rotary_dim > a.shape.head_dim
+        || p.mixers
+            .iter()
+            .any(|m| !matches!(m, MixerPlan::Attention | MixerPlan::SlidingAttention))
+    {
+        Some("a second attention form other than the first's heads with their own key/value heads, window, RoPE and sinks")
     } else {
         None
     }
@@ -456,6 +500,21 @@ fn upload<D: EngineDevice>(
         norm_topk_prob: plan.norm_topk_prob,
         attn_gate: plan.attn.out_gate,
         delta: plan.delta,
+        swa: match (
+            &plan.swa,
+            plan.mixers.contains(&MixerPlan::SlidingAttention),
+        ) {
+            (Some((spec, rope)), true) => Some(SwaForm {
+                kv_heads: spec.shape.kv_heads,
+                window: spec.shape.window,
+                rotary_dim: rope.rotary_dim,
+            }),
+            _ => None,
+        },
+        values: plan.attn.extra.map(|e| ValueForm {
+            dim: e.v_dim,
+            scale: e.v_scale,
+        }),
         mla: mla.map(|m| MlaDims {
             q_lora_rank: m.q_lora_rank,
             kv_lora_rank: m.kv_lora_rank,
@@ -541,6 +600,7 @@ fn upload<D: EngineDevice>(
         layers: plan.mlps.len(),
         top_k: plan.top_k,
         rope: Rope::of(&plan.rope),
+        swa_rope: plan.swa.as_ref().map(|(_, r)| Rope::of(r)),
         engine,
     }))
 }
@@ -589,7 +649,7 @@ struct Trunk<'a> {
 /// up differ in type).
 fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Option<Trunk<'a>>> {
     let (h, d) = (p.hidden, p.attn.shape.head_dim);
-    let (qd, kvd) = (p.attn.shape.heads * d, p.attn.shape.kv_heads * d);
+    let qd = p.attn.shape.heads * d;
     let q_rows = if p.attn.out_gate { 2 * qd } else { qd };
     let pre = &p.prefix;
     let mut all: Vec<Option<HostTensor<'a>>> = Vec::new();
@@ -623,9 +683,16 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
     for (l, (mlp, mixer)) in p.mlps.iter().zip(&p.mixers).enumerate() {
         let n = |name: &str| format!("{pre}layers.{l}.{name}");
         let mixer = match mixer {
-            MixerPlan::Attention => {
+            MixerPlan::Attention | MixerPlan::SlidingAttention => {
                 let a = |name: &str| n(&format!("self_attn.{name}"));
-                let at = &p.attn;
+                let sliding = *mixer == MixerPlan::SlidingAttention;
+                let at = match (sliding, &p.swa) {
+                    (false, _) => &p.attn,
+                    (true, Some((spec, _))) => spec,
+                    (true, None) => return Ok(None),
+                };
+                let (kvd, vd) = (at.shape.kv_heads * d, at.shape.kv_heads * at.v_dim());
+                let od = at.shape.heads * at.v_dim();
                 let bias =
                     |on: bool, name: &str, rows: usize| -> Result<Option<Option<HostTensor<'a>>>> {
                         if !on {
@@ -636,7 +703,7 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                 let biases = [
                     bias(at.qkv_bias, "q_proj.bias", q_rows)?,
                     bias(at.qkv_bias, "k_proj.bias", kvd)?,
-                    bias(at.qkv_bias, "v_proj.bias", kvd)?,
+                    bias(at.qkv_bias, "v_proj.bias", vd)?,
                     bias(at.o_bias, "o_proj.bias", h)?,
                 ];
                 if biases.iter().any(|b| b.is_none()) {
@@ -657,11 +724,18 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                 let parts = (
                     take(host_mat(s, &a("q_proj.weight"), q_rows, h)?),
                     take(host_mat(s, &a("k_proj.weight"), kvd, h)?),
-                    take(host_mat(s, &a("v_proj.weight"), kvd, h)?),
-                    take(host_mat(s, &a("o_proj.weight"), h, qd)?),
+                    take(host_mat(s, &a("v_proj.weight"), vd, h)?),
+                    take(host_mat(s, &a("o_proj.weight"), h, od)?),
                 );
-                let (Some(q), Some(k), Some(v), Some(o), Some(qk_norm)) =
-                    (parts.0, parts.1, parts.2, parts.3, qk_norm)
+                // Each head's sink logit (MiMo-V2-Flash), as the CPU reads it.
+                let sinks = match at.extra {
+                    Some(e) if e.sinks => {
+                        take(host_vec(s, &a("attention_sink_bias"), at.shape.heads)?).map(Some)
+                    }
+                    _ => Some(None),
+                };
+                let (Some(q), Some(k), Some(v), Some(o), Some(qk_norm), Some(sinks)) =
+                    (parts.0, parts.1, parts.2, parts.3, qk_norm, sinks)
                 else {
                     return Ok(None);
                 };
@@ -672,6 +746,8 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                     o,
                     bias,
                     qk_norm,
+                    sliding,
+                    sinks,
                 })
             }
             MixerPlan::DeltaNet => {
@@ -790,9 +866,7 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                 })
             }
             // `refusal` declines these before any weight is mapped.
-            MixerPlan::SlidingAttention | MixerPlan::Kda | MixerPlan::MlaSparse { .. } => {
-                return Ok(None)
-            }
+            MixerPlan::Kda | MixerPlan::MlaSparse { .. } => return Ok(None),
         };
         let mlp = match *mlp {
             MlpPlan::Dense { inter } => swiglu(&n("mlp"), inter)?.map(HostMlp::Dense),
@@ -1008,10 +1082,18 @@ where
             // Several tokens (a prompt): as matrices where the engine takes the model
             // (`Engine::prompt`: the bits of stepping them one by one).
             self.rope.ensure(start + tokens.len());
+            if let Some(r) = self.swa_rope.as_mut() {
+                r.ensure(start + tokens.len());
+            }
             let (cos, sin) = self.rope.tables();
+            let rope = RopeTables {
+                cos,
+                sin,
+                swa: self.swa_rope.as_ref().map(Rope::tables),
+            };
             out = self
                 .engine
-                .prompt(seq, tokens, start, (cos, sin), all_logits, &mut host)?;
+                .prompt(seq, tokens, start, rope, all_logits, &mut host)?;
             Ok(())
         };
         let ran = run();

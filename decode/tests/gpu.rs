@@ -88,6 +88,9 @@ fn the_whole_forward_pass_on_the_gpu_gives_the_cpu_bits() {
         // MLA: a query LoRA and interleaved pairs; a plain q_proj, biases and YaRN.
         "deepseek_v3",
         "deepseek_v3_b",
+        // Sliding layers of their own KV heads, window and RoPE, sinks, narrower scaled values.
+        "mimo_v2_flash",
+        "mimo_v2_flash_b",
     ] {
         let dir = common::model(name);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
@@ -280,7 +283,7 @@ fn norms_taken_in_or_launched_alone_on_the_gpu_give_the_cpu_bits() {
 }
 
 /// A model the whole-model path does not take (a layer whose experts differ in type: expert 0's
-/// up F32, the others' BF16; MiMo-V2-Flash's attention) falls back to the offload path, still
+/// up F32, the others' BF16; GLM-5.3-Flash's blocks) falls back to the offload path, still
 /// with the CPU's bits.
 #[test]
 fn models_the_whole_gpu_pass_does_not_take_fall_back_to_offloading() {
@@ -297,15 +300,15 @@ fn models_the_whole_gpu_pass_does_not_take_fall_back_to_offloading() {
     assert_eq!(run(&mut dec, "qwen3_moe_b"), cpu);
     let r = dec.offload_report().expect("report");
     assert!(!r.whole_model, "{r:?}");
-    // MiMo-V2-Flash (sinks, its sliding layers' own attention form: no kernels yet): its
-    // attention on the CPU, its experts and products offloaded, the CPU's bits.
-    let dir = common::model("mimo_v2_flash_b");
+    // GLM-5.3-Flash (hyper-connections, KDA, DSA: no kernels yet): its layers on the CPU, its
+    // experts and products offloaded, the CPU's bits.
+    let dir = common::model("glm5_next");
     let cpu = run(
         &mut common::open(&dir, &DecoderOptions::default()),
-        "mimo_v2_flash_b",
+        "glm5_next",
     );
     let mut dec = common::open(&dir, &whole(true, true));
-    assert_eq!(run(&mut dec, "mimo_v2_flash_b"), cpu);
+    assert_eq!(run(&mut dec, "glm5_next"), cpu);
     let r = dec.offload_report().expect("report");
     assert!(!r.whole_model && r.computed > 0, "{r:?}");
 }

@@ -69,14 +69,18 @@ pub(super) struct PassBufs<B> {
 }
 
 impl<D: EngineDevice> Engine<D> {
-    /// Whether [`Engine::prompt`] runs this model's chunks as matrices: every layer attention
-    /// (a DeltaNet layer's recurrence runs token by token), no layer's experts on the host, no
+    /// Whether [`Engine::prompt`] runs this model's chunks as matrices: every layer attention of
+    /// the first form without sinks or narrower values (a DeltaNet layer's recurrence, MLA and
+    /// MiMo-V2-Flash's attention run token by token), no layer's experts on the host, no
     /// gated shared experts, at most [`GROUP_MAX_EXPERTS`] experts a layer; and not switched off
     /// ([`Engine::set_prompt_matrices`]).
     pub fn prompts_as_matrices(&self) -> bool {
+        let s = self.shape;
         self.prompt_matrices
+            && s.swa.is_none()
+            && s.values.is_none()
             && self.layers.iter().all(|l| {
-                matches!(l.mixer, DevMixer::Attention(_))
+                matches!(&l.mixer, DevMixer::Attention(at) if at.sinks.is_none())
                     && !l.host
                     && l.shared_gate.is_none()
                     && l.experts.gate.len() <= GROUP_MAX_EXPERTS
@@ -118,7 +122,7 @@ impl<D: EngineDevice> Engine<D> {
     /// Run `tokens` of `seq` at positions `pos..pos + tokens.len()` (positions from `pos` on are
     /// overwritten), as [`Engine::step`] would one by one, in passes of at most [`PROMPT_PASS`]
     /// tokens whose products are matrix products. The logits of every token when `all_logits`,
-    /// else of the last. `(cos, sin)` as for `step`, covering the last position. Where the model
+    /// else of the last. `rope` as for `step`, covering the last position. Where the model
     /// does not take it ([`Engine::prompts_as_matrices`]), or for one token, the tokens are
     /// stepped one by one.
     #[allow(clippy::too_many_arguments)]
@@ -127,7 +131,7 @@ impl<D: EngineDevice> Engine<D> {
         seq: &mut EngineSeq<D::Buf>,
         tokens: &[u32],
         pos: usize,
-        (cos, sin): (&[f32], &[f32]),
+        rope: RopeTables<'_>,
         all_logits: bool,
         host: &mut HostExperts<'_>,
     ) -> Result<Vec<Vec<f32>>, CudaError> {
@@ -135,7 +139,7 @@ impl<D: EngineDevice> Engine<D> {
         if tokens.len() < 2 || !self.prompts_as_matrices() {
             for (i, &t) in tokens.iter().enumerate() {
                 let want = all_logits || i + 1 == tokens.len();
-                if let Some(l) = self.step(seq, t, pos + i, (cos, sin), want, host)? {
+                if let Some(l) = self.step(seq, t, pos + i, rope, want, host)? {
                     out.push(l);
                 }
             }
@@ -146,7 +150,7 @@ impl<D: EngineDevice> Engine<D> {
             let n = (tokens.len() - at).min(self.pass_tokens(pos + at));
             let last = at + n == tokens.len();
             let part = &tokens[at..at + n];
-            out.extend(self.pass(seq, part, pos + at, (cos, sin), all_logits, last)?);
+            out.extend(self.pass(seq, part, pos + at, rope, all_logits, last)?);
             at += n;
         }
         Ok(out)
@@ -176,7 +180,7 @@ impl<D: EngineDevice> Engine<D> {
         seq: &mut EngineSeq<D::Buf>,
         tokens: &[u32],
         pos: usize,
-        (cos, sin): (&[f32], &[f32]),
+        rope: RopeTables<'_>,
         all: bool,
         last: bool,
     ) -> Result<Vec<Vec<f32>>, CudaError> {
@@ -197,7 +201,7 @@ impl<D: EngineDevice> Engine<D> {
             .ok_or_else(|| CudaError::Usage("position too large".into()))?;
         int(end, "a position")?;
         self.ensure_cap(seq, end)?;
-        self.ensure_rope(end, (cos, sin))?;
+        self.ensure_rope(end, rope)?;
         self.ensure_pass(n, end, all)?;
         let toks: Vec<u8> = tokens
             .iter()
