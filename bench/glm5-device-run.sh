@@ -8,6 +8,9 @@
 # attention and routing on the CPU), where llama-bench -ngl 99 runs every layer on the GPU. The
 # GPU's logits are compared with the CPU's.
 #   bash bench/glm5-device-run.sh WORKDIR [LAYERS [EXPERTS]]
+# FAMILY=deepseek_v3 (no EXPERTS): a DeepSeek-V3 (MLA) checkpoint at Moonlight-16B-A3B's widths
+# instead (64 experts; 10 layers make 11.9 GB), its deepseek2 GGUF beside it; its whole forward
+# pass runs on the GPU engine.
 # Defaults: 8 layers (KDA, KDA, KDA, DSA, ...; layer 0 dense) of 32 experts: 14.63 GB.
 # Needs (carried, git-ignored): target/device/{tarfa-cuda,synth_decode_checkpoint},
 # bench/llama/llama-cpp-cuda-src.tar.xz (CUDA=1 bash bench/llama/make-llama-src.sh) and
@@ -21,9 +24,14 @@ source "$(dirname "$0")/claims.sh"
 R=$(pwd)
 B=$R/target/device
 H=$R/bench/llama
-W=${1:?usage: glm5-device-run.sh WORKDIR [LAYERS [EXPERTS]]}
+W=${1:?usage: [FAMILY=glm5_next|deepseek_v3] glm5-device-run.sh WORKDIR [LAYERS [EXPERTS]]}
+FAMILY=${FAMILY:-glm5_next}
+case $FAMILY in
+  glm5_next) export GLM5_EXPERTS=${3:-32} ;;
+  deepseek_v3) [ -z "${3:-}" ] || { echo "error: EXPERTS applies to FAMILY=glm5_next only" >&2; exit 2; } ;;
+  *) echo "error: FAMILY=$FAMILY: glm5_next or deepseek_v3" >&2; exit 2 ;;
+esac
 LAYERS=${2:-8}
-EXPERTS=${3:-32}
 O=${OUT:-$W/out}
 mkdir -p "$W" "$O"
 rm -f "$O"/cpu.npy "$O"/gpu.npy "$O"/gpu-stream.npy "$W/llama-build.done"
@@ -45,9 +53,9 @@ if [ "$LLAMA" = 1 ]; then
   ( s=$(date +%s); CUDA=1 nice -n 19 bash "$H/build-llama-bench.sh" "$W" 16 > "$O/llama-build.log" 2>&1
     echo "$? $(( $(date +%s) - s ))" > "$W/llama-build.done" ) &
 fi
-echo "== checkpoint: $LAYERS layers of $EXPERTS experts"
+echo "== checkpoint: $FAMILY, $LAYERS layers${GLM5_EXPERTS:+ of $GLM5_EXPERTS experts}"
 rm -rf "$W/src" "$W/jnf" "$W/model.gguf"
-SYNTH_FAMILY=glm5_next GLM5_EXPERTS=$EXPERTS t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 || exit 2
+SYNTH_FAMILY=$FAMILY t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 || exit 2
 t "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2
 if [ "$LLAMA" = 1 ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$H"/wheels/*.whl || exit 2

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Write a Qwen3-MoE, GLM-4.5 (GLM-4-MoE) or Qwen3.5-MoE safetensors checkpoint (BF16) as a BF16
-GGUF that llama.cpp's `qwen3moe` / `glm4moe` / `qwen35moe` architecture loads, for `llama-bench`
-on the same weights as `tarfa run`.
+"""Write a Qwen3-MoE, GLM-4.5 (GLM-4-MoE), Qwen3.5-MoE, GLM-5.3-Flash or DeepSeek-V3 safetensors
+checkpoint (BF16) as a BF16 GGUF that llama.cpp's `qwen3moe` / `glm4moe` / `qwen35moe` /
+`glm5-next` / `deepseek2` architecture loads, for `llama-bench` on the same weights as `tarfa
+run`.
 
     python3 bench/llama/safetensors_to_gguf.py SRC_DIR OUT.gguf [--verify]
 
@@ -53,6 +54,14 @@ src/models/qwen35moe.cpp reads it (commit 0c1e570): zero-centred norms + 1 (not 
 moved from HF's grouped order to ggml's tiled order (v_head_order), the ssm / rope-section /
 recurrent-layer keys; see plan_q35. `--verify` also recomputes those transforms from whole
 tensors (check_q35).
+
+DeepSeek-V3 (`deepseek_v3` -> `deepseek2`, plan_ds): llama.cpp's split MLA form as
+convert_hf_to_gguf.py's DeepseekV2Model writes it (kv_b_proj as attn_k_b, each head's key rows
+transposed, and attn_v_b), norms and the correction bias in F32, the key/values by
+fixtures/gguf/make_from_hf.py's deepseek_keys (the fixtures' writer); a query LoRA is needed
+(llama.cpp's deepseek2 reads q_lora_rank except at its "lite" layer counts). On a 2-layer
+checkpoint from `SYNTH_FAMILY=deepseek_v3`, `tarfa convert` of the GGUF and of the safetensors
+give `cmp`-equal logits and llama.cpp 0c1e570's `llama-bench` runs it.
 
 GLM-5.3-Flash (`glm5_next`, as `converter/examples/synth_decode_checkpoint.rs` writes it with
 SYNTH_FAMILY=glm5_next): llama.cpp's `glm5-next`, written by fixtures/gguf/make_from_hf.py's
@@ -701,6 +710,107 @@ def verify(path: Path, tensors: list, kv: dict) -> None:
           file=sys.stderr)
 
 
+def plan_ds(src: Source, cfg: dict) -> list[tuple[str, list[int], str, object]]:
+    """DeepSeek-V3 (deepseek_v3 -> deepseek2): every GGUF tensor in write order, as plan(), in
+    llama.cpp's split MLA form (convert_hf_to_gguf.py's DeepseekV2Model): kv_b_proj written as
+    attn_k_b [heads, rank, nope] (each head's key rows transposed) and attn_v_b [heads, v, rank]
+    (fixtures/gguf/make_from_hf.py's split_kv_b, which tarfa's GGUF tests hold to the converter);
+    norms, the correction bias and kv_a_layernorm in F32. Names checked against gguf-py's map."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "gguf"))
+    import make_from_hf
+
+    p = "model.layers"
+    layers = int(cfg["num_hidden_layers"])
+    n_dense = int(cfg.get("first_k_dense_replace", 0))
+    n_exp = int(cfg["n_routed_experts"])
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DEEPSEEK2, layers)
+    out: list[tuple[str, list[int], str, object]] = []
+
+    def check(gname: str, hname: str) -> None:
+        h = re.sub(r"\.experts\.\d+\.", ".experts.", hname).replace("e_score_correction_bias", "e_score_correction.bias")
+        want = names.get_name(h, try_suffixes=(".weight", ".bias"))
+        if want != gname:
+            sys.exit(f"error: {hname} -> {gname}, but gguf's name map says {want}")
+
+    def bf16(gname: str, hname: str) -> None:
+        check(gname, hname)
+        out.append((gname, src.shape(hname), BF16, lambda h=hname: src.span(h)))
+
+    def f32(gname: str, hname: str) -> None:
+        check(gname, hname)
+        out.append((gname, src.shape(hname), "F32", lambda h=hname: src.f32(h)))
+
+    def kv_b(h: str, which: int):
+        # The whole kv_b_proj's bits as uint16, split as the converter splits it.
+        n = f"{h}.self_attn.kv_b_proj.weight"
+        raw = np.frombuffer(b"".join(src.span(n).chunks()), dtype=np.uint16).reshape(src.shape(n))
+        return make_from_hf.split_kv_b(cfg, raw)[which]
+
+    heads, rank = int(cfg["num_attention_heads"]), int(cfg["kv_lora_rank"])
+    nope, v = int(cfg["qk_nope_head_dim"]), int(cfg["v_head_dim"])
+    bf16("token_embd.weight", "model.embed_tokens.weight")
+    for l in range(layers):
+        h = f"{p}.{l}"
+        b = f"blk.{l}"
+        a = f"{h}.self_attn"
+        f32(f"{b}.attn_norm.weight", f"{h}.input_layernorm.weight")
+        if src.has(f"{a}.q_a_proj.weight"):
+            bf16(f"{b}.attn_q_a.weight", f"{a}.q_a_proj.weight")
+            f32(f"{b}.attn_q_a_norm.weight", f"{a}.q_a_layernorm.weight")
+            bf16(f"{b}.attn_q_b.weight", f"{a}.q_b_proj.weight")
+        else:
+            bf16(f"{b}.attn_q.weight", f"{a}.q_proj.weight")
+        bf16(f"{b}.attn_kv_a_mqa.weight", f"{a}.kv_a_proj_with_mqa.weight")
+        f32(f"{b}.attn_kv_a_norm.weight", f"{a}.kv_a_layernorm.weight")
+        check(f"{b}.attn_k_b.weight", f"{a}.k_b_proj.weight")
+        check(f"{b}.attn_v_b.weight", f"{a}.v_b_proj.weight")
+        out.append((f"{b}.attn_k_b.weight", [heads, rank, nope], BF16, lambda h=h: kv_b(h, 0)))
+        out.append((f"{b}.attn_v_b.weight", [heads, v, rank], BF16, lambda h=h: kv_b(h, 1)))
+        bf16(f"{b}.attn_output.weight", f"{a}.o_proj.weight")
+        f32(f"{b}.ffn_norm.weight", f"{h}.post_attention_layernorm.weight")
+        if l < n_dense:
+            for x in ("gate", "up", "down"):
+                bf16(f"{b}.ffn_{x}.weight", f"{h}.mlp.{x}_proj.weight")
+            continue
+        bf16(f"{b}.ffn_gate_inp.weight", f"{h}.mlp.gate.weight")
+        f32(f"{b}.exp_probs_b.bias", f"{h}.mlp.gate.e_score_correction_bias")
+        stacked_experts(src, out, f"{h}.mlp.experts", b, n_exp)
+        for x in ("gate", "up", "down"):
+            bf16(f"{b}.ffn_{x}_shexp.weight", f"{h}.mlp.shared_experts.{x}_proj.weight")
+    f32("output_norm.weight", "model.norm.weight")
+    bf16("output.weight", "lm_head.weight")
+    return out
+
+
+def deepseek_v3(src: Source, cfg: dict, args) -> None:
+    """DeepSeek-V3 as llama.cpp's deepseek2 (split MLA), its key/values by
+    fixtures/gguf/make_from_hf.py's deepseek_keys (the fixtures' writer)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "fixtures" / "gguf"))
+    import make_from_hf
+
+    tensors = plan_ds(src, cfg)
+    arch = gguf.MODEL_ARCH.DEEPSEEK2
+    w = gguf.GGUFWriter(args.out, gguf.MODEL_ARCH_NAMES[arch])
+    w.add_name(f"{args.src.name} (tarfa bench/llama/safetensors_to_gguf.py)")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_block_count(int(cfg["num_hidden_layers"]))
+    w.add_context_length(int(cfg.get("max_position_embeddings", 4096)))
+    w.add_embedding_length(int(cfg["hidden_size"]))
+    w.add_feed_forward_length(int(cfg["intermediate_size"]))
+    w.add_head_count(int(cfg["num_attention_heads"]))
+    w.add_layer_norm_rms_eps(float(cfg.get("rms_norm_eps", 1e-6)))
+    rope = cfg.get("rope_parameters") or {}
+    w.add_rope_freq_base(float(rope.get("rope_theta", cfg.get("rope_theta", 10000.0))))
+    w.add_expert_used_count(int(cfg["num_experts_per_tok"]))
+    w.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
+    # Its vocab_size, the rope, MLA, expert and router keys, as the fixtures' GGUFs have them.
+    make_from_hf.deepseek_keys(w, cfg, rope, False)
+    hp = {k: cfg[k] for k in ("num_hidden_layers", "hidden_size", "n_routed_experts", "kv_lora_rank")}
+    kv = write_planned(w, tensors, args, hp)
+    if args.verify:
+        verify(args.out, tensors, kv)
+
+
 def glm5_next(src: Source, top: dict, args) -> None:
     """GLM-5.3-Flash through fixtures/gguf/make_from_hf.py's glm5_write, the tensors mapped from
     the source files (read as the writer goes)."""
@@ -738,8 +848,12 @@ def main() -> None:
             sys.exit("error: --verify is not implemented for glm5_next")
         glm5_next(Source(args.src), json.loads((args.src / "config.json").read_text()), args)
         return
+    if family == "deepseek_v3":
+        deepseek_v3(Source(args.src), cfg, args)
+        return
     if family not in ("qwen3_moe", "glm4_moe", "qwen3_5_moe_text"):
-        sys.exit(f"error: model_type {family!r}: only qwen3_moe, glm4_moe, qwen3_5_moe_text and glm5_next are handled")
+        sys.exit(f"error: model_type {family!r}: only qwen3_moe, glm4_moe, qwen3_5_moe_text, glm5_next and "
+                 "deepseek_v3 are handled")
     src = Source(args.src)
     if family == "qwen3_5_moe_text":
         tensors, hp = plan_q35(src, cfg, pre)
@@ -788,6 +902,17 @@ def main() -> None:
         w.add_full_attention_interval(hp["every"])
         w.add_rope_dimension_count(hp["n_rot"])
     w.add_vocab_size(hp["vocab"])
+    kv = write_planned(w, tensors, args, hp)
+    if args.verify:
+        verify(args.out, tensors, kv)
+        if family == "qwen3_5_moe_text":
+            check_q35(args.out, src, cfg, pre)
+
+
+def write_planned(w: gguf.GGUFWriter, tensors: list, args, hp: dict) -> dict:
+    """The tokenizer ("none": llama.cpp makes vocab_size dummy tokens), the header, the
+    key/values and every planned tensor (name, shape, kind, producer) in order; the key/values
+    written, for --verify."""
     w.add_tokenizer_model("none")
     w.add_quantization_version(gguf.GGML_QUANT_VERSION)
     kv = {k: (v.value, v.type) for k, v in w.kv_data[0].items()}
@@ -812,10 +937,7 @@ def main() -> None:
     w.close()
     size = os.path.getsize(args.out)
     print(f"{args.out}: {len(tensors)} tensors, {size} bytes, {hp}, {time.time() - t0:.1f} s", file=sys.stderr)
-    if args.verify:
-        verify(args.out, tensors, kv)
-        if family == "qwen3_5_moe_text":
-            check_q35(args.out, src, cfg, pre)
+    return kv
 
 
 if __name__ == "__main__":

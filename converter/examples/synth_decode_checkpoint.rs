@@ -47,6 +47,15 @@
 //! SwiGLU clamped at 10. KDA's `A_log` about 0 (std 0.5), `dt_bias` about -4 (std 0.5: a decay
 //! step near 0.02, FLA's range); the hyper-connections' `fn` std 0.02, `base` about 0 and
 //! `scale` about 1. 8 layers of 32 experts with the default vocabulary make 14.63 GB (13.63 GiB).
+//!
+//! With `SYNTH_FAMILY=deepseek_v3` it writes a DeepSeek-V3-architecture checkpoint at
+//! Moonlight-16B-A3B's widths (Moonshot's `deepseek_v3` model) with DeepSeek-V3's query LoRA
+//! (1536: llama.cpp's deepseek2 requires one outside its "lite" layer counts): hidden 2048;
+//! multi-head latent attention of 16 heads (latent 512, 128 + 64 rotated query/key dims, values
+//! of 128, interleaved rotary pairs, base 50,000); layer 0 a dense MLP (11264), then MoE layers
+//! of 64 experts of 1408, top-6, sigmoid router with correction bias in one group, two shared
+//! experts (2816 wide), scaled by 2.446. About 1.17 GB a layer; 10 layers with the default
+//! vocabulary make 11.9 GB.
 
 // The GLM-5.3-Flash config is one `json!` of 40 keys.
 #![recursion_limit = "256"]
@@ -108,6 +117,22 @@ mod g5 {
     }
 }
 
+/// Moonlight-16B-A3B's widths (`SYNTH_FAMILY=deepseek_v3`: DeepSeek-V3's architecture).
+mod ds {
+    pub const HEADS: u64 = 16;
+    pub const Q_LORA: u64 = 1536;
+    pub const KV_LORA: u64 = 512;
+    pub const NOPE: u64 = 128;
+    pub const ROPE: u64 = 64;
+    pub const V_DIM: u64 = 128;
+    pub const EXPERTS: u64 = 64;
+    pub const TOP_K: u64 = 6;
+    pub const MOE_INTER: u64 = 1408;
+    pub const SHARED: u64 = 2;
+    pub const DENSE_INTER: u64 = 11264;
+    pub const SCALE: f64 = 2.446;
+}
+
 /// One tensor: name, shape, and the mean and standard deviation its values are drawn with.
 struct Tensor {
     name: String,
@@ -140,6 +165,7 @@ enum Family {
     Glm4Moe,
     Qwen3_5Moe,
     Glm5Next,
+    DeepseekV3,
 }
 
 impl Family {
@@ -149,6 +175,7 @@ impl Family {
             Family::Glm4Moe => "glm4_moe",
             Family::Qwen3_5Moe => "qwen3_5_moe",
             Family::Glm5Next => "glm5_next",
+            Family::DeepseekV3 => "deepseek_v3",
         }
     }
 }
@@ -162,6 +189,7 @@ fn tensors(family: Family, layers: u64, vocab: u64, experts: u64) -> Vec<Tensor>
     match family {
         Family::Qwen3_5Moe => return tensors_q35(layers, vocab),
         Family::Glm5Next => return tensors_g5(layers, vocab, experts),
+        Family::DeepseekV3 => return tensors_ds(layers, vocab),
         Family::Qwen3Moe | Family::Glm4Moe => {}
     }
     let glm = family == Family::Glm4Moe;
@@ -247,6 +275,54 @@ fn swiglu(v: &mut Vec<Tensor>, prefix: &str, inter: u64, h: u64) {
             std: 0.02,
         });
     }
+}
+
+/// DeepSeek-V3 (`deepseek_v3`) at Moonlight's widths: the tensors of `DeepseekV3ForCausalLM` as
+/// transformers names them, experts per expert.
+fn tensors_ds(layers: u64, vocab: u64) -> Vec<Tensor> {
+    use ds::*;
+    let t = Tensor::drawn;
+    let w = |name: String, shape: Vec<u64>| t(name, shape, 0.0, 0.02);
+    let norm = |name: String, n: u64| t(name, vec![n], 1.0, 0.05);
+    let h = HIDDEN;
+    let mut v = vec![w("model.embed_tokens.weight".into(), vec![vocab, h])];
+    for l in 0..layers {
+        let p = format!("model.layers.{l}");
+        let a = |n: &str| format!("{p}.self_attn.{n}");
+        v.push(norm(format!("{p}.input_layernorm.weight"), h));
+        v.push(w(a("q_a_proj.weight"), vec![Q_LORA, h]));
+        v.push(norm(a("q_a_layernorm.weight"), Q_LORA));
+        v.push(w(a("q_b_proj.weight"), vec![HEADS * (NOPE + ROPE), Q_LORA]));
+        v.push(w(a("kv_a_proj_with_mqa.weight"), vec![KV_LORA + ROPE, h]));
+        v.push(norm(a("kv_a_layernorm.weight"), KV_LORA));
+        v.push(w(
+            a("kv_b_proj.weight"),
+            vec![HEADS * (NOPE + V_DIM), KV_LORA],
+        ));
+        v.push(w(a("o_proj.weight"), vec![h, HEADS * V_DIM]));
+        v.push(norm(format!("{p}.post_attention_layernorm.weight"), h));
+        if l == 0 {
+            swiglu(&mut v, &format!("{p}.mlp"), DENSE_INTER, h);
+            continue;
+        }
+        v.push(w(format!("{p}.mlp.gate.weight"), vec![EXPERTS, h]));
+        v.push(w(
+            format!("{p}.mlp.gate.e_score_correction_bias"),
+            vec![EXPERTS],
+        ));
+        swiglu(
+            &mut v,
+            &format!("{p}.mlp.shared_experts"),
+            SHARED * MOE_INTER,
+            h,
+        );
+        for x in 0..EXPERTS {
+            swiglu(&mut v, &format!("{p}.mlp.experts.{x}"), MOE_INTER, h);
+        }
+    }
+    v.push(norm("model.norm.weight".into(), h));
+    v.push(w("lm_head.weight".into(), vec![vocab, h]));
+    v
 }
 
 /// Qwen3.5-MoE (`qwen3_5_moe_text`): the tensors of `Qwen3_5MoeForCausalLM` as transformers
@@ -514,6 +590,44 @@ fn write_checkpoint(
     }
     let config = if family == Family::Glm5Next {
         glm5_config(layers, vocab, experts)
+    } else if family == Family::DeepseekV3 {
+        // What transformers' DeepseekV3Config reads (Moonlight-16B-A3B's config, with this
+        // file's layer count and vocabulary).
+        serde_json::json!({
+            "architectures": ["DeepseekV3ForCausalLM"],
+            "model_type": "deepseek_v3",
+            "hidden_size": HIDDEN,
+            "intermediate_size": ds::DENSE_INTER,
+            "moe_intermediate_size": ds::MOE_INTER,
+            "n_routed_experts": ds::EXPERTS,
+            "n_shared_experts": ds::SHARED,
+            "num_experts_per_tok": ds::TOP_K,
+            "first_k_dense_replace": 1,
+            "n_group": 1,
+            "topk_group": 1,
+            "norm_topk_prob": true,
+            "routed_scaling_factor": ds::SCALE,
+            "scoring_func": "sigmoid",
+            "topk_method": "noaux_tc",
+            "num_attention_heads": ds::HEADS,
+            "num_key_value_heads": ds::HEADS,
+            "num_hidden_layers": layers,
+            "q_lora_rank": ds::Q_LORA,
+            "kv_lora_rank": ds::KV_LORA,
+            "qk_nope_head_dim": ds::NOPE,
+            "qk_rope_head_dim": ds::ROPE,
+            "v_head_dim": ds::V_DIM,
+            "rope_interleave": true,
+            "attention_bias": false,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 50_000.0,
+            "max_position_embeddings": 8192,
+            "tie_word_embeddings": false,
+            "vocab_size": vocab,
+            "bos_token_id": null,
+            "eos_token_id": null,
+            "torch_dtype": "bfloat16",
+        })
     } else if family == Family::Qwen3_5Moe {
         // What transformers' Qwen3_5MoeTextConfig reads (Qwen3.5-35B-A3B's text_config, less
         // the MTP layer and with this file's layer count and vocabulary).
@@ -725,9 +839,11 @@ fn main() {
         Ok("glm4_moe") => Family::Glm4Moe,
         Ok("qwen3_5_moe") => Family::Qwen3_5Moe,
         Ok("glm5_next") => Family::Glm5Next,
+        Ok("deepseek_v3") => Family::DeepseekV3,
         Ok(other) => {
             eprintln!(
-                "error: SYNTH_FAMILY={other:?}: qwen3_moe, glm4_moe, qwen3_5_moe or glm5_next"
+                "error: SYNTH_FAMILY={other:?}: qwen3_moe, glm4_moe, qwen3_5_moe, glm5_next or \
+                 deepseek_v3"
             );
             std::process::exit(2);
         }
@@ -763,10 +879,15 @@ fn main() {
             let (experts, heads, kv_heads, head_dim) = match family {
                 Family::Qwen3_5Moe => (q35::EXPERTS, q35::HEADS, q35::KV_HEADS, q35::HEAD_DIM),
                 Family::Glm5Next => (experts, g5::HEADS, g5::HEADS, g5::NOPE),
+                Family::DeepseekV3 => (ds::EXPERTS, ds::HEADS, ds::HEADS, ds::NOPE + ds::ROPE),
                 Family::Qwen3Moe | Family::Glm4Moe => (EXPERTS, HEADS, KV_HEADS, HEAD_DIM),
             };
+            let top_k = match family {
+                Family::DeepseekV3 => ds::TOP_K,
+                _ => TOP_K,
+            };
             println!(
-                "{dir}: {} {layers} layers x {experts} experts (top-{TOP_K}), \
+                "{dir}: {} {layers} layers x {experts} experts (top-{top_k}), \
                  {heads}x{head_dim} query / {kv_heads}x{head_dim} kv heads, vocab {vocab}, \
                  {total} bytes in {shards} shards, written in {:.1} s",
                 family.name(),
