@@ -81,7 +81,12 @@ if [ "$LLAMA" = 1 ]; then
 fi
 if [ -n "${AFTER:-}" ]; then
   echo "== waiting for $AFTER (nothing is timed while the other job runs)"
-  while [ ! -e "$AFTER" ]; do sleep 2; done
+  waited=0
+  while [ ! -e "$AFTER" ]; do
+    sleep 2
+    waited=$((waited + 2))
+    [ "$waited" -lt 1800 ] || { claim_failed "$AFTER never appeared (30 min)"; break; }
+  done
 fi
 if [ "$LLAMA" = 1 ]; then
   echo "== llama-bench -ngl 99 -p 0 -n 32 -r 3 (at $(date +%T); flash attention at its default)"

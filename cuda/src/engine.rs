@@ -269,11 +269,11 @@ pub struct HostMla<'a> {
 pub struct HostAttention<'a> {
     /// `[heads·d, hidden]` (`[2·heads·d, hidden]` with [`EngineShape::attn_gate`]).
     pub q: HostTensor<'a>,
-    /// `[kv_heads·d, hidden]`.
+    /// `[kv_heads·d, hidden]` (the layer's form's key/value heads).
     pub k: HostTensor<'a>,
-    /// `[kv_heads·d, hidden]`.
+    /// `[kv_heads·v, hidden]`, `v` the values' width ([`EngineShape::values`], else `d`).
     pub v: HostTensor<'a>,
-    /// `[hidden, heads·d]`.
+    /// `[hidden, heads·v]`.
     pub o: HostTensor<'a>,
     /// Biases of q, k, v, o.
     pub bias: [Option<HostTensor<'a>>; 4],
@@ -869,6 +869,11 @@ impl<D: EngineDevice> Engine<D> {
             let mixer =
                 match &hl.mixer {
                     HostMixer::Attention(a) => {
+                        if s.mla.is_some() {
+                            return Err(CudaError::Usage(format!(
+                                "layer {l}: an attention layer beside MLA layers"
+                            )));
+                        }
                         let kvh = match (a.sliding, s.swa) {
                             (false, _) => s.kv_heads,
                             (true, Some(w)) => w.kv_heads,

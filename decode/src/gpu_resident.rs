@@ -299,8 +299,8 @@ fn refusal(p: &Plan) -> Option<&'static str> {
             "GLM-5.3-Flash's hyper-connections, Kimi delta attention, DSA and clamped SwiGLU \
              (glm5_next)",
         )
-    } else if mla && (p.mla.is_none() || p.mixers.contains(&MixerPlan::Attention)) {
-        Some("multi-head latent attention (MLA) beside other attention layers")
+    } else if mla && (p.mla.is_none() || p.mixers.iter().any(|m| !matches!(m, MixerPlan::Mla))) {
+        Some("multi-head latent attention (MLA) beside layers of other mixers")
     } else if let Some(why) = second_form_refusal(p) {
         Some(why)
     } else if (mla || p.delta.is_some() || p.attn.out_gate) && p.attn.extra.is_some() {
@@ -317,9 +317,10 @@ fn refusal(p: &Plan) -> Option<&'static str> {
 }
 
 /// Why the engine does not take the plan's second attention form (MiMo-V2-Flash's sliding
-/// layers: `Plan::swa`), if so: it takes one of the same query heads, head width, q/k norm,
-/// biases and values as the first (`tarfa_cuda::SwaForm`: its own key/value heads, window,
-/// RoPE and sinks), in a plan of plain attention layers.
+/// layers: `Plan::swa`), if so: it takes one of the same query heads, head width, biases and
+/// values as the first, no q/k norm in either (their widened weights and epsilon are the first
+/// form's only), its own key/value heads, window, RoPE (an even number of rotated dims) and
+/// sinks (`tarfa_cuda::SwaForm`), in a plan of plain attention layers.
 fn second_form_refusal(p: &Plan) -> Option<&'static str> {
     let sliding = p.mixers.contains(&MixerPlan::SlidingAttention);
     let Some((w, rope)) = p.swa.as_ref().filter(|_| sliding) else {
@@ -335,13 +336,15 @@ fn second_form_refusal(p: &Plan) -> Option<&'static str> {
         || w.shape.head_dim != a.shape.head_dim
         || w.shape.kv_heads == 0
         || w.shape.heads % w.shape.kv_heads != 0
-        || w.qk_norm != a.qk_norm
+        || w.qk_norm.is_some()
+        || a.qk_norm.is_some()
         || w.qkv_bias != a.qkv_bias
         || w.o_bias != a.o_bias
         || w.out_gate
         || a.out_gate
         || !same_values
         || rope.rotary_dim > a.shape.head_dim
+        || rope.rotary_dim % 2 != 0
         || p.mixers
             .iter()
             .any(|m| !matches!(m, MixerPlan::Attention | MixerPlan::SlidingAttention))
@@ -1171,6 +1174,98 @@ mod tests {
         for (d, takes) in [(64, true), (MAX_HEAD_DIM, true), (MAX_HEAD_DIM * 2, false)] {
             assert_eq!(refusal(&plan(d)).is_none(), takes, "head_dim {d}");
         }
+    }
+
+    /// A second attention form (MiMo-V2-Flash's sliding layers) is taken when it has the first's
+    /// query heads, head width and values, its own key/value heads, window and RoPE, and no
+    /// q/k norm; other heads or widths, q/k norms, an odd rotation or values beside a gated output
+    /// are left to the offload path; so is MLA beside layers of another mixer.
+    #[test]
+    fn a_second_attention_form_is_taken_only_as_the_engine_computes_it() {
+        use crate::family::common::AttnExtra;
+        let mimo = || {
+            let mut p = plan(64);
+            p.attn.qk_norm = None;
+            p.attn.extra = Some(AttnExtra {
+                v_dim: 32,
+                v_scale: 0.5,
+                sinks: false,
+            });
+            let mut w = p.attn;
+            w.shape.kv_heads = 2;
+            w.shape.window = Some(128);
+            w.extra = Some(AttnExtra {
+                sinks: true,
+                ..p.attn.extra.expect("values")
+            });
+            let mut rope = p.rope.clone();
+            rope.theta = 1e4;
+            rope.rotary_dim = 32;
+            p.swa = Some((w, rope));
+            p.mixers = vec![MixerPlan::SlidingAttention, MixerPlan::Attention];
+            p.mlps = vec![p.mlps[0]; 2];
+            p
+        };
+        assert_eq!(refusal(&mimo()), None, "MiMo-V2-Flash's forms are taken");
+        type Change = fn(&mut Plan);
+        let bad: [(&str, Change); 6] = [
+            ("other query heads", |p| {
+                if let Some((w, _)) = p.swa.as_mut() {
+                    w.shape.heads = 4;
+                }
+            }),
+            ("other head width", |p| {
+                if let Some((w, _)) = p.swa.as_mut() {
+                    w.shape.head_dim = 32;
+                }
+            }),
+            ("q/k norms", |p| {
+                if let Some((w, _)) = p.swa.as_mut() {
+                    w.qk_norm = Some(NormStyle::OnePlus);
+                }
+            }),
+            ("other values", |p| {
+                if let Some((w, _)) = p.swa.as_mut() {
+                    w.extra = Some(AttnExtra {
+                        v_dim: 64,
+                        v_scale: 0.5,
+                        sinks: true,
+                    });
+                }
+            }),
+            ("an odd rotation", |p| {
+                if let Some((_, r)) = p.swa.as_mut() {
+                    r.rotary_dim = 31;
+                }
+            }),
+            ("values beside a gated output", |p| p.attn.out_gate = true),
+        ];
+        for (what, f) in bad {
+            let mut p = mimo();
+            f(&mut p);
+            assert!(refusal(&p).is_some(), "{what}");
+        }
+        let mut p = plan(64);
+        p.attn.qk_norm = None;
+        p.mla = Some(crate::family::mla::MlaShape {
+            heads: 2,
+            q_lora_rank: None,
+            kv_lora_rank: 16,
+            nope: 48,
+            rope: 16,
+            v: 32,
+            interleave: true,
+            bias: false,
+            latent_eps: 1e-6,
+            scale: 0.125,
+        });
+        p.mixers = vec![MixerPlan::Mla, MixerPlan::Mla];
+        p.mlps = vec![p.mlps[0]; 2];
+        assert_eq!(refusal(&p), None, "MLA layers are taken");
+        p.mixers[1] = MixerPlan::Attention;
+        assert!(refusal(&p).is_some(), "MLA beside attention");
+        p.mixers[1] = MixerPlan::DeltaNet;
+        assert!(refusal(&p).is_some(), "MLA beside DeltaNet");
     }
 
     /// What the kernels do not compute is left to the CPU's layers: q/k norms of another

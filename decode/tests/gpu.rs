@@ -127,7 +127,14 @@ fn gpu_sequences_interleaved_forked_and_truncated_give_the_cpu_bits() {
     if !gpu_here() {
         return;
     }
-    for name in ["qwen3_moe_b", "glm4_moe_b", "mixtral", "qwen3_5_moe_text"] {
+    for name in [
+        "qwen3_moe_b",
+        "glm4_moe_b",
+        "mixtral",
+        "qwen3_5_moe_text",
+        "deepseek_v3",
+        "mimo_v2_flash_b",
+    ] {
         for graphs in [true, false] {
             let mut dec = common::open(&common::model(name), &whole(graphs, true));
             common::sequences_hold(name, &mut dec);
