@@ -292,6 +292,35 @@ def plan(src: Source, cfg: dict) -> tuple[list[tuple[str, list[int], str, object
     return out, hp
 
 
+class Planner:
+    """A plan's tensors in write order (name, shape, kind, producer), each GGUF name checked
+    against gguf-py's own HF -> GGUF map of `arch` (experts merged, the correction bias renamed
+    as convert_hf_to_gguf.py renames it)."""
+
+    def __init__(self, src: Source, arch, layers: int) -> None:
+        self.src = src
+        self.names = gguf.get_tensor_name_map(arch, layers)
+        self.out: list[tuple[str, list[int], str, object]] = []
+
+    def check(self, gname: str, hname: str) -> None:
+        h = re.sub(r"\.experts\.\d+\.", ".experts.", hname).replace("e_score_correction_bias", "e_score_correction.bias")
+        want = self.names.get_name(h, try_suffixes=(".weight", ".bias"))
+        if want != gname:
+            sys.exit(f"error: {hname} -> {gname}, but gguf's name map says {want}")
+
+    def bf16(self, gname: str, hname: str) -> None:
+        """The source's bytes as they are."""
+        self.check(gname, hname)
+        self.out.append((gname, self.src.shape(hname), BF16, lambda h=hname: self.src.span(h)))
+
+    def f32(self, gname: str, hname: str) -> None:
+        """A 1-D tensor (norm, bias) widened exactly to F32."""
+        self.check(gname, hname)
+        if len(self.src.shape(hname)) != 1:
+            sys.exit(f"error: {hname}: {self.src.shape(hname)}, wanted 1-D")
+        self.out.append((gname, self.src.shape(hname), "F32", lambda h=hname: self.src.f32(h)))
+
+
 def plan_glm(src: Source, cfg: dict) -> tuple[list[tuple[str, list[int], str, object]], dict]:
     """GLM-4.5 (glm4_moe -> glm4moe): every GGUF tensor in write order, as plan(). Names follow
     llama.cpp's convert_hf_to_gguf.py (Glm4MoeModel) and are checked against gguf-py's name map."""
@@ -301,25 +330,8 @@ def plan_glm(src: Source, cfg: dict) -> tuple[list[tuple[str, list[int], str, ob
     n_dense = int(cfg.get("first_k_dense_replace", 0))
     n_exp = int(cfg.get("n_routed_experts") or src.shape(f"{p}.{n_dense}.mlp.gate.weight")[0])
     n_shared = int(cfg.get("n_shared_experts", 0))
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GLM4_MOE, layers)
-    out: list[tuple[str, list[int], str, object]] = []
-
-    def check(gname: str, hname: str) -> None:
-        # gguf-py maps the HF name (experts merged, the bias as convert_hf_to_gguf renames it)
-        h = re.sub(r"\.experts\.\d+\.", ".experts.", hname).replace("e_score_correction_bias", "e_score_correction.bias")
-        want = names.get_name(h, try_suffixes=(".weight", ".bias"))
-        if want != gname:
-            sys.exit(f"error: {hname} -> {gname}, but gguf's name map says {want}")
-
-    def bf16(gname: str, hname: str) -> None:
-        check(gname, hname)
-        out.append((gname, src.shape(hname), BF16, lambda h=hname: src.span(h)))
-
-    def f32(gname: str, hname: str) -> None:  # 1-D: norms, biases
-        check(gname, hname)
-        if len(src.shape(hname)) != 1:
-            sys.exit(f"error: {hname}: {src.shape(hname)}, wanted 1-D")
-        out.append((gname, src.shape(hname), "F32", lambda h=hname: src.f32(h)))
+    pl = Planner(src, gguf.MODEL_ARCH.GLM4_MOE, layers)
+    out, check, bf16, f32 = pl.out, pl.check, pl.bf16, pl.f32
 
     bf16("token_embd.weight", "model.embed_tokens.weight")
     for l in range(layers):
@@ -723,22 +735,8 @@ def plan_ds(src: Source, cfg: dict) -> list[tuple[str, list[int], str, object]]:
     layers = int(cfg["num_hidden_layers"])
     n_dense = int(cfg.get("first_k_dense_replace", 0))
     n_exp = int(cfg["n_routed_experts"])
-    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.DEEPSEEK2, layers)
-    out: list[tuple[str, list[int], str, object]] = []
-
-    def check(gname: str, hname: str) -> None:
-        h = re.sub(r"\.experts\.\d+\.", ".experts.", hname).replace("e_score_correction_bias", "e_score_correction.bias")
-        want = names.get_name(h, try_suffixes=(".weight", ".bias"))
-        if want != gname:
-            sys.exit(f"error: {hname} -> {gname}, but gguf's name map says {want}")
-
-    def bf16(gname: str, hname: str) -> None:
-        check(gname, hname)
-        out.append((gname, src.shape(hname), BF16, lambda h=hname: src.span(h)))
-
-    def f32(gname: str, hname: str) -> None:
-        check(gname, hname)
-        out.append((gname, src.shape(hname), "F32", lambda h=hname: src.f32(h)))
+    pl = Planner(src, gguf.MODEL_ARCH.DEEPSEEK2, layers)
+    out, check, bf16, f32 = pl.out, pl.check, pl.bf16, pl.f32
 
     def kv_b(h: str, which: int):
         # The whole kv_b_proj's bits as uint16, split as the converter splits it.
