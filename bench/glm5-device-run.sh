@@ -9,8 +9,9 @@
 # GPU's logits are compared with the CPU's.
 #   bash bench/glm5-device-run.sh WORKDIR [LAYERS [EXPERTS]]
 # FAMILY=deepseek_v3 (no EXPERTS): a DeepSeek-V3 (MLA) checkpoint at Moonlight-16B-A3B's widths
-# instead (64 experts; 10 layers make 11.9 GB), its deepseek2 GGUF beside it; its whole forward
-# pass runs on the GPU engine.
+# instead (64 experts; 10 layers make 11.9 GB), its deepseek2 GGUF beside it; FAMILY=mimo_v2_flash:
+# MiMo-V2-Flash's widths with EXPERTS routed experts (default 32; 8 layers make 13.9 GB), its
+# mimo2 GGUF beside it. Both run their whole forward pass on the GPU engine.
 # Defaults: 8 layers (KDA, KDA, KDA, DSA, ...; layer 0 dense) of 32 experts: 14.63 GB.
 # Needs (carried, git-ignored): target/device/{tarfa-cuda,synth_decode_checkpoint},
 # bench/llama/llama-cpp-cuda-src.tar.xz (CUDA=1 bash bench/llama/make-llama-src.sh) and
@@ -24,12 +25,13 @@ source "$(dirname "$0")/claims.sh"
 R=$(pwd)
 B=$R/target/device
 H=$R/bench/llama
-W=${1:?usage: [FAMILY=glm5_next|deepseek_v3] glm5-device-run.sh WORKDIR [LAYERS [EXPERTS]]}
+W=${1:?usage: [FAMILY=glm5_next|deepseek_v3|mimo_v2_flash] glm5-device-run.sh WORKDIR [LAYERS [EXPERTS]]}
 FAMILY=${FAMILY:-glm5_next}
 case $FAMILY in
   glm5_next) export GLM5_EXPERTS=${3:-32} ;;
-  deepseek_v3) [ -z "${3:-}" ] || { echo "error: EXPERTS applies to FAMILY=glm5_next only" >&2; exit 2; } ;;
-  *) echo "error: FAMILY=$FAMILY: glm5_next or deepseek_v3" >&2; exit 2 ;;
+  mimo_v2_flash) export MIMO_EXPERTS=${3:-32} ;;
+  deepseek_v3) [ -z "${3:-}" ] || { echo "error: EXPERTS applies to glm5_next and mimo_v2_flash only" >&2; exit 2; } ;;
+  *) echo "error: FAMILY=$FAMILY: glm5_next, deepseek_v3 or mimo_v2_flash" >&2; exit 2 ;;
 esac
 LAYERS=${2:-8}
 O=${OUT:-$W/out}
@@ -53,7 +55,7 @@ if [ "$LLAMA" = 1 ]; then
   ( s=$(date +%s); CUDA=1 nice -n 19 bash "$H/build-llama-bench.sh" "$W" 16 > "$O/llama-build.log" 2>&1
     echo "$? $(( $(date +%s) - s ))" > "$W/llama-build.done" ) &
 fi
-echo "== checkpoint: $FAMILY, $LAYERS layers${GLM5_EXPERTS:+ of $GLM5_EXPERTS experts}"
+echo "== checkpoint: $FAMILY, $LAYERS layers${GLM5_EXPERTS:+ of $GLM5_EXPERTS experts}${MIMO_EXPERTS:+ of $MIMO_EXPERTS experts}"
 rm -rf "$W/src" "$W/jnf" "$W/model.gguf"
 SYNTH_FAMILY=$FAMILY t "$B/synth_decode_checkpoint" "$W/src" "$LAYERS" 8 || exit 2
 t "$B/tarfa-cuda" convert "$W/src" -o "$W/jnf" --quiet || exit 2

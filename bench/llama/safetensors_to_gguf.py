@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Write a Qwen3-MoE, GLM-4.5 (GLM-4-MoE), Qwen3.5-MoE, GLM-5.3-Flash or DeepSeek-V3 safetensors
-checkpoint (BF16) as a BF16 GGUF that llama.cpp's `qwen3moe` / `glm4moe` / `qwen35moe` /
-`glm5-next` / `deepseek2` architecture loads, for `llama-bench` on the same weights as `tarfa
-run`.
+checkpoint (BF16), or a MiMo-V2-Flash one, as a BF16 GGUF that llama.cpp's `qwen3moe` /
+`glm4moe` / `qwen35moe` / `glm5-next` / `deepseek2` / `mimo2` architecture loads, for
+`llama-bench` on the same weights as `tarfa run`.
 
     python3 bench/llama/safetensors_to_gguf.py SRC_DIR OUT.gguf [--verify]
 
@@ -62,6 +62,12 @@ fixtures/gguf/make_from_hf.py's deepseek_keys (the fixtures' writer); a query Lo
 (llama.cpp's deepseek2 reads q_lora_rank except at its "lite" layer counts). On a 2-layer
 checkpoint from `SYNTH_FAMILY=deepseek_v3`, `tarfa convert` of the GGUF and of the safetensors
 give `cmp`-equal logits and llama.cpp 0c1e570's `llama-bench` runs it.
+
+MiMo-V2-Flash (`mimo_v2_flash` -> `mimo2`): the keys of fixtures/gguf/make_from_hf.py's
+mimo2_main (per-layer key/value heads and window pattern, value length and scale, both RoPE
+bases), the sinks as attn_sinks in F32. On a 2-layer checkpoint from
+`SYNTH_FAMILY=mimo_v2_flash`, `tarfa convert` of the GGUF and of the safetensors give
+`cmp`-equal logits and llama.cpp 0c1e570's `llama-bench` runs it.
 
 GLM-5.3-Flash (`glm5_next`, as `converter/examples/synth_decode_checkpoint.rs` writes it with
 SYNTH_FAMILY=glm5_next): llama.cpp's `glm5-next`, written by fixtures/gguf/make_from_hf.py's
@@ -809,6 +815,80 @@ def deepseek_v3(src: Source, cfg: dict, args) -> None:
         verify(args.out, tensors, kv)
 
 
+def mimo_v2_flash(src: Source, cfg: dict, args) -> None:
+    """MiMo-V2-Flash as llama.cpp's mimo2, the keys as fixtures/gguf/make_from_hf.py's mimo2_main
+    writes them (convert_hf_to_gguf.py's MimoV2Model): per-layer head_count_kv (the sliding
+    layers twice the full ones') and sliding_window_pattern, value_length, the window, one
+    rope.dimension_count for both kinds, rope.freq_base and rope.freq_base_swa,
+    attention.value_scale, the sigmoid router; the sinks as blk.N.attn_sinks (F32), norms and the
+    correction bias F32, matrices BF16 as they are."""
+    arch = gguf.MODEL_ARCH.MIMO2
+    an = gguf.MODEL_ARCH_NAMES[arch]
+    if cfg.get("routed_scaling_factor") not in (None, 1.0):
+        sys.exit("error: llama.cpp's mimo2 does not scale its routed experts")
+    nl = int(cfg["num_hidden_layers"])
+    rope = cfg["rope_parameters"]
+    full, swa = rope["full_attention"], rope["sliding_attention"]
+    if full["partial_rotary_factor"] != swa["partial_rotary_factor"]:
+        sys.exit("error: llama.cpp's mimo2 rotates one width in both layer kinds")
+    sliding = [1 if t == "sliding_attention" else 0 for t in cfg["layer_types"]]
+    dense = [t == "dense" for t in cfg["mlp_layer_types"]]
+    kv = int(cfg["num_key_value_heads"])
+    pl = Planner(src, arch, nl)
+    p = "model.layers"
+    pl.bf16("token_embd.weight", "model.embed_tokens.weight")
+    for l in range(nl):
+        h, b, a = f"{p}.{l}", f"blk.{l}", f"{p}.{l}.self_attn"
+        pl.f32(f"{b}.attn_norm.weight", f"{h}.input_layernorm.weight")
+        for x in "qkv":
+            pl.bf16(f"{b}.attn_{x}.weight", f"{a}.{x}_proj.weight")
+        pl.bf16(f"{b}.attn_output.weight", f"{a}.o_proj.weight")
+        if src.has(f"{a}.attention_sink_bias"):
+            # MimoV2Model.filter_tensors: the sinks get a ".weight" suffix.
+            pl.check(f"{b}.attn_sinks.weight", f"{a}.attention_sink_bias.weight")
+            pl.out.append((f"{b}.attn_sinks.weight", src.shape(f"{a}.attention_sink_bias"), "F32",
+                           lambda n=f"{a}.attention_sink_bias": src.f32(n)))
+        pl.f32(f"{b}.ffn_norm.weight", f"{h}.post_attention_layernorm.weight")
+        if dense[l]:
+            for x in ("gate", "up", "down"):
+                pl.bf16(f"{b}.ffn_{x}.weight", f"{h}.mlp.{x}_proj.weight")
+            continue
+        pl.bf16(f"{b}.ffn_gate_inp.weight", f"{h}.mlp.gate.weight")
+        pl.f32(f"{b}.exp_probs_b.bias", f"{h}.mlp.gate.e_score_correction_bias")
+        stacked_experts(src, pl.out, f"{h}.mlp.experts", b, int(cfg["n_routed_experts"]))
+    pl.f32("output_norm.weight", "model.norm.weight")
+    pl.bf16("output.weight", "lm_head.weight")
+    w = gguf.GGUFWriter(args.out, an)
+    w.add_name(f"{args.src.name} (tarfa bench/llama/safetensors_to_gguf.py)")
+    w.add_file_type(gguf.LlamaFileType.MOSTLY_BF16)
+    w.add_block_count(nl)
+    w.add_context_length(int(cfg["max_position_embeddings"]))
+    w.add_embedding_length(int(cfg["hidden_size"]))
+    w.add_feed_forward_length(int(cfg["intermediate_size"]))
+    w.add_head_count(int(cfg["num_attention_heads"]))
+    w.add_head_count_kv([2 * kv if s else kv for s in sliding])
+    w.add_rope_freq_base(float(full["rope_theta"]))
+    w.add_rope_freq_base_swa(float(swa["rope_theta"]))
+    w.add_layer_norm_rms_eps(float(cfg["rms_norm_eps"]))
+    w.add_expert_count(int(cfg["n_routed_experts"]))
+    w.add_expert_used_count(int(cfg["num_experts_per_tok"]))
+    w.add_expert_group_count(int(cfg["n_group"]))
+    w.add_expert_group_used_count(int(cfg["topk_group"]))
+    w.add_expert_gating_func(gguf.ExpertGatingFuncType.SIGMOID)
+    w.add_key_length(int(cfg["head_dim"]))
+    w.add_value_length(int(cfg["v_head_dim"]))
+    w.add_sliding_window(int(cfg["sliding_window"]))
+    w.add_array(f"{an}.attention.sliding_window_pattern", sliding)
+    w.add_expert_feed_forward_length(int(cfg["moe_intermediate_size"]))
+    w.add_rope_dimension_count(int(int(cfg["head_dim"]) * full["partial_rotary_factor"]))
+    # gguf 0.19.0 has no add_attn_value_scale: the key as llama.cpp's constants.py names it.
+    w.add_float32(f"{an}.attention.value_scale", float(cfg["attention_value_scale"]))
+    w.add_vocab_size(src.shape("model.embed_tokens.weight")[0])
+    kv_written = write_planned(w, pl.out, args, {"layers": nl, "sliding": sliding})
+    if args.verify:
+        verify(args.out, pl.out, kv_written)
+
+
 def glm5_next(src: Source, top: dict, args) -> None:
     """GLM-5.3-Flash through fixtures/gguf/make_from_hf.py's glm5_write, the tensors mapped from
     the source files (read as the writer goes)."""
@@ -849,9 +929,12 @@ def main() -> None:
     if family == "deepseek_v3":
         deepseek_v3(Source(args.src), cfg, args)
         return
+    if family == "mimo_v2_flash":
+        mimo_v2_flash(Source(args.src), cfg, args)
+        return
     if family not in ("qwen3_moe", "glm4_moe", "qwen3_5_moe_text"):
-        sys.exit(f"error: model_type {family!r}: only qwen3_moe, glm4_moe, qwen3_5_moe_text, glm5_next and "
-                 "deepseek_v3 are handled")
+        sys.exit(f"error: model_type {family!r}: only qwen3_moe, glm4_moe, qwen3_5_moe_text, glm5_next, "
+                 "deepseek_v3 and mimo_v2_flash are handled")
     src = Source(args.src)
     if family == "qwen3_5_moe_text":
         tensors, hp = plan_q35(src, cfg, pre)

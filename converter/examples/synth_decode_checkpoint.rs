@@ -56,6 +56,14 @@
 //! of 64 experts of 1408, top-6, sigmoid router with correction bias in one group, two shared
 //! experts (2816 wide), scaled by 2.446. About 1.17 GB a layer; 10 layers with the default
 //! vocabulary make 11.9 GB.
+//!
+//! With `SYNTH_FAMILY=mimo_v2_flash` it writes a MiMo-V2-Flash checkpoint at its widths, less
+//! the routed experts (`MIMO_EXPERTS`, default 32; the model has 256, each 50.3 MB): hidden
+//! 4096; 64 query heads of 192 (a third rotated: 64 dims), values of 128 scaled by 0.707; layer
+//! 0 and every sixth full attention (4 key/value heads, RoPE base 5,000,000), the others sliding
+//! over 128 positions (8 key/value heads, base 10,000, a sink logit per head); layer 0 a dense
+//! MLP (16384), then MoE layers of experts of 2048, top-8, sigmoid router with correction bias,
+//! no shared expert, unscaled. 8 layers of 32 experts with the default vocabulary make 13.9 GB.
 
 // The GLM-5.3-Flash config is one `json!` of 40 keys.
 #![recursion_limit = "256"]
@@ -133,6 +141,24 @@ mod ds {
     pub const SCALE: f64 = 2.446;
 }
 
+/// MiMo-V2-Flash's widths (`SYNTH_FAMILY=mimo_v2_flash`), less the routed experts
+/// (`MIMO_EXPERTS`).
+mod mimo {
+    pub const HIDDEN: u64 = 4096;
+    pub const HEADS: u64 = 64;
+    pub const KV_HEADS: u64 = 4;
+    pub const HEAD_DIM: u64 = 192;
+    pub const V_DIM: u64 = 128;
+    pub const WINDOW: u64 = 128;
+    pub const MOE_INTER: u64 = 2048;
+    pub const DENSE_INTER: u64 = 16384;
+    pub const EXPERTS: u64 = 32;
+    /// Layer `l` slides (the others full attention), as transformers' default `layer_types`.
+    pub fn sliding(l: u64) -> bool {
+        !(l == 0 || (l + 1) % 6 == 0)
+    }
+}
+
 /// One tensor: name, shape, and the mean and standard deviation its values are drawn with.
 struct Tensor {
     name: String,
@@ -166,6 +192,7 @@ enum Family {
     Qwen3_5Moe,
     Glm5Next,
     DeepseekV3,
+    MimoV2Flash,
 }
 
 impl Family {
@@ -176,6 +203,7 @@ impl Family {
             Family::Qwen3_5Moe => "qwen3_5_moe",
             Family::Glm5Next => "glm5_next",
             Family::DeepseekV3 => "deepseek_v3",
+            Family::MimoV2Flash => "mimo_v2_flash",
         }
     }
 }
@@ -190,6 +218,7 @@ fn tensors(family: Family, layers: u64, vocab: u64, experts: u64) -> Vec<Tensor>
         Family::Qwen3_5Moe => return tensors_q35(layers, vocab),
         Family::Glm5Next => return tensors_g5(layers, vocab, experts),
         Family::DeepseekV3 => return tensors_ds(layers, vocab),
+        Family::MimoV2Flash => return tensors_mimo(layers, vocab, experts),
         Family::Qwen3Moe | Family::Glm4Moe => {}
     }
     let glm = family == Family::Glm4Moe;
@@ -317,6 +346,46 @@ fn tensors_ds(layers: u64, vocab: u64) -> Vec<Tensor> {
             h,
         );
         for x in 0..EXPERTS {
+            swiglu(&mut v, &format!("{p}.mlp.experts.{x}"), MOE_INTER, h);
+        }
+    }
+    v.push(norm("model.norm.weight".into(), h));
+    v.push(w("lm_head.weight".into(), vec![vocab, h]));
+    v
+}
+
+/// MiMo-V2-Flash (`mimo_v2_flash`): the tensors of `MiMoV2FlashForCausalLM` as transformers
+/// names them, experts per expert.
+fn tensors_mimo(layers: u64, vocab: u64, experts: u64) -> Vec<Tensor> {
+    use mimo::*;
+    let t = Tensor::drawn;
+    let w = |name: String, shape: Vec<u64>| t(name, shape, 0.0, 0.02);
+    let norm = |name: String, n: u64| t(name, vec![n], 1.0, 0.05);
+    let h = HIDDEN;
+    let mut v = vec![w("model.embed_tokens.weight".into(), vec![vocab, h])];
+    for l in 0..layers {
+        let p = format!("model.layers.{l}");
+        let a = |n: &str| format!("{p}.self_attn.{n}");
+        let kv = if sliding(l) { 2 * KV_HEADS } else { KV_HEADS };
+        v.push(norm(format!("{p}.input_layernorm.weight"), h));
+        v.push(w(a("q_proj.weight"), vec![HEADS * HEAD_DIM, h]));
+        v.push(w(a("k_proj.weight"), vec![kv * HEAD_DIM, h]));
+        v.push(w(a("v_proj.weight"), vec![kv * V_DIM, h]));
+        v.push(w(a("o_proj.weight"), vec![h, HEADS * V_DIM]));
+        if sliding(l) {
+            v.push(t(a("attention_sink_bias"), vec![HEADS], 0.0, 1.0));
+        }
+        v.push(norm(format!("{p}.post_attention_layernorm.weight"), h));
+        if l == 0 {
+            swiglu(&mut v, &format!("{p}.mlp"), DENSE_INTER, h);
+            continue;
+        }
+        v.push(w(format!("{p}.mlp.gate.weight"), vec![experts, h]));
+        v.push(w(
+            format!("{p}.mlp.gate.e_score_correction_bias"),
+            vec![experts],
+        ));
+        for x in 0..experts {
             swiglu(&mut v, &format!("{p}.mlp.experts.{x}"), MOE_INTER, h);
         }
     }
@@ -590,6 +659,55 @@ fn write_checkpoint(
     }
     let config = if family == Family::Glm5Next {
         glm5_config(layers, vocab, experts)
+    } else if family == Family::MimoV2Flash {
+        // What transformers' MiMoV2FlashConfig reads (MiMo-V2-Flash's config, with this file's
+        // layer count, experts and vocabulary; no MTP layers).
+        let layer_types: Vec<&str> = (0..layers)
+            .map(|l| match mimo::sliding(l) {
+                true => "sliding_attention",
+                false => "full_attention",
+            })
+            .collect();
+        let mlp_types: Vec<&str> = (0..layers)
+            .map(|l| if l == 0 { "dense" } else { "sparse" })
+            .collect();
+        serde_json::json!({
+            "architectures": ["MiMoV2FlashForCausalLM"],
+            "model_type": "mimo_v2_flash",
+            "hidden_act": "silu",
+            "hidden_size": mimo::HIDDEN,
+            "intermediate_size": mimo::DENSE_INTER,
+            "moe_intermediate_size": mimo::MOE_INTER,
+            "num_attention_heads": mimo::HEADS,
+            "num_key_value_heads": mimo::KV_HEADS,
+            "head_dim": mimo::HEAD_DIM,
+            "v_head_dim": mimo::V_DIM,
+            "attention_value_scale": 0.707,
+            "attention_bias": false,
+            "sliding_window": mimo::WINDOW,
+            "layer_types": layer_types,
+            "mlp_layer_types": mlp_types,
+            "n_routed_experts": experts,
+            "num_experts_per_tok": TOP_K,
+            "n_group": 1,
+            "topk_group": 1,
+            "norm_topk_prob": true,
+            "routed_scaling_factor": null,
+            "num_hidden_layers": layers,
+            "rms_norm_eps": 1e-5,
+            "rope_parameters": {
+                "full_attention": {"rope_type": "default", "rope_theta": 5_000_000.0,
+                                   "partial_rotary_factor": 0.334},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0,
+                                      "partial_rotary_factor": 0.334},
+            },
+            "max_position_embeddings": 262144,
+            "tie_word_embeddings": false,
+            "vocab_size": vocab,
+            "bos_token_id": null,
+            "eos_token_id": null,
+            "torch_dtype": "bfloat16",
+        })
     } else if family == Family::DeepseekV3 {
         // What transformers' DeepseekV3Config reads (Moonlight-16B-A3B's config, with this
         // file's layer count and vocabulary).
@@ -840,25 +958,45 @@ fn main() {
         Ok("qwen3_5_moe") => Family::Qwen3_5Moe,
         Ok("glm5_next") => Family::Glm5Next,
         Ok("deepseek_v3") => Family::DeepseekV3,
+        Ok("mimo_v2_flash") => Family::MimoV2Flash,
         Ok(other) => {
             eprintln!(
-                "error: SYNTH_FAMILY={other:?}: qwen3_moe, glm4_moe, qwen3_5_moe, glm5_next or \
-                 deepseek_v3"
+                "error: SYNTH_FAMILY={other:?}: qwen3_moe, glm4_moe, qwen3_5_moe, glm5_next, \
+                 deepseek_v3 or mimo_v2_flash"
             );
             std::process::exit(2);
         }
     };
-    let experts = match std::env::var("GLM5_EXPERTS") {
-        Err(_) => g5::EXPERTS,
-        Ok(_) if family != Family::Glm5Next => {
-            eprintln!("error: GLM5_EXPERTS applies to SYNTH_FAMILY=glm5_next only");
+    // The routed experts of the families written with fewer than the model's: GLM5_EXPERTS
+    // (glm5_next), MIMO_EXPERTS (mimo_v2_flash).
+    let (var, default) = match family {
+        Family::MimoV2Flash => ("MIMO_EXPERTS", mimo::EXPERTS),
+        _ => ("GLM5_EXPERTS", g5::EXPERTS),
+    };
+    for other in ["GLM5_EXPERTS", "MIMO_EXPERTS"] {
+        let applies = matches!(
+            (other, family),
+            ("GLM5_EXPERTS", Family::Glm5Next) | ("MIMO_EXPERTS", Family::MimoV2Flash)
+        );
+        if std::env::var_os(other).is_some() && !applies {
+            eprintln!(
+                "error: {other} applies to SYNTH_FAMILY={} only",
+                if other == "GLM5_EXPERTS" {
+                    "glm5_next"
+                } else {
+                    "mimo_v2_flash"
+                }
+            );
             std::process::exit(2);
         }
+    }
+    let experts = match std::env::var(var) {
+        Err(_) => default,
         Ok(s) => match s.parse::<u64>() {
             Ok(n) if (g5::TOP_K_MIN..=1024).contains(&n) => n,
             _ => {
                 eprintln!(
-                    "error: GLM5_EXPERTS={s:?}: a whole number of experts from {} to 1024",
+                    "error: {var}={s:?}: a whole number of experts from {} to 1024",
                     g5::TOP_K_MIN
                 );
                 std::process::exit(2);
@@ -880,6 +1018,7 @@ fn main() {
                 Family::Qwen3_5Moe => (q35::EXPERTS, q35::HEADS, q35::KV_HEADS, q35::HEAD_DIM),
                 Family::Glm5Next => (experts, g5::HEADS, g5::HEADS, g5::NOPE),
                 Family::DeepseekV3 => (ds::EXPERTS, ds::HEADS, ds::HEADS, ds::NOPE + ds::ROPE),
+                Family::MimoV2Flash => (experts, mimo::HEADS, mimo::KV_HEADS, mimo::HEAD_DIM),
                 Family::Qwen3Moe | Family::Glm4Moe => (EXPERTS, HEADS, KV_HEADS, HEAD_DIM),
             };
             let top_k = match family {
