@@ -391,8 +391,9 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
 /// DeepSeek-V3's multi-head latent attention runs whole on the device with the CPU's bits
 /// (`tarfa_e_mla_heads`, `tarfa_e_narrow_heads` and the shared attention kernel at MLA's scale):
 /// with a query LoRA and interleaved rotary pairs (deepseek_v3), and with a plain `q_proj`,
-/// biases, NeoX halves and YaRN's scale (deepseek_v3_b); dense first layers, the sigmoid group
-/// router and shared experts beside it. A prompt steps its tokens one by one (MLA layers have no
+/// biases, NeoX halves and YaRN's scale (deepseek_v3_b), and quantised from llama.cpp's split
+/// form (deepseek_v3_q); dense first layers, the sigmoid group router and shared experts beside
+/// it. A prompt steps its tokens one by one (MLA layers have no
 /// pass as matrices yet).
 #[test]
 fn mla_runs_whole_with_the_cpu_bits() {
@@ -400,11 +401,12 @@ fn mla_runs_whole_with_the_cpu_bits() {
     stepped_whole_with_the_cpu_bits([
         (common::model("deepseek_v3"), "deepseek_v3"),
         (common::model("deepseek_v3_b"), "deepseek_v3_b"),
-        // llama.cpp's deepseek2 GGUF of the first (`attn_k_b` and `attn_v_b`, assembled into
-        // `kv_b_proj`).
+        // llama.cpp's quantised deepseek2 GGUF (`attn_k_b` and `attn_v_b`, Q8_0, assembled into
+        // `kv_b_proj`; Q8_0 MLA products, Q4_K/Q6_K experts, a dense layer whose Q5_K gate and
+        // Q4_K up differ in type: two one-row accumulations, as a routed expert's may).
         (
-            common::converted("fixtures/gguf/from_hf/deepseek_v3.gguf"),
-            "deepseek_v3",
+            common::converted("fixtures/gguf/deepseek_v3_q.gguf"),
+            "deepseek_v3_q",
         ),
     ]);
 }

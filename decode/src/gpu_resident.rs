@@ -648,8 +648,8 @@ struct Trunk<'a> {
 }
 
 /// Every trunk and layer tensor of `p` as the engine takes it (zero-centred norms from
-/// `widened`), or `None` if one is of a type the kernels do not take (or a dense MLP's gate and
-/// up differ in type).
+/// `widened`), or `None` if one is of a type the kernels do not take (a dense MLP's gate and up
+/// may differ in type, as an expert's may).
 fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Option<Trunk<'a>>> {
     let (h, d) = (p.hidden, p.attn.shape.head_dim);
     let qd = p.attn.shape.heads * d;
@@ -678,7 +678,7 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
         let u = host_mat(s, &format!("{prefix}.up_proj.weight"), inter, h)?;
         let dn = host_mat(s, &format!("{prefix}.down_proj.weight"), h, inter)?;
         Ok(match (g, u, dn) {
-            (Some(g), Some(u), Some(dn)) if g.dtype == u.dtype => Some([g, u, dn]),
+            (Some(g), Some(u), Some(dn)) => Some([g, u, dn]),
             _ => None,
         })
     };

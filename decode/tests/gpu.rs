@@ -465,26 +465,17 @@ fn a_quantised_gguf_gives_the_cpu_bits_offloaded_and_whole_on_the_gpu() {
     }
 }
 
-/// deepseek2 GGUFs (MLA), in both MLA forms and quantised, on the offload path and whole on the
-/// GPU: the CPU's bits. The quantised one's dense layer has a Q5_K gate beside a Q4_K up, which
-/// the whole pass's dense SwiGLU does not take: it stays on the offload path.
+/// deepseek2 GGUFs (MLA), in both MLA forms and quantised (its dense layer's Q5_K gate beside a
+/// Q4_K up), on the offload path and whole on the GPU: the CPU's bits.
 #[test]
 fn deepseek2_ggufs_give_the_cpu_bits_on_the_gpu() {
     if !gpu_here() {
         return;
     }
-    for (src, name, whole_takes) in [
-        (
-            "fixtures/gguf/from_hf/deepseek_v3.gguf",
-            "deepseek_v3",
-            true,
-        ),
-        (
-            "fixtures/gguf/from_hf/deepseek_v3.kv-b.gguf",
-            "deepseek_v3",
-            true,
-        ),
-        ("fixtures/gguf/deepseek_v3_q.gguf", "deepseek_v3_q", false),
+    for (src, name) in [
+        ("fixtures/gguf/from_hf/deepseek_v3.gguf", "deepseek_v3"),
+        ("fixtures/gguf/from_hf/deepseek_v3.kv-b.gguf", "deepseek_v3"),
+        ("fixtures/gguf/deepseek_v3_q.gguf", "deepseek_v3_q"),
     ] {
         let dir = common::converted(src);
         let cpu = run(&mut common::open(&dir, &DecoderOptions::default()), name);
@@ -496,7 +487,7 @@ fn deepseek2_ggufs_give_the_cpu_bits_on_the_gpu() {
         let mut dec = common::open(&dir, &whole(true, true));
         assert_eq!(run(&mut dec, name), cpu, "{src}: whole");
         let r = dec.offload_report().expect("report");
-        assert_eq!(r.whole_model, whole_takes, "{src}: {r:?}");
+        assert!(r.whole_model, "{src}: {r:?}");
     }
 }
 
