@@ -2247,23 +2247,8 @@ impl<D: EngineDevice> Engine<D> {
             ..self.form()
         };
         self.attend(&None, form, kcache, vcache)?;
-        let (attn, out, x) = (self.p(&a.attn), self.p(&a.mov), self.p(&a.x));
-        let n = s.heads * md.v;
-        // SAFETY: attn holds heads·(nope + rope) floats, out heads·v (v ≤ nope + rope); a
-        // thread per output.
-        unsafe {
-            self.dev.launch(
-                Kernel::NarrowHeads,
-                geo(n.div_ceil(MLA_BLOCK as usize), MLA_BLOCK, 0)?,
-                &[
-                    Arg::Ptr(attn),
-                    Arg::I32(s.heads as i32),
-                    Arg::I32(s.head_dim as i32),
-                    Arg::I32(md.v as i32),
-                    Arg::Ptr(out),
-                ],
-            )?;
-        }
+        let (out, x) = (self.p(&a.mov), self.p(&a.x));
+        self.narrow(md.v, out)?;
         self.matvec(&[self.job(&m.o, out, x, m.o_bias.as_ref(), true)])
     }
 
