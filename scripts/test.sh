@@ -46,6 +46,15 @@ if [ ! -e "$NVRTC_DIR/nvidia/cu13/lib/libnvrtc.so.13" ]; then
   python3 -m pip install --quiet --disable-pip-version-check --no-deps --target "$NVRTC_DIR" nvidia-cuda-nvrtc==13.5.37
 fi
 
+# The build and the tests need several GiB of disk (target/, the tests' temporary models): say so
+# up front, so that a run that dies of a full disk is recognised at once.
+build_dir=${CARGO_TARGET_DIR:-target}
+[ -d "$build_dir" ] || build_dir=.
+avail_kib=$(df -Pk "$build_dir" | awk 'NR == 2 {print $4}')
+echo "== disk: $((avail_kib / 1048576)) GiB free where the build runs"
+if [ "$avail_kib" -lt $((10 * 1048576)) ]; then
+  echo "warning: under 10 GiB free; the build and tests may fail with 'No space left on device'" >&2
+fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy (all targets, warnings are errors)"
