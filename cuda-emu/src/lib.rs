@@ -1297,7 +1297,9 @@ pub struct Expert {
 }
 
 /// `tarfa_e_moe_gate_up`, `tarfa_e_moe_down` and `tarfa_e_moe_combine` for the experts `ids`
-/// (with weights `wts`) of `experts`: returns `x + Σ_s down_s(silu(gate_s x) ⊙ up_s x) · w_s`.
+/// (with weights `wts`) of `experts`: returns `x + Σ_s down_s(silu(gate_s x) ⊙ up_s x) · w_s`,
+/// each SwiGLU's two dots clamped at `limit` first when there is one (`TarfaMoe::limit`).
+#[allow(clippy::too_many_arguments)] // the launch's own arguments
 pub fn moe(
     experts: &[Expert],
     inter: usize,
@@ -1306,8 +1308,9 @@ pub fn moe(
     wts: &[f32],
     x: &[f32],
     residual: &[f32],
+    limit: Option<f32>,
 ) -> Vec<f32> {
-    moe_launch(experts, inter, hidden, ids, wts, x, residual, None)
+    moe_launch(experts, (inter, hidden, limit), ids, wts, x, residual, None)
 }
 
 /// [`moe`] with the tiled kernels compiled for `ring` (one of [`tiles`]): `tarfa_e_tmoe_gate_up`
@@ -1321,7 +1324,7 @@ pub fn moe_tiled(
     wts: &[f32],
     x: &[f32],
     residual: &[f32],
-    (pairs, rows): (usize, usize),
+    (pairs, rows, limit): (usize, usize, Option<f32>),
     ring: TileGeometry,
 ) -> Vec<f32> {
     assert!(inter.is_multiple_of(32) && hidden.is_multiple_of(32));
@@ -1332,8 +1335,7 @@ pub fn moe_tiled(
     );
     moe_launch(
         experts,
-        inter,
-        hidden,
+        (inter, hidden, limit),
         ids,
         wts,
         x,
@@ -1345,8 +1347,7 @@ pub fn moe_tiled(
 #[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
 fn moe_launch(
     experts: &[Expert],
-    inter: usize,
-    hidden: usize,
+    (inter, hidden, limit): (usize, usize, Option<f32>),
     ids: &[u32],
     wts: &[f32],
     x: &[f32],
@@ -1384,6 +1385,7 @@ fn moe_launch(
         dtype_d: experts[0].down.dt.code(),
         vec_gu: i32::from(dg.wide() && dg == du && hidden.is_multiple_of(8)),
         vec_d: i32::from(dd.wide() && inter.is_multiple_of(8)),
+        limit: limit.unwrap_or(0.0),
     };
     let ids_i: Vec<i32> = ids.iter().map(|&e| e as i32).collect();
     let (xa, h, y, w, out) = (

@@ -574,6 +574,8 @@ struct MoeCase {
     residual: Vec<f32>,
     ids: Vec<u32>,
     wts: Vec<f32>,
+    /// Each SwiGLU clamped at this limit first, or none.
+    limit: Option<f32>,
     want: Vec<u32>,
 }
 
@@ -588,8 +590,18 @@ fn moe_case(
 /// [`moe_case`] with gate, up and down each of its own type.
 fn moe_case_of(
     r: &mut Rng,
+    shape: (usize, usize, usize, usize),
+    types: (emu::Dt, emu::Dt, emu::Dt),
+) -> MoeCase {
+    moe_case_clamped(r, shape, types, None)
+}
+
+/// [`moe_case_of`] with every SwiGLU clamped at `limit` (GLM-5.3-Flash's `swiglu_limit`).
+fn moe_case_clamped(
+    r: &mut Rng,
     (hidden, inter, n_exp, k): (usize, usize, usize, usize),
     (dg, du, dd): (emu::Dt, emu::Dt, emu::Dt),
+    limit: Option<f32>,
 ) -> MoeCase {
     let mut experts = Vec::new();
     let mut raw = Vec::new();
@@ -618,7 +630,7 @@ fn moe_case_of(
             m(uv, inter, hidden),
             m(dv, hidden, inter),
             std::slice::from_ref(&x),
-            None,
+            limit,
         );
         outs.put(0, s, &y[0], wts[s]);
     }
@@ -630,6 +642,7 @@ fn moe_case_of(
         residual,
         ids,
         wts,
+        limit,
         want: bits(&want[0]),
     }
 }
@@ -794,8 +807,55 @@ fn routed_experts_and_their_combine_are_the_cpus() {
         for types in MOE_TYPES {
             let c = moe_case(&mut r, shape, types);
             let (hidden, inter, ..) = shape;
-            let got = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, &c.x, &c.residual);
+            let got = emu::moe(
+                &c.experts,
+                inter,
+                hidden,
+                &c.ids,
+                &c.wts,
+                &c.x,
+                &c.residual,
+                c.limit,
+            );
             assert_eq!(bits(&got), c.want, "{shape:?} {types:?}");
+        }
+    }
+}
+
+/// GLM-5.3-Flash's clamped SwiGLU (`swiglu_limit`: the gate above at the limit, the up to
+/// `[-limit, limit]`, then SiLU and the product) in every gate/up kernel the engine launches for
+/// experts — a quad per row (BF16, F32), a warp per row (the K types), the tiled kernels at every
+/// ring — is `blocks::swiglu`'s with the same limit; and the limit bites (the bits differ from the
+/// unclamped experts').
+#[test]
+fn clamped_swiglus_are_the_cpus_in_every_expert_kernel() {
+    let mut r = Rng(61);
+    let limit = Some(1.5f32);
+    let quads = MOE_TYPES.iter().map(|&(gu, d)| (gu, gu, d));
+    let warps = [(emu::Dt::Q4_K, emu::Dt::Q6_K, emu::Dt::Q8_0)];
+    for (shape, types) in quads
+        .map(|t| ((64usize, 32usize, 8usize, 4usize), t))
+        .chain(warps.map(|t| ((256, 256, 3, 2), t)))
+    {
+        let (hidden, inter, ..) = shape;
+        let c = moe_case_clamped(&mut r, shape, types, limit);
+        let (x, res) = (&c.x, &c.residual);
+        let open = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, x, res, None);
+        assert_ne!(
+            bits(&open),
+            c.want,
+            "{shape:?} {types:?}: the limit never bit"
+        );
+        let got = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, x, res, limit);
+        assert_eq!(bits(&got), c.want, "{shape:?} {types:?}");
+        // The tiled kernels on one type (their clamp is one line of each, whatever the type).
+        if types == (emu::Dt::Bf16, emu::Dt::Bf16, emu::Dt::Bf16) {
+            for ring in emu::tiles() {
+                let t = (7, 16, limit);
+                let got =
+                    emu::moe_tiled(&c.experts, inter, hidden, &c.ids, &c.wts, x, res, t, ring);
+                assert_eq!(bits(&got), c.want, "{shape:?} {types:?} tiled {ring:?}");
+            }
         }
     }
 }
@@ -828,7 +888,7 @@ fn tiled_routed_experts_are_the_cpus_for_any_rows_per_block() {
                         &c.wts,
                         &c.x,
                         &c.residual,
-                        tile,
+                        (tile.0, tile.1, c.limit),
                         ring,
                     );
                     let at = format!("{shape:?} {types:?} tile {tile:?} {ring:?}");
@@ -1246,7 +1306,16 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
     let (hidden, inter) = (1280usize, 768usize);
     let types = (emu::Dt::Q6_K, emu::Dt::Q5_K, emu::Dt::Q6_K);
     let c = moe_case_of(&mut r, (hidden, inter, 2, 2), types);
-    let got = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, &c.x, &c.residual);
+    let got = emu::moe(
+        &c.experts,
+        inter,
+        hidden,
+        &c.ids,
+        &c.wts,
+        &c.x,
+        &c.residual,
+        c.limit,
+    );
     assert_eq!(bits(&got), c.want, "{types:?} at {hidden} × {inter}");
     let (hidden, inter) = (256usize, 256usize);
     for types in [
@@ -1258,7 +1327,16 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
         (emu::Dt::Q4_K, emu::Dt::Q5_0, emu::Dt::Q4_K),
     ] {
         let c = moe_case_of(&mut r, (hidden, inter, 3, 2), types);
-        let got = emu::moe(&c.experts, inter, hidden, &c.ids, &c.wts, &c.x, &c.residual);
+        let got = emu::moe(
+            &c.experts,
+            inter,
+            hidden,
+            &c.ids,
+            &c.wts,
+            &c.x,
+            &c.residual,
+            c.limit,
+        );
         assert_eq!(bits(&got), c.want, "{types:?}");
     }
 }

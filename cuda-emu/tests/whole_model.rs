@@ -503,6 +503,7 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
         mla: None,
         swa: None,
         values: None,
+        swiglu_limit: None,
     };
     let zeros = vec![0u8; 4 * head_dim * 4];
     let t = |rows: usize, cols: usize| HostTensor {

@@ -293,7 +293,9 @@ extern "C" __global__ void __launch_bounds__(TARFA_MM_THREADS) tarfa_e_mm_gate_u
     for (int i = threadIdx.x; i < half * TARFA_MM_BT; i += blockDim.x) {
         int r = i % half, c = i / half;
         if (r0 + r < m.inter && c < n) {
-            h[(long long)pair[c] * m.inter + r0 + r] = tarfa_silu_mul(out[r][c], out[r + half][c]);
+            float g = out[r][c], u = out[r + half][c];
+            tarfa_swiglu_clamp(g, u, m.limit);
+            h[(long long)pair[c] * m.inter + r0 + r] = tarfa_silu_mul(g, u);
         }
     }
 }

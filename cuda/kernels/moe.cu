@@ -16,6 +16,9 @@ struct TarfaMoe {
     int dtype_d;
     int vec_gu;
     int vec_d;
+    // Above 0: every SwiGLU's gate and up clamped first (tarfa_swiglu_clamp; GLM-5.3-Flash's
+    // swiglu_limit); 0, as they are.
+    float limit;
 };
 
 // The unit (a quad or a warp) `unit`'s slot and row among k slots of `rows` rows each, and the
@@ -47,7 +50,8 @@ __device__ __forceinline__ const unsigned char* tarfa_expert_row(const unsigned 
     return (const unsigned char*)table[e] + (long long)r * tarfa_row_bytes(dtype, cols);
 }
 
-// h[s][r] = silu(gate_e[r] · x) · (up_e[r] · x) for the expert e = ids[s] of each of k slots.
+// h[s][r] = silu(gate_e[r] · x) · (up_e[r] · x) for the expert e = ids[s] of each of k slots (the
+// two dots clamped first when m.limit > 0, as in every gate/up kernel of the engine).
 extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k, const float* x,
                                                float* h) {
     tarfa_grid_enter();
@@ -67,6 +71,7 @@ extern "C" __global__ void tarfa_e_moe_gate_up(TarfaMoe m, const int* ids, int k
     }
     float g = tarfa_quad_fold(acc[0]);
     float v = tarfa_quad_fold(acc[1]);
+    tarfa_swiglu_clamp(g, v, m.limit);
     if (u.live && sub == 0) h[(long long)u.slot * m.inter + u.r] = tarfa_silu_mul(g, v);
 }
 
@@ -99,6 +104,7 @@ extern "C" __global__ void tarfa_e_wmoe_gate_up(TarfaMoe m, const int* ids, int 
     }
     float g = tarfa_warp_fold(acc[0]);
     float v = tarfa_warp_fold(acc[1]);
+    tarfa_swiglu_clamp(g, v, m.limit);
     if (u.live && lane == 0) h[(long long)u.slot * m.inter + u.r] = tarfa_silu_mul(g, v);
 }
 

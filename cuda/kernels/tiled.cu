@@ -343,6 +343,7 @@ extern "C" __global__ void tarfa_e_tmoe_gate_up(TarfaMoe m, const int* ids, int 
                       [] {});
     float g = tarfa_quad_fold(acc[0]);
     float u = tarfa_quad_fold(acc[1]);
+    tarfa_swiglu_clamp(g, u, m.limit);
     if (quad < n && sub == 0) h[first + quad] = tarfa_silu_mul(g, u);
 }
 

@@ -71,4 +71,7 @@ pub struct MoeArgs {
     pub vec_gu: i32,
     /// Wide loads for down.
     pub vec_d: i32,
+    /// Above 0: each SwiGLU's gate and up clamped first ([`crate::EngineShape::swiglu_limit`]);
+    /// 0: as they are.
+    pub limit: f32,
 }

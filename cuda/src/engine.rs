@@ -109,6 +109,9 @@ pub struct EngineShape {
     pub swa: Option<SwaForm>,
     /// Values narrower than keys and scaled, in every attention layer (MiMo-V2-Flash), or none.
     pub values: Option<ValueForm>,
+    /// Every SwiGLU (routed, shared and dense) clamped at this limit, above 0 (GLM-5.3-Flash's
+    /// `swiglu_limit`: the gate above at it, the up to `[-limit, limit]`), or none.
+    pub swiglu_limit: Option<f32>,
 }
 
 /// The second attention form's numbers ([`EngineShape::swa`]): the same query heads and head
@@ -852,6 +855,13 @@ impl<D: EngineDevice> Engine<D> {
                 )));
             }
             int(w.kv_heads * d, "a dimension")?;
+        }
+        if let Some(l) = s.swiglu_limit {
+            if !(l.is_finite() && l > 0.0) {
+                return Err(CudaError::Usage(format!(
+                    "a SwiGLU limit of {l}: it must be finite and above 0"
+                )));
+            }
         }
         if let Some(v) = s.values {
             if v.dim == 0 || v.dim > d || s.mla.is_some() || s.attn_gate {
@@ -2456,7 +2466,7 @@ impl<D: EngineDevice> Engine<D> {
         yb: u64,
     ) -> Result<(), CudaError> {
         let s = self.shape;
-        let m = t.args(&self.dev, s.hidden)?;
+        let m = t.args(&self.dev, (s.hidden, s.swiglu_limit))?;
         let ki = k as i32;
         // SAFETY: ids hold k experts' numbers < n_experts (the kernel clamps anything else), each
         // an expert buffer of gate/up `inter × hidden` and down `hidden × inter` elements; xn
@@ -2629,7 +2639,11 @@ impl<B> ExpertTable<B> {
     }
 
     /// The kernels' view of the table (after [`ExpertTable::upload_tables`]).
-    fn args<D: EngineDevice<Buf = B>>(&self, dev: &D, hidden: usize) -> Result<MoeArgs, CudaError> {
+    fn args<D: EngineDevice<Buf = B>>(
+        &self,
+        dev: &D,
+        (hidden, limit): (usize, Option<f32>),
+    ) -> Result<MoeArgs, CudaError> {
         let tables = self
             .dev
             .as_ref()
@@ -2647,6 +2661,7 @@ impl<B> ExpertTable<B> {
             dtype_d: self.dtype_d.unwrap_or(GpuDtype::Bf16).code(),
             vec_gu: i32::from(self.wide_gu() && hidden % 8 == 0),
             vec_d: i32::from(self.dtype_d.is_none_or(GpuDtype::wide) && self.inter % 8 == 0),
+            limit: limit.unwrap_or(0.0),
         })
     }
 

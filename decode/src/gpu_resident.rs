@@ -518,6 +518,7 @@ fn upload<D: EngineDevice>(
             dim: e.v_dim,
             scale: e.v_scale,
         }),
+        swiglu_limit: plan.swiglu_limit,
         mla: mla.map(|m| MlaDims {
             q_lora_rank: m.q_lora_rank,
             kv_lora_rank: m.kv_lora_rank,

@@ -703,7 +703,7 @@ impl<D: EngineDevice> Engine<D> {
         y: u64,
     ) -> Result<(), CudaError> {
         let s = self.shape;
-        let m = t.args(&self.dev, s.hidden)?;
+        let m = t.args(&self.dev, (s.hidden, s.swiglu_limit))?;
         let mt = int(max_tiles, "a pass's tiles")?;
         // SAFETY: the tables hold every expert's gate/up (`inter × hidden`) and down
         // (`hidden × inter`) of their types; order and tiles were written by `group` for
