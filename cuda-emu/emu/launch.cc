@@ -60,6 +60,16 @@ void emu_delta_heads(G, const float* mixed, const unsigned char* conv_w, int con
                             dt_dtype, a_log, a_dtype, a_neg, norm_w, ndtype, k_heads, v_heads, dk,
                             dv, q_div, eps, state, out));
 }
+void emu_kda_heads(G, const float* mixed, const unsigned char* conv_w, int conv_dtype, int kernel,
+                   float* hist, const int* params, const float* f, const float* b,
+                   const float* gate, const unsigned char* dt_bias, int dt_dtype,
+                   const unsigned char* a_log, int a_dtype, int a_neg, int has_lb, float lb,
+                   const unsigned char* norm_w, int ndtype, int heads, int dim, float q_scale,
+                   float eps, float* state, float* out) {
+    RUN(tarfa_e_kda_heads(mixed, conv_w, conv_dtype, kernel, hist, params, f, b, gate, dt_bias,
+                          dt_dtype, a_log, a_dtype, a_neg, has_lb, lb, norm_w, ndtype, heads, dim,
+                          q_scale, eps, state, out));
+}
 void emu_topk(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts,
               const float* gz, float* gw) {
     RUN(tarfa_e_topk(z, n, k, renorm, probs, ids, wts, gz, gw));

@@ -198,6 +198,35 @@ extern "C" {
         state: *mut f32,
         out: *mut f32,
     );
+    fn emu_kda_heads(
+        g: u32,
+        b: u32,
+        s: u32,
+        mixed: *const f32,
+        conv_w: *const u8,
+        conv_dtype: i32,
+        kernel: i32,
+        hist: *mut f32,
+        params: *const i32,
+        f: *const f32,
+        bv: *const f32,
+        gate: *const f32,
+        dt_bias: *const u8,
+        dt_dtype: i32,
+        a_log: *const u8,
+        a_dtype: i32,
+        a_neg: i32,
+        has_lb: i32,
+        lb: f32,
+        norm_w: *const u8,
+        ndtype: i32,
+        heads: i32,
+        dim: i32,
+        q_scale: f32,
+        eps: f32,
+        state: *mut f32,
+        out: *mut f32,
+    );
     fn emu_topk(
         g: u32,
         b: u32,
@@ -936,6 +965,98 @@ pub fn delta_step(
             d.dk as i32,
             d.dv as i32,
             (d.dk as f64).sqrt() as f32,
+            d.eps,
+            st.ptr() as *mut f32,
+            out.ptr() as *mut f32,
+        );
+    }
+    *hist = hs.floats();
+    *state = st.floats();
+    out.floats()
+}
+
+/// A KDA layer's widths and weights, as `tarfa_e_kda_heads` takes them.
+#[derive(Clone, Debug)]
+pub struct KdaIn<'a> {
+    /// Heads.
+    pub heads: usize,
+    /// A head's width (keys and values alike).
+    pub dim: usize,
+    /// Convolution length.
+    pub kernel: usize,
+    /// The q, k and v convolutions' weights stacked, `[3·heads·dim, kernel]`.
+    pub conv: &'a W,
+    /// `dt_bias` (`heads·dim`).
+    pub dt_bias: &'a W,
+    /// `A_log` (`heads`), or with `a_neg` the rates' negations.
+    pub a_log: &'a W,
+    /// Whether `a_log` holds `−exp(A_log)`.
+    pub a_neg: bool,
+    /// `linear_lower_bound`, or none (the softplus gate).
+    pub lower_bound: Option<f32>,
+    /// The output norm's weight (`dim`).
+    pub norm: &'a W,
+    /// Its epsilon.
+    pub eps: f32,
+}
+
+/// One token at position `pos` through a KDA layer as the engine launches it:
+/// `tarfa_e_kda_heads`, a block of [`tarfa_cuda::delta_block`] threads per head, 5·dim floats
+/// of shared memory. `hist` (the convolutions' ring: `kernel · 3·heads·dim` floats) and `state`
+/// (`heads · dim · dim`) are advanced; returns the heads' output.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
+pub fn kda_step(
+    d: &KdaIn<'_>,
+    pos: usize,
+    hist: &mut Vec<f32>,
+    state: &mut Vec<f32>,
+    (mixed, f, b, gate): (&[f32], &[f32], &[f32], &[f32]),
+) -> Vec<f32> {
+    let w = d.heads * d.dim;
+    assert!(d.kernel >= 1);
+    assert_eq!(
+        (mixed.len(), f.len(), b.len(), gate.len()),
+        (3 * w, w, d.heads, w)
+    );
+    assert_eq!(hist.len(), d.kernel * 3 * w);
+    assert_eq!(state.len(), d.heads * d.dim * d.dim);
+    assert_eq!(d.conv.elems(), 3 * w * d.kernel);
+    assert_eq!((d.dt_bias.elems(), d.a_log.elems()), (w, d.heads));
+    assert_eq!(d.norm.elems(), d.dim);
+    let (ma, cw, hs) = (fl(mixed), d.conv.aligned(), fl(hist));
+    let (fa, ba, ga) = (fl(f), fl(b), fl(gate));
+    let (dt, al, nw) = (d.dt_bias.aligned(), d.a_log.aligned(), d.norm.aligned());
+    let (st, out) = (fl(state), fl(&vec![0.0; w]));
+    let params = [0i32, pos as i32];
+    // SAFETY: sizes asserted above: mixed 3w floats, the weights 3w × kernel elements, the ring
+    // kernel × 3w floats; f, gate and out w, b heads, the state heads·dim²; shared memory 5·dim
+    // floats.
+    unsafe {
+        emu_kda_heads(
+            d.heads as u32,
+            tarfa_cuda::delta_block(d.dim),
+            (5 * d.dim * 4) as u32,
+            ma.ptr() as _,
+            cw.ptr(),
+            d.conv.dt.code(),
+            d.kernel as i32,
+            hs.ptr() as *mut f32,
+            params.as_ptr(),
+            fa.ptr() as _,
+            ba.ptr() as _,
+            ga.ptr() as _,
+            dt.ptr(),
+            d.dt_bias.dt.code(),
+            al.ptr(),
+            d.a_log.dt.code(),
+            i32::from(d.a_neg),
+            i32::from(d.lower_bound.is_some()),
+            d.lower_bound.unwrap_or(0.0),
+            nw.ptr(),
+            d.norm.dt.code(),
+            d.heads as i32,
+            d.dim as i32,
+            (1.0 / (d.dim as f64).sqrt()) as f32,
             d.eps,
             st.ptr() as *mut f32,
             out.ptr() as *mut f32,
@@ -1951,6 +2072,38 @@ impl EngineDevice for EmuDevice {
                         p(14)? as _,
                         n(15)?,
                         n(16)?,
+                        n(17)?,
+                        n(18)?,
+                        n(19)?,
+                        f(20)?,
+                        f(21)?,
+                        p(22)? as _,
+                        p(23)? as _,
+                    );
+                }
+                Kernel::KdaHeads => {
+                    count(24)?;
+                    emu_kda_heads(
+                        g,
+                        b,
+                        s,
+                        p(0)? as _,
+                        p(1)? as _,
+                        n(2)?,
+                        n(3)?,
+                        p(4)? as _,
+                        p(5)? as _,
+                        p(6)? as _,
+                        p(7)? as _,
+                        p(8)? as _,
+                        p(9)? as _,
+                        n(10)?,
+                        p(11)? as _,
+                        n(12)?,
+                        n(13)?,
+                        n(14)?,
+                        f(15)?,
+                        p(16)? as _,
                         n(17)?,
                         n(18)?,
                         n(19)?,

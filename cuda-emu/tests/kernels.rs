@@ -1482,3 +1482,97 @@ fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
         }
     }
 }
+
+/// GLM-5.3-Flash's Kimi delta attention step on the GPU (`tarfa_e_kda_heads` as the engine will
+/// launch it) is `kda::kda_step`'s, output and state, token after token: the three
+/// convolutions, q and k L2-normalised by a division, the forget gate per key channel (with a
+/// lower bound and with softplus, both of its branches), the decay on the key axis, the
+/// sigmoid-gated norm; heads of one and two warps' rows, key heads past 128 (the kernel's wider
+/// rows); rates as `A_log` and as `−exp(A_log)`.
+#[test]
+fn the_kda_step_is_the_cpus_and_so_is_its_state() {
+    use tarfa_decode::family::deltanet::Rates;
+    use tarfa_decode::family::kda::{kda_step, KdaShape, KdaToken, KdaWeights};
+    let mut r = Rng(67);
+    for &(heads, dim, kernel) in &[(2usize, 128usize, 4usize), (3, 40, 3), (1, 160, 1)] {
+        for (dt, a_neg, lower_bound) in [
+            (emu::Dt::Bf16, false, Some(-5.0f32)),
+            (emu::Dt::F32, false, None),
+            (emu::Dt::Bf16, true, None),
+            (emu::Dt::F32, true, Some(-5.0)),
+        ] {
+            let w = heads * dim;
+            let (conv, conv_v) = weights(&mut r, 3 * w * kernel, dt, 0.5);
+            let (dt_bias, dt_bias_v) = weights(&mut r, w, dt, 1.0);
+            let (a_log, a_log_v) = if a_neg {
+                let v: Vec<f32> = r.vec(heads, 1.0).iter().map(|x| -x.exp()).collect();
+                (emu::W::f32(&v), v)
+            } else {
+                weights(&mut r, heads, dt, 1.0)
+            };
+            let (norm, norm_v) = weights(&mut r, dim, dt, 1.0);
+            let shape = KdaShape {
+                heads,
+                dim,
+                kernel,
+                lower_bound,
+                eps: 1e-5,
+            };
+            let gpu_in = emu::KdaIn {
+                heads,
+                dim,
+                kernel,
+                conv: &conv,
+                dt_bias: &dt_bias,
+                a_log: &a_log,
+                a_neg,
+                lower_bound,
+                norm: &norm,
+                eps: shape.eps,
+            };
+            let third = |i: usize| m(&conv_v[i * w * kernel..(i + 1) * w * kernel], w, kernel);
+            let cpu_w = KdaWeights {
+                conv: [third(0), third(1), third(2)],
+                dt_bias: WeightSlice::F32(&dt_bias_v),
+                rates: match a_neg {
+                    true => Rates::Neg(WeightSlice::F32(&a_log_v)),
+                    false => Rates::Log(WeightSlice::F32(&a_log_v)),
+                },
+                norm: WeightSlice::F32(&norm_v),
+            };
+            let mut cpu = shape.new_state();
+            let mut hist = vec![0.0; kernel * 3 * w];
+            let mut state = vec![0.0; heads * dim * dim];
+            for t in 0..5 {
+                let mixed = r.vec(3 * w, 4.0);
+                let mut f = r.vec(w, 4.0);
+                let b = r.vec(heads, 4.0);
+                let gate = r.vec(w, 4.0);
+                if t == 2 {
+                    f[0] = 30.0; // softplus(g) = g above 20
+                    f[1] = -30.0;
+                }
+                let token = KdaToken {
+                    mixed: &mixed,
+                    f: &f,
+                    b: &b,
+                    gate: &gate,
+                };
+                let want = kda_step(Isa::Scalar, &shape, &mut cpu, &cpu_w, &token);
+                let got = emu::kda_step(&gpu_in, t, &mut hist, &mut state, (&mixed, &f, &b, &gate));
+                let case =
+                    format!("heads {heads} dim {dim} kernel {kernel} {dt:?} a_neg {a_neg} lb {lower_bound:?} token {t}");
+                assert_eq!(bits(&got), bits(&want), "output: {case}");
+                assert_eq!(bits(&state), bits(&cpu.s.concat()), "state: {case}");
+                let ring: Vec<f32> = (0..kernel - 1)
+                    .flat_map(|i| {
+                        let p = (t + 2 + i) as isize - kernel as isize;
+                        let row = p.rem_euclid(kernel as isize) as usize;
+                        hist[row * 3 * w..(row + 1) * 3 * w].to_vec()
+                    })
+                    .collect();
+                assert_eq!(bits(&ring), bits(&cpu.conv.concat()), "history: {case}");
+            }
+        }
+    }
+}

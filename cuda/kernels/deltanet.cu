@@ -87,18 +87,20 @@ __device__ void tarfa_delta_l2(float* x, int d, float div, int apply_div, int la
 // A warp's state rows j0, j0 + warps, … ROWS at a time (each row AHEAD · 32 ≥ dk wide): their
 // state loaded together (one round trip for the batch), then each row's operations in turn —
 // the decay, m = S_j·k, δ = (v_j − m)·β, S_j + k·δ (each product rounded, then the sum),
-// o_j = S_j·q — o_j into os[j].
-template <int AHEAD, int ROWS>
+// o_j = S_j·q — o_j into os[j]. The decay is `decay` for every element, or with CH (KDA's, on
+// the key axis) ds[i] for the elements of key channel i.
+template <int AHEAD, int ROWS, bool CH>
 __device__ __forceinline__ void tarfa_delta_rows(float* st, int dk, int dv, const float* qs,
                                                  const float* ks, const float* vs, float decay,
-                                                 float beta, int warp, int warps, int lane,
-                                                 float* os) {
-    float kv[AHEAD], qv[AHEAD];
+                                                 const float* ds, float beta, int warp, int warps,
+                                                 int lane, float* os) {
+    float kv[AHEAD], qv[AHEAD], dc[AHEAD];
 #pragma unroll
     for (int t = 0; t < AHEAD; ++t) {
         int i = lane + 32 * t;
         kv[t] = i < dk ? ks[i] : 0.0f;
         qv[t] = i < dk ? qs[i] : 0.0f;
+        dc[t] = CH ? (i < dk ? ds[i] : 0.0f) : decay;
     }
     for (int j0 = warp; j0 < dv; j0 += ROWS * warps) {
         float r[ROWS][AHEAD];
@@ -121,7 +123,7 @@ __device__ __forceinline__ void tarfa_delta_rows(float* st, int dk, int dv, cons
 #pragma unroll
             for (int t = 0; t < AHEAD; ++t) {
                 if (lane + 32 * t < dk) {
-                    r[b][t] = __fmul_rn(r[b][t], decay);
+                    r[b][t] = __fmul_rn(r[b][t], dc[t]);
                     acc = __fmaf_rn(r[b][t], kv[t], acc);
                 }
             }
@@ -203,9 +205,11 @@ extern "C" __global__ void __launch_bounds__(TARFA_DELTA_THREADS) tarfa_e_delta_
     float* st = state + (long long)h * dv * dk;
     // Key heads up to 128 wide: eight rows a warp at once; wider (up to 256): four.
     if (dk <= 128) {
-        tarfa_delta_rows<4, 8>(st, dk, dv, qs, ks, vs, decay, beta, warp, warps, lane, os);
+        tarfa_delta_rows<4, 8, false>(st, dk, dv, qs, ks, vs, decay, nullptr, beta, warp, warps,
+                                      lane, os);
     } else {
-        tarfa_delta_rows<8, 4>(st, dk, dv, qs, ks, vs, decay, beta, warp, warps, lane, os);
+        tarfa_delta_rows<8, 4, false>(st, dk, dv, qs, ks, vs, decay, nullptr, beta, warp, warps,
+                                      lane, os);
     }
     __shared__ float scale;
     __syncthreads();

@@ -11,6 +11,7 @@
 #include "attention.cu"
 #include "mla.cu"
 #include "deltanet.cu"
+#include "kda.cu"
 #include "route.cu"
 #include "moe.cu"
 #include "tiled.cu"

@@ -177,6 +177,9 @@ pub enum Kernel {
     /// `tarfa_e_delta_heads` (Gated DeltaNet: convolution, recurrence and gated norm, a block per
     /// value head).
     DeltaHeads,
+    /// `tarfa_e_kda_heads` (Kimi delta attention: convolutions, per-channel decay, recurrence and
+    /// gated norm, a block per head: `kernels/kda.cu`).
+    KdaHeads,
     /// `tarfa_e_mm` (a chunk's products: rows × tokens, `kernels/batch.cu`).
     Mm,
     /// `tarfa_e_moe_group` (a chunk's (token, slot) pairs grouped by expert).
@@ -208,7 +211,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 30] = [
+    pub const ALL: [Kernel; 31] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -226,6 +229,7 @@ impl Kernel {
         Kernel::WarpGateUp,
         Kernel::WarpDown,
         Kernel::DeltaHeads,
+        Kernel::KdaHeads,
         Kernel::Mm,
         Kernel::MoeGroup,
         Kernel::MmGateUp,
@@ -261,6 +265,7 @@ impl Kernel {
             Kernel::WarpGateUp => "tarfa_e_wmoe_gate_up",
             Kernel::WarpDown => "tarfa_e_wmoe_down",
             Kernel::DeltaHeads => "tarfa_e_delta_heads",
+            Kernel::KdaHeads => "tarfa_e_kda_heads",
             Kernel::Mm => "tarfa_e_mm",
             Kernel::MoeGroup => "tarfa_e_moe_group",
             Kernel::MmGateUp => "tarfa_e_mm_gate_up",

@@ -22,7 +22,7 @@ use crate::canon;
 use crate::error::Result;
 use crate::family::deltanet::{conv_silu, conv_weight, DeltaState, Rates};
 use crate::family::Ctx;
-use crate::weights::TensorStore;
+use crate::weights::{MatrixRef, TensorStore, WeightSlice};
 
 /// One KDA layer's widths and gate.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -125,80 +125,133 @@ pub fn layer(
         None,
         &ga,
     )?;
-    let convs = [
-        conv_weight(s, &p("q_conv1d.weight"), w, k.kernel)?,
-        conv_weight(s, &p("k_conv1d.weight"), w, k.kernel)?,
-        conv_weight(s, &p("v_conv1d.weight"), w, k.kernel)?,
-    ];
-    let dt_bias = s.get(&p("dt_bias"))?.vector(w)?;
-    let rates = Rates::of(s, prefix, k.heads)?;
-    let norm_w = s.get(&p("o_norm.weight"))?.vector(k.dim)?;
+    let weights = KdaWeights {
+        conv: [
+            conv_weight(s, &p("q_conv1d.weight"), w, k.kernel)?,
+            conv_weight(s, &p("k_conv1d.weight"), w, k.kernel)?,
+            conv_weight(s, &p("v_conv1d.weight"), w, k.kernel)?,
+        ],
+        dt_bias: s.get(&p("dt_bias"))?.vector(w)?,
+        rates: Rates::of(s, prefix, k.heads)?,
+        norm: s.get(&p("o_norm.weight"))?.vector(k.dim)?,
+    };
     let isa = ctx.isa;
     let t0 = std::time::Instant::now();
-    // `dim^-0.5`, a Python float, met by f32 values.
-    let q_scale = (1.0 / (k.dim as f64).sqrt()) as f32;
     let mut out = Vec::with_capacity(x.len());
     for t in 0..x.len() {
         let mixed: Vec<f32> = [&proj[0][t][..], &proj[1][t], &proj[2][t]].concat();
-        let c = conv_silu(isa, state, |ch| convs[ch / w].row(ch % w), k.kernel, &mixed);
-        let (qs, rest) = c.split_at(w);
-        let (ks, vs) = rest.split_at(w);
-        let head = |h: usize, st: &mut Vec<f32>| -> Vec<f32> {
-            let r = h * k.dim..(h + 1) * k.dim;
-            let q: Vec<f32> = l2(isa, &qs[r.clone()])
-                .into_iter()
-                .map(|v| v * q_scale)
-                .collect();
-            let kk = l2(isa, &ks[r.clone()]);
-            let v = &vs[r.clone()];
-            let a = rates.get(h);
-            let decay: Vec<f32> = r
-                .clone()
-                .map(|i| {
-                    let g = f[t][i] + dt_bias.get(i);
-                    canon::exp(match k.lower_bound {
-                        Some(lb) => lb * canon::sigmoid(a * g),
-                        None => -a * softplus_torch(g),
-                    })
-                })
-                .collect();
-            let beta = canon::sigmoid(bv[t][h]);
-            let mut o = vec![0.0f32; k.dim];
-            for (j, (row, oj)) in st.chunks_exact_mut(k.dim).zip(o.iter_mut()).enumerate() {
-                for (x, &e) in row.iter_mut().zip(&decay) {
-                    *x *= e;
-                }
-                let mem = isa.dot_f32(row, &kk);
-                let delta = (v[j] - mem) * beta;
-                for (x, &ki) in row.iter_mut().zip(&kk) {
-                    *x += ki * delta;
-                }
-                *oj = isa.dot_f32(row, &q);
-            }
-            let mut yh = vec![0.0f32; k.dim];
-            isa.rms_norm(&o, |i| norm_w.get(i), k.eps, &mut yh);
-            for (yi, &gi) in yh.iter_mut().zip(&gate[t][r]) {
-                *yi *= canon::sigmoid(gi);
-            }
-            yh
+        let token = KdaToken {
+            mixed: &mixed,
+            f: &f[t],
+            b: &bv[t],
+            gate: &gate[t],
         };
-        // Heads are independent: threads only change which core computes which head (as
-        // Gated DeltaNet's, the same threshold).
-        let heads: Vec<Vec<f32>> = if k.heads * k.dim * k.dim < (1 << 16) {
-            state
-                .s
-                .iter_mut()
-                .enumerate()
-                .map(|(h, st)| head(h, st))
-                .collect()
-        } else {
-            crate::team::map_mut(&mut state.s, head)
-        };
-        let y = heads.concat();
-        out.push(y);
+        out.push(kda_step(isa, k, state, &weights, &token));
     }
     ctx.profile.add("kda recurrence", t0.elapsed());
     ctx.linear("kda out", m("o_proj.weight", hidden, w)?, None, &out)
+}
+
+/// The weights a KDA layer's recurrence reads (its products aside).
+#[derive(Clone, Copy, Debug)]
+pub struct KdaWeights<'a> {
+    /// `q_conv1d`, `k_conv1d`, `v_conv1d` (`[heads·dim, kernel]` each).
+    pub conv: [MatrixRef<'a>; 3],
+    /// `dt_bias` (`heads·dim`: one a key channel).
+    pub dt_bias: WeightSlice<'a>,
+    /// The rates (`A_log`, one a head).
+    pub rates: Rates<'a>,
+    /// `o_norm.weight` (`dim`).
+    pub norm: WeightSlice<'a>,
+}
+
+/// One token's inputs of a KDA layer's recurrence.
+#[derive(Clone, Copy, Debug)]
+pub struct KdaToken<'a> {
+    /// `[q_proj · x | k_proj · x | v_proj · x]` (before the convolutions).
+    pub mixed: &'a [f32],
+    /// The forget gate's `f_b_proj · f_a_proj · x` (`heads·dim`).
+    pub f: &'a [f32],
+    /// `b_proj · x` (one a head).
+    pub b: &'a [f32],
+    /// The output gate's `g_b_proj · g_a_proj · x` (`heads·dim`).
+    pub gate: &'a [f32],
+}
+
+/// One token through a KDA layer's convolutions and recurrence, its state advanced: the
+/// gated-normed output of every head, head-major (before `o_proj`). Public for the GPU
+/// kernel's test (`tarfa_e_kda_heads`, cuda-emu).
+pub fn kda_step(
+    isa: crate::kernels::Isa,
+    k: &KdaShape,
+    state: &mut DeltaState,
+    wt: &KdaWeights<'_>,
+    p: &KdaToken<'_>,
+) -> Vec<f32> {
+    let w = k.width();
+    let c = conv_silu(
+        isa,
+        state,
+        |ch| wt.conv[ch / w].row(ch % w),
+        k.kernel,
+        p.mixed,
+    );
+    let (qs, rest) = c.split_at(w);
+    let (ks, vs) = rest.split_at(w);
+    // `dim^-0.5`, a Python float, met by f32 values.
+    let q_scale = (1.0 / (k.dim as f64).sqrt()) as f32;
+    let head = |h: usize, st: &mut Vec<f32>| -> Vec<f32> {
+        let r = h * k.dim..(h + 1) * k.dim;
+        let q: Vec<f32> = l2(isa, &qs[r.clone()])
+            .into_iter()
+            .map(|v| v * q_scale)
+            .collect();
+        let kk = l2(isa, &ks[r.clone()]);
+        let v = &vs[r.clone()];
+        let a = wt.rates.get(h);
+        let decay: Vec<f32> = r
+            .clone()
+            .map(|i| {
+                let g = p.f[i] + wt.dt_bias.get(i);
+                canon::exp(match k.lower_bound {
+                    Some(lb) => lb * canon::sigmoid(a * g),
+                    None => -a * softplus_torch(g),
+                })
+            })
+            .collect();
+        let beta = canon::sigmoid(p.b[h]);
+        let mut o = vec![0.0f32; k.dim];
+        for (j, (row, oj)) in st.chunks_exact_mut(k.dim).zip(o.iter_mut()).enumerate() {
+            for (x, &e) in row.iter_mut().zip(&decay) {
+                *x *= e;
+            }
+            let mem = isa.dot_f32(row, &kk);
+            let delta = (v[j] - mem) * beta;
+            for (x, &ki) in row.iter_mut().zip(&kk) {
+                *x += ki * delta;
+            }
+            *oj = isa.dot_f32(row, &q);
+        }
+        let mut yh = vec![0.0f32; k.dim];
+        isa.rms_norm(&o, |i| wt.norm.get(i), k.eps, &mut yh);
+        for (yi, &gi) in yh.iter_mut().zip(&p.gate[r]) {
+            *yi *= canon::sigmoid(gi);
+        }
+        yh
+    };
+    // Heads are independent: threads only change which core computes which head (as Gated
+    // DeltaNet's, the same threshold).
+    let heads: Vec<Vec<f32>> = if k.heads * k.dim * k.dim < (1 << 16) {
+        state
+            .s
+            .iter_mut()
+            .enumerate()
+            .map(|(h, st)| head(h, st))
+            .collect()
+    } else {
+        crate::team::map_mut(&mut state.s, head)
+    };
+    heads.concat()
 }
 
 /// transformers' KDA softplus: `g` above 20, else `ln(1 + exp(g))` (not `log1p`).
