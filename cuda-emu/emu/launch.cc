@@ -70,6 +70,20 @@ void emu_kda_heads(G, const float* mixed, const unsigned char* conv_w, int conv_
                           dt_dtype, a_log, a_dtype, a_neg, has_lb, lb, norm_w, ndtype, heads, dim,
                           q_scale, eps, state, out));
 }
+void emu_hc_weights(G, const float* mix, const unsigned char* base, int bdtype,
+                    const unsigned char* scale, int sdtype, int n, float eps, int iters,
+                    float* out) {
+    RUN(tarfa_e_hc_weights(mix, base, bdtype, scale, sdtype, n, eps, iters, out));
+}
+void emu_hc_collapse(G, const float* x, const float* w, int n, int hidden, float* c) {
+    RUN(tarfa_e_hc_collapse(x, w, n, hidden, c));
+}
+void emu_hc_expand(G, float* x, const float* w, const float* y, int n, int hidden) {
+    RUN(tarfa_e_hc_expand(x, w, y, n, hidden));
+}
+void emu_hc_mean(G, const float* x, int n, int hidden, float* out) {
+    RUN(tarfa_e_hc_mean(x, n, hidden, out));
+}
 void emu_topk(G, const float* z, int n, int k, int renorm, float* probs, int* ids, float* wts,
               const float* gz, float* gw) {
     RUN(tarfa_e_topk(z, n, k, renorm, probs, ids, wts, gz, gw));

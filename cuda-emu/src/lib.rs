@@ -198,6 +198,41 @@ extern "C" {
         state: *mut f32,
         out: *mut f32,
     );
+    fn emu_hc_weights(
+        g: u32,
+        b: u32,
+        s: u32,
+        mix: *const f32,
+        base: *const u8,
+        bdtype: i32,
+        scale: *const u8,
+        sdtype: i32,
+        n: i32,
+        eps: f32,
+        iters: i32,
+        out: *mut f32,
+    );
+    fn emu_hc_collapse(
+        g: u32,
+        b: u32,
+        s: u32,
+        x: *const f32,
+        w: *const f32,
+        n: i32,
+        hidden: i32,
+        c: *mut f32,
+    );
+    fn emu_hc_expand(
+        g: u32,
+        b: u32,
+        s: u32,
+        x: *mut f32,
+        w: *const f32,
+        y: *const f32,
+        n: i32,
+        hidden: i32,
+    );
+    fn emu_hc_mean(g: u32, b: u32, s: u32, x: *const f32, n: i32, hidden: i32, out: *mut f32);
     fn emu_kda_heads(
         g: u32,
         b: u32,
@@ -972,6 +1007,92 @@ pub fn delta_step(
     }
     *hist = hs.floats();
     *state = st.floats();
+    out.floats()
+}
+
+/// One hyper-connection site of one token as the engine launches it: `tarfa_e_hc_weights` (one
+/// thread) on `mix` (`(2 + n)·n` values), then `tarfa_e_hc_collapse` of the streams `x`
+/// (`n·hidden`) and `tarfa_e_hc_expand` of `y` into them (a thread per element, blocks of 128).
+/// Returns the weights (`[pre | post | comb]`), the collapsed input and the new streams.
+#[allow(unsafe_code)] // the FFI calls into the emulation, SAFETY at each
+pub fn hc_site(
+    (n, eps, iters): (usize, f32, usize),
+    mix: &[f32],
+    (base, scale): (&W, &W),
+    x: &[f32],
+    y: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let hidden = y.len();
+    assert!((1..=8).contains(&n) && iters >= 1);
+    assert_eq!(
+        (mix.len(), base.elems(), scale.elems()),
+        ((2 + n) * n, (2 + n) * n, 3)
+    );
+    assert_eq!(x.len(), n * hidden);
+    let (ma, ba, sa) = (fl(mix), base.aligned(), scale.aligned());
+    let w = fl(&vec![0.0; (2 + n) * n]);
+    let (xa, ya, c) = (fl(x), fl(y), fl(&vec![0.0; hidden]));
+    let blocks = hidden.div_ceil(128) as u32;
+    // SAFETY: mix and w (2 + n)·n floats, base (2 + n)·n elements, scale 3; x n·hidden floats,
+    // y and c hidden; n ≤ 8 (the kernels' TARFA_HC_MAX); a thread per element, past the end
+    // idle.
+    unsafe {
+        emu_hc_weights(
+            1,
+            32,
+            0,
+            ma.ptr() as _,
+            ba.ptr(),
+            base.dt.code(),
+            sa.ptr(),
+            scale.dt.code(),
+            n as i32,
+            eps,
+            iters as i32,
+            w.ptr() as *mut f32,
+        );
+        emu_hc_collapse(
+            blocks,
+            128,
+            0,
+            xa.ptr() as _,
+            w.ptr() as _,
+            n as i32,
+            hidden as i32,
+            c.ptr() as *mut f32,
+        );
+        emu_hc_expand(
+            blocks,
+            128,
+            0,
+            xa.ptr() as *mut f32,
+            w.ptr() as _,
+            ya.ptr() as _,
+            n as i32,
+            hidden as i32,
+        );
+    }
+    (w.floats(), c.floats(), xa.floats())
+}
+
+/// `tarfa_e_hc_mean` of the streams `x` (`n·hidden`), a thread per element.
+#[allow(unsafe_code)] // the FFI call into the emulation, SAFETY at the call
+pub fn hc_mean(n: usize, x: &[f32]) -> Vec<f32> {
+    assert!((1..=8).contains(&n) && x.len().is_multiple_of(n));
+    let hidden = x.len() / n;
+    let (xa, out) = (fl(x), fl(&vec![0.0; hidden]));
+    // SAFETY: x n·hidden floats, out hidden; a thread per element, past the end idle.
+    unsafe {
+        emu_hc_mean(
+            hidden.div_ceil(128) as u32,
+            128,
+            0,
+            xa.ptr() as _,
+            n as i32,
+            hidden as i32,
+            out.ptr() as *mut f32,
+        );
+    }
     out.floats()
 }
 
@@ -2080,6 +2201,36 @@ impl EngineDevice for EmuDevice {
                         p(22)? as _,
                         p(23)? as _,
                     );
+                }
+                Kernel::HcWeights => {
+                    count(9)?;
+                    let (mix, base, scale) = (p(0)? as _, p(1)? as _, p(3)? as _);
+                    emu_hc_weights(
+                        g,
+                        b,
+                        s,
+                        mix,
+                        base,
+                        n(2)?,
+                        scale,
+                        n(4)?,
+                        n(5)?,
+                        f(6)?,
+                        n(7)?,
+                        p(8)? as _,
+                    );
+                }
+                Kernel::HcCollapse => {
+                    count(5)?;
+                    emu_hc_collapse(g, b, s, p(0)? as _, p(1)? as _, n(2)?, n(3)?, p(4)? as _);
+                }
+                Kernel::HcExpand => {
+                    count(5)?;
+                    emu_hc_expand(g, b, s, p(0)? as _, p(1)? as _, p(2)? as _, n(3)?, n(4)?);
+                }
+                Kernel::HcMean => {
+                    count(4)?;
+                    emu_hc_mean(g, b, s, p(0)? as _, n(1)?, n(2)?, p(3)? as _);
                 }
                 Kernel::KdaHeads => {
                     count(24)?;

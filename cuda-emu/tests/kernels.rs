@@ -1576,3 +1576,55 @@ fn the_kda_step_is_the_cpus_and_so_is_its_state() {
         }
     }
 }
+
+/// GLM-5.3-Flash's hyper-connections on the GPU (`kernels/mhc.cu` as the engine will launch
+/// them) are `mhc`'s: a site's mixing weights (pre, post, and comb through its softmax and
+/// Sinkhorn iterations, one and twenty of them), the sublayer's input collapsed from the
+/// streams, the streams after the sublayer, and the streams' mean; four streams (the model's),
+/// two and one; hidden sizes within one block and past it; BF16 and F32 weights.
+#[test]
+fn hyper_connection_sites_are_the_cpus() {
+    use tarfa_decode::family::mhc::{self, HyperSpec};
+    let mut r = Rng(71);
+    for &(n, hidden, iters, dt) in &[
+        (4usize, 300usize, 20usize, emu::Dt::Bf16),
+        (4, 64, 1, emu::Dt::F32),
+        (2, 129, 3, emu::Dt::F32),
+        (1, 40, 2, emu::Dt::Bf16),
+    ] {
+        let spec = HyperSpec {
+            streams: n,
+            eps: 1e-6,
+            iters,
+            norm_eps: 1e-5,
+        };
+        let (base, base_v) = weights(&mut r, spec.mix(), dt, 1.0);
+        let (scale, scale_v) = weights(&mut r, 3, dt, 1.0);
+        for t in 0..3 {
+            let mix = r.vec(spec.mix(), 4.0);
+            let x = r.vec(n * hidden, 2.0);
+            let y = r.vec(hidden, 2.0);
+            let want = mhc::weights(
+                &spec,
+                &mix,
+                WeightSlice::F32(&base_v),
+                WeightSlice::F32(&scale_v),
+            );
+            let want_c = mhc::collapse_one(&spec, hidden, &want, &x);
+            let mut want_x = x.clone();
+            mhc::expand_one(&spec, hidden, &want, &mut want_x, &y);
+            let (w, c, got_x) = emu::hc_site((n, spec.eps, iters), &mix, (&base, &scale), &x, &y);
+            let case = format!("n {n} hidden {hidden} iters {iters} {dt:?} token {t}");
+            let want_w = [&want.pre[..], &want.post, &want.comb].concat();
+            assert_eq!(bits(&w), bits(&want_w), "weights: {case}");
+            assert_eq!(bits(&c), bits(&want_c), "collapsed: {case}");
+            assert_eq!(bits(&got_x), bits(&want_x), "streams: {case}");
+            let mean = emu::hc_mean(n, &got_x);
+            assert_eq!(
+                bits(&mean),
+                bits(&mhc::streams_mean(&spec, hidden, &want_x)),
+                "mean: {case}"
+            );
+        }
+    }
+}

@@ -12,6 +12,7 @@
 #include "mla.cu"
 #include "deltanet.cu"
 #include "kda.cu"
+#include "mhc.cu"
 #include "route.cu"
 #include "moe.cu"
 #include "tiled.cu"

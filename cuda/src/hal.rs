@@ -180,6 +180,14 @@ pub enum Kernel {
     /// `tarfa_e_kda_heads` (Kimi delta attention: convolutions, per-channel decay, recurrence and
     /// gated norm, a block per head: `kernels/kda.cu`).
     KdaHeads,
+    /// `tarfa_e_hc_weights` (a hyper-connection site's mixing weights: `kernels/mhc.cu`).
+    HcWeights,
+    /// `tarfa_e_hc_collapse` (the streams into a sublayer's input).
+    HcCollapse,
+    /// `tarfa_e_hc_expand` (a sublayer's output into the streams).
+    HcExpand,
+    /// `tarfa_e_hc_mean` (the streams' mean).
+    HcMean,
     /// `tarfa_e_mm` (a chunk's products: rows × tokens, `kernels/batch.cu`).
     Mm,
     /// `tarfa_e_moe_group` (a chunk's (token, slot) pairs grouped by expert).
@@ -211,7 +219,7 @@ pub enum Kernel {
 
 impl Kernel {
     /// Every kernel.
-    pub const ALL: [Kernel; 31] = [
+    pub const ALL: [Kernel; 35] = [
         Kernel::Matvec,
         Kernel::Embed,
         Kernel::RmsNorm,
@@ -230,6 +238,10 @@ impl Kernel {
         Kernel::WarpDown,
         Kernel::DeltaHeads,
         Kernel::KdaHeads,
+        Kernel::HcWeights,
+        Kernel::HcCollapse,
+        Kernel::HcExpand,
+        Kernel::HcMean,
         Kernel::Mm,
         Kernel::MoeGroup,
         Kernel::MmGateUp,
@@ -266,6 +278,10 @@ impl Kernel {
             Kernel::WarpDown => "tarfa_e_wmoe_down",
             Kernel::DeltaHeads => "tarfa_e_delta_heads",
             Kernel::KdaHeads => "tarfa_e_kda_heads",
+            Kernel::HcWeights => "tarfa_e_hc_weights",
+            Kernel::HcCollapse => "tarfa_e_hc_collapse",
+            Kernel::HcExpand => "tarfa_e_hc_expand",
+            Kernel::HcMean => "tarfa_e_hc_mean",
             Kernel::Mm => "tarfa_e_mm",
             Kernel::MoeGroup => "tarfa_e_moe_group",
             Kernel::MmGateUp => "tarfa_e_mm_gate_up",

@@ -63,15 +63,19 @@ pub fn check(s: &TensorStore, layer: &str, hc: &HyperSpec, hidden: usize) -> Res
 }
 
 /// One site's weights for one token.
-struct Mix {
-    pre: Vec<f32>,
-    post: Vec<f32>,
+#[derive(Clone, Debug, PartialEq)]
+pub struct Mix {
+    /// How much of each stream goes into the sublayer's input.
+    pub pre: Vec<f32>,
+    /// How much of the sublayer's output goes into each stream.
+    pub post: Vec<f32>,
     /// `comb[k·H + h]`: how much of stream `k` goes into stream `h`.
-    comb: Vec<f32>,
+    pub comb: Vec<f32>,
 }
 
-/// One token's mixing weights from its `mix` values (`fn · norm(x)`).
-fn weights(hc: &HyperSpec, mix: &[f32], base: WeightSlice<'_>, scale: WeightSlice<'_>) -> Mix {
+/// One token's mixing weights from its `mix` values (`fn · norm(x)`). Public for the GPU
+/// kernels' test (cuda-emu), as are [`collapse_one`], [`expand_one`] and [`streams_mean`].
+pub fn weights(hc: &HyperSpec, mix: &[f32], base: WeightSlice<'_>, scale: WeightSlice<'_>) -> Mix {
     let n = hc.streams;
     let (s0, s1, s2) = (scale.get(0), scale.get(1), scale.get(2));
     let pre = (0..n)
@@ -146,36 +150,60 @@ fn collapse(
     let collapsed = xs
         .iter()
         .zip(&mixes)
-        .map(|(x, m)| {
-            (0..hidden)
-                .map(|d| {
-                    let mut acc = m.pre[0] * x[d];
-                    for h in 1..hc.streams {
-                        acc += m.pre[h] * x[h * hidden + d];
-                    }
-                    acc
-                })
-                .collect()
-        })
+        .map(|(x, m)| collapse_one(hc, hidden, m, x))
         .collect();
     Ok((mixes, collapsed))
 }
 
-/// The streams after a sublayer whose output is `ys`: `x'_h = post[h] · y + Σ_k comb[k][h] · x_k`.
-fn expand(hc: &HyperSpec, hidden: usize, mixes: &[Mix], xs: &mut Batch, ys: &Batch) {
-    let n = hc.streams;
-    for ((x, m), y) in xs.iter_mut().zip(mixes).zip(ys) {
-        let old = x.clone();
-        for h in 0..n {
-            for d in 0..hidden {
-                let mut acc = m.comb[h] * old[d];
-                for k in 1..n {
-                    acc += m.comb[k * n + h] * old[k * hidden + d];
-                }
-                x[h * hidden + d] = m.post[h] * y[d] + acc;
+/// One token's sublayer input from its streams `x` (`[H·D]`): `Σ_h pre[h] · x_h`, left to right
+/// from stream 0, each product rounded, then the sum.
+pub fn collapse_one(hc: &HyperSpec, hidden: usize, m: &Mix, x: &[f32]) -> Vec<f32> {
+    (0..hidden)
+        .map(|d| {
+            let mut acc = m.pre[0] * x[d];
+            for h in 1..hc.streams {
+                acc += m.pre[h] * x[h * hidden + d];
             }
+            acc
+        })
+        .collect()
+}
+
+/// One token's streams `x` after a sublayer whose output is `y`:
+/// `x'_h = post[h] · y + Σ_k comb[k][h] · x_k` (the sum left to right from stream 0).
+pub fn expand_one(hc: &HyperSpec, hidden: usize, m: &Mix, x: &mut [f32], y: &[f32]) {
+    let n = hc.streams;
+    let old = x.to_vec();
+    for h in 0..n {
+        for d in 0..hidden {
+            let mut acc = m.comb[h] * old[d];
+            for k in 1..n {
+                acc += m.comb[k * n + h] * old[k * hidden + d];
+            }
+            x[h * hidden + d] = m.post[h] * y[d] + acc;
         }
     }
+}
+
+/// The streams after a sublayer whose output is `ys` ([`expand_one`] for each token).
+fn expand(hc: &HyperSpec, hidden: usize, mixes: &[Mix], xs: &mut Batch, ys: &Batch) {
+    for ((x, m), y) in xs.iter_mut().zip(mixes).zip(ys) {
+        expand_one(hc, hidden, m, x, y);
+    }
+}
+
+/// One token's streams' mean (`[D]`): their sum left to right from stream 0, divided by `H`.
+pub fn streams_mean(hc: &HyperSpec, hidden: usize, x: &[f32]) -> Vec<f32> {
+    let n = hc.streams as f32;
+    (0..hidden)
+        .map(|d| {
+            let mut acc = x[d];
+            for k in 1..hc.streams {
+                acc += x[k * hidden + d];
+            }
+            acc / n
+        })
+        .collect()
 }
 
 /// The decoder skeleton with hyper-connections: the embedding copied into every stream, then per
@@ -212,21 +240,7 @@ pub fn decoder_forward<'c>(
         let m = mlp(ctx, l, &xn)?;
         expand(hc, h, &mixes, &mut x, &m);
     }
-    let n = hc.streams as f32;
-    let mean: Batch = x
-        .iter()
-        .map(|x| {
-            (0..h)
-                .map(|d| {
-                    let mut acc = x[d];
-                    for k in 1..hc.streams {
-                        acc += x[k * h + d];
-                    }
-                    acc / n
-                })
-                .collect()
-        })
-        .collect();
+    let mean: Batch = x.iter().map(|x| streams_mean(hc, h, x)).collect();
     let w_norm = s.get(&format!("{pre}norm.weight"))?.vector(h)?;
     common::logits(
         ctx,
