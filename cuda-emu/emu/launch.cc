@@ -153,8 +153,8 @@ void emu_combine_norm(G, const float* y, const float* wts, int k, int n, const f
     RUN(tarfa_e_combine_norm(y, wts, k, n, sh, shw, x, w, wdtype, eps, out));
 }
 void emu_combine(G, const float* y, const float* wts, int k, int hidden, const float* sh,
-                 const float* shw, float* x) {
-    RUN(tarfa_e_moe_combine(y, wts, k, hidden, sh, shw, x));
+                 const float* shw, float* x, int set) {
+    RUN(tarfa_e_moe_combine(y, wts, k, hidden, sh, shw, x, set));
 }
 // Prompts as matrices (batch.cu).
 void emu_mm(G, const TarfaMatJobs* jobs, int tokens) { TarfaMatJobs j = *jobs; RUN(tarfa_e_mm(j, tokens)); }

@@ -385,6 +385,7 @@ extern "C" {
         sh: *const f32,
         shw: *const f32,
         x: *mut f32,
+        set: i32,
     );
     fn emu_sigmoid_topk(
         g: u32,
@@ -1698,6 +1699,7 @@ fn moe_launch(
             std::ptr::null(),
             std::ptr::null(),
             out.ptr() as *mut f32,
+            0,
         );
     }
     out.floats()
@@ -2346,9 +2348,9 @@ impl EngineDevice for EmuDevice {
                     );
                 }
                 Kernel::Combine => {
-                    count(7)?;
+                    count(8)?;
                     let (y, w, sh, shw) = (p(0)? as _, p(1)? as _, p(4)? as _, p(5)? as _);
-                    emu_combine(g, b, s, y, w, n(2)?, n(3)?, sh, shw, p(6)? as _);
+                    emu_combine(g, b, s, y, w, n(2)?, n(3)?, sh, shw, p(6)? as _, n(7)?);
                 }
                 Kernel::Mm => {
                     count(2)?;

@@ -579,6 +579,23 @@ struct MoeCase {
     want: Vec<u32>,
 }
 
+impl MoeCase {
+    /// The case's bits from `emu::moe` (the quad or warp kernels).
+    fn run(&self, inter: usize, hidden: usize) -> Vec<u32> {
+        let (x, res) = (&self.x, &self.residual);
+        bits(&emu::moe(
+            &self.experts,
+            inter,
+            hidden,
+            &self.ids,
+            &self.wts,
+            x,
+            res,
+            self.limit,
+        ))
+    }
+}
+
 fn moe_case(
     r: &mut Rng,
     shape: (usize, usize, usize, usize),
@@ -807,17 +824,7 @@ fn routed_experts_and_their_combine_are_the_cpus() {
         for types in MOE_TYPES {
             let c = moe_case(&mut r, shape, types);
             let (hidden, inter, ..) = shape;
-            let got = emu::moe(
-                &c.experts,
-                inter,
-                hidden,
-                &c.ids,
-                &c.wts,
-                &c.x,
-                &c.residual,
-                c.limit,
-            );
-            assert_eq!(bits(&got), c.want, "{shape:?} {types:?}");
+            assert_eq!(c.run(inter, hidden), c.want, "{shape:?} {types:?}");
         }
     }
 }
@@ -1306,17 +1313,11 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
     let (hidden, inter) = (1280usize, 768usize);
     let types = (emu::Dt::Q6_K, emu::Dt::Q5_K, emu::Dt::Q6_K);
     let c = moe_case_of(&mut r, (hidden, inter, 2, 2), types);
-    let got = emu::moe(
-        &c.experts,
-        inter,
-        hidden,
-        &c.ids,
-        &c.wts,
-        &c.x,
-        &c.residual,
-        c.limit,
+    assert_eq!(
+        c.run(inter, hidden),
+        c.want,
+        "{types:?} at {hidden} × {inter}"
     );
-    assert_eq!(bits(&got), c.want, "{types:?} at {hidden} × {inter}");
     let (hidden, inter) = (256usize, 256usize);
     for types in [
         (emu::Dt::Q4_K, emu::Dt::Q6_K, emu::Dt::Q8_0),
@@ -1327,17 +1328,7 @@ fn quantised_weights_are_dequantised_inside_the_canonical_dot_as_the_cpu_does() 
         (emu::Dt::Q4_K, emu::Dt::Q5_0, emu::Dt::Q4_K),
     ] {
         let c = moe_case_of(&mut r, (hidden, inter, 3, 2), types);
-        let got = emu::moe(
-            &c.experts,
-            inter,
-            hidden,
-            &c.ids,
-            &c.wts,
-            &c.x,
-            &c.residual,
-            c.limit,
-        );
-        assert_eq!(bits(&got), c.want, "{types:?}");
+        assert_eq!(c.run(inter, hidden), c.want, "{types:?}");
     }
 }
 

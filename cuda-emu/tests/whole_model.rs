@@ -380,10 +380,11 @@ fn models_not_taken_are_left_to_the_cpu_saying_why() {
     ] {
         assert_eq!(declined(&common::model(name)), None, "{name}");
     }
-    // GLM-5.3-Flash's hyper-connections, KDA and DSA have no kernels yet: named.
+    // GLM-5.3-Flash's DSA layers have no kernels yet (its hyper-connections and KDA layers do:
+    // `glm5_next_kda_layers_run_whole_with_the_cpu_bits`): named.
     let why = declined(&common::model("glm5_next"));
     assert!(
-        matches!(why, Some(Declined::Form(f)) if f.contains("glm5_next")),
+        matches!(why, Some(Declined::Form(f)) if f.contains("DSA")),
         "{why:?}"
     );
 }
@@ -504,6 +505,8 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
         swa: None,
         values: None,
         swiglu_limit: None,
+        kda: None,
+        hyper: None,
     };
     let zeros = vec![0u8; 4 * head_dim * 4];
     let t = |rows: usize, cols: usize| HostTensor {
@@ -528,6 +531,7 @@ fn a_head_dim_above_the_kernels_limit_is_head_dim_too_large() {
             sinks: None,
         }),
         mlp: HostMlp::Dense([t(1, 1), t(1, 1), t(1, 1)]),
+        hyper: None,
     };
     let e = Engine::new(
         EmuDevice::default(),
@@ -668,5 +672,35 @@ fn experts_of_some_layers_on_the_cpu_give_the_cpu_bits() {
         e.to_string()
             .contains("--n-cpu-moe 4: the model has 3 layers"),
         "{e}"
+    );
+}
+
+/// GLM-5.3-Flash's KDA layers run whole on the device with the CPU's bits (DSA layers are not
+/// on the engine yet: the fixture itself is declined, saying so,
+/// `models_not_taken_are_left_to_the_cpu_saying_why`): the streams mixed by
+/// hyper-connections around each sublayer (`kernels/mhc.cu`), Kimi delta attention
+/// (`tarfa_e_kda_heads`, its state carried over the prompt's tokens and the steps after), the
+/// clamped SwiGLU in the dense layer, the routed experts and the shared expert, the streams'
+/// mean before the head. The prompt steps token by token (no pass as matrices of this form).
+#[test]
+fn glm5_next_kda_layers_run_whole_with_the_cpu_bits() {
+    let _one = one_engine_at_a_time();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = common::glm5_next_kda_layers(tmp.path());
+    let cpu = run_prompts(
+        &mut common::open(&dir, &DecoderOptions::default()),
+        "glm5_next",
+        STEPS,
+        1,
+    );
+    assert_eq!(declined(&dir), None);
+    let mut dec = emulated(&dir, true);
+    let r = dec.offload_report().expect("a device report");
+    assert!(r.whole_model, "{r:?}");
+    assert_eq!(run_prompts(&mut dec, "glm5_next", STEPS, 1), cpu);
+    let r = dec.offload_report().expect("a device report");
+    assert!(
+        r.steps > 0 && r.host_round_trips == 0 && r.prompt_passes == 0,
+        "{r:?}"
     );
 }

@@ -124,7 +124,8 @@ extern "C" __global__ void tarfa_e_wmoe_down(TarfaMoe m, const int* ids, int k, 
 // x[i] += Σ_s y[s][i] · w[s], the products rounded, added in slot order from slot 0
 // (MoeOutputs), then the shared experts' output sh[i] when `sh` is not null (GLM's
 // `routed + shared`; with `shw`, its product with *shw, Qwen3.5's `routed + gate · shared`), then
-// the sum added to the residual; returns the new x[i]. Eight slots'
+// the sum added to the residual — or with `set`, the sum alone stored (the MLP's output, which
+// hyper-connections mix into their streams); returns the new x[i]. Eight slots'
 // products are loaded together, then added in order (the loads were each a round trip in turn).
 __device__ __forceinline__ float tarfa_shared_term(const float* sh, const float* shw, int i) {
     return shw ? __fmul_rn(*shw, sh[i]) : sh[i];
@@ -132,7 +133,7 @@ __device__ __forceinline__ float tarfa_shared_term(const float* sh, const float*
 
 __device__ __forceinline__ float tarfa_combine_at(const float* y, const float* wts, int k,
                                                   int hidden, const float* sh, const float* shw,
-                                                  float* x, int i) {
+                                                  float* x, int i, bool set = false) {
     float acc = 0.0f;
     for (int s0 = 0; s0 < k; s0 += 8) {
         float p[8];
@@ -144,17 +145,19 @@ __device__ __forceinline__ float tarfa_combine_at(const float* y, const float* w
             if (s0 + j < k) acc = s0 + j == 0 ? p[j] : __fadd_rn(acc, p[j]);
     }
     if (sh) acc = __fadd_rn(acc, tarfa_shared_term(sh, shw, i));
-    float v = __fadd_rn(x[i], acc);
+    float v = set ? acc : __fadd_rn(x[i], acc);
     x[i] = v;
     return v;
 }
 
-// The experts' combine into the residual x (tarfa_combine_at, a thread per element).
+// The experts' combine into the residual x, or with `set` stored there alone (tarfa_combine_at,
+// a thread per element).
 extern "C" __global__ void tarfa_e_moe_combine(const float* y, const float* wts, int k, int hidden,
-                                               const float* sh, const float* shw, float* x) {
+                                               const float* sh, const float* shw, float* x,
+                                               int set) {
     tarfa_grid_enter();
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < hidden) tarfa_combine_at(y, wts, k, hidden, sh, shw, x, i);
+    if (i < hidden) tarfa_combine_at(y, wts, k, hidden, sh, shw, x, i, set != 0);
 }
 
 // Slots the combine's one-block form loads ahead (top-8 and a folded shared expert).

@@ -112,6 +112,90 @@ pub struct EngineShape {
     /// Every SwiGLU (routed, shared and dense) clamped at this limit, above 0 (GLM-5.3-Flash's
     /// `swiglu_limit`: the gate above at it, the up to `[-limit, limit]`), or none.
     pub swiglu_limit: Option<f32>,
+    /// The Kimi delta attention layers' widths, when the model has any ([`HostMixer::Kda`]).
+    pub kda: Option<KdaDims>,
+    /// A residual of several streams mixed by hyper-connections around each sublayer
+    /// (GLM-5.3-Flash's, [`HostLayer::hyper`]), or none. Their input norm's epsilon is `eps`.
+    pub hyper: Option<HyperDims>,
+}
+
+/// A Kimi delta attention layer's widths and gate (`decode`'s `family::kda`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KdaDims {
+    /// Heads.
+    pub heads: usize,
+    /// A head's width, keys and values alike (at most [`MAX_DELTA_DK`]).
+    pub dim: usize,
+    /// The causal convolutions' length (1..=[`MAX_DELTA_KERNEL`]).
+    pub kernel: usize,
+    /// The forget gate's lower bound, or none (its softplus form).
+    pub lower_bound: Option<f32>,
+    /// The output norm's epsilon.
+    pub eps: f32,
+}
+
+impl KdaDims {
+    /// `heads · dim`: each of q, k and v.
+    pub fn width(&self) -> usize {
+        self.heads * self.dim
+    }
+}
+
+/// Hyper-connections' form (`decode`'s `family::mhc`): `streams` copies of the hidden width.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HyperDims {
+    /// `hc_mult` (1..=[`MAX_HC_STREAMS`]).
+    pub streams: usize,
+    /// `hc_eps`.
+    pub eps: f32,
+    /// `hc_sinkhorn_iters` (at least 1).
+    pub iters: usize,
+}
+
+impl HyperDims {
+    /// Mixing weights a site's product gives: `(2 + streams) · streams`.
+    pub fn mix(&self) -> usize {
+        (2 + self.streams) * self.streams
+    }
+}
+
+/// The most hyper-connection streams the kernels take (`TARFA_HC_MAX`).
+pub const MAX_HC_STREAMS: usize = 8;
+
+/// One hyper-connection site's weights (`hc_attn_*` or `hc_ffn_*`).
+#[derive(Clone, Copy, Debug)]
+pub struct HostHyper<'a> {
+    /// `…_fn` `[mix, streams·hidden]`.
+    pub mix: HostTensor<'a>,
+    /// `…_base` `[1, mix]`.
+    pub base: HostTensor<'a>,
+    /// `…_scale` `[1, 3]`.
+    pub scale: HostTensor<'a>,
+}
+
+/// One layer's Kimi delta attention weights (names under `self_attn.`).
+#[derive(Clone, Copy, Debug)]
+pub struct HostKda<'a> {
+    /// `q_proj`, `k_proj`, `v_proj` `[heads·dim, hidden]`.
+    pub qkv: [HostTensor<'a>; 3],
+    /// `f_a_proj` `[dim, hidden]` and `f_b_proj` `[heads·dim, dim]` (the forget gate).
+    pub f: [HostTensor<'a>; 2],
+    /// `g_a_proj` and `g_b_proj` (the output gate), as `f`.
+    pub g: [HostTensor<'a>; 2],
+    /// `b_proj` `[heads, hidden]`.
+    pub b: HostTensor<'a>,
+    /// `q_conv1d`, `k_conv1d` and `v_conv1d` stacked: `[3·heads·dim, kernel]`.
+    pub conv: HostTensor<'a>,
+    /// `dt_bias` `[1, heads·dim]`.
+    pub dt_bias: HostTensor<'a>,
+    /// `A_log` `[1, heads]`, or with `a_neg` `−exp(A_log)`.
+    pub a_log: HostTensor<'a>,
+    /// Whether `a_log` holds `−exp(A_log)`.
+    pub a_neg: bool,
+    /// `o_norm` `[1, dim]`.
+    pub norm: HostTensor<'a>,
+    /// `o_proj` `[hidden, heads·dim]`.
+    pub o: HostTensor<'a>,
 }
 
 /// The second attention form's numbers ([`EngineShape::swa`]): the same query heads and head
@@ -242,6 +326,9 @@ pub enum HostMixer<'a> {
     /// Multi-head latent attention ([`EngineShape::mla`]) with a KV cache of its keys and
     /// values expanded per head.
     Mla(HostMla<'a>),
+    /// Kimi delta attention ([`EngineShape::kda`]) with its convolution history and recurrent
+    /// state.
+    Kda(HostKda<'a>),
 }
 
 /// One layer's multi-head latent attention weights (names under `self_attn.`; widths of
@@ -342,6 +429,9 @@ pub struct HostLayer<'a> {
     pub mixer: HostMixer<'a>,
     /// MLP.
     pub mlp: HostMlp<'a>,
+    /// The hyper-connection sites around the mixer and the MLP ([`EngineShape::hyper`]), or
+    /// none.
+    pub hyper: Option<[HostHyper<'a>; 2]>,
 }
 
 /// What the engine holds and did.
@@ -455,17 +545,46 @@ struct DevMla<B> {
     o_bias: Option<DevTensor<B>>,
 }
 
+/// [`HostKda`] on the device (its state is a sequence's, [`EngineSeq`]).
+#[derive(Debug)]
+struct DevKda<B> {
+    qkv: [DevTensor<B>; 3],
+    f: [DevTensor<B>; 2],
+    g: [DevTensor<B>; 2],
+    b: DevTensor<B>,
+    conv: DevTensor<B>,
+    dt_bias: DevTensor<B>,
+    a_log: DevTensor<B>,
+    a_neg: bool,
+    norm: DevTensor<B>,
+    o: DevTensor<B>,
+}
+
+/// [`HostHyper`] on the device.
+#[derive(Debug)]
+struct DevHyper<B> {
+    mix: DevTensor<B>,
+    base: DevTensor<B>,
+    scale: DevTensor<B>,
+}
+
 #[derive(Debug)]
 enum DevMixer<B> {
     Attention(DevAttention<B>),
     DeltaNet(DevDelta<B>),
     Mla(DevMla<B>),
+    Kda(DevKda<B>),
 }
 
 impl<B> DevMixer<B> {
     /// Whether the layer keeps a KV cache (attention, MLA).
     fn attends(&self) -> bool {
-        !matches!(self, DevMixer::DeltaNet(_))
+        !self.recurs()
+    }
+
+    /// Whether the layer keeps a convolution history and a recurrent state (DeltaNet, KDA).
+    fn recurs(&self) -> bool {
+        matches!(self, DevMixer::DeltaNet(_) | DevMixer::Kda(_))
     }
 }
 
@@ -489,6 +608,8 @@ struct Layer<B> {
     /// Its routed experts are computed by the host ([`Engine::host_experts`]): a step stops
     /// after its top-k and hands the host the normed x and the slots' experts.
     host: bool,
+    /// The hyper-connection sites around the mixer and the MLP ([`EngineShape::hyper`]).
+    hyper: Option<[DevHyper<B>; 2]>,
 }
 
 /// [`HostRoute`] on the device.
@@ -544,6 +665,24 @@ struct Activations<B> {
     mcn: B,
     mkvb: B,
     mov: B,
+    /// A KDA layer's projections (`[q | k | v]`, the gates' low-rank halves and full widths,
+    /// b) and the heads' output.
+    kmixed: B,
+    kfa: B,
+    kga: B,
+    kf: B,
+    kg: B,
+    kb: B,
+    kout: B,
+    /// Hyper-connections: the streams normed (weightless), a site's mix values and weights
+    /// (`[pre | post | comb]`), the collapsed sublayer input, the sublayer's output, and the
+    /// ones the weightless norm multiplies by.
+    hcn: B,
+    hcmix: B,
+    hcw: B,
+    hc: B,
+    hy: B,
+    ones: Option<DevTensor<B>>,
     logits: B,
 }
 
@@ -746,7 +885,7 @@ impl<D: EngineDevice> Engine<D> {
         let (h, d) = (s.hidden, s.head_dim);
         let attends = layers
             .iter()
-            .any(|l| !matches!(l.mixer, HostMixer::DeltaNet(_)));
+            .any(|l| !matches!(l.mixer, HostMixer::DeltaNet(_) | HostMixer::Kda(_)));
         if attends && d > MAX_HEAD_DIM {
             return Err(CudaError::HeadDimTooLarge {
                 head_dim: d,
@@ -855,6 +994,27 @@ impl<D: EngineDevice> Engine<D> {
                 )));
             }
             int(w.kv_heads * d, "a dimension")?;
+        }
+        if let Some(k) = s.kda {
+            if k.heads == 0
+                || k.dim == 0
+                || k.dim > MAX_DELTA_DK
+                || k.kernel == 0
+                || k.kernel > MAX_DELTA_KERNEL
+            {
+                return Err(CudaError::Usage(format!(
+                    "the GPU decoder does not take these KDA widths: {k:?}"
+                )));
+            }
+            int(3 * k.width(), "a dimension")?;
+        }
+        if let Some(hc) = s.hyper {
+            if hc.streams == 0 || hc.streams > MAX_HC_STREAMS || hc.iters == 0 {
+                return Err(CudaError::Usage(format!(
+                    "the GPU decoder does not take these hyper-connections: {hc:?}"
+                )));
+            }
+            int(hc.streams * h, "a dimension")?;
         }
         if let Some(l) = s.swiglu_limit {
             if !(l.is_finite() && l > 0.0) {
@@ -1026,7 +1186,78 @@ impl<D: EngineDevice> Engine<D> {
                             o_bias: opt(&m.o_bias, "o_proj bias", h, &mut report)?,
                         })
                     }
+                    HostMixer::Kda(t) => {
+                        let Some(kd) = s.kda else {
+                            return Err(CudaError::Usage(format!(
+                                "layer {l}: a KDA layer without the shape's KDA widths"
+                            )));
+                        };
+                        let (wd, dim) = (kd.width(), kd.dim);
+                        if t.conv.dtype.block().0 != 1 {
+                            return Err(CudaError::Usage(format!(
+                                "layer {l}: a KDA convolution of block type {:?}",
+                                t.conv.dtype
+                            )));
+                        }
+                        let mut r = |t: &HostTensor<'_>, what: &str, rows: usize, cols: usize| {
+                            up(t, &w(what), rows, cols, &mut report)
+                        };
+                        DevMixer::Kda(DevKda {
+                            qkv: [
+                                r(&t.qkv[0], "q_proj", wd, h)?,
+                                r(&t.qkv[1], "k_proj", wd, h)?,
+                                r(&t.qkv[2], "v_proj", wd, h)?,
+                            ],
+                            f: [
+                                r(&t.f[0], "f_a_proj", dim, h)?,
+                                r(&t.f[1], "f_b_proj", wd, dim)?,
+                            ],
+                            g: [
+                                r(&t.g[0], "g_a_proj", dim, h)?,
+                                r(&t.g[1], "g_b_proj", wd, dim)?,
+                            ],
+                            b: r(&t.b, "b_proj", kd.heads, h)?,
+                            conv: r(&t.conv, "q/k/v conv1d", 3 * wd, kd.kernel)?,
+                            dt_bias: r(&t.dt_bias, "dt_bias", 1, wd)?,
+                            a_log: r(&t.a_log, "A_log", 1, kd.heads)?,
+                            a_neg: t.a_neg,
+                            norm: r(&t.norm, "o_norm", 1, dim)?,
+                            o: r(&t.o, "o_proj", h, wd)?,
+                        })
+                    }
                 };
+            let hyper = match (&hl.hyper, s.hyper) {
+                (None, None) => None,
+                (Some(sites), Some(hc)) => {
+                    let mut site = |t: &HostHyper<'_>,
+                                    name: &str|
+                     -> Result<DevHyper<D::Buf>, CudaError> {
+                        Ok(DevHyper {
+                            mix: up(
+                                &t.mix,
+                                &w(&format!("{name}_fn")),
+                                hc.mix(),
+                                hc.streams * h,
+                                &mut report,
+                            )?,
+                            base: up(
+                                &t.base,
+                                &w(&format!("{name}_base")),
+                                1,
+                                hc.mix(),
+                                &mut report,
+                            )?,
+                            scale: up(&t.scale, &w(&format!("{name}_scale")), 1, 3, &mut report)?,
+                        })
+                    };
+                    Some([site(&sites[0], "hc_attn")?, site(&sites[1], "hc_ffn")?])
+                }
+                _ => {
+                    return Err(CudaError::Usage(format!(
+                        "layer {l}: hyper-connection sites where the shape says otherwise"
+                    )))
+                }
+            };
             let (router, route, experts, shared, shared_gate) = match &hl.mlp {
                 HostMlp::Moe {
                     router,
@@ -1116,13 +1347,32 @@ impl<D: EngineDevice> Engine<D> {
                 shared_gate,
                 fold: false,
                 host: false,
+                hyper,
             });
         }
         let z = |n: usize| dev.alloc(n.max(1) * 4);
         let kk = s.top_k.max(1);
+        let streams = s.hyper.map_or(1, |hc| hc.streams);
+        let kw = s.kda.map_or(1, |k| k.width());
+        let kdim = s.kda.map_or(1, |k| k.dim);
+        let ones = match s.hyper {
+            Some(hc) => {
+                let n = hc.streams * h;
+                let bytes: Vec<u8> = (0..n).flat_map(|_| 1.0f32.to_le_bytes()).collect();
+                let buf = dev.upload(&bytes)?;
+                Some(DevTensor {
+                    ptr: dev.addr(&buf),
+                    _buf: buf,
+                    rows: 1,
+                    cols: n,
+                    dtype: GpuDtype::F32,
+                })
+            }
+            None => None,
+        };
         let a = Activations {
             params: z(2)?,
-            x: z(h)?,
+            x: z(streams * h)?,
             xn: z(h)?,
             q: z(q_rows)?,
             k: z(max_kvd)?,
@@ -1154,6 +1404,19 @@ impl<D: EngineDevice> Engine<D> {
             mcn: z(s.mla.map_or(1, |m| m.kv_lora_rank))?,
             mkvb: z(s.mla.map_or(1, |m| s.heads * (m.nope + m.v)))?,
             mov: z(s.mla.map_or(1, |m| s.heads * m.v).max(s.heads * vdim))?,
+            kmixed: z(3 * kw)?,
+            kfa: z(kdim)?,
+            kga: z(kdim)?,
+            kf: z(kw)?,
+            kg: z(kw)?,
+            kb: z(s.kda.map_or(1, |k| k.heads))?,
+            kout: z(kw)?,
+            hcn: z(if s.hyper.is_some() { streams * h } else { 1 })?,
+            hcmix: z(s.hyper.map_or(1, |hc| hc.mix()))?,
+            hcw: z(s.hyper.map_or(1, |hc| hc.mix()))?,
+            hc: z(h)?,
+            hy: z(h)?,
+            ones,
             logits: z(s.vocab)?,
         };
         let half = s.rotary_dim / 2;
@@ -1195,6 +1458,11 @@ impl<D: EngineDevice> Engine<D> {
         if self.finished {
             return Err(CudaError::Usage(
                 "experts placed on the host after the GPU decoder was finished".into(),
+            ));
+        }
+        if self.shape.hyper.is_some() {
+            return Err(CudaError::Usage(
+                "routed experts on the host beside hyper-connections".into(),
             ));
         }
         match self.layers.get_mut(layer) {
@@ -1319,9 +1587,7 @@ impl<D: EngineDevice> Engine<D> {
     /// Whether a layer carries recurrent state (a DeltaNet layer): a sequence's steps then
     /// cannot be rewound, only continued or started over ([`Engine::reset_state`]).
     pub fn recurrent(&self) -> bool {
-        self.layers
-            .iter()
-            .any(|l| matches!(l.mixer, DevMixer::DeltaNet(_)))
+        self.layers.iter().any(|l| l.mixer.recurs())
     }
 
     /// A new sequence: empty KV caches of the first capacity, DeltaNet states zero.
@@ -1353,7 +1619,6 @@ impl<D: EngineDevice> Engine<D> {
         from: Option<&EngineSeq<D::Buf>>,
         len: usize,
     ) -> Result<EngineSeq<D::Buf>, CudaError> {
-        let s = self.shape;
         let dev = &self.dev;
         let mut layers = Vec::with_capacity(self.layers.len());
         for (i, l) in self.layers.iter().enumerate() {
@@ -1370,14 +1635,8 @@ impl<D: EngineDevice> Engine<D> {
                     dev.copy(v, &mut v2, len * kvd * 4)?;
                     SeqLayer::Kv { k: k2, v: v2 }
                 }
-                (DevMixer::DeltaNet(_), old) => {
-                    let ds = s.delta.ok_or_else(|| {
-                        CudaError::Usage("a DeltaNet layer without its widths".into())
-                    })?;
-                    let (cb, sb) = (
-                        ds.kernel * ds.conv_dim() * 4,
-                        ds.v_heads * ds.dv * ds.dk * 4,
-                    );
+                (m, old) if m.recurs() => {
+                    let (cb, sb) = self.state_bytes(&l.mixer)?;
                     let (mut conv, mut state) = (dev.alloc(cb)?, dev.alloc(sb)?);
                     match old {
                         None => {}
@@ -1399,6 +1658,24 @@ impl<D: EngineDevice> Engine<D> {
             cap,
             layers,
         })
+    }
+
+    /// The bytes of a recurrent layer's convolution history (a ring of `kernel` rows of its
+    /// channels) and of its state (each head's rows).
+    fn state_bytes(&self, m: &DevMixer<D::Buf>) -> Result<(usize, usize), CudaError> {
+        let s = self.shape;
+        match (m, s.delta, s.kda) {
+            (DevMixer::DeltaNet(_), Some(ds), _) => Ok((
+                ds.kernel * ds.conv_dim() * 4,
+                ds.v_heads * ds.dv * ds.dk * 4,
+            )),
+            (DevMixer::Kda(_), _, Some(k)) => {
+                Ok((k.kernel * 3 * k.width() * 4, k.heads * k.dim * k.dim * 4))
+            }
+            _ => Err(CudaError::Usage(
+                "a recurrent layer without its widths".into(),
+            )),
+        }
     }
 
     /// A position's floats in layer `l`'s key (and value) cache: its key/value heads · d.
@@ -1424,15 +1701,11 @@ impl<D: EngineDevice> Engine<D> {
     /// to it).
     pub fn reset_state(&mut self, seq: &mut EngineSeq<D::Buf>) -> Result<(), CudaError> {
         self.check_seq(seq)?;
-        let Some(ds) = self.shape.delta else {
-            return Ok(());
-        };
-        let conv = vec![0u8; ds.kernel * ds.conv_dim() * 4];
-        let state = vec![0u8; ds.v_heads * ds.dv * ds.dk * 4];
-        for l in &mut seq.layers {
-            if let SeqLayer::Delta { conv: c, state: st } = l {
-                self.dev.write(c, 0, &conv)?;
-                self.dev.write(st, 0, &state)?;
+        for (l, sl) in self.layers.iter().zip(&mut seq.layers) {
+            if let SeqLayer::Delta { conv: c, state: st } = sl {
+                let (cb, sb) = self.state_bytes(&l.mixer)?;
+                self.dev.write(c, 0, &vec![0u8; cb])?;
+                self.dev.write(st, 0, &vec![0u8; sb])?;
             }
         }
         Ok(())
@@ -1940,6 +2213,15 @@ impl<D: EngineDevice> Engine<D> {
         seq: &EngineSeq<D::Buf>,
         after: Option<usize>,
     ) -> Result<Option<usize>, CudaError> {
+        if let Some(hc) = self.shape.hyper {
+            if after.is_some() {
+                return Err(CudaError::Usage(
+                    "host experts beside hyper-connections".into(),
+                ));
+            }
+            self.launch_hyper(seq, hc)?;
+            return Ok(None);
+        }
         let a = &self.a;
         let (x, xn, params) = (self.p(&a.x), self.p(&a.xn), self.p(&a.params));
         // A layer's input norm is taken into its mixer's first launch (norm_matvec); where it
@@ -1949,7 +2231,7 @@ impl<D: EngineDevice> Engine<D> {
                 let l = &self.layers[i];
                 let next = self.next_norm(i);
                 let (ids, wts, k) = self.slots(l);
-                self.mlp_rest(l, (ids, wts, k), xn, x, next)?;
+                self.mlp_rest(l, (ids, wts, k), xn, (x, false), next)?;
                 (i + 1, next.is_some())
             }
             None => {
@@ -1960,10 +2242,12 @@ impl<D: EngineDevice> Engine<D> {
         for i in first..self.layers.len() {
             let l = &self.layers[i];
             let inputs = self.mixer_inputs(l);
+            // KDA reads the normed x after its first launch: kept.
+            let keep = matches!(l.mixer, DevMixer::Kda(_));
             if normed {
                 self.matvec(&inputs)?;
             } else {
-                self.norm_matvec(x, &l.in_norm, xn, false, &inputs)?;
+                self.norm_matvec(x, &l.in_norm, xn, keep, &inputs)?;
             }
             match (&l.mixer, &seq.layers[i]) {
                 (DevMixer::Attention(at), SeqLayer::Kv { k, v }) => self.attention(at, k, v)?,
@@ -1971,6 +2255,9 @@ impl<D: EngineDevice> Engine<D> {
                     self.deltanet(t, conv, state)?
                 }
                 (DevMixer::Mla(m), SeqLayer::Kv { k, v }) => self.mla(m, k, v)?,
+                (DevMixer::Kda(t), SeqLayer::Delta { conv, state }) => {
+                    self.kda(t, (conv, state), x, true)?
+                }
                 _ => return Err(foreign_layout(i)),
             }
             let next = self.next_norm(i);
@@ -1978,7 +2265,7 @@ impl<D: EngineDevice> Engine<D> {
             if l.host {
                 return Ok(Some(i));
             }
-            self.mlp_rest(l, slots, xn, x, next)?;
+            self.mlp_rest(l, slots, xn, (x, false), next)?;
             normed = next.is_some();
         }
         Ok(None)
@@ -2029,6 +2316,20 @@ impl<D: EngineDevice> Engine<D> {
                 self.job(&t.b, xn, self.p(&a.db), None, false),
                 self.job(&t.a, xn, self.p(&a.da), None, false),
             ],
+            // q, k and v side by side in `kmixed`, and the forget gate's first half; the rest
+            // of the layer's products of xn in `kda`.
+            DevMixer::Kda(t) => {
+                let (m, w4) = (
+                    self.p(&a.kmixed),
+                    4 * self.shape.kda.map_or(0, |k| k.width()) as u64,
+                );
+                vec![
+                    self.job(&t.qkv[0], xn, m, None, false),
+                    self.job(&t.qkv[1], xn, m + w4, None, false),
+                    self.job(&t.qkv[2], xn, m + 2 * w4, None, false),
+                    self.job(&t.f[0], xn, self.p(&a.kfa), None, false),
+                ]
+            }
         }
     }
 
@@ -2324,6 +2625,72 @@ impl<D: EngineDevice> Engine<D> {
         self.matvec(&[self.job(&t.out, dout, x, None, true)])
     }
 
+    /// The rest of a KDA layer (its first products done, [`Engine::mixer_inputs`]; `xn` holds
+    /// the normed input): the output gate's first half and b, both gates' second halves, the
+    /// heads (`tarfa_e_kda_heads`), then `o_proj` into `out` (added to it when `acc`).
+    fn kda(
+        &self,
+        t: &DevKda<D::Buf>,
+        (conv_state, state): (&D::Buf, &D::Buf),
+        out: u64,
+        acc: bool,
+    ) -> Result<(), CudaError> {
+        let s = self.shape;
+        let a = &self.a;
+        let kd = s
+            .kda
+            .ok_or_else(|| CudaError::Usage("a KDA layer without its widths".into()))?;
+        let (xn, kout) = (self.p(&a.xn), self.p(&a.kout));
+        let (kfa, kga, kf, kg) = (self.p(&a.kfa), self.p(&a.kga), self.p(&a.kf), self.p(&a.kg));
+        self.matvec(&[
+            self.job(&t.g[0], xn, kga, None, false),
+            self.job(&t.b, xn, self.p(&a.kb), None, false),
+            self.job(&t.f[1], kfa, kf, None, false),
+        ])?;
+        self.matvec(&[self.job(&t.g[1], kga, kg, None, false)])?;
+        // `dim^-0.5` as the CPU rounds it.
+        let q_scale = (1.0 / (kd.dim as f64).sqrt()) as f32;
+        // SAFETY: a block per head (delta_block: ≥ two warps, ≤ the kernel's bound); kmixed
+        // holds 3·heads·dim floats, the stacked convolutions 3·heads·dim × kernel elements of a
+        // one-element type (checked in `new`), the history kernel × 3·heads·dim floats, params[1]
+        // a position ≥ 0; kf, kg and kout heads·dim floats, kb heads; dt_bias heads·dim
+        // elements, A_log heads, the norm dim; the state heads·dim² floats; dim ≤ MAX_DELTA_DK
+        // (checked in `new`); shared memory 5·dim floats.
+        unsafe {
+            self.dev.launch(
+                Kernel::KdaHeads,
+                geo(kd.heads, delta_block(kd.dim), (5 * kd.dim * 4) as u32)?,
+                &[
+                    Arg::Ptr(self.p(&a.kmixed)),
+                    Arg::Ptr(t.conv.ptr),
+                    Arg::I32(t.conv.dtype.code()),
+                    Arg::I32(kd.kernel as i32),
+                    Arg::Ptr(self.p(conv_state)),
+                    Arg::Ptr(self.p(&a.params)),
+                    Arg::Ptr(kf),
+                    Arg::Ptr(self.p(&a.kb)),
+                    Arg::Ptr(kg),
+                    Arg::Ptr(t.dt_bias.ptr),
+                    Arg::I32(t.dt_bias.dtype.code()),
+                    Arg::Ptr(t.a_log.ptr),
+                    Arg::I32(t.a_log.dtype.code()),
+                    Arg::I32(i32::from(t.a_neg)),
+                    Arg::I32(i32::from(kd.lower_bound.is_some())),
+                    Arg::F32(kd.lower_bound.unwrap_or(0.0)),
+                    Arg::Ptr(t.norm.ptr),
+                    Arg::I32(t.norm.dtype.code()),
+                    Arg::I32(kd.heads as i32),
+                    Arg::I32(kd.dim as i32),
+                    Arg::F32(q_scale),
+                    Arg::F32(kd.eps),
+                    Arg::Ptr(self.p(state)),
+                    Arg::Ptr(kout),
+                ],
+            )?;
+        }
+        self.matvec(&[self.job(&t.o, kout, out, None, acc)])
+    }
+
     /// The layer's MLP of its post-attention norm of `x` (into `xn`), added to `x`; then, given
     /// the next layer's input norm, `xn` = that norm of the new `x` (in the combine's launch).
     /// The layer's slots: its experts' numbers and weights and how many (a dense layer: its one
@@ -2424,7 +2791,7 @@ impl<D: EngineDevice> Engine<D> {
         l: &Layer<D::Buf>,
         (ids, wts, k): (u64, u64, usize),
         xn: u64,
-        x: u64,
+        x: (u64, bool),
         next: Option<&DevTensor<D::Buf>>,
     ) -> Result<(), CudaError> {
         let a = &self.a;
@@ -2552,8 +2919,8 @@ impl<D: EngineDevice> Engine<D> {
     }
 
     /// x += the k slots' outputs `y` weighted by `wts`, in slot order, then the shared experts'
-    /// output `sh` (when not 0); with `norm` (w, out), then out = RMSNorm_w(x), in the same
-    /// launch.
+    /// output `sh` (when not 0) — with `set`, x = that sum; with `norm` (w, out), then out =
+    /// RMSNorm_w(x), in the same launch (not with `set`).
     #[allow(clippy::too_many_arguments)]
     fn combine(
         &self,
@@ -2562,9 +2929,12 @@ impl<D: EngineDevice> Engine<D> {
         k: i32,
         hidden: i32,
         (sh, shw): (u64, u64),
-        x: u64,
+        (x, set): (u64, bool),
         norm: Option<(&DevTensor<D::Buf>, u64)>,
     ) -> Result<(), CudaError> {
+        if set && norm.is_some() {
+            return Err(CudaError::Usage("a combine stored alone and normed".into()));
+        }
         if let Some((w, out)) = norm {
             // SAFETY: y holds k × hidden floats, wts k, x, out and sh (when not 0) hidden, shw
             // (when not 0) a float, w hidden elements.
@@ -2602,18 +2972,134 @@ impl<D: EngineDevice> Engine<D> {
                     Arg::Ptr(sh),
                     Arg::Ptr(shw),
                     Arg::Ptr(x),
+                    Arg::I32(i32::from(set)),
                 ],
             )
         }
     }
 
-    /// Final norm and `lm_head` into the logits buffer.
+    /// Final norm and `lm_head` into the logits buffer (of the streams' mean, with
+    /// hyper-connections).
     fn launch_head(&self) -> Result<(), CudaError> {
         let a = &self.a;
-        let (x, xn, logits) = (self.p(&a.x), self.p(&a.xn), self.p(&a.logits));
+        let (mut x, xn, logits) = (self.p(&a.x), self.p(&a.xn), self.p(&a.logits));
+        if let Some(hc) = self.shape.hyper {
+            let (h, c) = (self.shape.hidden, self.p(&a.hc));
+            // SAFETY: x holds streams·hidden floats, hc hidden; a thread per element.
+            unsafe {
+                self.dev.launch(
+                    Kernel::HcMean,
+                    geo(h.div_ceil(BLOCK as usize), BLOCK, 0)?,
+                    &[
+                        Arg::Ptr(x),
+                        Arg::I32(hc.streams as i32),
+                        Arg::I32(h as i32),
+                        Arg::Ptr(c),
+                    ],
+                )?;
+            }
+            x = c;
+        }
         let head = self.lm_head.as_ref().unwrap_or(&self.embed);
         let job = [self.job(head, xn, logits, None, false)];
         self.norm_matvec(x, &self.final_norm, xn, false, &job)
+    }
+
+    /// A token's pass through a model with hyper-connections (from its start: no layer's
+    /// experts are the host's). The embedding into every stream; then per layer, for the mixer
+    /// and then the MLP, the site's weights (its product of the weightless-normed streams, then
+    /// `tarfa_e_hc_weights`), the streams collapsed into the sublayer's input, the sublayer
+    /// (its norm taken into its first products; its output in `hy`, not added), and its output
+    /// mixed into the streams (`tarfa_e_hc_expand`). As `mhc::decoder_forward`.
+    fn launch_hyper(&self, seq: &EngineSeq<D::Buf>, hc: HyperDims) -> Result<(), CudaError> {
+        let s = self.shape;
+        let a = &self.a;
+        let h = s.hidden;
+        let (x, xn, c, hy) = (self.p(&a.x), self.p(&a.xn), self.p(&a.hc), self.p(&a.hy));
+        let params = self.p(&a.params);
+        for k in 0..hc.streams {
+            self.embed(params, x + (4 * k * h) as u64)?;
+        }
+        let ones = self
+            .a
+            .ones
+            .as_ref()
+            .ok_or_else(|| CudaError::Usage("hyper-connections without their norm".into()))?;
+        let blocks = h.div_ceil(BLOCK as usize);
+        for (i, l) in self.layers.iter().enumerate() {
+            let sites = l
+                .hyper
+                .as_ref()
+                .ok_or_else(|| CudaError::Usage(format!("layer {i}: no hyper-connections")))?;
+            for (site, part) in sites.iter().zip([0, 1]) {
+                let (hcmix, hcw) = (self.p(&a.hcmix), self.p(&a.hcw));
+                let job = [self.job(&site.mix, self.p(&a.hcn), hcmix, None, false)];
+                self.norm_matvec(x, ones, self.p(&a.hcn), false, &job)?;
+                // SAFETY: hcmix and hcw hold (2 + streams)·streams floats, base as many
+                // elements, scale 3; streams ≤ MAX_HC_STREAMS (checked in `new`); one thread.
+                // Then x streams·hidden floats, c and hy hidden; a thread per element.
+                unsafe {
+                    self.dev.launch(
+                        Kernel::HcWeights,
+                        geo(1, 32, 0)?,
+                        &[
+                            Arg::Ptr(hcmix),
+                            Arg::Ptr(site.base.ptr),
+                            Arg::I32(site.base.dtype.code()),
+                            Arg::Ptr(site.scale.ptr),
+                            Arg::I32(site.scale.dtype.code()),
+                            Arg::I32(hc.streams as i32),
+                            Arg::F32(hc.eps),
+                            Arg::I32(hc.iters as i32),
+                            Arg::Ptr(hcw),
+                        ],
+                    )?;
+                    self.dev.launch(
+                        Kernel::HcCollapse,
+                        geo(blocks, BLOCK, 0)?,
+                        &[
+                            Arg::Ptr(x),
+                            Arg::Ptr(hcw),
+                            Arg::I32(hc.streams as i32),
+                            Arg::I32(h as i32),
+                            Arg::Ptr(c),
+                        ],
+                    )?;
+                }
+                if part == 0 {
+                    self.norm_matvec(c, &l.in_norm, xn, true, &self.mixer_inputs(l))?;
+                    match (&l.mixer, &seq.layers[i]) {
+                        (DevMixer::Kda(t), SeqLayer::Delta { conv, state }) => {
+                            self.kda(t, (conv, state), hy, false)?
+                        }
+                        _ => {
+                            return Err(CudaError::Usage(format!(
+                                "layer {i}: a mixer the engine does not run beside \
+                                 hyper-connections"
+                            )))
+                        }
+                    }
+                } else {
+                    let slots = self.route(l, xn, c)?;
+                    self.mlp_rest(l, slots, xn, (hy, true), None)?;
+                }
+                // SAFETY: as the collapse above; hy holds the sublayer's hidden floats.
+                unsafe {
+                    self.dev.launch(
+                        Kernel::HcExpand,
+                        geo(blocks, BLOCK, 0)?,
+                        &[
+                            Arg::Ptr(x),
+                            Arg::Ptr(hcw),
+                            Arg::Ptr(hy),
+                            Arg::I32(hc.streams as i32),
+                            Arg::I32(h as i32),
+                        ],
+                    )?;
+                }
+            }
+        }
+        Ok(())
     }
 }
 

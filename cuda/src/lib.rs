@@ -52,8 +52,9 @@ pub mod offload;
 pub use abi::{MatJob, MatJobs, MoeArgs, MAX_JOBS};
 pub use engine::{
     delta_block, DeltaShape, Engine, EngineReport, EngineSeq, EngineShape, HostAttention,
-    HostDeltaNet, HostLayer, HostMixer, HostMla, HostMlp, HostRoute, HostTensor, MlaDims,
-    RopeTables, SwaForm, ValueForm, MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM, PROMPT_PASS,
+    HostDeltaNet, HostHyper, HostKda, HostLayer, HostMixer, HostMla, HostMlp, HostRoute,
+    HostTensor, HyperDims, KdaDims, MlaDims, RopeTables, SwaForm, ValueForm, MAX_DELTA_DK,
+    MAX_DELTA_KERNEL, MAX_HC_STREAMS, MAX_HEAD_DIM, PROMPT_PASS,
 };
 #[cfg(feature = "driver")]
 pub use error::drv;

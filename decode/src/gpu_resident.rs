@@ -19,9 +19,9 @@
 use std::collections::HashMap;
 
 use tarfa_cuda::{
-    Engine, EngineDevice, EngineSeq, EngineShape, GpuDtype, HostAttention, HostDeltaNet, HostLayer,
-    HostMixer, HostMla, HostMlp, HostRoute, HostTensor, MlaDims, RopeTables, SwaForm, ValueForm,
-    MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM,
+    Engine, EngineDevice, EngineSeq, EngineShape, GpuDtype, HostAttention, HostDeltaNet, HostHyper,
+    HostKda, HostLayer, HostMixer, HostMla, HostMlp, HostRoute, HostTensor, HyperDims, KdaDims,
+    MlaDims, RopeTables, SwaForm, ValueForm, MAX_DELTA_DK, MAX_DELTA_KERNEL, MAX_HEAD_DIM,
 };
 
 use crate::blocks::{self, Batch};
@@ -294,11 +294,25 @@ fn refusal(p: &Plan) -> Option<&'static str> {
         Some("DeltaNet convolutions longer than 32")
     } else if p.mixers.contains(&MixerPlan::DeltaNet) && p.delta.is_none() {
         Some("DeltaNet layers without their widths")
-    } else if p.hyper.is_some() || p.kda.is_some() || p.dsa.is_some() || p.swiglu_limit.is_some() {
-        Some(
-            "GLM-5.3-Flash's hyper-connections, Kimi delta attention, DSA and clamped SwiGLU \
-             (glm5_next)",
-        )
+    } else if p
+        .mixers
+        .iter()
+        .any(|m| matches!(m, MixerPlan::MlaSparse { .. }))
+    {
+        Some("GLM-5.3-Flash's DSA layers (MLA attending where its indexer selects)")
+    } else if p
+        .kda
+        .is_some_and(|k| k.dim > MAX_DELTA_DK || k.kernel > MAX_DELTA_KERNEL)
+    {
+        Some("KDA heads wider than 256 or convolutions longer than 32")
+    } else if p.mixers.contains(&MixerPlan::Kda) && p.kda.is_none() {
+        Some("KDA layers without their widths")
+    } else if p.hyper.is_some_and(|hc| {
+        hc.streams > tarfa_cuda::MAX_HC_STREAMS
+            || hc.norm_eps.to_bits() != p.eps.to_bits()
+            || p.mixers.iter().any(|m| *m != MixerPlan::Kda)
+    }) {
+        Some("hyper-connections of more than 8 streams, of another norm epsilon, or beside mixers other than KDA")
     } else if mla && (p.mla.is_none() || p.mixers.iter().any(|m| !matches!(m, MixerPlan::Mla))) {
         Some("multi-head latent attention (MLA) beside layers of other mixers")
     } else if let Some(why) = second_form_refusal(p) {
@@ -360,12 +374,16 @@ fn second_form_refusal(p: &Plan) -> Option<&'static str> {
 /// kernels then apply it as any norm's weight, `w' · (x · r)`: the CPU's `(1 + w) · (x · r)`,
 /// bit for bit.
 #[derive(Debug, Default)]
-struct Widened(HashMap<String, Vec<u8>>);
+struct Widened(
+    HashMap<String, Vec<u8>>,
+    HashMap<String, (Vec<u8>, GpuDtype)>,
+);
 
 impl Widened {
     /// Every zero-centred norm of the plan: the layers', the final one, the q/k norms.
     fn of(p: &Plan, s: &TensorStore) -> Result<Widened> {
         let mut out = HashMap::new();
+        let mut stacked = HashMap::new();
         let mut add = |name: String, n: usize| -> Result<()> {
             let w = s.get(&name)?.vector(n)?;
             let bytes = (0..n)
@@ -385,6 +403,31 @@ impl Widened {
                 )?;
             }
         }
+        // A KDA layer's q, k and v convolutions, stacked into one matrix (the kernel reads
+        // channel c's row c of it), when all three are of one type the engine takes.
+        if let Some(k) = p.kda {
+            for (l, m) in p.mixers.iter().enumerate() {
+                if *m != MixerPlan::Kda {
+                    continue;
+                }
+                let a = format!("{pre}layers.{l}.self_attn");
+                let parts: Vec<Option<HostTensor<'_>>> = ["q", "k", "v"]
+                    .iter()
+                    .map(|x| {
+                        let name = format!("{a}.{x}_conv1d.weight");
+                        let m =
+                            crate::family::deltanet::conv_weight(s, &name, k.width(), k.kernel)?;
+                        Ok(host(&m))
+                    })
+                    .collect::<Result<_>>()?;
+                if let [Some(q), Some(kk), Some(v)] = parts[..] {
+                    if q.dtype == kk.dtype && q.dtype == v.dtype {
+                        let bytes = [q.bytes, kk.bytes, v.bytes].concat();
+                        stacked.insert(a, (bytes, q.dtype));
+                    }
+                }
+            }
+        }
         if p.attn.qk_norm == Some(NormStyle::OnePlus) {
             let d = p.attn.shape.head_dim;
             for (l, m) in p.mixers.iter().enumerate() {
@@ -394,7 +437,17 @@ impl Widened {
                 }
             }
         }
-        Ok(Widened(out))
+        Ok(Widened(out, stacked))
+    }
+
+    /// Layer `prefix`'s KDA convolutions stacked (`[3·width, kernel]`), if they were.
+    fn kda_conv(&self, prefix: &str, rows: usize, kernel: usize) -> Option<HostTensor<'_>> {
+        self.1.get(prefix).map(|(bytes, dtype)| HostTensor {
+            bytes,
+            dtype: *dtype,
+            rows,
+            cols: kernel,
+        })
     }
 
     /// The norm `name` (`n` elements) as the engine takes it: widened here, or as stored.
@@ -519,6 +572,18 @@ fn upload<D: EngineDevice>(
             scale: e.v_scale,
         }),
         swiglu_limit: plan.swiglu_limit,
+        kda: plan.kda.map(|k| KdaDims {
+            heads: k.heads,
+            dim: k.dim,
+            kernel: k.kernel,
+            lower_bound: k.lower_bound,
+            eps: k.eps,
+        }),
+        hyper: plan.hyper.map(|hc| HyperDims {
+            streams: hc.streams,
+            eps: hc.eps,
+            iters: hc.iters,
+        }),
         mla: mla.map(|m| MlaDims {
             q_lora_rank: m.q_lora_rank,
             kv_lora_rank: m.kv_lora_rank,
@@ -529,6 +594,11 @@ fn upload<D: EngineDevice>(
             latent_eps: m.latent_eps,
         }),
     };
+    if on_cpu > 0 && (plan.hyper.is_some() || plan.swiglu_limit.is_some()) {
+        return Ok(Err(Declined::Form(
+            "routed experts on the CPU beside hyper-connections or a clamped SwiGLU",
+        )));
+    }
     let mut engine = Engine::new(
         dev,
         shape,
@@ -869,8 +939,48 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
                     o_bias,
                 })
             }
+            MixerPlan::Kda => {
+                let Some(k) = p.kda else {
+                    return Ok(None);
+                };
+                let a = |name: &str| n(&format!("self_attn.{name}"));
+                let (w, dim) = (k.width(), k.dim);
+                let (rates, a_neg) = crate::family::deltanet::Rates::source(s, &n("self_attn"));
+                let parts = [
+                    take(host_mat(s, &a("q_proj.weight"), w, h)?),
+                    take(host_mat(s, &a("k_proj.weight"), w, h)?),
+                    take(host_mat(s, &a("v_proj.weight"), w, h)?),
+                    take(host_mat(s, &a("f_a_proj.weight"), dim, h)?),
+                    take(host_mat(s, &a("f_b_proj.weight"), w, dim)?),
+                    take(host_mat(s, &a("g_a_proj.weight"), dim, h)?),
+                    take(host_mat(s, &a("g_b_proj.weight"), w, dim)?),
+                    take(host_mat(s, &a("b_proj.weight"), k.heads, h)?),
+                    take(widened.kda_conv(&n("self_attn"), 3 * w, k.kernel)),
+                    take(host_vec(s, &a("dt_bias"), w)?),
+                    take(host_vec(s, &rates, k.heads)?),
+                    take(host_vec(s, &a("o_norm.weight"), dim)?),
+                    take(host_mat(s, &a("o_proj.weight"), h, w)?),
+                ];
+                let [Some(q), Some(kk), Some(v), Some(fa), Some(fb), Some(ga), Some(gb), Some(b), Some(conv), Some(dt_bias), Some(a_log), Some(norm), Some(o)] =
+                    parts
+                else {
+                    return Ok(None);
+                };
+                HostMixer::Kda(HostKda {
+                    qkv: [q, kk, v],
+                    f: [fa, fb],
+                    g: [ga, gb],
+                    b,
+                    conv,
+                    dt_bias,
+                    a_log,
+                    a_neg,
+                    norm,
+                    o,
+                })
+            }
             // `refusal` declines these before any weight is mapped.
-            MixerPlan::Kda | MixerPlan::MlaSparse { .. } => return Ok(None),
+            MixerPlan::MlaSparse { .. } => return Ok(None),
         };
         let mlp = match *mlp {
             MlpPlan::Dense { inter } => swiglu(&n("mlp"), inter)?.map(HostMlp::Dense),
@@ -933,11 +1043,40 @@ fn trunk<'a>(p: &Plan, s: &'a TensorStore, widened: &'a Widened) -> Result<Optio
         let (Some(in_norm), Some(post_norm), Some(mlp)) = (in_norm, post_norm, mlp) else {
             return Ok(None);
         };
+        // The hyper-connection sites (`hc_attn_*`, `hc_ffn_*`), as `mhc` reads them.
+        let hyper = match &p.hyper {
+            None => None,
+            Some(hc) => {
+                let mut site = |stem: &str| -> Result<Option<HostHyper<'a>>> {
+                    let parts = (
+                        take(host_mat(
+                            s,
+                            &n(&format!("{stem}_fn")),
+                            hc.mix(),
+                            hc.streams * h,
+                        )?),
+                        take(host_vec(s, &n(&format!("{stem}_base")), hc.mix())?),
+                        take(host_vec(s, &n(&format!("{stem}_scale")), 3)?),
+                    );
+                    Ok(match parts {
+                        (Some(mix), Some(base), Some(scale)) => {
+                            Some(HostHyper { mix, base, scale })
+                        }
+                        _ => None,
+                    })
+                };
+                match (site("hc_attn")?, site("hc_ffn")?) {
+                    (Some(a), Some(f)) => Some([a, f]),
+                    _ => return Ok(None),
+                }
+            }
+        };
         layers.push(HostLayer {
             in_norm,
             post_norm,
             mixer,
             mlp,
+            hyper,
         });
     }
     let (Some(embed), Some(final_norm)) = (embed, final_norm) else {

@@ -307,8 +307,8 @@ fn models_the_whole_gpu_pass_does_not_take_fall_back_to_offloading() {
     assert_eq!(run(&mut dec, "qwen3_moe_b"), cpu);
     let r = dec.offload_report().expect("report");
     assert!(!r.whole_model, "{r:?}");
-    // GLM-5.3-Flash (hyper-connections, KDA, DSA: no kernels yet): its layers on the CPU, its
-    // experts and products offloaded, the CPU's bits.
+    // GLM-5.3-Flash (its DSA layers have no kernels yet): its layers on the CPU, its experts and
+    // products offloaded, the CPU's bits.
     let dir = common::model("glm5_next");
     let cpu = run(
         &mut common::open(&dir, &DecoderOptions::default()),
@@ -434,6 +434,32 @@ fn glm5_next_clamped_swiglus_on_the_gpu_give_the_cpu_bits() {
         assert_eq!(run(&mut dec, name), cpu, "{name}");
         let r = dec.offload_report().expect("a GPU report");
         assert!(r.trunk_products > 0 && r.computed > 0, "{name}: {r:?}");
+    }
+}
+
+/// GLM-5.3-Flash's KDA layers whole on the GPU (the fixture cut to them:
+/// `common::glm5_next_kda_layers`; its DSA layers have no kernels yet): hyper-connections,
+/// `tarfa_e_kda_heads`, the clamped SwiGLU in every expert kernel, with and without graphs — the
+/// CPU's bits, nothing computed on the host.
+#[test]
+fn glm5_next_kda_layers_run_whole_on_the_gpu_with_the_cpu_bits() {
+    if !gpu_here() {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = common::glm5_next_kda_layers(tmp.path());
+    let cpu = run(
+        &mut common::open(&dir, &DecoderOptions::default()),
+        "glm5_next",
+    );
+    for graphs in [true, false] {
+        let mut dec = common::open(&dir, &whole(graphs, true));
+        assert_eq!(run(&mut dec, "glm5_next"), cpu, "graphs {graphs}");
+        let r = dec.offload_report().expect("report");
+        assert!(
+            r.whole_model && r.computed == 0 && r.host_round_trips == 0,
+            "{r:?}"
+        );
     }
 }
 

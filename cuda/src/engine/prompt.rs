@@ -70,8 +70,8 @@ pub(super) struct PassBufs<B> {
 
 impl<D: EngineDevice> Engine<D> {
     /// Whether [`Engine::prompt`] runs this model's chunks as matrices: every layer attention of
-    /// the first form without sinks or narrower values (a DeltaNet layer's recurrence, MLA and
-    /// MiMo-V2-Flash's attention run token by token), no layer's experts on the host, no
+    /// the first form without sinks or narrower values (a DeltaNet or KDA layer's recurrence, MLA,
+    /// MiMo-V2-Flash's attention and hyper-connections run token by token), no layer's experts on the host, no
     /// gated shared experts, at most [`GROUP_MAX_EXPERTS`] experts a layer; and not switched off
     /// ([`Engine::set_prompt_matrices`]).
     pub fn prompts_as_matrices(&self) -> bool {
@@ -79,6 +79,7 @@ impl<D: EngineDevice> Engine<D> {
         self.prompt_matrices
             && s.swa.is_none()
             && s.values.is_none()
+            && s.hyper.is_none()
             && self.layers.iter().all(|l| {
                 matches!(&l.mixer, DevMixer::Attention(at) if at.sinks.is_none())
                     && !l.host

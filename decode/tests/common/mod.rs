@@ -115,6 +115,75 @@ pub fn reference(name: &str) -> Vec<RefPrompt> {
         .collect()
 }
 
+/// The glm5_next fixture cut to its two KDA layers (0, with a dense MLP; 3, with routed and
+/// shared experts), renumbered 0 and 1, as a checkpoint of its own in `dir`: every part of
+/// GLM-5.3-Flash the engine runs whole — hyper-connections, Kimi delta attention, the clamped
+/// SwiGLU of dense, routed and shared MLPs, the sigmoid group router — without its DSA layers.
+pub fn glm5_next_kda_layers(dir: &Path) -> PathBuf {
+    let src = repo().join("fixtures/hf/glm5_next");
+    let out = dir.join("glm5_next_kda");
+    std::fs::create_dir_all(&out).expect("mkdir");
+    for f in ["tokenizer.json", "generation_config.json"] {
+        std::fs::copy(src.join(f), out.join(f)).expect("copy");
+    }
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(src.join("config.json")).expect("config"))
+            .expect("config json");
+    let t = &mut config["text_config"];
+    t["num_hidden_layers"] = 2.into();
+    t["layer_types"] = serde_json::json!(["linear_attention", "linear_attention"]);
+    t["mlp_layer_types"] = serde_json::json!(["dense", "sparse"]);
+    t["indexer_types"] = serde_json::json!(["full", "full"]);
+    std::fs::write(out.join("config.json"), config.to_string()).expect("write config");
+    // The safetensors file: the tensors of layers 0 and 3 (as 1) and all outside the layers.
+    let bytes = std::fs::read(src.join("model.safetensors")).expect("safetensors");
+    let n = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes")) as usize;
+    let header: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&bytes[8..8 + n]).expect("header");
+    let data = &bytes[8 + n..];
+    let layer = "model.language_model.layers.";
+    let mut kept: Vec<(String, &serde_json::Value)> = Vec::new();
+    for (name, info) in &header {
+        let new = match name.strip_prefix(layer) {
+            Some(rest) if rest.starts_with("0.") => name.clone(),
+            Some(rest) => match rest.strip_prefix("3.") {
+                Some(r) => format!("{layer}1.{r}"),
+                None => continue,
+            },
+            None if name == "__metadata__" => continue,
+            None => name.clone(),
+        };
+        kept.push((new, info));
+    }
+    kept.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut new_header = serde_json::Map::new();
+    let mut body = Vec::new();
+    for (name, info) in kept {
+        let range = info["data_offsets"].as_array().expect("offsets");
+        let (b, e) = (
+            range[0].as_u64().expect("b") as usize,
+            range[1].as_u64().expect("e") as usize,
+        );
+        let mut info = info.clone();
+        info["data_offsets"] = serde_json::json!([body.len(), body.len() + e - b]);
+        body.extend_from_slice(&data[b..e]);
+        new_header.insert(name, info);
+    }
+    let mut h = serde_json::Value::Object(new_header)
+        .to_string()
+        .into_bytes();
+    while !h.len().is_multiple_of(8) {
+        h.push(b' ');
+    }
+    let mut file = (h.len() as u64).to_le_bytes().to_vec();
+    file.extend_from_slice(&h);
+    file.extend_from_slice(&body);
+    std::fs::write(out.join("model.safetensors"), file).expect("write safetensors");
+    let jnf = dir.join("glm5_next_kda.jnf");
+    convert(&out, &jnf);
+    jnf
+}
+
 /// qwen3_moe_b with expert 0's up projections widened from BF16 to F32 (the same values, another
 /// element type: gate and up of one expert differ in type), converted into `tmp/jnf`.
 pub fn mixed_type_expert_model(tmp: &Path) -> PathBuf {
