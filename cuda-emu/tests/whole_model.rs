@@ -694,13 +694,21 @@ fn glm5_next_kda_layers_run_whole_with_the_cpu_bits() {
         1,
     );
     assert_eq!(declined(&dir), None);
-    let mut dec = emulated(&dir, true);
-    let r = dec.offload_report().expect("a device report");
-    assert!(r.whole_model, "{r:?}");
-    assert_eq!(run_prompts(&mut dec, "glm5_next", STEPS, 1), cpu);
-    let r = dec.offload_report().expect("a device report");
-    assert!(
-        r.steps > 0 && r.host_round_trips == 0 && r.prompt_passes == 0,
-        "{r:?}"
-    );
+    // Norms taken into the products and launched alone (the streams' weightless norm then a
+    // `tarfa_e_rms_norm` of streams·hidden of its own).
+    for fuse in [true, false] {
+        let mut dec = emulated_with(&dir, true, TileGeometry::DEFAULT, fuse).0;
+        let r = dec.offload_report().expect("a device report");
+        assert!(r.whole_model, "{r:?}");
+        assert_eq!(
+            run_prompts(&mut dec, "glm5_next", STEPS, 1),
+            cpu,
+            "fuse {fuse}"
+        );
+        let r = dec.offload_report().expect("a device report");
+        assert!(
+            r.steps > 0 && r.host_round_trips == 0 && r.prompt_passes == 0,
+            "{r:?}"
+        );
+    }
 }

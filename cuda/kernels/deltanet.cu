@@ -7,8 +7,8 @@
 // same f64 logarithm in softplus.
 
 // The most threads of a tarfa_e_delta_heads block (the host's delta_block): its launch bound, so
-// that the compiler keeps a thread's rows, q and k (48 floats) within the registers 512 threads
-// may each have (128).
+// that the compiler keeps a thread's rows, q and k (48 floats; 56 with kda.cu's decay per key
+// channel) within the registers 512 threads may each have (128).
 #define TARFA_DELTA_THREADS 512
 // The longest convolution tarfa_delta_conv_at takes (its dot's products each have a lane).
 #define TARFA_DELTA_MAX_KERNEL 32

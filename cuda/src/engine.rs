@@ -798,7 +798,8 @@ const ATTN_BLOCK: u32 = 512;
 /// eight state rows (a warp loads eight rows at once where the key heads are at most 128 wide,
 /// four where wider), at least two warps (warps 0 and 1 normalise q and k) and at most 16 (the
 /// kernel's launch bound, `TARFA_DELTA_THREADS`: a thread keeps 48 floats of rows, q and k in
-/// registers, which 1,024 threads could not each have). Geometry only: which warp runs a row
+/// registers — 56 with KDA's decay per key channel, `tarfa_e_kda_heads`, which takes the same
+/// geometry — which 1,024 threads could not each have). Geometry only: which warp runs a row
 /// changes no bit.
 pub fn delta_block(dv: usize) -> u32 {
     (dv.div_ceil(8).clamp(2, 16) * 32) as u32
@@ -1228,6 +1229,11 @@ impl<D: EngineDevice> Engine<D> {
                 };
             let hyper = match (&hl.hyper, s.hyper) {
                 (None, None) => None,
+                (_, Some(_)) if !matches!(hl.mixer, HostMixer::Kda(_)) => {
+                    return Err(CudaError::Usage(format!(
+                        "layer {l}: hyper-connections beside a mixer other than KDA"
+                    )))
+                }
                 (Some(sites), Some(hc)) => {
                     let mut site = |t: &HostHyper<'_>,
                                     name: &str|
@@ -2177,8 +2183,8 @@ impl<D: EngineDevice> Engine<D> {
         out: u64,
         eps: f32,
     ) -> Result<(), CudaError> {
-        // SAFETY: `x` and `out` hold `w.cols` floats (a hidden-sized activation or an MLA
-        // latent), `w` `w.cols` elements.
+        // SAFETY: `x` and `out` hold `w.cols` floats (a hidden-sized activation, an MLA latent,
+        // or the hyper-connections' streams·hidden and `hcn`), `w` `w.cols` elements.
         unsafe {
             self.dev.launch(
                 Kernel::RmsNorm,

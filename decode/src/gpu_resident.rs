@@ -205,17 +205,16 @@ pub fn open(
     let Some(parts) = trunk(&plan, tensors, &widened)? else {
         return Ok(Err(Declined::Weights));
     };
-    // The weights, the DeltaNet layers' state (each value head's S and the convolution's
+    // The weights, the DeltaNet and KDA layers' state (each head's S and the convolutions'
     // history) and a margin for the activations, KV caches and the CUDA context.
-    let state = plan.delta.map_or(0, |d| {
-        let layers = plan
-            .mixers
-            .iter()
-            .filter(|&&m| m == MixerPlan::DeltaNet)
-            .count();
-        let per = d.v_heads * d.dv * d.dk + d.kernel * d.conv_dim();
-        (layers * per * 4) as u64
+    let count = |kind: MixerPlan| plan.mixers.iter().filter(|&&m| m == kind).count();
+    let delta = plan.delta.map_or(0, |d| {
+        count(MixerPlan::DeltaNet) * (d.v_heads * d.dv * d.dk + d.kernel * d.conv_dim())
     });
+    let kda = plan.kda.map_or(0, |k| {
+        count(MixerPlan::Kda) * (k.heads * k.dim * k.dim + k.kernel * 3 * k.width())
+    });
+    let state = ((delta + kda) * 4) as u64;
     let base = parts.bytes + state + VRAM_MARGIN;
     // Each layer's experts (0 for a dense layer): those of layers 0..n stay on the CPU.
     let layers = plan.mlps.len();
@@ -308,11 +307,13 @@ fn refusal(p: &Plan) -> Option<&'static str> {
     } else if p.mixers.contains(&MixerPlan::Kda) && p.kda.is_none() {
         Some("KDA layers without their widths")
     } else if p.hyper.is_some_and(|hc| {
-        hc.streams > tarfa_cuda::MAX_HC_STREAMS
+        hc.streams == 0
+            || hc.iters == 0
+            || hc.streams > tarfa_cuda::MAX_HC_STREAMS
             || hc.norm_eps.to_bits() != p.eps.to_bits()
             || p.mixers.iter().any(|m| *m != MixerPlan::Kda)
     }) {
-        Some("hyper-connections of more than 8 streams, of another norm epsilon, or beside mixers other than KDA")
+        Some("hyper-connections of no or more than 8 streams, without a Sinkhorn iteration, of another norm epsilon, or beside mixers other than KDA")
     } else if mla && (p.mla.is_none() || p.mixers.iter().any(|m| !matches!(m, MixerPlan::Mla))) {
         Some("multi-head latent attention (MLA) beside layers of other mixers")
     } else if let Some(why) = second_form_refusal(p) {
@@ -596,7 +597,7 @@ fn upload<D: EngineDevice>(
     };
     if on_cpu > 0 && (plan.hyper.is_some() || plan.swiglu_limit.is_some()) {
         return Ok(Err(Declined::Form(
-            "routed experts on the CPU beside hyper-connections or a clamped SwiGLU",
+            "routed experts of some layers on the CPU (--n-cpu-moe, or a model larger than the VRAM) beside hyper-connections or a clamped SwiGLU",
         )));
     }
     let mut engine = Engine::new(
