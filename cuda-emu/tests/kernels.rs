@@ -1355,6 +1355,19 @@ fn the_engines_types_have_the_decoders_blocks() {
 /// of 128 and 72, two and three value heads a key head, convolutions of 4 and 3 (and 1: no
 /// history), BF16 and F32 weights, and softplus's three branches (above its threshold 20, the
 /// `f64` logarithm, and `u − u²/2` for tiny `e^x`).
+/// The CPU's convolution history after token `t` (positions t − kernel + 2 ..= t, oldest first,
+/// zeros before position 0) from the GPU's ring of `kernel` rows of `channels`: position p in
+/// row p mod kernel, rows not yet written zero.
+fn ring_history(hist: &[f32], kernel: usize, channels: usize, t: usize) -> Vec<f32> {
+    (0..kernel - 1)
+        .flat_map(|i| {
+            let p = (t + 2 + i) as isize - kernel as isize;
+            let row = p.rem_euclid(kernel as isize) as usize;
+            hist[row * channels..(row + 1) * channels].to_vec()
+        })
+        .collect()
+}
+
 #[test]
 fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
     use tarfa_decode::family::deltanet::{delta_step, DeltaDims, DeltaState, DeltaToken, Rates};
@@ -1458,16 +1471,7 @@ fn the_deltanet_step_is_the_cpus_and_so_is_its_state() {
                 );
                 assert_eq!(bits(&got), bits(&want), "output: {case}");
                 assert_eq!(bits(&state), bits(&cpu.s.concat()), "state: {case}");
-                // The CPU's history (positions t − kernel + 2 ..= t, oldest first, zeros before
-                // position 0) from the ring: position p in row p mod kernel, rows not yet written
-                // zero.
-                let ring: Vec<f32> = (0..kernel - 1)
-                    .flat_map(|i| {
-                        let p = (t + 2 + i) as isize - kernel as isize;
-                        let row = p.rem_euclid(kernel as isize) as usize;
-                        hist[row * cd..(row + 1) * cd].to_vec()
-                    })
-                    .collect();
+                let ring = ring_history(&hist, kernel, cd, t);
                 assert_eq!(bits(&ring), bits(&cpu.conv.concat()), "history: {case}");
             }
         }
@@ -1555,13 +1559,7 @@ fn the_kda_step_is_the_cpus_and_so_is_its_state() {
                     format!("heads {heads} dim {dim} kernel {kernel} {dt:?} a_neg {a_neg} lb {lower_bound:?} token {t}");
                 assert_eq!(bits(&got), bits(&want), "output: {case}");
                 assert_eq!(bits(&state), bits(&cpu.s.concat()), "state: {case}");
-                let ring: Vec<f32> = (0..kernel - 1)
-                    .flat_map(|i| {
-                        let p = (t + 2 + i) as isize - kernel as isize;
-                        let row = p.rem_euclid(kernel as isize) as usize;
-                        hist[row * 3 * w..(row + 1) * 3 * w].to_vec()
-                    })
-                    .collect();
+                let ring = ring_history(&hist, kernel, 3 * w, t);
                 assert_eq!(bits(&ring), bits(&cpu.conv.concat()), "history: {case}");
             }
         }
